@@ -1,0 +1,989 @@
+// Checkpoints in the safetensors layout:
+//
+//   [8 bytes]  N, the header length, little-endian u64
+//   [N bytes]  UTF-8 JSON: {"__metadata__": {str: str, ...},
+//                           "name": {"dtype": "F32", "shape": [...],
+//                                    "data_offsets": [begin, end]}, ...}
+//              padded with spaces so that the data section starts at a
+//              multiple of 8 bytes (the format allows trailing whitespace)
+//   [rest]     the data section: the tensors' raw little-endian floats, in
+//              the order given, contiguous; offsets are relative to its start
+//
+// Anything that reads safetensors (the PyTorch oracle parses it by hand with
+// struct + json) can read these files. tessera adds two metadata keys:
+// "tessera.format" = "1" and "tessera.data_crc32", the CRC-32 (zlib's) of the
+// data section as 8 lowercase hex digits, so that damaged data is refused
+// instead of silently resumed from. The header is not covered by the checksum;
+// a damaged header almost always fails the strict parse or the layout checks.
+//
+// Writes are atomic (temp file in the same directory, fsync, rename, fsync of
+// the directory): a crash or a full disk leaves either the old file or the new
+// one at the path, never a mixture. The bytes written are a function of the
+// inputs alone, so two runs that agree write identical files (golden files are
+// compared with cmp).
+#include "ckpt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// The data section is the in-memory floats byte for byte; a big-endian host
+// would need a byte swap on both paths, which nothing here targets.
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "checkpoints assume a little-endian host");
+_Static_assert(sizeof(float) == 4, "F32 is 4 bytes");
+
+#define META_FORMAT "tessera.format"
+#define META_CRC "tessera.data_crc32"
+#define FORMAT_VERSION "1"
+// The reference safetensors reader refuses headers above 100 MB; so do we, so
+// that a garbage length cannot make us allocate gigabytes.
+#define MAX_HEADER ((uint64_t)100000000)
+#define MAX_DEPTH 64           // nesting limit of the JSON parser
+#define IO_CHUNK (1u << 20)    // bytes per read while checksumming
+
+// ---------------------------------------------------------------------------
+// CRC-32 (reflected polynomial 0xEDB88320, as zlib, PNG, gzip), slice-by-8:
+// eight 256-entry tables let the loop consume 8 bytes per step. The tables are
+// built per call (16 KiB, microseconds) so there is no shared mutable state.
+typedef struct {
+  uint32_t t[8][256];
+} crc_tables;
+
+static void crc_init(crc_tables *ct) {
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+    ct->t[0][i] = c;
+  }
+  // t[k][i]: CRC of byte i followed by k zero bytes.
+  for (int k = 1; k < 8; k++)
+    for (int i = 0; i < 256; i++)
+      ct->t[k][i] = (ct->t[k - 1][i] >> 8) ^ ct->t[0][ct->t[k - 1][i] & 0xFF];
+}
+
+// crc is the running value of the *finalised* CRC (start with 0), so calls
+// can be chained over consecutive pieces of the data.
+static uint32_t crc_update(const crc_tables *ct, uint32_t crc, const void *data, size_t n) {
+  const unsigned char *p = data;
+  uint32_t c = ~crc;
+  while (n >= 8) {
+    uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                       (uint32_t)p[3] << 24);
+    c = ct->t[7][lo & 0xFF] ^ ct->t[6][(lo >> 8) & 0xFF] ^ ct->t[5][(lo >> 16) & 0xFF] ^
+        ct->t[4][lo >> 24] ^ ct->t[3][p[4]] ^ ct->t[2][p[5]] ^ ct->t[1][p[6]] ^
+        ct->t[0][p[7]];
+    p += 8;
+    n -= 8;
+  }
+  while (n--) c = (c >> 8) ^ ct->t[0][(c ^ *p++) & 0xFF];
+  return ~c;
+}
+
+// ---------------------------------------------------------------------------
+// Small helpers: a growable string buffer and UTF-8 validation.
+typedef struct {
+  char *p;
+  size_t len, cap;
+  int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+  if (b->oom) return;
+  if (b->len + n + 1 > b->cap) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n + 1) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+      b->oom = 1;
+      return;
+    }
+    b->p = p;
+    b->cap = cap;
+  }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len] = '\0';
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+  char tmp[128];
+  va_list ap;
+  va_start(ap, fmt);
+  int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  if (k > 0) sb_put(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
+}
+
+// Length of the well-formed UTF-8 sequence at s (n bytes available), 0 when
+// it is malformed: overlong forms, surrogates and code points above U+10FFFF
+// are refused, as JSON text must be valid UTF-8.
+static size_t utf8_len(const unsigned char *s, size_t n) {
+  unsigned c = s[0];
+  if (c < 0x80) return 1;
+  size_t len;
+  uint32_t cp;
+  if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
+  else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
+  else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
+  else return 0;
+  if (n < len) return 0;
+  for (size_t i = 1; i < len; i++) {
+    if ((s[i] & 0xC0) != 0x80) return 0;
+    cp = cp << 6 | (s[i] & 0x3F);
+  }
+  if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)) return 0; // overlong
+  if ((cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;
+  return len;
+}
+
+static int utf8_valid(const char *s) {
+  const unsigned char *p = (const unsigned char *)s;
+  size_t n = strlen(s);
+  for (size_t i = 0; i < n;) {
+    size_t k = utf8_len(p + i, n - i);
+    if (!k) return 0;
+    i += k;
+  }
+  return 1;
+}
+
+// Appends s as a JSON string literal: quotes, backslashes and every control
+// character escaped, other bytes (valid UTF-8, checked by the caller) as is.
+static void sb_json_string(sbuf *b, const char *s) {
+  sb_put(b, "\"", 1);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    switch (*p) {
+    case '"': sb_put(b, "\\\"", 2); break;
+    case '\\': sb_put(b, "\\\\", 2); break;
+    case '\b': sb_put(b, "\\b", 2); break;
+    case '\f': sb_put(b, "\\f", 2); break;
+    case '\n': sb_put(b, "\\n", 2); break;
+    case '\r': sb_put(b, "\\r", 2); break;
+    case '\t': sb_put(b, "\\t", 2); break;
+    default:
+      if (*p < 0x20) sb_printf(b, "\\u%04x", *p);
+      else sb_put(b, (const char *)p, 1);
+    }
+  }
+  sb_put(b, "\"", 1);
+}
+
+// Formats "[d0, d1, ...]" for error messages.
+static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
+  size_t k = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < ndim && k < cap; i++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  if (k < cap) snprintf(buf + k, cap - k, "]");
+}
+
+// All checkpoint errors read "checkpoint <path>: <what>".
+static int bad(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int bad(const char *path, const char *fmt, ...) {
+  char what[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  return ts_fail(TS_ERUNTIME, "checkpoint %s: %s", path, what);
+}
+
+// ---------------------------------------------------------------------------
+// Writing.
+
+// Checks what will go into the header and returns each tensor's byte count in
+// bytes[] (n entries). Everything here is refused before a file is touched.
+static int check_inputs(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
+                        int n_meta, uint64_t *bytes) {
+  for (int i = 0; i < n_meta; i++) {
+    const char *k = meta[i].key, *v = meta[i].value;
+    if (!k || !v) return bad(path, "metadata pair %d has a NULL key or value", i);
+    if (!strcmp(k, META_FORMAT) || !strcmp(k, META_CRC))
+      return bad(path, "metadata key '%s' is reserved (written by the checkpoint writer)", k);
+    if (!utf8_valid(k) || !utf8_valid(v))
+      return bad(path, "metadata key '%s' or its value is not valid UTF-8", k);
+    for (int j = 0; j < i; j++)
+      if (!strcmp(meta[j].key, k)) return bad(path, "metadata key '%s' given twice", k);
+  }
+  for (int i = 0; i < n; i++) {
+    const ts_tensor *t = &tensors[i];
+    size_t len = strnlen(t->name, sizeof t->name);
+    if (len == 0 || len == sizeof t->name)
+      return bad(path, "tensor %d has an empty or unterminated name", i);
+    if (!strcmp(t->name, "__metadata__") || !utf8_valid(t->name))
+      return bad(path, "tensor %d: '%s' is not a usable tensor name", i, t->name);
+    for (int j = 0; j < i; j++)
+      if (!strcmp(tensors[j].name, t->name))
+        return bad(path, "tensor '%s' given twice", t->name);
+    if (t->ndim < 0 || t->ndim > TS_MAX_DIMS)
+      return bad(path, "tensor '%s' has %d dims (0..%d allowed)", t->name, t->ndim,
+                 TS_MAX_DIMS);
+    uint64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) {
+      if (t->shape[d] < 0) return bad(path, "tensor '%s' has a negative dim", t->name);
+      uint64_t s = (uint64_t)t->shape[d];
+      if (s && numel > (UINT64_MAX / 8) / s)
+        return bad(path, "tensor '%s' is too large", t->name);
+      numel *= s;
+    }
+    if (numel && !t->data) return bad(path, "tensor '%s' has no data", t->name);
+    bytes[i] = numel * 4;
+  }
+  return TS_OK;
+}
+
+// The JSON header, padded with spaces so 8 + its length is a multiple of 8.
+static int build_header(const char *path, sbuf *h, const ts_tensor *tensors, int n,
+                        const uint64_t *bytes, const ts_meta *meta, int n_meta, uint32_t crc) {
+  char crc_hex[9];
+  snprintf(crc_hex, sizeof crc_hex, "%08x", (unsigned)crc);
+  sb_str(h, "{\"__metadata__\":{");
+  sb_json_string(h, META_FORMAT);
+  sb_str(h, ":");
+  sb_json_string(h, FORMAT_VERSION);
+  sb_str(h, ",");
+  sb_json_string(h, META_CRC);
+  sb_str(h, ":");
+  sb_json_string(h, crc_hex);
+  for (int i = 0; i < n_meta; i++) {
+    sb_str(h, ",");
+    sb_json_string(h, meta[i].key);
+    sb_str(h, ":");
+    sb_json_string(h, meta[i].value);
+  }
+  sb_str(h, "}");
+  uint64_t off = 0;
+  for (int i = 0; i < n; i++) {
+    const ts_tensor *t = &tensors[i];
+    sb_str(h, ",");
+    sb_json_string(h, t->name);
+    sb_str(h, ":{\"dtype\":\"F32\",\"shape\":[");
+    for (int d = 0; d < t->ndim; d++) sb_printf(h, "%s%lld", d ? "," : "", (long long)t->shape[d]);
+    sb_printf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
+              (unsigned long long)(off + bytes[i]));
+    off += bytes[i];
+  }
+  sb_str(h, "}");
+  while ((8 + h->len) % 8) sb_str(h, " ");
+  if (h->oom) return bad(path, "out of memory building the header");
+  if (h->len > MAX_HEADER) return bad(path, "header of %zu bytes is too large", h->len);
+  return TS_OK;
+}
+
+// fsync of the directory holding path, so that the rename itself is durable.
+static int sync_dir(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char *dir;
+  if (!slash) dir = strdup(".");
+  else if (slash == path) dir = strdup("/");
+  else dir = strndup(path, (size_t)(slash - path));
+  if (!dir) return bad(path, "out of memory");
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int err = fd < 0 ? errno : 0;
+  if (fd >= 0) {
+    // Some filesystems cannot sync a directory (EINVAL); nothing more can be done there.
+    if (fsync(fd) != 0 && errno != EINVAL && errno != ENOTSUP) err = errno;
+    close(fd);
+  }
+  int rc = err ? bad(path, "written, but syncing directory %s failed: %s", dir, strerror(err))
+               : TS_OK;
+  free(dir);
+  return rc;
+}
+
+static int write_file(const char *path, const char *tmp, const sbuf *h, const ts_tensor *tensors,
+                      int n, const uint64_t *bytes) {
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return bad(path, "cannot create %s: %s", tmp, strerror(errno));
+  FILE *f = fdopen(fd, "wb");
+  if (!f) {
+    int e = errno;
+    close(fd);
+    return bad(path, "cannot create %s: %s", tmp, strerror(e));
+  }
+  unsigned char len8[8];
+  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h->len >> (8 * i));
+  errno = 0;
+  int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(h->p, 1, h->len, f) == h->len;
+  for (int i = 0; ok && i < n; i++)
+    ok = bytes[i] == 0 || fwrite(tensors[i].data, 1, bytes[i], f) == bytes[i];
+  // Buffered bytes reach the kernel only at fflush; a full disk shows up there
+  // or at fsync, so each step is checked, and errno is read right away.
+  int e = 0;
+  if (!ok || fflush(f) != 0) e = errno ? errno : EIO;
+  if (!e && fsync(fileno(f)) != 0) e = errno;
+  if (fclose(f) != 0 && !e) e = errno;
+  if (e) return bad(path, "writing %s failed: %s", tmp, strerror(e));
+  return TS_OK;
+}
+
+int ts_ckpt_write(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
+                  int n_meta) {
+  if (!path || !*path) return ts_fail(TS_ERUNTIME, "checkpoint: empty path");
+  if (n < 0 || n_meta < 0 || (n && !tensors) || (n_meta && !meta))
+    return bad(path, "bad tensor or metadata list");
+  uint64_t *bytes = calloc((size_t)n + 1, sizeof *bytes);
+  if (!bytes) return bad(path, "out of memory");
+  sbuf h = {0};
+  char *tmp = NULL;
+  int rc = check_inputs(path, tensors, n, meta, n_meta, bytes);
+  if (rc == TS_OK) {
+    crc_tables *ct = malloc(sizeof *ct);
+    if (!ct) rc = bad(path, "out of memory");
+    else {
+      crc_init(ct);
+      uint32_t crc = 0;
+      for (int i = 0; i < n; i++) crc = crc_update(ct, crc, tensors[i].data, bytes[i]);
+      free(ct);
+      rc = build_header(path, &h, tensors, n, bytes, meta, n_meta, crc);
+    }
+  }
+  if (rc == TS_OK) {
+    // Same directory as path, so the rename cannot cross filesystems; the pid
+    // keeps concurrent writers (ranks sharing a directory) apart.
+    size_t cap = strlen(path) + 32;
+    tmp = malloc(cap);
+    if (!tmp) rc = bad(path, "out of memory");
+    else snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
+  }
+  if (rc == TS_OK) {
+    rc = write_file(path, tmp, &h, tensors, n, bytes);
+    if (rc == TS_OK && rename(tmp, path) != 0)
+      rc = bad(path, "cannot rename %s over it: %s", tmp, strerror(errno));
+    if (rc != TS_OK) unlink(tmp); // the old file at path is untouched
+    else rc = sync_dir(path);
+  }
+  free(tmp);
+  free(h.p);
+  free(bytes);
+  return rc;
+}
+
+// ---------------------------------------------------------------------------
+// Reading: a strict JSON parser that reads the header straight into the
+// checkpoint's tables. Anything unexpected is an error with its byte offset.
+typedef struct {
+  char *name;
+  int ndim;
+  int64_t shape[TS_MAX_DIMS];
+  uint64_t begin, end;
+} entry;
+
+struct ts_ckpt {
+  char *path;
+  int fd;
+  uint64_t data_start; // 8 + N
+  uint64_t data_len;
+  entry *tensors;
+  int n_tensors, cap_tensors;
+  char **keys, **values;
+  int n_meta, cap_meta;
+};
+
+typedef struct {
+  const char *s;
+  size_t n, i;
+  char msg[512]; // first error
+} jparser;
+
+static int jfail(jparser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int jfail(jparser *p, const char *fmt, ...) {
+  if (!p->msg[0]) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->msg, sizeof p->msg, fmt, ap);
+    va_end(ap);
+  }
+  return -1;
+}
+
+// A syntax error: the header is not JSON (or not the JSON we accept).
+#define SYNTAX(p, what) jfail((p), "header is not valid JSON: %s at header byte %zu", (what), (p)->i)
+
+static void jws(jparser *p) {
+  while (p->i < p->n) {
+    char c = p->s[p->i];
+    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
+    p->i++;
+  }
+}
+
+static int jpeek(jparser *p) {
+  jws(p);
+  return p->i < p->n ? (unsigned char)p->s[p->i] : -1;
+}
+
+static int jexpect(jparser *p, char c) {
+  if (jpeek(p) != (unsigned char)c) {
+    char what[32];
+    snprintf(what, sizeof what, "expected '%c'", c);
+    return SYNTAX(p, what);
+  }
+  p->i++;
+  return 0;
+}
+
+static int hexval(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+static int jhex4(jparser *p, uint32_t *out) {
+  if (p->n - p->i < 4) return SYNTAX(p, "short \\u escape");
+  uint32_t v = 0;
+  for (int k = 0; k < 4; k++) {
+    int h = hexval(p->s[p->i + k]);
+    if (h < 0) return SYNTAX(p, "bad hex digit in \\u escape");
+    v = v << 4 | (uint32_t)h;
+  }
+  p->i += 4;
+  *out = v;
+  return 0;
+}
+
+static void put_utf8(sbuf *b, uint32_t cp) {
+  char u[4];
+  size_t k;
+  if (cp < 0x80) u[0] = (char)cp, k = 1;
+  else if (cp < 0x800) u[0] = (char)(0xC0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3F)), k = 2;
+  else if (cp < 0x10000)
+    u[0] = (char)(0xE0 | cp >> 12), u[1] = (char)(0x80 | ((cp >> 6) & 0x3F)),
+    u[2] = (char)(0x80 | (cp & 0x3F)), k = 3;
+  else
+    u[0] = (char)(0xF0 | cp >> 18), u[1] = (char)(0x80 | ((cp >> 12) & 0x3F)),
+    u[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), u[3] = (char)(0x80 | (cp & 0x3F)), k = 4;
+  sb_put(b, u, k);
+}
+
+// One escape sequence after the backslash, decoded into b.
+static int jescape(jparser *p, sbuf *b) {
+  if (p->i >= p->n) return SYNTAX(p, "unterminated string");
+  char c = p->s[p->i++];
+  switch (c) {
+  case '"': sb_put(b, "\"", 1); return 0;
+  case '\\': sb_put(b, "\\", 1); return 0;
+  case '/': sb_put(b, "/", 1); return 0;
+  case 'b': sb_put(b, "\b", 1); return 0;
+  case 'f': sb_put(b, "\f", 1); return 0;
+  case 'n': sb_put(b, "\n", 1); return 0;
+  case 'r': sb_put(b, "\r", 1); return 0;
+  case 't': sb_put(b, "\t", 1); return 0;
+  case 'u': break;
+  default: p->i--; return SYNTAX(p, "unknown escape");
+  }
+  uint32_t cp;
+  if (jhex4(p, &cp)) return -1;
+  if (cp >= 0xDC00 && cp <= 0xDFFF) return SYNTAX(p, "lone low surrogate in \\u escape");
+  if (cp >= 0xD800 && cp <= 0xDBFF) { // a pair encodes one code point above U+FFFF
+    uint32_t lo;
+    if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u')
+      return SYNTAX(p, "high surrogate without its low half");
+    p->i += 2;
+    if (jhex4(p, &lo)) return -1;
+    if (lo < 0xDC00 || lo > 0xDFFF) return SYNTAX(p, "high surrogate without its low half");
+    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+  }
+  // Strings become C strings: an embedded NUL would silently cut them short.
+  if (cp == 0) return SYNTAX(p, "\\u0000 in a string");
+  put_utf8(b, cp);
+  return 0;
+}
+
+// A string literal, decoded into a new NUL-terminated string (*out, may be NULL to discard).
+static int jstring(jparser *p, char **out) {
+  if (jexpect(p, '"')) return -1;
+  sbuf b = {0};
+  sb_put(&b, "", 0); // an empty string is still an allocated ""
+  for (;;) {
+    if (p->i >= p->n) {
+      free(b.p);
+      return SYNTAX(p, "unterminated string");
+    }
+    unsigned char c = (unsigned char)p->s[p->i];
+    if (c == '"') {
+      p->i++;
+      break;
+    }
+    if (c == '\\') {
+      p->i++;
+      if (jescape(p, &b)) {
+        free(b.p);
+        return -1;
+      }
+    } else if (c < 0x20) {
+      free(b.p);
+      return SYNTAX(p, "raw control character in a string");
+    } else {
+      size_t k = utf8_len((const unsigned char *)p->s + p->i, p->n - p->i);
+      if (!k) {
+        free(b.p);
+        return SYNTAX(p, "invalid UTF-8");
+      }
+      sb_put(&b, p->s + p->i, k);
+      p->i += k;
+    }
+  }
+  if (b.oom) {
+    free(b.p);
+    return jfail(p, "out of memory parsing the header");
+  }
+  if (out) *out = b.p;
+  else free(b.p);
+  return 0;
+}
+
+// A JSON number (full grammar). *is_u64 tells whether it is a plain
+// non-negative integer that fits, and then *val holds it.
+static int jnumber(jparser *p, uint64_t *val, int *is_u64) {
+  jws(p);
+  const char *s = p->s;
+  size_t i = p->i, n = p->n;
+  int plain = 1, overflow = 0;
+  uint64_t v = 0;
+  if (i < n && s[i] == '-') i++, plain = 0;
+  if (i >= n || s[i] < '0' || s[i] > '9') return SYNTAX(p, "bad number");
+  if (s[i] == '0') i++;
+  else
+    while (i < n && s[i] >= '0' && s[i] <= '9') {
+      unsigned d = (unsigned)(s[i++] - '0');
+      if (v > (UINT64_MAX - d) / 10) overflow = 1;
+      else v = v * 10 + d;
+    }
+  if (i < n && s[i] == '.') {
+    i++, plain = 0;
+    if (i >= n || s[i] < '0' || s[i] > '9') return p->i = i, SYNTAX(p, "bad number");
+    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+  }
+  if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+    i++, plain = 0;
+    if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+    if (i >= n || s[i] < '0' || s[i] > '9') return p->i = i, SYNTAX(p, "bad number");
+    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
+  }
+  p->i = i;
+  *is_u64 = plain && !overflow;
+  *val = v;
+  return 0;
+}
+
+// Parses and discards any JSON value (validating it): unknown fields.
+static int jskip(jparser *p, int depth) {
+  if (depth > MAX_DEPTH) return SYNTAX(p, "nesting too deep");
+  int c = jpeek(p);
+  if (c == '"') return jstring(p, NULL);
+  if (c == '-' || (c >= '0' && c <= '9')) {
+    uint64_t v;
+    int u;
+    return jnumber(p, &v, &u);
+  }
+  if (c == '{' || c == '[') {
+    char close = c == '{' ? '}' : ']';
+    p->i++;
+    if (jpeek(p) == close) return p->i++, 0;
+    for (;;) {
+      if (c == '{' && (jstring(p, NULL) || jexpect(p, ':'))) return -1;
+      if (jskip(p, depth + 1)) return -1;
+      int d = jpeek(p);
+      p->i++;
+      if (d == close) return 0;
+      if (d != ',') return p->i--, SYNTAX(p, c == '{' ? "expected ',' or '}'" : "expected ',' or ']'");
+    }
+  }
+  static const char *const lits[] = {"true", "false", "null"};
+  for (int k = 0; k < 3; k++) {
+    size_t len = strlen(lits[k]);
+    if (p->n - p->i >= len && !memcmp(p->s + p->i, lits[k], len)) return p->i += len, 0;
+  }
+  return SYNTAX(p, c < 0 ? "unexpected end" : "unexpected character");
+}
+
+// An array of non-negative integers; stores up to max of them, counts all.
+static int jintarray(jparser *p, const char *tname, const char *field, uint64_t *vals, int max,
+                     int *count) {
+  if (jexpect(p, '[')) return -1;
+  *count = 0;
+  if (jpeek(p) == ']') return p->i++, 0;
+  for (;;) {
+    uint64_t v;
+    int u;
+    if (jpeek(p) != '-' && (jpeek(p) < '0' || jpeek(p) > '9'))
+      return jfail(p, "tensor '%s': %s must hold integers", tname, field);
+    if (jnumber(p, &v, &u)) return -1;
+    if (!u) return jfail(p, "tensor '%s': %s holds a value that is not an integer in 0..2^64-1",
+                         tname, field);
+    if (*count < max) vals[*count] = v;
+    (*count)++;
+    int d = jpeek(p);
+    p->i++;
+    if (d == ']') return 0;
+    if (d != ',') return p->i--, SYNTAX(p, "expected ',' or ']'");
+  }
+}
+
+static int add_meta(ts_ckpt *ck, jparser *p, char *key, char *value) {
+  for (int i = 0; i < ck->n_meta; i++)
+    if (!strcmp(ck->keys[i], key)) {
+      jfail(p, "metadata key '%s' appears twice", key);
+      return free(key), free(value), -1;
+    }
+  if (ck->n_meta == ck->cap_meta) {
+    int cap = ck->cap_meta ? 2 * ck->cap_meta : 8;
+    char **k = realloc(ck->keys, (size_t)cap * sizeof *k);
+    if (k) ck->keys = k;
+    char **v = realloc(ck->values, (size_t)cap * sizeof *v);
+    if (v) ck->values = v;
+    if (!k || !v) return free(key), free(value), jfail(p, "out of memory");
+    ck->cap_meta = cap;
+  }
+  ck->keys[ck->n_meta] = key;
+  ck->values[ck->n_meta] = value;
+  ck->n_meta++;
+  return 0;
+}
+
+// "__metadata__": {"key": "value", ...}, string to string only.
+static int jmetadata(jparser *p, ts_ckpt *ck) {
+  if (jpeek(p) != '{') return jfail(p, "__metadata__ is not an object");
+  p->i++;
+  if (jpeek(p) == '}') return p->i++, 0;
+  for (;;) {
+    char *key = NULL, *value = NULL;
+    if (jstring(p, &key)) return -1;
+    if (jexpect(p, ':')) return free(key), -1;
+    if (jpeek(p) != '"') {
+      jfail(p, "metadata value of '%s' is not a string", key);
+      return free(key), -1;
+    }
+    if (jstring(p, &value)) return free(key), -1;
+    if (add_meta(ck, p, key, value)) return -1;
+    int d = jpeek(p);
+    p->i++;
+    if (d == '}') return 0;
+    if (d != ',') return p->i--, SYNTAX(p, "expected ',' or '}'");
+  }
+}
+
+// "name": {"dtype": "F32", "shape": [...], "data_offsets": [b, e]}; the
+// entry's name is already set. Layout checks come later, over all tensors.
+static int jtensor(jparser *p, entry *e) {
+  if (jpeek(p) != '{') return jfail(p, "tensor '%s': its entry is not an object", e->name);
+  p->i++;
+  char *dtype = NULL;
+  int have_shape = 0, have_off = 0, rc = 0;
+  if (jpeek(p) == '}') p->i++;
+  else
+    for (;;) {
+      char *field = NULL;
+      if (jstring(p, &field) || jexpect(p, ':')) {
+        rc = -1;
+        free(field);
+        break;
+      }
+      int dup = 0;
+      if (!strcmp(field, "dtype")) {
+        dup = dtype != NULL;
+        if (!dup && jpeek(p) != '"') rc = jfail(p, "tensor '%s': dtype is not a string", e->name);
+        else if (!dup) rc = jstring(p, &dtype);
+      } else if (!strcmp(field, "shape")) {
+        dup = have_shape++;
+        uint64_t dims[TS_MAX_DIMS];
+        int nd = 0;
+        if (!dup) rc = jintarray(p, e->name, "shape", dims, TS_MAX_DIMS, &nd);
+        if (!dup && !rc && nd > TS_MAX_DIMS)
+          rc = jfail(p, "tensor '%s' has %d dims (at most %d supported)", e->name, nd, TS_MAX_DIMS);
+        for (int d = 0; !dup && !rc && d < nd; d++)
+          if (dims[d] > (uint64_t)INT64_MAX)
+            rc = jfail(p, "tensor '%s': dim %d is too large", e->name, d);
+        if (!dup && !rc) {
+          e->ndim = nd;
+          for (int d = 0; d < nd; d++) e->shape[d] = (int64_t)dims[d];
+        }
+      } else if (!strcmp(field, "data_offsets")) {
+        dup = have_off++;
+        uint64_t off[2];
+        int k = 0;
+        if (!dup) rc = jintarray(p, e->name, "data_offsets", off, 2, &k);
+        if (!dup && !rc && k != 2)
+          rc = jfail(p, "tensor '%s': data_offsets has %d values, not 2", e->name, k);
+        if (!dup && !rc) e->begin = off[0], e->end = off[1];
+      } else {
+        rc = jskip(p, 1); // unknown fields are allowed by the format
+      }
+      if (dup) rc = jfail(p, "tensor '%s': field '%s' appears twice", e->name, field);
+      free(field);
+      if (rc) break;
+      int d = jpeek(p);
+      p->i++;
+      if (d == '}') break;
+      if (d != ',') {
+        p->i--;
+        rc = SYNTAX(p, "expected ',' or '}'");
+        break;
+      }
+    }
+  if (!rc && !dtype) rc = jfail(p, "tensor '%s' has no dtype", e->name);
+  if (!rc && !have_shape) rc = jfail(p, "tensor '%s' has no shape", e->name);
+  if (!rc && !have_off) rc = jfail(p, "tensor '%s' has no data_offsets", e->name);
+  if (!rc && strcmp(dtype, "F32"))
+    rc = jfail(p, "tensor '%s' has dtype %s (only F32 is supported)", e->name, dtype);
+  free(dtype);
+  return rc;
+}
+
+static int jheader(jparser *p, ts_ckpt *ck) {
+  if (jexpect(p, '{')) return -1;
+  int have_meta = 0;
+  if (jpeek(p) == '}') p->i++;
+  else
+    for (;;) {
+      char *key = NULL;
+      if (jstring(p, &key)) return -1;
+      if (jexpect(p, ':')) return free(key), -1;
+      if (!strcmp(key, "__metadata__")) {
+        free(key);
+        if (have_meta++) return jfail(p, "__metadata__ appears twice");
+        if (jmetadata(p, ck)) return -1;
+      } else {
+        for (int i = 0; i < ck->n_tensors; i++)
+          if (!strcmp(ck->tensors[i].name, key)) {
+            jfail(p, "tensor '%s' appears twice", key);
+            return free(key), -1;
+          }
+        if (ck->n_tensors == ck->cap_tensors) {
+          int cap = ck->cap_tensors ? 2 * ck->cap_tensors : 64;
+          entry *t = realloc(ck->tensors, (size_t)cap * sizeof *t);
+          if (!t) return free(key), jfail(p, "out of memory");
+          ck->tensors = t;
+          ck->cap_tensors = cap;
+        }
+        entry *e = &ck->tensors[ck->n_tensors++];
+        memset(e, 0, sizeof *e);
+        e->name = key; // owned by the entry from here on, freed with the checkpoint
+        if (jtensor(p, e)) return -1;
+      }
+      int d = jpeek(p);
+      p->i++;
+      if (d == '}') break;
+      if (d != ',') return p->i--, SYNTAX(p, "expected ',' or '}'");
+    }
+  // Only the padding may follow the object.
+  if (jpeek(p) >= 0) return SYNTAX(p, "trailing characters after the header object");
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// Opening: size, header, layout, checksum, in that order, so that each kind
+// of damage is reported by the first check that can name it.
+
+static int read_full(int fd, void *buf, size_t n, uint64_t off) {
+  char *p = buf;
+  while (n) {
+    ssize_t k = pread(fd, p, n, (off_t)off);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return errno;
+    if (k == 0) return EIO; // the file shrank under us
+    p += k, n -= (size_t)k, off += (uint64_t)k;
+  }
+  return 0;
+}
+
+static int by_offset(const void *a, const void *b) {
+  const entry *x = *(const entry *const *)a, *y = *(const entry *const *)b;
+  if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+  return x->end < y->end ? -1 : x->end > y->end;
+}
+
+// Each tensor's size must match its shape, and the tensors must tile the data
+// section exactly: no gap, no overlap, nothing missing (truncation) or extra.
+static int check_layout(ts_ckpt *ck) {
+  const char *path = ck->path;
+  for (int i = 0; i < ck->n_tensors; i++) {
+    const entry *e = &ck->tensors[i];
+    if (e->end < e->begin)
+      return bad(path, "tensor '%s' has data_offsets [%llu, %llu] with end before begin",
+                 e->name, (unsigned long long)e->begin, (unsigned long long)e->end);
+    uint64_t numel = 1;
+    int overflow = 0;
+    for (int d = 0; d < e->ndim; d++) {
+      uint64_t s = (uint64_t)e->shape[d];
+      if (s && numel > (UINT64_MAX / 4) / s) overflow = 1;
+      numel *= s;
+    }
+    char sh[128];
+    shape_str(sh, sizeof sh, e->ndim, e->shape);
+    if (overflow || numel * 4 != e->end - e->begin)
+      return bad(path, "tensor '%s' has shape %s but data_offsets [%llu, %llu] span %llu bytes",
+                 e->name, sh, (unsigned long long)e->begin, (unsigned long long)e->end,
+                 (unsigned long long)(e->end - e->begin));
+    if (e->end > ck->data_len)
+      return bad(path,
+                 "tensor '%s' ends at data byte %llu but the data section has only %llu bytes "
+                 "(file truncated, or offsets out of range)",
+                 e->name, (unsigned long long)e->end, (unsigned long long)ck->data_len);
+  }
+  const entry **order = malloc(((size_t)ck->n_tensors + 1) * sizeof *order);
+  if (!order) return bad(path, "out of memory");
+  for (int i = 0; i < ck->n_tensors; i++) order[i] = &ck->tensors[i];
+  qsort(order, (size_t)ck->n_tensors, sizeof *order, by_offset);
+  uint64_t at = 0;
+  int rc = TS_OK;
+  for (int i = 0; i < ck->n_tensors && rc == TS_OK; i++) {
+    const entry *e = order[i];
+    if (e->begin < at)
+      rc = bad(path, "tensors '%s' and '%s' overlap in the data section", order[i - 1]->name,
+               e->name);
+    else if (e->begin > at)
+      rc = bad(path, "data bytes [%llu, %llu) before tensor '%s' belong to no tensor",
+               (unsigned long long)at, (unsigned long long)e->begin, e->name);
+    at = e->end;
+  }
+  free(order);
+  if (rc == TS_OK && at != ck->data_len)
+    rc = bad(path, "%llu bytes after the last tensor's data (appended bytes, or a bad header)",
+             (unsigned long long)(ck->data_len - at));
+  return rc;
+}
+
+static int check_crc(ts_ckpt *ck) {
+  const char *fmt = ts_ckpt_meta(ck, META_FORMAT);
+  const char *want = ts_ckpt_meta(ck, META_CRC);
+  if (!fmt) return bad(ck->path, "metadata has no %s: not a tessera checkpoint", META_FORMAT);
+  if (strcmp(fmt, FORMAT_VERSION))
+    return bad(ck->path, "%s is '%s', this build reads '%s'", META_FORMAT, fmt, FORMAT_VERSION);
+  if (!want) return bad(ck->path, "metadata has no %s", META_CRC);
+  unsigned char *buf = malloc(IO_CHUNK);
+  crc_tables *ct = malloc(sizeof *ct);
+  if (!buf || !ct) {
+    free(buf), free(ct);
+    return bad(ck->path, "out of memory");
+  }
+  crc_init(ct);
+  uint32_t crc = 0;
+  int err = 0;
+  for (uint64_t off = 0; off < ck->data_len && !err;) {
+    size_t k = ck->data_len - off < IO_CHUNK ? (size_t)(ck->data_len - off) : IO_CHUNK;
+    err = read_full(ck->fd, buf, k, ck->data_start + off);
+    if (!err) crc = crc_update(ct, crc, buf, k);
+    off += k;
+  }
+  free(buf), free(ct);
+  if (err) return bad(ck->path, "reading the data failed: %s", strerror(err));
+  char got[9];
+  snprintf(got, sizeof got, "%08x", (unsigned)crc);
+  if (strcmp(want, got))
+    return bad(ck->path, "data checksum mismatch (stored %s, computed %s): the data is damaged",
+               want, got);
+  return TS_OK;
+}
+
+static int open_checked(ts_ckpt *ck) {
+  const char *path = ck->path;
+  ck->fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (ck->fd < 0) return bad(path, "cannot open: %s", strerror(errno));
+  struct stat st;
+  if (fstat(ck->fd, &st) != 0) return bad(path, "cannot stat: %s", strerror(errno));
+  if (!S_ISREG(st.st_mode)) return bad(path, "not a regular file");
+  uint64_t size = (uint64_t)st.st_size;
+  if (size < 8)
+    return bad(path, "file is %llu bytes, too short for the 8-byte header length (truncated?)",
+               (unsigned long long)size);
+  unsigned char len8[8];
+  int err = read_full(ck->fd, len8, 8, 0);
+  if (err) return bad(path, "cannot read: %s", strerror(err));
+  uint64_t hlen = 0;
+  for (int i = 7; i >= 0; i--) hlen = hlen << 8 | len8[i];
+  if (hlen > size - 8)
+    return bad(path, "header length %llu exceeds the %llu bytes after it (file truncated, or "
+                     "not a checkpoint)",
+               (unsigned long long)hlen, (unsigned long long)(size - 8));
+  if (hlen < 2 || hlen > MAX_HEADER)
+    return bad(path, "header length %llu is not plausible (2..%llu)", (unsigned long long)hlen,
+               (unsigned long long)MAX_HEADER);
+  ck->data_start = 8 + hlen;
+  ck->data_len = size - 8 - hlen;
+  char *hdr = malloc((size_t)hlen);
+  if (!hdr) return bad(path, "out of memory for a %llu-byte header", (unsigned long long)hlen);
+  err = read_full(ck->fd, hdr, (size_t)hlen, 8);
+  if (err) {
+    free(hdr);
+    return bad(path, "cannot read the header: %s", strerror(err));
+  }
+  jparser p = {.s = hdr, .n = (size_t)hlen};
+  int bad_json = jheader(&p, ck);
+  free(hdr);
+  if (bad_json) return bad(path, "%s", p.msg[0] ? p.msg : "bad header");
+  int rc = check_layout(ck);
+  if (rc == TS_OK) rc = check_crc(ck);
+  return rc;
+}
+
+int ts_ckpt_open(const char *path, ts_ckpt **out) {
+  *out = NULL;
+  if (!path) return ts_fail(TS_ERUNTIME, "checkpoint: NULL path");
+  ts_ckpt *ck = calloc(1, sizeof *ck);
+  if (!ck || !(ck->path = strdup(path))) {
+    free(ck);
+    return bad(path, "out of memory");
+  }
+  ck->fd = -1;
+  int rc = open_checked(ck);
+  if (rc != TS_OK) {
+    ts_ckpt_close(ck);
+    return rc;
+  }
+  *out = ck;
+  return TS_OK;
+}
+
+void ts_ckpt_close(ts_ckpt *ck) {
+  if (!ck) return;
+  if (ck->fd >= 0) close(ck->fd);
+  for (int i = 0; i < ck->n_tensors; i++) free(ck->tensors[i].name);
+  for (int i = 0; i < ck->n_meta; i++) free(ck->keys[i]), free(ck->values[i]);
+  free(ck->tensors);
+  free(ck->keys);
+  free(ck->values);
+  free(ck->path);
+  free(ck);
+}
+
+const char *ts_ckpt_meta(const ts_ckpt *ck, const char *key) {
+  for (int i = 0; i < ck->n_meta; i++)
+    if (!strcmp(ck->keys[i], key)) return ck->values[i];
+  return NULL;
+}
+
+int ts_ckpt_num_tensors(const ts_ckpt *ck) { return ck->n_tensors; }
+
+int ts_ckpt_load(const ts_ckpt *ck, ts_tensor *t) {
+  const entry *e = NULL;
+  for (int i = 0; i < ck->n_tensors && !e; i++)
+    if (!strcmp(ck->tensors[i].name, t->name)) e = &ck->tensors[i];
+  if (!e) return bad(ck->path, "no tensor '%s'", t->name);
+  int same = e->ndim == t->ndim;
+  for (int d = 0; same && d < e->ndim; d++) same = e->shape[d] == t->shape[d];
+  if (!same) {
+    char have[128], want[128];
+    shape_str(have, sizeof have, e->ndim, e->shape);
+    shape_str(want, sizeof want, t->ndim < 0 ? 0 : t->ndim > TS_MAX_DIMS ? TS_MAX_DIMS : t->ndim,
+              t->shape);
+    return bad(ck->path, "tensor '%s' has shape %s in the file, expected %s", t->name, have,
+               want);
+  }
+  uint64_t n = e->end - e->begin;
+  if (n == 0) return TS_OK;
+  if (!t->data) return bad(ck->path, "tensor '%s': no buffer to load into", t->name);
+  if ((uint64_t)(size_t)n != n) return bad(ck->path, "tensor '%s' is too large", t->name);
+  int err = read_full(ck->fd, t->data, (size_t)n, ck->data_start + e->begin);
+  if (err) return bad(ck->path, "reading tensor '%s' failed: %s", t->name, strerror(err));
+  return TS_OK;
+}

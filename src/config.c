@@ -1,0 +1,509 @@
+// Configuration: presets, run defaults, validation and the JSON form that
+// goes into run logs and checkpoints.
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera.h"
+
+// ---------------------------------------------------------------------------
+// Presets. `small` and `large` are the 20M and 1.5B models of the LSS
+// Transformer paper; `mini` is the README demo, `tiny` the test model.
+typedef struct {
+  const char *name;
+  int d, n_layer, n_head, d_ff, seq, batch;
+} preset;
+
+static const preset presets[] = {
+    {"tiny", 64, 2, 4, 256, 64, 4},
+    {"mini", 128, 4, 4, 512, 256, 8},
+    {"small", 512, 6, 8, 2048, 1024, 4},
+    {"large", 2048, 24, 16, 8192, 1024, 1},
+};
+#define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
+
+const char *const ts_preset_names[] = {"tiny", "mini", "small", "large", NULL};
+
+int ts_config_preset(ts_config *cfg, const char *name) {
+  for (int i = 0; i < N_PRESETS; i++) {
+    const preset *p = &presets[i];
+    if (strcmp(name, p->name) != 0) continue;
+    snprintf(cfg->preset, sizeof cfg->preset, "%s", p->name);
+    cfg->variant = TS_GPT;
+    cfg->vocab = 256; // byte-level tokens
+    cfg->d = p->d;
+    cfg->n_layer = p->n_layer;
+    cfg->n_head = p->n_head;
+    cfg->d_ff = p->d_ff;
+    cfg->seq = p->seq;
+    cfg->batch = p->batch;
+    cfg->tied = 1;
+    cfg->dropout = 0.0f;
+    return TS_OK;
+  }
+  return ts_fail(TS_EUSAGE, "--model %s: unknown preset (tiny, mini, small, large)", name);
+}
+
+// Run defaults. Model fields (set by the preset) are left alone so the order
+// preset -> defaults -> flags works.
+void ts_config_defaults(ts_config *cfg) {
+  cfg->seed = 1337;
+  cfg->steps = 100;
+  cfg->tile = 0;
+  cfg->leaf = 0;
+  cfg->lr = 1e-3f;
+  cfg->min_lr_frac = 0.1f;
+  cfg->weight_decay = 0.1f;
+  cfg->beta1 = 0.9f;
+  cfg->beta2 = 0.95f;
+  cfg->eps = 1e-8f;
+  cfg->grad_clip = 1.0f;
+  cfg->warmup = 10;
+  cfg->val_frac = 0.1f;
+  cfg->eval_every = 0;
+  cfg->eval_batches = 4;
+  cfg->threads = 0;
+  cfg->fast = 0;
+  snprintf(cfg->data_path, sizeof cfg->data_path, "%s", "data/corpus.txt");
+  cfg->log_path[0] = '\0';
+  cfg->ckpt_dir[0] = '\0';
+  cfg->ckpt_every = 0;
+  cfg->resume = 0;
+  cfg->quiet = 0;
+}
+
+// ---------------------------------------------------------------------------
+// Tile and leaf defaults depend on T alone (DESIGN.md), so a serial run and
+// any layout of up to 8 ranks along the sequence agree without extra flags:
+// T/8 keeps at least one whole tile and leaf per rank.
+static int pow2_floor(int x) {
+  int p = 1;
+  while (p <= x / 2) p *= 2;
+  return p;
+}
+
+int ts_default_tile(int T) {
+  int p = pow2_floor(T / 8 > 0 ? T / 8 : 1);
+  return p < 64 ? p : 64;
+}
+
+int ts_default_leaf(int T) {
+  int p = pow2_floor(T / 8 > 0 ? T / 8 : 1);
+  if (p > 256) p = 256;
+  int tile = ts_default_tile(T);
+  return p > tile ? p : tile;
+}
+
+static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+// Every check names the flag that sets the field, so a user knows what to fix.
+int ts_config_finalize(ts_config *cfg) {
+  if (cfg->variant != TS_GPT) return ts_fail(TS_EUSAGE, "variant %d: unknown", (int)cfg->variant);
+  if (cfg->vocab < 2) return ts_fail(TS_EUSAGE, "vocab %d: must be >= 2", cfg->vocab);
+  if (cfg->d < 1) return ts_fail(TS_EUSAGE, "--d %d: must be >= 1", cfg->d);
+  if (cfg->n_layer < 1) return ts_fail(TS_EUSAGE, "--layers %d: must be >= 1", cfg->n_layer);
+  if (cfg->n_head < 1) return ts_fail(TS_EUSAGE, "--heads %d: must be >= 1", cfg->n_head);
+  if (cfg->d % cfg->n_head != 0)
+    return ts_fail(TS_EUSAGE, "--heads %d: must divide --d (%d)", cfg->n_head, cfg->d);
+  if (cfg->d_ff < 1) return ts_fail(TS_EUSAGE, "--d-ff %d: must be >= 1", cfg->d_ff);
+  if (cfg->tied != 0 && cfg->tied != 1)
+    return ts_fail(TS_EUSAGE, "tied %d: must be 0 or 1", cfg->tied);
+  if (!(cfg->dropout >= 0.0f && cfg->dropout < 1.0f))
+    return ts_fail(TS_EUSAGE, "--dropout %g: must be in [0, 1)", cfg->dropout);
+
+  // sequence, tile, leaf (R1, R3)
+  if (cfg->seq < 8) return ts_fail(TS_EUSAGE, "--seq %d: must be >= 8", cfg->seq);
+  if (cfg->tile == 0) cfg->tile = ts_default_tile(cfg->seq);
+  if (cfg->leaf == 0) {
+    // the default leaf, but never smaller than an explicitly chosen tile
+    int leaf = ts_default_leaf(cfg->seq);
+    cfg->leaf = leaf >= cfg->tile ? leaf : cfg->tile;
+  }
+  if (!is_pow2(cfg->tile))
+    return ts_fail(TS_EUSAGE, "--tile %d: must be a power of two", cfg->tile);
+  if (!is_pow2(cfg->leaf))
+    return ts_fail(TS_EUSAGE, "--leaf %d: must be a power of two", cfg->leaf);
+  if (cfg->leaf % cfg->tile != 0)
+    return ts_fail(TS_EUSAGE, "--leaf %d: must be a multiple of the tile (%d)", cfg->leaf,
+                   cfg->tile);
+  if (cfg->seq % cfg->tile != 0)
+    return ts_fail(TS_EUSAGE, "--seq %d: must be a multiple of the tile (%d)", cfg->seq,
+                   cfg->tile);
+  if (cfg->seq % cfg->leaf != 0)
+    return ts_fail(TS_EUSAGE, "--seq %d: must be a multiple of the leaf (%d)", cfg->seq,
+                   cfg->leaf);
+
+  // run; written as !(x ok) so that NaN fails too
+  if (cfg->batch < 1) return ts_fail(TS_EUSAGE, "--batch %d: must be >= 1", cfg->batch);
+  if (cfg->steps < 1) return ts_fail(TS_EUSAGE, "--steps %d: must be >= 1", cfg->steps);
+  if (!(cfg->lr > 0.0f && isfinite(cfg->lr)))
+    return ts_fail(TS_EUSAGE, "--lr %g: must be > 0", cfg->lr);
+  if (!(cfg->min_lr_frac >= 0.0f && cfg->min_lr_frac <= 1.0f))
+    return ts_fail(TS_EUSAGE, "--min-lr-frac %g: must be in [0, 1]", cfg->min_lr_frac);
+  if (!(cfg->weight_decay >= 0.0f && isfinite(cfg->weight_decay)))
+    return ts_fail(TS_EUSAGE, "--weight-decay %g: must be >= 0", cfg->weight_decay);
+  if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f))
+    return ts_fail(TS_EUSAGE, "beta1 %g: must be in [0, 1)", cfg->beta1);
+  if (!(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f))
+    return ts_fail(TS_EUSAGE, "beta2 %g: must be in [0, 1)", cfg->beta2);
+  if (!(cfg->eps > 0.0f && isfinite(cfg->eps)))
+    return ts_fail(TS_EUSAGE, "eps %g: must be > 0", cfg->eps);
+  if (!(cfg->grad_clip >= 0.0f && isfinite(cfg->grad_clip)))
+    return ts_fail(TS_EUSAGE, "--grad-clip %g: must be >= 0 (0 turns clipping off)",
+                   cfg->grad_clip);
+  if (cfg->warmup < 0) return ts_fail(TS_EUSAGE, "--warmup %d: must be >= 0", cfg->warmup);
+  if (!(cfg->val_frac > 0.0f && cfg->val_frac < 1.0f))
+    return ts_fail(TS_EUSAGE, "--val-frac %g: must be in (0, 1)", cfg->val_frac);
+  if (cfg->eval_every < 0)
+    return ts_fail(TS_EUSAGE, "--eval-every %d: must be >= 0 (0 = never)", cfg->eval_every);
+  if (cfg->eval_batches < 1)
+    return ts_fail(TS_EUSAGE, "--eval-batches %d: must be >= 1", cfg->eval_batches);
+  if (cfg->threads < 0)
+    return ts_fail(TS_EUSAGE, "--threads %d: must be >= 0 (0 = all cores)", cfg->threads);
+  if (cfg->fast != 0 && cfg->fast != 1)
+    return ts_fail(TS_EUSAGE, "fast %d: must be 0 or 1", cfg->fast);
+  if (cfg->ckpt_every < 0)
+    return ts_fail(TS_EUSAGE, "--ckpt-every %d: must be >= 0", cfg->ckpt_every);
+  if (cfg->ckpt_every > 0 && cfg->ckpt_dir[0] == '\0')
+    return ts_fail(TS_EUSAGE, "--ckpt-every %d: needs --ckpt-dir", cfg->ckpt_every);
+  if (cfg->resume && cfg->ckpt_dir[0] == '\0')
+    return ts_fail(TS_EUSAGE, "--resume: needs --ckpt-dir");
+  return TS_OK;
+}
+
+// ---------------------------------------------------------------------------
+// JSON form. One table drives both directions, so a field added to the table
+// is written and read back; floats are written twice, as "%.9g" for people and
+// as a "%a" string (key suffix _hex) that reads back bit for bit.
+typedef enum { F_INT, F_U64, F_FLOAT, F_STR, F_VARIANT } field_kind;
+
+typedef struct {
+  const char *key;
+  field_kind kind;
+  size_t off;
+  size_t size; // strings: capacity of the char array
+  int required; // model fields: a checkpoint without them is damaged
+} field;
+
+#define FLD(k, kind, member, req) \
+  { k, kind, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), req }
+
+static const field fields[] = {
+    FLD("preset", F_STR, preset, 0),
+    FLD("variant", F_VARIANT, variant, 1),
+    FLD("vocab", F_INT, vocab, 1),
+    FLD("d", F_INT, d, 1),
+    FLD("n_layer", F_INT, n_layer, 1),
+    FLD("n_head", F_INT, n_head, 1),
+    FLD("d_ff", F_INT, d_ff, 1),
+    FLD("seq", F_INT, seq, 1),
+    FLD("tied", F_INT, tied, 1),
+    FLD("dropout", F_FLOAT, dropout, 1),
+    FLD("batch", F_INT, batch, 0),
+    FLD("steps", F_INT, steps, 0),
+    FLD("seed", F_U64, seed, 0),
+    FLD("tile", F_INT, tile, 0),
+    FLD("leaf", F_INT, leaf, 0),
+    FLD("lr", F_FLOAT, lr, 0),
+    FLD("min_lr_frac", F_FLOAT, min_lr_frac, 0),
+    FLD("weight_decay", F_FLOAT, weight_decay, 0),
+    FLD("beta1", F_FLOAT, beta1, 0),
+    FLD("beta2", F_FLOAT, beta2, 0),
+    FLD("eps", F_FLOAT, eps, 0),
+    FLD("grad_clip", F_FLOAT, grad_clip, 0),
+    FLD("warmup", F_INT, warmup, 0),
+    FLD("val_frac", F_FLOAT, val_frac, 0),
+    FLD("eval_every", F_INT, eval_every, 0),
+    FLD("eval_batches", F_INT, eval_batches, 0),
+    FLD("threads", F_INT, threads, 0),
+    FLD("fast", F_INT, fast, 0),
+    FLD("data_path", F_STR, data_path, 0),
+    FLD("log_path", F_STR, log_path, 0),
+    FLD("ckpt_dir", F_STR, ckpt_dir, 0),
+    FLD("ckpt_every", F_INT, ckpt_every, 0),
+    FLD("resume", F_INT, resume, 0),
+    FLD("quiet", F_INT, quiet, 0),
+};
+#define N_FIELDS ((int)(sizeof fields / sizeof fields[0]))
+
+static const char *variant_names[] = {"gpt"};
+
+// Appends to buf at *len, tracking overflow in *len (> cap means truncated).
+static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t room = *len < cap ? cap - *len : 0;
+  int n = vsnprintf(room ? buf + *len : NULL, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) *len += (size_t)n;
+}
+
+static void put_string(char *buf, size_t cap, size_t *len, const char *s) {
+  put(buf, cap, len, "\"");
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    if (*p == '"' || *p == '\\') put(buf, cap, len, "\\%c", *p);
+    else if (*p == '\n') put(buf, cap, len, "\\n");
+    else if (*p == '\t') put(buf, cap, len, "\\t");
+    else if (*p < 0x20) put(buf, cap, len, "\\u%04x", *p);
+    else put(buf, cap, len, "%c", *p);
+  }
+  put(buf, cap, len, "\"");
+}
+
+int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap) {
+  size_t len = 0;
+  const char *base = (const char *)cfg;
+  put(buf, cap, &len, "{");
+  for (int i = 0; i < N_FIELDS; i++) {
+    const field *f = &fields[i];
+    const void *p = base + f->off;
+    put(buf, cap, &len, "%s\"%s\":", i ? "," : "", f->key);
+    switch (f->kind) {
+    case F_INT: put(buf, cap, &len, "%d", *(const int *)p); break;
+    case F_U64: put(buf, cap, &len, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+    case F_FLOAT: {
+      double v = *(const float *)p;
+      put(buf, cap, &len, "%.9g,\"%s_hex\":\"%a\"", v, f->key, v);
+      break;
+    }
+    case F_STR: put_string(buf, cap, &len, (const char *)p); break;
+    case F_VARIANT: {
+      int v = (int)*(const ts_variant *)p;
+      put_string(buf, cap, &len, v >= 0 && v < 1 ? variant_names[v] : "unknown");
+      break;
+    }
+    }
+  }
+  put(buf, cap, &len, "}");
+  if (len >= cap)
+    return ts_fail(TS_ERUNTIME, "config JSON needs %zu bytes, buffer has %zu", len + 1, cap);
+  return TS_OK;
+}
+
+// ---------------------------------------------------------------------------
+// Reading back: a small scanner for one flat JSON object. Values that are
+// objects or arrays are skipped (other writers may nest extra information);
+// unknown keys are ignored so that newer files stay readable.
+typedef struct {
+  const char *p;
+  char key[64];
+  // the value: a decoded string or the raw text of a number/literal
+  char text[4096];
+  int is_string;
+  int too_long;
+} scan;
+
+static void skip_ws(scan *s) {
+  while (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r') s->p++;
+}
+
+static int hexval(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Decodes a JSON string at s->p (which points at the opening quote) into out.
+// \u escapes become UTF-8. Returns 0 on success.
+static int read_string(scan *s, char *out, size_t cap) {
+  size_t n = 0;
+  s->too_long = 0;
+  if (*s->p != '"') return -1;
+  s->p++;
+  for (;;) {
+    unsigned char c = (unsigned char)*s->p++;
+    unsigned long cp;
+    char tmp[4];
+    int k = 0;
+    if (c == '\0' || c < 0x20) return -1;
+    if (c == '"') break;
+    if (c != '\\') {
+      tmp[k++] = (char)c;
+    } else {
+      char e = *s->p++;
+      switch (e) {
+      case '"': case '\\': case '/': tmp[k++] = e; break;
+      case 'b': tmp[k++] = '\b'; break;
+      case 'f': tmp[k++] = '\f'; break;
+      case 'n': tmp[k++] = '\n'; break;
+      case 'r': tmp[k++] = '\r'; break;
+      case 't': tmp[k++] = '\t'; break;
+      case 'u':
+        cp = 0;
+        for (int i = 0; i < 4; i++) {
+          int h = hexval(*s->p++);
+          if (h < 0) return -1;
+          cp = cp * 16 + (unsigned long)h;
+        }
+        if (cp >= 0xd800 && cp <= 0xdfff) return -1; // no surrogates in our files
+        if (cp < 0x80) {
+          tmp[k++] = (char)cp;
+        } else if (cp < 0x800) {
+          tmp[k++] = (char)(0xc0 | (cp >> 6));
+          tmp[k++] = (char)(0x80 | (cp & 0x3f));
+        } else {
+          tmp[k++] = (char)(0xe0 | (cp >> 12));
+          tmp[k++] = (char)(0x80 | ((cp >> 6) & 0x3f));
+          tmp[k++] = (char)(0x80 | (cp & 0x3f));
+        }
+        break;
+      default: return -1;
+      }
+    }
+    for (int i = 0; i < k; i++) {
+      if (n + 1 < cap) out[n++] = tmp[i];
+      else s->too_long = 1;
+    }
+  }
+  out[n] = '\0';
+  return 0;
+}
+
+// Skips a nested object or array, minding strings. Returns 0 on success.
+static int skip_nested(scan *s) {
+  int depth = 0;
+  do {
+    char c = *s->p;
+    if (c == '\0') return -1;
+    if (c == '"') {
+      char dummy[2];
+      if (read_string(s, dummy, sizeof dummy) != 0) return -1;
+      continue;
+    }
+    if (c == '{' || c == '[') depth++;
+    if (c == '}' || c == ']') depth--;
+    s->p++;
+  } while (depth > 0);
+  return 0;
+}
+
+// Reads `"key": value` into s->key / s->text. Returns 0 on success.
+static int read_member(scan *s) {
+  skip_ws(s);
+  if (read_string(s, s->key, sizeof s->key) != 0) return -1;
+  skip_ws(s);
+  if (*s->p++ != ':') return -1;
+  skip_ws(s);
+  s->is_string = 0;
+  s->text[0] = '\0';
+  if (*s->p == '"') {
+    s->is_string = 1;
+    return read_string(s, s->text, sizeof s->text);
+  }
+  if (*s->p == '{' || *s->p == '[') return skip_nested(s);
+  // number or literal: copy the raw token
+  size_t n = 0;
+  while (*s->p && strchr(",} \t\r\n", *s->p) == NULL) {
+    if (n + 1 >= sizeof s->text) return -1;
+    s->text[n++] = *s->p++;
+  }
+  s->text[n] = '\0';
+  return n > 0 ? 0 : -1;
+}
+
+static const field *find_field(const char *key) {
+  for (int i = 0; i < N_FIELDS; i++)
+    if (strcmp(fields[i].key, key) == 0) return &fields[i];
+  return NULL;
+}
+
+// Parses a value into the field. Floats: the _hex form wins over the decimal
+// one whichever comes first, so the round trip is exact.
+static int set_field(ts_config *cfg, const field *f, const char *text, int is_string,
+                     int from_hex, int *seen_hex) {
+  char *base = (char *)cfg;
+  void *p = base + f->off;
+  char *end;
+  errno = 0;
+  switch (f->kind) {
+  case F_INT: {
+    if (is_string) return -1;
+    long v = strtol(text, &end, 10);
+    if (*end || errno || v < -2147483647L - 1 || v > 2147483647L) return -1;
+    *(int *)p = (int)v;
+    return 0;
+  }
+  case F_U64: {
+    if (is_string || text[0] == '-') return -1;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (*end || errno) return -1;
+    *(uint64_t *)p = (uint64_t)v;
+    return 0;
+  }
+  case F_FLOAT: {
+    if (is_string != from_hex) return -1;
+    if (!from_hex && *seen_hex) return 0;
+    // strtof reads both "%a" and "%.9g" exactly; overflow (ERANGE) is an
+    // error, but underflow to a subnormal is a legitimate value
+    float v = strtof(text, &end);
+    if (*end || end == text || (errno == ERANGE && isinf(v))) return -1;
+    *(float *)p = v;
+    if (from_hex) *seen_hex = 1;
+    return 0;
+  }
+  case F_STR:
+    if (!is_string || strlen(text) >= f->size) return -1;
+    memcpy(p, text, strlen(text) + 1);
+    return 0;
+  case F_VARIANT:
+    if (!is_string) return -1;
+    if (strcmp(text, "gpt") == 0) {
+      *(ts_variant *)p = TS_GPT;
+      return 0;
+    }
+    return -1;
+  }
+  return -1;
+}
+
+int ts_config_from_json(ts_config *cfg, const char *json) {
+  scan s = {.p = json};
+  int seen[N_FIELDS] = {0}, seen_hex[N_FIELDS] = {0};
+  skip_ws(&s);
+  if (*s.p++ != '{') return ts_fail(TS_ERUNTIME, "config JSON: not an object");
+  skip_ws(&s);
+  if (*s.p == '}') {
+    s.p++;
+  } else {
+    for (;;) {
+      if (read_member(&s) != 0)
+        return ts_fail(TS_ERUNTIME, "config JSON: malformed near byte %ld",
+                       (long)(s.p - json));
+      size_t klen = strlen(s.key);
+      int from_hex = klen > 4 && strcmp(s.key + klen - 4, "_hex") == 0;
+      if (from_hex) s.key[klen - 4] = '\0';
+      const field *f = find_field(s.key);
+      if (f != NULL && (!from_hex || f->kind == F_FLOAT)) {
+        int i = (int)(f - fields);
+        if (s.too_long || set_field(cfg, f, s.text, s.is_string, from_hex, &seen_hex[i]) != 0)
+          return ts_fail(TS_ERUNTIME, "config JSON: bad value for \"%s%s\"", f->key,
+                         from_hex ? "_hex" : "");
+        seen[i] = 1;
+      }
+      skip_ws(&s);
+      if (*s.p == ',') {
+        s.p++;
+        continue;
+      }
+      if (*s.p == '}') {
+        s.p++;
+        break;
+      }
+      return ts_fail(TS_ERUNTIME, "config JSON: expected ',' or '}' at byte %ld",
+                     (long)(s.p - json));
+    }
+  }
+  skip_ws(&s);
+  if (*s.p != '\0') return ts_fail(TS_ERUNTIME, "config JSON: trailing text after the object");
+  for (int i = 0; i < N_FIELDS; i++)
+    if (fields[i].required && !seen[i])
+      return ts_fail(TS_ERUNTIME, "config JSON: missing \"%s\"", fields[i].key);
+  return TS_OK;
+}

@@ -1,0 +1,206 @@
+// Causal multi-head attention in canonical order (DESIGN.md R2, R3).
+//
+// Forward: for each query tile, key tiles are visited from the diagonal down
+// to tile 0 with online softmax; nothing of size T x T is stored, only the
+// output and the per-row log-sum-exp.
+// Backward, two passes that recompute the probabilities from lse:
+//   pass 1, per query tile: dQ summed over key tiles in the forward's order;
+//   pass 2, per key tile: dK, dV summed over query tiles as a canonical tree
+//           (query tiles before the key tile are empty leaves), so a rank that
+//           holds only some query tiles computes an aligned subtree.
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "rng.h"
+
+// Global dropout index of probability (b, h, i, j).
+static inline uint64_t attn_index(const ts_attn_shape *s, int b, int h, int64_t i,
+                                  int64_t j) {
+  return s->index_base + (((uint64_t)b * s->H + h) * s->T + (uint64_t)i) * s->T + (uint64_t)j;
+}
+
+// S (tile, tile) = scale * Q_qt · K_ktᵀ with the causal mask on the diagonal.
+static void scores(float *S, const float *q, const float *k, int ld, int tile, int dh,
+                   float scale, int diagonal) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, tile, dh, 1.0f, q, ld, k, ld,
+              0.0f, S, tile);
+  for (int i = 0; i < tile; i++)
+    for (int j = 0; j < tile; j++)
+      S[i * tile + j] = (diagonal && j > i) ? -INFINITY : S[i * tile + j] * scale;
+}
+
+// Probabilities of a tile from the final lse: P = exp(S - lse_i).
+static void probs(float *P, const float *lse_rows, int tile) {
+  for (int i = 0; i < tile; i++) {
+    float l = lse_rows[i];
+    for (int j = 0; j < tile; j++) P[i * tile + j] = expf(P[i * tile + j] - l);
+  }
+}
+
+// Multiplies P in place by the dropout mask (kept / (1-p), dropped 0).
+static void drop_tile(float *P, const ts_attn_shape *s, int b, int h, int qt, int kt) {
+  if (s->dropout <= 0.0f) return;
+  int tile = s->tile;
+  float scale = 1.0f / (1.0f - s->dropout);
+  for (int i = 0; i < tile; i++)
+    for (int j = 0; j < tile; j++) {
+      float u = ts_rng_uniform(s->seed, TS_RNG_DROPOUT_ATTN, s->step,
+                               attn_index(s, b, h, (int64_t)qt * tile + i, (int64_t)kt * tile + j));
+      P[i * tile + j] = u >= s->dropout ? P[i * tile + j] * scale : 0.0f;
+    }
+}
+
+void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
+                       const float *v, const ts_attn_shape *s) {
+  const int T = s->T, H = s->H, dh = s->dh, tile = s->tile, C = H * dh;
+  const int nt = T / tile;
+  const float scale = 1.0f / sqrtf((float)dh);
+  const int64_t ntasks = (int64_t)s->B * H * nt;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t task = 0; task < ntasks; task++) {
+    // Heaviest tasks (last query tiles) first: dynamic scheduling balances them.
+    int qt = nt - 1 - (int)(task % nt);
+    int h = (int)((task / nt) % H), b = (int)(task / ((int64_t)nt * H));
+    float *S = ws->attnbuf[omp_get_thread_num()];
+    float *P = S + (size_t)tile * tile;
+    float *acc = P + (size_t)tile * tile;
+    float *m = acc + (size_t)tile * dh, *l = m + tile;
+    const size_t rowq = ((size_t)b * T + (size_t)qt * tile) * C + (size_t)h * dh;
+    const float *Q = q + rowq;
+    for (int i = 0; i < tile; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
+    memset(acc, 0, (size_t)tile * dh * sizeof(float));
+    for (int kt = qt; kt >= 0; kt--) {
+      const size_t rowk = ((size_t)b * T + (size_t)kt * tile) * C + (size_t)h * dh;
+      scores(S, Q, k + rowk, C, tile, dh, scale, kt == qt);
+      for (int i = 0; i < tile; i++) {
+        float *srow = S + i * tile;
+        float mx = m[i];
+        for (int j = 0; j < tile; j++) mx = srow[j] > mx ? srow[j] : mx;
+        float corr = expf(m[i] - mx); // m[i] = -inf on the first tile: corr = 0
+        float sum = 0.0f;
+        for (int j = 0; j < tile; j++) {
+          float p = expf(srow[j] - mx);
+          P[i * tile + j] = p;
+          sum += p;
+        }
+        l[i] = l[i] * corr + sum;
+        m[i] = mx;
+        float *a = acc + (size_t)i * dh;
+        for (int c = 0; c < dh; c++) a[c] *= corr;
+      }
+      drop_tile(P, s, b, h, qt, kt);
+      // acc (tile, dh) += P~ (tile, tile) · V_kt (tile, dh)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, dh, tile, 1.0f, P, tile,
+                  v + rowk, C, 1.0f, acc, dh);
+    }
+    float *O = out + rowq;
+    float *L = lse + ((size_t)b * H + h) * T + (size_t)qt * tile;
+    for (int i = 0; i < tile; i++) {
+      for (int c = 0; c < dh; c++) O[(size_t)i * C + c] = acc[(size_t)i * dh + c] / l[i];
+      L[i] = m[i] + logf(l[i]);
+    }
+  }
+}
+
+// dS = P ∘ (dP − D) · scale, where dP = (dO · Vᵀ) masked like the forward.
+// On entry S holds the scores; on exit S holds P~ (dropped probabilities)
+// and dPbuf holds dS.
+static void tile_grads(float *S, float *dPbuf, const float *dO, const float *V,
+                       const float *lse_rows, const float *D_rows, const ts_attn_shape *s,
+                       int b, int h, int qt, int kt, float scale) {
+  const int tile = s->tile, dh = s->dh, C = s->H * s->dh;
+  probs(S, lse_rows, tile);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, tile, dh, 1.0f, dO, C, V, C,
+              0.0f, dPbuf, tile);
+  const float keep = 1.0f - s->dropout;
+  for (int i = 0; i < tile; i++)
+    for (int j = 0; j < tile; j++) {
+      float p = S[i * tile + j];
+      float dp = dPbuf[i * tile + j];
+      if (s->dropout > 0.0f) {
+        float u = ts_rng_uniform(s->seed, TS_RNG_DROPOUT_ATTN, s->step,
+                                 attn_index(s, b, h, (int64_t)qt * tile + i, (int64_t)kt * tile + j));
+        int kept = u >= s->dropout;
+        dp = kept ? dp / keep : 0.0f;
+        S[i * tile + j] = kept ? p / keep : 0.0f;
+      }
+      dPbuf[i * tile + j] = p * (dp - D_rows[i]) * scale;
+    }
+}
+
+int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
+                       const float *dout, const float *q, const float *k, const float *v,
+                       const float *out, const float *lse, const ts_attn_shape *s) {
+  const int B = s->B, T = s->T, H = s->H, dh = s->dh, tile = s->tile, C = H * dh;
+  const int nt = T / tile;
+  const float scale = 1.0f / sqrtf((float)dh);
+  // D_i = Σ_c dO_ic · O_ic, per head
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < (int64_t)B * T; r++) {
+    int b = (int)(r / T), i = (int)(r % T);
+    for (int h = 0; h < H; h++) {
+      const float *o = out + r * C + (size_t)h * dh, *g = dout + r * C + (size_t)h * dh;
+      float acc = 0.0f;
+      for (int c = 0; c < dh; c++) acc += g[c] * o[c];
+      dsum[((size_t)b * H + h) * T + i] = acc;
+    }
+  }
+  const int64_t ntasks = (int64_t)B * H * nt;
+  // Pass 1: dQ per query tile, key tiles from the diagonal down.
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t task = 0; task < ntasks; task++) {
+    int qt = nt - 1 - (int)(task % nt);
+    int h = (int)((task / nt) % H), b = (int)(task / ((int64_t)nt * H));
+    float *S = ws->attnbuf[omp_get_thread_num()];
+    float *dS = S + (size_t)tile * tile;
+    const size_t rowq = ((size_t)b * T + (size_t)qt * tile) * C + (size_t)h * dh;
+    const float *L = lse + ((size_t)b * H + h) * T + (size_t)qt * tile;
+    const float *D = dsum + ((size_t)b * H + h) * T + (size_t)qt * tile;
+    float *dQ = dq + rowq;
+    for (int i = 0; i < tile; i++) memset(dQ + (size_t)i * C, 0, (size_t)dh * sizeof(float));
+    for (int kt = qt; kt >= 0; kt--) {
+      const size_t rowk = ((size_t)b * T + (size_t)kt * tile) * C + (size_t)h * dh;
+      scores(S, q + rowq, k + rowk, C, tile, dh, scale, kt == qt);
+      tile_grads(S, dS, dout + rowq, v + rowk, L, D, s, b, h, qt, kt, scale);
+      // dQ (tile, dh) += dS (tile, tile) · K_kt (tile, dh)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
+                  k + rowk, C, 1.0f, dQ, C);
+    }
+  }
+  // Pass 2: dK, dV per key tile, a canonical tree over query tiles.
+  int fail = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(| : fail)
+  for (int64_t task = 0; task < ntasks; task++) {
+    int kt = (int)(task % nt);
+    int h = (int)((task / nt) % H), b = (int)(task / ((int64_t)nt * H));
+    int th = omp_get_thread_num();
+    float *S = ws->attnbuf[th];
+    float *dS = S + (size_t)tile * tile;
+    float *part = dS + (size_t)tile * tile; // [dK (tile, dh) | dV (tile, dh)]
+    ts_tree *tree = &ws->attntree[th];
+    const size_t rowk = ((size_t)b * T + (size_t)kt * tile) * C + (size_t)h * dh;
+    ts_tree_reset(tree, (uint64_t)kt);
+    for (int qt = kt; qt < nt; qt++) {
+      const size_t rowq = ((size_t)b * T + (size_t)qt * tile) * C + (size_t)h * dh;
+      const float *L = lse + ((size_t)b * H + h) * T + (size_t)qt * tile;
+      const float *D = dsum + ((size_t)b * H + h) * T + (size_t)qt * tile;
+      scores(S, q + rowq, k + rowk, C, tile, dh, scale, kt == qt);
+      tile_grads(S, dS, dout + rowq, v + rowk, L, D, s, b, h, qt, kt, scale);
+      // dK part (tile, dh) = dSᵀ · Q_qt ; dV part = P~ᵀ · dO_qt
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
+                  q + rowq, C, 0.0f, part, dh);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, S, tile,
+                  dout + rowq, C, 0.0f, part + (size_t)tile * dh, dh);
+      if (ts_tree_push(tree, part) != 0) fail = 1;
+    }
+    ts_tree_finish(tree, part);
+    for (int i = 0; i < tile; i++) {
+      memcpy(dk + rowk + (size_t)i * C, part + (size_t)i * dh, (size_t)dh * sizeof(float));
+      memcpy(dv + rowk + (size_t)i * C, part + (size_t)(tile + i) * dh, (size_t)dh * sizeof(float));
+    }
+  }
+  return fail ? -1 : 0;
+}

@@ -1,0 +1,43 @@
+// Token + positional embedding.
+#include <string.h>
+
+#include "kernels.h"
+
+void encoder_forward(float *out, const int *tokens, const float *wte, const float *wpe,
+                     int B, int T, int C) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < (int64_t)B * T; r++) {
+    const float *e = wte + (size_t)tokens[r] * C, *p = wpe + (size_t)(r % T) * C;
+    float *y = out + r * C;
+    for (int i = 0; i < C; i++) y[i] = e[i] + p[i];
+  }
+}
+
+void encoder_wte_leaf_scatter(float *out, const float *dout, const int *tokens,
+                              int64_t leaf_index, int leaf, int C) {
+  // rows in order: a fixed sequence of additions per token id
+  for (int r = 0; r < leaf; r++) {
+    int64_t t = leaf_index * leaf + r;
+    float *dst = out + (size_t)tokens[t] * C;
+    const float *src = dout + t * C;
+    for (int i = 0; i < C; i++) dst[i] += src[i];
+  }
+}
+
+int encoder_backward_wpe(ts_ws *ws, float *dwpe, const float *dout, int B, int T, int C) {
+  // Row block j of wpe receives leaf (b, j) of every sequence b: its canonical
+  // tree over (batch, position) leaves keeps only those positions, the others
+  // being empty.
+  int leaf = ws->leaf;
+  int nj = T / leaf;
+  int64_t nleaves = (int64_t)B * nj;
+  for (int j = 0; j < nj; j++) {
+    ts_tree_resize(&ws->tree, (size_t)leaf * C);
+    for (int64_t li = 0; li < nleaves; li++) {
+      const float *leafp = (li % nj == j) ? dout + li * leaf * C : NULL;
+      if (ts_tree_push(&ws->tree, leafp) != 0) return -1;
+    }
+    ts_tree_finish(&ws->tree, dwpe + (size_t)j * leaf * C);
+  }
+  return 0;
+}

@@ -1,0 +1,110 @@
+// CPU kernels of the reference model: forward/backward pairs, outputs first,
+// sizes last. Every kernel follows the exactness contract (DESIGN.md):
+//   R1  row-wise work is done per tile of `tile` rows with BLAS calls whose
+//       shapes never depend on the layout; BLAS runs single-threaded inside an
+//       OpenMP loop over tiles;
+//   R2  attention visits key tiles from the diagonal down with online softmax;
+//   R3  sums over tokens are canonical trees over leaves of `leaf` rows.
+// Rows are tokens in (batch, position) order; `ntok` = B*T is a multiple of
+// the tile and of the leaf, and tiles/leaves never straddle two sequences.
+#ifndef TS_KERNELS_H
+#define TS_KERNELS_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tree.h"
+
+// Scratch shared by the kernels of one model: per-thread leaf buffers and one
+// tree, sized for the largest weight matrix.
+typedef struct {
+  int tile, leaf;
+  int nthreads;
+  size_t leaf_cap;    // floats per leaf buffer
+  float **leafbuf;    // nthreads buffers of leaf_cap floats
+  ts_tree tree;       // n = leaf_cap (re-initialised per use with ts_tree_init_n)
+  size_t attn_cap;    // floats of attention scratch per thread
+  float **attnbuf;    // nthreads buffers
+  ts_tree *attntree;  // nthreads trees of 2*tile*dh floats (dK|dV over query tiles)
+} ts_ws;
+
+int ts_ws_init(ts_ws *ws, int tile, int leaf, size_t max_leaf_floats, int dh);
+void ts_ws_free(ts_ws *ws);
+
+// Sums per-leaf partials of n floats in canonical order: leaf_fn(ctx, i, out)
+// writes leaf i's partial (all n floats) into out; the result goes to `sum`.
+// Leaves are computed in parallel, pushed in order.
+typedef void (*ts_leaf_fn)(const void *ctx, int64_t leaf_index, float *out);
+int ts_leaf_tree_sum(ts_ws *ws, float *sum, size_t n, int64_t nleaves, ts_leaf_fn fn,
+                     const void *ctx);
+
+// ---- encoder -----------------------------------------------------------------------
+// out (ntok, C) = wte[tok] + wpe[pos]; tokens (B, T).
+void encoder_forward(float *out, const int *tokens, const float *wte, const float *wpe,
+                     int B, int T, int C);
+// dwpe (T, C) = canonical tree over (batch, position) leaves of dout rows.
+int encoder_backward_wpe(ts_ws *ws, float *dwpe, const float *dout, int B, int T, int C);
+// Adds, into leaf partial `out` (V, C), the scatter of dout rows of that leaf by token.
+void encoder_wte_leaf_scatter(float *out, const float *dout, const int *tokens,
+                              int64_t leaf_index, int leaf, int C);
+
+// ---- layernorm ---------------------------------------------------------------------
+void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                       const float *w, const float *b, int64_t ntok, int C);
+// dinp = backprop of dout (overwrites); dw, db via canonical trees over leaves.
+int layernorm_backward(ts_ws *ws, float *dinp, float *dw, float *db, const float *dout,
+                       const float *inp, const float *w, const float *mean,
+                       const float *rstd, int64_t ntok, int C);
+
+// ---- linear: out = inp · Wᵀ + b, W (OC, C) ------------------------------------------
+void linear_forward(float *out, const float *inp, const float *W, const float *b,
+                    int64_t ntok, int C, int OC, int tile);
+// Same result layout, computed one group of `hd` output columns at a time
+// (per head), so that any subset of heads can be projected alone (R1).
+void linear_forward_heads(float *out, const float *inp, const float *W, const float *b,
+                          int64_t ntok, int C, int OC, int hd, int tile);
+// dinp = dout · W (beta 0) or dinp += dout · W (accumulate = 1).
+void linear_backward_input(float *dinp, const float *dout, const float *W, int64_t ntok,
+                           int C, int OC, int tile, int accumulate);
+// dW = Σ_leaves dout_leafᵀ · inp_leaf, db = Σ_leaves Σ_rows dout (db may be NULL).
+int linear_backward_weights(ts_ws *ws, float *dW, float *db, const float *dout,
+                            const float *inp, int64_t ntok, int C, int OC);
+// One leaf's weight-gradient partial: out (OC, C) = dout_leafᵀ · inp_leaf.
+void linear_weight_leaf(float *out, const float *dout, const float *inp, int64_t leaf_index,
+                        int leaf, int C, int OC);
+
+// ---- GeLU (tanh form) -----------------------------------------------------------------
+void gelu_forward(float *out, const float *inp, int64_t n);
+void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n);
+
+// ---- dropout -------------------------------------------------------------------------
+// Keeps element i when ts_rng_uniform(seed, purpose, step, base + i) >= p and
+// scales it by 1/(1-p). In place; p = 0 is the identity.
+void dropout_apply(float *x, int64_t n, float p, uint64_t seed, uint32_t purpose,
+                   uint64_t step, uint64_t base);
+
+// ---- attention (causal, multi-head) --------------------------------------------------
+// q (B, T, H*dh), k, v (B, T, H*dh) token-major; out (B, T, H*dh); lse (B, H, T).
+typedef struct {
+  int B, T, H, dh;
+  int tile;
+  float dropout;          // on the probabilities
+  uint64_t seed, step;    // dropout key
+  uint64_t index_base;    // global index of element (b=0,h=0,i=0,j=0) for this layer
+} ts_attn_shape;
+void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
+                       const float *v, const ts_attn_shape *s);
+// dq, dk, dv overwritten. dsum (B, H, T) is scratch for rowsum(dout ∘ out).
+int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
+                       const float *dout, const float *q, const float *k, const float *v,
+                       const float *out, const float *lse, const ts_attn_shape *s);
+
+// ---- cross-entropy over V classes ---------------------------------------------------
+// losses (ntok) per token; dlogits (ntok, V) = (softmax - onehot) * scale, written in
+// place over logits when dlogits == logits is wanted (pass the same pointer).
+void crossentropy_forward(float *losses, const float *logits, const int *targets,
+                          int64_t ntok, int V);
+void crossentropy_backward(float *dlogits, const float *logits, const int *targets,
+                           float scale, int64_t ntok, int V);
+// Canonical-tree sum of per-token values (leaf partial = in-order sum of its rows).
+float token_tree_sum(const float *vals, int64_t ntok, int leaf);
+#endif

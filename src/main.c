@@ -1,0 +1,585 @@
+// tessera's command line: `tessera <command> [flags]`.
+//
+// Every flag is one row of a table (name, type, where it goes, which commands
+// take it, help text), so parsing, validation and --help cannot drift apart.
+// All checks happen before any work: a bad flag costs nothing. Exit codes:
+// 0 success, 1 runtime error (or, for compare, "the logs differ"), 2 usage.
+#include "config.h"
+
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compare.h"
+#include "tessera.h"
+
+// Golden-output writer from train.c; declared here until tessera.h has it.
+int ts_dump(const ts_config *cfg, const char *out_dir, int traj_steps);
+
+// ---------------------------------------------------------------------------
+// Commands.
+enum { C_TRAIN = 1, C_EVAL = 2, C_DUMP = 4, C_COMPARE = 8, C_INFO = 16 };
+
+typedef struct {
+  const char *name;
+  int id;
+  const char *args;    // after "tessera NAME" in the usage line
+  const char *summary; // one line for `tessera --help`
+  const char *about;   // a paragraph for `tessera NAME --help`
+  const char *example;
+} command;
+
+static const command commands[] = {
+    {"train", C_TRAIN, "[flags]", "train a model, logging every step",
+     "Trains a GPT-style model on a byte-level corpus.\n"
+     "In exact mode (the default) any parallel layout reproduces the serial run bit\n"
+     "for bit; --fast lets OpenBLAS and MPI choose their own summation order, which\n"
+     "is faster and only checked within a tolerance.",
+     "tessera train --model mini --steps 200 --data data/corpus.txt --log run.jsonl"},
+    {"eval", C_EVAL, "--ckpt FILE [flags]", "evaluate a checkpoint on the validation split",
+     "Computes the mean validation loss of a checkpoint; the model comes from the\n"
+     "checkpoint, the data and the number of batches from the flags.",
+     "tessera eval --ckpt ckpt/step-000200.safetensors --eval-batches 16"},
+    {"dump", C_DUMP, "--out DIR [flags]", "write golden reference outputs for a configuration",
+     "Writes the initial parameters, one forward/backward pass and a short training\n"
+     "trajectory of a configuration into DIR (the files under golden/ and the\n"
+     "PyTorch oracle's inputs).",
+     "tessera dump --model tiny --out golden/tiny --traj-steps 10"},
+    {"compare", C_COMPARE, "A.jsonl B.jsonl [--rtol R]",
+     "compare two run logs, report the first divergence",
+     "Compares two run logs record by record on their results (losses, gradient\n"
+     "norms, learning rates, validation losses, the final parameter hash) and\n"
+     "ignores timing, memory and communication. Prints \"identical\" or the first\n"
+     "divergence. Exit status: 0 equal, 1 different, 2 unreadable or malformed log.",
+     "tessera compare serial.jsonl sp4.jsonl"},
+    {"info", C_INFO, "", "show the build: version, compiler, BLAS, MPI, backends",
+     "Shows what this binary was built with and the exactness defaults.", "tessera info"},
+};
+#define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
+
+// ---------------------------------------------------------------------------
+// Everything the flags can set: the run configuration plus command options.
+typedef struct {
+  ts_config cfg;
+  char device[8];
+  int dp, sp, pp, microbatches, rank;
+  char sp_mode[16], schedule[16], compress[16];
+  char ckpt[4096]; // eval
+  char out[4096];  // dump
+  int traj_steps;
+  double rtol; // compare
+} cli;
+
+static void cli_defaults(cli *c) {
+  snprintf(c->device, sizeof c->device, "cpu");
+  c->dp = c->sp = c->pp = c->microbatches = 1;
+  c->rank = 0;
+  snprintf(c->sp_mode, sizeof c->sp_mode, "lss");
+  snprintf(c->schedule, sizeof c->schedule, "1f1b");
+  snprintf(c->compress, sizeof c->compress, "none");
+  c->traj_steps = 10;
+  c->rtol = 0.0;
+}
+
+typedef enum { K_INT, K_U64, K_FLOAT, K_DOUBLE, K_STR, K_SET } kind;
+
+typedef struct flag flag;
+typedef int (*check_fn)(const flag *f, const char *raw, cli *c);
+
+struct flag {
+  const char *name; // with the dashes
+  kind kind;
+  size_t off, size; // destination inside cli
+  int set;          // K_SET: the value stored
+  const char *meta; // value placeholder in --help
+  const char *help;
+  const char *deflt; // default shown in --help; NULL: read from the defaults
+  int cmds;          // commands that take it
+  int group; // G_*
+  check_fn check; // extra parse-time checks (refusals, choices)
+};
+
+#define AT(member) offsetof(cli, member), sizeof(((cli *)0)->member)
+
+#define TRAIN C_TRAIN
+#define TED (C_TRAIN | C_EVAL | C_DUMP)
+#define TD (C_TRAIN | C_DUMP)
+
+static int check_model(const flag *f, const char *raw, cli *c);
+static int check_device(const flag *f, const char *raw, cli *c);
+static int check_parallel(const flag *f, const char *raw, cli *c);
+static int check_choice(const flag *f, const char *raw, cli *c);
+static int check_compress(const flag *f, const char *raw, cli *c);
+static int check_rank(const flag *f, const char *raw, cli *c);
+static int check_nonneg(const flag *f, const char *raw, cli *c);
+
+// Headings of --help, in this order.
+enum { G_CMD, G_MODEL, G_TRAIN, G_DATA, G_RUN, G_PAR, G_OUT };
+static const char *group_names[] = {
+    "options", "model", "training", "data and evaluation", "run",
+    "parallel layout (only the serial layout in this build)", "checkpoints and logs"};
+
+static const flag flags[] = {
+    // command-specific
+    {"--ckpt", K_STR, AT(ckpt), 0, "FILE", "checkpoint to evaluate (required)", "none",
+     C_EVAL, G_CMD, NULL},
+    {"--out", K_STR, AT(out), 0, "DIR", "directory for the golden files (required)", "none",
+     C_DUMP, G_CMD, NULL},
+    {"--traj-steps", K_INT, AT(traj_steps), 0, "K", "training steps in the trajectory", NULL,
+     C_DUMP, G_CMD, check_nonneg},
+    {"--rtol", K_DOUBLE, AT(rtol), 0, "R",
+     "compare decimal values within relative tolerance R, 0 = bitwise", NULL, C_COMPARE, G_CMD,
+     check_nonneg},
+    // model
+    {"--model", K_STR, AT(cfg.preset), 0, "PRESET", "tiny, mini, small or large", NULL, TD,
+     G_MODEL, check_model},
+    {"--seq", K_INT, AT(cfg.seq), 0, "T", "context length, a multiple of the leaf", "preset", TD, G_MODEL, NULL},
+    {"--d", K_INT, AT(cfg.d), 0, "D", "model width", "preset", TD, G_MODEL, NULL},
+    {"--layers", K_INT, AT(cfg.n_layer), 0, "L", "transformer blocks", "preset", TD, G_MODEL,
+     NULL},
+    {"--heads", K_INT, AT(cfg.n_head), 0, "H", "attention heads, must divide --d", "preset",
+     TD, G_MODEL, NULL},
+    {"--d-ff", K_INT, AT(cfg.d_ff), 0, "F", "MLP inner width", "preset", TD, G_MODEL, NULL},
+    {"--tied", K_SET, AT(cfg.tied), 1, NULL, "LM head shares the token embedding", NULL, TD,
+     G_MODEL, NULL},
+    {"--untied", K_SET, AT(cfg.tied), 0, NULL, "separate LM head matrix", NULL, TD, G_MODEL,
+     NULL},
+    {"--dropout", K_FLOAT, AT(cfg.dropout), 0, "P", "dropout probability, in [0, 1)", NULL, TD,
+     G_MODEL, NULL},
+    {"--tile", K_INT, AT(cfg.tile), 0, "N", "tokens per tile, a power of two",
+     "min(64, T/8)", TD, G_MODEL, NULL},
+    {"--leaf", K_INT, AT(cfg.leaf), 0, "N", "tokens per gradient-sum leaf, a power of two",
+     "min(256, T/8)", TD, G_MODEL, NULL},
+    // training
+    {"--batch", K_INT, AT(cfg.batch), 0, "B", "sequences per step", "preset", TED, G_TRAIN,
+     NULL},
+    {"--steps", K_INT, AT(cfg.steps), 0, "N", "optimizer steps", NULL, TD, G_TRAIN, NULL},
+    {"--seed", K_U64, AT(cfg.seed), 0, "S", "seed of initialisation and data sampling", NULL,
+     TED, G_TRAIN, NULL},
+    {"--lr", K_FLOAT, AT(cfg.lr), 0, "LR", "peak learning rate", NULL, TD, G_TRAIN, NULL},
+    {"--min-lr-frac", K_FLOAT, AT(cfg.min_lr_frac), 0, "F",
+     "final learning rate as a fraction of --lr", NULL, TD, G_TRAIN, NULL},
+    {"--warmup", K_INT, AT(cfg.warmup), 0, "N", "linear warmup steps, then cosine decay", NULL,
+     TD, G_TRAIN, NULL},
+    {"--weight-decay", K_FLOAT, AT(cfg.weight_decay), 0, "W", "AdamW weight decay", NULL, TD,
+     G_TRAIN, NULL},
+    {"--grad-clip", K_FLOAT, AT(cfg.grad_clip), 0, "C", "clip the global gradient norm at C, 0 = off",
+     NULL, TD, G_TRAIN, NULL},
+    // data and evaluation
+    {"--data", K_STR, AT(cfg.data_path), 0, "PATH", "corpus file (bytes are tokens)", NULL, TED,
+     G_DATA, NULL},
+    {"--val-frac", K_FLOAT, AT(cfg.val_frac), 0, "F", "tail of the corpus held out, in (0, 1)",
+     NULL, TED, G_DATA, NULL},
+    {"--eval-every", K_INT, AT(cfg.eval_every), 0, "N", "also evaluate every N steps, 0 = only at the end",
+     NULL, TRAIN, G_DATA, NULL},
+    {"--eval-batches", K_INT, AT(cfg.eval_batches), 0, "N", "validation batches per evaluation",
+     NULL, C_TRAIN | C_EVAL, G_DATA, NULL},
+    // run
+    {"--exact", K_SET, AT(cfg.fast), 0, NULL, "bitwise reproducible arithmetic", NULL, TED, G_RUN,
+     NULL},
+    {"--fast", K_SET, AT(cfg.fast), 1, NULL, "library-chosen summation order (tolerance only)",
+     NULL, TED, G_RUN, NULL},
+    {"--device", K_STR, AT(device), 0, "cpu|cuda", "where to compute", NULL, TED, G_RUN,
+     check_device},
+    {"--threads", K_INT, AT(cfg.threads), 0, "N", "OpenMP threads, 0 = all cores", NULL, TED,
+     G_RUN, NULL},
+    {"--quiet", K_SET, AT(cfg.quiet), 1, NULL, "no progress output", "off", TED, G_RUN, NULL},
+    // parallel layout
+    {"--dp", K_INT, AT(dp), 0, "D", "data-parallel ranks", NULL, TRAIN, G_PAR, check_parallel},
+    {"--sp", K_INT, AT(sp), 0, "N", "sequence-parallel ranks", NULL, TRAIN, G_PAR,
+     check_parallel},
+    {"--sp-mode", K_STR, AT(sp_mode), 0, "MODE", "lss, ulysses, upipe, ring or megatron", NULL,
+     TRAIN, G_PAR, check_choice},
+    {"--pp", K_INT, AT(pp), 0, "P", "pipeline stages", NULL, TRAIN, G_PAR, check_parallel},
+    {"--microbatches", K_INT, AT(microbatches), 0, "M", "microbatches per step (pipeline)", NULL,
+     TRAIN, G_PAR, check_parallel},
+    {"--schedule", K_STR, AT(schedule), 0, "NAME", "pipeline schedule: gpipe or 1f1b", NULL,
+     TRAIN, G_PAR, check_choice},
+    {"--compress", K_STR, AT(compress), 0, "MODE", "stage-boundary compression", NULL, TRAIN,
+     G_PAR, check_compress},
+    {"--rank", K_INT, AT(rank), 0, "R", "compression rank", "none", TRAIN, G_PAR, check_rank},
+    // checkpoints and logs
+    {"--log", K_STR, AT(cfg.log_path), 0, "FILE", "write the run log (JSONL) to FILE", "none",
+     TED & ~C_DUMP, G_OUT, NULL},
+    {"--ckpt-dir", K_STR, AT(cfg.ckpt_dir), 0, "DIR", "directory for checkpoints", "none", TRAIN,
+     G_OUT, NULL},
+    {"--ckpt-every", K_INT, AT(cfg.ckpt_every), 0, "K",
+     "checkpoint every K steps, 0 = only at the end", NULL, TRAIN, G_OUT, NULL},
+    {"--resume", K_SET, AT(cfg.resume), 1, NULL, "continue from the latest checkpoint", "off",
+     TRAIN, G_OUT, NULL},
+};
+#define N_FLAGS ((int)(sizeof flags / sizeof flags[0]))
+
+// ---------------------------------------------------------------------------
+// Strict number parsing: the whole string, in range, nothing else. The
+// messages become "tessera CMD: --flag VALUE: <message>".
+static int parse_int(const char *s, int *out, const char **why) {
+  char *end;
+  errno = 0;
+  if (*s == '\0' || *s == ' ' || *s == '\t') return *why = "not an integer", -1;
+  long v = strtol(s, &end, 10);
+  if (*end != '\0') return *why = "not an integer", -1;
+  if (errno == ERANGE || v < INT_MIN || v > INT_MAX) return *why = "out of range", -1;
+  *out = (int)v;
+  return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out, const char **why) {
+  char *end;
+  errno = 0;
+  if (!(*s >= '0' && *s <= '9')) return *why = "not a non-negative integer", -1;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (*end != '\0') return *why = "not a non-negative integer", -1;
+  if (errno == ERANGE) return *why = "out of range", -1;
+  *out = (uint64_t)v;
+  return 0;
+}
+
+static int parse_double(const char *s, double *out, const char **why) {
+  char *end;
+  errno = 0;
+  if (*s == '\0' || *s == ' ' || *s == '\t') return *why = "not a number", -1;
+  double v = strtod(s, &end);
+  if (*end != '\0') return *why = "not a number", -1;
+  if (errno == ERANGE && fabs(v) > 1.0) return *why = "out of range", -1;
+  if (!isfinite(v)) return *why = "not a finite number", -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_float(const char *s, float *out, const char **why) {
+  double v;
+  if (parse_double(s, &v, why) != 0) return -1;
+  if (fabs(v) > FLT_MAX) return *why = "out of range", -1;
+  *out = (float)v;
+  return 0;
+}
+
+// ---------------------------------------------------------------------------
+// Parse-time checks for flags whose meaning is more than a number.
+static int check_model(const flag *f, const char *raw, cli *c) {
+  ts_config scratch;
+  memset(&scratch, 0, sizeof scratch);
+  return ts_config_preset(&scratch, raw); // its message names --model
+}
+
+static int check_device(const flag *f, const char *raw, cli *c) {
+  if (strcmp(raw, "cpu") == 0) return TS_OK;
+  if (strcmp(raw, "cuda") != 0)
+    return ts_fail(TS_EUSAGE, "--device %s: must be cpu or cuda", raw);
+#ifdef TS_HAVE_CUDA
+  return ts_fail(TS_EUSAGE, "--device cuda: the CUDA backend is not implemented yet");
+#else
+  return ts_fail(TS_EUSAGE, "--device cuda: this build has no CUDA backend (configure --enable-cuda)");
+#endif
+}
+
+static int check_parallel(const flag *f, const char *raw, cli *c) {
+  int v = *(const int *)((const char *)c + f->off);
+  if (v < 1) return ts_fail(TS_EUSAGE, "%s %s: must be >= 1", f->name, raw);
+  if (v == 1) return TS_OK; // the serial layout
+  const char *what = strcmp(f->name, "--dp") == 0   ? "data parallelism"
+                     : strcmp(f->name, "--sp") == 0 ? "sequence parallelism"
+                                                    : "pipeline parallelism";
+  return ts_fail(TS_EUSAGE, "%s %s: %s is not available in this build yet", f->name, raw, what);
+}
+
+// Names are checked now so a typo is caught even while the layout is serial.
+static int check_choice(const flag *f, const char *raw, cli *c) {
+  static const char *sp_modes[] = {"lss", "ulysses", "upipe", "ring", "megatron", NULL};
+  static const char *schedules[] = {"gpipe", "1f1b", NULL};
+  int sp = strcmp(f->name, "--sp-mode") == 0;
+  for (const char **n = sp ? sp_modes : schedules; *n; n++)
+    if (strcmp(raw, *n) == 0) return TS_OK;
+  return ts_fail(TS_EUSAGE, "%s %s: must be %s", f->name, raw,
+                 sp ? "lss, ulysses, upipe, ring or megatron" : "gpipe or 1f1b");
+}
+
+static int check_compress(const flag *f, const char *raw, cli *c) {
+  if (strcmp(raw, "none") == 0) return TS_OK;
+  return ts_fail(TS_EUSAGE,
+                 "--compress %s: compressed pipeline parallelism is not available in this "
+                 "build yet",
+                 raw);
+}
+
+static int check_rank(const flag *f, const char *raw, cli *c) {
+  if (c->rank < 1) return ts_fail(TS_EUSAGE, "--rank %s: must be >= 1", raw);
+  return ts_fail(TS_EUSAGE, "--rank %s: compression is not available in this build yet", raw);
+}
+
+static int check_nonneg(const flag *f, const char *raw, cli *c) {
+  const void *p = (const char *)c + f->off;
+  double v = f->kind == K_INT ? *(const int *)p : *(const double *)p;
+  if (v < 0) return ts_fail(TS_EUSAGE, "%s %s: must be >= 0", f->name, raw);
+  return TS_OK;
+}
+
+// ---------------------------------------------------------------------------
+// Parsing.
+
+// Stores raw into the flag's field. Returns TS_OK or TS_EUSAGE with a message.
+static int store(const flag *f, const char *raw, cli *c) {
+  void *p = (char *)c + f->off;
+  const char *why = NULL;
+  int bad = 0;
+  switch (f->kind) {
+  case K_INT: bad = parse_int(raw, p, &why); break;
+  case K_U64: bad = parse_u64(raw, p, &why); break;
+  case K_FLOAT: bad = parse_float(raw, p, &why); break;
+  case K_DOUBLE: bad = parse_double(raw, p, &why); break;
+  case K_STR:
+    if (strlen(raw) >= f->size) {
+      return ts_fail(TS_EUSAGE, "%s: value too long (at most %zu bytes)", f->name, f->size - 1);
+    }
+    memcpy(p, raw, strlen(raw) + 1);
+    break;
+  case K_SET: *(int *)p = f->set; break;
+  }
+  if (bad) return ts_fail(TS_EUSAGE, "%s %s: %s", f->name, raw, why);
+  return f->check ? f->check(f, raw, c) : TS_OK;
+}
+
+static const flag *find_flag(const char *name, size_t len) {
+  for (int i = 0; i < N_FLAGS; i++)
+    if (strlen(flags[i].name) == len && strncmp(flags[i].name, name, len) == 0) return &flags[i];
+  return NULL;
+}
+
+typedef struct {
+  const flag *f;
+  const char *value; // NULL for K_SET
+} parsed;
+
+// Pass 1: recognise every flag and its value and check the value's syntax
+// (into a scratch cli), in argv order; positional arguments go to pos.
+// Nothing is applied yet, because the preset must come first.
+static int parse_args(const command *cmd, int argc, char **argv, parsed *out, int *n_out,
+                      const char **pos, int *n_pos) {
+  cli scratch;
+  memset(&scratch, 0, sizeof scratch);
+  *n_out = *n_pos = 0;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (a[0] != '-' || a[1] == '\0') { // positional ("-" alone too)
+      if (cmd->id != C_COMPARE || *n_pos == 2)
+        return ts_fail(TS_EUSAGE, "unexpected argument '%s'", a);
+      pos[(*n_pos)++] = a;
+      continue;
+    }
+    const char *eq = strchr(a, '=');
+    size_t len = eq ? (size_t)(eq - a) : strlen(a);
+    const flag *f = find_flag(a, len);
+    if (f == NULL)
+      return ts_fail(TS_EUSAGE, "%.*s: unknown flag (see 'tessera %s --help')", (int)len, a,
+                     cmd->name);
+    if (!(f->cmds & cmd->id))
+      return ts_fail(TS_EUSAGE, "%s: not a flag of 'tessera %s' (see 'tessera %s --help')",
+                     f->name, cmd->name, cmd->name);
+    const char *value = NULL;
+    if (f->kind == K_SET) {
+      if (eq) return ts_fail(TS_EUSAGE, "%s: takes no value", f->name);
+    } else if (eq) {
+      value = eq + 1;
+    } else {
+      // a following flag is not a value: `--log --quiet` is a mistake
+      if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)
+        return ts_fail(TS_EUSAGE, "%s: missing value (%s)", f->name, f->meta);
+      value = argv[++i];
+    }
+    int rc = store(f, value ? value : "", &scratch);
+    if (rc != TS_OK) return rc;
+    out[(*n_out)++] = (parsed){f, value};
+  }
+  return TS_OK;
+}
+
+// Preset (last --model, default tiny), then run defaults, then every flag in order.
+static int build(const parsed *p, int n, cli *c) {
+  const char *preset = "tiny";
+  for (int i = 0; i < n; i++)
+    if (strcmp(p[i].f->name, "--model") == 0) preset = p[i].value;
+  memset(c, 0, sizeof *c);
+  int rc = ts_config_preset(&c->cfg, preset);
+  if (rc != TS_OK) return rc;
+  ts_config_defaults(&c->cfg);
+  cli_defaults(c);
+  for (int i = 0; i < n; i++) {
+    rc = store(p[i].f, p[i].value ? p[i].value : "", c);
+    if (rc != TS_OK) return rc;
+  }
+  return TS_OK;
+}
+
+// ---------------------------------------------------------------------------
+// Help.
+// The "(default ...)" note of a flag, or "" when there is nothing to say.
+static void default_text(const flag *f, const cli *d, char *buf, size_t cap) {
+  const void *p = (const char *)d + f->off;
+  if (f->deflt) {
+    if (strcmp(f->deflt, "preset") == 0) // show the tiny preset's value as an example
+      snprintf(buf, cap, "default from --model; tiny: %d", *(const int *)p);
+    else
+      snprintf(buf, cap, "default %s", f->deflt);
+    return;
+  }
+  switch (f->kind) {
+  case K_INT: snprintf(buf, cap, "default %d", *(const int *)p); break;
+  case K_U64: snprintf(buf, cap, "default %llu", (unsigned long long)*(const uint64_t *)p); break;
+  case K_FLOAT: snprintf(buf, cap, "default %g", (double)*(const float *)p); break;
+  case K_DOUBLE: snprintf(buf, cap, "default %g", *(const double *)p); break;
+  case K_STR: snprintf(buf, cap, "default %s", (const char *)p); break;
+  case K_SET: snprintf(buf, cap, "%s", *(const int *)p == f->set ? "default" : ""); break;
+  }
+}
+
+static void command_help(const command *cmd, FILE *out) {
+  cli d;
+  memset(&d, 0, sizeof d);
+  ts_config_preset(&d.cfg, "tiny");
+  ts_config_defaults(&d.cfg);
+  cli_defaults(&d);
+  fprintf(out, "usage: tessera %s%s%s\n\n%s\n", cmd->name, cmd->args[0] ? " " : "", cmd->args,
+          cmd->about);
+  // flags grouped under their headings, in table order within a group
+  for (int g = 0; g < (int)(sizeof group_names / sizeof group_names[0]); g++) {
+    int heading = 0;
+    for (int i = 0; i < N_FLAGS; i++) {
+      const flag *f = &flags[i];
+      if (!(f->cmds & cmd->id) || f->group != g) continue;
+      if (!heading++) fprintf(out, "\n%s:\n", group_names[g]);
+      char left[64], def[128];
+      snprintf(left, sizeof left, "%s%s%s", f->name, f->meta ? " " : "", f->meta ? f->meta : "");
+      default_text(f, &d, def, sizeof def);
+      if (def[0]) fprintf(out, "  %-22s %s (%s)\n", left, f->help, def);
+      else fprintf(out, "  %-22s %s\n", left, f->help);
+    }
+  }
+  if (cmd->id == C_TRAIN || cmd->id == C_DUMP) {
+    fprintf(out, "\npresets:\n");
+    for (const char *const *p = ts_preset_names; *p; p++) {
+      ts_config c;
+      memset(&c, 0, sizeof c);
+      ts_config_preset(&c, *p);
+      fprintf(out, "  %-8s d %d, layers %d, heads %d, d-ff %d, seq %d, batch %d\n", *p, c.d,
+              c.n_layer, c.n_head, c.d_ff, c.seq, c.batch);
+    }
+  }
+  fprintf(out, "\n  %-22s %s\n", "--help, -h", "show this help");
+  fprintf(out, "\nexample:\n  %s\n", cmd->example);
+}
+
+static void main_help(FILE *out) {
+  fprintf(out,
+          "usage: tessera <command> [flags]\n\n"
+          "Trains GPT-style transformers exactly: a distributed run reproduces the serial\n"
+          "run bit for bit.\n\ncommands:\n");
+  for (int i = 0; i < N_COMMANDS; i++)
+    fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fprintf(out,
+          "\n  %-10s %s\n  %-10s %s\n\n"
+          "Run 'tessera <command> --help' for the flags of a command.\n\n"
+          "example:\n  tessera train --model tiny --steps 50 --log run.jsonl\n",
+          "--help", "show this help", "--version", "show the version");
+}
+
+// ---------------------------------------------------------------------------
+static int usage_error(const command *cmd) {
+  fprintf(stderr, "tessera %s: %s\n", cmd->name, ts_errmsg());
+  return 2;
+}
+
+// Maps a library result to the exit status, printing its message.
+static int finish(const command *cmd, int rc) {
+  if (rc == TS_OK) return 0;
+  if (rc == TS_EUSAGE) return usage_error(cmd);
+  fprintf(stderr, "tessera: %s\n", ts_errmsg());
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    main_help(stderr);
+    return 2;
+  }
+  const char *name = argv[1];
+  if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+    if (strcmp(name, "help") == 0 && argc > 2) {
+      for (int i = 0; i < N_COMMANDS; i++)
+        if (strcmp(argv[2], commands[i].name) == 0) {
+          command_help(&commands[i], stdout);
+          return 0;
+        }
+      fprintf(stderr, "tessera: unknown command '%s' (see 'tessera --help')\n", argv[2]);
+      return 2;
+    }
+    main_help(stdout);
+    return 0;
+  }
+  if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) {
+    printf("tessera %s\n", TS_VERSION_STRING);
+    return 0;
+  }
+  const command *cmd = NULL;
+  for (int i = 0; i < N_COMMANDS; i++)
+    if (strcmp(name, commands[i].name) == 0) cmd = &commands[i];
+  if (cmd == NULL) {
+    fprintf(stderr, "tessera: unknown command '%s' (see 'tessera --help')\n", name);
+    return 2;
+  }
+  argc -= 2;
+  argv += 2;
+  for (int i = 0; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      command_help(cmd, stdout);
+      return 0;
+    }
+
+  parsed *p = calloc((size_t)argc + 1, sizeof *p);
+  if (p == NULL) {
+    fprintf(stderr, "tessera: out of memory\n");
+    return 1;
+  }
+  const char *pos[2];
+  int n = 0, n_pos = 0;
+  cli c;
+  int rc = parse_args(cmd, argc, argv, p, &n, pos, &n_pos);
+  if (rc == TS_OK) rc = build(p, n, &c);
+  free(p);
+  if (rc != TS_OK) return usage_error(cmd);
+
+  switch (cmd->id) {
+  case C_INFO: return finish(cmd, ts_info());
+  case C_COMPARE:
+    if (n_pos != 2) {
+      ts_fail(TS_EUSAGE, "needs two run logs (tessera compare A.jsonl B.jsonl)");
+      return usage_error(cmd);
+    }
+    rc = ts_compare_logs(pos[0], pos[1], c.rtol, stdout);
+    if (rc == 0 || rc == 1) return rc; // equal / different, already printed
+    return usage_error(cmd);           // unreadable or malformed: exit 2, like diff(1)
+  default: break;
+  }
+
+  if (cmd->id == C_EVAL && c.ckpt[0] == '\0') {
+    ts_fail(TS_EUSAGE, "--ckpt FILE is required");
+    return usage_error(cmd);
+  }
+  if (cmd->id == C_DUMP && c.out[0] == '\0') {
+    ts_fail(TS_EUSAGE, "--out DIR is required");
+    return usage_error(cmd);
+  }
+  rc = ts_config_finalize(&c.cfg);
+  if (rc != TS_OK) return usage_error(cmd);
+  switch (cmd->id) {
+  case C_TRAIN: return finish(cmd, ts_train(&c.cfg));
+  case C_EVAL: return finish(cmd, ts_eval(&c.cfg, c.ckpt));
+  case C_DUMP: return finish(cmd, ts_dump(&c.cfg, c.out, c.traj_steps));
+  }
+  return 2;
+}

@@ -1,0 +1,371 @@
+// The transformer family (GPT variant): parameters, forward, backward.
+// Parameters and gradients are each one allocation with named views in the
+// canonical order of docs/MODEL.md; activations likewise.
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "rng.h"
+#include "tessera.h"
+#include "util.h"
+
+typedef struct {
+  float *ln1w, *ln1b, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
+  float *ln2w, *ln2b, *w1, *b1, *w2, *b2;
+} layer_params;
+
+typedef struct {
+  float *wte, *wpe, *lnfw, *lnfb, *lm_head; // lm_head NULL when tied
+  layer_params *layer;
+} param_views;
+
+typedef struct {
+  float *ln1, *ln1_mean, *ln1_rstd, *q, *k, *v, *att, *lse, *res_mid;
+  float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
+} layer_acts;
+
+struct ts_model {
+  ts_config cfg;
+  int B, T, C, L, H, dh, F, V;
+  int64_t ntok;
+  // parameters, gradients: one allocation each, same layout
+  int ntens;
+  ts_tensor *ptens, *gtens;
+  float *stds; // init std per tensor (0 = constant)
+  float *consts;
+  size_t nparams;
+  float *params, *grads;
+  param_views p, g;
+  // activations
+  float *acts;
+  size_t nacts;     // floats of activations + backward scratch
+  float **res;      // L+1 residual streams (ntok, C)
+  layer_acts *la;
+  float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+  // backward scratch
+  float *dres, *dtmp, *dtmp2, *datt, *dq, *dk, *dv, *dfch, *dlogits, *dsum;
+  int *inputs, *targets;
+  ts_ws ws;
+  float loss;
+};
+
+// ---- parameter table ---------------------------------------------------------------
+typedef struct {
+  char name[64];
+  int ndim;
+  int64_t shape[2];
+  float std;   // normal init; 0 = constant
+  float value; // constant init value
+  float **view;
+  float **gview;
+} pspec;
+
+static int param_table(ts_model *m, pspec *out) {
+  int n = 0, C = m->C, F = m->F, V = m->V;
+  float s = 0.02f, sres = 0.02f / sqrtf(2.0f * m->L);
+#define ADD(NAME, ND, S0, S1, STD, VAL, FIELD)                                          \
+  do {                                                                                  \
+    if (out) {                                                                          \
+      pspec *ps = &out[n];                                                              \
+      snprintf(ps->name, sizeof ps->name, "%s", NAME);                                  \
+      ps->ndim = ND; ps->shape[0] = S0; ps->shape[1] = S1;                              \
+      ps->std = STD; ps->value = VAL; ps->view = &m->p.FIELD; ps->gview = &m->g.FIELD;  \
+    }                                                                                   \
+    n++;                                                                                \
+  } while (0)
+  ADD("wte", 2, V, C, s, 0, wte);
+  ADD("wpe", 2, m->T, C, s, 0, wpe);
+  char nm[64];
+  for (int l = 0; l < m->L; l++) {
+#define LADD(SUFFIX, ND, S0, S1, STD, VAL, FIELD)                                       \
+  snprintf(nm, sizeof nm, "h.%d.%s", l, SUFFIX);                                         \
+  ADD(nm, ND, S0, S1, STD, VAL, layer[l].FIELD)
+    LADD("ln1.w", 1, C, 0, 0, 1, ln1w);
+    LADD("ln1.b", 1, C, 0, 0, 0, ln1b);
+    LADD("attn.wq", 2, C, C, s, 0, wq);
+    LADD("attn.bq", 1, C, 0, 0, 0, bq);
+    LADD("attn.wk", 2, C, C, s, 0, wk);
+    LADD("attn.bk", 1, C, 0, 0, 0, bk);
+    LADD("attn.wv", 2, C, C, s, 0, wv);
+    LADD("attn.bv", 1, C, 0, 0, 0, bv);
+    LADD("attn.wo", 2, C, C, sres, 0, wo);
+    LADD("attn.bo", 1, C, 0, 0, 0, bo);
+    LADD("ln2.w", 1, C, 0, 0, 1, ln2w);
+    LADD("ln2.b", 1, C, 0, 0, 0, ln2b);
+    LADD("mlp.w1", 2, F, C, s, 0, w1);
+    LADD("mlp.b1", 1, F, 0, 0, 0, b1);
+    LADD("mlp.w2", 2, C, F, sres, 0, w2);
+    LADD("mlp.b2", 1, C, 0, 0, 0, b2);
+#undef LADD
+  }
+  ADD("lnf.w", 1, C, 0, 0, 1, lnfw);
+  ADD("lnf.b", 1, C, 0, 0, 0, lnfb);
+  if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head);
+#undef ADD
+  return n;
+}
+
+// ---- creation ----------------------------------------------------------------------
+int ts_model_create(const ts_config *cfg, ts_model **out) {
+  ts_model *m = calloc(1, sizeof *m);
+  if (!m) return ts_fail(TS_ERUNTIME, "out of memory");
+  m->cfg = *cfg;
+  m->B = cfg->batch; m->T = cfg->seq; m->C = cfg->d; m->L = cfg->n_layer;
+  m->H = cfg->n_head; m->dh = cfg->d / cfg->n_head; m->F = cfg->d_ff; m->V = cfg->vocab;
+  m->ntok = (int64_t)m->B * m->T;
+  m->p.layer = calloc((size_t)m->L, sizeof(layer_params));
+  m->g.layer = calloc((size_t)m->L, sizeof(layer_params));
+  m->la = calloc((size_t)m->L, sizeof(layer_acts));
+  m->res = calloc((size_t)m->L + 1, sizeof(float *));
+  m->ntens = param_table(m, NULL);
+  pspec *spec = calloc((size_t)m->ntens, sizeof(pspec));
+  m->ptens = calloc((size_t)m->ntens, sizeof(ts_tensor));
+  m->gtens = calloc((size_t)m->ntens, sizeof(ts_tensor));
+  m->stds = calloc((size_t)m->ntens, sizeof(float));
+  m->consts = calloc((size_t)m->ntens, sizeof(float));
+  if (!m->p.layer || !m->g.layer || !m->la || !m->res || !spec || !m->ptens || !m->gtens ||
+      !m->stds || !m->consts) {
+    free(spec);
+    ts_model_free(m);
+    return ts_fail(TS_ERUNTIME, "out of memory");
+  }
+  param_table(m, spec);
+  size_t total = 0;
+  for (int i = 0; i < m->ntens; i++)
+    total += (size_t)spec[i].shape[0] * (spec[i].ndim == 2 ? (size_t)spec[i].shape[1] : 1);
+  m->nparams = total;
+  m->params = ts_alloc(total * sizeof(float));
+  m->grads = ts_alloc(total * sizeof(float));
+  if (!m->params || !m->grads) {
+    free(spec);
+    ts_model_free(m);
+    return ts_fail(TS_ERUNTIME, "out of memory allocating %zu parameters", total);
+  }
+  size_t off = 0;
+  for (int i = 0; i < m->ntens; i++) {
+    pspec *ps = &spec[i];
+    size_t n = (size_t)ps->shape[0] * (ps->ndim == 2 ? (size_t)ps->shape[1] : 1);
+    *ps->view = m->params + off;
+    *ps->gview = m->grads + off;
+    for (int k = 0; k < 2; k++) {
+      ts_tensor *t = k ? &m->gtens[i] : &m->ptens[i];
+      snprintf(t->name, sizeof t->name, "%s", ps->name);
+      t->ndim = ps->ndim;
+      t->shape[0] = ps->shape[0];
+      t->shape[1] = ps->shape[1];
+      t->data = (k ? m->grads : m->params) + off;
+    }
+    m->stds[i] = ps->std;
+    m->consts[i] = ps->value;
+    off += n;
+  }
+  free(spec);
+
+  // activations
+  int64_t N = m->ntok;
+  size_t C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V;
+  size_t BHT = (size_t)m->B * m->H * m->T;
+  size_t per_layer = N * (C * 7 + F * 2 + 4) + BHT;
+  size_t top = N * (C + 2 + V + 1);
+  size_t scratch = N * (C * 7 + F + V) + BHT;
+  size_t nacts = (size_t)(m->L + 1) * N * C + (size_t)m->L * per_layer + top + scratch;
+  m->nacts = nacts;
+  m->acts = ts_alloc(nacts * sizeof(float));
+  m->inputs = ts_alloc((size_t)N * sizeof(int));
+  m->targets = ts_alloc((size_t)N * sizeof(int));
+  if (!m->acts || !m->inputs || !m->targets) {
+    ts_model_free(m);
+    return ts_fail(TS_ERUNTIME, "out of memory allocating %.1f MB of activations",
+                   nacts * 4.0 / 1e6);
+  }
+  float *a = m->acts;
+#define TAKE(PTR, COUNT) do { PTR = a; a += (COUNT); } while (0)
+  for (int l = 0; l <= m->L; l++) TAKE(m->res[l], N * C);
+  for (int l = 0; l < m->L; l++) {
+    layer_acts *la = &m->la[l];
+    TAKE(la->ln1, N * C); TAKE(la->ln1_mean, N); TAKE(la->ln1_rstd, N);
+    TAKE(la->q, N * C); TAKE(la->k, N * C); TAKE(la->v, N * C); TAKE(la->att, N * C);
+    TAKE(la->lse, BHT); TAKE(la->res_mid, N * C);
+    TAKE(la->ln2, N * C); TAKE(la->ln2_mean, N); TAKE(la->ln2_rstd, N);
+    TAKE(la->fch, N * F); TAKE(la->fch_gelu, N * F);
+  }
+  TAKE(m->lnf, N * C); TAKE(m->lnf_mean, N); TAKE(m->lnf_rstd, N);
+  TAKE(m->logits, N * V); TAKE(m->losses, N);
+  TAKE(m->dres, N * C); TAKE(m->dtmp, N * C); TAKE(m->dtmp2, N * C); TAKE(m->datt, N * C);
+  TAKE(m->dq, N * C); TAKE(m->dk, N * C); TAKE(m->dv, N * C);
+  TAKE(m->dfch, N * F); TAKE(m->dlogits, N * V); TAKE(m->dsum, BHT);
+#undef TAKE
+
+  size_t leaf_cap = F * C + F;
+  if (V * C > leaf_cap) leaf_cap = V * C;
+  if ((size_t)cfg->leaf * C > leaf_cap) leaf_cap = (size_t)cfg->leaf * C;
+  if (ts_ws_init(&m->ws, cfg->tile, cfg->leaf, leaf_cap, m->dh) != 0) {
+    ts_model_free(m);
+    return ts_fail(TS_ERUNTIME, "out of memory allocating kernel workspace");
+  }
+  *out = m;
+  return TS_OK;
+}
+
+void ts_model_free(ts_model *m) {
+  if (!m) return;
+  ts_ws_free(&m->ws);
+  ts_free(m->params); ts_free(m->grads); ts_free(m->acts);
+  ts_free(m->inputs); ts_free(m->targets);
+  free(m->p.layer); free(m->g.layer); free(m->la); free(m->res);
+  free(m->ptens); free(m->gtens); free(m->stds); free(m->consts);
+  free(m);
+}
+
+void ts_model_init(ts_model *m, uint64_t seed) {
+  for (int i = 0; i < m->ntens; i++) {
+    ts_tensor *t = &m->ptens[i];
+    int64_t n = ts_tensor_numel(t);
+    float std = m->stds[i], c = m->consts[i];
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n; j++)
+      t->data[j] = std > 0 ? std * ts_rng_normal(seed, TS_RNG_INIT, (uint64_t)i, (uint64_t)j) : c;
+  }
+}
+
+// ---- forward -----------------------------------------------------------------------
+float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
+                       int training) {
+  const int B = m->B, T = m->T, C = m->C, F = m->F, V = m->V, H = m->H, tile = m->cfg.tile;
+  const int64_t N = m->ntok;
+  const float p = training ? m->cfg.dropout : 0.0f;
+  const uint64_t seed = m->cfg.seed;
+  memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
+  memcpy(m->targets, targets, (size_t)N * sizeof(int));
+  encoder_forward(m->res[0], m->inputs, m->p.wte, m->p.wpe, B, T, C);
+  for (int l = 0; l < m->L; l++) {
+    layer_params *w = &m->p.layer[l];
+    layer_acts *a = &m->la[l];
+    const float *x = m->res[l];
+    float *y = m->res[l + 1];
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, N, C);
+    linear_forward_heads(a->q, a->ln1, w->wq, w->bq, N, C, C, m->dh, tile);
+    linear_forward_heads(a->k, a->ln1, w->wk, w->bk, N, C, C, m->dh, tile);
+    linear_forward_heads(a->v, a->ln1, w->wv, w->bv, N, C, C, m->dh, tile);
+    ts_attn_shape as = {B, T, H, m->dh, tile, p, seed, step,
+                        (uint64_t)l * B * H * (uint64_t)T * T};
+    attention_forward(&m->ws, a->att, a->lse, a->q, a->k, a->v, &as);
+    // res_mid = x + dropout(att · Woᵀ + bo)
+    linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, tile);
+    dropout_apply(a->res_mid, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, (uint64_t)l * N * C);
+    for (int64_t i = 0; i < N * C; i++) a->res_mid[i] = x[i] + a->res_mid[i];
+    layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b, N, C);
+    linear_forward(a->fch, a->ln2, w->w1, w->b1, N, C, F, tile);
+    gelu_forward(a->fch_gelu, a->fch, N * F);
+    linear_forward(y, a->fch_gelu, w->w2, w->b2, N, F, C, tile);
+    dropout_apply(y, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, (uint64_t)l * N * C);
+    for (int64_t i = 0; i < N * C; i++) y[i] = a->res_mid[i] + y[i];
+  }
+  layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->res[m->L], m->p.lnfw, m->p.lnfb, N, C);
+  const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
+  linear_forward(m->logits, m->lnf, head, NULL, N, C, V, tile);
+  crossentropy_forward(m->losses, m->logits, m->targets, N, V);
+  m->loss = token_tree_sum(m->losses, N, m->cfg.leaf) / (float)N;
+  return m->loss;
+}
+
+// ---- backward ----------------------------------------------------------------------
+typedef struct {
+  const ts_model *m;
+  int with_head;
+} wte_leaf_ctx;
+
+// Leaf partial of dwte: LM-head weight gradient (tied) plus the embedding scatter.
+static void wte_leaf(const void *vctx, int64_t li, float *out) {
+  const wte_leaf_ctx *c = vctx;
+  const ts_model *m = c->m;
+  if (c->with_head)
+    linear_weight_leaf(out, m->dlogits, m->lnf, li, m->cfg.leaf, m->C, m->V);
+  else
+    memset(out, 0, (size_t)m->V * m->C * sizeof(float));
+  encoder_wte_leaf_scatter(out, m->dres, m->inputs, li, m->cfg.leaf, m->C);
+}
+
+static void add_into(float *dst, const float *src, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) dst[i] = dst[i] + src[i];
+}
+
+int ts_model_backward(ts_model *m, uint64_t step) {
+  int rc = 0;
+  const int B = m->B, T = m->T, C = m->C, F = m->F, V = m->V, H = m->H, tile = m->cfg.tile;
+  const int64_t N = m->ntok;
+  const float p = m->cfg.dropout;
+  const uint64_t seed = m->cfg.seed;
+  ts_ws *ws = &m->ws;
+  crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)N, N, V);
+  const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
+  linear_backward_input(m->dtmp, m->dlogits, head, N, C, V, tile, 0);
+  if (!m->cfg.tied) rc |= linear_backward_weights(ws, m->g.lm_head, NULL, m->dlogits, m->lnf, N, C, V);
+  rc |= layernorm_backward(ws, m->dres, m->g.lnfw, m->g.lnfb, m->dtmp, m->res[m->L], m->p.lnfw,
+                     m->lnf_mean, m->lnf_rstd, N, C);
+  for (int l = m->L - 1; l >= 0; l--) {
+    layer_params *w = &m->p.layer[l], *g = &m->g.layer[l];
+    layer_acts *a = &m->la[l];
+    // MLP branch: y = res_mid + dropout(gelu(ln2 · W1ᵀ + b1) · W2ᵀ + b2)
+    memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
+    dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, (uint64_t)l * N * C);
+    rc |= linear_backward_weights(ws, g->w2, g->b2, m->dtmp, a->fch_gelu, N, F, C);
+    linear_backward_input(m->dfch, m->dtmp, w->w2, N, F, C, tile, 0);
+    gelu_backward(m->dfch, a->fch, m->dfch, N * F);
+    rc |= linear_backward_weights(ws, g->w1, g->b1, m->dfch, a->ln2, N, C, F);
+    linear_backward_input(m->dtmp, m->dfch, w->w1, N, C, F, tile, 0);
+    rc |= layernorm_backward(ws, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, a->res_mid, w->ln2w,
+                       a->ln2_mean, a->ln2_rstd, N, C);
+    add_into(m->dres, m->dtmp2, N * C);
+    // attention branch: res_mid = x + dropout(attn(ln1(x)) · Woᵀ + bo)
+    memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
+    dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, (uint64_t)l * N * C);
+    rc |= linear_backward_weights(ws, g->wo, g->bo, m->dtmp, a->att, N, C, C);
+    linear_backward_input(m->datt, m->dtmp, w->wo, N, C, C, tile, 0);
+    ts_attn_shape as = {B, T, H, m->dh, tile, p, seed, step,
+                        (uint64_t)l * B * H * (uint64_t)T * T};
+    rc |= attention_backward(ws, m->dq, m->dk, m->dv, m->dsum, m->datt, a->q, a->k, a->v, a->att,
+                       a->lse, &as);
+    rc |= linear_backward_weights(ws, g->wq, g->bq, m->dq, a->ln1, N, C, C);
+    rc |= linear_backward_weights(ws, g->wk, g->bk, m->dk, a->ln1, N, C, C);
+    rc |= linear_backward_weights(ws, g->wv, g->bv, m->dv, a->ln1, N, C, C);
+    linear_backward_input(m->dtmp, m->dq, w->wq, N, C, C, tile, 0);
+    linear_backward_input(m->dtmp, m->dk, w->wk, N, C, C, tile, 1);
+    linear_backward_input(m->dtmp, m->dv, w->wv, N, C, C, tile, 1);
+    rc |= layernorm_backward(ws, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, m->res[l], w->ln1w,
+                       a->ln1_mean, a->ln1_rstd, N, C);
+    add_into(m->dres, m->dtmp2, N * C);
+  }
+  // embeddings: dres is now the gradient of the encoder output
+  rc |= encoder_backward_wpe(ws, m->g.wpe, m->dres, B, T, C);
+  wte_leaf_ctx wc = {m, m->cfg.tied};
+  rc |= ts_leaf_tree_sum(ws, m->g.wte, (size_t)V * C, N / m->cfg.leaf, wte_leaf, &wc);
+  if (rc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
+  return TS_OK;
+}
+
+// ---- accessors ---------------------------------------------------------------------
+int ts_model_num_tensors(const ts_model *m) { return m->ntens; }
+
+void ts_model_tensors(ts_model *m, ts_tensor *params, ts_tensor *grads) {
+  if (params) memcpy(params, m->ptens, (size_t)m->ntens * sizeof(ts_tensor));
+  if (grads) memcpy(grads, m->gtens, (size_t)m->ntens * sizeof(ts_tensor));
+}
+
+size_t ts_model_num_params(const ts_model *m) { return m->nparams; }
+float *ts_model_params(ts_model *m) { return m->params; }
+float *ts_model_grads(ts_model *m) { return m->grads; }
+const float *ts_model_logits(const ts_model *m) { return m->logits; }
+const ts_config *ts_model_config(const ts_model *m) { return &m->cfg; }
+size_t ts_model_activation_bytes(const ts_model *m) { return m->nacts * sizeof(float); }
+
+double ts_model_flops_per_token(const ts_model *m) {
+  // non-embedding parameters: everything but wte and wpe (a tied head is the
+  // embedding; an untied head counts)
+  double nonemb = (double)m->nparams - (double)m->V * m->C - (double)m->T * m->C;
+  return 6.0 * nonemb + 6.0 * m->L * (double)m->T * m->C;
+}

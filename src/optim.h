@@ -1,0 +1,28 @@
+// AdamW with global-norm clipping and the warm-up + cosine schedule
+// (docs/MODEL.md). Element-wise, so exact on any layout.
+#ifndef TS_OPTIM_H
+#define TS_OPTIM_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera.h"
+
+typedef struct {
+  size_t n;
+  float *m, *v;   // moments, same layout as the parameters
+  uint64_t step;  // optimizer steps taken
+} ts_adamw;
+
+int ts_adamw_init(ts_adamw *opt, size_t n);
+void ts_adamw_free(ts_adamw *opt);
+// One update of every tensor; decay applies to tensors with ndim >= 2.
+void ts_adamw_update(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int ntens,
+                     float lr, float wd, float beta1, float beta2, float eps);
+
+// √(Σ g²) with a fixed association (fixed chunks in double, chunk sums in order).
+float ts_grad_norm(const float *g, size_t n);
+// Scales g by clip / (norm + 1e-6) when norm > clip > 0.
+void ts_clip(float *g, size_t n, float norm, float clip);
+// Learning rate for 0-based step s.
+float ts_lr_at(const ts_config *cfg, int64_t s);
+#endif

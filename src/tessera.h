@@ -1,0 +1,127 @@
+// tessera: exact distributed training of long-sequence transformers.
+// Public API: configuration, errors, the model and the run.
+#ifndef TESSERA_H
+#define TESSERA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// ---------------------------------------------------------------------------
+// Errors. Library functions return TS_OK or an error code and leave a one-line
+// message in a thread-local buffer; only main() prints it and exits.
+enum {
+  TS_OK = 0,
+  TS_ERUNTIME = 1, // bad file, I/O, allocation, numerical failure
+  TS_EUSAGE = 2,   // bad flag or flag value
+};
+int ts_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *ts_errmsg(void);
+
+// ---------------------------------------------------------------------------
+// Configuration: the model (what is learned) and the run (how it is trained).
+typedef enum { TS_GPT = 0 } ts_variant;
+
+typedef struct {
+  // model
+  char preset[32];
+  ts_variant variant;
+  int vocab;    // V
+  int d;        // model width
+  int n_layer;  // L
+  int n_head;   // H
+  int d_ff;     // MLP inner width (4d for GPT)
+  int seq;      // T: context length (rows of the positional embedding)
+  int tied;     // 1: LM head shares the token embedding
+  float dropout;
+  // run
+  int batch;    // B: sequences per step (global)
+  int steps;
+  uint64_t seed;
+  int tile;     // tokens per tile (R1); 0 = default from T
+  int leaf;     // tokens per gradient-sum leaf (R3); 0 = default from T
+  float lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
+  int warmup;
+  float val_frac;    // fraction of the corpus held out for validation
+  int eval_every;    // 0 = never
+  int eval_batches;
+  int threads;       // OpenMP threads; 0 = all
+  int fast;          // 0 = exact (default)
+  char data_path[4096];
+  char log_path[4096];
+  char ckpt_dir[4096];
+  int ckpt_every;
+  int resume;
+  int quiet;
+} ts_config;
+
+// Fills model fields from a preset name ("tiny", "small", "large", ...).
+int ts_config_preset(ts_config *cfg, const char *name);
+// Run defaults (seed, optimizer, schedule) on top of a preset.
+void ts_config_defaults(ts_config *cfg);
+// Derives tile/leaf from T when 0 and validates the whole config (TS_EUSAGE).
+int ts_config_finalize(ts_config *cfg);
+// Writes the config as one JSON object (no newline) into buf.
+int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap);
+// Reads the model part of a config back from JSON written by ts_config_to_json.
+int ts_config_from_json(ts_config *cfg, const char *json);
+// Names of the presets, NULL-terminated.
+extern const char *const ts_preset_names[];
+
+// Default tile and leaf for a sequence length (DESIGN.md: min(64, T/8), min(256, T/8)).
+int ts_default_tile(int T);
+int ts_default_leaf(int T);
+
+// ---------------------------------------------------------------------------
+// A named view of a float tensor (parameters, gradients, optimizer state).
+#define TS_MAX_DIMS 4
+typedef struct {
+  char name[64];
+  int ndim;
+  int64_t shape[TS_MAX_DIMS];
+  float *data;
+} ts_tensor;
+
+static inline int64_t ts_tensor_numel(const ts_tensor *t) {
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+  return n;
+}
+
+// ---------------------------------------------------------------------------
+// The model: parameters, gradients and activations for one (B, T) shape.
+typedef struct ts_model ts_model;
+
+int ts_model_create(const ts_config *cfg, ts_model **out);
+void ts_model_free(ts_model *m);
+// Parameters from the counter-based generator keyed by (seed, tensor, index).
+void ts_model_init(ts_model *m, uint64_t seed);
+// inputs, targets are (B, T) token ids. Returns the mean loss over B*T tokens.
+// step keys dropout masks; training=0 disables dropout.
+float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
+                       int training);
+// Gradients of the mean loss of the last forward into the gradient buffer.
+int ts_model_backward(ts_model *m, uint64_t step);
+// Named views in canonical order. grads may be NULL.
+int ts_model_num_tensors(const ts_model *m);
+void ts_model_tensors(ts_model *m, ts_tensor *params, ts_tensor *grads);
+size_t ts_model_num_params(const ts_model *m);
+float *ts_model_params(ts_model *m);
+float *ts_model_grads(ts_model *m);
+const float *ts_model_logits(const ts_model *m); // (B, T, V) of the last forward
+const ts_config *ts_model_config(const ts_model *m);
+// Bytes of activations and backward scratch: O(B·T·d) per layer, no T×T term.
+size_t ts_model_activation_bytes(const ts_model *m);
+// FLOPs per token (ALGORITHMS.md §9): 6 * non-embedding params + 6 * L * T * d.
+double ts_model_flops_per_token(const ts_model *m);
+
+// ---------------------------------------------------------------------------
+// Runs (train.c, eval.c, compare.c, info.c). Each returns TS_OK or an error code.
+int ts_train(const ts_config *cfg);
+int ts_eval(const ts_config *cfg, const char *ckpt_path);
+int ts_info(void);
+// Writes the golden-file set of docs/GOLDEN.md for this config into out_dir.
+int ts_dump(const ts_config *cfg, const char *out_dir, int traj_steps);
+
+#define TS_VERSION_STRING PACKAGE_VERSION
+
+#endif

@@ -1,0 +1,120 @@
+#include "tree.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void ts_tree_init(ts_tree *t, size_t n) {
+  memset(t, 0, sizeof *t);
+  t->n = n;
+  t->cap = n;
+}
+
+void ts_tree_resize(ts_tree *t, size_t n) {
+  ts_tree_reset(t, 0);
+  t->n = n <= t->cap ? n : t->cap;
+}
+
+void ts_tree_free(ts_tree *t) {
+  for (int i = 0; i < t->nowned; i++) free(t->owned[i]);
+  memset(t, 0, sizeof *t);
+}
+
+static float *take(ts_tree *t) {
+  if (t->npool > 0) return t->pool[--t->npool];
+  if (t->nowned >= TS_TREE_MAX_LEVELS + 2) return NULL;
+  float *b = NULL;
+  if (posix_memalign((void **)&b, 64, t->cap * sizeof(float) + 64) != 0) return NULL;
+  t->owned[t->nowned++] = b;
+  return b;
+}
+
+static void give(ts_tree *t, float *b) { t->pool[t->npool++] = b; }
+
+void ts_tree_reset(ts_tree *t, uint64_t start) {
+  for (int k = 0; k < TS_TREE_MAX_LEVELS; k++)
+    if (t->slot[k]) { give(t, t->slot[k]); t->slot[k] = NULL; }
+  t->count = start;
+}
+
+void ts_tree_add(float *a, const float *b, size_t n) {
+  // Elementwise: any split of the index range gives the same bits.
+#pragma omp parallel for schedule(static) if (n >= (1u << 16))
+  for (size_t i = 0; i < n; i++) a[i] = a[i] + b[i];
+}
+
+int ts_tree_push(ts_tree *t, const float *leaf) {
+  float *carry = NULL;
+  if (leaf) {
+    carry = take(t);
+    if (!carry) return -1;
+    memcpy(carry, leaf, t->n * sizeof(float));
+  }
+  int k = 0;
+  for (; (t->count >> k) & 1u; k++) {
+    float *left = t->slot[k];
+    t->slot[k] = NULL;
+    if (left && carry) {
+      ts_tree_add(left, carry, t->n); // left subtree + right subtree
+      give(t, carry);
+      carry = left;
+    } else if (left) {
+      carry = left;
+    }
+  }
+  t->slot[k] = carry;
+  t->count++;
+  return 0;
+}
+
+void ts_tree_skip(ts_tree *t, uint64_t count) {
+  // An empty leaf still merges the subtrees to its left when it completes a
+  // level, so empties are pushed one by one (cheap: no copies).
+  for (uint64_t i = 0; i < count; i++) ts_tree_push(t, NULL);
+}
+
+void ts_tree_finish(ts_tree *t, float *out) {
+  // Pad with empty leaves up to the next power of two: the occupied slots
+  // combine from the lowest level up, each higher slot being the left operand.
+  float *acc = NULL;
+  for (int k = 0; k < TS_TREE_MAX_LEVELS; k++) {
+    float *s = t->slot[k];
+    if (!s) continue;
+    t->slot[k] = NULL;
+    if (acc) {
+      ts_tree_add(s, acc, t->n);
+      give(t, acc);
+    }
+    acc = s;
+  }
+  if (acc) {
+    memcpy(out, acc, t->n * sizeof(float));
+    give(t, acc);
+  } else {
+    memset(out, 0, t->n * sizeof(float));
+  }
+  t->count = 0;
+}
+
+float ts_tree_sum(const float *x, size_t n) {
+  // Same tree as ts_tree with scalar leaves, computed in place on a stack.
+  float stack[TS_TREE_MAX_LEVELS];
+  int have[TS_TREE_MAX_LEVELS] = {0};
+  for (size_t i = 0; i < n; i++) {
+    float carry = x[i];
+    int k = 0;
+    for (; (i >> k) & 1u; k++) {
+      carry = stack[k] + carry;
+      have[k] = 0;
+    }
+    stack[k] = carry;
+    have[k] = 1;
+  }
+  int any = 0;
+  float acc = 0.0f;
+  for (int k = 0; k < TS_TREE_MAX_LEVELS; k++) {
+    if (!have[k]) continue;
+    acc = any ? stack[k] + acc : stack[k];
+    any = 1;
+  }
+  return acc;
+}

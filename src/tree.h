@@ -1,0 +1,48 @@
+// Canonical tree reductions (DESIGN.md R3).
+//
+// A sum over leaves (runs of tokens, query tiles, batch elements) is the
+// perfect binary tree over leaf positions 0, 1, 2, ... in order, adjacent
+// pairs summed level by level; positions past the end, and positions pushed
+// as "empty", contribute nothing (combining with an empty subtree is the
+// identity, not an addition of zeros). Streaming leaves in order through a
+// binary-counter stack builds exactly that tree with O(log n) buffers, so the
+// result does not depend on how the leaves were split among threads or ranks
+// as long as every part is an aligned power-of-two run of leaves.
+#ifndef TS_TREE_H
+#define TS_TREE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#define TS_TREE_MAX_LEVELS 48
+
+typedef struct {
+  size_t n;                              // floats per leaf
+  size_t cap;                            // floats per buffer (>= n)
+  uint64_t count;                        // leaf positions consumed so far
+  float *slot[TS_TREE_MAX_LEVELS];       // slot[k]: a complete subtree of 2^k leaves, or NULL
+  float *pool[TS_TREE_MAX_LEVELS + 2];   // free buffers
+  int npool;
+  float *owned[TS_TREE_MAX_LEVELS + 2];  // every buffer ever allocated, for free()
+  int nowned;
+} ts_tree;
+
+void ts_tree_init(ts_tree *t, size_t n);
+void ts_tree_free(ts_tree *t);
+// Changes the leaf size of an empty tree (n <= the size it was created with).
+void ts_tree_resize(ts_tree *t, size_t n);
+// Restarts the tree at leaf position `start` (positions before it are empty).
+void ts_tree_reset(ts_tree *t, uint64_t start);
+// Pushes the leaf at the next position; leaf NULL = empty. Returns 0, or -1
+// when out of memory.
+int ts_tree_push(ts_tree *t, const float *leaf);
+// Pushes `count` empty positions at once.
+void ts_tree_skip(ts_tree *t, uint64_t count);
+// Writes the sum of everything pushed (zeros when all were empty) into out.
+// The tree is left reset to position 0.
+void ts_tree_finish(ts_tree *t, float *out);
+
+// The canonical tree sum of n scalars (x[i] is leaf i).
+float ts_tree_sum(const float *x, size_t n);
+// Elementwise a[i] += b[i] — the one addition every combine uses.
+void ts_tree_add(float *a, const float *b, size_t n);
+#endif

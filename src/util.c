@@ -1,0 +1,50 @@
+// Small helpers shared by the runs: time, memory, hashing, aligned allocation.
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+// Monotonic so that step times never go backwards when the wall clock is
+// adjusted (NTP) in the middle of a long run.
+double ts_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Peak, not current, resident memory: the number a user needs to size a
+// machine. Linux reports ru_maxrss in KiB.
+double ts_peak_rss_mb(void) {
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0.0;
+  return (double)ru.ru_maxrss / 1024.0;
+}
+
+// FNV-1a, 64 bit. Chainable: pass the previous result as h to hash a sequence
+// of buffers as if they were one (the parameter hash walks tensors this way).
+uint64_t ts_fnv1a64(uint64_t h, const void *data, size_t n) {
+  const unsigned char *p = data;
+  for (size_t i = 0; i < n; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+// 64-byte alignment keeps every tensor on its own cache lines (no false
+// sharing between OpenMP threads) and suits AVX-512 loads. Zeroed so that
+// gradient and optimizer buffers start from exact zeros.
+void *ts_alloc(size_t bytes) {
+  void *p = NULL;
+  if (bytes == 0) bytes = 64; // a valid, freeable pointer for empty buffers
+  // round up to a whole number of cache lines
+  size_t rounded = (bytes + 63) & ~(size_t)63;
+  if (rounded < bytes) return NULL; // overflow
+  if (posix_memalign(&p, 64, rounded) != 0) return NULL;
+  memset(p, 0, rounded);
+  return p;
+}
+
+void ts_free(void *p) { free(p); }

@@ -1,0 +1,116 @@
+#!/bin/sh
+# The command line: help, one-line usage errors (exit 2) before any work,
+# runtime errors (exit 1), info, compare, and a short real run.
+. "$(dirname "$0")/lib.sh"
+
+T=$TESSERA_BIN
+
+# --- help and version ------------------------------------------------------------
+expect_exit 0 "" "$T" --help
+expect_stdout "^usage: tessera <command>"
+expect_exit 0 "" "$T" -h
+expect_stdout "^usage: tessera"
+expect_exit 0 "" "$T" --version
+expect_stdout "^tessera [0-9]+\.[0-9]+"
+for cmd in train eval dump compare info; do
+  expect_exit 0 "" "$T" "$cmd" --help
+  expect_stdout "^usage: tessera $cmd"
+  expect_stdout "^example:"
+  expect_exit 0 "" "$T" "$cmd" -h
+  expect_stdout "^usage: tessera $cmd"
+done
+expect_exit 0 "" "$T" train --help
+expect_stdout "--steps N .*default 100"
+expect_stdout "--fast"
+expect_stdout "exact"
+expect_exit 2 "" "$T" # no command: usage on stderr
+
+# --- usage errors: exit 2, one line naming the flag, before any work -------------
+# (--data points at a missing file: reaching the run would give exit 1 instead)
+NODATA="--data $TS_TMP/never-read.txt"
+expect_exit 2 "unknown command 'fly'" "$T" fly
+expect_exit 2 "--frobnicate: unknown flag" "$T" train --frobnicate $NODATA
+expect_exit 2 "--steps: missing value" "$T" train $NODATA --steps
+expect_exit 2 "--log: missing value" "$T" train $NODATA --log --quiet
+expect_exit 2 "--steps abc: not an integer" "$T" train $NODATA --steps abc
+expect_exit 2 "--steps 12x: not an integer" "$T" train $NODATA --steps 12x
+expect_exit 2 "--seq 1.5: not an integer" "$T" train $NODATA --seq 1.5
+expect_exit 2 "--steps 99999999999: out of range" "$T" train $NODATA --steps 99999999999
+expect_exit 2 "--lr fast: not a number" "$T" train $NODATA --lr fast
+expect_exit 2 "--lr nan" "$T" train $NODATA --lr nan
+expect_exit 2 "--seed -1" "$T" train $NODATA --seed -1
+expect_exit 2 "--steps -5: must be >= 1" "$T" train $NODATA --steps -5
+expect_exit 2 "--steps 0" "$T" train $NODATA --steps=0
+expect_exit 2 "--dropout 1.5: must be in \[0, 1\)" "$T" train $NODATA --dropout 1.5
+expect_exit 2 "--seq 100: must be a multiple of the tile \(8\)" "$T" train $NODATA --seq 100
+expect_exit 2 "--heads 3: must divide --d \(64\)" "$T" train $NODATA --heads 3
+expect_exit 2 "--tile 24: must be a power of two" "$T" train $NODATA --tile 24
+expect_exit 2 "--batch 0" "$T" train $NODATA --batch 0
+expect_exit 2 "--val-frac 1" "$T" train $NODATA --val-frac 1
+expect_exit 2 "--model huge: unknown preset" "$T" train $NODATA --model huge
+expect_exit 2 "--sp 2: sequence parallelism is not available" "$T" train $NODATA --sp 2
+expect_exit 2 "--dp 4: data parallelism is not available" "$T" train $NODATA --dp 4
+expect_exit 2 "--pp 2: pipeline parallelism is not available" "$T" train $NODATA --pp 2
+expect_exit 2 "--sp-mode zigzag" "$T" train $NODATA --sp-mode zigzag
+expect_exit 2 "--device cuda: " "$T" train $NODATA --device cuda
+expect_exit 2 "--device tpu: must be cpu or cuda" "$T" train $NODATA --device tpu
+expect_exit 2 "--fast: takes no value" "$T" train $NODATA --fast=yes
+expect_exit 2 "--ckpt-every 5: needs --ckpt-dir" "$T" train $NODATA --ckpt-every 5
+expect_exit 2 "--resume: needs --ckpt-dir" "$T" train $NODATA --resume
+expect_exit 2 "unexpected argument 'extra'" "$T" train $NODATA extra
+expect_exit 2 "--ckpt: not a flag of 'tessera train'" "$T" train $NODATA --ckpt x
+expect_exit 2 "--ckpt FILE is required" "$T" eval $NODATA
+expect_exit 2 "--out DIR is required" "$T" dump $NODATA
+expect_exit 2 "--traj-steps -1" "$T" dump $NODATA --out "$TS_TMP/d" --traj-steps -1
+expect_exit 2 "unexpected argument" "$T" info extra
+[ -e "$TS_TMP/d" ] && fail "a refused dump created its output directory"
+
+# --- runtime errors: exit 1, naming the file --------------------------------------
+expect_exit 1 "missing-corpus\.txt" "$T" train --steps 1 --quiet --data "$TS_TMP/missing-corpus.txt"
+
+# --- info ------------------------------------------------------------------------
+expect_exit 0 "" "$T" info
+expect_stdout "OpenBLAS"
+expect_stdout "MPICH"
+expect_stdout "cuda"
+expect_stdout "tile"
+
+# --- compare on hand-written logs -------------------------------------------------
+cat >"$TS_TMP/a.jsonl" <<'LOG'
+{"type":"config","version":"0.1.0"}
+{"type":"step","step":1,"loss":5.5,"loss_hex":"0x1.6p+2","tokens_per_s":100}
+{"type":"step","step":2,"loss":5.25,"loss_hex":"0x1.5p+2","tokens_per_s":100}
+{"type":"final","step":2,"param_hash":"00112233445566ff"}
+LOG
+sed 's/"tokens_per_s":100/"tokens_per_s":250/' "$TS_TMP/a.jsonl" >"$TS_TMP/same.jsonl"
+sed 's/0x1.5p+2/0x1.5000000000001p+2/' "$TS_TMP/a.jsonl" >"$TS_TMP/diff.jsonl"
+printf '{"type":"step","step":1,"loss":\n' >"$TS_TMP/bad.jsonl"
+expect_exit 0 "" "$T" compare "$TS_TMP/a.jsonl" "$TS_TMP/same.jsonl"
+expect_stdout "^identical$"
+expect_exit 1 "" "$T" compare "$TS_TMP/a.jsonl" "$TS_TMP/diff.jsonl"
+expect_stdout "^first divergence: step 2, loss: "
+expect_exit 0 "" "$T" compare "$TS_TMP/a.jsonl" "$TS_TMP/diff.jsonl" --rtol 1e-6
+expect_exit 2 "bad\.jsonl:1:" "$T" compare "$TS_TMP/a.jsonl" "$TS_TMP/bad.jsonl"
+expect_exit 2 "nope\.jsonl" "$T" compare "$TS_TMP/a.jsonl" "$TS_TMP/nope.jsonl"
+expect_exit 2 "--rtol -1" "$T" compare "$TS_TMP/a.jsonl" "$TS_TMP/a.jsonl" --rtol -1
+expect_exit 2 "needs two run logs" "$T" compare "$TS_TMP/a.jsonl"
+
+# --- a short real run, twice: the logs must be identical ---------------------------
+make_corpus "$TS_TMP/corpus.txt" 32768
+RUN="train --model tiny --steps 3 --warmup 1 --quiet --data $TS_TMP/corpus.txt"
+if expect_exit 0 "" "$T" $RUN --log "$TS_TMP/r1.jsonl" &&
+   expect_exit 0 "" "$T" $RUN --log "$TS_TMP/r2.jsonl"; then
+  steps=$(grep -c '"type": *"step"' "$TS_TMP/r1.jsonl" 2>/dev/null)
+  [ "${steps:-0}" -eq 3 ] || fail "r1.jsonl should have 3 step records, has ${steps:-none}"
+  head -n 1 "$TS_TMP/r1.jsonl" | grep -q '"type": *"config"' ||
+    fail "r1.jsonl should start with the config record"
+  expect_exit 0 "" "$T" compare "$TS_TMP/r1.jsonl" "$TS_TMP/r2.jsonl"
+  expect_stdout "^identical$"
+  # another seed gives another run, and compare says where
+  if expect_exit 0 "" "$T" $RUN --seed 7 --log "$TS_TMP/r3.jsonl"; then
+    expect_exit 1 "" "$T" compare "$TS_TMP/r1.jsonl" "$TS_TMP/r3.jsonl"
+    expect_stdout "^first divergence: step 1, "
+  fi
+fi
+
+done_testing

@@ -1,0 +1,109 @@
+# Shared helpers for tessera's script tests. Source it first:
+#   . "$(dirname "$0")/lib.sh"
+# Exit status follows the automake test protocol: 0 pass, 1 fail, 77 skip,
+# 99 hard error (the test itself could not run).
+
+set -u
+
+TS_TESTS_DIR=$(cd "$(dirname "$0")" && pwd)
+TESSERA_SRCDIR=${TESSERA_SRCDIR:-$(cd "$TS_TESTS_DIR/.." && pwd)}
+export TESSERA_SRCDIR
+
+# The binary: $TESSERA_BIN (set by `make check`), else the one in the
+# current directory (where make runs tests), else next to the tests folder.
+if [ -z "${TESSERA_BIN:-}" ]; then
+  if [ -x ./tessera ]; then
+    TESSERA_BIN=$(pwd)/tessera
+  else
+    TESSERA_BIN=$TS_TESTS_DIR/../tessera
+  fi
+fi
+if [ ! -x "$TESSERA_BIN" ]; then
+  echo "ERROR: tessera binary not found at $TESSERA_BIN (build it, or set TESSERA_BIN)" >&2
+  exit 99
+fi
+
+# Scratch space, removed however the script ends.
+TS_TMP=$(mktemp -d "${TMPDIR:-/tmp}/tessera-test.XXXXXX") || exit 99
+trap 'rm -rf "$TS_TMP"' EXIT
+TS_OUT=$TS_TMP/.stdout # stdout of the last expect_exit
+TS_ERR=$TS_TMP/.stderr # stderr of the last expect_exit
+
+TS_FAILS=0
+TS_CHECKS=0
+
+# fail MESSAGE: records a failed check and goes on, so one run shows them all.
+fail() {
+  TS_FAILS=$((TS_FAILS + 1))
+  echo "FAIL: $*"
+}
+
+pass() {
+  echo "ok: $*"
+}
+
+# skip REASON: the whole script is skipped (exit 77).
+skip() {
+  echo "SKIP: $*"
+  exit 77
+}
+
+# expect_exit CODE PATTERN CMD [ARGS...]
+# Runs CMD with stdout and stderr captured in $TS_OUT and $TS_ERR and checks
+# the exit status. A non-empty PATTERN (grep -E) must match stderr, and stderr
+# must then be exactly one line: errors are one clear line, never a cascade.
+expect_exit() {
+  local want=$1 pattern=$2 rc lines
+  shift 2
+  TS_CHECKS=$((TS_CHECKS + 1))
+  "$@" >"$TS_OUT" 2>"$TS_ERR"
+  rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    fail "'$*' exited $rc, expected $want; stderr: $(head -c 500 "$TS_ERR")"
+    return 1
+  fi
+  if [ -n "$pattern" ]; then
+    lines=$(wc -l <"$TS_ERR")
+    if [ "$lines" -ne 1 ]; then
+      fail "'$*': stderr has $lines lines, expected one: $(head -c 500 "$TS_ERR")"
+      return 1
+    fi
+    if ! grep -Eq -- "$pattern" "$TS_ERR"; then
+      fail "'$*': stderr '$(cat "$TS_ERR")' does not match /$pattern/"
+      return 1
+    fi
+  fi
+  pass "$* -> $rc"
+  return 0
+}
+
+# expect_stdout PATTERN: the stdout of the last expect_exit matches (grep -E).
+expect_stdout() {
+  TS_CHECKS=$((TS_CHECKS + 1))
+  if grep -Eq -- "$1" "$TS_OUT"; then
+    pass "stdout matches /$1/"
+  else
+    fail "stdout does not match /$1/: $(head -c 500 "$TS_OUT")"
+  fi
+}
+
+# make_corpus FILE [BYTES]: deterministic text, enough for small test runs.
+make_corpus() {
+  local file=$1 bytes=${2:-65536}
+  # MINSTD generator, exact in awk's doubles, so every awk writes the same bytes
+  awk -v n="$bytes" 'BEGIN {
+    x = 7; w[0]="the"; w[1]="model"; w[2]="sees"; w[3]="every"; w[4]="token";
+    w[5]="once"; w[6]="and"; w[7]="learns"; w[8]="a"; w[9]="pattern";
+    s = 0;
+    while (s < n) { line = "";
+      for (i = 0; i < 12; i++) { x = (x * 48271) % 2147483647; line = line w[x % 10] " " }
+      print line; s += length(line) + 1 }
+  }' | head -c "$bytes" >"$file"
+}
+
+# done_testing: the script's exit status.
+done_testing() {
+  echo "$TS_CHECKS checks, $TS_FAILS failed"
+  [ "$TS_FAILS" -eq 0 ] && exit 0
+  exit 1
+}

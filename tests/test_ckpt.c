@@ -1,0 +1,628 @@
+// Checkpoint tests: bitwise round trips, the exact file layout (checked against
+// an independent bitwise CRC-32), every kind of damage refused with a message
+// that names it, and atomic writes that leave no temp file and never damage an
+// existing checkpoint.
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+
+static char tmpdir[4096];
+
+static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+  return remove(p);
+}
+
+static int setup(void **state) {
+  const char *base = getenv("TMPDIR");
+  snprintf(tmpdir, sizeof tmpdir, "%s/tessera-ckpt-XXXXXX", base && *base ? base : "/tmp");
+  return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  return nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void path_in(char *buf, size_t cap, const char *name) {
+  snprintf(buf, cap, "%s/%s", tmpdir, name);
+}
+
+// ---------------------------------------------------------------------------
+// Raw file helpers: the tests build damaged files byte by byte.
+
+// CRC-32 the slow way (bit by bit, no table), independent of the module's.
+static uint32_t ref_crc32(const void *data, size_t n) {
+  const unsigned char *p = data;
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; i++) {
+    c ^= p[i];
+    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
+  }
+  return ~c;
+}
+
+static unsigned char *slurp(const char *path, size_t *n) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  unsigned char *buf = malloc((size_t)len + 1);
+  assert_non_null(buf);
+  assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
+  fclose(f);
+  *n = (size_t)len;
+  return buf;
+}
+
+static void put_file(const char *path, const void *bytes, size_t n) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_int_equal(fwrite(bytes, 1, n, f), n);
+  assert_int_equal(fclose(f), 0);
+}
+
+static uint64_t get_u64le(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+static void put_u64le(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+// Writes a file with the given header text and data section. The header
+// format has one %s, replaced by the data's correct CRC, so that each test
+// damages exactly one thing.
+static void put_raw(const char *path, const char *header_fmt, const void *data, size_t dlen) {
+  char crc[16], header[4096];
+  snprintf(crc, sizeof crc, "%08x", (unsigned)ref_crc32(data, dlen));
+  int hl = snprintf(header, sizeof header, header_fmt, crc);
+  assert_true(hl > 0 && (size_t)hl < sizeof header);
+  size_t n = 8 + (size_t)hl + dlen;
+  unsigned char *buf = malloc(n);
+  assert_non_null(buf);
+  put_u64le(buf, (uint64_t)hl);
+  memcpy(buf + 8, header, (size_t)hl);
+  if (dlen) memcpy(buf + 8 + hl, data, dlen);
+  put_file(path, buf, n);
+  free(buf);
+}
+
+// Entries of tmpdir whose name contains ".tmp." (leftover temp files).
+static int count_temp_files(const char *dir) {
+  DIR *d = opendir(dir);
+  assert_non_null(d);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    if (strstr(e->d_name, ".tmp.")) n++;
+  closedir(d);
+  return n;
+}
+
+// Opening must fail with TS_ERUNTIME and a message naming the file and
+// containing each of the given words (NULL-terminated).
+static void expect_refused(const char *path, ...) {
+  static char sentinel;
+  ts_ckpt *ck = (ts_ckpt *)&sentinel; // must come back NULL
+  int rc = ts_ckpt_open(path, &ck);
+  if (rc == TS_OK) fail_msg("%s opened although damaged", path);
+  assert_int_equal(rc, TS_ERUNTIME);
+  assert_null(ck);
+  const char *msg = ts_errmsg();
+  if (!strstr(msg, path)) fail_msg("message does not name the file: %s", msg);
+  va_list ap;
+  va_start(ap, path);
+  for (const char *w; (w = va_arg(ap, const char *));)
+    if (!strstr(msg, w)) fail_msg("message lacks '%s': %s", w, msg);
+  va_end(ap);
+}
+
+// ---------------------------------------------------------------------------
+// A fixed set of tensors with awkward values: NaN payloads, -0, infinities,
+// denormals; a scalar and an empty tensor.
+#define A_N 15
+#define B_N 7
+#define D_N 12
+static float a_data[A_N], b_data[B_N], c_data[1], d_data[D_N];
+
+static void fill(float *x, int n, uint32_t seed) {
+  for (int i = 0; i < n; i++) {
+    seed = seed * 1664525u + 1013904223u;
+    uint32_t bits = seed;
+    memcpy(&x[i], &bits, 4); // any bit pattern, NaNs included
+  }
+}
+
+static int make_tensors(ts_tensor *t) {
+  fill(a_data, A_N, 1);
+  fill(b_data, B_N, 2);
+  fill(d_data, D_N, 3);
+  a_data[0] = -0.0f;
+  a_data[1] = INFINITY;
+  a_data[2] = -INFINITY;
+  a_data[3] = 1e-45f;
+  uint32_t nan_bits = 0x7FC12345u;
+  memcpy(&a_data[4], &nan_bits, 4);
+  c_data[0] = 42.5f;
+  ts_tensor ts[5] = {
+      {.name = "wte", .ndim = 2, .shape = {3, 5}, .data = a_data},
+      {.name = "h.0.ln1.b", .ndim = 1, .shape = {B_N}, .data = b_data},
+      {.name = "scalar", .ndim = 0, .data = c_data},
+      {.name = "empty", .ndim = 2, .shape = {0, 4}, .data = NULL},
+      {.name = "h.0.attn.w\"q\\", .ndim = 4, .shape = {2, 1, 3, 2}, .data = d_data},
+  };
+  memcpy(t, ts, sizeof ts);
+  return 5;
+}
+
+static const ts_meta tricky_meta[] = {
+    {"config", "{\"model\": {\"preset\": \"tiny\", \"path\": \"C:\\\\data\\\\x.txt\", \"lr\": 3e-4}}"},
+    {"quotes", "\"\"\"'\\\"\\\\"},
+    {"controls", "tab\t nl\n cr\r bs\b ff\f one\x01 esc\x1b us\x1f del\x7f"},
+    {"utf8", "h\xc3\xa9llo \xe2\x9c\x93 \xf0\x9d\x84\x9e"},
+    {"empty", ""},
+    {"key with \"quotes\" and \\ and\nnewline", "v"},
+    {"slash/", "</script>"},
+};
+#define N_META ((int)(sizeof tricky_meta / sizeof tricky_meta[0]))
+
+static void write_good(const char *path) {
+  ts_tensor t[5];
+  int n = make_tensors(t);
+  int rc = ts_ckpt_write(path, t, n, tricky_meta, N_META);
+  if (rc) fail_msg("%s", ts_errmsg());
+}
+
+// ---------------------------------------------------------------------------
+static void test_crc_reference(void **state) {
+  // The standard check value of CRC-32 confirms the independent implementation.
+  assert_int_equal(ref_crc32("123456789", 9), 0xCBF43926u);
+}
+
+static void test_round_trip(void **state) {
+  char path[4200];
+  path_in(path, sizeof path, "rt.safetensors");
+  ts_tensor t[5];
+  int n = make_tensors(t);
+  assert_int_equal(ts_ckpt_write(path, t, n, tricky_meta, N_META), TS_OK);
+
+  ts_ckpt *ck = NULL;
+  if (ts_ckpt_open(path, &ck) != TS_OK) fail_msg("%s", ts_errmsg());
+  assert_int_equal(ts_ckpt_num_tensors(ck), n);
+  for (int i = 0; i < N_META; i++) {
+    const char *v = ts_ckpt_meta(ck, tricky_meta[i].key);
+    assert_non_null(v);
+    assert_string_equal(v, tricky_meta[i].value);
+  }
+  assert_string_equal(ts_ckpt_meta(ck, "tessera.format"), "1");
+  assert_null(ts_ckpt_meta(ck, "absent"));
+  // Load in reverse order into fresh buffers; every bit must come back.
+  for (int i = n - 1; i >= 0; i--) {
+    ts_tensor u = t[i];
+    size_t bytes = (size_t)ts_tensor_numel(&t[i]) * sizeof(float);
+    u.data = bytes ? malloc(bytes) : NULL;
+    if (bytes) memset(u.data, 0xAB, bytes);
+    if (ts_ckpt_load(ck, &u) != TS_OK) fail_msg("%s", ts_errmsg());
+    if (bytes) assert_memory_equal(u.data, t[i].data, bytes);
+    free(u.data);
+  }
+  ts_ckpt_close(ck);
+}
+
+// The exact layout other readers rely on: u64 length, JSON, 8-byte aligned
+// contiguous data in the given order, CRC of the data section in the header.
+static void test_layout(void **state) {
+  char path[4200];
+  path_in(path, sizeof path, "layout.safetensors");
+  write_good(path);
+  size_t size;
+  unsigned char *b = slurp(path, &size);
+  uint64_t hlen = get_u64le(b);
+  assert_true(8 + hlen <= size);
+  assert_int_equal((8 + hlen) % 8, 0);
+  assert_int_equal(b[8], '{');
+  ts_tensor t[5];
+  int n = make_tensors(t);
+  size_t off = 8 + (size_t)hlen;
+  for (int i = 0; i < n; i++) { // the data section is the tensors, in order
+    size_t bytes = (size_t)ts_tensor_numel(&t[i]) * 4;
+    if (bytes) assert_memory_equal(b + off, t[i].data, bytes);
+    off += bytes;
+  }
+  assert_int_equal(off, size);
+  char want[16];
+  snprintf(want, sizeof want, "%08x", (unsigned)ref_crc32(b + 8 + hlen, size - 8 - hlen));
+  char *hdr = strndup((const char *)b + 8, (size_t)hlen);
+  char needle[64];
+  snprintf(needle, sizeof needle, "\"tessera.data_crc32\":\"%s\"", want);
+  if (!strstr(hdr, needle)) fail_msg("header lacks %s: %s", needle, hdr);
+  assert_non_null(strstr(hdr, "\"wte\":{\"dtype\":\"F32\",\"shape\":[3,5],\"data_offsets\":[0,60]}"));
+  free(hdr);
+  free(b);
+}
+
+// Same inputs, same bytes (golden files are compared with cmp).
+static void test_deterministic(void **state) {
+  char p1[4200], p2[4200];
+  path_in(p1, sizeof p1, "det1.safetensors");
+  path_in(p2, sizeof p2, "det2.safetensors");
+  write_good(p1);
+  write_good(p2);
+  size_t n1, n2;
+  unsigned char *b1 = slurp(p1, &n1), *b2 = slurp(p2, &n2);
+  assert_int_equal(n1, n2);
+  assert_memory_equal(b1, b2, n1);
+  free(b1);
+  free(b2);
+}
+
+// Escapes another writer may use (\u, surrogate pairs, \/), an unpadded
+// header, whitespace between tokens and unknown fields are all fine.
+static void test_reads_other_writers(void **state) {
+  char path[4200];
+  path_in(path, sizeof path, "other.safetensors");
+  float x[2] = {1.5f, -2.0f};
+  put_raw(path,
+          " { \"x\" : { \"shape\" : [ 2 ] , \"dtype\" : \"F32\", \"extra\": [1, {\"a\": null}],"
+          " \"data_offsets\" : [ 0 , 8 ] } ,\n\t\"__metadata__\" : { \"tessera.format\" : "
+          "\"\\u0031\", \"tessera.data_crc32\": \"%s\", \"s\": \"\\u0041\\u00e9\\ud834\\udd1e\\/\\\"\" } }",
+          x, sizeof x);
+  ts_ckpt *ck = NULL;
+  if (ts_ckpt_open(path, &ck) != TS_OK) fail_msg("%s", ts_errmsg());
+  assert_string_equal(ts_ckpt_meta(ck, "s"), "A\xc3\xa9\xf0\x9d\x84\x9e/\"");
+  float y[2];
+  ts_tensor t = {.name = "x", .ndim = 1, .shape = {2}, .data = y};
+  assert_int_equal(ts_ckpt_load(ck, &t), TS_OK);
+  assert_memory_equal(x, y, sizeof x);
+  ts_ckpt_close(ck);
+}
+
+// ---------------------------------------------------------------------------
+// Damage.
+
+static void test_truncated(void **state) {
+  char good[4200], path[4200];
+  path_in(good, sizeof good, "trunc-src.safetensors");
+  path_in(path, sizeof path, "trunc.safetensors");
+  write_good(good);
+  size_t size;
+  unsigned char *b = slurp(good, &size);
+  size_t hlen = (size_t)get_u64le(b);
+  // inside the length word
+  size_t in_len[] = {0, 1, 7};
+  for (size_t i = 0; i < 3; i++) {
+    put_file(path, b, in_len[i]);
+    expect_refused(path, "too short", "truncated", NULL);
+  }
+  // inside the header
+  size_t in_hdr[] = {8, 9, 8 + hlen / 2, 8 + hlen - 1};
+  for (size_t i = 0; i < 4; i++) {
+    put_file(path, b, in_hdr[i]);
+    expect_refused(path, "header length", "exceeds", "truncated", NULL);
+  }
+  // inside the data (and with no data at all)
+  size_t in_data[] = {8 + hlen, 8 + hlen + 1, 8 + hlen + 60, size - 1};
+  for (size_t i = 0; i < 4; i++) {
+    put_file(path, b, in_data[i]);
+    expect_refused(path, "truncated", NULL);
+  }
+  free(b);
+}
+
+static void test_flipped_data_byte(void **state) {
+  char path[4200];
+  path_in(path, sizeof path, "flip.safetensors");
+  write_good(path);
+  size_t size;
+  unsigned char *b = slurp(path, &size);
+  size_t hlen = (size_t)get_u64le(b);
+  size_t where[] = {8 + hlen, 8 + hlen + 37, size - 1};
+  for (size_t i = 0; i < 3; i++) {
+    b[where[i]] ^= 0x10;
+    put_file(path, b, size);
+    expect_refused(path, "checksum", "damaged", NULL);
+    b[where[i]] ^= 0x10;
+  }
+  free(b);
+}
+
+static void test_appended_bytes(void **state) {
+  char path[4200];
+  path_in(path, sizeof path, "append.safetensors");
+  write_good(path);
+  size_t size;
+  unsigned char *b = slurp(path, &size);
+  b = realloc(b, size + 5);
+  memcpy(b + size, "extra", 5);
+  put_file(path, b, size + 5);
+  expect_refused(path, "5 bytes after the last tensor", NULL);
+  free(b);
+}
+
+static void test_header_length(void **state) {
+  char path[4200];
+  path_in(path, sizeof path, "hlen.safetensors");
+  write_good(path);
+  size_t size;
+  unsigned char *b = slurp(path, &size);
+  uint64_t lens[] = {size - 8 + 1, 1ull << 40, UINT64_MAX};
+  for (int i = 0; i < 3; i++) {
+    put_u64le(b, lens[i]);
+    put_file(path, b, size);
+    expect_refused(path, "header length", "exceeds", NULL);
+  }
+  put_u64le(b, 0);
+  put_file(path, b, size);
+  expect_refused(path, "header length 0", NULL);
+  free(b);
+}
+
+static void test_garbage_json(void **state) {
+  static const char *const headers[] = {
+      "not json at all",
+      "[1, 2]",
+      "{\"__metadata__\": {\"tessera.format\": \"1\"}",          // unclosed
+      "{\"__metadata__\": {\"tessera.format\": \"1\",}}",        // trailing comma
+      "{\"__metadata__\": {\"tessera.format\": \"1\"}} x",       // trailing garbage
+      "{\"__metadata__\": {\"tessera.format\": \"1\"}}{}",       // a second object
+      "{\"__metadata__\": {\"tessera.format\": \"1}}",           // unterminated string
+      "{\"__metadata__\": {\"tessera.format\" \"1\"}}",          // missing colon
+      "{\"__metadata__\": {'tessera.format': \"1\"}}",           // single quotes
+      "{\"__metadata__\": {\"a\": \"\\q\"}}",                    // unknown escape
+      "{\"__metadata__\": {\"a\": \"\\u12\"}}",                  // short \u
+      "{\"__metadata__\": {\"a\": \"\\ud800\"}}",                // lone surrogate
+      "{\"__metadata__\": {\"a\": \"\\u0000\"}}",                // NUL
+      "{\"__metadata__\": {\"a\": \"raw\ttab\"}}",               // raw control char
+      "{\"__metadata__\": {\"a\": \"\xc3\x28\"}}",               // invalid UTF-8
+      "{\"__metadata__\": {\"a\": \"\xc0\xaf\"}}",               // overlong UTF-8
+      "{\"x\": {\"dtype\": \"F32\", \"shape\": [01], \"data_offsets\": [0, 4]}}",  // leading 0
+      "{\"x\": {\"dtype\": \"F32\", \"shape\": [1.], \"data_offsets\": [0, 4]}}",  // bad number
+      "{\"x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4], \"e\": tru}}",
+  };
+  char path[4200];
+  path_in(path, sizeof path, "garbage.safetensors");
+  float x = 1.0f;
+  for (size_t i = 0; i < sizeof headers / sizeof headers[0]; i++) {
+    put_raw(path, headers[i], &x, sizeof x);
+    expect_refused(path, "header is not valid JSON", NULL);
+  }
+}
+
+// Valid JSON, but not a valid checkpoint header: each error names the problem.
+static void test_bad_header_content(void **state) {
+#define META "\"__metadata__\": {\"tessera.format\": \"1\", \"tessera.data_crc32\": \"%s\"}"
+  static const struct {
+    const char *header;
+    const char *word1, *word2;
+  } cases[] = {
+      {"{" META ", \"x\": {\"dtype\": \"F16\", \"shape\": [2], \"data_offsets\": [0, 8]}}", "dtype F16",
+       "'x'"},
+      {"{" META ", \"x\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 8]}}", "shape [3]",
+       "'x'"},
+      {"{" META ", \"x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]},"
+                " \"y\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}",
+       "overlap", "'y'"},
+      {"{" META ", \"x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
+                " \"y\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}",
+       "overlap", "'x'"},
+      {"{" META ", \"x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [4, 12]}}",
+       "out of range", "'x'"},
+      {"{" META ", \"x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}",
+       "belong to no tensor", "[0, 4)"},
+      {"{" META ", \"x\": {\"dtype\": \"F32\", \"shape\": [0], \"data_offsets\": [8, 0]}}",
+       "end before begin", "'x'"},
+      {"{" META ", \"x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0]}}",
+       "data_offsets has 1 values", "'x'"},
+      {"{" META ", \"x\": {\"dtype\": \"F32\", \"shape\": [-2], \"data_offsets\": [0, 8]}}",
+       "not an integer", "'x'"},
+      {"{" META ", \"x\": {\"dtype\": \"F32\", \"shape\": [1, 1, 1, 1, 2], \"data_offsets\": [0, 8]}}",
+       "5 dims", "'x'"},
+      {"{" META ", \"x\": {\"dtype\": \"F32\", \"data_offsets\": [0, 8]}}", "no shape", "'x'"},
+      {"{" META ", \"x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]},"
+                " \"x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}",
+       "appears twice", "'x'"},
+      {"{" META ", \"x\": 7}", "not an object", "'x'"},
+      {"{\"__metadata__\": {\"tessera.data_crc32\": \"%s\"},"
+       " \"x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}",
+       "tessera.format", "not a tessera checkpoint"},
+      {"{\"__metadata__\": {\"tessera.format\": \"2\", \"c\": \"%s\"},"
+       " \"x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}",
+       "tessera.format", "'2'"},
+      {"{\"__metadata__\": {\"tessera.format\": \"1\", \"c\": \"%s\"},"
+       " \"x\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}}",
+       "no tessera.data_crc32", NULL},
+      {"{\"__metadata__\": {\"tessera.format\": \"1\", \"tessera.data_crc32\": \"%s\", \"n\": 5}}",
+       "not a string", "'n'"},
+  };
+#undef META
+  char path[4200];
+  path_in(path, sizeof path, "content.safetensors");
+  float x[2] = {1.0f, 2.0f};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    put_raw(path, cases[i].header, x, sizeof x);
+    expect_refused(path, cases[i].word1, cases[i].word2, NULL);
+  }
+}
+
+static void test_missing_or_misshapen_tensor(void **state) {
+  char path[4200];
+  path_in(path, sizeof path, "load.safetensors");
+  write_good(path);
+  ts_ckpt *ck = NULL;
+  assert_int_equal(ts_ckpt_open(path, &ck), TS_OK);
+  float buf[64];
+  ts_tensor t = {.name = "lm_head", .ndim = 2, .shape = {3, 5}, .data = buf};
+  assert_int_equal(ts_ckpt_load(ck, &t), TS_ERUNTIME);
+  assert_non_null(strstr(ts_errmsg(), "no tensor 'lm_head'"));
+  assert_non_null(strstr(ts_errmsg(), path));
+
+  ts_tensor u = {.name = "wte", .ndim = 2, .shape = {5, 3}, .data = buf};
+  memset(buf, 0, sizeof buf);
+  assert_int_equal(ts_ckpt_load(ck, &u), TS_ERUNTIME);
+  const char *m = ts_errmsg();
+  if (!strstr(m, "'wte'") || !strstr(m, "[3, 5]") || !strstr(m, "[5, 3]"))
+    fail_msg("shape mismatch message lacks the name or a shape: %s", m);
+  for (int i = 0; i < 64; i++) assert_true(buf[i] == 0.0f); // nothing was loaded
+
+  ts_tensor v = {.name = "h.0.ln1.b", .ndim = 2, .shape = {B_N, 1}, .data = buf};
+  assert_int_equal(ts_ckpt_load(ck, &v), TS_ERUNTIME);
+  assert_non_null(strstr(ts_errmsg(), "[7, 1]"));
+  ts_ckpt_close(ck);
+
+  expect_refused(tmpdir, "not a regular file", NULL);
+  char none[4200];
+  path_in(none, sizeof none, "does-not-exist.safetensors");
+  expect_refused(none, "cannot open", NULL);
+}
+
+// ---------------------------------------------------------------------------
+// Writing: bad inputs, failures, atomicity.
+
+static void test_bad_inputs(void **state) {
+  char path[4200];
+  path_in(path, sizeof path, "inputs.safetensors");
+  float x[2] = {0};
+  ts_tensor dup[2] = {{.name = "a", .ndim = 1, .shape = {2}, .data = x},
+                      {.name = "a", .ndim = 1, .shape = {2}, .data = x}};
+  assert_int_equal(ts_ckpt_write(path, dup, 2, NULL, 0), TS_ERUNTIME);
+  assert_non_null(strstr(ts_errmsg(), "'a' given twice"));
+  ts_tensor reserved = {.name = "__metadata__", .ndim = 1, .shape = {2}, .data = x};
+  assert_int_equal(ts_ckpt_write(path, &reserved, 1, NULL, 0), TS_ERUNTIME);
+  ts_tensor neg = {.name = "n", .ndim = 1, .shape = {-1}, .data = x};
+  assert_int_equal(ts_ckpt_write(path, &neg, 1, NULL, 0), TS_ERUNTIME);
+  ts_meta crc = {"tessera.data_crc32", "00000000"};
+  assert_int_equal(ts_ckpt_write(path, dup, 1, &crc, 1), TS_ERUNTIME);
+  assert_non_null(strstr(ts_errmsg(), "reserved"));
+  ts_meta utf = {"k", "\xff\xfe"};
+  assert_int_equal(ts_ckpt_write(path, dup, 1, &utf, 1), TS_ERUNTIME);
+  assert_non_null(strstr(ts_errmsg(), "UTF-8"));
+  assert_int_equal(access(path, F_OK), -1); // refused before any file was made
+  assert_int_equal(count_temp_files(tmpdir), 0);
+
+  // No tensors at all is a valid (metadata-only) checkpoint.
+  ts_meta m = {"k", "v"};
+  assert_int_equal(ts_ckpt_write(path, NULL, 0, &m, 1), TS_OK);
+  ts_ckpt *ck = NULL;
+  assert_int_equal(ts_ckpt_open(path, &ck), TS_OK);
+  assert_int_equal(ts_ckpt_num_tensors(ck), 0);
+  assert_string_equal(ts_ckpt_meta(ck, "k"), "v");
+  ts_ckpt_close(ck);
+}
+
+static void test_write_missing_directory(void **state) {
+  char path[4200];
+  path_in(path, sizeof path, "no-such-dir/ck.safetensors");
+  ts_tensor t[5];
+  int n = make_tensors(t);
+  assert_int_equal(ts_ckpt_write(path, t, n, NULL, 0), TS_ERUNTIME);
+  assert_non_null(strstr(ts_errmsg(), path));
+  char dir[4200];
+  path_in(dir, sizeof dir, "no-such-dir");
+  assert_int_equal(access(dir, F_OK), -1);
+  assert_int_equal(count_temp_files(tmpdir), 0);
+}
+
+// The rename fails (the target is a directory): the temp file must go.
+static void test_failed_rename_leaves_no_temp(void **state) {
+  char path[4200];
+  path_in(path, sizeof path, "is-a-dir");
+  assert_int_equal(mkdir(path, 0755), 0);
+  ts_tensor t[5];
+  int n = make_tensors(t);
+  assert_int_equal(ts_ckpt_write(path, t, n, NULL, 0), TS_ERUNTIME);
+  assert_non_null(strstr(ts_errmsg(), "rename"));
+  struct stat st;
+  assert_int_equal(stat(path, &st), 0);
+  assert_true(S_ISDIR(st.st_mode));
+  assert_int_equal(count_temp_files(tmpdir), 0);
+  assert_int_equal(rmdir(path), 0);
+}
+
+// A write that fails half way (here: the file-size limit, which behaves like a
+// full disk even for root) must leave the previous checkpoint byte for byte.
+static void test_failed_overwrite_keeps_old(void **state) {
+  char path[4200];
+  path_in(path, sizeof path, "keep.safetensors");
+  write_good(path);
+  size_t old_n;
+  unsigned char *old = slurp(path, &old_n);
+
+  enum { BIG = 1 << 16 };
+  float *big = calloc(BIG, sizeof(float));
+  assert_non_null(big);
+  ts_tensor t = {.name = "big", .ndim = 1, .shape = {BIG}, .data = big};
+
+  struct rlimit saved, lim;
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  lim = saved;
+  lim.rlim_cur = 4096;
+  void (*oldsig)(int) = signal(SIGXFSZ, SIG_IGN); // write() then fails with EFBIG
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  int rc = ts_ckpt_write(path, &t, 1, NULL, 0);
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", ts_errmsg());
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &saved), 0);
+  signal(SIGXFSZ, oldsig);
+
+  assert_int_equal(rc, TS_ERUNTIME);
+  if (!strstr(msg, "writing") || !strstr(msg, strerror(EFBIG)))
+    fail_msg("message does not say the write failed: %s", msg);
+  assert_int_equal(count_temp_files(tmpdir), 0);
+  size_t now_n;
+  unsigned char *now = slurp(path, &now_n);
+  assert_int_equal(now_n, old_n);
+  assert_memory_equal(now, old, old_n);
+  ts_ckpt *ck = NULL;
+  assert_int_equal(ts_ckpt_open(path, &ck), TS_OK);
+  ts_ckpt_close(ck);
+
+  // And a successful overwrite replaces it completely.
+  assert_int_equal(ts_ckpt_write(path, &t, 1, NULL, 0), TS_OK);
+  assert_int_equal(ts_ckpt_open(path, &ck), TS_OK);
+  assert_int_equal(ts_ckpt_num_tensors(ck), 1);
+  assert_null(ts_ckpt_meta(ck, "config"));
+  ts_ckpt_close(ck);
+  assert_int_equal(count_temp_files(tmpdir), 0);
+  free(now);
+  free(old);
+  free(big);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_crc_reference),
+      cmocka_unit_test(test_round_trip),
+      cmocka_unit_test(test_layout),
+      cmocka_unit_test(test_deterministic),
+      cmocka_unit_test(test_reads_other_writers),
+      cmocka_unit_test(test_truncated),
+      cmocka_unit_test(test_flipped_data_byte),
+      cmocka_unit_test(test_appended_bytes),
+      cmocka_unit_test(test_header_length),
+      cmocka_unit_test(test_garbage_json),
+      cmocka_unit_test(test_bad_header_content),
+      cmocka_unit_test(test_missing_or_misshapen_tensor),
+      cmocka_unit_test(test_bad_inputs),
+      cmocka_unit_test(test_write_missing_directory),
+      cmocka_unit_test(test_failed_rename_leaves_no_temp),
+      cmocka_unit_test(test_failed_overwrite_keeps_old),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

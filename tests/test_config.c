@@ -1,0 +1,257 @@
+// Configuration: presets, tile/leaf defaults, validation messages and the
+// JSON round trip (which must give back every field bit for bit, because a
+// resumed run rebuilds its configuration from the checkpoint).
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera.h"
+
+static void base(ts_config *c, const char *preset) {
+  memset(c, 0, sizeof *c);
+  assert_int_equal(ts_config_preset(c, preset), TS_OK);
+  ts_config_defaults(c);
+}
+
+static void test_presets(void **state) {
+  ts_config c;
+  int n = 0;
+  for (const char *const *p = ts_preset_names; *p; p++, n++) {
+    base(&c, *p);
+    assert_string_equal(c.preset, *p);
+    assert_int_equal(c.vocab, 256);
+    assert_int_equal(c.tied, 1);
+    assert_true(c.dropout == 0.0f);
+    assert_int_equal(c.variant, TS_GPT);
+    assert_int_equal(ts_config_finalize(&c), TS_OK); // every preset is valid as is
+  }
+  assert_int_equal(n, 4);
+  base(&c, "small"); // the LSS paper's 20M model
+  assert_int_equal(c.d, 512);
+  assert_int_equal(c.n_layer, 6);
+  assert_int_equal(c.n_head, 8);
+  assert_int_equal(c.d_ff, 2048);
+  assert_int_equal(c.seq, 1024);
+  assert_int_equal(c.batch, 4);
+  base(&c, "large");
+  assert_int_equal(c.d, 2048);
+  assert_int_equal(c.n_layer, 24);
+  assert_int_equal(c.n_head, 16);
+  assert_int_equal(c.batch, 1);
+  base(&c, "mini");
+  assert_int_equal(c.d, 128);
+  assert_int_equal(c.seq, 256);
+  assert_int_equal(ts_config_preset(&c, "huge"), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--model huge"));
+}
+
+static void test_defaults(void **state) {
+  ts_config c;
+  base(&c, "tiny");
+  assert_int_equal(c.seed, 1337);
+  assert_int_equal(c.steps, 100);
+  assert_true(c.lr == 1e-3f && c.min_lr_frac == 0.1f && c.weight_decay == 0.1f);
+  assert_true(c.beta1 == 0.9f && c.beta2 == 0.95f && c.eps == 1e-8f && c.grad_clip == 1.0f);
+  assert_int_equal(c.warmup, 10);
+  assert_true(c.val_frac == 0.1f);
+  assert_int_equal(c.eval_batches, 4);
+  assert_string_equal(c.data_path, "data/corpus.txt");
+  assert_int_equal(ts_config_finalize(&c), TS_OK);
+  assert_int_equal(c.tile, 8); // T = 64: T/8
+  assert_int_equal(c.leaf, 8);
+}
+
+static void test_tile_leaf_rule(void **state) {
+  // T -> (tile, leaf): min(64, pow2 <= T/8), min(256, pow2 <= T/8), leaf >= tile
+  static const int table[][3] = {
+      {8, 1, 1},       {64, 8, 8},      {100, 8, 8},       {256, 32, 32},
+      {512, 64, 64},   {1024, 64, 128}, {2048, 64, 256},   {4096, 64, 256},
+      {1000, 64, 64},  {1 << 20, 64, 256},
+  };
+  for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+    assert_int_equal(ts_default_tile(table[i][0]), table[i][1]);
+    assert_int_equal(ts_default_leaf(table[i][0]), table[i][2]);
+  }
+}
+
+// finalize on a tiny config with one change must fail naming `flag`.
+static void expect_usage(void (*change)(ts_config *), const char *want) {
+  ts_config c;
+  base(&c, "tiny");
+  change(&c);
+  assert_int_equal(ts_config_finalize(&c), TS_EUSAGE);
+  if (strstr(ts_errmsg(), want) == NULL) fail_msg("want \"%s\", got \"%s\"", want, ts_errmsg());
+}
+
+static void seq100(ts_config *c) { c->seq = 100; }
+static void heads3(ts_config *c) { c->n_head = 3; }
+static void seq4(ts_config *c) { c->seq = 4; }
+static void tile3(ts_config *c) { c->tile = 3; }
+static void leaf_small(ts_config *c) { c->tile = 8, c->leaf = 4; }
+static void leaf_big(ts_config *c) { c->leaf = 128; }
+static void drop(ts_config *c) { c->dropout = 1.5f; }
+static void drop1(ts_config *c) { c->dropout = 1.0f; }
+static void lr0(ts_config *c) { c->lr = 0.0f; }
+static void lrnan(ts_config *c) { c->lr = NAN; }
+static void steps0(ts_config *c) { c->steps = -3; }
+static void batch0(ts_config *c) { c->batch = 0; }
+static void warm(ts_config *c) { c->warmup = -1; }
+static void eps0(ts_config *c) { c->eps = 0.0f; }
+static void clip(ts_config *c) { c->grad_clip = -1.0f; }
+static void vf0(ts_config *c) { c->val_frac = 0.0f; }
+static void vf1(ts_config *c) { c->val_frac = 1.0f; }
+static void thr(ts_config *c) { c->threads = -1; }
+static void eb(ts_config *c) { c->eval_batches = 0; }
+static void ck(ts_config *c) { c->ckpt_every = -1; }
+static void ckdir(ts_config *c) { c->ckpt_every = 5; }
+static void resume(ts_config *c) { c->resume = 1; }
+
+static void test_validation(void **state) {
+  expect_usage(seq100, "--seq 100: must be a multiple of the tile (8)");
+  expect_usage(heads3, "--heads 3: must divide --d (64)");
+  expect_usage(seq4, "--seq 4");
+  expect_usage(tile3, "--tile 3: must be a power of two");
+  expect_usage(leaf_small, "--leaf 4: must be a multiple of the tile (8)");
+  expect_usage(leaf_big, "--seq 64: must be a multiple of the leaf (128)");
+  expect_usage(drop, "--dropout 1.5");
+  expect_usage(drop1, "--dropout 1");
+  expect_usage(lr0, "--lr 0");
+  expect_usage(lrnan, "--lr");
+  expect_usage(steps0, "--steps -3");
+  expect_usage(batch0, "--batch 0");
+  expect_usage(warm, "--warmup -1");
+  expect_usage(eps0, "eps 0");
+  expect_usage(clip, "--grad-clip -1");
+  expect_usage(vf0, "--val-frac 0");
+  expect_usage(vf1, "--val-frac 1");
+  expect_usage(thr, "--threads -1");
+  expect_usage(eb, "--eval-batches 0");
+  expect_usage(ck, "--ckpt-every -1");
+  expect_usage(ckdir, "--ckpt-every 5: needs --ckpt-dir");
+  expect_usage(resume, "--resume: needs --ckpt-dir");
+
+  // an explicit tile larger than the default leaf pulls the leaf up with it
+  ts_config c;
+  base(&c, "tiny");
+  c.tile = 16;
+  assert_int_equal(ts_config_finalize(&c), TS_OK);
+  assert_int_equal(c.leaf, 16);
+  // grad_clip 0 turns clipping off and is valid
+  base(&c, "tiny");
+  c.grad_clip = 0.0f;
+  assert_int_equal(ts_config_finalize(&c), TS_OK);
+}
+
+// Fills every field with a value unlike the defaults, including floats that
+// "%.9g" alone would not survive if parsed carelessly (subnormal, -0, odd bits).
+static void awkward(ts_config *c) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->preset, sizeof c->preset, "we\"ird\\name");
+  c->variant = TS_GPT;
+  c->vocab = 257;
+  c->d = 96;
+  c->n_layer = 3;
+  c->n_head = 6;
+  c->d_ff = 384;
+  c->seq = 4096;
+  c->tied = 0;
+  c->dropout = nextafterf(0.1f, 1.0f);
+  c->batch = 3;
+  c->steps = 123456;
+  c->seed = 0xfedcba9876543210ull; // above 2^53: must not pass through a double
+  c->tile = 32;
+  c->leaf = 512;
+  c->lr = 3.0e-4f;
+  c->min_lr_frac = 1e-40f; // subnormal
+  c->weight_decay = -0.0f;
+  c->beta1 = nextafterf(0.9f, 0.0f);
+  c->beta2 = 0.999f;
+  c->eps = 1.17549435e-38f;
+  c->grad_clip = 3.40282347e+38f;
+  c->warmup = 7;
+  c->val_frac = 1.0f / 3.0f;
+  c->eval_every = 11;
+  c->eval_batches = 13;
+  c->threads = 2;
+  c->fast = 1;
+  snprintf(c->data_path, sizeof c->data_path, "/tmp/dir with spaces/\t\"quoted\"\n\x01.txt");
+  snprintf(c->log_path, sizeof c->log_path, "caf\xc3\xa9/run.jsonl");
+  snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "ckpt\\dir");
+  c->ckpt_every = 17;
+  c->resume = 1;
+  c->quiet = 1;
+}
+
+static void test_json_round_trip(void **state) {
+  ts_config a, b;
+  char json[16384];
+  awkward(&a);
+  assert_int_equal(ts_config_to_json(&a, json, sizeof json), TS_OK);
+  assert_int_equal(json[0], '{');
+  assert_null(strchr(json, '\n')); // one line in the log
+  assert_non_null(strstr(json, "\"lr\":0.000300000014")); // "%.9g" for people
+  assert_non_null(strstr(json, "\"seed\":18364758544493064720"));
+  memset(&b, 0, sizeof b);
+  assert_int_equal(ts_config_from_json(&b, json), TS_OK);
+  // every field, every bit (both structs were zeroed, so padding and string
+  // tails compare too)
+  assert_memory_equal(&a, &b, sizeof a);
+
+  // a default configuration survives as well
+  ts_config c, d;
+  base(&c, "small");
+  assert_int_equal(ts_config_finalize(&c), TS_OK);
+  assert_int_equal(ts_config_to_json(&c, json, sizeof json), TS_OK);
+  memset(&d, 0, sizeof d);
+  assert_int_equal(ts_config_from_json(&d, json), TS_OK);
+  assert_memory_equal(&c, &d, sizeof c);
+}
+
+static void test_json_errors(void **state) {
+  ts_config a, b;
+  char json[16384];
+  awkward(&a);
+  assert_int_equal(ts_config_to_json(&a, json, 64), TS_ERUNTIME); // too small
+  assert_int_equal(ts_config_to_json(&a, json, sizeof json), TS_OK);
+  // truncation anywhere is an error, never a silently partial config
+  size_t n = strlen(json);
+  for (size_t cut = 0; cut < n; cut += 37) {
+    char *t = strndup(json, cut);
+    memset(&b, 0, sizeof b);
+    assert_int_not_equal(ts_config_from_json(&b, t), TS_OK);
+    free(t);
+  }
+  memset(&b, 0, sizeof b);
+  assert_int_equal(ts_config_from_json(&b, "{\"d\":64}"), TS_ERUNTIME);
+  assert_non_null(strstr(ts_errmsg(), "missing"));
+  assert_int_equal(ts_config_from_json(&b, "{\"d\":\"64\"}"), TS_ERUNTIME);
+  assert_non_null(strstr(ts_errmsg(), "\"d\""));
+  assert_int_equal(ts_config_from_json(&b, "{\"d\":6.5}"), TS_ERUNTIME);
+  assert_int_equal(ts_config_from_json(&b, "{\"seed\":-1}"), TS_ERUNTIME);
+  assert_int_equal(ts_config_from_json(&b, "{\"variant\":\"rnn\"}"), TS_ERUNTIME);
+  assert_int_equal(ts_config_from_json(&b, "[1]"), TS_ERUNTIME);
+  // order, whitespace, unknown and nested keys do not matter; hex wins
+  const char *ok = " { \"extra\": {\"a\": [1, \"}\"]}, \"seq\": 64, \"vocab\": 256, \"d\": 64,"
+                   " \"n_layer\": 2, \"n_head\": 4, \"d_ff\": 256, \"tied\": 1,"
+                   " \"dropout_hex\": \"0x1p-3\", \"dropout\": 0.2, \"variant\": \"gpt\" } ";
+  memset(&b, 0, sizeof b);
+  assert_int_equal(ts_config_from_json(&b, ok), TS_OK);
+  assert_true(b.dropout == 0.125f);
+  assert_int_equal(b.d_ff, 256);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_presets),         cmocka_unit_test(test_defaults),
+      cmocka_unit_test(test_tile_leaf_rule),  cmocka_unit_test(test_validation),
+      cmocka_unit_test(test_json_round_trip), cmocka_unit_test(test_json_errors),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
