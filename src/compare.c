@@ -137,7 +137,9 @@ static int jstring(jparser *p, char **out) {
     char e = p->s[p->pos++];
     unsigned cp, lo;
     switch (e) {
-    case '"': case '\\': case '/': buf[k++] = e; break;
+    case '"':
+    case '\\':
+    case '/': buf[k++] = e; break;
     case 'b': buf[k++] = '\b'; break;
     case 'f': buf[k++] = '\f'; break;
     case 'n': buf[k++] = '\n'; break;
@@ -183,8 +185,8 @@ static int jnumber(jparser *p, jnode *v) {
                                   "nan", "-nan", "inf",      "-inf"};
   for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) {
     size_t len = strlen(special[i]);
-    if (strncmp(s, special[i], len) == 0 && !((s[len] >= 'a' && s[len] <= 'z') ||
-                                              (s[len] >= 'A' && s[len] <= 'Z'))) {
+    if (strncmp(s, special[i], len) == 0 &&
+        !((s[len] >= 'a' && s[len] <= 'z') || (s[len] >= 'A' && s[len] <= 'Z'))) {
       n = len;
       goto done;
     }
@@ -193,20 +195,23 @@ static int jnumber(jparser *p, jnode *v) {
   if (s[n] == '0') {
     n++;
   } else if (s[n] >= '1' && s[n] <= '9') {
-    while (s[n] >= '0' && s[n] <= '9') n++;
+    while (s[n] >= '0' && s[n] <= '9')
+      n++;
   } else {
     return jerr(p, "unexpected character");
   }
   if (s[n] == '.') {
     n++;
     if (!(s[n] >= '0' && s[n] <= '9')) return jerr(p, "bad number");
-    while (s[n] >= '0' && s[n] <= '9') n++;
+    while (s[n] >= '0' && s[n] <= '9')
+      n++;
   }
   if (s[n] == 'e' || s[n] == 'E') {
     n++;
     if (s[n] == '+' || s[n] == '-') n++;
     if (!(s[n] >= '0' && s[n] <= '9')) return jerr(p, "bad number");
-    while (s[n] >= '0' && s[n] <= '9') n++;
+    while (s[n] >= '0' && s[n] <= '9')
+      n++;
   }
 done:
   v->type = J_NUM;
@@ -299,16 +304,12 @@ static int jvalue(jparser *p, jnode *v) {
   switch (c) {
   case '{': return jcontainer(p, v, J_OBJ);
   case '[': return jcontainer(p, v, J_ARR);
-  case '"':
-    v->type = J_STR;
-    return jstring(p, &v->text);
+  case '"': v->type = J_STR; return jstring(p, &v->text);
   case 't':
     v->type = J_BOOL;
     v->num = 1;
     return jliteral(p, "true");
-  case 'f':
-    v->type = J_BOOL;
-    return jliteral(p, "false");
+  case 'f': v->type = J_BOOL; return jliteral(p, "false");
   case 'n':
     if (strncmp(p->s + p->pos, "nan", 3) == 0) return jnumber(p, v);
     v->type = J_NULL;
@@ -350,9 +351,9 @@ typedef struct {
   char *line;
   size_t cap;
   long lineno;
-  long count;       // result records read so far
-  jnode rec;        // the current record
-  char label[64];   // "step 7", "step 10 eval", "step 100 final"
+  long count;     // result records read so far
+  jnode rec;      // the current record
+  char label[64]; // "step 7", "step 10 eval", "step 100 final"
   char type[8];
   double step;
   char step_text[32];
@@ -386,13 +387,13 @@ static int reader_next(reader *r) {
     if (strlen(r->line) != (size_t)len)
       return -ts_fail(TS_EUSAGE, "%s:%ld: NUL byte in line", r->path, r->lineno);
     while (len > 0 && (r->line[len - 1] == '\n' || r->line[len - 1] == '\r'))
-      r->line[--len] = '\0'; // so that error columns stay on the line
+      r->line[--len] = '\0';                             // so that error columns stay on the line
     if (strspn(r->line, " \t") == (size_t)len) continue; // blank line
     const char *err = NULL;
     size_t col = 0;
     if (jparse(r->line, &r->rec, &err, &col) != 0)
-      return -ts_fail(TS_EUSAGE, "%s:%ld: malformed JSON at column %zu: %s", r->path,
-                      r->lineno, col, err ? err : "syntax error");
+      return -ts_fail(TS_EUSAGE, "%s:%ld: malformed JSON at column %zu: %s", r->path, r->lineno,
+                      col, err ? err : "syntax error");
     if (r->rec.type != J_OBJ)
       return -ts_fail(TS_EUSAGE, "%s:%ld: a record must be a JSON object", r->path, r->lineno);
     const jnode *type = jget(&r->rec, "type");
@@ -406,8 +407,8 @@ static int reader_next(reader *r) {
     snprintf(r->type, sizeof r->type, "%s", type->text);
     const jnode *step = jget(&r->rec, "step");
     if (step == NULL || step->type != J_NUM)
-      return -ts_fail(TS_EUSAGE, "%s:%ld: %s record has no numeric \"step\"", r->path,
-                      r->lineno, r->type);
+      return -ts_fail(TS_EUSAGE, "%s:%ld: %s record has no numeric \"step\"", r->path, r->lineno,
+                      r->type);
     r->step = step->num;
     snprintf(r->step_text, sizeof r->step_text, "%s", step->text);
     if (strcmp(r->type, "step") == 0)
@@ -471,9 +472,12 @@ static double rel_diff(double a, double b) {
 static int same_bits(double a, double b) { return memcmp(&a, &b, sizeof a) == 0; }
 
 static void show_value(char *buf, size_t cap, int present, double v, const char *hex) {
-  if (!present) snprintf(buf, cap, "(missing)");
-  else if (hex) snprintf(buf, cap, "%s (%.9g)", hex, v);
-  else snprintf(buf, cap, "%a (%.9g)", v, v);
+  if (!present)
+    snprintf(buf, cap, "(missing)");
+  else if (hex)
+    snprintf(buf, cap, "%s (%.9g)", hex, v);
+  else
+    snprintf(buf, cap, "%a (%.9g)", v, v);
 }
 
 typedef struct {
@@ -494,9 +498,12 @@ static int compare_records(const reader *a, const reader *b, double rtol, rtol_s
     if (!pa && !pb) continue;
     double rel = pa && pb ? rel_diff(va, vb) : NAN;
     int equal;
-    if (!pa || !pb) equal = 0;
-    else if (rtol == 0) equal = same_bits(va, vb) || (isnan(va) && isnan(vb));
-    else equal = rel <= rtol || (isnan(va) && isnan(vb));
+    if (!pa || !pb)
+      equal = 0;
+    else if (rtol == 0)
+      equal = same_bits(va, vb) || (isnan(va) && isnan(vb));
+    else
+      equal = rel <= rtol || (isnan(va) && isnan(vb));
     if (equal) {
       if (rtol > 0 && rel > st->max_rel) {
         st->max_rel = rel;
@@ -517,8 +524,8 @@ static int compare_records(const reader *a, const reader *b, double rtol, rtol_s
     const char *sa = ha && ha->type == J_STR ? ha->text : NULL;
     const char *sb = hb && hb->type == J_STR ? hb->text : NULL;
     if ((sa || sb) && !(sa && sb && strcmp(sa, sb) == 0)) {
-      fprintf(out, "first divergence: %s, param_hash: %s vs %s\n", a->label,
-              sa ? sa : "(missing)", sb ? sb : "(missing)");
+      fprintf(out, "first divergence: %s, param_hash: %s vs %s\n", a->label, sa ? sa : "(missing)",
+              sb ? sb : "(missing)");
       return 1;
     }
   }
@@ -551,23 +558,23 @@ int ts_compare_logs(const char *path_a, const char *path_b, double rtol, FILE *o
     }
     if (na == 0 && nb == 0) { // both ended together
       if (a.count == 0) {
-        rc = ts_fail(TS_EUSAGE, "%s and %s contain no step, eval or final records", path_a,
-                     path_b);
+        rc = ts_fail(TS_EUSAGE, "%s and %s contain no step, eval or final records", path_a, path_b);
       } else {
-        if (rtol == 0) fprintf(out, "identical\n");
+        if (rtol == 0)
+          fprintf(out, "identical\n");
         else if (st.max_rel > 0)
           fprintf(out, "equal within rtol %g (max relative difference %.1e at %s)\n", rtol,
                   st.max_rel, st.where);
-        else fprintf(out, "equal within rtol %g (no differences)\n", rtol);
+        else
+          fprintf(out, "equal within rtol %g (no differences)\n", rtol);
         rc = 0;
       }
       break;
     }
     if (na == 0 || nb == 0) { // one log is shorter
       const reader *ended = na == 0 ? &a : &b, *goes_on = na == 0 ? &b : &a;
-      fprintf(out, "first divergence: %s: %s has no such record (it ends %s%s)\n",
-              goes_on->label, ended->path, last[0] ? "after " : "before the first record",
-              last);
+      fprintf(out, "first divergence: %s: %s has no such record (it ends %s%s)\n", goes_on->label,
+              ended->path, last[0] ? "after " : "before the first record", last);
       rc = 1;
       break;
     }

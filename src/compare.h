@@ -7,8 +7,8 @@
 
 // rtol = 0: bitwise (the *_hex fields must be equal strings). rtol > 0: numbers
 // within relative tolerance. Prints "identical" (or "equal within rtol ...") or
-// the first divergence to out. Returns 0 when equal, 1 when they differ, and an
-// error code (TS_ERUNTIME / TS_EUSAGE, message via ts_errmsg) for unreadable
-// or malformed logs.
+// the first divergence to out. Returns 0 when equal, 1 when they differ, and
+// TS_EUSAGE (2; message via ts_errmsg) for a log that cannot be read or is
+// malformed, like diff(1).
 int ts_compare_logs(const char *path_a, const char *path_b, double rtol, FILE *out);
 #endif

@@ -82,7 +82,8 @@ void ts_config_defaults(ts_config *cfg) {
 // T/8 keeps at least one whole tile and leaf per rank.
 static int pow2_floor(int x) {
   int p = 1;
-  while (p <= x / 2) p *= 2;
+  while (p <= x / 2)
+    p *= 2;
   return p;
 }
 
@@ -131,11 +132,9 @@ int ts_config_finalize(ts_config *cfg) {
     return ts_fail(TS_EUSAGE, "--leaf %d: must be a multiple of the tile (%d)", cfg->leaf,
                    cfg->tile);
   if (cfg->seq % cfg->tile != 0)
-    return ts_fail(TS_EUSAGE, "--seq %d: must be a multiple of the tile (%d)", cfg->seq,
-                   cfg->tile);
+    return ts_fail(TS_EUSAGE, "--seq %d: must be a multiple of the tile (%d)", cfg->seq, cfg->tile);
   if (cfg->seq % cfg->leaf != 0)
-    return ts_fail(TS_EUSAGE, "--seq %d: must be a multiple of the leaf (%d)", cfg->seq,
-                   cfg->leaf);
+    return ts_fail(TS_EUSAGE, "--seq %d: must be a multiple of the leaf (%d)", cfg->seq, cfg->leaf);
 
   // run; written as !(x ok) so that NaN fails too
   if (cfg->batch < 1) return ts_fail(TS_EUSAGE, "--batch %d: must be >= 1", cfg->batch);
@@ -185,11 +184,11 @@ typedef struct {
   const char *key;
   field_kind kind;
   size_t off;
-  size_t size; // strings: capacity of the char array
+  size_t size;  // strings: capacity of the char array
   int required; // model fields: a checkpoint without them is damaged
 } field;
 
-#define FLD(k, kind, member, req) \
+#define FLD(k, kind, member, req)                                                                  \
   { k, kind, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), req }
 
 static const field fields[] = {
@@ -247,11 +246,16 @@ static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
 static void put_string(char *buf, size_t cap, size_t *len, const char *s) {
   put(buf, cap, len, "\"");
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') put(buf, cap, len, "\\%c", *p);
-    else if (*p == '\n') put(buf, cap, len, "\\n");
-    else if (*p == '\t') put(buf, cap, len, "\\t");
-    else if (*p < 0x20) put(buf, cap, len, "\\u%04x", *p);
-    else put(buf, cap, len, "%c", *p);
+    if (*p == '"' || *p == '\\')
+      put(buf, cap, len, "\\%c", *p);
+    else if (*p == '\n')
+      put(buf, cap, len, "\\n");
+    else if (*p == '\t')
+      put(buf, cap, len, "\\t");
+    else if (*p < 0x20)
+      put(buf, cap, len, "\\u%04x", *p);
+    else
+      put(buf, cap, len, "%c", *p);
   }
   put(buf, cap, len, "\"");
 }
@@ -300,7 +304,8 @@ typedef struct {
 } scan;
 
 static void skip_ws(scan *s) {
-  while (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r') s->p++;
+  while (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r')
+    s->p++;
 }
 
 static int hexval(char c) {
@@ -329,7 +334,9 @@ static int read_string(scan *s, char *out, size_t cap) {
     } else {
       char e = *s->p++;
       switch (e) {
-      case '"': case '\\': case '/': tmp[k++] = e; break;
+      case '"':
+      case '\\':
+      case '/': tmp[k++] = e; break;
       case 'b': tmp[k++] = '\b'; break;
       case 'f': tmp[k++] = '\f'; break;
       case 'n': tmp[k++] = '\n'; break;
@@ -358,8 +365,10 @@ static int read_string(scan *s, char *out, size_t cap) {
       }
     }
     for (int i = 0; i < k; i++) {
-      if (n + 1 < cap) out[n++] = tmp[i];
-      else s->too_long = 1;
+      if (n + 1 < cap)
+        out[n++] = tmp[i];
+      else
+        s->too_long = 1;
     }
   }
   out[n] = '\0';
@@ -416,8 +425,8 @@ static const field *find_field(const char *key) {
 
 // Parses a value into the field. Floats: the _hex form wins over the decimal
 // one whichever comes first, so the round trip is exact.
-static int set_field(ts_config *cfg, const field *f, const char *text, int is_string,
-                     int from_hex, int *seen_hex) {
+static int set_field(ts_config *cfg, const field *f, const char *text, int is_string, int from_hex,
+                     int *seen_hex) {
   char *base = (char *)cfg;
   void *p = base + f->off;
   char *end;
@@ -474,8 +483,7 @@ int ts_config_from_json(ts_config *cfg, const char *json) {
   } else {
     for (;;) {
       if (read_member(&s) != 0)
-        return ts_fail(TS_ERUNTIME, "config JSON: malformed near byte %ld",
-                       (long)(s.p - json));
+        return ts_fail(TS_ERUNTIME, "config JSON: malformed near byte %ld", (long)(s.p - json));
       size_t klen = strlen(s.key);
       int from_hex = klen > 4 && strcmp(s.key + klen - 4, "_hex") == 0;
       if (from_hex) s.key[klen - 4] = '\0';

@@ -26,7 +26,8 @@ static int banner_field(const char *banner, const char *key, char *out, size_t c
   const char *p = strstr(banner, key);
   if (p == NULL) return 0;
   p += strlen(key);
-  while (*p == ' ' || *p == '\t') p++;
+  while (*p == ' ' || *p == '\t')
+    p++;
   size_t n = strcspn(p, "\r\n");
   if (n >= cap) n = cap - 1;
   memcpy(out, p, n);
@@ -84,7 +85,8 @@ int ts_info(void) {
 
   // The rule from DESIGN.md, with worked examples so a user can check a run.
   printf("exactness defaults (T = sequence length)\n");
-  row("mode", "exact: every layout reproduces the serial run bit for bit (--fast: within tolerance)");
+  row("mode",
+      "exact: every layout reproduces the serial run bit for bit (--fast: within tolerance)");
   row("tile", "largest power of two <= min(64, T/8)");
   row("leaf", "largest power of two <= min(256, T/8), at least the tile");
   static const int examples[] = {64, 256, 1024, 4096};

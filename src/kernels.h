@@ -1,8 +1,8 @@
 // CPU kernels of the reference model: forward/backward pairs, outputs first,
 // sizes last. Every kernel follows the exactness contract (DESIGN.md):
-//   R1  row-wise work is done per tile of `tile` rows with BLAS calls whose
-//       shapes never depend on the layout; BLAS runs single-threaded inside an
-//       OpenMP loop over tiles;
+//   R1  row-wise work is done per block of rows (`rows`: the leaf for linear
+//       layers, the tile in attention) with BLAS calls whose shapes never
+//       depend on the layout; BLAS runs single-threaded inside an OpenMP loop;
 //   R2  attention visits key tiles from the diagonal down with online softmax;
 //   R3  sums over tokens are canonical trees over leaves of `leaf` rows.
 // Rows are tokens in (batch, position) order; `ntok` = B*T is a multiple of
@@ -27,6 +27,8 @@ typedef struct {
   ts_tree *attntree;  // nthreads trees of 2*tile*dh floats (dK|dV over query tiles)
 } ts_ws;
 
+// Per-thread scratch is sized for omp_get_max_threads() now; the kernels run
+// their parallel loops on exactly that many threads whatever is set later.
 int ts_ws_init(ts_ws *ws, int tile, int leaf, size_t max_leaf_floats, int dh);
 void ts_ws_free(ts_ws *ws);
 
@@ -57,14 +59,14 @@ int layernorm_backward(ts_ws *ws, float *dinp, float *dw, float *db, const float
 
 // ---- linear: out = inp · Wᵀ + b, W (OC, C) ------------------------------------------
 void linear_forward(float *out, const float *inp, const float *W, const float *b,
-                    int64_t ntok, int C, int OC, int tile);
+                    int64_t ntok, int C, int OC, int rows);
 // Same result layout, computed one group of `hd` output columns at a time
 // (per head), so that any subset of heads can be projected alone (R1).
 void linear_forward_heads(float *out, const float *inp, const float *W, const float *b,
-                          int64_t ntok, int C, int OC, int hd, int tile);
+                          int64_t ntok, int C, int OC, int hd, int rows);
 // dinp = dout · W (beta 0) or dinp += dout · W (accumulate = 1).
 void linear_backward_input(float *dinp, const float *dout, const float *W, int64_t ntok,
-                           int C, int OC, int tile, int accumulate);
+                           int C, int OC, int rows, int accumulate);
 // dW = Σ_leaves dout_leafᵀ · inp_leaf, db = Σ_leaves Σ_rows dout (db may be NULL).
 int linear_backward_weights(ts_ws *ws, float *dW, float *db, const float *dout,
                             const float *inp, int64_t ntok, int C, int OC);

@@ -9,8 +9,7 @@ int ts_log_open(ts_log *log, const char *path) {
   log->f = NULL;
   if (path == NULL || path[0] == '\0') return TS_OK; // logging off
   log->f = fopen(path, "w");
-  if (log->f == NULL)
-    return ts_fail(TS_ERUNTIME, "cannot open log %s: %s", path, strerror(errno));
+  if (log->f == NULL) return ts_fail(TS_ERUNTIME, "cannot open log %s: %s", path, strerror(errno));
   return TS_OK;
 }
 

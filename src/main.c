@@ -18,9 +18,6 @@
 #include "compare.h"
 #include "tessera.h"
 
-// Golden-output writer from train.c; declared here until tessera.h has it.
-int ts_dump(const ts_config *cfg, const char *out_dir, int traj_steps);
-
 // ---------------------------------------------------------------------------
 // Commands.
 enum { C_TRAIN = 1, C_EVAL = 2, C_DUMP = 4, C_COMPARE = 8, C_INFO = 16 };
@@ -44,7 +41,7 @@ static const command commands[] = {
     {"eval", C_EVAL, "--ckpt FILE [flags]", "evaluate a checkpoint on the validation split",
      "Computes the mean validation loss of a checkpoint; the model comes from the\n"
      "checkpoint, the data and the number of batches from the flags.",
-     "tessera eval --ckpt ckpt/step-000200.safetensors --eval-batches 16"},
+     "tessera eval --ckpt ckpt/step-00000200.safetensors --eval-batches 16"},
     {"dump", C_DUMP, "--out DIR [flags]", "write golden reference outputs for a configuration",
      "Writes the initial parameters, one forward/backward pass and a short training\n"
      "trajectory of a configuration into DIR (the files under golden/ and the\n"
@@ -100,8 +97,8 @@ struct flag {
   const char *help;
   const char *deflt; // default shown in --help; NULL: read from the defaults
   int cmds;          // commands that take it
-  int group; // G_*
-  check_fn check; // extra parse-time checks (refusals, choices)
+  int group;         // G_*
+  check_fn check;    // extra parse-time checks (refusals, choices)
 };
 
 #define AT(member) offsetof(cli, member), sizeof(((cli *)0)->member)
@@ -120,92 +117,93 @@ static int check_nonneg(const flag *f, const char *raw, cli *c);
 
 // Headings of --help, in this order.
 enum { G_CMD, G_MODEL, G_TRAIN, G_DATA, G_RUN, G_PAR, G_OUT };
-static const char *group_names[] = {
-    "options", "model", "training", "data and evaluation", "run",
-    "parallel layout (only the serial layout in this build)", "checkpoints and logs"};
+static const char *group_names[] = {"options",
+                                    "model",
+                                    "training",
+                                    "data and evaluation",
+                                    "run",
+                                    "parallel layout (only the serial layout in this build)",
+                                    "checkpoints and logs"};
 
 static const flag flags[] = {
     // command-specific
-    {"--ckpt", K_STR, AT(ckpt), 0, "FILE", "checkpoint to evaluate (required)", "none",
-     C_EVAL, G_CMD, NULL},
-    {"--out", K_STR, AT(out), 0, "DIR", "directory for the golden files (required)", "none",
-     C_DUMP, G_CMD, NULL},
+    {"--ckpt", K_STR, AT(ckpt), 0, "FILE", "checkpoint to evaluate (required)", "", C_EVAL, G_CMD,
+     NULL},
+    {"--out", K_STR, AT(out), 0, "DIR", "directory for the golden files (required)", "", C_DUMP,
+     G_CMD, NULL},
     {"--traj-steps", K_INT, AT(traj_steps), 0, "K", "training steps in the trajectory", NULL,
      C_DUMP, G_CMD, check_nonneg},
     {"--rtol", K_DOUBLE, AT(rtol), 0, "R",
      "compare decimal values within relative tolerance R, 0 = bitwise", NULL, C_COMPARE, G_CMD,
      check_nonneg},
     // model
-    {"--model", K_STR, AT(cfg.preset), 0, "PRESET", "tiny, mini, small or large", NULL, TD,
-     G_MODEL, check_model},
-    {"--seq", K_INT, AT(cfg.seq), 0, "T", "context length, a multiple of the leaf", "preset", TD, G_MODEL, NULL},
+    {"--model", K_STR, AT(cfg.preset), 0, "PRESET", "tiny, mini, small or large", NULL, TD, G_MODEL,
+     check_model},
+    {"--seq", K_INT, AT(cfg.seq), 0, "T", "context length, a multiple of the leaf", "preset", TD,
+     G_MODEL, NULL},
     {"--d", K_INT, AT(cfg.d), 0, "D", "model width", "preset", TD, G_MODEL, NULL},
-    {"--layers", K_INT, AT(cfg.n_layer), 0, "L", "transformer blocks", "preset", TD, G_MODEL,
-     NULL},
-    {"--heads", K_INT, AT(cfg.n_head), 0, "H", "attention heads, must divide --d", "preset",
-     TD, G_MODEL, NULL},
+    {"--layers", K_INT, AT(cfg.n_layer), 0, "L", "transformer blocks", "preset", TD, G_MODEL, NULL},
+    {"--heads", K_INT, AT(cfg.n_head), 0, "H", "attention heads, must divide --d", "preset", TD,
+     G_MODEL, NULL},
     {"--d-ff", K_INT, AT(cfg.d_ff), 0, "F", "MLP inner width", "preset", TD, G_MODEL, NULL},
     {"--tied", K_SET, AT(cfg.tied), 1, NULL, "LM head shares the token embedding", NULL, TD,
      G_MODEL, NULL},
-    {"--untied", K_SET, AT(cfg.tied), 0, NULL, "separate LM head matrix", NULL, TD, G_MODEL,
-     NULL},
+    {"--untied", K_SET, AT(cfg.tied), 0, NULL, "separate LM head matrix", NULL, TD, G_MODEL, NULL},
     {"--dropout", K_FLOAT, AT(cfg.dropout), 0, "P", "dropout probability, in [0, 1)", NULL, TD,
      G_MODEL, NULL},
-    {"--tile", K_INT, AT(cfg.tile), 0, "N", "tokens per tile, a power of two",
-     "min(64, T/8)", TD, G_MODEL, NULL},
+    {"--tile", K_INT, AT(cfg.tile), 0, "N", "tokens per tile, a power of two", "min(64, T/8)", TD,
+     G_MODEL, NULL},
     {"--leaf", K_INT, AT(cfg.leaf), 0, "N", "tokens per gradient-sum leaf, a power of two",
      "min(256, T/8)", TD, G_MODEL, NULL},
     // training
-    {"--batch", K_INT, AT(cfg.batch), 0, "B", "sequences per step", "preset", TED, G_TRAIN,
-     NULL},
-    {"--steps", K_INT, AT(cfg.steps), 0, "N", "optimizer steps", NULL, TD, G_TRAIN, NULL},
-    {"--seed", K_U64, AT(cfg.seed), 0, "S", "seed of initialisation and data sampling", NULL,
-     TED, G_TRAIN, NULL},
+    {"--batch", K_INT, AT(cfg.batch), 0, "B", "sequences per step", "preset", TD, G_TRAIN, NULL},
+    {"--steps", K_INT, AT(cfg.steps), 0, "N", "optimizer steps", NULL, TRAIN, G_TRAIN, NULL},
+    {"--seed", K_U64, AT(cfg.seed), 0, "S", "seed of initialisation and data sampling", NULL, TD,
+     G_TRAIN, NULL},
     {"--lr", K_FLOAT, AT(cfg.lr), 0, "LR", "peak learning rate", NULL, TD, G_TRAIN, NULL},
     {"--min-lr-frac", K_FLOAT, AT(cfg.min_lr_frac), 0, "F",
      "final learning rate as a fraction of --lr", NULL, TD, G_TRAIN, NULL},
-    {"--warmup", K_INT, AT(cfg.warmup), 0, "N", "linear warmup steps, then cosine decay", NULL,
-     TD, G_TRAIN, NULL},
+    {"--warmup", K_INT, AT(cfg.warmup), 0, "N", "linear warmup steps, then cosine decay", NULL, TD,
+     G_TRAIN, NULL},
     {"--weight-decay", K_FLOAT, AT(cfg.weight_decay), 0, "W", "AdamW weight decay", NULL, TD,
      G_TRAIN, NULL},
-    {"--grad-clip", K_FLOAT, AT(cfg.grad_clip), 0, "C", "clip the global gradient norm at C, 0 = off",
-     NULL, TD, G_TRAIN, NULL},
+    {"--grad-clip", K_FLOAT, AT(cfg.grad_clip), 0, "C",
+     "clip the global gradient norm at C, 0 = off", NULL, TD, G_TRAIN, NULL},
     // data and evaluation
     {"--data", K_STR, AT(cfg.data_path), 0, "PATH", "corpus file (bytes are tokens)", NULL, TED,
      G_DATA, NULL},
     {"--val-frac", K_FLOAT, AT(cfg.val_frac), 0, "F", "tail of the corpus held out, in (0, 1)",
      NULL, TED, G_DATA, NULL},
-    {"--eval-every", K_INT, AT(cfg.eval_every), 0, "N", "also evaluate every N steps, 0 = only at the end",
-     NULL, TRAIN, G_DATA, NULL},
+    {"--eval-every", K_INT, AT(cfg.eval_every), 0, "N",
+     "also evaluate every N steps, 0 = only at the end", NULL, TRAIN, G_DATA, NULL},
     {"--eval-batches", K_INT, AT(cfg.eval_batches), 0, "N", "validation batches per evaluation",
      NULL, C_TRAIN | C_EVAL, G_DATA, NULL},
     // run
-    {"--exact", K_SET, AT(cfg.fast), 0, NULL, "bitwise reproducible arithmetic", NULL, TED, G_RUN,
+    {"--exact", K_SET, AT(cfg.fast), 0, NULL, "bitwise reproducible arithmetic", NULL, TD, G_RUN,
      NULL},
     {"--fast", K_SET, AT(cfg.fast), 1, NULL, "library-chosen summation order (tolerance only)",
-     NULL, TED, G_RUN, NULL},
+     NULL, TD, G_RUN, NULL},
     {"--device", K_STR, AT(device), 0, "cpu|cuda", "where to compute", NULL, TED, G_RUN,
      check_device},
-    {"--threads", K_INT, AT(cfg.threads), 0, "N", "OpenMP threads, 0 = all cores", NULL, TED,
-     G_RUN, NULL},
-    {"--quiet", K_SET, AT(cfg.quiet), 1, NULL, "no progress output", "off", TED, G_RUN, NULL},
+    {"--threads", K_INT, AT(cfg.threads), 0, "N", "OpenMP threads, 0 = all cores", NULL, TED, G_RUN,
+     NULL},
+    {"--quiet", K_SET, AT(cfg.quiet), 1, NULL, "no progress output", "off", TRAIN, G_RUN, NULL},
     // parallel layout
     {"--dp", K_INT, AT(dp), 0, "D", "data-parallel ranks", NULL, TRAIN, G_PAR, check_parallel},
-    {"--sp", K_INT, AT(sp), 0, "N", "sequence-parallel ranks", NULL, TRAIN, G_PAR,
-     check_parallel},
+    {"--sp", K_INT, AT(sp), 0, "N", "sequence-parallel ranks", NULL, TRAIN, G_PAR, check_parallel},
     {"--sp-mode", K_STR, AT(sp_mode), 0, "MODE", "lss, ulysses, upipe, ring or megatron", NULL,
      TRAIN, G_PAR, check_choice},
     {"--pp", K_INT, AT(pp), 0, "P", "pipeline stages", NULL, TRAIN, G_PAR, check_parallel},
     {"--microbatches", K_INT, AT(microbatches), 0, "M", "microbatches per step (pipeline)", NULL,
      TRAIN, G_PAR, check_parallel},
-    {"--schedule", K_STR, AT(schedule), 0, "NAME", "pipeline schedule: gpipe or 1f1b", NULL,
-     TRAIN, G_PAR, check_choice},
-    {"--compress", K_STR, AT(compress), 0, "MODE", "stage-boundary compression", NULL, TRAIN,
-     G_PAR, check_compress},
+    {"--schedule", K_STR, AT(schedule), 0, "NAME", "pipeline schedule: gpipe or 1f1b", NULL, TRAIN,
+     G_PAR, check_choice},
+    {"--compress", K_STR, AT(compress), 0, "MODE", "stage-boundary compression", NULL, TRAIN, G_PAR,
+     check_compress},
     {"--rank", K_INT, AT(rank), 0, "R", "compression rank", "none", TRAIN, G_PAR, check_rank},
     // checkpoints and logs
     {"--log", K_STR, AT(cfg.log_path), 0, "FILE", "write the run log (JSONL) to FILE", "none",
-     TED & ~C_DUMP, G_OUT, NULL},
+     TRAIN, G_OUT, NULL},
     {"--ckpt-dir", K_STR, AT(cfg.ckpt_dir), 0, "DIR", "directory for checkpoints", "none", TRAIN,
      G_OUT, NULL},
     {"--ckpt-every", K_INT, AT(cfg.ckpt_every), 0, "K",
@@ -270,12 +268,12 @@ static int check_model(const flag *f, const char *raw, cli *c) {
 
 static int check_device(const flag *f, const char *raw, cli *c) {
   if (strcmp(raw, "cpu") == 0) return TS_OK;
-  if (strcmp(raw, "cuda") != 0)
-    return ts_fail(TS_EUSAGE, "--device %s: must be cpu or cuda", raw);
+  if (strcmp(raw, "cuda") != 0) return ts_fail(TS_EUSAGE, "--device %s: must be cpu or cuda", raw);
 #ifdef TS_HAVE_CUDA
   return ts_fail(TS_EUSAGE, "--device cuda: the CUDA backend is not implemented yet");
 #else
-  return ts_fail(TS_EUSAGE, "--device cuda: this build has no CUDA backend (configure --enable-cuda)");
+  return ts_fail(TS_EUSAGE,
+                 "--device cuda: this build has no CUDA backend (configure --enable-cuda)");
 #endif
 }
 
@@ -379,8 +377,8 @@ static int parse_args(const command *cmd, int argc, char **argv, parsed *out, in
       return ts_fail(TS_EUSAGE, "%.*s: unknown flag (see 'tessera %s --help')", (int)len, a,
                      cmd->name);
     if (!(f->cmds & cmd->id))
-      return ts_fail(TS_EUSAGE, "%s: not a flag of 'tessera %s' (see 'tessera %s --help')",
-                     f->name, cmd->name, cmd->name);
+      return ts_fail(TS_EUSAGE, "%s: not a flag of 'tessera %s' (see 'tessera %s --help')", f->name,
+                     cmd->name, cmd->name);
     const char *value = NULL;
     if (f->kind == K_SET) {
       if (eq) return ts_fail(TS_EUSAGE, "%s: takes no value", f->name);
@@ -418,14 +416,17 @@ static int build(const parsed *p, int n, cli *c) {
 
 // ---------------------------------------------------------------------------
 // Help.
+
 // The "(default ...)" note of a flag, or "" when there is nothing to say.
 static void default_text(const flag *f, const cli *d, char *buf, size_t cap) {
   const void *p = (const char *)d + f->off;
   if (f->deflt) {
     if (strcmp(f->deflt, "preset") == 0) // show the tiny preset's value as an example
       snprintf(buf, cap, "default from --model; tiny: %d", *(const int *)p);
-    else
+    else if (f->deflt[0])
       snprintf(buf, cap, "default %s", f->deflt);
+    else
+      buf[0] = '\0'; // required: no default
     return;
   }
   switch (f->kind) {
@@ -456,8 +457,10 @@ static void command_help(const command *cmd, FILE *out) {
       char left[64], def[128];
       snprintf(left, sizeof left, "%s%s%s", f->name, f->meta ? " " : "", f->meta ? f->meta : "");
       default_text(f, &d, def, sizeof def);
-      if (def[0]) fprintf(out, "  %-22s %s (%s)\n", left, f->help, def);
-      else fprintf(out, "  %-22s %s\n", left, f->help);
+      if (def[0])
+        fprintf(out, "  %-22s %s (%s)\n", left, f->help, def);
+      else
+        fprintf(out, "  %-22s %s\n", left, f->help);
     }
   }
   if (cmd->id == C_TRAIN || cmd->id == C_DUMP) {
@@ -475,10 +478,9 @@ static void command_help(const command *cmd, FILE *out) {
 }
 
 static void main_help(FILE *out) {
-  fprintf(out,
-          "usage: tessera <command> [flags]\n\n"
-          "Trains GPT-style transformers exactly: a distributed run reproduces the serial\n"
-          "run bit for bit.\n\ncommands:\n");
+  fprintf(out, "usage: tessera <command> [flags]\n\n"
+               "Trains GPT-style transformers exactly: a distributed run reproduces the serial\n"
+               "run bit for bit.\n\ncommands:\n");
   for (int i = 0; i < N_COMMANDS; i++)
     fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
   fprintf(out,

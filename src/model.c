@@ -235,6 +235,9 @@ void ts_model_init(ts_model *m, uint64_t seed) {
 float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
                        int training) {
   const int B = m->B, T = m->T, C = m->C, F = m->F, V = m->V, H = m->H, tile = m->cfg.tile;
+  // Linear layers run on leaf-sized row blocks: larger BLAS calls than a tile,
+  // and still whole-leaf on every exact layout, so shapes never depend on it.
+  const int rows = m->cfg.leaf;
   const int64_t N = m->ntok;
   const float p = training ? m->cfg.dropout : 0.0f;
   const uint64_t seed = m->cfg.seed;
@@ -247,26 +250,26 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     const float *x = m->res[l];
     float *y = m->res[l + 1];
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, N, C);
-    linear_forward_heads(a->q, a->ln1, w->wq, w->bq, N, C, C, m->dh, tile);
-    linear_forward_heads(a->k, a->ln1, w->wk, w->bk, N, C, C, m->dh, tile);
-    linear_forward_heads(a->v, a->ln1, w->wv, w->bv, N, C, C, m->dh, tile);
+    linear_forward_heads(a->q, a->ln1, w->wq, w->bq, N, C, C, m->dh, rows);
+    linear_forward_heads(a->k, a->ln1, w->wk, w->bk, N, C, C, m->dh, rows);
+    linear_forward_heads(a->v, a->ln1, w->wv, w->bv, N, C, C, m->dh, rows);
     ts_attn_shape as = {B, T, H, m->dh, tile, p, seed, step,
                         (uint64_t)l * B * H * (uint64_t)T * T};
     attention_forward(&m->ws, a->att, a->lse, a->q, a->k, a->v, &as);
     // res_mid = x + dropout(att · Woᵀ + bo)
-    linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, tile);
+    linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, rows);
     dropout_apply(a->res_mid, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, (uint64_t)l * N * C);
     for (int64_t i = 0; i < N * C; i++) a->res_mid[i] = x[i] + a->res_mid[i];
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b, N, C);
-    linear_forward(a->fch, a->ln2, w->w1, w->b1, N, C, F, tile);
+    linear_forward(a->fch, a->ln2, w->w1, w->b1, N, C, F, rows);
     gelu_forward(a->fch_gelu, a->fch, N * F);
-    linear_forward(y, a->fch_gelu, w->w2, w->b2, N, F, C, tile);
+    linear_forward(y, a->fch_gelu, w->w2, w->b2, N, F, C, rows);
     dropout_apply(y, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, (uint64_t)l * N * C);
     for (int64_t i = 0; i < N * C; i++) y[i] = a->res_mid[i] + y[i];
   }
   layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->res[m->L], m->p.lnfw, m->p.lnfb, N, C);
   const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
-  linear_forward(m->logits, m->lnf, head, NULL, N, C, V, tile);
+  linear_forward(m->logits, m->lnf, head, NULL, N, C, V, rows);
   crossentropy_forward(m->losses, m->logits, m->targets, N, V);
   m->loss = token_tree_sum(m->losses, N, m->cfg.leaf) / (float)N;
   return m->loss;
@@ -297,13 +300,16 @@ static void add_into(float *dst, const float *src, int64_t n) {
 int ts_model_backward(ts_model *m, uint64_t step) {
   int rc = 0;
   const int B = m->B, T = m->T, C = m->C, F = m->F, V = m->V, H = m->H, tile = m->cfg.tile;
+  // Linear layers run on leaf-sized row blocks: larger BLAS calls than a tile,
+  // and still whole-leaf on every exact layout, so shapes never depend on it.
+  const int rows = m->cfg.leaf;
   const int64_t N = m->ntok;
   const float p = m->cfg.dropout;
   const uint64_t seed = m->cfg.seed;
   ts_ws *ws = &m->ws;
   crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)N, N, V);
   const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
-  linear_backward_input(m->dtmp, m->dlogits, head, N, C, V, tile, 0);
+  linear_backward_input(m->dtmp, m->dlogits, head, N, C, V, rows, 0);
   if (!m->cfg.tied) rc |= linear_backward_weights(ws, m->g.lm_head, NULL, m->dlogits, m->lnf, N, C, V);
   rc |= layernorm_backward(ws, m->dres, m->g.lnfw, m->g.lnfb, m->dtmp, m->res[m->L], m->p.lnfw,
                      m->lnf_mean, m->lnf_rstd, N, C);
@@ -314,10 +320,10 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
     dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, (uint64_t)l * N * C);
     rc |= linear_backward_weights(ws, g->w2, g->b2, m->dtmp, a->fch_gelu, N, F, C);
-    linear_backward_input(m->dfch, m->dtmp, w->w2, N, F, C, tile, 0);
+    linear_backward_input(m->dfch, m->dtmp, w->w2, N, F, C, rows, 0);
     gelu_backward(m->dfch, a->fch, m->dfch, N * F);
     rc |= linear_backward_weights(ws, g->w1, g->b1, m->dfch, a->ln2, N, C, F);
-    linear_backward_input(m->dtmp, m->dfch, w->w1, N, C, F, tile, 0);
+    linear_backward_input(m->dtmp, m->dfch, w->w1, N, C, F, rows, 0);
     rc |= layernorm_backward(ws, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, a->res_mid, w->ln2w,
                        a->ln2_mean, a->ln2_rstd, N, C);
     add_into(m->dres, m->dtmp2, N * C);
@@ -325,7 +331,7 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
     dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, (uint64_t)l * N * C);
     rc |= linear_backward_weights(ws, g->wo, g->bo, m->dtmp, a->att, N, C, C);
-    linear_backward_input(m->datt, m->dtmp, w->wo, N, C, C, tile, 0);
+    linear_backward_input(m->datt, m->dtmp, w->wo, N, C, C, rows, 0);
     ts_attn_shape as = {B, T, H, m->dh, tile, p, seed, step,
                         (uint64_t)l * B * H * (uint64_t)T * T};
     rc |= attention_backward(ws, m->dq, m->dk, m->dv, m->dsum, m->datt, a->q, a->k, a->v, a->att,
@@ -333,9 +339,9 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     rc |= linear_backward_weights(ws, g->wq, g->bq, m->dq, a->ln1, N, C, C);
     rc |= linear_backward_weights(ws, g->wk, g->bk, m->dk, a->ln1, N, C, C);
     rc |= linear_backward_weights(ws, g->wv, g->bv, m->dv, a->ln1, N, C, C);
-    linear_backward_input(m->dtmp, m->dq, w->wq, N, C, C, tile, 0);
-    linear_backward_input(m->dtmp, m->dk, w->wk, N, C, C, tile, 1);
-    linear_backward_input(m->dtmp, m->dv, w->wv, N, C, C, tile, 1);
+    linear_backward_input(m->dtmp, m->dq, w->wq, N, C, C, rows, 0);
+    linear_backward_input(m->dtmp, m->dk, w->wk, N, C, C, rows, 1);
+    linear_backward_input(m->dtmp, m->dv, w->wv, N, C, C, rows, 1);
     rc |= layernorm_backward(ws, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, m->res[l], w->ln1w,
                        a->ln1_mean, a->ln1_rstd, N, C);
     add_into(m->dres, m->dtmp2, N * C);

@@ -15,7 +15,8 @@ enum {
 };
 
 // Philox4x32-10 (Salmon et al., SC'11) of counter (index, step, purpose) under
-// key seed; returns the first 32-bit word.
+// key seed; returns the first 32-bit word. The counter holds 64 bits of index,
+// 40 bits of step and 24 bits of purpose: steps are taken modulo 2^40.
 uint32_t ts_rng_u32(uint64_t seed, uint32_t purpose, uint64_t step, uint64_t index);
 // Uniform in [0, 1) with 24 random bits.
 float ts_rng_uniform(uint64_t seed, uint32_t purpose, uint64_t step, uint64_t index);

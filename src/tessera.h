@@ -60,9 +60,12 @@ int ts_config_preset(ts_config *cfg, const char *name);
 void ts_config_defaults(ts_config *cfg);
 // Derives tile/leaf from T when 0 and validates the whole config (TS_EUSAGE).
 int ts_config_finalize(ts_config *cfg);
-// Writes the config as one JSON object (no newline) into buf.
+// Writes the config as one JSON object (no newline) into buf; TS_CONFIG_JSON_MAX
+// bytes always suffice.
+#define TS_CONFIG_JSON_MAX (3 * 6 * 4096 + 4096)
 int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap);
-// Reads the model part of a config back from JSON written by ts_config_to_json.
+// Reads a config written by ts_config_to_json; every field present is set
+// (floats bit-exact via their _hex form); the model fields are required.
 int ts_config_from_json(ts_config *cfg, const char *json);
 // Names of the presets, NULL-terminated.
 extern const char *const ts_preset_names[];

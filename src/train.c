@@ -1,5 +1,8 @@
 // Runs: training (with checkpoints, resume and the JSONL log), evaluation and
 // the golden-file dump. One process, the serial reference.
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
 #include <cblas.h>
 #include <dirent.h>
 #include <errno.h>
@@ -116,11 +119,11 @@ static int ckpt_tensors(ts_model *m, ts_adamw *opt, ts_tensor **out) {
 static int save_checkpoint(ts_model *m, ts_adamw *opt, const ts_config *cfg, int64_t step) {
   int rc = mkdir_p(cfg->ckpt_dir);
   if (rc) return rc;
+  char cfgjson[TS_CONFIG_JSON_MAX], stepbuf[32], optbuf[32], path[4200];
+  if ((rc = ts_config_to_json(cfg, cfgjson, sizeof cfgjson))) return rc;
   ts_tensor *t;
   int n = ckpt_tensors(m, opt, &t);
   if (n < 0) return ts_fail(TS_ERUNTIME, "out of memory writing a checkpoint");
-  char cfgjson[8192], stepbuf[32], optbuf[32], path[4200];
-  ts_config_to_json(cfg, cfgjson, sizeof cfgjson);
   snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
   snprintf(optbuf, sizeof optbuf, "%" PRIu64, opt->step);
   ts_meta meta[] = {
@@ -268,7 +271,7 @@ int ts_train(const ts_config *cfg_in) {
     if (s == 0) { rc = ts_fail(TS_ERUNTIME, "--resume: no checkpoint (step-*.safetensors) in %s", cfg.ckpt_dir); goto done; }
     if ((rc = load_checkpoint(m, &opt, &cfg, path, &start))) goto done;
     if (cfg.log_path[0] && (rc = trim_log(cfg.log_path, start))) goto done;
-    if (!cfg.quiet) printf("resumed from %s (step %" PRId64 ")\n", path, start);
+    printf("resumed from %s (step %" PRId64 ")\n", path, start);
   }
 
   double roof = measure_sgemm_roof();
@@ -278,8 +281,8 @@ int ts_train(const ts_config *cfg_in) {
     if (!log.f) { rc = ts_fail(TS_ERUNTIME, "cannot write log %s: %s", cfg.log_path, strerror(errno)); goto done; }
   }
   if (start == 0) {
-    char cj[8192], line[9000];
-    ts_config_to_json(&cfg, cj, sizeof cj);
+    char cj[TS_CONFIG_JSON_MAX], line[TS_CONFIG_JSON_MAX + 512];
+    if ((rc = ts_config_to_json(&cfg, cj, sizeof cj))) goto done;
     snprintf(line, sizeof line,
              "{\"type\":\"config\",\"version\":\"%s\",\"world\":1,\"layout\":\"serial\","
              "\"params\":%zu,\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"model\":%s}",
@@ -416,6 +419,12 @@ static int write_text_atomic(const char *path, const char *text) {
 int ts_dump(const ts_config *cfg_in, const char *out_dir, int traj_steps) {
   ts_config cfg = *cfg_in;
   cfg.steps = traj_steps; // the trajectory's schedule
+  // The files must not depend on where the data lives or where logs go, so
+  // that a dump made elsewhere compares byte for byte.
+  const char *base = strrchr(cfg_in->data_path, '/');
+  snprintf(cfg.data_path, sizeof cfg.data_path, "%s", base ? base + 1 : cfg_in->data_path);
+  cfg.log_path[0] = cfg.ckpt_dir[0] = 0;
+  cfg.threads = 0;
   setup_threads(&cfg);
   int rc;
   ts_data *data = NULL;
@@ -426,7 +435,7 @@ int ts_dump(const ts_config *cfg_in, const char *out_dir, int traj_steps) {
   float *binp = NULL, *btgt = NULL;
   char *result = NULL;
   if ((rc = mkdir_p(out_dir))) return rc;
-  if ((rc = ts_data_open(cfg.data_path, cfg.val_frac, (size_t)cfg.seq + 1, &data))) goto done;
+  if ((rc = ts_data_open(cfg_in->data_path, cfg.val_frac, (size_t)cfg.seq + 1, &data))) goto done;
   if ((rc = ts_model_create(&cfg, &m))) goto done;
   ts_model_init(m, cfg.seed);
   size_t np = ts_model_num_params(m);
@@ -445,8 +454,8 @@ int ts_dump(const ts_config *cfg_in, const char *out_dir, int traj_steps) {
   if ((rc = load_batch(data, TS_SPLIT_TRAIN, &cfg, 1, inputs, targets))) goto done;
   for (size_t i = 0; i < ntok; i++) { binp[i] = (float)inputs[i]; btgt[i] = (float)targets[i]; }
 
-  char path[4200], cj[8192], buf[8300];
-  ts_config_to_json(&cfg, cj, sizeof cj);
+  char path[4200], cj[TS_CONFIG_JSON_MAX], buf[TS_CONFIG_JSON_MAX + 64];
+  if ((rc = ts_config_to_json(&cfg, cj, sizeof cj))) goto done;
   snprintf(buf, sizeof buf, "{\"model\":%s}\n", cj);
   snprintf(path, sizeof path, "%s/config.json", out_dir);
   if ((rc = write_text_atomic(path, buf))) goto done;

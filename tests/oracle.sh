@@ -5,78 +5,65 @@
 #    check.py accepts a correct dump and rejects slightly perturbed ones.
 # 2. Every golden/<name>/ directory: step-1 loss, logits and gradients and the
 #    K-step trajectory, within the tolerances stated in tests/oracle/check.py.
-# 3. A fresh dump of the tiny model with dropout 0.1 from $TESSERA_BIN, so the
-#    dropout masks (purposes 2, 3, 4) are checked against the oracle too.
+# 3. A fresh dump of the tiny model with dropout 0.1, so the dropout masks
+#    (purposes 2, 3, 4 of docs/MODEL.md) are checked against the oracle too.
 #
-# Exit 77 (skip) when PyTorch cannot be imported; also when there is no golden
-# directory, after the other parts have run (any failure still fails).
+# Skips (77) when $PYTHON_ORACLE (default /usr/bin/python3) cannot import
+# PyTorch; also when there is no golden directory, after parts 1 and 3 have
+# run (a failure there still fails the test).
 
-srcdir=${TESSERA_SRCDIR:-.}
 python=${PYTHON_ORACLE:-/usr/bin/python3}
-[ -n "$python" ] || python=/usr/bin/python3
-oracle="$srcdir/tests/oracle"
-
-if [ -f "$srcdir/tests/lib.sh" ]; then
-  . "$srcdir/tests/lib.sh"
-fi
-
 if ! "$python" -c 'import torch, numpy' >/dev/null 2>&1; then
   echo "SKIP: $python cannot import torch and numpy (set PYTHON_ORACLE to a Python with PyTorch)"
   exit 77
 fi
 
-# -B: write no bytecode into the (possibly read-only) source tree.
-py() { "$python" -B "$@"; }
+. "$(dirname "$0")/lib.sh"
 
-failed=0
-fail() {
-  echo "FAIL: $*"
-  failed=1
+oracle=$TESSERA_SRCDIR/tests/oracle
+
+# check LABEL SCRIPT ARGS...: one oracle script; -B keeps bytecode out of the
+# (possibly read-only) source tree.
+check() {
+  local label=$1
+  shift
+  TS_CHECKS=$((TS_CHECKS + 1))
+  if "$python" -B "$@"; then
+    pass "$label"
+  else
+    fail "$label"
+  fi
 }
 
 # --- 1. the oracle itself ----------------------------------------------------------
-py "$oracle/check_rng.py" "$srcdir"
-rc=$?
-case $rc in
-0) ;;
-77) echo "note: Philox not compared with src/rng.c (no C compiler)" ;;
+TS_CHECKS=$((TS_CHECKS + 1))
+"$python" -B "$oracle/check_rng.py" "$TESSERA_SRCDIR"
+case $? in
+0) pass "the oracle's Philox equals src/rng.c" ;;
+77) echo "note: no C compiler, so the oracle's Philox was not compared with src/rng.c" ;;
 *) fail "the oracle's Philox differs from src/rng.c" ;;
 esac
-py "$oracle/selftest.py" || fail "check.py self-test"
+check "check.py accepts correct dumps and rejects perturbed ones" "$oracle/selftest.py"
 
 # --- 2. the golden files -------------------------------------------------------------
 n_golden=0
-for dir in "$srcdir"/golden/*/; do
+for dir in "$TESSERA_SRCDIR"/golden/*/; do
   [ -f "$dir/result.json" ] || continue
   n_golden=$((n_golden + 1))
-  py "$oracle/check.py" "$dir" --traj || fail "golden $(basename "$dir")"
+  check "golden/$(basename "$dir") matches the oracle" "$oracle/check.py" "$dir" --traj
 done
 
-# --- 3. a fresh dump with dropout -------------------------------------------------------
-if [ -n "$TESSERA_BIN" ] && [ -x "$TESSERA_BIN" ]; then
-  tmp=$(mktemp -d "${TMPDIR:-/tmp}/tessera-oracle.XXXXXX") || exit 99
-  trap 'rm -rf "$tmp"' EXIT INT TERM
-  # the bundled corpus, wherever the build runs from
-  set -- --out "$tmp/dropout" --model tiny --dropout 0.1 --traj-steps 3
-  if [ -f "$srcdir/data/corpus.txt" ]; then
-    set -- "$@" --data "$srcdir/data/corpus.txt"
-  fi
-  if "$TESSERA_BIN" dump "$@" >"$tmp/dump.out" 2>&1; then
-    py "$oracle/check.py" "$tmp/dropout" --traj || fail "fresh dump, tiny, dropout 0.1"
-  else
-    cat "$tmp/dump.out"
-    fail "$TESSERA_BIN dump --model tiny --dropout 0.1 did not run"
-  fi
-else
-  echo "note: TESSERA_BIN (${TESSERA_BIN:-unset}) is not an executable; no fresh dropout dump checked"
+# --- 3. a fresh dump with dropout ----------------------------------------------------
+set -- dump --out "$TS_TMP/dropout" --model tiny --dropout 0.1 --traj-steps 3
+if [ -f "$TESSERA_SRCDIR/data/corpus.txt" ]; then
+  set -- "$@" --data "$TESSERA_SRCDIR/data/corpus.txt" # wherever make runs from
+fi
+if expect_exit 0 "" "$TESSERA_BIN" "$@"; then
+  check "fresh dump (tiny, dropout 0.1) matches the oracle" "$oracle/check.py" \
+    "$TS_TMP/dropout" --traj
 fi
 
-if [ $failed -ne 0 ]; then
-  exit 1
+if [ "$TS_FAILS" -eq 0 ] && [ "$n_golden" -eq 0 ]; then
+  skip "no golden directory under $TESSERA_SRCDIR/golden/ (the other $TS_CHECKS checks passed)"
 fi
-if [ $n_golden -eq 0 ]; then
-  echo "SKIP: no golden directory under $srcdir/golden/ (the rest passed)"
-  exit 77
-fi
-echo "PASS: $n_golden golden director$( [ $n_golden -eq 1 ] && echo y || echo ies) match the oracle"
-exit 0
+done_testing

@@ -1,9 +1,11 @@
 // `tessera compare` on hand-written logs: what counts as a divergence, where
 // it is reported, and what is rejected as a broken log.
+// cmocka.h needs these four first.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
+
 #include <cmocka.h>
 
 #include <math.h>
@@ -54,8 +56,7 @@ static int run(const char *a, const char *b, double rtol, char *out, size_t cap)
 }
 
 // One step record; loss given as a C float so the hex and decimal agree.
-static void step_line(char *buf, size_t cap, int step, float loss, double tokens_per_s,
-                      int calls) {
+static void step_line(char *buf, size_t cap, int step, float loss, double tokens_per_s, int calls) {
   snprintf(buf, cap,
            "{\"type\":\"step\",\"step\":%d,\"loss\":%.9g,\"loss_hex\":\"%a\","
            "\"grad_norm\":%.9g,\"grad_norm_hex\":\"%a\",\"lr\":%.9g,\"lr_hex\":\"%a\","
@@ -67,8 +68,7 @@ static void step_line(char *buf, size_t cap, int step, float loss, double tokens
 
 // A log of n steps with an eval record and a final hash. perturb_step (1-based,
 // 0 = none) gets its loss nudged by one unit in the last place.
-static char *make_log(int n, int perturb_step, double tokens_per_s, int calls,
-                      const char *hash) {
+static char *make_log(int n, int perturb_step, double tokens_per_s, int calls, const char *hash) {
   size_t cap = 4096 + (size_t)n * 512;
   char *log = malloc(cap), line[512];
   assert_non_null(log);
@@ -83,13 +83,12 @@ static char *make_log(int n, int perturb_step, double tokens_per_s, int calls,
     strcat(log, line);
     if (s == n / 2) {
       snprintf(line, sizeof line,
-               "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.9g,\"val_loss_hex\":\"%a\"}\n",
-               s, 4.75, 4.75);
+               "{\"type\":\"eval\",\"step\":%d,\"val_loss\":%.9g,\"val_loss_hex\":\"%a\"}\n", s,
+               4.75, 4.75);
       strcat(log, line);
     }
   }
-  snprintf(line, sizeof line, "{\"type\":\"final\",\"step\":%d,\"param_hash\":\"%s\"}\n", n,
-           hash);
+  snprintf(line, sizeof line, "{\"type\":\"final\",\"step\":%d,\"param_hash\":\"%s\"}\n", n, hash);
   strcat(log, line);
   return log;
 }
@@ -132,10 +131,10 @@ static void test_timing_and_comm_ignored(void **state) {
 }
 
 static void test_message_format(void **state) {
-  const char *a = write_file(0, "a.jsonl",
-                             "{\"type\":\"step\",\"step\":7,\"loss\":2.25,\"loss_hex\":\"0x1.2p+1\"}\n");
-  const char *b = write_file(1, "b.jsonl",
-                             "{\"type\":\"step\",\"step\":7,\"loss\":2.375,\"loss_hex\":\"0x1.3p+1\"}\n");
+  const char *a = write_file(
+      0, "a.jsonl", "{\"type\":\"step\",\"step\":7,\"loss\":2.25,\"loss_hex\":\"0x1.2p+1\"}\n");
+  const char *b = write_file(
+      1, "b.jsonl", "{\"type\":\"step\",\"step\":7,\"loss\":2.375,\"loss_hex\":\"0x1.3p+1\"}\n");
   char out[1024];
   assert_int_equal(run(a, b, 0.0, out, sizeof out), 1);
   assert_string_equal(out, "first divergence: step 7, loss: 0x1.2p+1 (2.25) vs 0x1.3p+1 "
@@ -185,7 +184,8 @@ static void test_length_mismatch(void **state) {
   char *lb = strdup(la);
   char *cut = strstr(lb, "\"step\":8,");
   assert_non_null(cut);
-  while (cut > lb && cut[-1] != '\n') cut--;
+  while (cut > lb && cut[-1] != '\n')
+    cut--;
   *cut = '\0';
   const char *a = write_file(0, "a.jsonl", la), *b = write_file(1, "b.jsonl", lb);
   char out[1024];
@@ -204,8 +204,10 @@ static void test_length_mismatch(void **state) {
 }
 
 static void test_different_steps(void **state) {
-  const char *a = write_file(0, "a.jsonl", "{\"type\":\"step\",\"step\":1,\"loss_hex\":\"0x1p+0\"}\n");
-  const char *b = write_file(1, "b.jsonl", "{\"type\":\"step\",\"step\":2,\"loss_hex\":\"0x1p+0\"}\n");
+  const char *a =
+      write_file(0, "a.jsonl", "{\"type\":\"step\",\"step\":1,\"loss_hex\":\"0x1p+0\"}\n");
+  const char *b =
+      write_file(1, "b.jsonl", "{\"type\":\"step\",\"step\":2,\"loss_hex\":\"0x1p+0\"}\n");
   char out[1024];
   assert_int_equal(run(a, b, 0.0, out, sizeof out), 1);
   assert_string_equal(out, "first divergence: record 1: step 1 vs step 2\n");
@@ -261,22 +263,23 @@ static void test_no_records_and_bad_rtol(void **state) {
 
 static void test_json_details(void **state) {
   // escapes, nesting, whitespace, key order, NaN written by a diverged run
-  const char *a = write_file(0, "a.jsonl",
-                             "  { \"type\" : \"step\", \"step\": 1, \"note\": \"a\\\"b\\u00e9\\ud83d\\ude00\","
-                             " \"nested\": {\"x\": [1, 2.5e-3, true, false, null, {\"y\": []}]},"
-                             " \"loss\": NaN, \"loss_hex\": \"nan\" }\r\n");
-  const char *b = write_file(1, "b.jsonl",
-                             "{\"loss_hex\":\"nan\",\"loss\":nan,\"step\":1.0,\"type\":\"step\"}\n");
+  const char *a =
+      write_file(0, "a.jsonl",
+                 "  { \"type\" : \"step\", \"step\": 1, \"note\": \"a\\\"b\\u00e9\\ud83d\\ude00\","
+                 " \"nested\": {\"x\": [1, 2.5e-3, true, false, null, {\"y\": []}]},"
+                 " \"loss\": NaN, \"loss_hex\": \"nan\" }\r\n");
+  const char *b = write_file(
+      1, "b.jsonl", "{\"loss_hex\":\"nan\",\"loss\":nan,\"step\":1.0,\"type\":\"step\"}\n");
   char out[1024];
   assert_int_equal(run(a, b, 0.0, out, sizeof out), 0);
   assert_int_equal(run(a, b, 1e-3, out, sizeof out), 0);
-  const char *c = write_file(2, "c.jsonl",
-                             "{\"type\":\"step\",\"step\":1,\"loss\":1.0,\"loss_hex\":\"0x1p+0\"}\n");
+  const char *c = write_file(
+      2, "c.jsonl", "{\"type\":\"step\",\"step\":1,\"loss\":1.0,\"loss_hex\":\"0x1p+0\"}\n");
   assert_int_equal(run(a, c, 0.0, out, sizeof out), 1);
   assert_int_equal(run(a, c, 1e-3, out, sizeof out), 1);
   // -0 and +0 differ bitwise, but are within any tolerance
-  const char *d = write_file(3, "d.jsonl",
-                             "{\"type\":\"step\",\"step\":1,\"loss\":-0.0,\"loss_hex\":\"-0x0p+0\"}\n");
+  const char *d = write_file(
+      3, "d.jsonl", "{\"type\":\"step\",\"step\":1,\"loss\":-0.0,\"loss_hex\":\"-0x0p+0\"}\n");
   const char *e = write_file(2, "e.jsonl",
                              "{\"type\":\"step\",\"step\":1,\"loss\":0,\"loss_hex\":\"0x0p+0\"}\n");
   assert_int_equal(run(d, e, 0.0, out, sizeof out), 1);

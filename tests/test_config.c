@@ -1,10 +1,12 @@
 // Configuration: presets, tile/leaf defaults, validation messages and the
 // JSON round trip (which must give back every field bit for bit, because a
 // resumed run rebuilds its configuration from the checkpoint).
+// cmocka.h needs these four first.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
+
 #include <cmocka.h>
 
 #include <math.h>
@@ -71,9 +73,8 @@ static void test_defaults(void **state) {
 static void test_tile_leaf_rule(void **state) {
   // T -> (tile, leaf): min(64, pow2 <= T/8), min(256, pow2 <= T/8), leaf >= tile
   static const int table[][3] = {
-      {8, 1, 1},       {64, 8, 8},      {100, 8, 8},       {256, 32, 32},
-      {512, 64, 64},   {1024, 64, 128}, {2048, 64, 256},   {4096, 64, 256},
-      {1000, 64, 64},  {1 << 20, 64, 256},
+      {8, 1, 1},       {64, 8, 8},      {100, 8, 8},     {256, 32, 32},  {512, 64, 64},
+      {1024, 64, 128}, {2048, 64, 256}, {4096, 64, 256}, {1000, 64, 64}, {1 << 20, 64, 256},
   };
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
     assert_int_equal(ts_default_tile(table[i][0]), table[i][1]);
@@ -195,7 +196,7 @@ static void test_json_round_trip(void **state) {
   awkward(&a);
   assert_int_equal(ts_config_to_json(&a, json, sizeof json), TS_OK);
   assert_int_equal(json[0], '{');
-  assert_null(strchr(json, '\n')); // one line in the log
+  assert_null(strchr(json, '\n'));                        // one line in the log
   assert_non_null(strstr(json, "\"lr\":0.000300000014")); // "%.9g" for people
   assert_non_null(strstr(json, "\"seed\":18364758544493064720"));
   memset(&b, 0, sizeof b);

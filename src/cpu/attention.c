@@ -59,7 +59,7 @@ void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const 
   const int nt = T / tile;
   const float scale = 1.0f / sqrtf((float)dh);
   const int64_t ntasks = (int64_t)s->B * H * nt;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ws->nthreads)
   for (int64_t task = 0; task < ntasks; task++) {
     // Heaviest tasks (last query tiles) first: dynamic scheduling balances them.
     int qt = nt - 1 - (int)(task % nt);
@@ -150,7 +150,7 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
   }
   const int64_t ntasks = (int64_t)B * H * nt;
   // Pass 1: dQ per query tile, key tiles from the diagonal down.
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ws->nthreads)
   for (int64_t task = 0; task < ntasks; task++) {
     int qt = nt - 1 - (int)(task % nt);
     int h = (int)((task / nt) % H), b = (int)(task / ((int64_t)nt * H));
@@ -172,7 +172,7 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
   }
   // Pass 2: dK, dV per key tile, a canonical tree over query tiles.
   int fail = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(| : fail)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ws->nthreads) reduction(| : fail)
   for (int64_t task = 0; task < ntasks; task++) {
     int kt = (int)(task % nt);
     int h = (int)((task / nt) % H), b = (int)(task / ((int64_t)nt * H));

@@ -50,7 +50,7 @@ int ts_leaf_tree_sum(ts_ws *ws, float *sum, size_t n, int64_t nleaves, ts_leaf_f
     int cnt = (int)(nleaves - base < W ? nleaves - base : W);
     // Each leaf's partial is a fixed computation on that leaf alone, so which
     // thread computes it does not matter; the pushes below fix the order.
-#pragma omp parallel for schedule(static, 1)
+#pragma omp parallel for schedule(static, 1) num_threads(ws->nthreads)
     for (int i = 0; i < cnt; i++) fn(ctx, base + i, ws->leafbuf[i]);
     for (int i = 0; i < cnt; i++)
       if (ts_tree_push(&ws->tree, ws->leafbuf[i]) != 0) return -1;

@@ -17,6 +17,7 @@ Contents:
 
 import json
 import math
+import os
 import struct
 from collections import OrderedDict
 
@@ -459,7 +460,6 @@ def train_trajectory(model, settings, inputs, targets, steps, use_dropout):
 
 class Dump:
     def __init__(self, path):
-        import os
         self.path = path
         j = lambda n: os.path.join(path, n)
         self.cfg = Config.load(j("config.json"))

@@ -1,0 +1,68 @@
+#!/bin/sh
+# Checkpoints and resume: N steps straight equal k steps + resume + N-k steps,
+# bit for bit (the logs compare identical, the final parameter hashes match);
+# damaged checkpoints and mismatched resumes are refused with clear errors.
+. "$(dirname "$0")/lib.sh"
+
+DATA=$TESSERA_SRCDIR/data/corpus.txt
+FLAGS="--model tiny --steps 8 --dropout 0.1 --warmup 2 --data $DATA --quiet"
+
+expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --log "$TS_TMP/straight.jsonl"
+
+# The interrupted run: checkpoints at 3 and 6 (and 8); drop the later ones to
+# resume from step 3 as if the process had died after it.
+expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/ck" --ckpt-every 3 \
+  --log "$TS_TMP/resumed.jsonl"
+[ -f "$TS_TMP/ck/step-00000003.safetensors" ] || fail "no checkpoint at step 3"
+cp "$TS_TMP/ck/step-00000003.safetensors" "$TS_TMP/step3.bak"
+rm -f "$TS_TMP/ck/step-00000006.safetensors" "$TS_TMP/ck/step-00000008.safetensors"
+# cut the log as a killed run would have left it (steps 1..3 and maybe more)
+expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/ck" --ckpt-every 3 --resume \
+  --log "$TS_TMP/resumed.jsonl"
+expect_stdout "resumed from .*step-00000003.safetensors"
+expect_exit 0 "" "$TESSERA_BIN" compare "$TS_TMP/straight.jsonl" "$TS_TMP/resumed.jsonl"
+expect_stdout "^identical"
+h1=$(grep '"final"' "$TS_TMP/straight.jsonl")
+h2=$(grep '"final"' "$TS_TMP/resumed.jsonl")
+[ -n "$h1" ] && [ "$h1" = "$h2" ] && pass "final parameter hash equal" || fail "final records differ: $h1 / $h2"
+
+# A different resume point (step 6) gives the same result too.
+rm -f "$TS_TMP/ck/step-00000008.safetensors"
+expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/ck" --ckpt-every 3 --resume \
+  --log "$TS_TMP/resumed.jsonl"
+expect_stdout "step-00000006"
+expect_exit 0 "" "$TESSERA_BIN" compare "$TS_TMP/straight.jsonl" "$TS_TMP/resumed.jsonl"
+
+# The final checkpoint evaluates.
+expect_exit 0 "" "$TESSERA_BIN" eval --ckpt "$TS_TMP/ck/step-00000008.safetensors" --data "$DATA"
+expect_stdout "val loss"
+
+# Damage: each kind refused with exit 1 and a one-line message naming the file.
+mkdir -p "$TS_TMP/bad"
+ck=$TS_TMP/bad/step-00000003.safetensors
+size=$(wc -c <"$TS_TMP/step3.bak")
+for cut in 4 100 $((size / 2)) $((size - 1)); do
+  head -c "$cut" "$TS_TMP/step3.bak" >"$ck"
+  expect_exit 1 "checkpoint .*step-00000003" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/bad" --resume
+done
+# one flipped byte in the data section
+cp "$TS_TMP/step3.bak" "$ck"
+printf '\377' | dd of="$ck" bs=1 seek=$((size - 10)) conv=notrunc 2>/dev/null
+expect_exit 1 "checkpoint .*(checksum|crc|CRC)" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/bad" --resume
+# garbage in the header
+cp "$TS_TMP/step3.bak" "$ck"
+printf 'XXXX' | dd of="$ck" bs=1 seek=12 conv=notrunc 2>/dev/null
+expect_exit 1 "checkpoint .*step-00000003" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/bad" --resume
+# not a checkpoint at all
+echo "hello" >"$ck"
+expect_exit 1 "checkpoint .*step-00000003" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/bad" --resume
+# a damaged checkpoint given to eval
+expect_exit 1 "checkpoint .*step-00000003" "$TESSERA_BIN" eval --ckpt "$ck" --data "$DATA"
+# a resume with a different configuration than the checkpoint's
+cp "$TS_TMP/step3.bak" "$ck"
+expect_exit 2 "--lr" "$TESSERA_BIN" train $FLAGS --lr 0.002 --ckpt-dir "$TS_TMP/bad" --resume
+# nothing to resume from
+mkdir -p "$TS_TMP/empty"
+expect_exit 1 "no checkpoint" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/empty" --resume
+
+done_testing

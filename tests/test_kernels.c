@@ -1,0 +1,699 @@
+// Every CPU kernel against a plain double-precision reference written here.
+//
+// For each op: a reference forward in double (straightforward loops), a
+// scalar objective L = Σ r ∘ out with a fixed random r, and central finite
+// differences of L in double w.r.t. every input and parameter. The fp32
+// kernel backward, run with dout = r, must match the finite differences, and
+// the fp32 forward must match the reference forward.
+//
+// The bound, used everywhere:  max |fp32 − ref64| ≤ rel · (max |ref64| + floor).
+// fp32 results carry rounding of about 6e-8 per operation; the sums here have
+// at most a few hundred terms, so their worst-case relative error is ~1e-5
+// and the typical one far less. The finite differences themselves are good to
+// ~1e-8 (h = 1e-6·max(1, |x|): truncation ~h², cancellation ~1e-16·|L|/h).
+// So rel = 1e-4 for gradients and 1e-5 for forwards (1e-6 for dropout: one
+// multiplication) leave margin for rounding (measured: under 1e-6 relative,
+// print with TESSERA_TEST_VERBOSE=1) yet reject real mistakes: check_close()
+// asserts that the same bound rejects 2·got, got/2, −got and 0, so a missing
+// factor of 2 or a sign error fails; dropped terms (tried: LayerNorm's n·mean
+// term, attention's scale or dropout rescale, a bias row) fail by far.
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "rng.h"
+
+// ---- data and checks --------------------------------------------------------------
+
+static uint64_t mix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+static double unif(uint64_t *s) { return ((double)(mix64(s) >> 11) + 0.5) / 9007199254740992.0; }
+
+// x[i] = scale · N(0, 1), deterministic in seed.
+static void fill_normal(float *x, size_t n, uint64_t seed, double scale) {
+  uint64_t s = seed;
+  for (size_t i = 0; i < n; i++)
+    x[i] = (float)(scale * sqrt(-2.0 * log(unif(&s))) * cos(6.283185307179586 * unif(&s)));
+}
+
+static double *to_double(const float *x, size_t n) {
+  double *d = malloc((n ? n : 1) * sizeof(double));
+  assert_non_null(d);
+  for (size_t i = 0; i < n; i++) d[i] = x[i];
+  return d;
+}
+
+static float *falloc(size_t n) {
+  float *p = calloc(n ? n : 1, sizeof(float));
+  assert_non_null(p);
+  return p;
+}
+
+static double *dalloc(size_t n) {
+  double *p = calloc(n ? n : 1, sizeof(double));
+  assert_non_null(p);
+  return p;
+}
+
+static double maxerr(const float *got, double mul, const double *want, size_t n) {
+  double e = 0.0;
+  for (size_t i = 0; i < n; i++) e = fmax(e, fabs(mul * (double)got[i] - want[i]));
+  return e;
+}
+
+// The bound of the header comment, plus its teeth: wrong results of the
+// usual kinds (factor 2 either way, sign, all zero) must be rejected by it.
+static void check_close(const char *what, const float *got, const double *want, size_t n,
+                        double rel, double floor) {
+  double scale = 0.0;
+  for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
+  double bound = rel * (scale + floor);
+  double err = maxerr(got, 1.0, want, n);
+  if (getenv("TESSERA_TEST_VERBOSE"))
+    print_message("  %-28s max|err| %.3e  max|ref| %.3e  err/bound %.3f\n", what, err, scale,
+                  err / bound);
+  if (!(err <= bound))
+    fail_msg("%s: max|fp32 - ref64| = %.6g > bound %.6g (max|ref64| = %.6g)", what, err, bound,
+             scale);
+  if (!(maxerr(got, 2.0, want, n) > bound && maxerr(got, 0.5, want, n) > bound &&
+        maxerr(got, -1.0, want, n) > bound && maxerr(got, 0.0, want, n) > bound))
+    fail_msg("%s: the check has no teeth (max|ref64| = %.6g, bound %.6g)", what, scale, bound);
+}
+
+// Central differences of f w.r.t. x[0..n) (x lives inside ctx).
+typedef double (*objective_fn)(const void *ctx);
+static void fd_grad(double *g, double *x, size_t n, objective_fn f, const void *ctx) {
+  for (size_t i = 0; i < n; i++) {
+    double xi = x[i], h = 1e-6 * fmax(1.0, fabs(xi));
+    double xp = xi + h, xm = xi - h;
+    x[i] = xp;
+    double fp = f(ctx);
+    x[i] = xm;
+    double fm = f(ctx);
+    x[i] = xi;
+    g[i] = (fp - fm) / (xp - xm);
+  }
+}
+
+static double dot_r(const double *r, const double *y, size_t n) {
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++) s += r[i] * y[i];
+  return s;
+}
+
+static int setup(void **state) {
+  // The kernels expect single-threaded BLAS inside their OpenMP loops (R1).
+  openblas_set_num_threads(1);
+  return 0;
+}
+
+// ---- layernorm ------------------------------------------------------------------------
+
+typedef struct {
+  int ntok, C;
+  double *x, *w, *b, *r;
+} ln_ref;
+
+static void ln_ref_forward(const ln_ref *a, double *y, double *mean, double *rstd) {
+  for (int t = 0; t < a->ntok; t++) {
+    const double *x = a->x + (size_t)t * a->C;
+    double m = 0.0, v = 0.0;
+    for (int i = 0; i < a->C; i++) m += x[i];
+    m /= a->C;
+    for (int i = 0; i < a->C; i++) v += (x[i] - m) * (x[i] - m);
+    v /= a->C;
+    double rs = 1.0 / sqrt(v + 1e-5);
+    for (int i = 0; i < a->C; i++) y[(size_t)t * a->C + i] = (x[i] - m) * rs * a->w[i] + a->b[i];
+    if (mean) mean[t] = m;
+    if (rstd) rstd[t] = rs;
+  }
+}
+
+static double ln_objective(const void *vctx) {
+  const ln_ref *a = vctx;
+  size_t n = (size_t)a->ntok * a->C;
+  double *y = dalloc(n);
+  ln_ref_forward(a, y, NULL, NULL);
+  double L = dot_r(a->r, y, n);
+  free(y);
+  return L;
+}
+
+static void test_layernorm(void **state) {
+  const int ntok = 16, C = 24, leaf = 4;
+  const size_t n = (size_t)ntok * C;
+  float *x = falloc(n), *w = falloc(C), *b = falloc(C), *r = falloc(n);
+  fill_normal(x, n, 1, 1.0);
+  for (int t = 0; t < ntok; t++) // rows with their own offset and spread
+    for (int i = 0; i < C; i++) x[(size_t)t * C + i] = x[(size_t)t * C + i] * (0.5f + 0.2f * t) + 0.3f * (t - 8);
+  fill_normal(w, C, 2, 0.5);
+  for (int i = 0; i < C; i++) w[i] += 1.0f;
+  fill_normal(b, C, 3, 0.3);
+  fill_normal(r, n, 4, 1.0);
+
+  float *y = falloc(n), *mean = falloc(ntok), *rstd = falloc(ntok);
+  layernorm_forward(y, mean, rstd, x, w, b, ntok, C);
+  ln_ref a = {ntok, C, to_double(x, n), to_double(w, C), to_double(b, C), to_double(r, n)};
+  double *yref = dalloc(n), *mref = dalloc(ntok), *rref = dalloc(ntok);
+  ln_ref_forward(&a, yref, mref, rref);
+  check_close("layernorm out", y, yref, n, 1e-5, 1e-3);
+  check_close("layernorm mean", mean, mref, ntok, 1e-5, 1e-3);
+  check_close("layernorm rstd", rstd, rref, ntok, 1e-5, 1e-3);
+
+  ts_ws ws;
+  assert_int_equal(ts_ws_init(&ws, 4, leaf, 4096, 8), 0);
+  float *dx = falloc(n), *dw = falloc(C), *db = falloc(C);
+  assert_int_equal(layernorm_backward(&ws, dx, dw, db, r, x, w, mean, rstd, ntok, C), 0);
+  double *gx = dalloc(n), *gw = dalloc(C), *gb = dalloc(C);
+  fd_grad(gx, a.x, n, ln_objective, &a);
+  fd_grad(gw, a.w, C, ln_objective, &a);
+  fd_grad(gb, a.b, C, ln_objective, &a);
+  check_close("layernorm dinp", dx, gx, n, 1e-4, 1e-3);
+  check_close("layernorm dw", dw, gw, C, 1e-4, 1e-3);
+  check_close("layernorm db", db, gb, C, 1e-4, 1e-3);
+  ts_ws_free(&ws);
+  free(x); free(w); free(b); free(r); free(y); free(mean); free(rstd);
+  free(a.x); free(a.w); free(a.b); free(a.r); free(yref); free(mref); free(rref);
+  free(dx); free(dw); free(db); free(gx); free(gw); free(gb);
+}
+
+// ---- linear ---------------------------------------------------------------------------
+
+typedef struct {
+  int ntok, C, OC;
+  double *x, *W, *b, *r; // b may be NULL
+} lin_ref;
+
+static void lin_ref_forward(const lin_ref *a, double *y) {
+  for (int t = 0; t < a->ntok; t++)
+    for (int o = 0; o < a->OC; o++) {
+      double s = a->b ? a->b[o] : 0.0;
+      for (int c = 0; c < a->C; c++) s += a->x[(size_t)t * a->C + c] * a->W[(size_t)o * a->C + c];
+      y[(size_t)t * a->OC + o] = s;
+    }
+}
+
+static double lin_objective(const void *vctx) {
+  const lin_ref *a = vctx;
+  size_t n = (size_t)a->ntok * a->OC;
+  double *y = dalloc(n);
+  lin_ref_forward(a, y);
+  double L = dot_r(a->r, y, n);
+  free(y);
+  return L;
+}
+
+// OC = 3 heads of hd = 4 so linear_forward_heads is checked on the same data;
+// 16 rows = 4 tiles = 4 leaves, so the weight gradient is a two-level tree.
+static void run_linear(int with_bias) {
+  const int ntok = 16, C = 12, OC = 12, hd = 4, tile = 4, leaf = 4;
+  const size_t nx = (size_t)ntok * C, nW = (size_t)OC * C, ny = (size_t)ntok * OC;
+  float *x = falloc(nx), *W = falloc(nW), *b = falloc(OC), *r = falloc(ny);
+  fill_normal(x, nx, 10, 1.0);
+  fill_normal(W, nW, 11, 0.5);
+  fill_normal(b, OC, 12, 1.0);
+  fill_normal(r, ny, 13, 1.0);
+  const float *bp = with_bias ? b : NULL;
+
+  lin_ref a = {ntok, C, OC, to_double(x, nx), to_double(W, nW), with_bias ? to_double(b, OC) : NULL,
+               to_double(r, ny)};
+  double *yref = dalloc(ny);
+  lin_ref_forward(&a, yref);
+  float *y = falloc(ny), *yh = falloc(ny);
+  linear_forward(y, x, W, bp, ntok, C, OC, tile);
+  linear_forward_heads(yh, x, W, bp, ntok, C, OC, hd, tile);
+  check_close("linear out", y, yref, ny, 1e-5, 1e-3);
+  check_close("linear_forward_heads out", yh, yref, ny, 1e-5, 1e-3);
+
+  ts_ws ws;
+  assert_int_equal(ts_ws_init(&ws, tile, leaf, 4096, 8), 0);
+  float *dx = falloc(nx), *dW = falloc(nW), *db = falloc(OC);
+  linear_backward_input(dx, r, W, ntok, C, OC, tile, 0);
+  assert_int_equal(linear_backward_weights(&ws, dW, with_bias ? db : NULL, r, x, ntok, C, OC), 0);
+  double *gx = dalloc(nx), *gW = dalloc(nW), *gb = dalloc(OC);
+  fd_grad(gx, a.x, nx, lin_objective, &a);
+  fd_grad(gW, a.W, nW, lin_objective, &a);
+  check_close("linear dinp", dx, gx, nx, 1e-4, 1e-3);
+  check_close("linear dW", dW, gW, nW, 1e-4, 1e-3);
+  if (with_bias) {
+    fd_grad(gb, a.b, OC, lin_objective, &a);
+    check_close("linear db", db, gb, OC, 1e-4, 1e-3);
+  }
+  // accumulate = 1 adds onto what dinp held
+  float *acc = falloc(nx);
+  fill_normal(acc, nx, 14, 1.0);
+  double *want = dalloc(nx);
+  for (size_t i = 0; i < nx; i++) want[i] = acc[i] + gx[i];
+  linear_backward_input(acc, r, W, ntok, C, OC, tile, 1);
+  check_close("linear dinp (accumulate)", acc, want, nx, 1e-4, 1e-3);
+
+  ts_ws_free(&ws);
+  free(x); free(W); free(b); free(r); free(a.x); free(a.W); free(a.b); free(a.r);
+  free(yref); free(y); free(yh); free(dx); free(dW); free(db); free(gx); free(gW); free(gb);
+  free(acc); free(want);
+}
+
+static void test_linear(void **state) { run_linear(1); }
+static void test_linear_no_bias(void **state) { run_linear(0); }
+
+// ---- GeLU ----------------------------------------------------------------------------
+
+typedef struct {
+  size_t n;
+  double *x, *r;
+} gelu_ref;
+
+static double gelu64(double x) {
+  return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+static double gelu_objective(const void *vctx) {
+  const gelu_ref *a = vctx;
+  double L = 0.0;
+  for (size_t i = 0; i < a->n; i++) L += a->r[i] * gelu64(a->x[i]);
+  return L;
+}
+
+static void test_gelu(void **state) {
+  const size_t n = 200;
+  float *x = falloc(n), *r = falloc(n), *y = falloc(n), *dx = falloc(n);
+  for (size_t i = 0; i < n; i++) x[i] = -6.0f + 12.0f * (float)i / (float)(n - 1); // through 0
+  fill_normal(r, n, 20, 1.0);
+  gelu_ref a = {n, to_double(x, n), to_double(r, n)};
+  double *yref = dalloc(n), *g = dalloc(n);
+  for (size_t i = 0; i < n; i++) yref[i] = gelu64(a.x[i]);
+  gelu_forward(y, x, (int64_t)n);
+  check_close("gelu out", y, yref, n, 1e-5, 1e-3);
+  gelu_backward(dx, x, r, (int64_t)n);
+  fd_grad(g, a.x, n, gelu_objective, &a);
+  check_close("gelu dinp", dx, g, n, 1e-4, 1e-3);
+  // in place (dinp == dout), as the model calls it: same bits
+  float *inplace = falloc(n);
+  memcpy(inplace, r, n * sizeof(float));
+  gelu_backward(inplace, x, inplace, (int64_t)n);
+  assert_memory_equal(inplace, dx, n * sizeof(float));
+  free(x); free(r); free(y); free(dx); free(a.x); free(a.r); free(yref); free(g); free(inplace);
+}
+
+// ---- dropout ---------------------------------------------------------------------------
+// The mask is a function of the key, so for a fixed key dropout is linear and
+// its backward is the same masking applied to dout.
+
+typedef struct {
+  size_t n;
+  double *x, *r, p;
+  const unsigned char *keep;
+} drop_ref;
+
+static double drop_objective(const void *vctx) {
+  const drop_ref *a = vctx;
+  double L = 0.0;
+  for (size_t i = 0; i < a->n; i++) L += a->r[i] * (a->keep[i] ? a->x[i] / (1.0 - a->p) : 0.0);
+  return L;
+}
+
+static void test_dropout(void **state) {
+  const size_t n = 4096;
+  const float p = 0.25f;
+  const uint64_t seed = 77, step = 3, base = 123456;
+  float *x = falloc(n), *r = falloc(n), *y = falloc(n), *dx = falloc(n);
+  fill_normal(x, n, 30, 1.0);
+  fill_normal(r, n, 31, 1.0);
+  unsigned char *keep = malloc(n);
+  assert_non_null(keep);
+  size_t kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    keep[i] = ts_rng_uniform(seed, TS_RNG_DROPOUT_MLP, step, base + i) >= p;
+    kept += keep[i];
+  }
+  // ~p dropped: 5 sd of a Binomial(n, p) count
+  assert_true(fabs((double)(n - kept) - p * n) <= 5.0 * sqrt(n * p * (1 - p)));
+  drop_ref a = {n, to_double(x, n), to_double(r, n), p, keep};
+  double *yref = dalloc(n), *g = dalloc(n);
+  for (size_t i = 0; i < n; i++) yref[i] = keep[i] ? a.x[i] / (1.0 - p) : 0.0;
+  memcpy(y, x, n * sizeof(float));
+  dropout_apply(y, (int64_t)n, p, seed, TS_RNG_DROPOUT_MLP, step, base);
+  check_close("dropout out", y, yref, n, 1e-6, 1e-3);
+  for (size_t i = 0; i < n; i++) // dropped means exactly zero
+    if (!keep[i]) assert_true(y[i] == 0.0f);
+  memcpy(dx, r, n * sizeof(float));
+  dropout_apply(dx, (int64_t)n, p, seed, TS_RNG_DROPOUT_MLP, step, base);
+  fd_grad(g, a.x, n, drop_objective, &a);
+  check_close("dropout dinp", dx, g, n, 1e-6, 1e-3);
+  // p = 0 is the identity, bit for bit
+  memcpy(y, x, n * sizeof(float));
+  dropout_apply(y, (int64_t)n, 0.0f, seed, TS_RNG_DROPOUT_MLP, step, base);
+  assert_memory_equal(y, x, n * sizeof(float));
+  // a sub-range with its global base gives the same elements as the whole
+  memcpy(y, x, n * sizeof(float));
+  dropout_apply(y, (int64_t)n, p, seed, TS_RNG_DROPOUT_MLP, step, base);
+  float *part = falloc(1000);
+  memcpy(part, x + 1500, 1000 * sizeof(float));
+  dropout_apply(part, 1000, p, seed, TS_RNG_DROPOUT_MLP, step, base + 1500);
+  assert_memory_equal(part, y + 1500, 1000 * sizeof(float));
+  free(x); free(r); free(y); free(dx); free(keep); free(a.x); free(a.r); free(yref); free(g);
+  free(part);
+}
+
+// ---- attention ------------------------------------------------------------------------
+
+typedef struct {
+  int B, T, H, dh;
+  double p;
+  const unsigned char *keep; // (B, H, T, T) dropout mask, or NULL
+  double *q, *k, *v, *r;
+} attn_ref;
+
+// Causal softmax attention per (b, h, i) in double, straight from the
+// definition: P = softmax(q·kᵀ/√dh) over j <= i, P~ = dropout(P), o = P~·v.
+static void attn_ref_forward(const attn_ref *a, double *out, double *lse) {
+  const int T = a->T, H = a->H, dh = a->dh, C = H * dh;
+  const double scale = 1.0 / sqrt((double)dh);
+  double *s = dalloc(T);
+  for (int b = 0; b < a->B; b++)
+    for (int h = 0; h < H; h++)
+      for (int i = 0; i < T; i++) {
+        const double *qi = a->q + ((size_t)b * T + i) * C + (size_t)h * dh;
+        double mx = -INFINITY;
+        for (int j = 0; j <= i; j++) {
+          const double *kj = a->k + ((size_t)b * T + j) * C + (size_t)h * dh;
+          double d = 0.0;
+          for (int c = 0; c < dh; c++) d += qi[c] * kj[c];
+          s[j] = d * scale;
+          mx = fmax(mx, s[j]);
+        }
+        double sum = 0.0;
+        for (int j = 0; j <= i; j++) sum += exp(s[j] - mx);
+        if (lse) lse[((size_t)b * H + h) * T + i] = mx + log(sum);
+        double *o = out + ((size_t)b * T + i) * C + (size_t)h * dh;
+        for (int c = 0; c < dh; c++) o[c] = 0.0;
+        for (int j = 0; j <= i; j++) {
+          double pj = exp(s[j] - mx) / sum;
+          if (a->keep) pj = a->keep[(((size_t)b * H + h) * T + i) * T + j] ? pj / (1.0 - a->p) : 0.0;
+          const double *vj = a->v + ((size_t)b * T + j) * C + (size_t)h * dh;
+          for (int c = 0; c < dh; c++) o[c] += pj * vj[c];
+        }
+      }
+  free(s);
+}
+
+static double attn_objective(const void *vctx) {
+  const attn_ref *a = vctx;
+  size_t n = (size_t)a->B * a->T * a->H * a->dh;
+  double *o = dalloc(n);
+  attn_ref_forward(a, o, NULL);
+  double L = dot_r(a->r, o, n);
+  free(o);
+  return L;
+}
+
+typedef struct {
+  int B, T, H, dh, tile;
+  float p;
+} attn_case;
+
+static void run_attention(const attn_case *ac) {
+  const int B = ac->B, T = ac->T, H = ac->H, dh = ac->dh, C = H * dh;
+  const size_t n = (size_t)B * T * C, nl = (size_t)B * H * T;
+  char what[96];
+  float *q = falloc(n), *k = falloc(n), *v = falloc(n), *r = falloc(n);
+  fill_normal(q, n, 40 + (uint64_t)T, 1.5); // some peaked rows
+  fill_normal(k, n, 41 + (uint64_t)T, 1.0);
+  fill_normal(v, n, 42 + (uint64_t)T, 1.0);
+  fill_normal(r, n, 43 + (uint64_t)T, 1.0);
+  ts_attn_shape s = {B, T, H, dh, ac->tile, ac->p, 5, 9, 1000};
+  // the mask, from the global index of docs/MODEL.md (index_base = l·B·H·T·T)
+  unsigned char *keep = NULL;
+  if (ac->p > 0.0f) {
+    keep = malloc(nl * T);
+    assert_non_null(keep);
+    for (size_t e = 0; e < nl * T; e++)
+      keep[e] = ts_rng_uniform(s.seed, TS_RNG_DROPOUT_ATTN, s.step, s.index_base + e) >= ac->p;
+  }
+  attn_ref a = {B, T, H, dh, ac->p, keep, to_double(q, n), to_double(k, n), to_double(v, n),
+                to_double(r, n)};
+  double *oref = dalloc(n), *lref = dalloc(nl);
+  attn_ref_forward(&a, oref, lref);
+
+  ts_ws ws;
+  assert_int_equal(ts_ws_init(&ws, ac->tile, ac->tile, 64, dh), 0);
+  float *out = falloc(n), *lse = falloc(nl);
+  attention_forward(&ws, out, lse, q, k, v, &s);
+  snprintf(what, sizeof what, "attn B%d T%d tile%d dh%d p%.1f out", B, T, ac->tile, dh, ac->p);
+  check_close(what, out, oref, n, 1e-5, 1e-3);
+  snprintf(what, sizeof what, "attn B%d T%d tile%d dh%d p%.1f lse", B, T, ac->tile, dh, ac->p);
+  check_close(what, lse, lref, nl, 1e-5, 1e-3);
+
+  float *dq = falloc(n), *dk = falloc(n), *dv = falloc(n), *dsum = falloc(nl);
+  assert_int_equal(attention_backward(&ws, dq, dk, dv, dsum, r, q, k, v, out, lse, &s), 0);
+  double *g = dalloc(n);
+  const char *names[3] = {"dq", "dk", "dv"};
+  float *got[3] = {dq, dk, dv};
+  double *inp[3] = {a.q, a.k, a.v};
+  for (int w = 0; w < 3; w++) {
+    fd_grad(g, inp[w], n, attn_objective, &a);
+    snprintf(what, sizeof what, "attn B%d T%d tile%d dh%d p%.1f %s", B, T, ac->tile, dh, ac->p,
+             names[w]);
+    check_close(what, got[w], g, n, 1e-4, 1e-3);
+  }
+  ts_ws_free(&ws);
+  free(q); free(k); free(v); free(r); free(keep); free(a.q); free(a.k); free(a.v); free(a.r);
+  free(oref); free(lref); free(out); free(lse); free(dq); free(dk); free(dv); free(dsum); free(g);
+}
+
+static void test_attention(void **state) {
+  const attn_case cases[] = {
+      {1, 16, 2, 8, 4, 0.0f},  // 4 tiles
+      {1, 16, 2, 8, 4, 0.2f},  // 4 tiles, dropout
+      {2, 8, 2, 16, 4, 0.0f},  // 2 sequences, 2 tiles, dh 16
+      {2, 8, 2, 16, 4, 0.3f},
+      {1, 8, 2, 8, 8, 0.0f},   // one tile: only the diagonal
+      {1, 12, 2, 8, 4, 0.0f},  // 3 query tiles: the dK/dV tree is padded
+      {2, 16, 2, 8, 2, 0.1f},  // 8 tiles of 2
+      {1, 16, 2, 16, 4, 0.5f}, // 4 tiles, dh 16, heavy dropout
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_attention(&cases[i]);
+}
+
+// ---- cross-entropy -------------------------------------------------------------------------
+
+typedef struct {
+  int ntok, V;
+  const int *y;
+  double *z, *r;
+} ce_ref;
+
+static void ce_ref_forward(const ce_ref *a, double *loss) {
+  for (int t = 0; t < a->ntok; t++) {
+    const double *z = a->z + (size_t)t * a->V;
+    double mx = z[0], s = 0.0;
+    for (int i = 1; i < a->V; i++) mx = fmax(mx, z[i]);
+    for (int i = 0; i < a->V; i++) s += exp(z[i] - mx);
+    loss[t] = mx + log(s) - z[a->y[t]];
+  }
+}
+
+static double ce_objective(const void *vctx) {
+  const ce_ref *a = vctx;
+  double *loss = dalloc(a->ntok);
+  ce_ref_forward(a, loss);
+  double L = dot_r(a->r, loss, a->ntok);
+  free(loss);
+  return L;
+}
+
+static void test_crossentropy(void **state) {
+  const int ntok = 8, V = 16;
+  const size_t n = (size_t)ntok * V;
+  float *z = falloc(n), *r = falloc(ntok), *loss = falloc(ntok), *dz = falloc(n);
+  int y[8];
+  fill_normal(z, n, 50, 2.0);
+  for (int i = 0; i < V; i++) z[3 * V + i] += 100.0f; // exp would overflow without the max
+  for (int i = 0; i < V; i++) z[5 * V + i] *= 10.0f;  // nearly one-hot softmax
+  fill_normal(r, ntok, 51, 1.0);
+  uint64_t s = 52;
+  for (int t = 0; t < ntok; t++) y[t] = (int)(mix64(&s) % V);
+  ce_ref a = {ntok, V, y, to_double(z, n), to_double(r, ntok)};
+  double *lref = dalloc(ntok), *g = dalloc(n);
+  ce_ref_forward(&a, lref);
+  crossentropy_forward(loss, z, y, ntok, V);
+  check_close("crossentropy loss", loss, lref, ntok, 1e-5, 1e-2);
+  // dout = r per token: one call per row with scale r[t]
+  for (int t = 0; t < ntok; t++)
+    crossentropy_backward(dz + (size_t)t * V, z + (size_t)t * V, y + t, r[t], 1, V);
+  fd_grad(g, a.z, n, ce_objective, &a);
+  check_close("crossentropy dlogits", dz, g, n, 1e-4, 1e-3);
+
+  // The model's call: one scale for all rows, in place over the logits. Row-wise,
+  // so it equals the per-row calls bit for bit; in place equals out of place.
+  const float sc = 1.0f / ntok;
+  float *whole = falloc(n), *rows = falloc(n), *inplace = falloc(n);
+  crossentropy_backward(whole, z, y, sc, ntok, V);
+  for (int t = 0; t < ntok; t++)
+    crossentropy_backward(rows + (size_t)t * V, z + (size_t)t * V, y + t, sc, 1, V);
+  memcpy(inplace, z, n * sizeof(float));
+  crossentropy_backward(inplace, inplace, y, sc, ntok, V);
+  assert_memory_equal(whole, rows, n * sizeof(float));
+  assert_memory_equal(whole, inplace, n * sizeof(float));
+  free(z); free(r); free(loss); free(dz); free(a.z); free(a.r); free(lref); free(g);
+  free(whole); free(rows); free(inplace);
+}
+
+// Reference canonical tree over scalar leaves (empty = identity).
+static int ref_tree1(float *out, const float *x, size_t n, size_t lo, size_t size) {
+  if (size == 1) {
+    if (lo >= n) return 0;
+    *out = x[lo];
+    return 1;
+  }
+  float l, rr;
+  int hl = ref_tree1(&l, x, n, lo, size / 2), hr = ref_tree1(&rr, x, n, lo + size / 2, size / 2);
+  if (hl && hr) *out = l + rr;
+  else if (hl) *out = l;
+  else if (hr) *out = rr;
+  return hl || hr;
+}
+
+// token_tree_sum: leaf partial = the leaf's rows left to right, then the
+// canonical tree over leaves; checked bit for bit, also past 4096 leaves
+// (where it works in chunks), and against the double sum.
+static void test_token_tree_sum(void **state) {
+  const int leaf = 4;
+  const size_t cases[] = {4, 12, 64, 4 * 4096, 4 * 5000 + 4 * 3};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    size_t ntok = cases[c], nl = ntok / leaf;
+    float *v = falloc(ntok), *part = falloc(nl);
+    fill_normal(v, ntok, 60 + c, 1.0);
+    for (size_t i = 0; i < ntok; i++) v[i] = fabsf(v[i]) * (i % 7 == 0 ? 1000.0f : 1.0f);
+    for (size_t l = 0; l < nl; l++) {
+      float s = v[l * leaf];
+      for (int rr = 1; rr < leaf; rr++) s += v[l * leaf + rr];
+      part[l] = s;
+    }
+    size_t size = 1;
+    while (size < nl) size *= 2;
+    float want = 0.0f;
+    ref_tree1(&want, part, nl, 0, size);
+    float got = token_tree_sum(v, (int64_t)ntok, leaf);
+    assert_memory_equal(&got, &want, sizeof got);
+    double d = 0.0;
+    for (size_t i = 0; i < ntok; i++) d += v[i];
+    assert_true(fabs(got - d) <= 1e-5 * d);
+    free(v);
+    free(part);
+  }
+}
+
+// ---- encoder -----------------------------------------------------------------------------
+
+typedef struct {
+  int B, T, C, V;
+  const int *tok;
+  double *wte, *wpe, *r;
+} enc_ref;
+
+static double enc_objective(const void *vctx) {
+  const enc_ref *a = vctx;
+  double L = 0.0;
+  for (int t = 0; t < a->B * a->T; t++)
+    for (int i = 0; i < a->C; i++)
+      L += a->r[(size_t)t * a->C + i] *
+           (a->wte[(size_t)a->tok[t] * a->C + i] + a->wpe[(size_t)(t % a->T) * a->C + i]);
+  return L;
+}
+
+typedef struct {
+  const float *dout;
+  const int *tok;
+  int leaf, C, V;
+} wte_ctx;
+
+// dwte leaf partial, as the model forms it when the head is untied.
+static void wte_leaf(const void *vctx, int64_t li, float *out) {
+  const wte_ctx *c = vctx;
+  memset(out, 0, (size_t)c->V * c->C * sizeof(float));
+  encoder_wte_leaf_scatter(out, c->dout, c->tok, li, c->leaf, c->C);
+}
+
+static void run_encoder(int B) {
+  const int T = 8, C = 8, V = 6, leaf = 4;
+  const size_t n = (size_t)B * T * C;
+  float *wte = falloc((size_t)V * C), *wpe = falloc((size_t)T * C), *r = falloc(n), *out = falloc(n);
+  int tok[32];
+  fill_normal(wte, (size_t)V * C, 70, 1.0);
+  fill_normal(wpe, (size_t)T * C, 71, 1.0);
+  fill_normal(r, n, 72, 1.0);
+  uint64_t s = 73;
+  for (int t = 0; t < B * T; t++) tok[t] = (int)(mix64(&s) % (V - 1)); // token V-1 unused
+  tok[1] = tok[2] = tok[3] = 0; // repeats within a leaf
+  encoder_forward(out, tok, wte, wpe, B, T, C);
+  for (int t = 0; t < B * T; t++) // one float addition per element
+    for (int i = 0; i < C; i++) {
+      float want = wte[(size_t)tok[t] * C + i] + wpe[(size_t)(t % T) * C + i];
+      assert_memory_equal(&out[(size_t)t * C + i], &want, sizeof want);
+    }
+
+  ts_ws ws;
+  assert_int_equal(ts_ws_init(&ws, 4, leaf, 4096, 8), 0);
+  float *dwte = falloc((size_t)V * C), *dwpe = falloc((size_t)T * C);
+  assert_int_equal(encoder_backward_wpe(&ws, dwpe, r, B, T, C), 0);
+  wte_ctx wc = {r, tok, leaf, C, V};
+  assert_int_equal(ts_leaf_tree_sum(&ws, dwte, (size_t)V * C, B * T / leaf, wte_leaf, &wc), 0);
+  enc_ref a = {B, T, C, V, tok, to_double(wte, (size_t)V * C), to_double(wpe, (size_t)T * C),
+               to_double(r, n)};
+  double *gte = dalloc((size_t)V * C), *gpe = dalloc((size_t)T * C);
+  fd_grad(gte, a.wte, (size_t)V * C, enc_objective, &a);
+  fd_grad(gpe, a.wpe, (size_t)T * C, enc_objective, &a);
+  check_close("encoder dwte", dwte, gte, (size_t)V * C, 1e-5, 1e-3);
+  check_close("encoder dwpe", dwpe, gpe, (size_t)T * C, 1e-5, 1e-3);
+  for (int i = 0; i < C; i++) assert_true(dwte[(size_t)(V - 1) * C + i] == 0.0f); // unused token
+
+  // dwpe is the canonical tree over batch for each position, bit for bit:
+  // B = 4 → (r0 + r1) + (r2 + r3);  B = 3 → (r0 + r1) + r2.
+  for (int p = 0; p < T; p++)
+    for (int i = 0; i < C; i++) {
+      const float *rr = r + (size_t)p * C + i;
+      const size_t st = (size_t)T * C;
+      float want = B == 4 ? (rr[0] + rr[st]) + (rr[2 * st] + rr[3 * st])
+                          : B == 3 ? (rr[0] + rr[st]) + rr[2 * st] : rr[0];
+      assert_memory_equal(&dwpe[(size_t)p * C + i], &want, sizeof want);
+    }
+  ts_ws_free(&ws);
+  free(wte); free(wpe); free(r); free(out); free(dwte); free(dwpe);
+  free(a.wte); free(a.wpe); free(a.r); free(gte); free(gpe);
+}
+
+static void test_encoder(void **state) {
+  run_encoder(1);
+  run_encoder(3);
+  run_encoder(4);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_layernorm),
+      cmocka_unit_test(test_linear),
+      cmocka_unit_test(test_linear_no_bias),
+      cmocka_unit_test(test_gelu),
+      cmocka_unit_test(test_dropout),
+      cmocka_unit_test(test_attention),
+      cmocka_unit_test(test_crossentropy),
+      cmocka_unit_test(test_token_tree_sum),
+      cmocka_unit_test(test_encoder),
+  };
+  return cmocka_run_group_tests(tests, setup, NULL);
+}
