@@ -8,7 +8,7 @@ to learn at several scales:
   bytes and words   a limited vocabulary, English spelling and punctuation;
   sentences         templates with optional clauses, pronouns that agree;
   paragraphs        one topic each (a person, a place, a journey, a lesson, a
-                    ledger, a chronicle, a conversation), kept consistent inside;
+                    ledger, a chronicle, a conversation, a tale), kept consistent;
   the whole corpus  recurring people and places whose facts never change (where
                     someone was born, how far apart two towns are, what salt
                     costs in a market), dates and ages that agree, and arithmetic
@@ -196,7 +196,8 @@ TIMES = ["One morning in %(season)s", "Early one %(season)s evening",
          "On a cold day in %(season)s", "Late one night in %(season)s",
          "One %(day)s in %(season)s", "Just before dawn one %(season)s day"]
 REACTIONS = ["%(P)s did not know what to do with it", "%(P)s was surprised",
-             "%(P)s laughed", "%(P)s put it in %(pos)s pocket", "%(P)s looked around, but nobody was there",
+             "%(P)s laughed", "%(P)s put it in %(pos)s pocket",
+             "%(P)s looked around, but nobody was there",
              "%(P)s sat down to think"]
 ASKS = ["%(P)s took it to %(friend)s, who said it was very old.",
         "%(P)s showed it to %(friend)s, who had never seen anything like it.",
@@ -258,7 +259,8 @@ class World:
             p.x, p.y = rng.below(200), rng.below(200)
             p.population = rng.pick([rng.between(80, 900), rng.between(1000, 9000),
                                      rng.between(1000, 9000), rng.between(10000, 60000)])
-            p.kind = "village" if p.population < 1000 else ("town" if p.population < 10000 else "city")
+            p.kind = ("village" if p.population < 1000 else
+                      "town" if p.population < 10000 else "city")
             p.founded = rng.between(900, 1500)
             p.good = rng.pick(GOODS)
             p.market_day = rng.pick(WEEKDAYS)
@@ -532,7 +534,8 @@ def dialogue_paragraph(rng, w):
     dest = rng.pick(a.home.neighbours)
     d = w.distance(a.home, dest)
     S = ['"Where are you going, %s?" asked %s.' % (a.first, b.first),
-         '"To %s," said %s. "It is %s miles from %s."' % (dest.name, a.first, words(d), a.home.name)]
+         '"To %s," said %s. "It is %s miles from %s."' %
+         (dest.name, a.first, words(d), a.home.name)]
     if rng.chance(0.6):
         g = dest.good
         S.append('"Then bring me %s %s of %s," said %s. "They cost %d pence there."' %

@@ -79,8 +79,9 @@ class Layout:
         self.def_len = k + DIGITS + 2
         self.q_off = GROUP * self.def_len           # the query line in a group
         self.ans_off = self.q_off + 1 + k + 1       # its first answer digit
-        self.lo = math.ceil(near * T)               # look-back range in bytes, from a
-        self.hi = math.floor(far * T)               # definition's first byte to the last answer digit
+        # Look-back range in bytes, from a definition's first byte to the last answer digit.
+        self.lo = math.ceil(near * T)
+        self.hi = math.floor(far * T)
 
     def def_start(self, d):
         return (d // GROUP) * self.P + (d % GROUP) * self.def_len
@@ -224,7 +225,8 @@ def main():
     ap.add_argument("--seq", type=int, default=256, help="context length T the task is built for")
     ap.add_argument("--size", type=int, default=1000000, help="bytes (rounded up to whole pairs)")
     ap.add_argument("--seed", type=int, default=20261129)
-    ap.add_argument("--near", type=float, default=0.5, help="shortest look-back, as a fraction of T")
+    ap.add_argument("--near", type=float, default=0.5,
+                    help="shortest look-back, as a fraction of T")
     ap.add_argument("--far", type=float, default=1.0, help="longest look-back, as a fraction of T")
     ap.add_argument("--windows", type=int, default=None,
                     help="random windows for the loss estimate (default 2^19/T, 0 = skip)")

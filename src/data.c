@@ -17,8 +17,7 @@
 
 struct ts_data {
   char *path;       // for messages
-  uint8_t *bytes;   // (n,) the whole file
-  size_t n;
+  uint8_t *bytes;   // the whole file: split[0] + split[1] bytes
   size_t split[2];  // byte length of the training head and the validation tail
 };
 
@@ -99,7 +98,6 @@ int ts_data_open(const char *path, double val_frac, size_t min_len, ts_data **ou
   memcpy(path_copy, path, path_size);
   d->path = path_copy;
   d->bytes = bytes;
-  d->n = n;
   d->split[TS_SPLIT_TRAIN] = ntrain;
   d->split[TS_SPLIT_VAL] = nval;
   *out = d;

@@ -13,6 +13,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "fastexp.h"
 #include "kernels.h"
 #include "rng.h"
 
@@ -36,7 +37,7 @@ static void scores(float *S, const float *q, const float *k, int ld, int tile, i
 static void probs(float *P, const float *lse_rows, int tile) {
   for (int i = 0; i < tile; i++) {
     float l = lse_rows[i];
-    for (int j = 0; j < tile; j++) P[i * tile + j] = expf(P[i * tile + j] - l);
+    for (int j = 0; j < tile; j++) P[i * tile + j] = ts_expf(P[i * tile + j] - l);
   }
 }
 
@@ -79,13 +80,11 @@ void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const 
         float *srow = S + i * tile;
         float mx = m[i];
         for (int j = 0; j < tile; j++) mx = srow[j] > mx ? srow[j] : mx;
-        float corr = expf(m[i] - mx); // m[i] = -inf on the first tile: corr = 0
+        float corr = ts_expf(m[i] - mx); // m[i] = -inf on the first tile: corr = 0
+        float *prow = P + i * tile;
+        for (int j = 0; j < tile; j++) prow[j] = ts_expf(srow[j] - mx); // vectorises
         float sum = 0.0f;
-        for (int j = 0; j < tile; j++) {
-          float p = expf(srow[j] - mx);
-          P[i * tile + j] = p;
-          sum += p;
-        }
+        for (int j = 0; j < tile; j++) sum += prow[j]; // in order
         l[i] = l[i] * corr + sum;
         m[i] = mx;
         float *a = acc + (size_t)i * dh;

@@ -1,6 +1,7 @@
 // Softmax cross-entropy per token over V classes, and the canonical loss sum.
 #include <math.h>
 
+#include "fastexp.h"
 #include "kernels.h"
 
 void crossentropy_forward(float *losses, const float *logits, const int *targets,
@@ -11,7 +12,7 @@ void crossentropy_forward(float *losses, const float *logits, const int *targets
     float mx = z[0];
     for (int i = 1; i < V; i++) mx = z[i] > mx ? z[i] : mx;
     float s = 0.0f;
-    for (int i = 0; i < V; i++) s += expf(z[i] - mx);
+    for (int i = 0; i < V; i++) s += ts_expf(z[i] - mx);
     losses[t] = logf(s) + mx - z[targets[t]];
   }
 }
@@ -24,14 +25,14 @@ void crossentropy_backward(float *dlogits, const float *logits, const int *targe
     float *dz = dlogits + t * V;
     float mx = z[0];
     for (int i = 1; i < V; i++) mx = z[i] > mx ? z[i] : mx;
+    // dz holds e^(z - max) first (vectorises), then the gradient; the sum is
+    // taken in order, the same additions as the forward's.
+    for (int i = 0; i < V; i++) dz[i] = ts_expf(z[i] - mx);
     float s = 0.0f;
-    for (int i = 0; i < V; i++) s += expf(z[i] - mx);
+    for (int i = 0; i < V; i++) s += dz[i];
     float inv = 1.0f / s;
-    int y = targets[t];
-    for (int i = 0; i < V; i++) {
-      float p = expf(z[i] - mx) * inv;
-      dz[i] = (p - (i == y ? 1.0f : 0.0f)) * scale;
-    }
+    for (int i = 0; i < V; i++) dz[i] = dz[i] * inv * scale;
+    dz[targets[t]] -= scale;
   }
 }
 
