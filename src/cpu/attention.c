@@ -114,18 +114,26 @@ static void tile_grads(float *S, float *dPbuf, const float *dO, const float *V,
   probs(S, lse_rows, tile);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, tile, dh, 1.0f, dO, C, V, C,
               0.0f, dPbuf, tile);
-  const float keep = 1.0f - s->dropout;
+  if (s->dropout <= 0.0f) {
+    for (int i = 0; i < tile; i++) {
+      const float *prow = S + i * tile;
+      float *drow = dPbuf + i * tile;
+      const float Di = D_rows[i];
+      for (int j = 0; j < tile; j++) drow[j] = prow[j] * (drow[j] - Di) * scale; // vectorises
+    }
+    return;
+  }
+  // With dropout: dP is masked and scaled like the forward's P~, dS uses the
+  // undropped P, and S becomes P~ (same product as the forward) for dV.
+  const float inv_keep = 1.0f / (1.0f - s->dropout);
   for (int i = 0; i < tile; i++)
     for (int j = 0; j < tile; j++) {
       float p = S[i * tile + j];
-      float dp = dPbuf[i * tile + j];
-      if (s->dropout > 0.0f) {
-        float u = ts_rng_uniform(s->seed, TS_RNG_DROPOUT_ATTN, s->step,
-                                 attn_index(s, b, h, (int64_t)qt * tile + i, (int64_t)kt * tile + j));
-        int kept = u >= s->dropout;
-        dp = kept ? dp / keep : 0.0f;
-        S[i * tile + j] = kept ? p / keep : 0.0f;
-      }
+      float u = ts_rng_uniform(s->seed, TS_RNG_DROPOUT_ATTN, s->step,
+                               attn_index(s, b, h, (int64_t)qt * tile + i, (int64_t)kt * tile + j));
+      int kept = u >= s->dropout;
+      float dp = kept ? dPbuf[i * tile + j] * inv_keep : 0.0f;
+      S[i * tile + j] = kept ? p * inv_keep : 0.0f;
       dPbuf[i * tile + j] = p * (dp - D_rows[i]) * scale;
     }
 }
