@@ -35,8 +35,9 @@ static const command commands[] = {
     {"train", C_TRAIN, "[flags]", "train a model, logging every step",
      "Trains a GPT-style model on a byte-level corpus.\n"
      "In exact mode (the default) any parallel layout reproduces the serial run bit\n"
-     "for bit; --fast lets OpenBLAS and MPI choose their own summation order, which\n"
-     "is faster and only checked within a tolerance.",
+     "for bit. --fast is for distributed layouts, where it lets MPI choose its own\n"
+     "summation order (checked within a tolerance); the serial reference computes\n"
+     "the same exact result either way.",
      "tessera train --model mini --steps 200 --data data/corpus.txt --log run.jsonl"},
     {"eval", C_EVAL, "--ckpt FILE [flags]", "evaluate a checkpoint on the validation split",
      "Computes the mean validation loss of a checkpoint; the model comes from the\n"
@@ -181,7 +182,7 @@ static const flag flags[] = {
     // run
     {"--exact", K_SET, AT(cfg.fast), 0, NULL, "bitwise reproducible arithmetic", NULL, TD, G_RUN,
      NULL},
-    {"--fast", K_SET, AT(cfg.fast), 1, NULL, "library-chosen summation order (tolerance only)",
+    {"--fast", K_SET, AT(cfg.fast), 1, NULL, "library-chosen reduction order in distributed runs",
      NULL, TD, G_RUN, NULL},
     {"--device", K_STR, AT(device), 0, "cpu|cuda", "where to compute", NULL, TED, G_RUN,
      check_device},

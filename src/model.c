@@ -22,9 +22,12 @@ typedef struct {
   layer_params *layer;
 } param_views;
 
+// What a layer keeps for its backward. Norm outputs and the GeLU output are
+// not kept: backward recomputes them (same code, same bits) into shared
+// scratch, which saves 2d + d_ff floats per token per layer.
 typedef struct {
-  float *ln1, *ln1_mean, *ln1_rstd, *q, *k, *v, *att, *lse, *res_mid;
-  float *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
+  float *ln1_mean, *ln1_rstd, *q, *k, *v, *att, *lse, *res_mid;
+  float *ln2_mean, *ln2_rstd, *fch;
 } layer_acts;
 
 struct ts_model {
@@ -45,6 +48,7 @@ struct ts_model {
   float **res;      // L+1 residual streams (ntok, C)
   layer_acts *la;
   float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+  float *ln_out, *gelu_out; // shared scratch: a norm's output (ntok, C), GeLU's (ntok, F)
   // backward scratch
   float *dres, *dtmp, *dtmp2, *datt, *dq, *dk, *dv, *dfch, *dlogits, *dsum;
   int *inputs, *targets;
@@ -168,9 +172,9 @@ int ts_model_create(const ts_config *cfg, ts_model **out) {
   int64_t N = m->ntok;
   size_t C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V;
   size_t BHT = (size_t)m->B * m->H * m->T;
-  size_t per_layer = N * (C * 7 + F * 2 + 4) + BHT;
+  size_t per_layer = N * (C * 5 + F + 4) + BHT;
   size_t top = N * (C + 2 + V + 1);
-  size_t scratch = N * (C * 7 + F + V) + BHT;
+  size_t scratch = N * (C * 8 + F * 2 + V) + BHT;
   size_t nacts = (size_t)(m->L + 1) * N * C + (size_t)m->L * per_layer + top + scratch;
   m->nacts = nacts;
   m->acts = ts_alloc(nacts * sizeof(float));
@@ -186,14 +190,15 @@ int ts_model_create(const ts_config *cfg, ts_model **out) {
   for (int l = 0; l <= m->L; l++) TAKE(m->res[l], N * C);
   for (int l = 0; l < m->L; l++) {
     layer_acts *la = &m->la[l];
-    TAKE(la->ln1, N * C); TAKE(la->ln1_mean, N); TAKE(la->ln1_rstd, N);
+    TAKE(la->ln1_mean, N); TAKE(la->ln1_rstd, N);
     TAKE(la->q, N * C); TAKE(la->k, N * C); TAKE(la->v, N * C); TAKE(la->att, N * C);
     TAKE(la->lse, BHT); TAKE(la->res_mid, N * C);
-    TAKE(la->ln2, N * C); TAKE(la->ln2_mean, N); TAKE(la->ln2_rstd, N);
-    TAKE(la->fch, N * F); TAKE(la->fch_gelu, N * F);
+    TAKE(la->ln2_mean, N); TAKE(la->ln2_rstd, N);
+    TAKE(la->fch, N * F);
   }
   TAKE(m->lnf, N * C); TAKE(m->lnf_mean, N); TAKE(m->lnf_rstd, N);
   TAKE(m->logits, N * V); TAKE(m->losses, N);
+  TAKE(m->ln_out, N * C); TAKE(m->gelu_out, N * F);
   TAKE(m->dres, N * C); TAKE(m->dtmp, N * C); TAKE(m->dtmp2, N * C); TAKE(m->datt, N * C);
   TAKE(m->dq, N * C); TAKE(m->dk, N * C); TAKE(m->dv, N * C);
   TAKE(m->dfch, N * F); TAKE(m->dlogits, N * V); TAKE(m->dsum, BHT);
@@ -249,10 +254,10 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     layer_acts *a = &m->la[l];
     const float *x = m->res[l];
     float *y = m->res[l + 1];
-    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, N, C);
-    linear_forward_heads(a->q, a->ln1, w->wq, w->bq, N, C, C, m->dh, rows);
-    linear_forward_heads(a->k, a->ln1, w->wk, w->bk, N, C, C, m->dh, rows);
-    linear_forward_heads(a->v, a->ln1, w->wv, w->bv, N, C, C, m->dh, rows);
+    layernorm_forward(m->ln_out, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, N, C);
+    linear_forward_heads(a->q, m->ln_out, w->wq, w->bq, N, C, C, m->dh, rows);
+    linear_forward_heads(a->k, m->ln_out, w->wk, w->bk, N, C, C, m->dh, rows);
+    linear_forward_heads(a->v, m->ln_out, w->wv, w->bv, N, C, C, m->dh, rows);
     ts_attn_shape as = {B, T, H, m->dh, tile, p, seed, step,
                         (uint64_t)l * B * H * (uint64_t)T * T};
     attention_forward(&m->ws, a->att, a->lse, a->q, a->k, a->v, &as);
@@ -260,10 +265,10 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, rows);
     dropout_apply(a->res_mid, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, (uint64_t)l * N * C);
     for (int64_t i = 0; i < N * C; i++) a->res_mid[i] = x[i] + a->res_mid[i];
-    layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b, N, C);
-    linear_forward(a->fch, a->ln2, w->w1, w->b1, N, C, F, rows);
-    gelu_forward(a->fch_gelu, a->fch, N * F);
-    linear_forward(y, a->fch_gelu, w->w2, w->b2, N, F, C, rows);
+    layernorm_forward(m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b, N, C);
+    linear_forward(a->fch, m->ln_out, w->w1, w->b1, N, C, F, rows);
+    gelu_forward(m->gelu_out, a->fch, N * F);
+    linear_forward(y, m->gelu_out, w->w2, w->b2, N, F, C, rows);
     dropout_apply(y, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, (uint64_t)l * N * C);
     for (int64_t i = 0; i < N * C; i++) y[i] = a->res_mid[i] + y[i];
   }
@@ -319,10 +324,12 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     // MLP branch: y = res_mid + dropout(gelu(ln2 · W1ᵀ + b1) · W2ᵀ + b2)
     memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
     dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, (uint64_t)l * N * C);
-    rc |= linear_backward_weights(ws, g->w2, g->b2, m->dtmp, a->fch_gelu, N, F, C);
+    gelu_forward(m->gelu_out, a->fch, N * F); // recomputed, as in the forward
+    rc |= linear_backward_weights(ws, g->w2, g->b2, m->dtmp, m->gelu_out, N, F, C);
     linear_backward_input(m->dfch, m->dtmp, w->w2, N, F, C, rows, 0);
     gelu_backward(m->dfch, a->fch, m->dfch, N * F);
-    rc |= linear_backward_weights(ws, g->w1, g->b1, m->dfch, a->ln2, N, C, F);
+    layernorm_forward(m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b, N, C);
+    rc |= linear_backward_weights(ws, g->w1, g->b1, m->dfch, m->ln_out, N, C, F);
     linear_backward_input(m->dtmp, m->dfch, w->w1, N, C, F, rows, 0);
     rc |= layernorm_backward(ws, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, a->res_mid, w->ln2w,
                        a->ln2_mean, a->ln2_rstd, N, C);
@@ -336,9 +343,10 @@ int ts_model_backward(ts_model *m, uint64_t step) {
                         (uint64_t)l * B * H * (uint64_t)T * T};
     rc |= attention_backward(ws, m->dq, m->dk, m->dv, m->dsum, m->datt, a->q, a->k, a->v, a->att,
                        a->lse, &as);
-    rc |= linear_backward_weights(ws, g->wq, g->bq, m->dq, a->ln1, N, C, C);
-    rc |= linear_backward_weights(ws, g->wk, g->bk, m->dk, a->ln1, N, C, C);
-    rc |= linear_backward_weights(ws, g->wv, g->bv, m->dv, a->ln1, N, C, C);
+    layernorm_forward(m->ln_out, a->ln1_mean, a->ln1_rstd, m->res[l], w->ln1w, w->ln1b, N, C);
+    rc |= linear_backward_weights(ws, g->wq, g->bq, m->dq, m->ln_out, N, C, C);
+    rc |= linear_backward_weights(ws, g->wk, g->bk, m->dk, m->ln_out, N, C, C);
+    rc |= linear_backward_weights(ws, g->wv, g->bv, m->dv, m->ln_out, N, C, C);
     linear_backward_input(m->dtmp, m->dq, w->wq, N, C, C, rows, 0);
     linear_backward_input(m->dtmp, m->dk, w->wk, N, C, C, rows, 1);
     linear_backward_input(m->dtmp, m->dv, w->wv, N, C, C, rows, 1);

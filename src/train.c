@@ -154,7 +154,7 @@ static int64_t latest_checkpoint(const char *dir, char *path, size_t cap) {
     if (sscanf(e->d_name, "step-%lld.%63s", &s, tail) == 2 && strcmp(tail, "safetensors") == 0 &&
         s > best) {
       best = s;
-      snprintf(path, cap, "%s/%s", dir, e->d_name);
+      if ((size_t)snprintf(path, cap, "%s/%s", dir, e->d_name) >= cap) path[0] = 0;
     }
   }
   closedir(d);
@@ -341,10 +341,11 @@ int ts_train(const ts_config *cfg_in) {
   }
   {
     char line[256];
+    uint64_t hash = param_hash(m);
     snprintf(line, sizeof line, "{\"type\":\"final\",\"step\":%d,\"param_hash\":\"%016" PRIx64 "\"}",
-             cfg.steps, param_hash(m));
+             cfg.steps, hash);
     ts_log_line(&log, line);
-    if (!cfg.quiet) printf("done: parameter hash %016" PRIx64 "\n", param_hash(m));
+    if (!cfg.quiet) printf("done: parameter hash %016" PRIx64 "\n", hash);
   }
   rc = TS_OK;
 done:
