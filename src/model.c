@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels.h"
 #include "rng.h"
@@ -141,6 +142,21 @@ int ts_model_create(const ts_config *cfg, ts_model **out) {
   for (int i = 0; i < m->ntens; i++)
     total += (size_t)spec[i].shape[0] * (spec[i].ndim == 2 ? (size_t)spec[i].shape[1] : 1);
   m->nparams = total;
+  // Refuse up front what cannot fit, rather than be killed mid-run by the
+  // kernel's OOM killer (allocations succeed lazily under overcommit).
+  int64_t Nt = (int64_t)m->B * m->T;
+  double need = 16.0 * (double)total + 4.0 * (double)Nt *
+                ((double)(m->L + 1) * m->C + (double)m->L * (5.0 * m->C + m->F) +
+                 8.0 * m->C + 2.0 * m->F + 2.0 * m->V);
+  double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  if (have > 0 && need > 0.9 * have) {
+    free(spec);
+    ts_model_free(m);
+    return ts_fail(TS_ERUNTIME,
+                   "this model needs about %.1f GiB (parameters, gradients, AdamW state, "
+                   "activations) but the machine has %.1f GiB; use a smaller --model, --seq or --batch",
+                   need / 1073741824.0, have / 1073741824.0);
+  }
   m->params = ts_alloc(total * sizeof(float));
   m->grads = ts_alloc(total * sizeof(float));
   if (!m->params || !m->grads) {
