@@ -22,6 +22,7 @@
 // inputs alone, so two runs that agree write identical files (golden files are
 // compared with cmp).
 #include "ckpt.h"
+#include "json.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -43,7 +44,6 @@ _Static_assert(sizeof(float) == 4, "F32 is 4 bytes");
 // The reference safetensors reader refuses headers above 100 MB; so do we, so
 // that a garbage length cannot make us allocate gigabytes.
 #define MAX_HEADER ((uint64_t)100000000)
-#define MAX_DEPTH 64           // nesting limit of the JSON parser
 #define IO_CHUNK (1u << 20)    // bytes per read while checksumming
 
 // ---------------------------------------------------------------------------
@@ -85,27 +85,34 @@ static uint32_t crc_update(const crc_tables *ct, uint32_t crc, const void *data,
 }
 
 // ---------------------------------------------------------------------------
-// Small helpers: a growable string buffer and UTF-8 validation.
+// A growable string buffer for the header.
 typedef struct {
   char *p;
   size_t len, cap;
   int oom;
 } sbuf;
 
-static void sb_put(sbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
+// Room for n more bytes and a NUL at b->p + b->len; NULL once out of memory.
+static char *sb_room(sbuf *b, size_t n) {
+  if (b->oom) return NULL;
   if (b->len + n + 1 > b->cap) {
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + n + 1) cap *= 2;
     char *p = realloc(b->p, cap);
     if (!p) {
       b->oom = 1;
-      return;
+      return NULL;
     }
     b->p = p;
     b->cap = cap;
   }
-  memcpy(b->p + b->len, s, n);
+  return b->p + b->len;
+}
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+  char *d = sb_room(b, n);
+  if (!d) return;
+  memcpy(d, s, n);
   b->len += n;
   b->p[b->len] = '\0';
 }
@@ -122,58 +129,11 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
   if (k > 0) sb_put(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
 }
 
-// Length of the well-formed UTF-8 sequence at s (n bytes available), 0 when
-// it is malformed: overlong forms, surrogates and code points above U+10FFFF
-// are refused, as JSON text must be valid UTF-8.
-static size_t utf8_len(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  if (c < 0x80) return 1;
-  size_t len;
-  uint32_t cp;
-  if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
-  else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
-  else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
-  else return 0;
-  if (n < len) return 0;
-  for (size_t i = 1; i < len; i++) {
-    if ((s[i] & 0xC0) != 0x80) return 0;
-    cp = cp << 6 | (s[i] & 0x3F);
-  }
-  if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000)) return 0; // overlong
-  if ((cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;
-  return len;
-}
-
-static int utf8_valid(const char *s) {
-  const unsigned char *p = (const unsigned char *)s;
-  size_t n = strlen(s);
-  for (size_t i = 0; i < n;) {
-    size_t k = utf8_len(p + i, n - i);
-    if (!k) return 0;
-    i += k;
-  }
-  return 1;
-}
-
-// Appends s as a JSON string literal: quotes, backslashes and every control
-// character escaped, other bytes (valid UTF-8, checked by the caller) as is.
+// Appends s as a JSON string literal (s is valid UTF-8, checked by the caller).
 static void sb_json_string(sbuf *b, const char *s) {
-  sb_put(b, "\"", 1);
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    switch (*p) {
-    case '"': sb_put(b, "\\\"", 2); break;
-    case '\\': sb_put(b, "\\\\", 2); break;
-    case '\b': sb_put(b, "\\b", 2); break;
-    case '\f': sb_put(b, "\\f", 2); break;
-    case '\n': sb_put(b, "\\n", 2); break;
-    case '\r': sb_put(b, "\\r", 2); break;
-    case '\t': sb_put(b, "\\t", 2); break;
-    default:
-      if (*p < 0x20) sb_printf(b, "\\u%04x", *p);
-      else sb_put(b, (const char *)p, 1);
-    }
-  }
-  sb_put(b, "\"", 1);
+  size_t n = json_escape(NULL, 0, s);
+  char *d = sb_room(b, n);
+  if (d) b->len += json_escape(d, n + 1, s);
 }
 
 // Formats "[d0, d1, ...]" for error messages.
@@ -207,7 +167,7 @@ static int check_inputs(const char *path, const ts_tensor *tensors, int n, const
     if (!k || !v) return bad(path, "metadata pair %d has a NULL key or value", i);
     if (!strcmp(k, META_FORMAT) || !strcmp(k, META_CRC))
       return bad(path, "metadata key '%s' is reserved (written by the checkpoint writer)", k);
-    if (!utf8_valid(k) || !utf8_valid(v))
+    if (!json_utf8_valid(k) || !json_utf8_valid(v))
       return bad(path, "metadata key '%s' or its value is not valid UTF-8", k);
     for (int j = 0; j < i; j++)
       if (!strcmp(meta[j].key, k)) return bad(path, "metadata key '%s' given twice", k);
@@ -217,7 +177,7 @@ static int check_inputs(const char *path, const ts_tensor *tensors, int n, const
     size_t len = strnlen(t->name, sizeof t->name);
     if (len == 0 || len == sizeof t->name)
       return bad(path, "tensor %d has an empty or unterminated name", i);
-    if (!strcmp(t->name, "__metadata__") || !utf8_valid(t->name))
+    if (!strcmp(t->name, "__metadata__") || !json_utf8_valid(t->name))
       return bad(path, "tensor %d: '%s' is not a usable tensor name", i, t->name);
     for (int j = 0; j < i; j++)
       if (!strcmp(tensors[j].name, t->name))
@@ -367,10 +327,11 @@ int ts_ckpt_write(const char *path, const ts_tensor *tensors, int n, const ts_me
 }
 
 // ---------------------------------------------------------------------------
-// Reading: a strict JSON parser that reads the header straight into the
-// checkpoint's tables. Anything unexpected is an error with its byte offset.
+// Reading: the header is parsed strictly (json.c), then its members are read
+// into the checkpoint's tables in document order. Tensor names and metadata
+// stay in the parsed tree, which lives as long as the checkpoint.
 typedef struct {
-  char *name;
+  const char *name; // points into the parsed header
   int ndim;
   int64_t shape[TS_MAX_DIMS];
   uint64_t begin, end;
@@ -381,403 +342,116 @@ struct ts_ckpt {
   int fd;
   uint64_t data_start; // 8 + N
   uint64_t data_len;
+  json_value header;      // the parsed header, alive as long as the checkpoint
+  const json_value *meta; // its "__metadata__" object, NULL when absent
   entry *tensors;
-  int n_tensors, cap_tensors;
-  char **keys, **values;
-  int n_meta, cap_meta;
+  int n_tensors;
 };
 
-typedef struct {
-  const char *s;
-  size_t n, i;
-  char msg[512]; // first error
-} jparser;
-
-static int jfail(jparser *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int jfail(jparser *p, const char *fmt, ...) {
-  if (!p->msg[0]) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(p->msg, sizeof p->msg, fmt, ap);
-    va_end(ap);
-  }
-  return -1;
-}
-
-// A syntax error: the header is not JSON (or not the JSON we accept).
-#define SYNTAX(p, what) jfail((p), "header is not valid JSON: %s at header byte %zu", (what), (p)->i)
-
-static void jws(jparser *p) {
-  while (p->i < p->n) {
-    char c = p->s[p->i];
-    if (c != ' ' && c != '\t' && c != '\n' && c != '\r') break;
-    p->i++;
-  }
-}
-
-static int jpeek(jparser *p) {
-  jws(p);
-  return p->i < p->n ? (unsigned char)p->s[p->i] : -1;
-}
-
-static int jexpect(jparser *p, char c) {
-  if (jpeek(p) != (unsigned char)c) {
-    char what[32];
-    snprintf(what, sizeof what, "expected '%c'", c);
-    return SYNTAX(p, what);
-  }
-  p->i++;
-  return 0;
-}
-
-static int hexval(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-static int jhex4(jparser *p, uint32_t *out) {
-  if (p->n - p->i < 4) return SYNTAX(p, "short \\u escape");
-  uint32_t v = 0;
-  for (int k = 0; k < 4; k++) {
-    int h = hexval(p->s[p->i + k]);
-    if (h < 0) return SYNTAX(p, "bad hex digit in \\u escape");
-    v = v << 4 | (uint32_t)h;
-  }
-  p->i += 4;
-  *out = v;
-  return 0;
-}
-
-static void put_utf8(sbuf *b, uint32_t cp) {
-  char u[4];
-  size_t k;
-  if (cp < 0x80) u[0] = (char)cp, k = 1;
-  else if (cp < 0x800) u[0] = (char)(0xC0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3F)), k = 2;
-  else if (cp < 0x10000)
-    u[0] = (char)(0xE0 | cp >> 12), u[1] = (char)(0x80 | ((cp >> 6) & 0x3F)),
-    u[2] = (char)(0x80 | (cp & 0x3F)), k = 3;
-  else
-    u[0] = (char)(0xF0 | cp >> 18), u[1] = (char)(0x80 | ((cp >> 12) & 0x3F)),
-    u[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), u[3] = (char)(0x80 | (cp & 0x3F)), k = 4;
-  sb_put(b, u, k);
-}
-
-// One escape sequence after the backslash, decoded into b.
-static int jescape(jparser *p, sbuf *b) {
-  if (p->i >= p->n) return SYNTAX(p, "unterminated string");
-  char c = p->s[p->i++];
-  switch (c) {
-  case '"': sb_put(b, "\"", 1); return 0;
-  case '\\': sb_put(b, "\\", 1); return 0;
-  case '/': sb_put(b, "/", 1); return 0;
-  case 'b': sb_put(b, "\b", 1); return 0;
-  case 'f': sb_put(b, "\f", 1); return 0;
-  case 'n': sb_put(b, "\n", 1); return 0;
-  case 'r': sb_put(b, "\r", 1); return 0;
-  case 't': sb_put(b, "\t", 1); return 0;
-  case 'u': break;
-  default: p->i--; return SYNTAX(p, "unknown escape");
-  }
-  uint32_t cp;
-  if (jhex4(p, &cp)) return -1;
-  if (cp >= 0xDC00 && cp <= 0xDFFF) return SYNTAX(p, "lone low surrogate in \\u escape");
-  if (cp >= 0xD800 && cp <= 0xDBFF) { // a pair encodes one code point above U+FFFF
-    uint32_t lo;
-    if (p->n - p->i < 2 || p->s[p->i] != '\\' || p->s[p->i + 1] != 'u')
-      return SYNTAX(p, "high surrogate without its low half");
-    p->i += 2;
-    if (jhex4(p, &lo)) return -1;
-    if (lo < 0xDC00 || lo > 0xDFFF) return SYNTAX(p, "high surrogate without its low half");
-    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-  }
-  // Strings become C strings: an embedded NUL would silently cut them short.
-  if (cp == 0) return SYNTAX(p, "\\u0000 in a string");
-  put_utf8(b, cp);
-  return 0;
-}
-
-// A string literal, decoded into a new NUL-terminated string (*out, may be NULL to discard).
-static int jstring(jparser *p, char **out) {
-  if (jexpect(p, '"')) return -1;
-  sbuf b = {0};
-  sb_put(&b, "", 0); // an empty string is still an allocated ""
-  for (;;) {
-    if (p->i >= p->n) {
-      free(b.p);
-      return SYNTAX(p, "unterminated string");
-    }
-    unsigned char c = (unsigned char)p->s[p->i];
-    if (c == '"') {
-      p->i++;
-      break;
-    }
-    if (c == '\\') {
-      p->i++;
-      if (jescape(p, &b)) {
-        free(b.p);
-        return -1;
-      }
-    } else if (c < 0x20) {
-      free(b.p);
-      return SYNTAX(p, "raw control character in a string");
-    } else {
-      size_t k = utf8_len((const unsigned char *)p->s + p->i, p->n - p->i);
-      if (!k) {
-        free(b.p);
-        return SYNTAX(p, "invalid UTF-8");
-      }
-      sb_put(&b, p->s + p->i, k);
-      p->i += k;
-    }
-  }
-  if (b.oom) {
-    free(b.p);
-    return jfail(p, "out of memory parsing the header");
-  }
-  if (out) *out = b.p;
-  else free(b.p);
-  return 0;
-}
-
-// A JSON number (full grammar). *is_u64 tells whether it is a plain
-// non-negative integer that fits, and then *val holds it.
-static int jnumber(jparser *p, uint64_t *val, int *is_u64) {
-  jws(p);
-  const char *s = p->s;
-  size_t i = p->i, n = p->n;
-  int plain = 1, overflow = 0;
-  uint64_t v = 0;
-  if (i < n && s[i] == '-') i++, plain = 0;
-  if (i >= n || s[i] < '0' || s[i] > '9') return SYNTAX(p, "bad number");
-  if (s[i] == '0') i++;
-  else
-    while (i < n && s[i] >= '0' && s[i] <= '9') {
-      unsigned d = (unsigned)(s[i++] - '0');
-      if (v > (UINT64_MAX - d) / 10) overflow = 1;
-      else v = v * 10 + d;
-    }
-  if (i < n && s[i] == '.') {
-    i++, plain = 0;
-    if (i >= n || s[i] < '0' || s[i] > '9') return p->i = i, SYNTAX(p, "bad number");
-    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-  }
-  if (i < n && (s[i] == 'e' || s[i] == 'E')) {
-    i++, plain = 0;
-    if (i < n && (s[i] == '+' || s[i] == '-')) i++;
-    if (i >= n || s[i] < '0' || s[i] > '9') return p->i = i, SYNTAX(p, "bad number");
-    while (i < n && s[i] >= '0' && s[i] <= '9') i++;
-  }
-  p->i = i;
-  *is_u64 = plain && !overflow;
-  *val = v;
-  return 0;
-}
-
-// Parses and discards any JSON value (validating it): unknown fields.
-static int jskip(jparser *p, int depth) {
-  if (depth > MAX_DEPTH) return SYNTAX(p, "nesting too deep");
-  int c = jpeek(p);
-  if (c == '"') return jstring(p, NULL);
-  if (c == '-' || (c >= '0' && c <= '9')) {
-    uint64_t v;
-    int u;
-    return jnumber(p, &v, &u);
-  }
-  if (c == '{' || c == '[') {
-    char close = c == '{' ? '}' : ']';
-    p->i++;
-    if (jpeek(p) == close) return p->i++, 0;
-    for (;;) {
-      if (c == '{' && (jstring(p, NULL) || jexpect(p, ':'))) return -1;
-      if (jskip(p, depth + 1)) return -1;
-      int d = jpeek(p);
-      p->i++;
-      if (d == close) return 0;
-      if (d != ',') return p->i--, SYNTAX(p, c == '{' ? "expected ',' or '}'" : "expected ',' or ']'");
-    }
-  }
-  static const char *const lits[] = {"true", "false", "null"};
-  for (int k = 0; k < 3; k++) {
-    size_t len = strlen(lits[k]);
-    if (p->n - p->i >= len && !memcmp(p->s + p->i, lits[k], len)) return p->i += len, 0;
-  }
-  return SYNTAX(p, c < 0 ? "unexpected end" : "unexpected character");
+// A header that is JSON, but not of the shape every reader expects, reads as
+// a syntax error too, with the byte offset of the value.
+static int not_json(const char *path, const char *what, size_t pos) {
+  return bad(path, "header is not valid JSON: %s at header byte %zu", what, pos);
 }
 
 // An array of non-negative integers; stores up to max of them, counts all.
-static int jintarray(jparser *p, const char *tname, const char *field, uint64_t *vals, int max,
-                     int *count) {
-  if (jexpect(p, '[')) return -1;
-  *count = 0;
-  if (jpeek(p) == ']') return p->i++, 0;
-  for (;;) {
+static int int_array(const char *path, const entry *e, const json_value *a, uint64_t *vals,
+                     int max, int *count) {
+  if (a->type != JSON_ARRAY) return not_json(path, "expected '['", a->pos);
+  for (int i = 0; i < a->n; i++) {
     uint64_t v;
-    int u;
-    if (jpeek(p) != '-' && (jpeek(p) < '0' || jpeek(p) > '9'))
-      return jfail(p, "tensor '%s': %s must hold integers", tname, field);
-    if (jnumber(p, &v, &u)) return -1;
-    if (!u) return jfail(p, "tensor '%s': %s holds a value that is not an integer in 0..2^64-1",
-                         tname, field);
-    if (*count < max) vals[*count] = v;
-    (*count)++;
-    int d = jpeek(p);
-    p->i++;
-    if (d == ']') return 0;
-    if (d != ',') return p->i--, SYNTAX(p, "expected ',' or ']'");
+    if (a->items[i].type != JSON_NUMBER)
+      return bad(path, "tensor '%s': %s must hold integers", e->name, a->key);
+    if (json_u64(&a->items[i], &v))
+      return bad(path, "tensor '%s': %s holds a value that is not an integer in 0..2^64-1",
+                 e->name, a->key);
+    if (i < max) vals[i] = v;
   }
-}
-
-static int add_meta(ts_ckpt *ck, jparser *p, char *key, char *value) {
-  for (int i = 0; i < ck->n_meta; i++)
-    if (!strcmp(ck->keys[i], key)) {
-      jfail(p, "metadata key '%s' appears twice", key);
-      return free(key), free(value), -1;
-    }
-  if (ck->n_meta == ck->cap_meta) {
-    int cap = ck->cap_meta ? 2 * ck->cap_meta : 8;
-    char **k = realloc(ck->keys, (size_t)cap * sizeof *k);
-    if (k) ck->keys = k;
-    char **v = realloc(ck->values, (size_t)cap * sizeof *v);
-    if (v) ck->values = v;
-    if (!k || !v) return free(key), free(value), jfail(p, "out of memory");
-    ck->cap_meta = cap;
-  }
-  ck->keys[ck->n_meta] = key;
-  ck->values[ck->n_meta] = value;
-  ck->n_meta++;
-  return 0;
-}
-
-// "__metadata__": {"key": "value", ...}, string to string only.
-static int jmetadata(jparser *p, ts_ckpt *ck) {
-  if (jpeek(p) != '{') return jfail(p, "__metadata__ is not an object");
-  p->i++;
-  if (jpeek(p) == '}') return p->i++, 0;
-  for (;;) {
-    char *key = NULL, *value = NULL;
-    if (jstring(p, &key)) return -1;
-    if (jexpect(p, ':')) return free(key), -1;
-    if (jpeek(p) != '"') {
-      jfail(p, "metadata value of '%s' is not a string", key);
-      return free(key), -1;
-    }
-    if (jstring(p, &value)) return free(key), -1;
-    if (add_meta(ck, p, key, value)) return -1;
-    int d = jpeek(p);
-    p->i++;
-    if (d == '}') return 0;
-    if (d != ',') return p->i--, SYNTAX(p, "expected ',' or '}'");
-  }
+  *count = a->n;
+  return TS_OK;
 }
 
 // "name": {"dtype": "F32", "shape": [...], "data_offsets": [b, e]}; the
 // entry's name is already set. Layout checks come later, over all tensors.
-static int jtensor(jparser *p, entry *e) {
-  if (jpeek(p) != '{') return jfail(p, "tensor '%s': its entry is not an object", e->name);
-  p->i++;
-  char *dtype = NULL;
-  int have_shape = 0, have_off = 0, rc = 0;
-  if (jpeek(p) == '}') p->i++;
-  else
-    for (;;) {
-      char *field = NULL;
-      if (jstring(p, &field) || jexpect(p, ':')) {
-        rc = -1;
-        free(field);
-        break;
-      }
-      int dup = 0;
-      if (!strcmp(field, "dtype")) {
-        dup = dtype != NULL;
-        if (!dup && jpeek(p) != '"') rc = jfail(p, "tensor '%s': dtype is not a string", e->name);
-        else if (!dup) rc = jstring(p, &dtype);
-      } else if (!strcmp(field, "shape")) {
-        dup = have_shape++;
-        uint64_t dims[TS_MAX_DIMS];
-        int nd = 0;
-        if (!dup) rc = jintarray(p, e->name, "shape", dims, TS_MAX_DIMS, &nd);
-        if (!dup && !rc && nd > TS_MAX_DIMS)
-          rc = jfail(p, "tensor '%s' has %d dims (at most %d supported)", e->name, nd, TS_MAX_DIMS);
-        for (int d = 0; !dup && !rc && d < nd; d++)
-          if (dims[d] > (uint64_t)INT64_MAX)
-            rc = jfail(p, "tensor '%s': dim %d is too large", e->name, d);
-        if (!dup && !rc) {
-          e->ndim = nd;
-          for (int d = 0; d < nd; d++) e->shape[d] = (int64_t)dims[d];
-        }
-      } else if (!strcmp(field, "data_offsets")) {
-        dup = have_off++;
-        uint64_t off[2];
-        int k = 0;
-        if (!dup) rc = jintarray(p, e->name, "data_offsets", off, 2, &k);
-        if (!dup && !rc && k != 2)
-          rc = jfail(p, "tensor '%s': data_offsets has %d values, not 2", e->name, k);
-        if (!dup && !rc) e->begin = off[0], e->end = off[1];
-      } else {
-        rc = jskip(p, 1); // unknown fields are allowed by the format
-      }
-      if (dup) rc = jfail(p, "tensor '%s': field '%s' appears twice", e->name, field);
-      free(field);
-      if (rc) break;
-      int d = jpeek(p);
-      p->i++;
-      if (d == '}') break;
-      if (d != ',') {
-        p->i--;
-        rc = SYNTAX(p, "expected ',' or '}'");
-        break;
+static int read_tensor(const char *path, const json_value *t, entry *e) {
+  if (t->type != JSON_OBJECT) return bad(path, "tensor '%s': its entry is not an object", e->name);
+  const json_value *dtype = NULL, *shape = NULL, *offsets = NULL;
+  for (int i = 0; i < t->n; i++) {
+    const json_value *f = &t->items[i];
+    const json_value **seen = !strcmp(f->key, "dtype")          ? &dtype
+                              : !strcmp(f->key, "shape")        ? &shape
+                              : !strcmp(f->key, "data_offsets") ? &offsets
+                                                                : NULL;
+    if (!seen) continue; // unknown fields are allowed by the format
+    if (*seen) return bad(path, "tensor '%s': field '%s' appears twice", e->name, f->key);
+    *seen = f;
+    int rc;
+    if (f == dtype && f->type != JSON_STRING)
+      return bad(path, "tensor '%s': dtype is not a string", e->name);
+    if (f == shape) {
+      uint64_t dims[TS_MAX_DIMS];
+      if ((rc = int_array(path, e, f, dims, TS_MAX_DIMS, &e->ndim))) return rc;
+      if (e->ndim > TS_MAX_DIMS)
+        return bad(path, "tensor '%s' has %d dims (at most %d supported)", e->name, e->ndim,
+                   TS_MAX_DIMS);
+      for (int d = 0; d < e->ndim; d++) {
+        if (dims[d] > (uint64_t)INT64_MAX)
+          return bad(path, "tensor '%s': dim %d is too large", e->name, d);
+        e->shape[d] = (int64_t)dims[d];
       }
     }
-  if (!rc && !dtype) rc = jfail(p, "tensor '%s' has no dtype", e->name);
-  if (!rc && !have_shape) rc = jfail(p, "tensor '%s' has no shape", e->name);
-  if (!rc && !have_off) rc = jfail(p, "tensor '%s' has no data_offsets", e->name);
-  if (!rc && strcmp(dtype, "F32"))
-    rc = jfail(p, "tensor '%s' has dtype %s (only F32 is supported)", e->name, dtype);
-  free(dtype);
-  return rc;
+    if (f == offsets) {
+      uint64_t off[2];
+      int k;
+      if ((rc = int_array(path, e, f, off, 2, &k))) return rc;
+      if (k != 2) return bad(path, "tensor '%s': data_offsets has %d values, not 2", e->name, k);
+      e->begin = off[0], e->end = off[1];
+    }
+  }
+  if (!dtype) return bad(path, "tensor '%s' has no dtype", e->name);
+  if (!shape) return bad(path, "tensor '%s' has no shape", e->name);
+  if (!offsets) return bad(path, "tensor '%s' has no data_offsets", e->name);
+  if (strcmp(dtype->str, "F32"))
+    return bad(path, "tensor '%s' has dtype %s (only F32 is supported)", e->name, dtype->str);
+  return TS_OK;
 }
 
-static int jheader(jparser *p, ts_ckpt *ck) {
-  if (jexpect(p, '{')) return -1;
-  int have_meta = 0;
-  if (jpeek(p) == '}') p->i++;
-  else
-    for (;;) {
-      char *key = NULL;
-      if (jstring(p, &key)) return -1;
-      if (jexpect(p, ':')) return free(key), -1;
-      if (!strcmp(key, "__metadata__")) {
-        free(key);
-        if (have_meta++) return jfail(p, "__metadata__ appears twice");
-        if (jmetadata(p, ck)) return -1;
-      } else {
-        for (int i = 0; i < ck->n_tensors; i++)
-          if (!strcmp(ck->tensors[i].name, key)) {
-            jfail(p, "tensor '%s' appears twice", key);
-            return free(key), -1;
-          }
-        if (ck->n_tensors == ck->cap_tensors) {
-          int cap = ck->cap_tensors ? 2 * ck->cap_tensors : 64;
-          entry *t = realloc(ck->tensors, (size_t)cap * sizeof *t);
-          if (!t) return free(key), jfail(p, "out of memory");
-          ck->tensors = t;
-          ck->cap_tensors = cap;
-        }
-        entry *e = &ck->tensors[ck->n_tensors++];
-        memset(e, 0, sizeof *e);
-        e->name = key; // owned by the entry from here on, freed with the checkpoint
-        if (jtensor(p, e)) return -1;
-      }
-      int d = jpeek(p);
-      p->i++;
-      if (d == '}') break;
-      if (d != ',') return p->i--, SYNTAX(p, "expected ',' or '}'");
+// "__metadata__": {"key": "value", ...}, string to string only.
+static int read_meta(const char *path, const json_value *m) {
+  if (m->type != JSON_OBJECT) return bad(path, "__metadata__ is not an object");
+  for (int i = 0; i < m->n; i++) {
+    const char *key = m->items[i].key;
+    if (m->items[i].type != JSON_STRING)
+      return bad(path, "metadata value of '%s' is not a string", key);
+    for (int j = 0; j < i; j++)
+      if (!strcmp(m->items[j].key, key)) return bad(path, "metadata key '%s' appears twice", key);
+  }
+  return TS_OK;
+}
+
+static int read_header(ts_ckpt *ck) {
+  const json_value *h = &ck->header;
+  if (h->type != JSON_OBJECT) return not_json(ck->path, "expected '{'", h->pos);
+  ck->tensors = calloc((size_t)h->n + 1, sizeof *ck->tensors);
+  if (!ck->tensors) return bad(ck->path, "out of memory");
+  for (int i = 0; i < h->n; i++) {
+    const json_value *v = &h->items[i];
+    int rc;
+    if (!strcmp(v->key, "__metadata__")) {
+      if (ck->meta) return bad(ck->path, "__metadata__ appears twice");
+      ck->meta = v;
+      rc = read_meta(ck->path, v);
+    } else {
+      for (int j = 0; j < ck->n_tensors; j++)
+        if (!strcmp(ck->tensors[j].name, v->key))
+          return bad(ck->path, "tensor '%s' appears twice", v->key);
+      entry *e = &ck->tensors[ck->n_tensors++];
+      e->name = v->key;
+      rc = read_tensor(ck->path, v, e);
     }
-  // Only the padding may follow the object.
-  if (jpeek(p) >= 0) return SYNTAX(p, "trailing characters after the header object");
-  return 0;
+    if (rc) return rc;
+  }
+  return TS_OK;
 }
 
 // ---------------------------------------------------------------------------
@@ -917,11 +591,13 @@ static int open_checked(ts_ckpt *ck) {
     free(hdr);
     return bad(path, "cannot read the header: %s", strerror(err));
   }
-  jparser p = {.s = hdr, .n = (size_t)hlen};
-  int bad_json = jheader(&p, ck);
+  json_error je;
+  int bad_json = json_parse(&ck->header, hdr, (size_t)hlen, 0, &je);
   free(hdr);
-  if (bad_json) return bad(path, "%s", p.msg[0] ? p.msg : "bad header");
-  int rc = check_layout(ck);
+  if (bad_json && je.oom) return bad(path, "out of memory parsing the header");
+  if (bad_json) return not_json(path, je.msg, je.pos);
+  int rc = read_header(ck);
+  if (rc == TS_OK) rc = check_layout(ck);
   if (rc == TS_OK) rc = check_crc(ck);
   return rc;
 }
@@ -947,19 +623,15 @@ int ts_ckpt_open(const char *path, ts_ckpt **out) {
 void ts_ckpt_close(ts_ckpt *ck) {
   if (!ck) return;
   if (ck->fd >= 0) close(ck->fd);
-  for (int i = 0; i < ck->n_tensors; i++) free(ck->tensors[i].name);
-  for (int i = 0; i < ck->n_meta; i++) free(ck->keys[i]), free(ck->values[i]);
+  json_free(&ck->header);
   free(ck->tensors);
-  free(ck->keys);
-  free(ck->values);
   free(ck->path);
   free(ck);
 }
 
 const char *ts_ckpt_meta(const ts_ckpt *ck, const char *key) {
-  for (int i = 0; i < ck->n_meta; i++)
-    if (!strcmp(ck->keys[i], key)) return ck->values[i];
-  return NULL;
+  const json_value *v = ck->meta ? json_get(ck->meta, key) : NULL;
+  return v ? v->str : NULL; // every value was checked to be a string
 }
 
 int ts_ckpt_num_tensors(const ts_ckpt *ck) { return ck->n_tensors; }

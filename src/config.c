@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "tessera.h"
 
 // ---------------------------------------------------------------------------
@@ -244,20 +245,8 @@ static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
 }
 
 static void put_string(char *buf, size_t cap, size_t *len, const char *s) {
-  put(buf, cap, len, "\"");
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\')
-      put(buf, cap, len, "\\%c", *p);
-    else if (*p == '\n')
-      put(buf, cap, len, "\\n");
-    else if (*p == '\t')
-      put(buf, cap, len, "\\t");
-    else if (*p < 0x20)
-      put(buf, cap, len, "\\u%04x", *p);
-    else
-      put(buf, cap, len, "%c", *p);
-  }
-  put(buf, cap, len, "\"");
+  size_t room = *len < cap ? cap - *len : 0;
+  *len += json_escape(room ? buf + *len : NULL, room, s);
 }
 
 int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap) {
@@ -291,164 +280,38 @@ int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap) {
 }
 
 // ---------------------------------------------------------------------------
-// Reading back: a small scanner for one flat JSON object. Values that are
-// objects or arrays are skipped (other writers may nest extra information);
-// unknown keys are ignored so that newer files stay readable.
-typedef struct {
-  const char *p;
-  char key[64];
-  // the value: a decoded string or the raw text of a number/literal
-  char text[4096];
-  int is_string;
-  int too_long;
-} scan;
-
-static void skip_ws(scan *s) {
-  while (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r')
-    s->p++;
-}
-
-static int hexval(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// Decodes a JSON string at s->p (which points at the opening quote) into out.
-// \u escapes become UTF-8. Returns 0 on success.
-static int read_string(scan *s, char *out, size_t cap) {
-  size_t n = 0;
-  s->too_long = 0;
-  if (*s->p != '"') return -1;
-  s->p++;
-  for (;;) {
-    unsigned char c = (unsigned char)*s->p++;
-    unsigned long cp;
-    char tmp[4];
-    int k = 0;
-    if (c == '\0' || c < 0x20) return -1;
-    if (c == '"') break;
-    if (c != '\\') {
-      tmp[k++] = (char)c;
-    } else {
-      char e = *s->p++;
-      switch (e) {
-      case '"':
-      case '\\':
-      case '/': tmp[k++] = e; break;
-      case 'b': tmp[k++] = '\b'; break;
-      case 'f': tmp[k++] = '\f'; break;
-      case 'n': tmp[k++] = '\n'; break;
-      case 'r': tmp[k++] = '\r'; break;
-      case 't': tmp[k++] = '\t'; break;
-      case 'u':
-        cp = 0;
-        for (int i = 0; i < 4; i++) {
-          int h = hexval(*s->p++);
-          if (h < 0) return -1;
-          cp = cp * 16 + (unsigned long)h;
-        }
-        if (cp >= 0xd800 && cp <= 0xdfff) return -1; // no surrogates in our files
-        if (cp < 0x80) {
-          tmp[k++] = (char)cp;
-        } else if (cp < 0x800) {
-          tmp[k++] = (char)(0xc0 | (cp >> 6));
-          tmp[k++] = (char)(0x80 | (cp & 0x3f));
-        } else {
-          tmp[k++] = (char)(0xe0 | (cp >> 12));
-          tmp[k++] = (char)(0x80 | ((cp >> 6) & 0x3f));
-          tmp[k++] = (char)(0x80 | (cp & 0x3f));
-        }
-        break;
-      default: return -1;
-      }
-    }
-    for (int i = 0; i < k; i++) {
-      if (n + 1 < cap)
-        out[n++] = tmp[i];
-      else
-        s->too_long = 1;
-    }
-  }
-  out[n] = '\0';
-  return 0;
-}
-
-// Skips a nested object or array, minding strings. Returns 0 on success.
-static int skip_nested(scan *s) {
-  int depth = 0;
-  do {
-    char c = *s->p;
-    if (c == '\0') return -1;
-    if (c == '"') {
-      char dummy[2];
-      if (read_string(s, dummy, sizeof dummy) != 0) return -1;
-      continue;
-    }
-    if (c == '{' || c == '[') depth++;
-    if (c == '}' || c == ']') depth--;
-    s->p++;
-  } while (depth > 0);
-  return 0;
-}
-
-// Reads `"key": value` into s->key / s->text. Returns 0 on success.
-static int read_member(scan *s) {
-  skip_ws(s);
-  if (read_string(s, s->key, sizeof s->key) != 0) return -1;
-  skip_ws(s);
-  if (*s->p++ != ':') return -1;
-  skip_ws(s);
-  s->is_string = 0;
-  s->text[0] = '\0';
-  if (*s->p == '"') {
-    s->is_string = 1;
-    return read_string(s, s->text, sizeof s->text);
-  }
-  if (*s->p == '{' || *s->p == '[') return skip_nested(s);
-  // number or literal: copy the raw token
-  size_t n = 0;
-  while (*s->p && strchr(",} \t\r\n", *s->p) == NULL) {
-    if (n + 1 >= sizeof s->text) return -1;
-    s->text[n++] = *s->p++;
-  }
-  s->text[n] = '\0';
-  return n > 0 ? 0 : -1;
-}
-
-static const field *find_field(const char *key) {
+// Reading back. Unknown keys are ignored whatever their values (other writers
+// may nest extra information there), so that newer files stay readable.
+static const field *find_field(const char *key, size_t len) {
   for (int i = 0; i < N_FIELDS; i++)
-    if (strcmp(fields[i].key, key) == 0) return &fields[i];
+    if (strlen(fields[i].key) == len && strncmp(fields[i].key, key, len) == 0) return &fields[i];
   return NULL;
 }
 
-// Parses a value into the field. Floats: the _hex form wins over the decimal
-// one whichever comes first, so the round trip is exact.
-static int set_field(ts_config *cfg, const field *f, const char *text, int is_string, int from_hex,
+// Parses a value into the field, from its text: exact integers (a seed above
+// 2^53 must not pass through a double) and floats. Floats: the _hex form wins
+// over the decimal one whichever comes first, so the round trip is exact.
+static int set_field(ts_config *cfg, const field *f, const json_value *jv, int from_hex,
                      int *seen_hex) {
   char *base = (char *)cfg;
   void *p = base + f->off;
+  int is_string = jv->type == JSON_STRING, is_number = jv->type == JSON_NUMBER;
+  const char *text = jv->str;
   char *end;
   errno = 0;
   switch (f->kind) {
   case F_INT: {
-    if (is_string) return -1;
+    if (!is_number) return -1;
     long v = strtol(text, &end, 10);
     if (*end || errno || v < -2147483647L - 1 || v > 2147483647L) return -1;
     *(int *)p = (int)v;
     return 0;
   }
-  case F_U64: {
-    if (is_string || text[0] == '-') return -1;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (*end || errno) return -1;
-    *(uint64_t *)p = (uint64_t)v;
-    return 0;
-  }
+  case F_U64: return is_number ? json_u64(jv, (uint64_t *)p) : -1;
   case F_FLOAT: {
     if (is_string != from_hex) return -1;
     if (!from_hex && *seen_hex) return 0;
+    if (!is_string && !is_number) return -1;
     // strtof reads both "%a" and "%.9g" exactly; overflow (ERANGE) is an
     // error, but underflow to a subnormal is a legitimate value
     float v = strtof(text, &end);
@@ -473,45 +336,31 @@ static int set_field(ts_config *cfg, const field *f, const char *text, int is_st
 }
 
 int ts_config_from_json(ts_config *cfg, const char *json) {
-  scan s = {.p = json};
-  int seen[N_FIELDS] = {0}, seen_hex[N_FIELDS] = {0};
-  skip_ws(&s);
-  if (*s.p++ != '{') return ts_fail(TS_ERUNTIME, "config JSON: not an object");
-  skip_ws(&s);
-  if (*s.p == '}') {
-    s.p++;
-  } else {
-    for (;;) {
-      if (read_member(&s) != 0)
-        return ts_fail(TS_ERUNTIME, "config JSON: malformed near byte %ld", (long)(s.p - json));
-      size_t klen = strlen(s.key);
-      int from_hex = klen > 4 && strcmp(s.key + klen - 4, "_hex") == 0;
-      if (from_hex) s.key[klen - 4] = '\0';
-      const field *f = find_field(s.key);
-      if (f != NULL && (!from_hex || f->kind == F_FLOAT)) {
-        int i = (int)(f - fields);
-        if (s.too_long || set_field(cfg, f, s.text, s.is_string, from_hex, &seen_hex[i]) != 0)
-          return ts_fail(TS_ERUNTIME, "config JSON: bad value for \"%s%s\"", f->key,
-                         from_hex ? "_hex" : "");
-        seen[i] = 1;
-      }
-      skip_ws(&s);
-      if (*s.p == ',') {
-        s.p++;
-        continue;
-      }
-      if (*s.p == '}') {
-        s.p++;
-        break;
-      }
-      return ts_fail(TS_ERUNTIME, "config JSON: expected ',' or '}' at byte %ld",
-                     (long)(s.p - json));
-    }
+  json_value obj;
+  json_error err;
+  // nan and inf: "%.9g" writes them for a float that is not finite
+  if (json_parse(&obj, json, strlen(json), JSON_NONFINITE | JSON_ANY_BYTES, &err) != 0)
+    return ts_fail(TS_ERUNTIME, "config JSON: malformed near byte %zu: %s", err.pos, err.msg);
+  if (obj.type != JSON_OBJECT) {
+    json_free(&obj);
+    return ts_fail(TS_ERUNTIME, "config JSON: not an object");
   }
-  skip_ws(&s);
-  if (*s.p != '\0') return ts_fail(TS_ERUNTIME, "config JSON: trailing text after the object");
-  for (int i = 0; i < N_FIELDS; i++)
+  int seen[N_FIELDS] = {0}, seen_hex[N_FIELDS] = {0}, rc = TS_OK;
+  for (int i = 0; i < obj.n && rc == TS_OK; i++) {
+    const json_value *v = &obj.items[i];
+    size_t klen = strlen(v->key);
+    int from_hex = klen > 4 && strcmp(v->key + klen - 4, "_hex") == 0;
+    const field *f = find_field(v->key, from_hex ? klen - 4 : klen);
+    if (f == NULL || (from_hex && f->kind != F_FLOAT)) continue;
+    int k = (int)(f - fields);
+    if (set_field(cfg, f, v, from_hex, &seen_hex[k]) != 0)
+      rc = ts_fail(TS_ERUNTIME, "config JSON: bad value for \"%s%s\"", f->key,
+                   from_hex ? "_hex" : "");
+    seen[k] = 1;
+  }
+  json_free(&obj);
+  for (int i = 0; i < N_FIELDS && rc == TS_OK; i++)
     if (fields[i].required && !seen[i])
-      return ts_fail(TS_ERUNTIME, "config JSON: missing \"%s\"", fields[i].key);
-  return TS_OK;
+      rc = ts_fail(TS_ERUNTIME, "config JSON: missing \"%s\"", fields[i].key);
+  return rc;
 }
