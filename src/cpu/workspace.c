@@ -1,0 +1,60 @@
+// Kernel scratch (per-thread leaf and attention buffers) and the parallel
+// leaf-tree sum every weight gradient goes through.
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+
+int ts_ws_init(ts_ws *ws, int tile, int leaf, size_t max_leaf_floats, int dh) {
+  memset(ws, 0, sizeof *ws);
+  ws->tile = tile;
+  ws->leaf = leaf;
+  ws->nthreads = omp_get_max_threads();
+  ws->leaf_cap = max_leaf_floats;
+  ws->leafbuf = calloc((size_t)ws->nthreads, sizeof(float *));
+  // attention scratch per thread: S, dP (tile x tile), acc/dq (tile x dh),
+  // dk|dv leaf (2 tile x dh), m, l (tile)
+  ws->attn_cap = (size_t)2 * tile * tile + (size_t)4 * tile * dh + 4 * (size_t)tile;
+  ws->attnbuf = calloc((size_t)ws->nthreads, sizeof(float *));
+  ws->attntree = calloc((size_t)ws->nthreads, sizeof(ts_tree));
+  if (!ws->leafbuf || !ws->attnbuf || !ws->attntree) return -1;
+  for (int i = 0; i < ws->nthreads; i++) {
+    if (posix_memalign((void **)&ws->leafbuf[i], 64, max_leaf_floats * sizeof(float)) ||
+        posix_memalign((void **)&ws->attnbuf[i], 64, ws->attn_cap * sizeof(float)))
+      return -1;
+    ts_tree_init(&ws->attntree[i], (size_t)2 * tile * dh);
+  }
+  ts_tree_init(&ws->tree, max_leaf_floats);
+  return 0;
+}
+
+void ts_ws_free(ts_ws *ws) {
+  for (int i = 0; i < ws->nthreads; i++) {
+    if (ws->leafbuf) free(ws->leafbuf[i]);
+    if (ws->attnbuf) free(ws->attnbuf[i]);
+    if (ws->attntree) ts_tree_free(&ws->attntree[i]);
+  }
+  free(ws->leafbuf);
+  free(ws->attnbuf);
+  free(ws->attntree);
+  ts_tree_free(&ws->tree);
+  memset(ws, 0, sizeof *ws);
+}
+
+int ts_leaf_tree_sum(ts_ws *ws, float *sum, size_t n, int64_t nleaves, ts_leaf_fn fn,
+                     const void *ctx) {
+  ts_tree_resize(&ws->tree, n);
+  int W = ws->nthreads;
+  for (int64_t base = 0; base < nleaves; base += W) {
+    int cnt = (int)(nleaves - base < W ? nleaves - base : W);
+    // Each leaf's partial is a fixed computation on that leaf alone, so which
+    // thread computes it does not matter; the pushes below fix the order.
+#pragma omp parallel for schedule(static, 1) num_threads(ws->nthreads)
+    for (int i = 0; i < cnt; i++) fn(ctx, base + i, ws->leafbuf[i]);
+    for (int i = 0; i < cnt; i++)
+      if (ts_tree_push(&ws->tree, ws->leafbuf[i]) != 0) return -1;
+  }
+  ts_tree_finish(&ws->tree, sum);
+  return 0;
+}
