@@ -3,11 +3,11 @@
 // Forward: for each query tile, key tiles are visited from the diagonal down
 // to tile 0 with online softmax; nothing of size T x T is stored, only the
 // output and the per-row log-sum-exp.
-// Backward, two passes that recompute the probabilities from lse:
-//   pass 1, per query tile: dQ summed over key tiles in the forward's order;
-//   pass 2, per key tile: dK, dV summed over query tiles as a canonical tree
-//           (query tiles before the key tile are empty leaves), so a rank that
-//           holds only some query tiles computes an aligned subtree.
+// Backward: one pass per (sequence, head) that recomputes the probabilities
+// from lse, sums dQ over key tiles in the forward's order, and dK, dV over
+// query tiles as a canonical tree (query tiles before the key tile are empty
+// leaves), so a rank that holds only some query tiles computes an aligned
+// subtree.
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -155,58 +155,47 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
       dsum[((size_t)b * H + h) * T + i] = acc;
     }
   }
-  const int64_t ntasks = (int64_t)B * H * nt;
-  // Pass 1: dQ per query tile, key tiles from the diagonal down.
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ws->nthreads)
-  for (int64_t task = 0; task < ntasks; task++) {
-    int qt = nt - 1 - (int)(task % nt);
-    int h = (int)((task / nt) % H), b = (int)(task / ((int64_t)nt * H));
-    float *S = ws->attnbuf[omp_get_thread_num()];
-    float *dS = S + (size_t)tile * tile;
-    const size_t rowq = ((size_t)b * T + (size_t)qt * tile) * C + (size_t)h * dh;
-    const float *L = lse + ((size_t)b * H + h) * T + (size_t)qt * tile;
-    const float *D = dsum + ((size_t)b * H + h) * T + (size_t)qt * tile;
-    float *dQ = dq + rowq;
-    for (int i = 0; i < tile; i++) memset(dQ + (size_t)i * C, 0, (size_t)dh * sizeof(float));
-    for (int kt = qt; kt >= 0; kt--) {
-      const size_t rowk = ((size_t)b * T + (size_t)kt * tile) * C + (size_t)h * dh;
-      scores(S, q + rowq, k + rowk, C, tile, dh, scale, kt == qt);
-      tile_grads(S, dS, dout + rowq, v + rowk, L, D, s, b, h, qt, kt, scale);
-      // dQ (tile, dh) += dS (tile, tile) · K_kt (tile, dh)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
-                  k + rowk, C, 1.0f, dQ, C);
-    }
-  }
-  // Pass 2: dK, dV per key tile, a canonical tree over query tiles.
+  // One pass per (sequence, head). Key tiles go from the last down to 0 and,
+  // for each, query tiles from the diagonal up: so every query tile receives
+  // its dQ terms from the diagonal down (the forward's order, R2), while each
+  // key tile's dK/dV terms arrive in query-tile order for the tree (R3).
+  // Probabilities are recomputed once per tile pair.
+  const int64_t ntasks = (int64_t)B * H;
   int fail = 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ws->nthreads) reduction(| : fail)
   for (int64_t task = 0; task < ntasks; task++) {
-    int kt = (int)(task % nt);
-    int h = (int)((task / nt) % H), b = (int)(task / ((int64_t)nt * H));
+    int h = (int)(task % H), b = (int)(task / H);
     int th = omp_get_thread_num();
     float *S = ws->attnbuf[th];
     float *dS = S + (size_t)tile * tile;
     float *part = dS + (size_t)tile * tile; // [dK (tile, dh) | dV (tile, dh)]
     ts_tree *tree = &ws->attntree[th];
-    const size_t rowk = ((size_t)b * T + (size_t)kt * tile) * C + (size_t)h * dh;
-    ts_tree_reset(tree, (uint64_t)kt);
-    for (int qt = kt; qt < nt; qt++) {
-      const size_t rowq = ((size_t)b * T + (size_t)qt * tile) * C + (size_t)h * dh;
-      const float *L = lse + ((size_t)b * H + h) * T + (size_t)qt * tile;
-      const float *D = dsum + ((size_t)b * H + h) * T + (size_t)qt * tile;
-      scores(S, q + rowq, k + rowk, C, tile, dh, scale, kt == qt);
-      tile_grads(S, dS, dout + rowq, v + rowk, L, D, s, b, h, qt, kt, scale);
-      // dK part (tile, dh) = dSᵀ · Q_qt ; dV part = P~ᵀ · dO_qt
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
-                  q + rowq, C, 0.0f, part, dh);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, S, tile,
-                  dout + rowq, C, 0.0f, part + (size_t)tile * dh, dh);
-      if (ts_tree_push(tree, part) != 0) fail = 1;
-    }
-    ts_tree_finish(tree, part);
-    for (int i = 0; i < tile; i++) {
-      memcpy(dk + rowk + (size_t)i * C, part + (size_t)i * dh, (size_t)dh * sizeof(float));
-      memcpy(dv + rowk + (size_t)i * C, part + (size_t)(tile + i) * dh, (size_t)dh * sizeof(float));
+    const size_t head0 = (size_t)b * T * C + (size_t)h * dh;
+    for (int r = 0; r < T; r++) memset(dq + head0 + (size_t)r * C, 0, (size_t)dh * sizeof(float));
+    for (int kt = nt - 1; kt >= 0; kt--) {
+      const size_t rowk = head0 + (size_t)kt * tile * C;
+      ts_tree_reset(tree, (uint64_t)kt);
+      for (int qt = kt; qt < nt; qt++) {
+        const size_t rowq = head0 + (size_t)qt * tile * C;
+        const float *L = lse + ((size_t)b * H + h) * T + (size_t)qt * tile;
+        const float *D = dsum + ((size_t)b * H + h) * T + (size_t)qt * tile;
+        scores(S, q + rowq, k + rowk, C, tile, dh, scale, kt == qt);
+        tile_grads(S, dS, dout + rowq, v + rowk, L, D, s, b, h, qt, kt, scale);
+        // dQ_qt (tile, dh) += dS (tile, tile) · K_kt (tile, dh)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
+                    k + rowk, C, 1.0f, dq + rowq, C);
+        // dK part (tile, dh) = dSᵀ · Q_qt ; dV part = P~ᵀ · dO_qt
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
+                    q + rowq, C, 0.0f, part, dh);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, S, tile,
+                    dout + rowq, C, 0.0f, part + (size_t)tile * dh, dh);
+        if (ts_tree_push(tree, part) != 0) fail = 1;
+      }
+      ts_tree_finish(tree, part);
+      for (int i = 0; i < tile; i++) {
+        memcpy(dk + rowk + (size_t)i * C, part + (size_t)i * dh, (size_t)dh * sizeof(float));
+        memcpy(dv + rowk + (size_t)i * C, part + (size_t)(tile + i) * dh, (size_t)dh * sizeof(float));
+      }
     }
   }
   return fail ? -1 : 0;
