@@ -176,6 +176,41 @@ int ts_config_finalize(ts_config *cfg) {
 }
 
 // ---------------------------------------------------------------------------
+// The layout. Data parallelism is exact when every rank's gradient leaves
+// form an aligned subtree of the serial tree (DESIGN.md R3): each rank holds
+// batch/dp whole sequences, i.e. (batch/dp)·(seq/leaf) leaves, and that count
+// and dp must be powers of two. --fast lets MPI sum, so it needs only whole
+// sequences per rank.
+int ts_layout_check(const ts_config *cfg, const ts_layout *lay) {
+  if (lay->dp < 1) return ts_fail(TS_EUSAGE, "--dp %d: must be >= 1", lay->dp);
+  if (lay->sp != 1)
+    return ts_fail(TS_EUSAGE, "--sp %d: sequence parallelism is not available in this build yet",
+                   lay->sp);
+  if (lay->pp != 1)
+    return ts_fail(TS_EUSAGE, "--pp %d: pipeline parallelism is not available in this build yet",
+                   lay->pp);
+  const int D = lay->dp;
+  if (D == 1) return TS_OK;
+  if (!cfg->fast && !is_pow2(D))
+    return ts_fail(TS_EUSAGE,
+                   "--dp %d: must be a power of two (exact data parallelism combines the ranks' "
+                   "gradients as a binary tree; --fast lifts this)",
+                   D);
+  if (cfg->batch % D != 0)
+    return ts_fail(TS_EUSAGE,
+                   "--batch %d: must be divisible by --dp %d (each rank holds whole sequences)",
+                   cfg->batch, D);
+  long long per_rank = (long long)(cfg->batch / D) * (cfg->seq / cfg->leaf);
+  if (!cfg->fast && (per_rank & (per_rank - 1)) != 0)
+    return ts_fail(TS_EUSAGE,
+                   "--batch %d with --dp %d: each rank holds %d sequences x %d leaves = %lld "
+                   "gradient leaves, not a power of two, so its sums are not a subtree of the "
+                   "serial tree; choose --batch so that batch/dp x seq/leaf is a power of two",
+                   cfg->batch, D, cfg->batch / D, cfg->seq / cfg->leaf, per_rank);
+  return TS_OK;
+}
+
+// ---------------------------------------------------------------------------
 // JSON form. One table drives both directions, so a field added to the table
 // is written and read back; floats are written twice, as "%.9g" for people and
 // as a "%a" string (key suffix _hex) that reads back bit for bit.

@@ -4,6 +4,11 @@
 // take it, help text), so parsing, validation and --help cannot drift apart.
 // All checks happen before any work: a bad flag costs nothing. Exit codes:
 // 0 success, 1 runtime error (or, for compare, "the logs differ"), 2 usage.
+//
+// `train` starts MPI (a world of one without mpiexec). Every rank parses the
+// same flags and reaches the same verdict, so usage errors are printed by
+// rank 0 and every rank exits 2; a runtime error on any one rank is printed
+// with its rank and brings the whole world down (MPI_Abort), never a hang.
 #include "config.h"
 
 #include <errno.h>
@@ -16,6 +21,7 @@
 #include <string.h>
 
 #include "compare.h"
+#include "parallel/grid.h"
 #include "tessera.h"
 
 // ---------------------------------------------------------------------------
@@ -65,7 +71,8 @@ static const command commands[] = {
 typedef struct {
   ts_config cfg;
   char device[8];
-  int dp, sp, pp, microbatches, rank;
+  ts_layout lay; // --dp, --sp, --pp
+  int microbatches, rank;
   char sp_mode[16], schedule[16], compress[16];
   char ckpt[4096]; // eval
   char out[4096];  // dump
@@ -75,7 +82,7 @@ typedef struct {
 
 static void cli_defaults(cli *c) {
   snprintf(c->device, sizeof c->device, "cpu");
-  c->dp = c->sp = c->pp = c->microbatches = 1;
+  c->lay.dp = c->lay.sp = c->lay.pp = c->microbatches = 1;
   c->rank = 0;
   snprintf(c->sp_mode, sizeof c->sp_mode, "lss");
   snprintf(c->schedule, sizeof c->schedule, "1f1b");
@@ -123,7 +130,7 @@ static const char *group_names[] = {"options",
                                     "training",
                                     "data and evaluation",
                                     "run",
-                                    "parallel layout (only the serial layout in this build)",
+                                    "parallel layout (world = dp x sp x pp ranks, under mpiexec)",
                                     "checkpoints and logs"};
 
 static const flag flags[] = {
@@ -190,11 +197,14 @@ static const flag flags[] = {
      NULL},
     {"--quiet", K_SET, AT(cfg.quiet), 1, NULL, "no progress output", "off", TRAIN, G_RUN, NULL},
     // parallel layout
-    {"--dp", K_INT, AT(dp), 0, "D", "data-parallel ranks", NULL, TRAIN, G_PAR, check_parallel},
-    {"--sp", K_INT, AT(sp), 0, "N", "sequence-parallel ranks", NULL, TRAIN, G_PAR, check_parallel},
+    {"--dp", K_INT, AT(lay.dp), 0, "D",
+     "data-parallel ranks: a power of two dividing --batch (mpiexec -n D)", NULL, TRAIN, G_PAR,
+     check_parallel},
+    {"--sp", K_INT, AT(lay.sp), 0, "N", "sequence-parallel ranks", NULL, TRAIN, G_PAR,
+     check_parallel},
     {"--sp-mode", K_STR, AT(sp_mode), 0, "MODE", "lss, ulysses, upipe, ring or megatron", NULL,
      TRAIN, G_PAR, check_choice},
-    {"--pp", K_INT, AT(pp), 0, "P", "pipeline stages", NULL, TRAIN, G_PAR, check_parallel},
+    {"--pp", K_INT, AT(lay.pp), 0, "P", "pipeline stages", NULL, TRAIN, G_PAR, check_parallel},
     {"--microbatches", K_INT, AT(microbatches), 0, "M", "microbatches per step (pipeline)", NULL,
      TRAIN, G_PAR, check_parallel},
     {"--schedule", K_STR, AT(schedule), 0, "NAME", "pipeline schedule: gpipe or 1f1b", NULL, TRAIN,
@@ -282,9 +292,9 @@ static int check_parallel(const flag *f, const char *raw, cli *c) {
   int v = *(const int *)((const char *)c + f->off);
   if (v < 1) return ts_fail(TS_EUSAGE, "%s %s: must be >= 1", f->name, raw);
   if (v == 1) return TS_OK; // the serial layout
-  const char *what = strcmp(f->name, "--dp") == 0   ? "data parallelism"
-                     : strcmp(f->name, "--sp") == 0 ? "sequence parallelism"
-                                                    : "pipeline parallelism";
+  // --dp is checked later, against --batch and the MPI world (ts_layout_check)
+  if (strcmp(f->name, "--dp") == 0) return TS_OK;
+  const char *what = strcmp(f->name, "--sp") == 0 ? "sequence parallelism" : "pipeline parallelism";
   return ts_fail(TS_EUSAGE, "%s %s: %s is not available in this build yet", f->name, raw, what);
 }
 
@@ -492,15 +502,25 @@ static void main_help(FILE *out) {
 }
 
 // ---------------------------------------------------------------------------
+// Usage errors are the same on every rank: rank 0 says it once, all exit 2.
 static int usage_error(const command *cmd) {
-  fprintf(stderr, "tessera %s: %s\n", cmd->name, ts_errmsg());
+  if (ts_mpi_world_rank() == 0) fprintf(stderr, "tessera %s: %s\n", cmd->name, ts_errmsg());
+  ts_mpi_finalize();
   return 2;
 }
 
-// Maps a library result to the exit status, printing its message.
+// Maps a library result to the exit status, printing its message. With more
+// than one rank an error may be this rank's alone while the others wait for
+// it in a collective: it is printed with the rank and ends the whole world.
 static int finish(const command *cmd, int rc) {
-  if (rc == TS_OK) return 0;
+  if (rc != TS_OK && ts_mpi_world_size() > 1) {
+    fprintf(stderr, "tessera: rank %d: %s\n", ts_mpi_world_rank(), ts_errmsg());
+    fflush(stderr);
+    ts_mpi_abort(rc == TS_EUSAGE ? 2 : 1);
+  }
   if (rc == TS_EUSAGE) return usage_error(cmd);
+  ts_mpi_finalize();
+  if (rc == TS_OK) return 0;
   fprintf(stderr, "tessera: %s\n", ts_errmsg());
   return 1;
 }
@@ -543,8 +563,15 @@ int main(int argc, char **argv) {
       return 0;
     }
 
+  // Before parsing, so that a usage error is printed by rank 0 alone.
+  if (cmd->id == C_TRAIN && ts_mpi_init(NULL, NULL) != TS_OK) {
+    fprintf(stderr, "tessera: %s\n", ts_errmsg());
+    return 1;
+  }
+
   parsed *p = calloc((size_t)argc + 1, sizeof *p);
   if (p == NULL) {
+    ts_mpi_finalize();
     fprintf(stderr, "tessera: out of memory\n");
     return 1;
   }
@@ -578,9 +605,11 @@ int main(int argc, char **argv) {
     return usage_error(cmd);
   }
   rc = ts_config_finalize(&c.cfg);
+  if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_layout_check(&c.cfg, &c.lay);
+  if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_grid_check(c.lay.dp, c.lay.sp, c.lay.pp);
   if (rc != TS_OK) return usage_error(cmd);
   switch (cmd->id) {
-  case C_TRAIN: return finish(cmd, ts_train(&c.cfg));
+  case C_TRAIN: return finish(cmd, ts_train(&c.cfg, &c.lay));
   case C_EVAL: return finish(cmd, ts_eval(&c.cfg, c.ckpt));
   case C_DUMP: return finish(cmd, ts_dump(&c.cfg, c.out, c.traj_steps));
   }

@@ -33,8 +33,12 @@ typedef struct {
 
 struct ts_model {
   ts_config cfg;
-  int B, T, C, L, H, dh, F, V;
-  int64_t ntok;
+  int B, T, C, L, H, dh, F, V; // B: the sequences this model holds (its shard)
+  int64_t ntok;                // B*T local tokens
+  // The shard of the global batch: sequences [b0, b0 + B) of Bg. Dropout
+  // indices and the loss scale use the global batch (docs/MODEL.md).
+  int b0, Bg;
+  int64_t ntok_global;         // Bg*T
   // parameters, gradients: one allocation each, same layout
   int ntens;
   ts_tensor *ptens, *gtens;
@@ -54,7 +58,7 @@ struct ts_model {
   float *dres, *dtmp, *dtmp2, *datt, *dq, *dk, *dv, *dfch, *dlogits, *dsum;
   int *inputs, *targets;
   ts_ws ws;
-  float loss;
+  float loss, loss_sum; // loss_sum: canonical-tree sum of the local token losses
 };
 
 // ---- parameter table ---------------------------------------------------------------
@@ -115,12 +119,21 @@ static int param_table(ts_model *m, pspec *out) {
 
 // ---- creation ----------------------------------------------------------------------
 int ts_model_create(const ts_config *cfg, ts_model **out) {
+  return ts_model_create_shard(cfg, 0, cfg->batch, out);
+}
+
+int ts_model_create_shard(const ts_config *cfg, int b_begin, int b_count, ts_model **out) {
+  if (b_begin < 0 || b_count < 1 || b_begin > cfg->batch - b_count)
+    return ts_fail(TS_EUSAGE, "batch shard [%d, %d) outside the batch of %d sequences", b_begin,
+                   b_begin + b_count, cfg->batch);
   ts_model *m = calloc(1, sizeof *m);
   if (!m) return ts_fail(TS_ERUNTIME, "out of memory");
   m->cfg = *cfg;
-  m->B = cfg->batch; m->T = cfg->seq; m->C = cfg->d; m->L = cfg->n_layer;
+  m->B = b_count; m->b0 = b_begin; m->Bg = cfg->batch;
+  m->T = cfg->seq; m->C = cfg->d; m->L = cfg->n_layer;
   m->H = cfg->n_head; m->dh = cfg->d / cfg->n_head; m->F = cfg->d_ff; m->V = cfg->vocab;
   m->ntok = (int64_t)m->B * m->T;
+  m->ntok_global = (int64_t)m->Bg * m->T;
   m->p.layer = calloc((size_t)m->L, sizeof(layer_params));
   m->g.layer = calloc((size_t)m->L, sizeof(layer_params));
   m->la = calloc((size_t)m->L, sizeof(layer_acts));
@@ -253,6 +266,17 @@ void ts_model_init(ts_model *m, uint64_t seed) {
 }
 
 // ---- forward -----------------------------------------------------------------------
+// Global dropout indices (docs/MODEL.md) of this shard's first element in
+// layer l: projection and MLP ((l·Bg + b0)·T + t)·d + c, attention
+// (((l·Bg + b0)·H + h)·T + i)·T + j; the kernels add the local offsets.
+static uint64_t row_base(const ts_model *m, int l) {
+  return ((uint64_t)l * m->Bg + (uint64_t)m->b0) * (uint64_t)m->T * (uint64_t)m->C;
+}
+
+static uint64_t attn_base(const ts_model *m, int l) {
+  return ((uint64_t)l * m->Bg + (uint64_t)m->b0) * (uint64_t)m->H * (uint64_t)m->T * (uint64_t)m->T;
+}
+
 float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
                        int training) {
   const int B = m->B, T = m->T, C = m->C, F = m->F, V = m->V, H = m->H, tile = m->cfg.tile;
@@ -274,25 +298,27 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     linear_forward_heads(a->q, m->ln_out, w->wq, w->bq, N, C, C, m->dh, rows);
     linear_forward_heads(a->k, m->ln_out, w->wk, w->bk, N, C, C, m->dh, rows);
     linear_forward_heads(a->v, m->ln_out, w->wv, w->bv, N, C, C, m->dh, rows);
-    ts_attn_shape as = {B, T, H, m->dh, tile, p, seed, step,
-                        (uint64_t)l * B * H * (uint64_t)T * T};
+    ts_attn_shape as = {B, T, H, m->dh, tile, p, seed, step, attn_base(m, l)};
     attention_forward(&m->ws, a->att, a->lse, a->q, a->k, a->v, &as);
     // res_mid = x + dropout(att · Woᵀ + bo)
     linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, rows);
-    dropout_apply(a->res_mid, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, (uint64_t)l * N * C);
+    dropout_apply(a->res_mid, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, row_base(m, l));
     for (int64_t i = 0; i < N * C; i++) a->res_mid[i] = x[i] + a->res_mid[i];
     layernorm_forward(m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b, N, C);
     linear_forward(a->fch, m->ln_out, w->w1, w->b1, N, C, F, rows);
     gelu_forward(m->gelu_out, a->fch, N * F);
     linear_forward(y, m->gelu_out, w->w2, w->b2, N, F, C, rows);
-    dropout_apply(y, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, (uint64_t)l * N * C);
+    dropout_apply(y, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, row_base(m, l));
     for (int64_t i = 0; i < N * C; i++) y[i] = a->res_mid[i] + y[i];
   }
   layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->res[m->L], m->p.lnfw, m->p.lnfb, N, C);
   const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
   linear_forward(m->logits, m->lnf, head, NULL, N, C, V, rows);
   crossentropy_forward(m->losses, m->logits, m->targets, N, V);
-  m->loss = token_tree_sum(m->losses, N, m->cfg.leaf) / (float)N;
+  // The shard's sum is an aligned subtree of the global loss tree; the
+  // trainer combines the shards' sums in tree order (DESIGN.md R3).
+  m->loss_sum = token_tree_sum(m->losses, N, m->cfg.leaf);
+  m->loss = m->loss_sum / (float)m->ntok_global;
   return m->loss;
 }
 
@@ -328,7 +354,8 @@ int ts_model_backward(ts_model *m, uint64_t step) {
   const float p = m->cfg.dropout;
   const uint64_t seed = m->cfg.seed;
   ts_ws *ws = &m->ws;
-  crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)N, N, V);
+  // d(mean over the global batch)/d(logit): the same scale on every shard
+  crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)m->ntok_global, N, V);
   const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
   linear_backward_input(m->dtmp, m->dlogits, head, N, C, V, rows, 0);
   if (!m->cfg.tied) rc |= linear_backward_weights(ws, m->g.lm_head, NULL, m->dlogits, m->lnf, N, C, V);
@@ -339,7 +366,7 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     layer_acts *a = &m->la[l];
     // MLP branch: y = res_mid + dropout(gelu(ln2 · W1ᵀ + b1) · W2ᵀ + b2)
     memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
-    dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, (uint64_t)l * N * C);
+    dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, row_base(m, l));
     gelu_forward(m->gelu_out, a->fch, N * F); // recomputed, as in the forward
     rc |= linear_backward_weights(ws, g->w2, g->b2, m->dtmp, m->gelu_out, N, F, C);
     linear_backward_input(m->dfch, m->dtmp, w->w2, N, F, C, rows, 0);
@@ -352,11 +379,10 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     add_into(m->dres, m->dtmp2, N * C);
     // attention branch: res_mid = x + dropout(attn(ln1(x)) · Woᵀ + bo)
     memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
-    dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, (uint64_t)l * N * C);
+    dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, row_base(m, l));
     rc |= linear_backward_weights(ws, g->wo, g->bo, m->dtmp, a->att, N, C, C);
     linear_backward_input(m->datt, m->dtmp, w->wo, N, C, C, rows, 0);
-    ts_attn_shape as = {B, T, H, m->dh, tile, p, seed, step,
-                        (uint64_t)l * B * H * (uint64_t)T * T};
+    ts_attn_shape as = {B, T, H, m->dh, tile, p, seed, step, attn_base(m, l)};
     rc |= attention_backward(ws, m->dq, m->dk, m->dv, m->dsum, m->datt, a->q, a->k, a->v, a->att,
                        a->lse, &as);
     layernorm_forward(m->ln_out, a->ln1_mean, a->ln1_rstd, m->res[l], w->ln1w, w->ln1b, N, C);
@@ -390,6 +416,7 @@ size_t ts_model_num_params(const ts_model *m) { return m->nparams; }
 float *ts_model_params(ts_model *m) { return m->params; }
 float *ts_model_grads(ts_model *m) { return m->grads; }
 const float *ts_model_logits(const ts_model *m) { return m->logits; }
+float ts_model_loss_sum(const ts_model *m) { return m->loss_sum; }
 const ts_config *ts_model_config(const ts_model *m) { return &m->cfg; }
 size_t ts_model_activation_bytes(const ts_model *m) { return m->nacts * sizeof(float); }
 

@@ -70,6 +70,17 @@ int ts_config_from_json(ts_config *cfg, const char *json);
 // Names of the presets, NULL-terminated.
 extern const char *const ts_preset_names[];
 
+// The parallel layout: how many ranks share the work (world = dp × sp × pp).
+// It never changes the result, so it is not part of ts_config (nor of its
+// JSON form in logs and checkpoints: any layout resumes any other's).
+typedef struct {
+  int dp; // data-parallel ranks
+  int sp; // sequence-parallel ranks (not available yet)
+  int pp; // pipeline stages (not available yet)
+} ts_layout;
+// Checks a layout against a finalized config (TS_EUSAGE naming the flag).
+int ts_layout_check(const ts_config *cfg, const ts_layout *lay);
+
 // Default tile and leaf for a sequence length (DESIGN.md: min(64, T/8), min(256, T/8)).
 int ts_default_tile(int T);
 int ts_default_leaf(int T);
@@ -94,15 +105,23 @@ static inline int64_t ts_tensor_numel(const ts_tensor *t) {
 // The model: parameters, gradients and activations for one (B, T) shape.
 typedef struct ts_model ts_model;
 
+// The whole batch: ts_model_create_shard(cfg, 0, cfg->batch, out).
 int ts_model_create(const ts_config *cfg, ts_model **out);
+// A data-parallel shard: sequences [b_begin, b_begin + b_count) of the global
+// batch cfg->batch. Buffers are sized for the shard; dropout masks and the
+// loss scale use global indices and the global token count, so the shards'
+// gradients, summed in tree order, are the whole batch's bit for bit.
+int ts_model_create_shard(const ts_config *cfg, int b_begin, int b_count, ts_model **out);
 void ts_model_free(ts_model *m);
 // Parameters from the counter-based generator keyed by (seed, tensor, index).
 void ts_model_init(ts_model *m, uint64_t seed);
-// inputs, targets are (B, T) token ids. Returns the mean loss over B*T tokens.
-// step keys dropout masks; training=0 disables dropout.
+// inputs, targets are (B, T) token ids of the shard. Returns the canonical-tree
+// sum of its token losses divided by the global token count (for the whole
+// batch: the mean loss). step keys dropout masks; training=0 disables dropout.
 float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
                        int training);
-// Gradients of the mean loss of the last forward into the gradient buffer.
+// Gradients of the global batch's mean loss with respect to the last forward's
+// tokens (for the whole batch: the full gradient) into the gradient buffer.
 int ts_model_backward(ts_model *m, uint64_t step);
 // Named views in canonical order. grads may be NULL.
 int ts_model_num_tensors(const ts_model *m);
@@ -111,6 +130,9 @@ size_t ts_model_num_params(const ts_model *m);
 float *ts_model_params(ts_model *m);
 float *ts_model_grads(ts_model *m);
 const float *ts_model_logits(const ts_model *m); // (B, T, V) of the last forward
+// The canonical-tree sum of the last forward's token losses over the shard:
+// an aligned subtree of the global loss tree, for the trainer to combine.
+float ts_model_loss_sum(const ts_model *m);
 const ts_config *ts_model_config(const ts_model *m);
 // Bytes of activations and backward scratch: O(B·T·d) per layer, no T×T term.
 size_t ts_model_activation_bytes(const ts_model *m);
@@ -119,7 +141,8 @@ double ts_model_flops_per_token(const ts_model *m);
 
 // ---------------------------------------------------------------------------
 // Runs (train.c, eval.c, compare.c, info.c). Each returns TS_OK or an error code.
-int ts_train(const ts_config *cfg);
+// lay NULL: the serial layout. Under MPI the world must be dp × sp × pp ranks.
+int ts_train(const ts_config *cfg, const ts_layout *lay);
 int ts_eval(const ts_config *cfg, const char *ckpt_path);
 int ts_info(void);
 // Writes the golden-file set of docs/GOLDEN.md for this config into out_dir.

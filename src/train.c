@@ -1,5 +1,13 @@
 // Runs: training (with checkpoints, resume and the JSONL log), evaluation and
-// the golden-file dump. One process, the serial reference.
+// the golden-file dump.
+//
+// Training runs serially or data-parallel (--dp D under mpiexec): rank d of
+// the data group holds sequences [d·B/D, (d+1)·B/D) of the global batch,
+// runs forward and backward on them, and the gradients are summed over the
+// group by the canonical tree (comm.h), which equals the serial tree because
+// every rank's leaves are an aligned power-of-two subtree (config.c checks
+// it). The loss is combined the same way. Optimizer steps then run on every
+// rank identically; rank 0 alone prints, logs and writes checkpoints.
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -16,19 +24,29 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "comm.h"
 #include "data.h"
 #include "kernels.h"
 #include "log.h"
 #include "optim.h"
+#include "parallel/grid.h"
 #include "tessera.h"
+#include "tree.h"
 #include "util.h"
 
 // Validation windows are keyed by steps far above any training step.
 #define TS_EVAL_STEP_BASE (1ull << 39)
 
 // The exactness contract wants single-threaded BLAS inside OpenMP tile loops.
-static void setup_threads(const ts_config *cfg) {
-  if (cfg->threads > 0) omp_set_num_threads(cfg->threads);
+// The thread count never changes a result; by default the ranks on one node
+// share its threads.
+static void setup_threads(const ts_config *cfg, int local_ranks) {
+  if (cfg->threads > 0) {
+    omp_set_num_threads(cfg->threads);
+  } else if (local_ranks > 1) {
+    int t = omp_get_max_threads() / local_ranks;
+    omp_set_num_threads(t > 0 ? t : 1);
+  }
   openblas_set_num_threads(1);
 }
 
@@ -53,31 +71,70 @@ static double measure_sgemm_roof(void) {
   return best;
 }
 
+// Sequences [b0, b0 + nb) of the global batch: windows keyed by the global
+// sequence index, so every layout reads the same data.
 static int load_batch(const ts_data *data, int split, const ts_config *cfg, uint64_t step,
-                      int *inputs, int *targets) {
-  for (int j = 0; j < cfg->batch; j++) {
-    int rc = ts_data_window(data, split, cfg->seed, step, (uint64_t)j, cfg->seq,
+                      int b0, int nb, int *inputs, int *targets) {
+  for (int j = 0; j < nb; j++) {
+    int rc = ts_data_window(data, split, cfg->seed, step, (uint64_t)(b0 + j), cfg->seq,
                             inputs + (size_t)j * cfg->seq, targets + (size_t)j * cfg->seq);
     if (rc) return rc;
   }
   return TS_OK;
 }
 
+// The global batch's loss from the shards' loss sums, each an aligned subtree
+// of the serial loss tree: the tree over the group's sums, divided by the
+// global token count exactly as the serial forward divides.
+static int combine_loss(ts_comm *group, const float *local, int n, int64_t ntok_global,
+                        float *out) {
+  int P = group ? group->size : 1;
+  float *all = malloc((size_t)P * n * sizeof(float)), *col = malloc((size_t)P * sizeof(float));
+  if (!all || !col) { free(all); free(col); return ts_fail(TS_ERUNTIME, "out of memory"); }
+  int rc = TS_OK;
+  if (group)
+    rc = ts_comm_allgather(group, local, all, (size_t)n * sizeof(float), -1); // all (P, n)
+  else
+    memcpy(all, local, (size_t)n * sizeof(float));
+  for (int i = 0; i < n && !rc; i++) {
+    for (int r = 0; r < P; r++) col[r] = all[(size_t)r * n + i];
+    out[i] = ts_tree_sum(col, (size_t)P) / (float)ntok_global;
+  }
+  free(all);
+  free(col);
+  return rc;
+}
+
 static uint64_t param_hash(ts_model *m) {
   return ts_fnv1a64(TS_FNV_OFFSET, ts_model_params(m), ts_model_num_params(m) * sizeof(float));
 }
 
-// Mean validation loss over cfg->eval_batches batches (fixed windows).
-static int evaluate(ts_model *m, const ts_data *data, const ts_config *cfg, int *inputs,
-                    int *targets, float *out) {
-  float sum = 0.0f;
-  for (int i = 0; i < cfg->eval_batches; i++) {
-    int rc = load_batch(data, TS_SPLIT_VAL, cfg, TS_EVAL_STEP_BASE + (uint64_t)i, inputs, targets);
-    if (rc) return rc;
-    sum += ts_model_forward(m, inputs, targets, 0, 0);
+// Mean validation loss over cfg->eval_batches batches (fixed windows). Each
+// rank of the data group (NULL: serial) evaluates its shard of every batch;
+// the batch losses are combined as in training, then averaged in order.
+static int evaluate(ts_model *m, const ts_data *data, const ts_config *cfg, ts_comm *group,
+                    int b0, int nb, int *inputs, int *targets, float *out) {
+  int E = cfg->eval_batches;
+  float *sums = calloc((size_t)E, sizeof(float)), *losses = calloc((size_t)E, sizeof(float));
+  if (!sums || !losses) { free(sums); free(losses); return ts_fail(TS_ERUNTIME, "out of memory"); }
+  int rc = TS_OK;
+  for (int i = 0; i < E && !rc; i++) {
+    rc = load_batch(data, TS_SPLIT_VAL, cfg, TS_EVAL_STEP_BASE + (uint64_t)i, b0, nb, inputs,
+                    targets);
+    if (!rc) {
+      ts_model_forward(m, inputs, targets, 0, 0);
+      sums[i] = ts_model_loss_sum(m);
+    }
   }
-  *out = sum / (float)cfg->eval_batches;
-  return TS_OK;
+  if (!rc) rc = combine_loss(group, sums, E, (int64_t)cfg->batch * cfg->seq, losses);
+  if (!rc) {
+    float sum = 0.0f;
+    for (int i = 0; i < E; i++) sum += losses[i];
+    *out = sum / (float)E;
+  }
+  free(sums);
+  free(losses);
+  return rc;
 }
 
 // ---- checkpoints ---------------------------------------------------------------------
@@ -240,29 +297,50 @@ static int trim_log(const char *path, int64_t upto) {
 }
 
 // ---- training ------------------------------------------------------------------------
-int ts_train(const ts_config *cfg_in) {
+// A hidden hook for the tests of failure handling: the rank named by
+// TESSERA_FAULT_RANK fails as if its data file were unreadable, while the
+// others go on into the first collective. The run must still end at once.
+static int injected_fault(const ts_grid *g, const char *path) {
+  const char *v = getenv("TESSERA_FAULT_RANK");
+  if (!v || !*v || atoi(v) != g->world_rank) return TS_OK;
+  return ts_fail(TS_ERUNTIME, "cannot read %s: fault injected on this rank (TESSERA_FAULT_RANK)",
+                 path);
+}
+
+int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_config cfg = *cfg_in;
-  setup_threads(&cfg);
+  const ts_layout lay = lay_in ? *lay_in : (ts_layout){1, 1, 1};
   int rc;
+  ts_grid *grid = NULL;
   ts_data *data = NULL;
   ts_model *m = NULL;
   ts_adamw opt = {0};
   ts_log log = {0};
   int *inputs = NULL, *targets = NULL;
   ts_tensor *pt = NULL, *gt = NULL;
+  if ((rc = ts_layout_check(&cfg, &lay)) || (rc = ts_grid_create(lay.dp, lay.sp, lay.pp, &grid)))
+    return rc;
+  setup_threads(&cfg, grid->local_size);
+  // rank 0 alone talks to people and files
+  const int root = grid->world_rank == 0;
+  if (!root) cfg.quiet = 1;
+  const int D = grid->dp, nb = cfg.batch / D, b0 = grid->dp_rank * nb;
+  ts_comm *dgroup = grid->data;
   if ((rc = ts_data_open(cfg.data_path, cfg.val_frac, (size_t)cfg.seq + 1, &data))) goto done;
-  if ((rc = ts_model_create(&cfg, &m))) goto done;
+  if ((rc = injected_fault(grid, cfg.data_path))) goto done;
+  if ((rc = ts_model_create_shard(&cfg, b0, nb, &m))) goto done;
   ts_model_init(m, cfg.seed);
   size_t np = ts_model_num_params(m);
   if ((rc = ts_adamw_init(&opt, np))) goto done;
   int nt = ts_model_num_tensors(m);
   pt = calloc((size_t)nt, sizeof *pt);
   gt = calloc((size_t)nt, sizeof *gt);
-  inputs = malloc((size_t)cfg.batch * cfg.seq * sizeof(int));
-  targets = malloc((size_t)cfg.batch * cfg.seq * sizeof(int));
+  inputs = malloc((size_t)nb * cfg.seq * sizeof(int));
+  targets = malloc((size_t)nb * cfg.seq * sizeof(int));
   if (!pt || !gt || !inputs || !targets) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
   ts_model_tensors(m, pt, gt);
 
+  // Every rank reads the checkpoint (parameters and moments are replicated).
   int64_t start = 0;
   if (cfg.resume) {
     char path[4200];
@@ -270,57 +348,77 @@ int ts_train(const ts_config *cfg_in) {
     if (s < 0) { rc = ts_fail(TS_ERUNTIME, "--resume: cannot open checkpoint directory %s", cfg.ckpt_dir); goto done; }
     if (s == 0) { rc = ts_fail(TS_ERUNTIME, "--resume: no checkpoint (step-*.safetensors) in %s", cfg.ckpt_dir); goto done; }
     if ((rc = load_checkpoint(m, &opt, &cfg, path, &start))) goto done;
-    if (cfg.log_path[0] && (rc = trim_log(cfg.log_path, start))) goto done;
-    printf("resumed from %s (step %" PRId64 ")\n", path, start);
+    if (root && cfg.log_path[0] && (rc = trim_log(cfg.log_path, start))) goto done;
+    if (root) printf("resumed from %s (step %" PRId64 ")\n", path, start);
   }
 
-  double roof = measure_sgemm_roof();
+  // MFU counts every rank's cores: the roof is one process's, times the world.
+  double roof = root ? measure_sgemm_roof() : 0.0;
   double fpt = ts_model_flops_per_token(m);
-  if (cfg.log_path[0]) {
+  if (root && cfg.log_path[0]) {
     log.f = fopen(cfg.log_path, start > 0 ? "a" : "w");
     if (!log.f) { rc = ts_fail(TS_ERUNTIME, "cannot write log %s: %s", cfg.log_path, strerror(errno)); goto done; }
   }
+  char layout[64];
+  if (grid->world_size == 1)
+    snprintf(layout, sizeof layout, "serial");
+  else
+    snprintf(layout, sizeof layout, "dp%d", D);
   if (start == 0) {
     char cj[TS_CONFIG_JSON_MAX], line[TS_CONFIG_JSON_MAX + 512];
     if ((rc = ts_config_to_json(&cfg, cj, sizeof cj))) goto done;
     snprintf(line, sizeof line,
-             "{\"type\":\"config\",\"version\":\"%s\",\"world\":1,\"layout\":\"serial\","
+             "{\"type\":\"config\",\"version\":\"%s\",\"world\":%d,\"layout\":\"%s\","
              "\"params\":%zu,\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"model\":%s}",
-             TS_VERSION_STRING, np, fpt, roof, cj);
+             TS_VERSION_STRING, grid->world_size, layout, np, fpt, roof, cj);
     ts_log_line(&log, line);
   }
   if (!cfg.quiet)
-    printf("tessera train: %s, %zu parameters, B=%d T=%d, %d steps, %d threads, tile %d, leaf %d, "
-           "sgemm roof %.0f GFLOP/s\n",
-           cfg.preset, np, cfg.batch, cfg.seq, cfg.steps, omp_get_max_threads(), cfg.tile,
-           cfg.leaf, roof);
+    printf("tessera train: %s, %zu parameters, B=%d T=%d, %d steps, %s (%d rank%s x %d threads), "
+           "tile %d, leaf %d, sgemm roof %.0f GFLOP/s\n",
+           cfg.preset, np, cfg.batch, cfg.seq, cfg.steps, layout, grid->world_size,
+           grid->world_size == 1 ? "" : "s", omp_get_max_threads(), cfg.tile, cfg.leaf, roof);
 
   const double tokens = (double)cfg.batch * cfg.seq;
+  const int64_t ntok_global = (int64_t)cfg.batch * cfg.seq;
+  char comm_json[4096];
   for (int64_t s = start; s < cfg.steps; s++) {
     uint64_t step = (uint64_t)s + 1;
     double t0 = ts_now();
-    if ((rc = load_batch(data, TS_SPLIT_TRAIN, &cfg, step, inputs, targets))) goto done;
+    ts_grid_reset_counts(grid);
+    if ((rc = load_batch(data, TS_SPLIT_TRAIN, &cfg, step, b0, nb, inputs, targets))) goto done;
     float loss = ts_model_forward(m, inputs, targets, step, 1);
     if ((rc = ts_model_backward(m, step))) goto done;
+    if (D > 1) {
+      // one all-reduce of every gradient (the data group's tree), one
+      // all-gather of the shards' loss sums
+      float *g = ts_model_grads(m);
+      rc = cfg.fast ? ts_comm_allreduce_fast(dgroup, g, np, -1)
+                    : ts_comm_allreduce_tree(dgroup, g, np, -1);
+      float lsum = ts_model_loss_sum(m);
+      if (rc || (rc = combine_loss(dgroup, &lsum, 1, ntok_global, &loss))) goto done;
+    }
     float norm = ts_grad_norm(ts_model_grads(m), np);
     ts_clip(ts_model_grads(m), np, norm, cfg.grad_clip);
     float lr = ts_lr_at(&cfg, s);
     ts_adamw_update(&opt, pt, gt, nt, lr, cfg.weight_decay, cfg.beta1, cfg.beta2, cfg.eps);
     double dt = ts_now() - t0;
-    double tps = tokens / dt, mfu = roof > 0 ? fpt * tps / (roof * 1e9) : 0.0;
+    double tps = tokens / dt;
+    double mfu = roof > 0 ? fpt * tps / (roof * 1e9 * grid->world_size) : 0.0;
     double rss = ts_peak_rss_mb();
     if (!isfinite(loss)) {
       rc = ts_fail(TS_ERUNTIME, "step %" PRIu64 ": loss is %f (diverged); try a smaller --lr", step, (double)loss);
       goto done;
     }
-    char line[1024];
+    if (ts_grid_counts_json(grid, comm_json, sizeof comm_json) < 0) snprintf(comm_json, sizeof comm_json, "{}");
+    char line[1024 + sizeof comm_json];
     snprintf(line, sizeof line,
              "{\"type\":\"step\",\"step\":%" PRIu64 ",\"loss\":%.9g,\"loss_hex\":\"%a\","
              "\"grad_norm\":%.9g,\"grad_norm_hex\":\"%a\",\"lr\":%.9g,\"lr_hex\":\"%a\","
              "\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"mfu\":%.4f,\"peak_rss_mb\":%.1f,"
-             "\"comm\":{\"calls\":0,\"bytes\":0}}",
+             "\"comm\":%s}",
              step, (double)loss, (double)loss, (double)norm, (double)norm, (double)lr, (double)lr,
-             tps, dt * 1e3, mfu, rss);
+             tps, dt * 1e3, mfu, rss, comm_json);
     ts_log_line(&log, line);
     if (!cfg.quiet)
       printf("step %5" PRIu64 "/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | MFU %4.1f%% | %6.0f MB\n",
@@ -329,14 +427,17 @@ int ts_train(const ts_config *cfg_in) {
     int last = step == (uint64_t)cfg.steps;
     if ((cfg.eval_every > 0 && step % (uint64_t)cfg.eval_every == 0) || last) {
       float vl;
-      if ((rc = evaluate(m, data, &cfg, inputs, targets, &vl))) goto done;
+      ts_grid_reset_counts(grid);
+      if ((rc = evaluate(m, data, &cfg, dgroup, b0, nb, inputs, targets, &vl))) goto done;
+      if (ts_grid_counts_json(grid, comm_json, sizeof comm_json) < 0) snprintf(comm_json, sizeof comm_json, "{}");
       snprintf(line, sizeof line,
-               "{\"type\":\"eval\",\"step\":%" PRIu64 ",\"val_loss\":%.9g,\"val_loss_hex\":\"%a\"}",
-               step, (double)vl, (double)vl);
+               "{\"type\":\"eval\",\"step\":%" PRIu64 ",\"val_loss\":%.9g,\"val_loss_hex\":\"%a\","
+               "\"comm\":%s}",
+               step, (double)vl, (double)vl, comm_json);
       ts_log_line(&log, line);
       if (!cfg.quiet) printf("step %5" PRIu64 " | val loss %.4f\n", step, (double)vl);
     }
-    if (cfg.ckpt_dir[0] && ((cfg.ckpt_every > 0 && step % (uint64_t)cfg.ckpt_every == 0) || last))
+    if (root && cfg.ckpt_dir[0] && ((cfg.ckpt_every > 0 && step % (uint64_t)cfg.ckpt_every == 0) || last))
       if ((rc = save_checkpoint(m, &opt, &cfg, (int64_t)step))) goto done;
   }
   {
@@ -354,13 +455,14 @@ done:
   ts_adamw_free(&opt);
   ts_model_free(m);
   ts_data_close(data);
+  ts_grid_free(grid);
   return rc;
 }
 
 // ---- evaluation ----------------------------------------------------------------------
 int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   ts_config cfg = *cfg_in;
-  setup_threads(&cfg);
+  setup_threads(&cfg, 1);
   ts_ckpt *ck = NULL;
   ts_data *data = NULL;
   ts_model *m = NULL;
@@ -388,7 +490,7 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   for (int i = 0; i < nt && !rc; i++) rc = ts_ckpt_load(ck, &pt[i]);
   if (rc) goto done;
   float vl;
-  if ((rc = evaluate(m, data, &cfg, inputs, targets, &vl))) goto done;
+  if ((rc = evaluate(m, data, &cfg, NULL, 0, cfg.batch, inputs, targets, &vl))) goto done;
   const char *st = ts_ckpt_meta(ck, "tessera.step");
   printf("checkpoint %s (step %s): val loss %.6f (%a) over %d batches of %dx%d\n", ckpt_path,
          st ? st : "?", (double)vl, (double)vl, cfg.eval_batches, cfg.batch, cfg.seq);
@@ -426,7 +528,7 @@ int ts_dump(const ts_config *cfg_in, const char *out_dir, int traj_steps) {
   snprintf(cfg.data_path, sizeof cfg.data_path, "%s", base ? base + 1 : cfg_in->data_path);
   cfg.log_path[0] = cfg.ckpt_dir[0] = 0;
   cfg.threads = 0;
-  setup_threads(&cfg);
+  setup_threads(&cfg, 1);
   int rc;
   ts_data *data = NULL;
   ts_model *m = NULL;
@@ -452,7 +554,7 @@ int ts_dump(const ts_config *cfg_in, const char *out_dir, int traj_steps) {
   if ((rc = ts_adamw_init(&opt, np))) goto done;
   if (!pt || !gt || !inputs || !targets || !binp || !btgt || !result) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
   ts_model_tensors(m, pt, gt);
-  if ((rc = load_batch(data, TS_SPLIT_TRAIN, &cfg, 1, inputs, targets))) goto done;
+  if ((rc = load_batch(data, TS_SPLIT_TRAIN, &cfg, 1, 0, cfg.batch, inputs, targets))) goto done;
   for (size_t i = 0; i < ntok; i++) { binp[i] = (float)inputs[i]; btgt[i] = (float)targets[i]; }
 
   char path[4200], cj[TS_CONFIG_JSON_MAX], buf[TS_CONFIG_JSON_MAX + 64];

@@ -49,7 +49,7 @@ expect_exit 2 "--batch 0" "$T" train $NODATA --batch 0
 expect_exit 2 "--val-frac 1" "$T" train $NODATA --val-frac 1
 expect_exit 2 "--model huge: unknown preset" "$T" train $NODATA --model huge
 expect_exit 2 "--sp 2: sequence parallelism is not available" "$T" train $NODATA --sp 2
-expect_exit 2 "--dp 4: data parallelism is not available" "$T" train $NODATA --dp 4
+expect_exit 2 "--dp 4: needs 4 ranks but the MPI world size is 1" "$T" train $NODATA --dp 4
 expect_exit 2 "--pp 2: pipeline parallelism is not available" "$T" train $NODATA --pp 2
 expect_exit 2 "--sp-mode zigzag" "$T" train $NODATA --sp-mode zigzag
 expect_exit 2 "--device cuda: " "$T" train $NODATA --device cuda

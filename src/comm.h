@@ -1,0 +1,114 @@
+// The communicator: one process group (the data group, the sequence group,
+// the world) behind a table of operations, so the MPI version here and an
+// NCCL version later are interchangeable (a backend is a struct of function
+// pointers plus its state).
+//
+// Every operation goes through the ts_comm_* wrappers below, which count it:
+// calls and bytes this rank sent plus received, per kind, and per layer when
+// the caller passes a layer tag (>= 0; -1 = not a layer's). A group of one
+// rank moves nothing and counts nothing.
+//
+// Exactness (DESIGN.md R6): the float reductions come in two kinds.
+//   *_tree  the canonical tree over ranks (R3), done with this library's own
+//           additions; MPI only moves bytes. Group size must be a power of two.
+//   *_fast  MPI's own reduction (--fast): unspecified association, checked
+//           within a tolerance only.
+#ifndef TS_COMM_H
+#define TS_COMM_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+  TS_COMM_ALLREDUCE = 0,
+  TS_COMM_REDUCE_SCATTER,
+  TS_COMM_ALLGATHER,
+  TS_COMM_ALLTOALL,
+  TS_COMM_SENDRECV,
+  TS_COMM_BCAST,
+  TS_COMM_BARRIER,
+  TS_COMM_NKINDS
+} ts_comm_kind;
+
+// JSON names of the kinds: "allreduce", "reduce_scatter", ...
+extern const char *const ts_comm_kind_names[TS_COMM_NKINDS];
+
+typedef struct {
+  uint64_t calls;
+  uint64_t bytes; // sent + received by this rank
+} ts_comm_count;
+
+typedef struct ts_comm ts_comm;
+
+// What a backend implements. The wrappers handle size 1 and counting, so a
+// backend only ever sees groups of two or more ranks. Each returns TS_OK or
+// an error code with a message (ts_fail).
+typedef struct {
+  const char *name;
+  int (*barrier)(ts_comm *c);
+  // recv (size * bytes) = every rank's send (bytes), in rank order.
+  int (*allgather)(ts_comm *c, const void *send, void *recv, size_t bytes);
+  // send and recv hold size blocks of `bytes`; block j of send goes to rank j,
+  // block j of recv comes from rank j.
+  int (*alltoall)(ts_comm *c, const void *send, void *recv, size_t bytes);
+  // Sends sbytes to dst and receives rbytes from src at once; dst or src < 0
+  // means no such side.
+  int (*sendrecv)(ts_comm *c, const void *send, size_t sbytes, int dst, void *recv,
+                  size_t rbytes, int src);
+  int (*bcast)(ts_comm *c, void *buf, size_t bytes, int root);
+  // In place on buf (n floats, the same n on every rank): on return this
+  // rank's chunk (ts_comm_chunk) holds the canonical tree sum over ranks; the
+  // rest of buf is scratch.
+  int (*reduce_scatter_tree)(ts_comm *c, float *buf, size_t n);
+  // In place: every element becomes the canonical tree sum over ranks.
+  int (*allreduce_tree)(ts_comm *c, float *buf, size_t n);
+  // In place, MPI's own sum (--fast).
+  int (*allreduce_fast)(ts_comm *c, float *buf, size_t n);
+  void (*destroy)(ts_comm *c);
+} ts_comm_ops;
+
+struct ts_comm {
+  const ts_comm_ops *ops;
+  void *state; // the backend's
+  int rank, size;
+  ts_comm_count total[TS_COMM_NKINDS];
+  ts_comm_count *layer; // nlayer * TS_COMM_NKINDS, grown on demand
+  int nlayer;
+};
+
+// A group of one: every operation is local (copies at most) and uncounted.
+int ts_comm_serial(ts_comm **out);
+// A group over an MPI communicator (src/cpu/comm_mpi.c). mpi_comm points to
+// an MPI_Comm; the group works on its own duplicate of it.
+int ts_comm_mpi_create(const void *mpi_comm, ts_comm **out);
+void ts_comm_free(ts_comm *c);
+
+// The chunk of n elements that rank r of P owns after a reduce-scatter:
+// balanced, in rank order (the first n % P chunks have one more element).
+void ts_comm_chunk(size_t n, int P, int r, size_t *off, size_t *len);
+// Bytes rank r of P sends plus receives in one tree reduce-scatter of n
+// floats (an all-reduce moves twice that). 4n(P-1)/P each way when P | n.
+uint64_t ts_comm_tree_bytes(size_t n, int P, int r);
+
+// ---- the operations (counted) -----------------------------------------------------
+int ts_comm_barrier(ts_comm *c);
+int ts_comm_allgather(ts_comm *c, const void *send, void *recv, size_t bytes, int layer);
+int ts_comm_alltoall(ts_comm *c, const void *send, void *recv, size_t bytes, int layer);
+int ts_comm_sendrecv(ts_comm *c, const void *send, size_t sbytes, int dst, void *recv,
+                     size_t rbytes, int src, int layer);
+int ts_comm_send(ts_comm *c, const void *buf, size_t bytes, int dst, int layer);
+int ts_comm_recv(ts_comm *c, void *buf, size_t bytes, int src, int layer);
+int ts_comm_bcast(ts_comm *c, void *buf, size_t bytes, int root, int layer);
+int ts_comm_reduce_scatter_tree(ts_comm *c, float *buf, size_t n, int layer);
+int ts_comm_allreduce_tree(ts_comm *c, float *buf, size_t n, int layer);
+int ts_comm_allreduce_fast(ts_comm *c, float *buf, size_t n, int layer);
+
+// ---- counters ------------------------------------------------------------------------
+void ts_comm_reset_counts(ts_comm *c);
+ts_comm_count ts_comm_total(const ts_comm *c, ts_comm_kind kind);
+ts_comm_count ts_comm_layer(const ts_comm *c, ts_comm_kind kind, int layer);
+// Writes the counters of groups comms[0..n) summed per kind as one JSON
+// object: {"allreduce":{"calls":1,"bytes":964608},...} with only the kinds
+// used, then "layers":{"0":{...},...} when any call had a layer tag; "{}"
+// when nothing was counted. Returns the length, or -1 when cap is too small.
+int ts_comm_counts_json(ts_comm *const *comms, int n, char *buf, size_t cap);
+#endif

@@ -1,0 +1,240 @@
+// The communicator over MPI (CPU). MPI moves bytes; the exact reductions do
+// their own additions in the canonical tree order (DESIGN.md R3, R6;
+// ALGORITHMS.md §2):
+//
+//   reduce-scatter, recursive halving with pair distance d = 1, 2, 4, ...:
+//   before step d rank r holds (partial sums of) the chunks c = r (mod d);
+//   it sends its partner p = r xor d the chunks c = p (mod 2d) and adds the
+//   partner's copies of the chunks c = r (mod 2d) it keeps, the lower rank's
+//   operand on the left. After log2(P) steps rank r holds chunk r summed as
+//   the perfect binary tree over ranks 0..P-1. An all-reduce is that
+//   reduce-scatter followed by the mirror-image all-gather (d = P/2 ... 1).
+//
+// Messages over 1 GiB go in pieces: MPI counts are ints.
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "tessera.h"
+
+typedef struct {
+  MPI_Comm comm;
+  float *sendbuf, *recvbuf; // packing space of the tree reductions
+  size_t cap;               // floats in each
+} mpi_state;
+
+#define PIECE ((size_t)1 << 30) // bytes per MPI call
+
+static int mpi_error(int rc, const char *what) {
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  return ts_fail(TS_ERUNTIME, "MPI %s failed: %s", what, msg);
+}
+
+static MPI_Comm comm_of(ts_comm *c) { return ((mpi_state *)c->state)->comm; }
+
+static int reserve(mpi_state *s, size_t n) {
+  if (n <= s->cap) return TS_OK;
+  float *a = realloc(s->sendbuf, n * sizeof(float));
+  if (a) s->sendbuf = a;
+  float *b = a ? realloc(s->recvbuf, n * sizeof(float)) : NULL;
+  if (b) s->recvbuf = b;
+  if (!a || !b) return ts_fail(TS_ERUNTIME, "out of memory (%zu floats of reduction buffers)", n);
+  s->cap = n;
+  return TS_OK;
+}
+
+// ---- moving bytes ------------------------------------------------------------------
+static int mpi_sendrecv(ts_comm *c, const void *send, size_t sbytes, int dst, void *recv,
+                        size_t rbytes, int src) {
+  MPI_Comm comm = comm_of(c);
+  if (dst < 0) sbytes = 0;
+  if (src < 0) rbytes = 0;
+  int to = dst < 0 ? MPI_PROC_NULL : dst, from = src < 0 ? MPI_PROC_NULL : src;
+  // Both sides cut a message into the same pieces, so the piece counts pair up.
+  size_t pieces_s = (sbytes + PIECE - 1) / PIECE, pieces_r = (rbytes + PIECE - 1) / PIECE;
+  size_t pieces = pieces_s > pieces_r ? pieces_s : pieces_r;
+  for (size_t i = 0; i < pieces; i++) {
+    size_t so = i * PIECE, ro = i * PIECE;
+    int sn = so < sbytes ? (int)(sbytes - so < PIECE ? sbytes - so : PIECE) : 0;
+    int rn = ro < rbytes ? (int)(rbytes - ro < PIECE ? rbytes - ro : PIECE) : 0;
+    int rc = MPI_Sendrecv(sn ? (const char *)send + so : NULL, sn, MPI_BYTE, sn ? to : MPI_PROC_NULL,
+                          0, rn ? (char *)recv + ro : NULL, rn, MPI_BYTE,
+                          rn ? from : MPI_PROC_NULL, 0, comm, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_error(rc, "sendrecv");
+  }
+  return TS_OK;
+}
+
+static int mpi_barrier(ts_comm *c) {
+  int rc = MPI_Barrier(comm_of(c));
+  return rc == MPI_SUCCESS ? TS_OK : mpi_error(rc, "barrier");
+}
+
+static int mpi_allgather(ts_comm *c, const void *send, void *recv, size_t bytes) {
+  if (bytes > INT_MAX)
+    return ts_fail(TS_ERUNTIME, "all-gather of %zu bytes per rank: over the 2 GiB MPI limit", bytes);
+  const void *s = send == (char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
+  int rc = MPI_Allgather(s, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm_of(c));
+  return rc == MPI_SUCCESS ? TS_OK : mpi_error(rc, "all-gather");
+}
+
+static int mpi_alltoall(ts_comm *c, const void *send, void *recv, size_t bytes) {
+  if (bytes > INT_MAX)
+    return ts_fail(TS_ERUNTIME, "all-to-all of %zu bytes per rank: over the 2 GiB MPI limit", bytes);
+  int rc = MPI_Alltoall(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm_of(c));
+  return rc == MPI_SUCCESS ? TS_OK : mpi_error(rc, "all-to-all");
+}
+
+static int mpi_bcast(ts_comm *c, void *buf, size_t bytes, int root) {
+  for (size_t o = 0; o < bytes; o += PIECE) {
+    int k = (int)(bytes - o < PIECE ? bytes - o : PIECE);
+    int rc = MPI_Bcast((char *)buf + o, k, MPI_BYTE, root, comm_of(c));
+    if (rc != MPI_SUCCESS) return mpi_error(rc, "broadcast");
+  }
+  return TS_OK;
+}
+
+// ---- exact reductions ------------------------------------------------------------------
+// Copies the chunks c = first (mod stride) of buf into out, in chunk order;
+// returns the floats copied (out NULL: only counts).
+static size_t pack(float *out, const float *buf, size_t n, int P, int first, int stride) {
+  size_t k = 0;
+  for (int c = first; c < P; c += stride) {
+    size_t off, len;
+    ts_comm_chunk(n, P, c, &off, &len);
+    if (out) memcpy(out + k, buf + off, len * sizeof(float));
+    k += len;
+  }
+  return k;
+}
+
+// The largest message of either phase: half the chunks, at distance 1.
+static int reserve_tree(mpi_state *s, size_t n, int P) {
+  size_t even = pack(NULL, NULL, n, P, 0, 2), odd = pack(NULL, NULL, n, P, 1, 2);
+  return reserve(s, (even > odd ? even : odd) + 1);
+}
+
+static int tree_reduce_scatter(ts_comm *c, float *buf, size_t n) {
+  mpi_state *s = c->state;
+  const int P = c->size, r = c->rank;
+  int rc = reserve_tree(s, n, P);
+  if (rc) return rc;
+  for (int d = 1; d < P; d <<= 1) {
+    const int p = r ^ d;
+    size_t ns = pack(s->sendbuf, buf, n, P, p % (2 * d), 2 * d);
+    size_t nr = pack(NULL, buf, n, P, r % (2 * d), 2 * d);
+    if ((rc = mpi_sendrecv(c, s->sendbuf, ns * sizeof(float), p, s->recvbuf, nr * sizeof(float), p)))
+      return rc;
+    // the kept chunks: ours + theirs, lower rank's operand on the left
+    const float *in = s->recvbuf;
+    for (int ch = r % (2 * d); ch < P; ch += 2 * d) {
+      size_t off, len;
+      ts_comm_chunk(n, P, ch, &off, &len);
+      float *mine = buf + off;
+      if (r < p) {
+#pragma omp parallel for schedule(static) if (len >= (1u << 16))
+        for (size_t i = 0; i < len; i++) mine[i] = mine[i] + in[i];
+      } else {
+#pragma omp parallel for schedule(static) if (len >= (1u << 16))
+        for (size_t i = 0; i < len; i++) mine[i] = in[i] + mine[i];
+      }
+      in += len;
+    }
+  }
+  return TS_OK;
+}
+
+// The mirror image: at distance d rank r holds the chunks c = r (mod 2d) and
+// swaps them for its partner's c = p (mod 2d); at the end every rank has all.
+static int tree_allgather(ts_comm *c, float *buf, size_t n) {
+  mpi_state *s = c->state;
+  const int P = c->size, r = c->rank;
+  int rc = reserve_tree(s, n, P);
+  if (rc) return rc;
+  for (int d = P / 2; d >= 1; d >>= 1) {
+    const int p = r ^ d;
+    size_t ns = pack(s->sendbuf, buf, n, P, r % (2 * d), 2 * d);
+    size_t nr = pack(NULL, buf, n, P, p % (2 * d), 2 * d);
+    if ((rc = mpi_sendrecv(c, s->sendbuf, ns * sizeof(float), p, s->recvbuf, nr * sizeof(float), p)))
+      return rc;
+    const float *in = s->recvbuf;
+    for (int ch = p % (2 * d); ch < P; ch += 2 * d) {
+      size_t off, len;
+      ts_comm_chunk(n, P, ch, &off, &len);
+      memcpy(buf + off, in, len * sizeof(float));
+      in += len;
+    }
+  }
+  return TS_OK;
+}
+
+static int mpi_reduce_scatter_tree(ts_comm *c, float *buf, size_t n) {
+  return tree_reduce_scatter(c, buf, n);
+}
+
+static int mpi_allreduce_tree(ts_comm *c, float *buf, size_t n) {
+  int rc = tree_reduce_scatter(c, buf, n);
+  return rc ? rc : tree_allgather(c, buf, n);
+}
+
+static int mpi_allreduce_fast(ts_comm *c, float *buf, size_t n) {
+  const size_t piece = PIECE / sizeof(float);
+  for (size_t o = 0; o < n; o += piece) {
+    int k = (int)(n - o < piece ? n - o : piece);
+    int rc = MPI_Allreduce(MPI_IN_PLACE, buf + o, k, MPI_FLOAT, MPI_SUM, comm_of(c));
+    if (rc != MPI_SUCCESS) return mpi_error(rc, "all-reduce");
+  }
+  return TS_OK;
+}
+
+static void mpi_destroy(ts_comm *c) {
+  mpi_state *s = c->state;
+  if (!s) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Comm_free(&s->comm);
+  free(s->sendbuf);
+  free(s->recvbuf);
+  free(s);
+  c->state = NULL;
+}
+
+static const ts_comm_ops mpi_ops = {
+    .name = "mpi",
+    .barrier = mpi_barrier,
+    .allgather = mpi_allgather,
+    .alltoall = mpi_alltoall,
+    .sendrecv = mpi_sendrecv,
+    .bcast = mpi_bcast,
+    .reduce_scatter_tree = mpi_reduce_scatter_tree,
+    .allreduce_tree = mpi_allreduce_tree,
+    .allreduce_fast = mpi_allreduce_fast,
+    .destroy = mpi_destroy,
+};
+
+int ts_comm_mpi_create(const void *mpi_comm, ts_comm **out) {
+  ts_comm *c = calloc(1, sizeof *c);
+  mpi_state *s = calloc(1, sizeof *s);
+  if (!c || !s) {
+    free(c);
+    free(s);
+    return ts_fail(TS_ERUNTIME, "out of memory");
+  }
+  // A duplicate: the group's messages never meet anyone else's.
+  int rc = MPI_Comm_dup(*(const MPI_Comm *)mpi_comm, &s->comm);
+  if (rc != MPI_SUCCESS) {
+    free(c);
+    free(s);
+    return mpi_error(rc, "communicator duplication");
+  }
+  MPI_Comm_rank(s->comm, &c->rank);
+  MPI_Comm_size(s->comm, &c->size);
+  c->ops = &mpi_ops;
+  c->state = s;
+  *out = c;
+  return TS_OK;
+}

@@ -1,0 +1,127 @@
+// The process grid and MPI's lifetime.
+#include "parallel/grid.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+
+#include "tessera.h"
+
+// ---- MPI lifetime ----------------------------------------------------------------------
+int ts_mpi_init(int *argc, char ***argv) {
+  // OpenMP threads compute, only the main thread calls MPI.
+  int provided = 0;
+  int rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  if (rc != MPI_SUCCESS) return ts_fail(TS_ERUNTIME, "MPI initialisation failed (code %d)", rc);
+  return TS_OK;
+}
+
+int ts_mpi_active(void) {
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  return init && !fin;
+}
+
+void ts_mpi_finalize(void) {
+  if (ts_mpi_active()) MPI_Finalize();
+}
+
+void ts_mpi_abort(int code) {
+  if (ts_mpi_active()) MPI_Abort(MPI_COMM_WORLD, code);
+  exit(code);
+}
+
+int ts_mpi_world_rank(void) {
+  int r = 0;
+  if (ts_mpi_active()) MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int ts_mpi_world_size(void) {
+  int n = 1;
+  if (ts_mpi_active()) MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// ---- the grid ----------------------------------------------------------------------------
+int ts_grid_check(int dp, int sp, int pp) {
+  int world = ts_mpi_world_size();
+  long long need = (long long)dp * sp * pp;
+  if (need == world) return TS_OK;
+  if (sp == 1 && pp == 1)
+    return ts_fail(TS_EUSAGE,
+                   "--dp %d: needs %lld rank%s but the MPI world size is %d (run it with "
+                   "mpiexec -n %lld, or pass --dp %d)",
+                   dp, need, need == 1 ? "" : "s", world, need, world);
+  return ts_fail(TS_EUSAGE,
+                 "--dp %d --sp %d --pp %d: needs dp x sp x pp = %lld ranks but the MPI world "
+                 "size is %d (start it with mpiexec -n %lld)",
+                 dp, sp, pp, need, world, need);
+}
+
+// The group of ranks with the same color, ordered by key; a group of one
+// rank is the serial communicator.
+static int split(int color, int key, ts_comm **out) {
+  MPI_Comm sub;
+  int rc = MPI_Comm_split(MPI_COMM_WORLD, color, key, &sub);
+  if (rc != MPI_SUCCESS) return ts_fail(TS_ERUNTIME, "MPI_Comm_split failed (code %d)", rc);
+  int n = 0;
+  MPI_Comm_size(sub, &n);
+  rc = n == 1 ? ts_comm_serial(out) : ts_comm_mpi_create(&sub, out);
+  MPI_Comm_free(&sub);
+  return rc;
+}
+
+int ts_grid_create(int dp, int sp, int pp, ts_grid **out) {
+  int rc = ts_grid_check(dp, sp, pp);
+  if (rc) return rc;
+  ts_grid *g = calloc(1, sizeof *g);
+  if (!g) return ts_fail(TS_ERUNTIME, "out of memory");
+  g->dp = dp;
+  g->sp = sp;
+  g->pp = pp;
+  g->world_rank = ts_mpi_world_rank();
+  g->world_size = ts_mpi_world_size();
+  g->local_size = 1;
+  g->sp_rank = g->world_rank % sp;
+  g->dp_rank = (g->world_rank / sp) % dp;
+  g->pp_rank = g->world_rank / (sp * dp);
+  if (g->world_size == 1) {
+    if ((rc = ts_comm_serial(&g->data)) || (rc = ts_comm_serial(&g->seq))) {
+      ts_grid_free(g);
+      return rc;
+    }
+    *out = g;
+    return TS_OK;
+  }
+  MPI_Comm node;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+      MPI_SUCCESS) {
+    MPI_Comm_size(node, &g->local_size);
+    MPI_Comm_free(&node);
+  }
+  if ((rc = split(g->pp_rank * sp + g->sp_rank, g->dp_rank, &g->data)) ||
+      (rc = split(g->pp_rank * dp + g->dp_rank, g->sp_rank, &g->seq))) {
+    ts_grid_free(g);
+    return rc;
+  }
+  *out = g;
+  return TS_OK;
+}
+
+void ts_grid_free(ts_grid *g) {
+  if (!g) return;
+  ts_comm_free(g->data);
+  ts_comm_free(g->seq);
+  free(g);
+}
+
+void ts_grid_reset_counts(ts_grid *g) {
+  ts_comm_reset_counts(g->data);
+  ts_comm_reset_counts(g->seq);
+}
+
+int ts_grid_counts_json(const ts_grid *g, char *buf, size_t cap) {
+  ts_comm *groups[2] = {g->seq, g->data};
+  return ts_comm_counts_json(groups, 2, buf, cap);
+}

@@ -1,0 +1,41 @@
+// The process grid: world = dp × sp × pp ranks (DESIGN.md run contract).
+//
+// Rank layout, sequence index fastest: world rank = (pp·dp + d)·sp + s, so a
+// sequence group (the ranks that talk every layer) is a run of neighbouring
+// ranks, usually on one node. The data group of a rank is the ranks with the
+// same (pipeline, sequence) coordinates, ordered by data index, so the
+// canonical tree over the data group is the tree over batch shards.
+// Pipeline stages (pp) are part of the layout already; only dp is used yet.
+#ifndef TS_GRID_H
+#define TS_GRID_H
+#include <stddef.h>
+
+#include "comm.h"
+
+typedef struct {
+  int world_rank, world_size;
+  int local_size;               // ranks on this node (they share its cores)
+  int dp, sp, pp;               // group sizes
+  int dp_rank, sp_rank, pp_rank; // this rank's coordinates
+  ts_comm *data;                // the data-parallel group (size dp)
+  ts_comm *seq;                 // the sequence-parallel group (size sp)
+} ts_grid;
+
+// MPI's lifetime, for main() only. Without mpiexec MPI starts as a world of
+// one (MPICH singleton). Queries before init (or without it) say rank 0 of 1.
+int ts_mpi_init(int *argc, char ***argv); // argc, argv may be NULL
+int ts_mpi_active(void);
+void ts_mpi_finalize(void);
+void ts_mpi_abort(int code);
+int ts_mpi_world_rank(void);
+int ts_mpi_world_size(void);
+
+// TS_EUSAGE, naming --dp and the world size, unless dp × sp × pp ranks run.
+int ts_grid_check(int dp, int sp, int pp);
+// Splits the world into the groups (collective over the world).
+int ts_grid_create(int dp, int sp, int pp, ts_grid **out);
+void ts_grid_free(ts_grid *g);
+void ts_grid_reset_counts(ts_grid *g);
+// The counters of all groups, as ts_comm_counts_json writes them.
+int ts_grid_counts_json(const ts_grid *g, char *buf, size_t cap);
+#endif

@@ -1,0 +1,123 @@
+#!/bin/sh
+# Exact data parallelism: `mpiexec -n D tessera train --dp D` equals the serial
+# run of the same global batch bit for bit (tessera compare says identical,
+# the final parameter hashes match), with dropout off and on, for D = 2 and 4.
+# The step records count the collectives: per step one tree all-reduce of the
+# N gradient floats, 16·N·(D-1)/D bytes on rank 0 (4N(D-1)/D sent and as many
+# received in each of its two phases), and one all-gather of the ranks' loss
+# sums, 8·(D-1) bytes. Layouts that cannot be exact, and a world of the wrong
+# size, are refused before any work; a failure on one rank ends every rank.
+. "$(dirname "$0")/lib.sh"
+
+. "$(dirname "$0")/mpi_lib.sh"
+T=$TESSERA_BIN
+DATA=$TESSERA_SRCDIR/data/corpus.txt
+# tiny: T 64, leaf 8, so batch 4 gives each of D = 2, 4 ranks 16 or 8 leaves.
+# One thread per rank: this machine has few cores and waiting ranks busy-poll.
+EVB=2
+BASE="--model tiny --batch 4 --steps 3 --warmup 2 --eval-batches $EVB --data $DATA --quiet --threads 1"
+# a hung rank must fail the test, not stall it
+RUN_MPI="timeout 120 $MPIEXEC"
+
+field() { # field FILE TYPE KEY: the numeric value of KEY in the first TYPE record
+  grep "\"type\":\"$2\"" "$1" | head -n 1 | sed -n "s/.*\"$3\":\([0-9]*\).*/\1/p"
+}
+
+for drop in 0 0.1; do
+  S=$TS_TMP/serial-$drop.jsonl
+  expect_exit 0 "" "$T" train $BASE --dropout $drop --log "$S"
+  for D in 2 4; do
+    L=$TS_TMP/dp$D-$drop.jsonl
+    expect_exit 0 "" $RUN_MPI -n $D "$T" train $BASE --dropout $drop --dp $D --log "$L" || continue
+    expect_exit 0 "" "$T" compare "$S" "$L"
+    expect_stdout "^identical"
+    h1=$(grep '"final"' "$S")
+    h2=$(grep '"final"' "$L")
+    if [ -n "$h1" ] && [ "$h1" = "$h2" ]; then
+      pass "dropout $drop, dp $D: final parameter hash equal ($h2)"
+    else
+      fail "dropout $drop, dp $D: final records differ: $h1 / $h2"
+    fi
+    TS_CHECKS=$((TS_CHECKS + 1))
+
+    # the collectives of every step, and of the evaluation
+    N=$(field "$L" config params)
+    W=$(field "$L" config world)
+    [ "$W" = "$D" ] && pass "config record: world $W" || fail "config record: world '$W', expected $D"
+    grep -q "\"layout\":\"dp$D\"" "$L" && pass "config record: layout dp$D" || fail "config record: no layout dp$D"
+    if [ -z "$N" ] || [ $((N % D)) -ne 0 ]; then
+      fail "parameter count '$N' missing or not divisible by $D"
+      continue
+    fi
+    AR=$((16 * N * (D - 1) / D))
+    AG=$((8 * (D - 1)))
+    want="\"comm\":{\"allreduce\":{\"calls\":1,\"bytes\":$AR},\"allgather\":{\"calls\":1,\"bytes\":$AG}}"
+    steps=$(grep '"type":"step"' "$L" | wc -l)
+    good=$(grep '"type":"step"' "$L" | grep -cF "$want")
+    TS_CHECKS=$((TS_CHECKS + 2))
+    if [ "$steps" -eq 3 ] && [ "$good" -eq 3 ]; then
+      pass "dp $D: every step counts $want"
+    else
+      fail "dp $D: $good of $steps step records have $want: $(grep '"type":"step"' "$L" | head -n 1)"
+    fi
+    EV="\"comm\":{\"allgather\":{\"calls\":1,\"bytes\":$((8 * (D - 1) * EVB))}}"
+    grep '"type":"eval"' "$L" | grep -qF "$EV" && pass "dp $D: eval counts $EV" ||
+      fail "dp $D: eval record lacks $EV: $(grep '"type":"eval"' "$L")"
+  done
+done
+# the serial run counts nothing
+grep '"type":"step"' "$TS_TMP/serial-0.jsonl" | grep -qF '"comm":{}' && pass "serial: comm {}" ||
+  fail "serial step records should have \"comm\":{}"
+
+# --fast lets MPI sum: equal within a tolerance (here often bit for bit too)
+F=$TS_TMP/fast.jsonl
+if expect_exit 0 "" $RUN_MPI -n 2 "$T" train $BASE --dp 2 --fast --log "$F"; then
+  expect_exit 0 "" "$T" compare --rtol 1e-5 "$TS_TMP/serial-0.jsonl" "$F"
+fi
+
+# resume under dp 2 from a checkpoint written by its rank 0, read by both ranks
+CK=$TS_TMP/ck
+R=$TS_TMP/resumed.jsonl
+expect_exit 0 "" $RUN_MPI -n 2 "$T" train $BASE --dp 2 --ckpt-dir "$CK" --ckpt-every 2 --log "$R"
+rm -f "$CK/step-00000003.safetensors"
+expect_exit 0 "" $RUN_MPI -n 2 "$T" train $BASE --dp 2 --ckpt-dir "$CK" --resume --log "$R"
+expect_stdout "resumed from .*step-00000002"
+expect_exit 0 "" "$T" compare "$TS_TMP/serial-0.jsonl" "$R"
+expect_stdout "^identical"
+
+# --- refused before any work: one line, exit 2, no log written ------------------------
+NOLOG=$TS_TMP/never.jsonl
+expect_exit 2 "--dp 3: must be a power of two" "$T" train $BASE --dp 3 --log "$NOLOG"
+expect_exit 2 "--batch 2: must be divisible by --dp 4" "$T" train $BASE --batch 2 --dp 4 --log "$NOLOG"
+# batch 6 over 2 ranks: 3 sequences x 8 leaves = 24 leaves per rank
+expect_exit 2 "--batch 6 with --dp 2: .*24 gradient leaves, not a power of two" \
+  "$T" train $BASE --batch 6 --dp 2 --log "$NOLOG"
+# seq 48: leaf 4, 12 leaves per sequence, 24 per rank
+expect_exit 2 "--batch 4 with --dp 2: .*not a power of two" "$T" train $BASE --seq 48 --dp 2 --log "$NOLOG"
+expect_exit 2 "--dp 2: needs 2 ranks but the MPI world size is 1" "$T" train $BASE --dp 2 --log "$NOLOG"
+expect_exit 2 "--dp 4: needs 4 ranks but the MPI world size is 2" \
+  $RUN_MPI -n 2 "$T" train $BASE --dp 4 --log "$NOLOG"
+expect_exit 2 "--dp 2: needs 2 ranks but the MPI world size is 4" \
+  $RUN_MPI -n 4 "$T" train $BASE --dp 2 --log "$NOLOG"
+expect_exit 2 "--sp 2: sequence parallelism is not available" \
+  $RUN_MPI -n 2 "$T" train $BASE --sp 2 --log "$NOLOG"
+TS_CHECKS=$((TS_CHECKS + 1))
+[ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"
+
+# --- a failure on one rank ends every rank, at once, with the rank's message ----------
+TS_CHECKS=$((TS_CHECKS + 1))
+t0=$(date +%s)
+TESSERA_FAULT_RANK=1 timeout 60 $MPIEXEC -n 2 "$T" train $BASE --dp 2 >"$TS_OUT" 2>"$TS_ERR"
+rc=$?
+dt=$(($(date +%s) - t0))
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+  fail "rank 1 failing: exit $rc after ${dt}s (expected a quick non-zero exit)"
+elif ! grep -q "^tessera: rank 1: cannot read .*fault injected" "$TS_ERR"; then
+  fail "rank 1 failing: no 'tessera: rank 1: ...' message: $(head -c 500 "$TS_ERR")"
+elif [ "$dt" -gt 20 ]; then
+  fail "rank 1 failing: took ${dt}s to bring the run down"
+else
+  pass "rank 1 failing: exit $rc after ${dt}s: $(grep '^tessera: rank 1' "$TS_ERR")"
+fi
+
+done_testing

@@ -1,0 +1,367 @@
+// The communicator and the process grid, run under mpiexec (tests/mpi_comm.sh;
+// any number of ranks, the exact reductions need a power of two).
+//
+// Every rank generates every rank's input (seeded by the rank), so each can
+// compute the canonical tree over ranks locally with a plain recursive
+// reference and compare the collective's result bit for bit (memcmp). The
+// naive sequential order is shown to give other bits, so the comparison can
+// fail. Counters are checked against the byte formulas of comm.h.
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm.h"
+#include "parallel/grid.h"
+#include "tessera.h"
+
+static int P, R; // world size and rank
+
+// ---- test data -------------------------------------------------------------------
+static uint64_t mix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Random signs, mantissas and exponents over 2^-20 .. 2^20: almost every
+// association rounds differently.
+static void fill_wide(float *x, size_t n, uint64_t seed) {
+  uint64_t s = seed;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t r = mix64(&s);
+    double mant = 1.0 + (double)(r & 0xFFFFFF) / 16777216.0;
+    int e = (int)((r >> 24) % 41) - 20;
+    x[i] = (float)(ldexp(mant, e) * ((r >> 40) & 1 ? -1.0 : 1.0));
+  }
+}
+
+// all[r*n + i] = element i of rank r's input
+static float *inputs_of_all(size_t n, uint64_t seed) {
+  float *all = malloc((size_t)P * n * sizeof(float) + 1);
+  assert_non_null(all);
+  for (int r = 0; r < P; r++) fill_wide(all + (size_t)r * n, n, seed * 1000003u + (uint64_t)r);
+  return all;
+}
+
+// The perfect binary tree over ranks [lo, lo + size) for element i, left first.
+static float ref_tree(const float *all, size_t n, size_t i, int lo, int size) {
+  if (size == 1) return all[(size_t)lo * n + i];
+  float a = ref_tree(all, n, i, lo, size / 2);
+  float b = ref_tree(all, n, i, lo + size / 2, size / 2);
+  return a + b;
+}
+
+static float ref_sequential(const float *all, size_t n, size_t i) {
+  float s = all[i];
+  for (int r = 1; r < P; r++) s = s + all[(size_t)r * n + i];
+  return s;
+}
+
+static ts_comm *world_comm(void) {
+  ts_comm *c = NULL;
+  MPI_Comm w = MPI_COMM_WORLD;
+  assert_int_equal(ts_comm_mpi_create(&w, &c), TS_OK);
+  assert_int_equal(c->size, P);
+  assert_int_equal(c->rank, R);
+  return c;
+}
+
+static const size_t sizes[] = {1, 3, 4, 7, 64, 1000, 4099, (1u << 16) + 5};
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+
+// ---- exact reductions --------------------------------------------------------------
+static void test_allreduce_tree_is_the_canonical_tree(void **state) {
+  (void)state;
+  ts_comm *c = world_comm();
+  size_t differ_from_naive = 0;
+  for (size_t k = 0; k < NSIZES; k++) {
+    size_t n = sizes[k];
+    float *all = inputs_of_all(n, 11 + k);
+    float *buf = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float));
+    assert_non_null(buf);
+    assert_non_null(ref);
+    memcpy(buf, all + (size_t)R * n, n * sizeof(float));
+    assert_int_equal(ts_comm_allreduce_tree(c, buf, n, -1), TS_OK);
+    for (size_t i = 0; i < n; i++) {
+      ref[i] = ref_tree(all, n, i, 0, P);
+      float naive = ref_sequential(all, n, i);
+      differ_from_naive += memcmp(&naive, &ref[i], sizeof(float)) != 0;
+    }
+    assert_memory_equal(buf, ref, n * sizeof(float));
+    free(all);
+    free(buf);
+    free(ref);
+  }
+  // With 4 or more ranks the sequential order is another association, and
+  // the data makes it round differently: the memcmp above can fail.
+  if (P >= 4) assert_true(differ_from_naive > 1000);
+  ts_comm_free(c);
+}
+
+static void test_reduce_scatter_tree_gives_each_rank_its_chunk(void **state) {
+  (void)state;
+  ts_comm *c = world_comm();
+  for (size_t k = 0; k < NSIZES; k++) {
+    size_t n = sizes[k], off, len;
+    float *all = inputs_of_all(n, 101 + k);
+    float *buf = malloc(n * sizeof(float));
+    assert_non_null(buf);
+    memcpy(buf, all + (size_t)R * n, n * sizeof(float));
+    assert_int_equal(ts_comm_reduce_scatter_tree(c, buf, n, -1), TS_OK);
+    ts_comm_chunk(n, P, R, &off, &len);
+    for (size_t i = off; i < off + len; i++) {
+      float want = ref_tree(all, n, i, 0, P);
+      assert_memory_equal(&buf[i], &want, sizeof(float));
+    }
+    free(all);
+    free(buf);
+  }
+  ts_comm_free(c);
+}
+
+static void test_chunks_cover_in_rank_order(void **state) {
+  (void)state;
+  for (int p = 1; p <= 8; p++)
+    for (size_t n = 0; n < 40; n++) {
+      size_t next = 0;
+      for (int r = 0; r < p; r++) {
+        size_t off, len;
+        ts_comm_chunk(n, p, r, &off, &len);
+        assert_int_equal(off, next);
+        assert_true(len == n / p || len == n / p + 1);
+        next = off + len;
+      }
+      assert_int_equal(next, n);
+    }
+}
+
+static void test_fast_allreduce_within_tolerance(void **state) {
+  (void)state;
+  ts_comm *c = world_comm();
+  size_t n = 4099;
+  float *all = inputs_of_all(n, 7);
+  float *buf = malloc(n * sizeof(float));
+  assert_non_null(buf);
+  memcpy(buf, all + (size_t)R * n, n * sizeof(float));
+  assert_int_equal(ts_comm_allreduce_fast(c, buf, n, -1), TS_OK);
+  for (size_t i = 0; i < n; i++) {
+    double exact = 0.0, mag = 0.0;
+    for (int r = 0; r < P; r++) {
+      exact += all[(size_t)r * n + i];
+      mag += fabs(all[(size_t)r * n + i]);
+    }
+    assert_true(fabs(buf[i] - exact) <= 4.0 * P * 6e-8 * mag);
+  }
+  assert_int_equal(ts_comm_total(c, TS_COMM_ALLREDUCE).calls, 1);
+  free(all);
+  free(buf);
+  ts_comm_free(c);
+}
+
+static void test_refuses_groups_not_a_power_of_two(void **state) {
+  (void)state;
+  if (P < 3) skip();
+  // ranks 0..2 form a group of three, the rest another group
+  MPI_Comm sub;
+  assert_int_equal(MPI_Comm_split(MPI_COMM_WORLD, R < 3, R, &sub), MPI_SUCCESS);
+  ts_comm *c = NULL;
+  assert_int_equal(ts_comm_mpi_create(&sub, &c), TS_OK);
+  MPI_Comm_free(&sub);
+  float x[4] = {1, 2, 3, 4};
+  int want = (c->size & (c->size - 1)) == 0 ? TS_OK : TS_EUSAGE;
+  assert_int_equal(ts_comm_allreduce_tree(c, x, 4, -1), want);
+  assert_int_equal(ts_comm_reduce_scatter_tree(c, x, 4, -1), want);
+  if (want == TS_EUSAGE) {
+    assert_non_null(strstr(ts_errmsg(), "power of two"));
+    assert_int_equal(ts_comm_total(c, TS_COMM_ALLREDUCE).calls, 0); // refused, not counted
+  }
+  ts_comm_free(c);
+}
+
+// ---- moving bytes --------------------------------------------------------------------
+static void test_allgather_alltoall_sendrecv_bcast(void **state) {
+  (void)state;
+  ts_comm *c = world_comm();
+  int mine[3] = {R, 10 * R, 100 * R}, *got = calloc((size_t)3 * P, sizeof(int));
+  assert_non_null(got);
+  assert_int_equal(ts_comm_allgather(c, mine, got, sizeof mine, -1), TS_OK);
+  for (int r = 0; r < P; r++) {
+    assert_int_equal(got[3 * r], r);
+    assert_int_equal(got[3 * r + 2], 100 * r);
+  }
+  // in place: our block already sits in the output
+  memset(got, 0, (size_t)3 * P * sizeof(int));
+  memcpy(got + 3 * R, mine, sizeof mine);
+  assert_int_equal(ts_comm_allgather(c, got + 3 * R, got, sizeof mine, -1), TS_OK);
+  for (int r = 0; r < P; r++) assert_int_equal(got[3 * r + 1], 10 * r);
+
+  // block j to rank j: rank R receives j*1000 + R from every j
+  int *send = malloc((size_t)P * sizeof(int)), *recv = malloc((size_t)P * sizeof(int));
+  assert_non_null(send);
+  assert_non_null(recv);
+  for (int j = 0; j < P; j++) send[j] = R * 1000 + j;
+  assert_int_equal(ts_comm_alltoall(c, send, recv, sizeof(int), -1), TS_OK);
+  for (int j = 0; j < P; j++) assert_int_equal(recv[j], j * 1000 + R);
+
+  // a ring: send right, receive from the left
+  int token = 7 * R + 1, left = -1;
+  assert_int_equal(ts_comm_sendrecv(c, &token, sizeof token, (R + 1) % P, &left, sizeof left,
+                                    (R + P - 1) % P, -1),
+                   TS_OK);
+  assert_int_equal(left, 7 * ((R + P - 1) % P) + 1);
+  // one-sided halves: rank 0 sends to the last rank
+  int v = R == 0 ? 42 : 0;
+  if (R == 0) assert_int_equal(ts_comm_send(c, &v, sizeof v, P - 1, -1), TS_OK);
+  if (R == P - 1 && P > 1) {
+    assert_int_equal(ts_comm_recv(c, &v, sizeof v, 0, -1), TS_OK);
+    assert_int_equal(v, 42);
+  }
+
+  double b = R == P - 1 ? 3.25 : 0.0;
+  assert_int_equal(ts_comm_bcast(c, &b, sizeof b, P - 1, -1), TS_OK);
+  assert_true(b == 3.25);
+  assert_int_equal(ts_comm_barrier(c), TS_OK);
+  free(got);
+  free(send);
+  free(recv);
+  ts_comm_free(c);
+}
+
+// ---- counters --------------------------------------------------------------------------
+static void test_counts_and_bytes(void **state) {
+  (void)state;
+  ts_comm *c = world_comm();
+  const size_t n = 64 * (size_t)P; // P divides n: the plain formulas apply
+  float *buf = calloc(n, sizeof(float));
+  assert_non_null(buf);
+  uint64_t q = (uint64_t)(P - 1);
+  assert_int_equal(ts_comm_allreduce_tree(c, buf, n, -1), TS_OK);
+  assert_int_equal(ts_comm_allreduce_tree(c, buf, n, -1), TS_OK);
+  assert_int_equal(ts_comm_reduce_scatter_tree(c, buf, n, 1), TS_OK);
+  ts_comm_count ar = ts_comm_total(c, TS_COMM_ALLREDUCE);
+  ts_comm_count rs = ts_comm_total(c, TS_COMM_REDUCE_SCATTER);
+  assert_int_equal(ar.calls, 2);
+  // all-reduce: 4n(P-1)/P bytes sent and as many received in each phase
+  assert_int_equal(ar.bytes, 2 * 16 * n * q / (uint64_t)P);
+  assert_int_equal(rs.calls, 1);
+  assert_int_equal(rs.bytes, 8 * n * q / (uint64_t)P);
+  assert_int_equal(ts_comm_layer(c, TS_COMM_REDUCE_SCATTER, 1).calls, 1);
+  assert_int_equal(ts_comm_layer(c, TS_COMM_ALLREDUCE, 1).calls, 0);
+  assert_int_equal(ts_comm_layer(c, TS_COMM_REDUCE_SCATTER, 0).calls, 0);
+  // uneven chunks: rank 0 of P holds chunk 0 (n=1: the one element)
+  float one = 1.0f;
+  ts_comm_reset_counts(c);
+  assert_int_equal(ts_comm_allreduce_tree(c, &one, 1, -1), TS_OK);
+  assert_true(one == (float)P);
+  assert_int_equal(ts_comm_total(c, TS_COMM_ALLREDUCE).bytes, 2 * ts_comm_tree_bytes(1, P, R));
+  // collectives that only move bytes: (P-1) blocks out and (P-1) in
+  int x = R, *all = calloc((size_t)P, sizeof(int));
+  assert_non_null(all);
+  ts_comm_reset_counts(c);
+  assert_int_equal(ts_comm_allgather(c, &x, all, sizeof x, 3), TS_OK);
+  assert_int_equal(ts_comm_total(c, TS_COMM_ALLGATHER).bytes, 2 * q * sizeof x);
+  assert_int_equal(ts_comm_layer(c, TS_COMM_ALLGATHER, 3).calls, 1);
+  assert_int_equal(ts_comm_total(c, TS_COMM_ALLREDUCE).calls, 0);
+
+  char js[1024], want[256];
+  ts_comm *groups[1] = {c};
+  assert_true(ts_comm_counts_json(groups, 1, js, sizeof js) > 0);
+  snprintf(want, sizeof want,
+           "{\"allgather\":{\"calls\":1,\"bytes\":%llu},\"layers\":{\"3\":{\"allgather\":"
+           "{\"calls\":1,\"bytes\":%llu}}}}",
+           (unsigned long long)(2 * q * sizeof x), (unsigned long long)(2 * q * sizeof x));
+  assert_string_equal(js, want);
+  assert_int_equal(ts_comm_counts_json(groups, 1, js, 8), -1); // too small: refused
+  free(all);
+  free(buf);
+  ts_comm_free(c);
+}
+
+static void test_serial_comm_does_nothing_counts_nothing(void **state) {
+  (void)state;
+  ts_comm *c = NULL;
+  assert_int_equal(ts_comm_serial(&c), TS_OK);
+  float x[3] = {1.5f, -2.0f, 3.0f}, y[3];
+  assert_int_equal(ts_comm_allreduce_tree(c, x, 3, -1), TS_OK);
+  assert_int_equal(ts_comm_reduce_scatter_tree(c, x, 3, 0), TS_OK);
+  assert_int_equal(ts_comm_allgather(c, x, y, sizeof x, -1), TS_OK);
+  assert_memory_equal(x, y, sizeof x);
+  assert_true(x[0] == 1.5f && x[1] == -2.0f && x[2] == 3.0f);
+  assert_int_equal(ts_comm_sendrecv(c, x, sizeof x, 0, y, sizeof y, 0, -1), TS_OK);
+  for (int k = 0; k < TS_COMM_NKINDS; k++)
+    assert_int_equal(ts_comm_total(c, (ts_comm_kind)k).calls, 0);
+  char js[64];
+  assert_int_equal(ts_comm_counts_json(&c, 1, js, sizeof js), 2);
+  assert_string_equal(js, "{}");
+  ts_comm_free(c);
+}
+
+// ---- the grid --------------------------------------------------------------------------
+static void test_grid_groups(void **state) {
+  (void)state;
+  ts_grid *g = NULL;
+  assert_int_equal(ts_grid_create(P, 1, 1, &g), TS_OK);
+  assert_int_equal(g->world_size, P);
+  assert_int_equal(g->dp_rank, R);
+  assert_int_equal(g->data->size, P);
+  assert_int_equal(g->data->rank, R);
+  assert_int_equal(g->seq->size, 1);
+  ts_grid_free(g);
+  // the world size must match the layout
+  assert_int_equal(ts_grid_create(2 * P, 1, 1, &g), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--dp"));
+  assert_non_null(strstr(ts_errmsg(), "world size"));
+  if (P % 2 != 0) return;
+  // dp x sp = (P/2) x 2: sequence index fastest
+  assert_int_equal(ts_grid_create(P / 2, 2, 1, &g), TS_OK);
+  assert_int_equal(g->sp_rank, R % 2);
+  assert_int_equal(g->dp_rank, R / 2);
+  assert_int_equal(g->seq->size, 2);
+  assert_int_equal(g->seq->rank, R % 2);
+  assert_int_equal(g->data->size, P / 2);
+  assert_int_equal(g->data->rank, R / 2);
+  // the sequence group is the neighbouring pair: exchange world ranks
+  int other = -1;
+  assert_int_equal(ts_comm_sendrecv(g->seq, &R, sizeof R, 1 - g->sp_rank, &other, sizeof other,
+                                    1 - g->sp_rank, -1),
+                   TS_OK);
+  assert_int_equal(other, R ^ 1);
+  char js[512];
+  assert_true(ts_grid_counts_json(g, js, sizeof js) > 0);
+  assert_non_null(strstr(js, "\"sendrecv\":{\"calls\":1,\"bytes\":8}"));
+  ts_grid_free(g);
+}
+
+int main(void) {
+  if (ts_mpi_init(NULL, NULL) != TS_OK) return 99;
+  MPI_Comm_size(MPI_COMM_WORLD, &P);
+  MPI_Comm_rank(MPI_COMM_WORLD, &R);
+  if (R != 0 && !getenv("TESSERA_TEST_ALL_RANKS")) (void)!freopen("/dev/null", "w", stdout);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_chunks_cover_in_rank_order),
+      cmocka_unit_test(test_allreduce_tree_is_the_canonical_tree),
+      cmocka_unit_test(test_reduce_scatter_tree_gives_each_rank_its_chunk),
+      cmocka_unit_test(test_fast_allreduce_within_tolerance),
+      cmocka_unit_test(test_refuses_groups_not_a_power_of_two),
+      cmocka_unit_test(test_allgather_alltoall_sendrecv_bcast),
+      cmocka_unit_test(test_counts_and_bytes),
+      cmocka_unit_test(test_serial_comm_does_nothing_counts_nothing),
+      cmocka_unit_test(test_grid_groups),
+  };
+  int failed = cmocka_run_group_tests(tests, NULL, NULL);
+  // every rank exits with the verdict of all (a failure on rank 2 fails the run)
+  int any = failed;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (R == 0 && any && !failed) fprintf(stderr, "test_comm: a test failed on another rank\n");
+  ts_mpi_finalize();
+  return any ? 1 : 0;
+}
