@@ -26,9 +26,11 @@ import torch.nn.functional as F
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, d, n_head, n_layer):
+    def __init__(self, d, n_head, n_layer, seq):
         super().__init__()
         self.n_head = n_head
+        # True above the diagonal: the future keys a query may not see
+        self.register_buffer("future", torch.ones(seq, seq, dtype=torch.bool).triu(1), persistent=False)
         self.wq = nn.Linear(d, d)
         self.wk = nn.Linear(d, d)
         self.wv = nn.Linear(d, d)
@@ -43,8 +45,7 @@ class CausalSelfAttention(nn.Module):
         k = self.wk(x).view(B, T, H, C // H).transpose(1, 2)
         v = self.wv(x).view(B, T, H, C // H).transpose(1, 2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))  # (B, H, T, T)
-        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-        att = att.masked_fill(mask, float("-inf"))
+        att = att.masked_fill(self.future[:T, :T], float("-inf"))
         att = F.softmax(att, dim=-1)
         y = att @ v  # (B, H, T, dh)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
@@ -63,10 +64,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d, n_head, d_ff, n_layer):
+    def __init__(self, d, n_head, d_ff, n_layer, seq):
         super().__init__()
         self.ln1 = nn.LayerNorm(d, eps=1e-5)
-        self.attn = CausalSelfAttention(d, n_head, n_layer)
+        self.attn = CausalSelfAttention(d, n_head, n_layer, seq)
         self.ln2 = nn.LayerNorm(d, eps=1e-5)
         self.mlp = MLP(d, d_ff)
 
@@ -82,7 +83,7 @@ class GPT(nn.Module):
         self.n_layer = n_layer
         self.wte = nn.Embedding(vocab, d)
         self.wpe = nn.Embedding(seq, d)
-        self.h = nn.ModuleList([Block(d, n_head, d_ff, n_layer) for _ in range(n_layer)])
+        self.h = nn.ModuleList([Block(d, n_head, d_ff, n_layer, seq) for _ in range(n_layer)])
         self.lnf = nn.LayerNorm(d, eps=1e-5)
         self.lm_head = nn.Linear(d, vocab, bias=False)
         self.lm_head.weight = self.wte.weight  # tied head

@@ -1,0 +1,1 @@
+/usr/bin/python3 bench/torch_gpt.py --seq 4096 --batch 1 --steps 5 --d 512 --layers 6 --heads 8
