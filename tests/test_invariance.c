@@ -13,6 +13,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "testdata.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -25,29 +27,11 @@
 
 // ---- data -------------------------------------------------------------------------------
 
-static uint64_t mix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // Uniform in [-scale, scale).
 static void fill(float *x, size_t n, uint64_t seed, float scale) {
   uint64_t s = seed;
   for (size_t i = 0; i < n; i++)
     x[i] = scale * (float)((double)(mix64(&s) >> 11) / 4503599627370496.0 - 1.0);
-}
-
-// Random sign and mantissa, exponents over 2^-20 .. 2^20.
-static void fill_wide(float *x, size_t n, uint64_t seed) {
-  uint64_t s = seed;
-  for (size_t i = 0; i < n; i++) {
-    uint64_t r = mix64(&s);
-    double mant = 1.0 + (double)(r & 0xFFFFFF) / 16777216.0;
-    int e = (int)((r >> 24) % 41) - 20;
-    x[i] = (float)(ldexp(mant, e) * ((r >> 40) & 1 ? -1.0 : 1.0));
-  }
 }
 
 static float *falloc(size_t n) {

@@ -23,6 +23,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "testdata.h"
+
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,13 +35,6 @@
 #include "rng.h"
 
 // ---- data and checks --------------------------------------------------------------
-
-static uint64_t mix64(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 static double unif(uint64_t *s) { return ((double)(mix64(s) >> 11) + 0.5) / 9007199254740992.0; }
 
