@@ -24,6 +24,7 @@ static inline uint64_t attn_index(const ts_attn_shape *s, int b, int h, int64_t 
 }
 
 // S (tile, tile) = scale * Q_qt · K_ktᵀ with the causal mask on the diagonal.
+TS_VECTOR_CLONES
 static void scores(float *S, const float *q, const float *k, int ld, int tile, int dh,
                    float scale, int diagonal) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, tile, dh, 1.0f, q, ld, k, ld,
@@ -34,10 +35,32 @@ static void scores(float *S, const float *q, const float *k, int ld, int tile, i
 }
 
 // Probabilities of a tile from the final lse: P = exp(S - lse_i).
+TS_VECTOR_CLONES
 static void probs(float *P, const float *lse_rows, int tile) {
   for (int i = 0; i < tile; i++) {
     float l = lse_rows[i];
     for (int j = 0; j < tile; j++) P[i * tile + j] = ts_expf(P[i * tile + j] - l);
+  }
+}
+
+// One key tile of the online softmax: P = exp(S - m_new) row by row, with the
+// running max m, running sum l and accumulator acc rescaled to the new max.
+TS_VECTOR_CLONES
+static void online_softmax(float *P, float *m, float *l, float *acc, const float *S, int tile,
+                           int dh) {
+  for (int i = 0; i < tile; i++) {
+    const float *srow = S + i * tile;
+    float mx = m[i];
+    for (int j = 0; j < tile; j++) mx = srow[j] > mx ? srow[j] : mx;
+    float corr = ts_expf(m[i] - mx); // m[i] = -inf on the first tile: corr = 0
+    float *prow = P + i * tile;
+    for (int j = 0; j < tile; j++) prow[j] = ts_expf(srow[j] - mx); // vectorises
+    float sum = 0.0f;
+    for (int j = 0; j < tile; j++) sum += prow[j]; // in order
+    l[i] = l[i] * corr + sum;
+    m[i] = mx;
+    float *a = acc + (size_t)i * dh;
+    for (int c = 0; c < dh; c++) a[c] *= corr;
   }
 }
 
@@ -76,20 +99,7 @@ void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const 
     for (int kt = qt; kt >= 0; kt--) {
       const size_t rowk = ((size_t)b * T + (size_t)kt * tile) * C + (size_t)h * dh;
       scores(S, Q, k + rowk, C, tile, dh, scale, kt == qt);
-      for (int i = 0; i < tile; i++) {
-        float *srow = S + i * tile;
-        float mx = m[i];
-        for (int j = 0; j < tile; j++) mx = srow[j] > mx ? srow[j] : mx;
-        float corr = ts_expf(m[i] - mx); // m[i] = -inf on the first tile: corr = 0
-        float *prow = P + i * tile;
-        for (int j = 0; j < tile; j++) prow[j] = ts_expf(srow[j] - mx); // vectorises
-        float sum = 0.0f;
-        for (int j = 0; j < tile; j++) sum += prow[j]; // in order
-        l[i] = l[i] * corr + sum;
-        m[i] = mx;
-        float *a = acc + (size_t)i * dh;
-        for (int c = 0; c < dh; c++) a[c] *= corr;
-      }
+      online_softmax(P, m, l, acc, S, tile, dh);
       drop_tile(P, s, b, h, qt, kt);
       // acc (tile, dh) += P~ (tile, tile) · V_kt (tile, dh)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, dh, tile, 1.0f, P, tile,
@@ -107,6 +117,7 @@ void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const 
 // dS = P ∘ (dP − D) · scale, where dP = (dO · Vᵀ) masked like the forward.
 // On entry S holds the scores; on exit S holds P~ (dropped probabilities)
 // and dPbuf holds dS.
+TS_VECTOR_CLONES
 static void tile_grads(float *S, float *dPbuf, const float *dO, const float *V,
                        const float *lse_rows, const float *D_rows, const ts_attn_shape *s,
                        int b, int h, int qt, int kt, float scale) {
