@@ -19,8 +19,8 @@
 typedef struct {
   int tile, leaf;
   int nthreads;
-  size_t leaf_cap;    // floats per leaf buffer
-  float **leafbuf;    // nthreads buffers of leaf_cap floats
+  size_t leaf_cap;    // floats of the largest leaf partial
+  float *sumbuf;      // leaf_cap floats: where a tree sum lands before it is split up
   ts_tree tree;       // n = leaf_cap (re-initialised per use with ts_tree_init_n)
   size_t attn_cap;    // floats of attention scratch per thread
   float **attnbuf;    // nthreads buffers

@@ -19,9 +19,9 @@ void ts_tree_free(ts_tree *t) {
   memset(t, 0, sizeof *t);
 }
 
-static float *take(ts_tree *t) {
+float *ts_tree_take(ts_tree *t) {
   if (t->npool > 0) return t->pool[--t->npool];
-  if (t->nowned >= TS_TREE_MAX_LEVELS + 2) return NULL;
+  if (t->nowned >= TS_TREE_MAX_BUFS) return NULL;
   float *b = NULL;
   if (posix_memalign((void **)&b, 64, t->cap * sizeof(float) + 64) != 0) return NULL;
   t->owned[t->nowned++] = b;
@@ -45,10 +45,15 @@ void ts_tree_add(float *a, const float *b, size_t n) {
 int ts_tree_push(ts_tree *t, const float *leaf) {
   float *carry = NULL;
   if (leaf) {
-    carry = take(t);
+    carry = ts_tree_take(t);
     if (!carry) return -1;
     memcpy(carry, leaf, t->n * sizeof(float));
   }
+  ts_tree_push_owned(t, carry);
+  return 0;
+}
+
+void ts_tree_push_owned(ts_tree *t, float *carry) {
   int k = 0;
   for (; (t->count >> k) & 1u; k++) {
     float *left = t->slot[k];
@@ -63,7 +68,6 @@ int ts_tree_push(ts_tree *t, const float *leaf) {
   }
   t->slot[k] = carry;
   t->count++;
-  return 0;
 }
 
 void ts_tree_skip(ts_tree *t, uint64_t count) {

@@ -14,15 +14,18 @@
 #include <stdint.h>
 
 #define TS_TREE_MAX_LEVELS 48
+// Buffers a tree may own: one per level, a carry, and up to 64 leaves handed
+// out at once by ts_tree_take (one per thread computing leaves in parallel).
+#define TS_TREE_MAX_BUFS (TS_TREE_MAX_LEVELS + 2 + 64)
 
 typedef struct {
   size_t n;                              // floats per leaf
   size_t cap;                            // floats per buffer (>= n)
   uint64_t count;                        // leaf positions consumed so far
   float *slot[TS_TREE_MAX_LEVELS];       // slot[k]: a complete subtree of 2^k leaves, or NULL
-  float *pool[TS_TREE_MAX_LEVELS + 2];   // free buffers
+  float *pool[TS_TREE_MAX_BUFS];         // free buffers
   int npool;
-  float *owned[TS_TREE_MAX_LEVELS + 2];  // every buffer ever allocated, for free()
+  float *owned[TS_TREE_MAX_BUFS];        // every buffer ever allocated, for free()
   int nowned;
 } ts_tree;
 
@@ -35,6 +38,10 @@ void ts_tree_reset(ts_tree *t, uint64_t start);
 // Pushes the leaf at the next position; leaf NULL = empty. Returns 0, or -1
 // when out of memory.
 int ts_tree_push(ts_tree *t, const float *leaf);
+// A buffer of the tree's size for the caller to fill and hand back with
+// ts_tree_push_owned, which pushes it without a copy. NULL when out of memory.
+float *ts_tree_take(ts_tree *t);
+void ts_tree_push_owned(ts_tree *t, float *leaf);
 // Pushes `count` empty positions at once.
 void ts_tree_skip(ts_tree *t, uint64_t count);
 // Writes the sum of everything pushed (zeros when all were empty) into out.

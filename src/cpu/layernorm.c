@@ -54,7 +54,7 @@ int layernorm_backward(ts_ws *ws, float *dinp, float *dw, float *db, const float
                        const float *inp, const float *w, const float *mean,
                        const float *rstd, int64_t ntok, int C) {
   ln_leaf_ctx c = {dout, inp, mean, rstd, ws->leaf, C};
-  float *sum = ws->leafbuf[0];
+  float *sum = ws->sumbuf;
   if (ts_leaf_tree_sum(ws, sum, 2 * (size_t)C, ntok / ws->leaf, ln_leaf, &c) != 0) return -1;
   memcpy(dw, sum, (size_t)C * sizeof(float));
   memcpy(db, sum + C, (size_t)C * sizeof(float));

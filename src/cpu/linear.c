@@ -85,7 +85,7 @@ int linear_backward_weights(ts_ws *ws, float *dW, float *db, const float *dout,
   size_t nw = (size_t)OC * C;
   size_t n = nw + (db ? (size_t)OC : 0);
   // dW and db are adjacent in the partial; the tree result is split back out.
-  float *sum = ws->leafbuf[0]; // free again once the tree is finished
+  float *sum = ws->sumbuf;
   if (ts_leaf_tree_sum(ws, sum, n, ntok / ws->leaf, weight_leaf, &c) != 0) return -1;
   memcpy(dW, sum, nw * sizeof(float));
   if (db) memcpy(db, sum + nw, (size_t)OC * sizeof(float));

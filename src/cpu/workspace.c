@@ -12,16 +12,16 @@ int ts_ws_init(ts_ws *ws, int tile, int leaf, size_t max_leaf_floats, int dh) {
   ws->leaf = leaf;
   ws->nthreads = omp_get_max_threads();
   ws->leaf_cap = max_leaf_floats;
-  ws->leafbuf = calloc((size_t)ws->nthreads, sizeof(float *));
   // attention scratch per thread: S, dP (tile x tile), acc/dq (tile x dh),
   // dk|dv leaf (2 tile x dh), m, l (tile)
   ws->attn_cap = (size_t)2 * tile * tile + (size_t)4 * tile * dh + 4 * (size_t)tile;
   ws->attnbuf = calloc((size_t)ws->nthreads, sizeof(float *));
   ws->attntree = calloc((size_t)ws->nthreads, sizeof(ts_tree));
-  if (!ws->leafbuf || !ws->attnbuf || !ws->attntree) return -1;
+  if (!ws->attnbuf || !ws->attntree ||
+      posix_memalign((void **)&ws->sumbuf, 64, max_leaf_floats * sizeof(float)))
+    return -1;
   for (int i = 0; i < ws->nthreads; i++) {
-    if (posix_memalign((void **)&ws->leafbuf[i], 64, max_leaf_floats * sizeof(float)) ||
-        posix_memalign((void **)&ws->attnbuf[i], 64, ws->attn_cap * sizeof(float)))
+    if (posix_memalign((void **)&ws->attnbuf[i], 64, ws->attn_cap * sizeof(float)))
       return -1;
     ts_tree_init(&ws->attntree[i], (size_t)2 * tile * dh);
   }
@@ -31,11 +31,10 @@ int ts_ws_init(ts_ws *ws, int tile, int leaf, size_t max_leaf_floats, int dh) {
 
 void ts_ws_free(ts_ws *ws) {
   for (int i = 0; i < ws->nthreads; i++) {
-    if (ws->leafbuf) free(ws->leafbuf[i]);
     if (ws->attnbuf) free(ws->attnbuf[i]);
     if (ws->attntree) ts_tree_free(&ws->attntree[i]);
   }
-  free(ws->leafbuf);
+  free(ws->sumbuf);
   free(ws->attnbuf);
   free(ws->attntree);
   ts_tree_free(&ws->tree);
@@ -45,15 +44,18 @@ void ts_ws_free(ts_ws *ws) {
 int ts_leaf_tree_sum(ts_ws *ws, float *sum, size_t n, int64_t nleaves, ts_leaf_fn fn,
                      const void *ctx) {
   ts_tree_resize(&ws->tree, n);
-  int W = ws->nthreads;
+  int W = ws->nthreads < 64 ? ws->nthreads : 64;
+  float *leaf[64];
   for (int64_t base = 0; base < nleaves; base += W) {
     int cnt = (int)(nleaves - base < W ? nleaves - base : W);
+    // Leaves are computed straight into tree buffers and pushed without a copy.
+    for (int i = 0; i < cnt; i++)
+      if (!(leaf[i] = ts_tree_take(&ws->tree))) return -1;
     // Each leaf's partial is a fixed computation on that leaf alone, so which
     // thread computes it does not matter; the pushes below fix the order.
 #pragma omp parallel for schedule(static, 1) num_threads(ws->nthreads)
-    for (int i = 0; i < cnt; i++) fn(ctx, base + i, ws->leafbuf[i]);
-    for (int i = 0; i < cnt; i++)
-      if (ts_tree_push(&ws->tree, ws->leafbuf[i]) != 0) return -1;
+    for (int i = 0; i < cnt; i++) fn(ctx, base + i, leaf[i]);
+    for (int i = 0; i < cnt; i++) ts_tree_push_owned(&ws->tree, leaf[i]);
   }
   ts_tree_finish(&ws->tree, sum);
   return 0;
