@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "tree.h"
 #include "tessera.h"
 
 typedef struct {
@@ -129,19 +130,14 @@ static int tree_reduce_scatter(ts_comm *c, float *buf, size_t n) {
     size_t nr = pack(NULL, buf, n, P, r % (2 * d), 2 * d);
     if ((rc = mpi_sendrecv(c, s->sendbuf, ns * sizeof(float), p, s->recvbuf, nr * sizeof(float), p)))
       return rc;
-    // the kept chunks: ours + theirs, lower rank's operand on the left
+    // The kept chunks: ours + theirs. IEEE addition is commutative, so the
+    // operand order cannot change a bit; the tree fixes the association
+    // (which subtrees combine at each distance), and that is what matters.
     const float *in = s->recvbuf;
     for (int ch = r % (2 * d); ch < P; ch += 2 * d) {
       size_t off, len;
       ts_comm_chunk(n, P, ch, &off, &len);
-      float *mine = buf + off;
-      if (r < p) {
-#pragma omp parallel for schedule(static) if (len >= (1u << 16))
-        for (size_t i = 0; i < len; i++) mine[i] = mine[i] + in[i];
-      } else {
-#pragma omp parallel for schedule(static) if (len >= (1u << 16))
-        for (size_t i = 0; i < len; i++) mine[i] = in[i] + mine[i];
-      }
+      ts_tree_add(buf + off, in, len);
       in += len;
     }
   }
