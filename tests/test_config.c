@@ -248,11 +248,46 @@ static void test_json_errors(void **state) {
   assert_int_equal(b.d_ff, 256);
 }
 
+// Layouts (ts_layout_check): exact data parallelism needs every rank's
+// gradient leaves to be an aligned power-of-two subtree of the serial tree.
+static void test_layout_rules(void **state) {
+  (void)state;
+  ts_config c;
+  base(&c, "tiny"); // B 4, T 64, leaf 8: 4 x 8 = 32 leaves
+  assert_int_equal(ts_config_finalize(&c), TS_OK);
+  ts_layout lay = {1, 1, 1};
+  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  lay.dp = 2; // 2 sequences x 8 leaves per rank
+  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  lay.dp = 4;
+  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  lay.dp = 3; // not a power of two
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--dp 3"));
+  lay.dp = 8; // 4 sequences cannot be split over 8 ranks
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--batch 4"));
+  c.batch = 6; // 3 sequences x 8 leaves per rank: not a subtree
+  lay.dp = 2;
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "power of two"));
+  c.fast = 1; // fast mode sums with MPI and only needs whole sequences
+  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  c.fast = 0;
+  c.batch = 4;
+  ts_layout sp = {1, 2, 1}, pp = {1, 1, 2}, zero = {0, 1, 1};
+  assert_int_equal(ts_layout_check(&c, &sp), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--sp 2"));
+  assert_int_equal(ts_layout_check(&c, &pp), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &zero), TS_EUSAGE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_presets),         cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_tile_leaf_rule),  cmocka_unit_test(test_validation),
       cmocka_unit_test(test_json_round_trip), cmocka_unit_test(test_json_errors),
+      cmocka_unit_test(test_layout_rules),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
