@@ -26,24 +26,11 @@ import math
 import os
 import sys
 
-MASK64 = (1 << 64) - 1
+from splitmix import SplitMix64  # data/splitmix.py, next to this script
 
 
-class Rng:
-    """SplitMix64: tiny, fast enough, and identical on every Python version."""
-
-    def __init__(self, seed):
-        self.state = seed & MASK64
-
-    def u64(self):
-        self.state = (self.state + 0x9E3779B97F4A7C15) & MASK64
-        z = self.state
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
-        return z ^ (z >> 31)
-
-    def below(self, n):
-        return self.u64() % n  # bias < n / 2^64: irrelevant here
+class Rng(SplitMix64):
+    """SplitMix64 plus the weighted choices the grammar needs."""
 
     def between(self, lo, hi):
         """Uniform integer in [lo, hi]."""
