@@ -285,23 +285,6 @@ static void test_heads_are_independent(void **state) {
 
 // ---- trees over sub-ranges -------------------------------------------------------------------
 
-// Plain recursive perfect binary tree over leaves [lo, lo+size) (m floats
-// each), empty past n; returns 0 when the subtree is all empty.
-static int ref_tree(float *out, const float *x, size_t n, size_t m, size_t lo, size_t size) {
-  if (size == 1) {
-    if (lo >= n) return 0;
-    memcpy(out, x + lo * m, m * sizeof(float));
-    return 1;
-  }
-  float *right = falloc(m);
-  int hl = ref_tree(out, x, n, m, lo, size / 2), hr = ref_tree(right, x, n, m, lo + size / 2, size / 2);
-  if (hl && hr)
-    for (size_t i = 0; i < m; i++) out[i] = out[i] + right[i];
-  else if (hr)
-    memcpy(out, right, m * sizeof(float));
-  free(right);
-  return hl || hr;
-}
 
 static size_t pow2_at_least(size_t n) {
   size_t p = 1;
@@ -329,7 +312,7 @@ static void test_tree_subranges(void **state) {
     ts_tree_init(&outer, m);
     tree_range(&t, whole, x, m, 0, n, 0);
     // (b) the plain recursive tree
-    ref_tree(want, x, n, m, 0, size);
+    ref_tree(want, x, NULL, n, m, 0, size);
     assert_memory_equal(whole, want, m * sizeof(float));
     // (a) aligned chunks of 2^k leaves, each summed alone (as a rank would,
     // from a fresh tree and from its own start position), then combined in

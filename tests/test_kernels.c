@@ -548,21 +548,6 @@ static void test_crossentropy(void **state) {
   free(whole); free(rows); free(inplace);
 }
 
-// Reference canonical tree over scalar leaves (empty = identity).
-static int ref_tree1(float *out, const float *x, size_t n, size_t lo, size_t size) {
-  if (size == 1) {
-    if (lo >= n) return 0;
-    *out = x[lo];
-    return 1;
-  }
-  float l, rr;
-  int hl = ref_tree1(&l, x, n, lo, size / 2), hr = ref_tree1(&rr, x, n, lo + size / 2, size / 2);
-  if (hl && hr) *out = l + rr;
-  else if (hl) *out = l;
-  else if (hr) *out = rr;
-  return hl || hr;
-}
-
 // token_tree_sum: leaf partial = the leaf's rows left to right, then the
 // canonical tree over leaves; checked bit for bit, also past 4096 leaves
 // (where it works in chunks), and against the double sum.
@@ -582,7 +567,7 @@ static void test_token_tree_sum(void **state) {
     size_t size = 1;
     while (size < nl) size *= 2;
     float want = 0.0f;
-    ref_tree1(&want, part, nl, 0, size);
+    ref_tree(&want, part, NULL, nl, 1, 0, size);
     float got = token_tree_sum(v, (int64_t)ntok, leaf);
     assert_memory_equal(&got, &want, sizeof got);
     double d = 0.0;

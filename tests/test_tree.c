@@ -17,28 +17,6 @@
 
 // ---- the reference ----------------------------------------------------------------
 
-// Perfect binary tree over positions [lo, lo + size) of `leaves` (leaf i is
-// m floats at leaves + i*m; present[i] == 0 or i >= n means empty). Returns 0
-// for an all-empty subtree, else 1 with the sum in out; left operand first.
-static int ref_tree(float *out, const float *leaves, const int *present, size_t n, size_t m,
-                    size_t lo, size_t size) {
-  if (size == 1) {
-    if (lo >= n || (present && !present[lo])) return 0;
-    memcpy(out, leaves + lo * m, m * sizeof(float));
-    return 1;
-  }
-  float *right = malloc(m * sizeof(float));
-  assert_non_null(right);
-  int hl = ref_tree(out, leaves, present, n, m, lo, size / 2);
-  int hr = ref_tree(right, leaves, present, n, m, lo + size / 2, size / 2);
-  if (hl && hr)
-    for (size_t i = 0; i < m; i++) out[i] = out[i] + right[i];
-  else if (hr)
-    memcpy(out, right, m * sizeof(float));
-  free(right);
-  return hl || hr;
-}
-
 // The whole tree: padded to the next power of two; all empty gives zeros.
 static void ref_sum(float *out, const float *leaves, const int *present, size_t n, size_t m) {
   size_t size = 1;
