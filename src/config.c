@@ -176,6 +176,18 @@ int ts_config_finalize(ts_config *cfg) {
 }
 
 // ---------------------------------------------------------------------------
+const char *const ts_sp_mode_names[TS_SP_NMODES] = {"lss", "lss-fused", "lss-basic", "megatron"};
+
+int ts_sp_mode_parse(const char *name, ts_sp_mode *out) {
+  for (int i = 0; i < TS_SP_NMODES; i++)
+    if (strcmp(name, ts_sp_mode_names[i]) == 0) {
+      *out = (ts_sp_mode)i;
+      return TS_OK;
+    }
+  return ts_fail(TS_EUSAGE, "--sp-mode %s: must be lss, lss-fused, lss-basic or megatron", name);
+}
+
+// ---------------------------------------------------------------------------
 // The layout. Data parallelism is exact when every rank's gradient leaves
 // form an aligned subtree of the serial tree (DESIGN.md R3): each rank holds
 // batch/dp whole sequences, i.e. (batch/dp)·(seq/leaf) leaves, and that count
@@ -183,12 +195,35 @@ int ts_config_finalize(ts_config *cfg) {
 // sequences per rank.
 int ts_layout_check(const ts_config *cfg, const ts_layout *lay) {
   if (lay->dp < 1) return ts_fail(TS_EUSAGE, "--dp %d: must be >= 1", lay->dp);
-  if (lay->sp != 1)
-    return ts_fail(TS_EUSAGE, "--sp %d: sequence parallelism is not available in this build yet",
-                   lay->sp);
+  if (lay->sp < 1) return ts_fail(TS_EUSAGE, "--sp %d: must be >= 1", lay->sp);
   if (lay->pp != 1)
     return ts_fail(TS_EUSAGE, "--pp %d: pipeline parallelism is not available in this build yet",
                    lay->pp);
+  if (lay->sp > 1 && lay->sp_mode == TS_SP_MEGATRON)
+    return ts_fail(TS_EUSAGE, "--sp-mode megatron: not available in this build yet");
+  if (lay->sp > 1) {
+    // Sequence parallelism (ALGORITHMS.md §2): rank s holds positions
+    // [s·T/N, (s+1)·T/N). Its gradient leaves and its query tiles must each
+    // be an aligned power-of-two run, so that its sums (weights over leaves,
+    // dK/dV over query tiles) are subtrees of the serial trees.
+    const int N = lay->sp, T = cfg->seq;
+    if (!cfg->fast && !is_pow2(N))
+      return ts_fail(TS_EUSAGE,
+                     "--sp %d: must be a power of two (exact sequence parallelism combines the "
+                     "segments as a binary tree; --fast lifts this)",
+                     N);
+    if (T % N != 0 || (T / N) % cfg->tile != 0 || (T / N) % cfg->leaf != 0)
+      return ts_fail(TS_EUSAGE,
+                     "--seq %d: must split into --sp %d segments of whole tiles (%d) and leaves "
+                     "(%d); T/N = %g",
+                     T, N, cfg->tile, cfg->leaf, (double)T / N);
+    if (!cfg->fast && (!is_pow2((T / N) / cfg->tile) || !is_pow2((T / N) / cfg->leaf)))
+      return ts_fail(TS_EUSAGE,
+                     "--seq %d with --sp %d: each segment of %d tokens must hold a power of two "
+                     "of tiles (%d) and of leaves (%d), so that its sums are subtrees of the "
+                     "serial trees",
+                     T, N, T / N, cfg->tile, cfg->leaf);
+  }
   const int D = lay->dp;
   if (D == 1) return TS_OK;
   if (!cfg->fast && !is_pow2(D))

@@ -85,17 +85,29 @@ void dropout_apply(float *x, int64_t n, float p, uint64_t seed, uint32_t purpose
                    uint64_t step, uint64_t base);
 
 // ---- attention (causal, multi-head) --------------------------------------------------
-// q (B, T, H*dh), k, v (B, T, H*dh) token-major; out (B, T, H*dh); lse (B, H, T).
+// q, out (B, Tq, H*dh) hold the query positions [q0, q0 + Tq); k, v (B, Tk, H*dh)
+// the key positions [0, Tk), with q0 + Tq <= Tk; lse (B, H, Tq). The serial
+// model has Tq = Tk = T, q0 = 0; a sequence-parallel rank holds a segment of
+// queries against the whole sequence's keys (ALGORITHMS.md §2). The H heads
+// here are heads [h0, h0 + H) of the model's Hg (tensor-split baselines).
+// Fields left 0 take those serial values (Tq = Tk = T, Hg = H).
 typedef struct {
-  int B, T, H, dh;
+  int B, T, H, dh;        // T: the full sequence length (dropout indices)
   int tile;
   float dropout;          // on the probabilities
   uint64_t seed, step;    // dropout key
   uint64_t index_base;    // global index of element (b=0,h=0,i=0,j=0) for this layer
+  int Tq, q0, Tk;         // query rows, first query position, key rows (per sequence)
+  int h0, Hg;             // first head, heads of the model
 } ts_attn_shape;
 void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
                        const float *v, const ts_attn_shape *s);
-// dq, dk, dv overwritten. dsum (B, H, T) is scratch for rowsum(dout ∘ out).
+// dq overwritten; dk, dv overwritten for every key row: rows that no local
+// query sees get -0.0, the exact identity of addition, so that a later sum
+// over ranks (reduce-scatter) treats them as empty (R3). Each key tile's
+// dK/dV is the canonical tree over the local query tiles, an aligned subtree
+// of the serial tree when Tq/tile is a power of two and q0 a multiple of Tq.
+// dsum (B, H, Tq) is scratch for rowsum(dout ∘ out).
 int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
                        const float *dout, const float *q, const float *k, const float *v,
                        const float *out, const float *lse, const ts_attn_shape *s);

@@ -200,10 +200,12 @@ static const flag flags[] = {
     {"--dp", K_INT, AT(lay.dp), 0, "D",
      "data-parallel ranks: a power of two dividing --batch (mpiexec -n D)", NULL, TRAIN, G_PAR,
      check_parallel},
-    {"--sp", K_INT, AT(lay.sp), 0, "N", "sequence-parallel ranks", NULL, TRAIN, G_PAR,
-     check_parallel},
-    {"--sp-mode", K_STR, AT(sp_mode), 0, "MODE", "lss, ulysses, upipe, ring or megatron", NULL,
-     TRAIN, G_PAR, check_choice},
+    {"--sp", K_INT, AT(lay.sp), 0, "N",
+     "sequence-parallel ranks: a power of two; --seq splits into N segments (mpiexec -n D*N)",
+     NULL, TRAIN, G_PAR, check_parallel},
+    {"--sp-mode", K_STR, AT(sp_mode), 0, "MODE",
+     "lss (2 collectives per layer), its ablations lss-fused (4) and lss-basic (6), or megatron (8)",
+     NULL, TRAIN, G_PAR, check_choice},
     {"--pp", K_INT, AT(lay.pp), 0, "P", "pipeline stages", NULL, TRAIN, G_PAR, check_parallel},
     {"--microbatches", K_INT, AT(microbatches), 0, "M", "microbatches per step (pipeline)", NULL,
      TRAIN, G_PAR, check_parallel},
@@ -292,21 +294,27 @@ static int check_parallel(const flag *f, const char *raw, cli *c) {
   int v = *(const int *)((const char *)c + f->off);
   if (v < 1) return ts_fail(TS_EUSAGE, "%s %s: must be >= 1", f->name, raw);
   if (v == 1) return TS_OK; // the serial layout
-  // --dp is checked later, against --batch and the MPI world (ts_layout_check)
-  if (strcmp(f->name, "--dp") == 0) return TS_OK;
-  const char *what = strcmp(f->name, "--sp") == 0 ? "sequence parallelism" : "pipeline parallelism";
-  return ts_fail(TS_EUSAGE, "%s %s: %s is not available in this build yet", f->name, raw, what);
+  // --dp and --sp are checked later, against the model and the MPI world
+  // (ts_layout_check, ts_grid_check)
+  if (strcmp(f->name, "--dp") == 0 || strcmp(f->name, "--sp") == 0) return TS_OK;
+  return ts_fail(TS_EUSAGE, "%s %s: pipeline parallelism is not available in this build yet",
+                 f->name, raw);
 }
 
 // Names are checked now so a typo is caught even while the layout is serial.
 static int check_choice(const flag *f, const char *raw, cli *c) {
-  static const char *sp_modes[] = {"lss", "ulysses", "upipe", "ring", "megatron", NULL};
   static const char *schedules[] = {"gpipe", "1f1b", NULL};
-  int sp = strcmp(f->name, "--sp-mode") == 0;
-  for (const char **n = sp ? sp_modes : schedules; *n; n++)
+  if (strcmp(f->name, "--sp-mode") == 0) {
+    // context-parallel modes of the same flag come with the LLaMA variant
+    static const char *later[] = {"ulysses", "upipe", "ring", "ring-zigzag", NULL};
+    for (const char **n = later; *n; n++)
+      if (strcmp(raw, *n) == 0)
+        return ts_fail(TS_EUSAGE, "--sp-mode %s: not available in this build yet", raw);
+    return ts_sp_mode_parse(raw, &c->lay.sp_mode);
+  }
+  for (const char **n = schedules; *n; n++)
     if (strcmp(raw, *n) == 0) return TS_OK;
-  return ts_fail(TS_EUSAGE, "%s %s: must be %s", f->name, raw,
-                 sp ? "lss, ulysses, upipe, ring or megatron" : "gpipe or 1f1b");
+  return ts_fail(TS_EUSAGE, "%s %s: must be gpipe or 1f1b", f->name, raw);
 }
 
 static int check_compress(const flag *f, const char *raw, cli *c) {

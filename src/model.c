@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "comm.h"
 #include "kernels.h"
 #include "rng.h"
 #include "tessera.h"
@@ -39,6 +40,13 @@ struct ts_model {
   // indices and the loss scale use the global batch (docs/MODEL.md).
   int b0, Bg;
   int64_t ntok_global;         // Bg*T
+  // The sequence shard: positions [t0, t0 + Tl) of each sequence (serial:
+  // 0, T). Token-wise buffers hold B*Tl rows; K and V hold whole sequences.
+  int t0, Tl;
+  ts_comm *seq;                // the sequence group (NULL: serial)
+  ts_sp_mode sp_mode;
+  float *spbuf;                // 2*T*C: gathered rows, packed [dK|dV], full dE
+  int rc;                      // error of the last forward
   // parameters, gradients: one allocation each, same layout
   int ntens;
   ts_tensor *ptens, *gtens;
@@ -119,20 +127,41 @@ static int param_table(ts_model *m, pspec *out) {
 
 // ---- creation ----------------------------------------------------------------------
 int ts_model_create(const ts_config *cfg, ts_model **out) {
-  return ts_model_create_shard(cfg, 0, cfg->batch, out);
+  return ts_model_create_seq(cfg, 0, cfg->batch, NULL, out);
 }
 
 int ts_model_create_shard(const ts_config *cfg, int b_begin, int b_count, ts_model **out) {
+  return ts_model_create_seq(cfg, b_begin, b_count, NULL, out);
+}
+
+int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
+                        ts_model **out) {
   if (b_begin < 0 || b_count < 1 || b_begin > cfg->batch - b_count)
     return ts_fail(TS_EUSAGE, "batch shard [%d, %d) outside the batch of %d sequences", b_begin,
                    b_begin + b_count, cfg->batch);
+  const int nsp = sp && sp->comm ? sp->comm->size : 1;
+  if (nsp > 1) {
+    const int Tl = cfg->seq / nsp;
+    if (b_count != 1)
+      return ts_fail(TS_EUSAGE, "a sequence-parallel model holds one sequence, not %d", b_count);
+    if (cfg->seq % nsp != 0 || Tl % cfg->leaf != 0 || Tl % cfg->tile != 0)
+      return ts_fail(TS_EUSAGE, "--seq %d: not %d segments of whole leaves (%d) and tiles (%d)",
+                     cfg->seq, nsp, cfg->leaf, cfg->tile);
+    if (sp->mode >= TS_SP_MEGATRON)
+      return ts_fail(TS_EUSAGE, "--sp-mode %s: not available in this build yet",
+                     ts_sp_mode_names[sp->mode]);
+  }
   ts_model *m = calloc(1, sizeof *m);
   if (!m) return ts_fail(TS_ERUNTIME, "out of memory");
   m->cfg = *cfg;
   m->B = b_count; m->b0 = b_begin; m->Bg = cfg->batch;
   m->T = cfg->seq; m->C = cfg->d; m->L = cfg->n_layer;
   m->H = cfg->n_head; m->dh = cfg->d / cfg->n_head; m->F = cfg->d_ff; m->V = cfg->vocab;
-  m->ntok = (int64_t)m->B * m->T;
+  m->Tl = m->T / nsp;
+  m->t0 = nsp > 1 ? sp->comm->rank * m->Tl : 0;
+  m->seq = nsp > 1 ? sp->comm : NULL;
+  m->sp_mode = sp ? sp->mode : TS_SP_LSS;
+  m->ntok = (int64_t)m->B * m->Tl;
   m->ntok_global = (int64_t)m->Bg * m->T;
   m->p.layer = calloc((size_t)m->L, sizeof(layer_params));
   m->g.layer = calloc((size_t)m->L, sizeof(layer_params));
@@ -157,10 +186,12 @@ int ts_model_create_shard(const ts_config *cfg, int b_begin, int b_count, ts_mod
   m->nparams = total;
   // Refuse up front what cannot fit, rather than be killed mid-run by the
   // kernel's OOM killer (allocations succeed lazily under overcommit).
-  int64_t Nt = (int64_t)m->B * m->T;
-  double need = 16.0 * (double)total + 4.0 * (double)Nt *
-                ((double)(m->L + 1) * m->C + (double)m->L * (5.0 * m->C + m->F) +
-                 8.0 * m->C + 2.0 * m->F + 2.0 * m->V);
+  int64_t Nt = m->ntok, Nkv = (int64_t)m->B * m->T;
+  double need = 16.0 * (double)total +
+                4.0 * (double)Nt *
+                    ((double)(m->L + 1) * m->C + (double)m->L * (3.0 * m->C + m->F) +
+                     6.0 * m->C + 2.0 * m->F + 2.0 * m->V) +
+                4.0 * (double)Nkv * (2.0 * m->L * m->C + 2.0 * m->C + (nsp > 1 ? 2.0 * m->C : 0.0));
   double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
   if (have > 0 && need > 0.9 * have) {
     free(spec);
@@ -197,13 +228,13 @@ int ts_model_create_shard(const ts_config *cfg, int b_begin, int b_count, ts_mod
   }
   free(spec);
 
-  // activations
-  int64_t N = m->ntok;
+  // activations; Nk rows of K and V (the whole sequence under --sp)
+  int64_t N = m->ntok, Nk = (int64_t)m->B * m->T;
   size_t C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V;
-  size_t BHT = (size_t)m->B * m->H * m->T;
-  size_t per_layer = N * (C * 5 + F + 4) + BHT;
+  size_t BHT = (size_t)N * m->H;
+  size_t per_layer = N * (C * 3 + F + 4) + Nk * C * 2 + BHT;
   size_t top = N * (C + 2 + V + 1);
-  size_t scratch = N * (C * 8 + F * 2 + V) + BHT;
+  size_t scratch = N * (C * 6 + F * 2 + V) + Nk * C * 2 + BHT + (N < Nk ? Nk * C * 2 : 0);
   size_t nacts = (size_t)(m->L + 1) * N * C + (size_t)m->L * per_layer + top + scratch;
   m->nacts = nacts;
   m->acts = ts_alloc(nacts * sizeof(float));
@@ -220,7 +251,7 @@ int ts_model_create_shard(const ts_config *cfg, int b_begin, int b_count, ts_mod
   for (int l = 0; l < m->L; l++) {
     layer_acts *la = &m->la[l];
     TAKE(la->ln1_mean, N); TAKE(la->ln1_rstd, N);
-    TAKE(la->q, N * C); TAKE(la->k, N * C); TAKE(la->v, N * C); TAKE(la->att, N * C);
+    TAKE(la->q, N * C); TAKE(la->k, Nk * C); TAKE(la->v, Nk * C); TAKE(la->att, N * C);
     TAKE(la->lse, BHT); TAKE(la->res_mid, N * C);
     TAKE(la->ln2_mean, N); TAKE(la->ln2_rstd, N);
     TAKE(la->fch, N * F);
@@ -229,8 +260,9 @@ int ts_model_create_shard(const ts_config *cfg, int b_begin, int b_count, ts_mod
   TAKE(m->logits, N * V); TAKE(m->losses, N);
   TAKE(m->ln_out, N * C); TAKE(m->gelu_out, N * F);
   TAKE(m->dres, N * C); TAKE(m->dtmp, N * C); TAKE(m->dtmp2, N * C); TAKE(m->datt, N * C);
-  TAKE(m->dq, N * C); TAKE(m->dk, N * C); TAKE(m->dv, N * C);
+  TAKE(m->dq, N * C); TAKE(m->dk, Nk * C); TAKE(m->dv, Nk * C);
   TAKE(m->dfch, N * F); TAKE(m->dlogits, N * V); TAKE(m->dsum, BHT);
+  if (N < Nk) TAKE(m->spbuf, Nk * C * 2);
 #undef TAKE
 
   size_t leaf_cap = F * C + F;
@@ -267,19 +299,116 @@ void ts_model_init(ts_model *m, uint64_t seed) {
 
 // ---- forward -----------------------------------------------------------------------
 // Global dropout indices (docs/MODEL.md) of this shard's first element in
-// layer l: projection and MLP ((l·Bg + b0)·T + t)·d + c, attention
+// layer l: projection and MLP ((l·Bg + b0)·T + t0)·d (a sequence shard holds
+// one sequence, so its rows are contiguous), attention
 // (((l·Bg + b0)·H + h)·T + i)·T + j; the kernels add the local offsets.
 static uint64_t row_base(const ts_model *m, int l) {
-  return ((uint64_t)l * m->Bg + (uint64_t)m->b0) * (uint64_t)m->T * (uint64_t)m->C;
+  return (((uint64_t)l * m->Bg + (uint64_t)m->b0) * (uint64_t)m->T + (uint64_t)m->t0) *
+         (uint64_t)m->C;
 }
 
 static uint64_t attn_base(const ts_model *m, int l) {
   return ((uint64_t)l * m->Bg + (uint64_t)m->b0) * (uint64_t)m->H * (uint64_t)m->T * (uint64_t)m->T;
 }
 
+// ---- sequence-parallel attention (ALGORITHMS.md §2) ---------------------------------
+// Rank s of the sequence group holds positions [t0, t0 + Tl) of one sequence;
+// its queries attend to the whole sequence's keys. K and V are projected per
+// row block of whole leaves, so the rows are the serial bits whichever rank
+// computes them; the collectives only move rows.
+
+// K and V (Nk rows) from the norm output (the N local rows in m->ln_out).
+static int project_kv(ts_model *m, int l, const layer_params *w, layer_acts *a) {
+  const int C = m->C, dh = m->dh, rows = m->cfg.leaf;
+  const int64_t N = m->ntok, Nk = (int64_t)m->B * m->T;
+  const size_t bytes = (size_t)N * C * sizeof(float);
+  int rc = TS_OK;
+  if (!m->seq) {
+    linear_forward_heads(a->k, m->ln_out, w->wk, w->bk, N, C, C, dh, rows);
+    linear_forward_heads(a->v, m->ln_out, w->wv, w->bv, N, C, C, dh, rows);
+  } else if (m->sp_mode == TS_SP_LSS_BASIC) {
+    // un-fused: the local K and V rows, gathered separately
+    linear_forward_heads(m->dtmp, m->ln_out, w->wk, w->bk, N, C, C, dh, rows);
+    linear_forward_heads(m->dtmp2, m->ln_out, w->wv, w->bv, N, C, C, dh, rows);
+    if (!(rc = ts_comm_allgather(m->seq, m->dtmp, a->k, bytes, l)))
+      rc = ts_comm_allgather(m->seq, m->dtmp2, a->v, bytes, l);
+  } else {
+    // fused: one gather of the norm output, then K and V of every row
+    if (!(rc = ts_comm_allgather(m->seq, m->ln_out, m->spbuf, bytes, l))) {
+      linear_forward_heads(a->k, m->spbuf, w->wk, w->bk, Nk, C, C, dh, rows);
+      linear_forward_heads(a->v, m->spbuf, w->wv, w->bv, Nk, C, C, dh, rows);
+    }
+  }
+  return rc;
+}
+
+// The ablations concatenate the attention outputs of the group (an
+// all-gather) and go on from the concatenated rows; LSS proper skips this.
+static int uses_concat(const ts_model *m) {
+  return m->seq && (m->sp_mode == TS_SP_LSS_FUSED || m->sp_mode == TS_SP_LSS_BASIC);
+}
+
+static int concat_forward(ts_model *m, int l, float *att) {
+  const size_t n = (size_t)m->ntok * m->C;
+  int rc = ts_comm_allgather(m->seq, att, m->spbuf, n * sizeof(float), l);
+  if (!rc) memcpy(att, m->spbuf + (size_t)m->t0 * m->C, n * sizeof(float));
+  return rc;
+}
+
+// The concatenation's backward: each rank's gradient of the whole output
+// (its own rows; the others -0.0, the identity of addition) reduce-scattered,
+// so rank s receives the sum over ranks of its rows, bit for bit its own.
+static int concat_backward(ts_model *m, int l, float *datt) {
+  const size_t n = (size_t)m->ntok * m->C, nk = (size_t)m->B * m->T * m->C;
+  float *full = m->spbuf, *own = full + (size_t)m->t0 * m->C;
+  for (size_t i = 0; i < nk; i++) full[i] = -0.0f;
+  memcpy(own, datt, n * sizeof(float));
+  int rc = ts_comm_reduce_scatter_tree(m->seq, full, nk, l);
+  if (!rc) memcpy(datt, own, n * sizeof(float));
+  return rc;
+}
+
+// dK, dV of every key row (each rank's partial over its query tiles) to the
+// rows' owners, summed over the group in tree order (R3): one reduce-scatter
+// of the packed [dK | dV] (two separate ones for lss-basic). On return the
+// first N rows of m->dk, m->dv are this rank's rows, the serial bits.
+static int reduce_scatter_kv(ts_model *m, int l) {
+  const int C = m->C;
+  const int64_t N = m->ntok, Nk = (int64_t)m->B * m->T;
+  const size_t row = (size_t)C * sizeof(float);
+  int rc;
+  if (!m->seq) return TS_OK;
+  if (m->sp_mode == TS_SP_LSS_BASIC) {
+    if ((rc = ts_comm_reduce_scatter_tree(m->seq, m->dk, (size_t)Nk * C, l))) return rc;
+    if ((rc = ts_comm_reduce_scatter_tree(m->seq, m->dv, (size_t)Nk * C, l))) return rc;
+    memmove(m->dk, m->dk + (size_t)m->t0 * C, (size_t)N * row);
+    memmove(m->dv, m->dv + (size_t)m->t0 * C, (size_t)N * row);
+    return TS_OK;
+  }
+  float *pack = m->spbuf; // (Nk, 2C)
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < Nk; t++) {
+    memcpy(pack + (size_t)t * 2 * C, m->dk + (size_t)t * C, row);
+    memcpy(pack + (size_t)t * 2 * C + C, m->dv + (size_t)t * C, row);
+  }
+  if ((rc = ts_comm_reduce_scatter_tree(m->seq, pack, (size_t)Nk * 2 * C, l))) return rc;
+  const float *own = pack + (size_t)m->t0 * 2 * C;
+  for (int64_t t = 0; t < N; t++) {
+    memcpy(m->dk + (size_t)t * C, own + (size_t)t * 2 * C, row);
+    memcpy(m->dv + (size_t)t * C, own + (size_t)t * 2 * C + C, row);
+  }
+  return TS_OK;
+}
+
+static ts_attn_shape attn_shape(const ts_model *m, int l, float p, uint64_t step) {
+  ts_attn_shape as = {m->B, m->T, m->H, m->dh, m->cfg.tile, p, m->cfg.seed, step,
+                      attn_base(m, l), m->Tl, m->t0, m->T, 0, 0};
+  return as;
+}
+
 float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
                        int training) {
-  const int B = m->B, T = m->T, C = m->C, F = m->F, V = m->V, H = m->H, tile = m->cfg.tile;
+  const int B = m->B, C = m->C, F = m->F, V = m->V;
   // Linear layers run on leaf-sized row blocks: larger BLAS calls than a tile,
   // and still whole-leaf on every exact layout, so shapes never depend on it.
   const int rows = m->cfg.leaf;
@@ -288,7 +417,8 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
   const uint64_t seed = m->cfg.seed;
   memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
   memcpy(m->targets, targets, (size_t)N * sizeof(int));
-  encoder_forward(m->res[0], m->inputs, m->p.wte, m->p.wpe, B, T, C);
+  m->rc = TS_OK;
+  encoder_forward(m->res[0], m->inputs, m->p.wte, m->p.wpe + (size_t)m->t0 * C, B, m->Tl, C);
   for (int l = 0; l < m->L; l++) {
     layer_params *w = &m->p.layer[l];
     layer_acts *a = &m->la[l];
@@ -296,10 +426,10 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     float *y = m->res[l + 1];
     layernorm_forward(m->ln_out, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, N, C);
     linear_forward_heads(a->q, m->ln_out, w->wq, w->bq, N, C, C, m->dh, rows);
-    linear_forward_heads(a->k, m->ln_out, w->wk, w->bk, N, C, C, m->dh, rows);
-    linear_forward_heads(a->v, m->ln_out, w->wv, w->bv, N, C, C, m->dh, rows);
-    ts_attn_shape as = {B, T, H, m->dh, tile, p, seed, step, attn_base(m, l)};
+    if ((m->rc = project_kv(m, l, w, a))) return NAN;
+    ts_attn_shape as = attn_shape(m, l, p, step);
     attention_forward(&m->ws, a->att, a->lse, a->q, a->k, a->v, &as);
+    if (uses_concat(m) && (m->rc = concat_forward(m, l, a->att))) return NAN;
     // res_mid = x + dropout(att · Woᵀ + bo)
     linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, rows);
     dropout_apply(a->res_mid, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, row_base(m, l));
@@ -345,8 +475,8 @@ static void add_into(float *dst, const float *src, int64_t n) {
 }
 
 int ts_model_backward(ts_model *m, uint64_t step) {
-  int rc = 0;
-  const int B = m->B, T = m->T, C = m->C, F = m->F, V = m->V, H = m->H, tile = m->cfg.tile;
+  int rc = 0, crc; // rc: allocation failures in the trees; crc: a collective's error
+  const int B = m->B, T = m->T, C = m->C, F = m->F, V = m->V;
   // Linear layers run on leaf-sized row blocks: larger BLAS calls than a tile,
   // and still whole-leaf on every exact layout, so shapes never depend on it.
   const int rows = m->cfg.leaf;
@@ -382,9 +512,11 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, row_base(m, l));
     rc |= linear_backward_weights(ws, g->wo, g->bo, m->dtmp, a->att, N, C, C);
     linear_backward_input(m->datt, m->dtmp, w->wo, N, C, C, rows, 0);
-    ts_attn_shape as = {B, T, H, m->dh, tile, p, seed, step, attn_base(m, l)};
+    if (uses_concat(m) && (crc = concat_backward(m, l, m->datt))) return crc;
+    ts_attn_shape as = attn_shape(m, l, p, step);
     rc |= attention_backward(ws, m->dq, m->dk, m->dv, m->dsum, m->datt, a->q, a->k, a->v, a->att,
                        a->lse, &as);
+    if ((crc = reduce_scatter_kv(m, l))) return crc;
     layernorm_forward(m->ln_out, a->ln1_mean, a->ln1_rstd, m->res[l], w->ln1w, w->ln1b, N, C);
     rc |= linear_backward_weights(ws, g->wq, g->bq, m->dq, m->ln_out, N, C, C);
     rc |= linear_backward_weights(ws, g->wk, g->bk, m->dk, m->ln_out, N, C, C);
@@ -397,7 +529,11 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     add_into(m->dres, m->dtmp2, N * C);
   }
   // embeddings: dres is now the gradient of the encoder output
-  rc |= encoder_backward_wpe(ws, m->g.wpe, m->dres, B, T, C);
+  // this shard's rows of wpe; the others get nothing from it (ALGORITHMS.md §2:
+  // rank s owns rows [t0, t0 + Tl))
+  memset(m->g.wpe, 0, (size_t)m->t0 * C * sizeof(float));
+  memset(m->g.wpe + (size_t)(m->t0 + m->Tl) * C, 0, (size_t)(T - m->t0 - m->Tl) * C * sizeof(float));
+  rc |= encoder_backward_wpe(ws, m->g.wpe + (size_t)m->t0 * C, m->dres, B, m->Tl, C);
   wte_leaf_ctx wc = {m, m->cfg.tied};
   rc |= ts_leaf_tree_sum(ws, m->g.wte, (size_t)V * C, N / m->cfg.leaf, wte_leaf, &wc);
   if (rc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
@@ -417,6 +553,12 @@ float *ts_model_params(ts_model *m) { return m->params; }
 float *ts_model_grads(ts_model *m) { return m->grads; }
 const float *ts_model_logits(const ts_model *m) { return m->logits; }
 float ts_model_loss_sum(const ts_model *m) { return m->loss_sum; }
+int ts_model_status(const ts_model *m) { return m->rc; }
+void ts_model_select_sequence(ts_model *m, int b_begin) { m->b0 = b_begin; }
+void ts_model_positions(const ts_model *m, int *t_begin, int *t_count) {
+  *t_begin = m->t0;
+  *t_count = m->Tl;
+}
 const ts_config *ts_model_config(const ts_model *m) { return &m->cfg; }
 size_t ts_model_activation_bytes(const ts_model *m) { return m->nacts * sizeof(float); }
 

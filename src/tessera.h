@@ -73,10 +73,24 @@ extern const char *const ts_preset_names[];
 // The parallel layout: how many ranks share the work (world = dp × sp × pp).
 // It never changes the result, so it is not part of ts_config (nor of its
 // JSON form in logs and checkpoints: any layout resumes any other's).
+// How a sequence group shares one sequence (ALGORITHMS.md §2–§3).
+typedef enum {
+  TS_SP_LSS = 0,    // fused all-gather, distributed Q, gradient averaging: 2 per layer
+  TS_SP_LSS_FUSED,  // ablation: + concatenation of the attention outputs: 4 per layer
+  TS_SP_LSS_BASIC,  // ablation: K and V gathered separately + concatenation: 6 per layer
+  TS_SP_MEGATRON,   // tensor-split heads and MLP, sequence-split norms: 8 per layer
+  TS_SP_NMODES
+} ts_sp_mode;
+// "lss", "lss-fused", "lss-basic", "megatron"
+extern const char *const ts_sp_mode_names[TS_SP_NMODES];
+// TS_OK and *out, or TS_EUSAGE naming --sp-mode.
+int ts_sp_mode_parse(const char *name, ts_sp_mode *out);
+
 typedef struct {
   int dp; // data-parallel ranks
-  int sp; // sequence-parallel ranks (not available yet)
+  int sp; // sequence-parallel ranks
   int pp; // pipeline stages (not available yet)
+  ts_sp_mode sp_mode;
 } ts_layout;
 // Checks a layout against a finalized config (TS_EUSAGE naming the flag).
 int ts_layout_check(const ts_config *cfg, const ts_layout *lay);
@@ -112,10 +126,29 @@ int ts_model_create(const ts_config *cfg, ts_model **out);
 // loss scale use global indices and the global token count, so the shards'
 // gradients, summed in tree order, are the whole batch's bit for bit.
 int ts_model_create_shard(const ts_config *cfg, int b_begin, int b_count, ts_model **out);
+// A sequence-parallel shard: rank s of the group `comm` (size N) holds
+// positions [s·T/N, (s+1)·T/N) of b_count = 1 sequence and runs its layers
+// with the group as `mode` says. The model holds one sequence at a time; the
+// trainer moves it along its sequences with ts_model_select_sequence.
+struct ts_comm;
+typedef struct {
+  struct ts_comm *comm;
+  ts_sp_mode mode;
+} ts_seq_shard;
+int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
+                        ts_model **out);
+// Makes the model's sequences [b_begin, b_begin + its count) of the global
+// batch (dropout indices follow).
+void ts_model_select_sequence(ts_model *m, int b_begin);
+// First position and count of the positions this model holds.
+void ts_model_positions(const ts_model *m, int *t_begin, int *t_count);
+// TS_OK, or the error of the last forward (whose result is then NaN): a
+// collective of a sequence-parallel layer can fail.
+int ts_model_status(const ts_model *m);
 void ts_model_free(ts_model *m);
 // Parameters from the counter-based generator keyed by (seed, tensor, index).
 void ts_model_init(ts_model *m, uint64_t seed);
-// inputs, targets are (B, T) token ids of the shard. Returns the canonical-tree
+// inputs, targets are (B, T) token ids of the shard (B, T_local under --sp). Returns the canonical-tree
 // sum of its token losses divided by the global token count (for the whole
 // batch: the mean loss). step keys dropout masks; training=0 disables dropout.
 float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,

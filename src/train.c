@@ -30,6 +30,7 @@
 #include "log.h"
 #include "optim.h"
 #include "parallel/grid.h"
+#include "parallel/shard.h"
 #include "tessera.h"
 #include "tree.h"
 #include "util.h"
@@ -109,21 +110,18 @@ static uint64_t param_hash(ts_model *m) {
 }
 
 // Mean validation loss over cfg->eval_batches batches (fixed windows). Each
-// rank of the data group (NULL: serial) evaluates its shard of every batch;
-// the batch losses are combined as in training, then averaged in order.
-static int evaluate(ts_model *m, const ts_data *data, const ts_config *cfg, ts_comm *group,
-                    int b0, int nb, int *inputs, int *targets, float *out) {
+// rank (serial: the only one) evaluates its shard of every batch; the batch
+// losses are combined as in training, then averaged in order.
+static int evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_comm *group,
+                    int *inputs, int *targets, float *out) {
   int E = cfg->eval_batches;
   float *sums = calloc((size_t)E, sizeof(float)), *losses = calloc((size_t)E, sizeof(float));
   if (!sums || !losses) { free(sums); free(losses); return ts_fail(TS_ERUNTIME, "out of memory"); }
   int rc = TS_OK;
   for (int i = 0; i < E && !rc; i++) {
-    rc = load_batch(data, TS_SPLIT_VAL, cfg, TS_EVAL_STEP_BASE + (uint64_t)i, b0, nb, inputs,
-                    targets);
-    if (!rc) {
-      ts_model_forward(m, inputs, targets, 0, 0);
-      sums[i] = ts_model_loss_sum(m);
-    }
+    rc = load_batch(data, TS_SPLIT_VAL, cfg, TS_EVAL_STEP_BASE + (uint64_t)i, sh->b0, sh->nb,
+                    inputs, targets);
+    if (!rc) rc = ts_shard_pass(sh, inputs, targets, 0, 0, &sums[i]);
   }
   if (!rc) rc = combine_loss(group, sums, E, (int64_t)cfg->batch * cfg->seq, losses);
   if (!rc) {
@@ -308,10 +306,11 @@ static int injected_fault(const ts_grid *g, const char *path) {
 
 int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_config cfg = *cfg_in;
-  const ts_layout lay = lay_in ? *lay_in : (ts_layout){1, 1, 1};
+  const ts_layout lay = lay_in ? *lay_in : (ts_layout){1, 1, 1, TS_SP_LSS};
   int rc;
   ts_grid *grid = NULL;
   ts_data *data = NULL;
+  ts_shard sh = {0};
   ts_model *m = NULL;
   ts_adamw opt = {0};
   ts_log log = {0};
@@ -327,7 +326,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_comm *dgroup = grid->data;
   if ((rc = ts_data_open(cfg.data_path, cfg.val_frac, (size_t)cfg.seq + 1, &data))) goto done;
   if ((rc = injected_fault(grid, cfg.data_path))) goto done;
-  if ((rc = ts_model_create_shard(&cfg, b0, nb, &m))) goto done;
+  if ((rc = ts_shard_create(&cfg, grid, lay.sp_mode, &sh))) goto done;
+  m = sh.m;
   ts_model_init(m, cfg.seed);
   size_t np = ts_model_num_params(m);
   if ((rc = ts_adamw_init(&opt, np))) goto done;
@@ -361,8 +361,10 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   char layout[64];
   if (grid->world_size == 1)
     snprintf(layout, sizeof layout, "serial");
-  else
+  else if (grid->sp == 1)
     snprintf(layout, sizeof layout, "dp%d", D);
+  else
+    snprintf(layout, sizeof layout, "dp%d-sp%d-%s", D, grid->sp, ts_sp_mode_names[lay.sp_mode]);
   if (start == 0) {
     char cj[TS_CONFIG_JSON_MAX], line[TS_CONFIG_JSON_MAX + 512];
     if ((rc = ts_config_to_json(&cfg, cj, sizeof cj))) goto done;
@@ -386,17 +388,20 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     double t0 = ts_now();
     ts_grid_reset_counts(grid);
     if ((rc = load_batch(data, TS_SPLIT_TRAIN, &cfg, step, b0, nb, inputs, targets))) goto done;
-    float loss = ts_model_forward(m, inputs, targets, step, 1);
-    if ((rc = ts_model_backward(m, step))) goto done;
+    // forward and backward over this rank's share; under --sp the sequence
+    // group's sums are done (all but the positional embedding)
+    float lsum, loss;
+    if ((rc = ts_shard_pass(&sh, inputs, targets, step, 1, &lsum))) goto done;
+    // then the data group: one all-reduce of every gradient (the positional
+    // embedding included), one all-gather of the shards' loss sums
     if (D > 1) {
-      // one all-reduce of every gradient (the data group's tree), one
-      // all-gather of the shards' loss sums
       float *g = ts_model_grads(m);
       rc = cfg.fast ? ts_comm_allreduce_fast(dgroup, g, np, -1)
                     : ts_comm_allreduce_tree(dgroup, g, np, -1);
-      float lsum = ts_model_loss_sum(m);
-      if (rc || (rc = combine_loss(dgroup, &lsum, 1, ntok_global, &loss))) goto done;
+      if (rc) goto done;
     }
+    if ((rc = combine_loss(D > 1 ? dgroup : NULL, &lsum, 1, ntok_global, &loss))) goto done;
+    if ((rc = ts_shard_gather_wpe(&sh))) goto done;
     float norm = ts_grad_norm(ts_model_grads(m), np);
     ts_clip(ts_model_grads(m), np, norm, cfg.grad_clip);
     float lr = ts_lr_at(&cfg, s);
@@ -427,7 +432,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     if ((cfg.eval_every > 0 && step % (uint64_t)cfg.eval_every == 0) || last) {
       float vl;
       ts_grid_reset_counts(grid);
-      if ((rc = evaluate(m, data, &cfg, dgroup, b0, nb, inputs, targets, &vl))) goto done;
+      if ((rc = evaluate(&sh, data, &cfg, D > 1 ? dgroup : NULL, inputs, targets, &vl))) goto done;
       if (ts_grid_counts_json(grid, comm_json, sizeof comm_json) < 0) snprintf(comm_json, sizeof comm_json, "{}");
       snprintf(line, sizeof line,
                "{\"type\":\"eval\",\"step\":%" PRIu64 ",\"val_loss\":%.9g,\"val_loss_hex\":\"%a\","
@@ -452,7 +457,7 @@ done:
   if (log.f) fclose(log.f);
   free(pt); free(gt); free(inputs); free(targets);
   ts_adamw_free(&opt);
-  ts_model_free(m);
+  ts_shard_free(&sh);
   ts_data_close(data);
   ts_grid_free(grid);
   return rc;
@@ -489,7 +494,8 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   for (int i = 0; i < nt && !rc; i++) rc = ts_ckpt_load(ck, &pt[i]);
   if (rc) goto done;
   float vl;
-  if ((rc = evaluate(m, data, &cfg, NULL, 0, cfg.batch, inputs, targets, &vl))) goto done;
+  ts_shard whole = {.m = m, .nb = cfg.batch, .T = cfg.seq, .Tl = cfg.seq};
+  if ((rc = evaluate(&whole, data, &cfg, NULL, inputs, targets, &vl))) goto done;
   const char *st = ts_ckpt_meta(ck, "tessera.step");
   printf("checkpoint %s (step %s): val loss %.6f (%a) over %d batches of %dx%d\n", ckpt_path,
          st ? st : "?", (double)vl, (double)vl, cfg.eval_batches, cfg.batch, cfg.seq);

@@ -17,10 +17,20 @@
 #include "kernels.h"
 #include "rng.h"
 
-// Global dropout index of probability (b, h, i, j).
+// The shape with its defaults filled in (kernels.h: 0 means the serial value).
+static ts_attn_shape resolved(const ts_attn_shape *in) {
+  ts_attn_shape s = *in;
+  if (s.Tq == 0) s.Tq = s.T;
+  if (s.Tk == 0) s.Tk = s.T;
+  if (s.Hg == 0) s.Hg = s.H;
+  return s;
+}
+
+// Global dropout index of probability (b, local head h, global positions i, j).
 static inline uint64_t attn_index(const ts_attn_shape *s, int b, int h, int64_t i,
                                   int64_t j) {
-  return s->index_base + (((uint64_t)b * s->H + h) * s->T + (uint64_t)i) * s->T + (uint64_t)j;
+  return s->index_base +
+         (((uint64_t)b * s->Hg + (uint64_t)(s->h0 + h)) * s->T + (uint64_t)i) * s->T + (uint64_t)j;
 }
 
 // S (tile, tile) = scale * Q_qt · K_ktᵀ with the causal mask on the diagonal.
@@ -78,26 +88,27 @@ static void drop_tile(float *P, const ts_attn_shape *s, int b, int h, int qt, in
 }
 
 void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
-                       const float *v, const ts_attn_shape *s) {
-  const int T = s->T, H = s->H, dh = s->dh, tile = s->tile, C = H * dh;
-  const int nt = T / tile;
+                       const float *v, const ts_attn_shape *shape) {
+  const ts_attn_shape sh = resolved(shape), *s = &sh;
+  const int Tq = s->Tq, Tk = s->Tk, H = s->H, dh = s->dh, tile = s->tile, C = H * dh;
+  const int nq = Tq / tile, qt0 = s->q0 / tile; // local query tiles, global index of the first
   const float scale = 1.0f / sqrtf((float)dh);
-  const int64_t ntasks = (int64_t)s->B * H * nt;
+  const int64_t ntasks = (int64_t)s->B * H * nq;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ws->nthreads)
   for (int64_t task = 0; task < ntasks; task++) {
     // Heaviest tasks (last query tiles) first: dynamic scheduling balances them.
-    int qt = nt - 1 - (int)(task % nt);
-    int h = (int)((task / nt) % H), b = (int)(task / ((int64_t)nt * H));
+    int lq = nq - 1 - (int)(task % nq), qt = qt0 + lq;
+    int h = (int)((task / nq) % H), b = (int)(task / ((int64_t)nq * H));
     float *S = ws->attnbuf[omp_get_thread_num()];
     float *P = S + (size_t)tile * tile;
     float *acc = P + (size_t)tile * tile;
     float *m = acc + (size_t)tile * dh, *l = m + tile;
-    const size_t rowq = ((size_t)b * T + (size_t)qt * tile) * C + (size_t)h * dh;
+    const size_t rowq = ((size_t)b * Tq + (size_t)lq * tile) * C + (size_t)h * dh;
     const float *Q = q + rowq;
     for (int i = 0; i < tile; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
     memset(acc, 0, (size_t)tile * dh * sizeof(float));
     for (int kt = qt; kt >= 0; kt--) {
-      const size_t rowk = ((size_t)b * T + (size_t)kt * tile) * C + (size_t)h * dh;
+      const size_t rowk = ((size_t)b * Tk + (size_t)kt * tile) * C + (size_t)h * dh;
       scores(S, Q, k + rowk, C, tile, dh, scale, kt == qt);
       online_softmax(P, m, l, acc, S, tile, dh);
       drop_tile(P, s, b, h, qt, kt);
@@ -106,7 +117,7 @@ void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const 
                   v + rowk, C, 1.0f, acc, dh);
     }
     float *O = out + rowq;
-    float *L = lse + ((size_t)b * H + h) * T + (size_t)qt * tile;
+    float *L = lse + ((size_t)b * H + h) * Tq + (size_t)lq * tile;
     for (int i = 0; i < tile; i++) {
       for (int c = 0; c < dh; c++) O[(size_t)i * C + c] = acc[(size_t)i * dh + c] / l[i];
       L[i] = m[i] + logf(l[i]);
@@ -151,26 +162,30 @@ static void tile_grads(float *S, float *dPbuf, const float *dO, const float *V,
 
 int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
                        const float *dout, const float *q, const float *k, const float *v,
-                       const float *out, const float *lse, const ts_attn_shape *s) {
-  const int B = s->B, T = s->T, H = s->H, dh = s->dh, tile = s->tile, C = H * dh;
-  const int nt = T / tile;
+                       const float *out, const float *lse, const ts_attn_shape *shape) {
+  const ts_attn_shape sh = resolved(shape), *s = &sh;
+  const int B = s->B, Tq = s->Tq, Tk = s->Tk, H = s->H, dh = s->dh, tile = s->tile, C = H * dh;
+  const int nq = Tq / tile, qa = s->q0 / tile, qb = qa + nq; // global query tiles [qa, qb)
+  const int nk = Tk / tile;
   const float scale = 1.0f / sqrtf((float)dh);
   // D_i = Σ_c dO_ic · O_ic, per head
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < (int64_t)B * T; r++) {
-    int b = (int)(r / T), i = (int)(r % T);
+  for (int64_t r = 0; r < (int64_t)B * Tq; r++) {
+    int b = (int)(r / Tq), i = (int)(r % Tq);
     for (int h = 0; h < H; h++) {
       const float *o = out + r * C + (size_t)h * dh, *g = dout + r * C + (size_t)h * dh;
       float acc = 0.0f;
       for (int c = 0; c < dh; c++) acc += g[c] * o[c];
-      dsum[((size_t)b * H + h) * T + i] = acc;
+      dsum[((size_t)b * H + h) * Tq + i] = acc;
     }
   }
-  // One pass per (sequence, head). Key tiles go from the last down to 0 and,
-  // for each, query tiles from the diagonal up: so every query tile receives
-  // its dQ terms from the diagonal down (the forward's order, R2), while each
-  // key tile's dK/dV terms arrive in query-tile order for the tree (R3).
-  // Probabilities are recomputed once per tile pair.
+  // One pass per (sequence, head). Key tiles go from the last visible one
+  // down to 0 and, for each, query tiles from the diagonal (or the first
+  // local one) up: so every query tile receives its dQ terms from the
+  // diagonal down (the forward's order, R2), while each key tile's dK/dV
+  // terms arrive in query-tile order for the tree (R3), whose positions are
+  // counted from the first local query tile. Probabilities are recomputed
+  // once per tile pair.
   const int64_t ntasks = (int64_t)B * H;
   int fail = 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ws->nthreads) reduction(| : fail)
@@ -181,15 +196,25 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
     float *dS = S + (size_t)tile * tile;
     float *part = dS + (size_t)tile * tile; // [dK (tile, dh) | dV (tile, dh)]
     ts_tree *tree = &ws->attntree[th];
-    const size_t head0 = (size_t)b * T * C + (size_t)h * dh;
-    for (int r = 0; r < T; r++) memset(dq + head0 + (size_t)r * C, 0, (size_t)dh * sizeof(float));
-    for (int kt = nt - 1; kt >= 0; kt--) {
-      const size_t rowk = head0 + (size_t)kt * tile * C;
-      ts_tree_reset(tree, (uint64_t)kt);
-      for (int qt = kt; qt < nt; qt++) {
-        const size_t rowq = head0 + (size_t)qt * tile * C;
-        const float *L = lse + ((size_t)b * H + h) * T + (size_t)qt * tile;
-        const float *D = dsum + ((size_t)b * H + h) * T + (size_t)qt * tile;
+    const size_t qhead = (size_t)b * Tq * C + (size_t)h * dh;
+    const size_t khead = (size_t)b * Tk * C + (size_t)h * dh;
+    for (int r = 0; r < Tq; r++) memset(dq + qhead + (size_t)r * C, 0, (size_t)dh * sizeof(float));
+    for (int kt = nk - 1; kt >= 0; kt--) {
+      const size_t rowk = khead + (size_t)kt * tile * C;
+      if (kt >= qb) { // no local query sees this key tile: empty
+        for (int i = 0; i < tile; i++)
+          for (int c = 0; c < dh; c++) {
+            dk[rowk + (size_t)i * C + c] = -0.0f;
+            dv[rowk + (size_t)i * C + c] = -0.0f;
+          }
+        continue;
+      }
+      int first = kt > qa ? kt : qa;
+      ts_tree_reset(tree, (uint64_t)(first - qa));
+      for (int qt = first; qt < qb; qt++) {
+        const size_t rowq = qhead + (size_t)(qt - qa) * tile * C;
+        const float *L = lse + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
+        const float *D = dsum + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
         scores(S, q + rowq, k + rowk, C, tile, dh, scale, kt == qt);
         tile_grads(S, dS, dout + rowq, v + rowk, L, D, s, b, h, qt, kt, scale);
         // dQ_qt (tile, dh) += dS (tile, tile) · K_kt (tile, dh)

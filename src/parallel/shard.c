@@ -1,0 +1,149 @@
+// A rank's share of the batch and the sequence group's sums (shard.h).
+#include "parallel/shard.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tree.h"
+#include "util.h"
+
+int ts_shard_create(const ts_config *cfg, const ts_grid *grid, ts_sp_mode mode, ts_shard *out) {
+  ts_shard sh = {0};
+  sh.fast = cfg->fast;
+  sh.nb = cfg->batch / grid->dp;
+  sh.b0 = grid->dp_rank * sh.nb;
+  sh.T = cfg->seq;
+  sh.seq = grid->sp > 1 ? grid->seq : NULL;
+  int rc;
+  if (sh.seq) {
+    ts_seq_shard sp = {sh.seq, mode};
+    rc = ts_model_create_seq(cfg, sh.b0, 1, &sp, &sh.m);
+  } else {
+    rc = ts_model_create_shard(cfg, sh.b0, sh.nb, &sh.m);
+  }
+  if (rc) return rc;
+  ts_model_positions(sh.m, &sh.t0, &sh.Tl);
+  sh.np = ts_model_num_params(sh.m);
+  int nt = ts_model_num_tensors(sh.m);
+  ts_tensor *t = calloc((size_t)nt, sizeof *t);
+  if (!t) { ts_model_free(sh.m); return ts_fail(TS_ERUNTIME, "out of memory"); }
+  ts_model_tensors(sh.m, t, NULL);
+  for (int i = 0; i < nt; i++)
+    if (strcmp(t[i].name, "wpe") == 0) {
+      sh.wpe_off = (size_t)(t[i].data - ts_model_params(sh.m));
+      sh.wpe_len = (size_t)ts_tensor_numel(&t[i]);
+    }
+  free(t);
+  if (sh.seq) {
+    int N = sh.seq->size;
+    sh.lsums = calloc((size_t)sh.nb, sizeof(float));
+    sh.lall = calloc((size_t)N * sh.nb, sizeof(float));
+    sh.pack = ts_alloc((size_t)sh.nb * (sh.np - sh.wpe_len) * sizeof(float));
+    sh.wpe_full = ts_alloc(sh.wpe_len * sizeof(float));
+    if (sh.nb > 1) sh.slots = ts_alloc((size_t)sh.nb * sh.np * sizeof(float));
+    if (!sh.lsums || !sh.lall || !sh.pack || !sh.wpe_full || (sh.nb > 1 && !sh.slots)) {
+      ts_shard_free(&sh);
+      return ts_fail(TS_ERUNTIME, "out of memory (sequence-parallel gradient buffers)");
+    }
+  }
+  *out = sh;
+  return TS_OK;
+}
+
+void ts_shard_free(ts_shard *sh) {
+  ts_model_free(sh->m);
+  free(sh->lsums);
+  free(sh->lall);
+  ts_free(sh->slots);
+  ts_free(sh->pack);
+  ts_free(sh->wpe_full);
+  memset(sh, 0, sizeof *sh);
+}
+
+// The shard's loss sum from the group's segment sums: per sequence the tree
+// over the group's segments, then the tree over the sequences.
+static int combine_segment_losses(ts_shard *sh, float *out) {
+  const int N = sh->seq->size, nb = sh->nb;
+  int rc = ts_comm_allgather(sh->seq, sh->lsums, sh->lall, (size_t)nb * sizeof(float), -1);
+  if (rc) return rc;
+  float *col = malloc((size_t)N * sizeof(float)), *seqsum = malloc((size_t)nb * sizeof(float));
+  if (!col || !seqsum) { free(col); free(seqsum); return ts_fail(TS_ERUNTIME, "out of memory"); }
+  for (int j = 0; j < nb; j++) {
+    for (int r = 0; r < N; r++) col[r] = sh->lall[(size_t)r * nb + j];
+    seqsum[j] = ts_tree_sum(col, (size_t)N);
+  }
+  *out = ts_tree_sum(seqsum, (size_t)nb);
+  free(col);
+  free(seqsum);
+  return TS_OK;
+}
+
+// One all-reduce over the sequence group of every sequence's gradient but
+// the positional embedding (packed), then the tree over the sequences.
+static int reduce_segment_grads(ts_shard *sh) {
+  const size_t np = sh->np, w0 = sh->wpe_off, w1 = sh->wpe_off + sh->wpe_len;
+  const size_t packed = np - sh->wpe_len;
+  float *grads = ts_model_grads(sh->m);
+  float *src = sh->nb > 1 ? sh->slots : grads;
+  for (int j = 0; j < sh->nb; j++) {
+    const float *g = src + (size_t)j * np;
+    float *p = sh->pack + (size_t)j * packed;
+    memcpy(p, g, w0 * sizeof(float));
+    memcpy(p + w0, g + w1, (np - w1) * sizeof(float));
+  }
+  size_t n = (size_t)sh->nb * packed;
+  int rc = sh->fast ? ts_comm_allreduce_fast(sh->seq, sh->pack, n, -1)
+                    : ts_comm_allreduce_tree(sh->seq, sh->pack, n, -1);
+  if (rc) return rc;
+  for (int j = 0; j < sh->nb; j++) {
+    float *g = src + (size_t)j * np;
+    const float *p = sh->pack + (size_t)j * packed;
+    memcpy(g, p, w0 * sizeof(float));
+    memcpy(g + w1, p + w0, (np - w1) * sizeof(float));
+  }
+  if (sh->nb == 1) return TS_OK;
+  ts_tree tree;
+  ts_tree_init(&tree, np);
+  for (int j = 0; j < sh->nb && !rc; j++)
+    if (ts_tree_push(&tree, src + (size_t)j * np) != 0)
+      rc = ts_fail(TS_ERUNTIME, "out of memory (gradient tree over sequences)");
+  if (!rc) ts_tree_finish(&tree, grads);
+  ts_tree_free(&tree);
+  return rc;
+}
+
+int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t step, int train,
+                  float *loss_sum) {
+  ts_model *m = sh->m;
+  int rc;
+  if (!sh->seq) {
+    ts_model_forward(m, inputs, targets, step, train);
+    if ((rc = ts_model_status(m))) return rc;
+    if (train && (rc = ts_model_backward(m, step))) return rc;
+    *loss_sum = ts_model_loss_sum(m);
+    return TS_OK;
+  }
+  for (int j = 0; j < sh->nb; j++) {
+    const size_t at = (size_t)j * sh->T + (size_t)sh->t0;
+    ts_model_select_sequence(m, sh->b0 + j);
+    ts_model_forward(m, inputs + at, targets + at, step, train);
+    if ((rc = ts_model_status(m))) return rc;
+    sh->lsums[j] = ts_model_loss_sum(m);
+    if (!train) continue;
+    if ((rc = ts_model_backward(m, step))) return rc;
+    if (sh->nb > 1)
+      memcpy(sh->slots + (size_t)j * sh->np, ts_model_grads(m), sh->np * sizeof(float));
+  }
+  if ((rc = combine_segment_losses(sh, loss_sum))) return rc;
+  return train ? reduce_segment_grads(sh) : TS_OK;
+}
+
+int ts_shard_gather_wpe(ts_shard *sh) {
+  if (!sh->seq) return TS_OK;
+  float *wpe = ts_model_grads(sh->m) + sh->wpe_off;
+  const size_t row = sh->wpe_len / (size_t)sh->T;
+  int rc = ts_comm_allgather(sh->seq, wpe + (size_t)sh->t0 * row, sh->wpe_full,
+                             (size_t)sh->Tl * row * sizeof(float), -1);
+  if (!rc) memcpy(wpe, sh->wpe_full, sh->wpe_len * sizeof(float));
+  return rc;
+}

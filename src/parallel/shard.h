@@ -1,0 +1,50 @@
+// What one rank holds of the global batch, and how its loss and gradients
+// join those of its sequence group (ALGORITHMS.md §2, DESIGN.md R3).
+//
+// A rank holds nb = batch/dp sequences [b0, b0 + nb) and, under --sp N,
+// positions [t0, t0 + T/N) of each. With N > 1 the model holds one sequence
+// at a time and the rank runs its sequences one after the other: then every
+// (sequence, segment) is an aligned subtree of the serial gradient tree, and
+// the sums go sequence group first, then sequences, then the data group,
+// which is the serial tree. (Several sequences at once would not be
+// contiguous leaves.)
+#ifndef TS_SHARD_H
+#define TS_SHARD_H
+#include <stddef.h>
+
+#include "comm.h"
+#include "parallel/grid.h"
+#include "tessera.h"
+
+typedef struct {
+  ts_model *m;
+  ts_comm *seq;        // the sequence group; NULL when sp = 1
+  int fast;            // --fast: MPI's own sums
+  int nb, b0;          // sequences
+  int T, t0, Tl;       // positions
+  size_t np;           // parameters
+  size_t wpe_off, wpe_len; // the positional embedding inside the gradient
+  float *lsums;        // (nb) segment loss sums
+  float *lall;         // (N, nb) the group's segment loss sums
+  float *slots;        // (nb, np) per-sequence gradients when nb > 1
+  float *pack;         // (nb, np - wpe_len) the sequence all-reduce's buffer
+  float *wpe_full;     // (T, C) the gathered positional-embedding gradient
+} ts_shard;
+
+int ts_shard_create(const ts_config *cfg, const ts_grid *grid, ts_sp_mode mode, ts_shard *out);
+void ts_shard_free(ts_shard *sh);
+
+// Forward, and backward when `train`, over the shard's sequences of one
+// batch: inputs, targets (nb, T) whole windows. *loss_sum is the shard's sum
+// of token losses (an aligned subtree of the global loss tree, combined over
+// the sequence group); with `train` the model's gradients are the shard's,
+// summed over the sequence group except the positional embedding, whose
+// rows stay with their owners (ts_shard_gather_wpe).
+int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t step, int train,
+                  float *loss_sum);
+
+// After the data group's all-reduce: every rank of the sequence group gets
+// the owners' rows of the positional-embedding gradient, so that the
+// optimizer runs on identical replicas. One all-gather per step.
+int ts_shard_gather_wpe(ts_shard *sh);
+#endif
