@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "tessera.h"
+#include "util.h"
 
 const char *const ts_comm_kind_names[TS_COMM_NKINDS] = {
     "allreduce", "reduce_scatter", "allgather", "alltoall", "sendrecv", "bcast", "barrier",
@@ -81,11 +82,23 @@ static int count(ts_comm *c, ts_comm_kind kind, uint64_t bytes, int layer) {
 }
 
 void ts_comm_reset_counts(ts_comm *c) {
+  c->seconds = 0.0;
   memset(c->total, 0, sizeof c->total);
   if (c->layer) memset(c->layer, 0, (size_t)c->nlayer * TS_COMM_NKINDS * sizeof *c->layer);
 }
 
 ts_comm_count ts_comm_total(const ts_comm *c, ts_comm_kind kind) { return c->total[kind]; }
+double ts_comm_seconds(const ts_comm *c) { return c->seconds; }
+
+// Runs a backend operation after its counting (rc), timing it.
+#define TIMED(c, rc, call)                                                                 \
+  do {                                                                                    \
+    if (rc) return rc;                                                                    \
+    double t0_ = ts_now();                                                                \
+    int r_ = (call);                                                                      \
+    (c)->seconds += ts_now() - t0_;                                                       \
+    return r_;                                                                            \
+  } while (0)
 
 ts_comm_count ts_comm_layer(const ts_comm *c, ts_comm_kind kind, int layer) {
   ts_comm_count z = {0, 0};
@@ -97,7 +110,7 @@ ts_comm_count ts_comm_layer(const ts_comm *c, ts_comm_kind kind, int layer) {
 int ts_comm_barrier(ts_comm *c) {
   if (c->size == 1) return TS_OK;
   int rc = count(c, TS_COMM_BARRIER, 0, -1);
-  return rc ? rc : c->ops->barrier(c);
+  TIMED(c, rc, c->ops->barrier(c));
 }
 
 int ts_comm_allgather(ts_comm *c, const void *send, void *recv, size_t bytes, int layer) {
@@ -106,7 +119,7 @@ int ts_comm_allgather(ts_comm *c, const void *send, void *recv, size_t bytes, in
     return TS_OK;
   }
   int rc = count(c, TS_COMM_ALLGATHER, 2 * (uint64_t)(c->size - 1) * bytes, layer);
-  return rc ? rc : c->ops->allgather(c, send, recv, bytes);
+  TIMED(c, rc, c->ops->allgather(c, send, recv, bytes));
 }
 
 int ts_comm_alltoall(ts_comm *c, const void *send, void *recv, size_t bytes, int layer) {
@@ -115,7 +128,7 @@ int ts_comm_alltoall(ts_comm *c, const void *send, void *recv, size_t bytes, int
     return TS_OK;
   }
   int rc = count(c, TS_COMM_ALLTOALL, 2 * (uint64_t)(c->size - 1) * bytes, layer);
-  return rc ? rc : c->ops->alltoall(c, send, recv, bytes);
+  TIMED(c, rc, c->ops->alltoall(c, send, recv, bytes));
 }
 
 int ts_comm_sendrecv(ts_comm *c, const void *send, size_t sbytes, int dst, void *recv,
@@ -137,7 +150,7 @@ int ts_comm_sendrecv(ts_comm *c, const void *send, size_t sbytes, int dst, void 
   }
   uint64_t b = (dst >= 0 ? sbytes : 0) + (src >= 0 ? rbytes : 0);
   int rc = count(c, TS_COMM_SENDRECV, b, layer);
-  return rc ? rc : c->ops->sendrecv(c, send, sbytes, dst, recv, rbytes, src);
+  TIMED(c, rc, c->ops->sendrecv(c, send, sbytes, dst, recv, rbytes, src));
 }
 
 int ts_comm_send(ts_comm *c, const void *buf, size_t bytes, int dst, int layer) {
@@ -153,7 +166,7 @@ int ts_comm_bcast(ts_comm *c, void *buf, size_t bytes, int root, int layer) {
   // counted as a flat broadcast: the root sends to everyone, the rest receive
   uint64_t b = c->rank == root ? (uint64_t)(c->size - 1) * bytes : bytes;
   int rc = count(c, TS_COMM_BCAST, b, layer);
-  return rc ? rc : c->ops->bcast(c, buf, bytes, root);
+  TIMED(c, rc, c->ops->bcast(c, buf, bytes, root));
 }
 
 static int tree_size_ok(const ts_comm *c, const char *what) {
@@ -168,14 +181,14 @@ int ts_comm_reduce_scatter_tree(ts_comm *c, float *buf, size_t n, int layer) {
   if (c->size == 1) return TS_OK;
   int rc = tree_size_ok(c, "reduce-scatter");
   if (!rc) rc = count(c, TS_COMM_REDUCE_SCATTER, ts_comm_tree_bytes(n, c->size, c->rank), layer);
-  return rc ? rc : c->ops->reduce_scatter_tree(c, buf, n);
+  TIMED(c, rc, c->ops->reduce_scatter_tree(c, buf, n));
 }
 
 int ts_comm_allreduce_tree(ts_comm *c, float *buf, size_t n, int layer) {
   if (c->size == 1) return TS_OK;
   int rc = tree_size_ok(c, "all-reduce");
   if (!rc) rc = count(c, TS_COMM_ALLREDUCE, 2 * ts_comm_tree_bytes(n, c->size, c->rank), layer);
-  return rc ? rc : c->ops->allreduce_tree(c, buf, n);
+  TIMED(c, rc, c->ops->allreduce_tree(c, buf, n));
 }
 
 int ts_comm_allreduce_fast(ts_comm *c, float *buf, size_t n, int layer) {
@@ -183,7 +196,7 @@ int ts_comm_allreduce_fast(ts_comm *c, float *buf, size_t n, int layer) {
   // MPI picks its own algorithm; counted as the bandwidth-optimal one (the
   // same bytes as the tree when the group is a power of two).
   int rc = count(c, TS_COMM_ALLREDUCE, 2 * ts_comm_tree_bytes(n, c->size, c->rank), layer);
-  return rc ? rc : c->ops->allreduce_fast(c, buf, n);
+  TIMED(c, rc, c->ops->allreduce_fast(c, buf, n));
 }
 
 // ---- JSON ------------------------------------------------------------------------------

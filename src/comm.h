@@ -73,6 +73,7 @@ struct ts_comm {
   ts_comm_count total[TS_COMM_NKINDS];
   ts_comm_count *layer; // nlayer * TS_COMM_NKINDS, grown on demand
   int nlayer;
+  double seconds;       // wall time inside the backend's operations
 };
 
 // A group of one: every operation is local (copies at most) and uncounted.
@@ -106,6 +107,9 @@ int ts_comm_allreduce_fast(ts_comm *c, float *buf, size_t n, int layer);
 void ts_comm_reset_counts(ts_comm *c);
 ts_comm_count ts_comm_total(const ts_comm *c, ts_comm_kind kind);
 ts_comm_count ts_comm_layer(const ts_comm *c, ts_comm_kind kind, int layer);
+// Seconds spent in this group's operations since the last reset: waiting for
+// the other ranks included, so compute time = step time - this.
+double ts_comm_seconds(const ts_comm *c);
 // Writes the counters of groups comms[0..n) summed per kind as one JSON
 // object: {"allreduce":{"calls":1,"bytes":964608},...} with only the kinds
 // used, then "layers":{"0":{...},...} when any call had a layer tag; "{}"

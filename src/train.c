@@ -388,25 +388,18 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     double t0 = ts_now();
     ts_grid_reset_counts(grid);
     if ((rc = load_batch(data, TS_SPLIT_TRAIN, &cfg, step, b0, nb, inputs, targets))) goto done;
-    // forward and backward over this rank's share; under --sp the sequence
-    // group's sums are done (all but the positional embedding)
+    // forward and backward over this rank's share, then the sums over the
+    // sequence group and the data group (shard.h)
     float lsum, loss;
     if ((rc = ts_shard_pass(&sh, inputs, targets, step, 1, &lsum))) goto done;
-    // then the data group: one all-reduce of every gradient (the positional
-    // embedding included), one all-gather of the shards' loss sums
-    if (D > 1) {
-      float *g = ts_model_grads(m);
-      rc = cfg.fast ? ts_comm_allreduce_fast(dgroup, g, np, -1)
-                    : ts_comm_allreduce_tree(dgroup, g, np, -1);
-      if (rc) goto done;
-    }
+    if ((rc = ts_shard_sync_grads(&sh, dgroup))) goto done;
     if ((rc = combine_loss(D > 1 ? dgroup : NULL, &lsum, 1, ntok_global, &loss))) goto done;
-    if ((rc = ts_shard_gather_wpe(&sh))) goto done;
     float norm = ts_grad_norm(ts_model_grads(m), np);
     ts_clip(ts_model_grads(m), np, norm, cfg.grad_clip);
     float lr = ts_lr_at(&cfg, s);
     ts_adamw_update(&opt, pt, gt, nt, lr, cfg.weight_decay, cfg.beta1, cfg.beta2, cfg.eps);
     double dt = ts_now() - t0;
+    double comm_s = ts_grid_comm_seconds(grid);
     double tps = tokens / dt;
     double mfu = roof > 0 ? fpt * tps / (roof * 1e9 * grid->world_size) : 0.0;
     double rss = ts_peak_rss_mb();
@@ -419,10 +412,10 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     snprintf(line, sizeof line,
              "{\"type\":\"step\",\"step\":%" PRIu64 ",\"loss\":%.9g,\"loss_hex\":\"%a\","
              "\"grad_norm\":%.9g,\"grad_norm_hex\":\"%a\",\"lr\":%.9g,\"lr_hex\":\"%a\","
-             "\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"mfu\":%.4f,\"peak_rss_mb\":%.1f,"
-             "\"comm\":%s}",
+             "\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"mfu\":%.4f,"
+             "\"peak_rss_mb\":%.1f,\"comm\":%s}",
              step, (double)loss, (double)loss, (double)norm, (double)norm, (double)lr, (double)lr,
-             tps, dt * 1e3, mfu, rss, comm_json);
+             tps, dt * 1e3, comm_s * 1e3, mfu, rss, comm_json);
     ts_log_line(&log, line);
     if (!cfg.quiet)
       printf("step %5" PRIu64 "/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | MFU %4.1f%% | %6.0f MB\n",

@@ -48,7 +48,8 @@ expect_exit 2 "--tile 24: must be a power of two" "$T" train $NODATA --tile 24
 expect_exit 2 "--batch 0" "$T" train $NODATA --batch 0
 expect_exit 2 "--val-frac 1" "$T" train $NODATA --val-frac 1
 expect_exit 2 "--model huge: unknown preset" "$T" train $NODATA --model huge
-expect_exit 2 "--sp 2: sequence parallelism is not available" "$T" train $NODATA --sp 2
+expect_exit 2 "--dp 1 --sp 2 --pp 1: needs dp x sp x pp = 2 ranks but the MPI world size is 1" \
+  "$T" train $NODATA --sp 2
 expect_exit 2 "--dp 4: needs 4 ranks but the MPI world size is 1" "$T" train $NODATA --dp 4
 expect_exit 2 "--pp 2: pipeline parallelism is not available" "$T" train $NODATA --pp 2
 expect_exit 2 "--sp-mode zigzag" "$T" train $NODATA --sp-mode zigzag

@@ -99,8 +99,6 @@ expect_exit 2 "--dp 4: needs 4 ranks but the MPI world size is 2" \
   $RUN_MPI -n 2 "$T" train $BASE --dp 4 --log "$NOLOG"
 expect_exit 2 "--dp 2: needs 2 ranks but the MPI world size is 4" \
   $RUN_MPI -n 4 "$T" train $BASE --dp 2 --log "$NOLOG"
-expect_exit 2 "--sp 2: sequence parallelism is not available" \
-  $RUN_MPI -n 2 "$T" train $BASE --sp 2 --log "$NOLOG"
 TS_CHECKS=$((TS_CHECKS + 1))
 [ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"
 

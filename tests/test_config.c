@@ -255,7 +255,7 @@ static void test_layout_rules(void **state) {
   ts_config c;
   base(&c, "tiny"); // B 4, T 64, leaf 8: 4 x 8 = 32 leaves
   assert_int_equal(ts_config_finalize(&c), TS_OK);
-  ts_layout lay = {1, 1, 1};
+  ts_layout lay = {1, 1, 1, TS_SP_LSS};
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
   lay.dp = 2; // 2 sequences x 8 leaves per rank
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
@@ -275,11 +275,54 @@ static void test_layout_rules(void **state) {
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
   c.fast = 0;
   c.batch = 4;
-  ts_layout sp = {1, 2, 1}, pp = {1, 1, 2}, zero = {0, 1, 1};
-  assert_int_equal(ts_layout_check(&c, &sp), TS_EUSAGE);
-  assert_non_null(strstr(ts_errmsg(), "--sp 2"));
+  ts_layout pp = {1, 1, 2, TS_SP_LSS}, zero = {0, 1, 1, TS_SP_LSS};
   assert_int_equal(ts_layout_check(&c, &pp), TS_EUSAGE);
   assert_int_equal(ts_layout_check(&c, &zero), TS_EUSAGE);
+}
+
+// Sequence parallelism (tiny: T 64, tile 8, leaf 8): each segment must hold
+// a power of two of whole tiles and leaves; any power-of-two group up to 8.
+static void test_sequence_layout_rules(void **state) {
+  (void)state;
+  ts_config c;
+  base(&c, "tiny");
+  assert_int_equal(ts_config_finalize(&c), TS_OK);
+  ts_layout lay = {1, 1, 1, TS_SP_LSS};
+  for (int n = 1; n <= 8; n *= 2) {
+    lay.sp = n;
+    assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  }
+  lay.dp = 2; // composes with data parallelism
+  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  lay.dp = 1;
+  lay.sp = 3;
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--sp 3: must be a power of two"));
+  lay.sp = 16; // 4 tokens per segment: less than a tile
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--sp 16 segments of whole tiles"));
+  c.seq = 96; // 48 tokens per segment: 6 tiles
+  lay.sp = 2;
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "power of two of tiles"));
+  c.fast = 1; // --fast sums with MPI: whole tiles and leaves are enough
+  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  lay.sp = 3; // 32 tokens each
+  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  lay.sp = 0;
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+}
+
+static void test_sp_mode_names(void **state) {
+  (void)state;
+  for (int i = 0; i < TS_SP_NMODES; i++) {
+    ts_sp_mode m = TS_SP_NMODES;
+    assert_int_equal(ts_sp_mode_parse(ts_sp_mode_names[i], &m), TS_OK);
+    assert_int_equal(m, i);
+  }
+  ts_sp_mode m;
+  assert_int_equal(ts_sp_mode_parse("lss-fast", &m), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--sp-mode lss-fast"));
 }
 
 int main(void) {
@@ -287,7 +330,8 @@ int main(void) {
       cmocka_unit_test(test_presets),         cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_tile_leaf_rule),  cmocka_unit_test(test_validation),
       cmocka_unit_test(test_json_round_trip), cmocka_unit_test(test_json_errors),
-      cmocka_unit_test(test_layout_rules),
+      cmocka_unit_test(test_layout_rules),    cmocka_unit_test(test_sequence_layout_rules),
+      cmocka_unit_test(test_sp_mode_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

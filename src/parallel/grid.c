@@ -125,3 +125,7 @@ int ts_grid_counts_json(const ts_grid *g, char *buf, size_t cap) {
   ts_comm *groups[2] = {g->seq, g->data};
   return ts_comm_counts_json(groups, 2, buf, cap);
 }
+
+double ts_grid_comm_seconds(const ts_grid *g) {
+  return ts_comm_seconds(g->seq) + ts_comm_seconds(g->data);
+}

@@ -5,7 +5,7 @@
 // ranks, usually on one node. The data group of a rank is the ranks with the
 // same (pipeline, sequence) coordinates, ordered by data index, so the
 // canonical tree over the data group is the tree over batch shards.
-// Pipeline stages (pp) are part of the layout already; only dp is used yet.
+// Pipeline stages (pp) are part of the layout already; dp and sp are used.
 #ifndef TS_GRID_H
 #define TS_GRID_H
 #include <stddef.h>
@@ -38,4 +38,6 @@ void ts_grid_free(ts_grid *g);
 void ts_grid_reset_counts(ts_grid *g);
 // The counters of all groups, as ts_comm_counts_json writes them.
 int ts_grid_counts_json(const ts_grid *g, char *buf, size_t cap);
+// Seconds this rank spent in collectives of all groups since the last reset.
+double ts_grid_comm_seconds(const ts_grid *g);
 #endif

@@ -134,16 +134,23 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
     if (sh->nb > 1)
       memcpy(sh->slots + (size_t)j * sh->np, ts_model_grads(m), sh->np * sizeof(float));
   }
-  if ((rc = combine_segment_losses(sh, loss_sum))) return rc;
-  return train ? reduce_segment_grads(sh) : TS_OK;
+  return combine_segment_losses(sh, loss_sum);
 }
 
-int ts_shard_gather_wpe(ts_shard *sh) {
+int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group) {
+  int rc;
+  float *g = ts_model_grads(sh->m);
+  if (sh->seq && (rc = reduce_segment_grads(sh))) return rc;
+  if (data_group && data_group->size > 1) {
+    rc = sh->fast ? ts_comm_allreduce_fast(data_group, g, sh->np, -1)
+                  : ts_comm_allreduce_tree(data_group, g, sh->np, -1);
+    if (rc) return rc;
+  }
   if (!sh->seq) return TS_OK;
-  float *wpe = ts_model_grads(sh->m) + sh->wpe_off;
+  float *wpe = g + sh->wpe_off;
   const size_t row = sh->wpe_len / (size_t)sh->T;
-  int rc = ts_comm_allgather(sh->seq, wpe + (size_t)sh->t0 * row, sh->wpe_full,
-                             (size_t)sh->Tl * row * sizeof(float), -1);
+  rc = ts_comm_allgather(sh->seq, wpe + (size_t)sh->t0 * row, sh->wpe_full,
+                         (size_t)sh->Tl * row * sizeof(float), -1);
   if (!rc) memcpy(wpe, sh->wpe_full, sh->wpe_len * sizeof(float));
   return rc;
 }

@@ -36,15 +36,21 @@ void ts_shard_free(ts_shard *sh);
 
 // Forward, and backward when `train`, over the shard's sequences of one
 // batch: inputs, targets (nb, T) whole windows. *loss_sum is the shard's sum
-// of token losses (an aligned subtree of the global loss tree, combined over
-// the sequence group); with `train` the model's gradients are the shard's,
-// summed over the sequence group except the positional embedding, whose
-// rows stay with their owners (ts_shard_gather_wpe).
+// of token losses: an aligned subtree of the global loss tree, already
+// combined over the sequence group (one all-gather), for the trainer to
+// combine over the data group.
 int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t step, int train,
                   float *loss_sum);
 
-// After the data group's all-reduce: every rank of the sequence group gets
-// the owners' rows of the positional-embedding gradient, so that the
-// optimizer runs on identical replicas. One all-gather per step.
-int ts_shard_gather_wpe(ts_shard *sh);
+// After a training pass, the global batch's gradient into the model's
+// gradient buffer on every rank (double gradient averaging, ALGORITHMS.md §2):
+//   1. one all-reduce over the sequence group of every gradient but the
+//      positional embedding's, whose rows are owned, not replicated;
+//   2. the tree over the rank's sequences (when it holds several);
+//   3. one all-reduce over the data group (NULL or size 1: none), positional
+//      embedding included;
+//   4. one all-gather over the sequence group of the owners' positional
+//      embedding rows, so that the optimizer runs on identical replicas.
+// Exact mode sums by the canonical trees; --fast lets MPI sum (1 and 3).
+int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group);
 #endif

@@ -1,0 +1,150 @@
+#!/bin/sh
+# Exact sequence parallelism (ALGORITHMS.md §2): `mpiexec -n D·N tessera train
+# --sp N --dp D --sp-mode MODE` equals the serial run of the same global batch
+# bit for bit (tessera compare says identical, the final parameter hashes
+# match) for MODE lss, lss-fused, lss-basic, N in {1, 2, 4, 8}, D in {1, 2}
+# (world <= 8), dropout off and on.
+#
+# The step records count the collectives of every attention layer exactly.
+# Per layer and per sequence a rank holds, with T·d the sequence's floats of
+# width d, counted on rank 0 as bytes sent plus received:
+#   all-gather of T/N rows of d floats:    2·(N-1)·(T/N)·d·4   (the input, E, K or V)
+#   reduce-scatter of n floats (the tree): 8·n·(N-1)/N         (n = 2·T·d for [dK|dV],
+#                                                               T·d for dK, dV or dE)
+#   lss        1 all-gather (input)              + 1 reduce-scatter ([dK|dV])     = 2
+#   lss-fused  2 all-gathers (input, E)          + 2 reduce-scatters ([dK|dV], dE) = 4
+#   lss-basic  3 all-gathers (K, V, E)           + 3 reduce-scatters (dK, dV, dE)  = 6
+# Layouts that cannot be exact are refused before any work; a failure on one
+# rank ends every rank.
+. "$(dirname "$0")/lib.sh"
+
+. "$(dirname "$0")/mpi_lib.sh"
+T=$TESSERA_BIN
+DATA=$TESSERA_SRCDIR/data/corpus.txt
+# tiny: T 64, d 64, 2 layers, tile 8, leaf 8: up to 8 segments of one leaf.
+# Batch 2: with D = 1 a rank runs two sequences one after the other (their
+# gradients join in a tree), with D = 2 one each. One thread per rank: this
+# machine has two cores and waiting ranks busy-poll.
+SEQ=64
+DM=64
+BASE="--model tiny --batch 2 --steps 2 --warmup 1 --eval-batches 1 --data $DATA --quiet --threads 1"
+RUN_MPI="timeout 180 $MPIEXEC"
+
+# expected per-layer record of rank 0: nb sequences per rank, mode, N
+layer_counts() { # nb mode N
+  nb=$1 mode=$2 N=$3
+  ag=$((2 * (N - 1) * (SEQ / N) * DM * 4))
+  rs1=$((8 * SEQ * DM * (N - 1) / N))
+  case $mode in
+  lss) echo "{\"reduce_scatter\":{\"calls\":$nb,\"bytes\":$((nb * 2 * rs1))},\"allgather\":{\"calls\":$nb,\"bytes\":$((nb * ag))}}" ;;
+  lss-fused) echo "{\"reduce_scatter\":{\"calls\":$((2 * nb)),\"bytes\":$((nb * 3 * rs1))},\"allgather\":{\"calls\":$((2 * nb)),\"bytes\":$((nb * 2 * ag))}}" ;;
+  lss-basic) echo "{\"reduce_scatter\":{\"calls\":$((3 * nb)),\"bytes\":$((nb * 3 * rs1))},\"allgather\":{\"calls\":$((3 * nb)),\"bytes\":$((nb * 3 * ag))}}" ;;
+  esac
+}
+
+for drop in 0 0.1; do
+  S=$TS_TMP/serial-$drop.jsonl
+  expect_exit 0 "" "$T" train $BASE --dropout $drop --log "$S"
+  for mode in lss lss-fused lss-basic; do
+    # N = 1 is the serial (D = 1) or data-parallel layout whatever the mode
+    if [ $mode = lss ]; then layouts="1x1 1x2 2x1 2x2 4x1 4x2 8x1"; else layouts="2x1 2x2 4x1 4x2 8x1"; fi
+    for nd in $layouts; do
+      N=${nd%x*} D=${nd#*x}
+      L=$TS_TMP/$mode-sp$N-dp$D-$drop.jsonl
+      if [ $((N * D)) -eq 1 ]; then
+        expect_exit 0 "" "$T" train $BASE --dropout $drop --sp 1 --sp-mode $mode --log "$L" || continue
+      else
+        expect_exit 0 "" $RUN_MPI -n $((N * D)) "$T" train $BASE --dropout $drop --sp $N --dp $D \
+          --sp-mode $mode --log "$L" || continue
+      fi
+      expect_exit 0 "" "$T" compare "$S" "$L"
+      expect_stdout "^identical"
+      h1=$(grep '"final"' "$S")
+      h2=$(grep '"final"' "$L")
+      TS_CHECKS=$((TS_CHECKS + 1))
+      if [ -n "$h1" ] && [ "$h1" = "$h2" ]; then
+        pass "$mode sp $N dp $D dropout $drop: final parameter hash equal"
+      else
+        fail "$mode sp $N dp $D dropout $drop: final records differ: $h1 / $h2"
+      fi
+      [ "$N" -gt 1 ] && [ "$drop" = 0 ] || continue
+      # the collectives of every attention layer, in every step record
+      want=$(layer_counts $((2 / D)) $mode $N)
+      steps=$(grep -c '"type":"step"' "$L")
+      good=$(grep '"type":"step"' "$L" | grep -F "\"layers\":{\"0\":$want,\"1\":$want}" | wc -l)
+      TS_CHECKS=$((TS_CHECKS + 1))
+      if [ "$steps" -eq 2 ] && [ "$good" -eq 2 ]; then
+        pass "$mode sp $N dp $D: every step counts per layer $want"
+      else
+        fail "$mode sp $N dp $D: $good of $steps step records have per layer $want: $(grep '"type":"step"' "$L" | head -n 1 | sed 's/.*"comm"/"comm"/')"
+      fi
+      # once per step, not per layer: the sequence group's gradient all-reduce,
+      # then the data group's
+      ar=$(grep '"type":"step"' "$L" | head -n 1 | sed -n 's/.*"comm":{"allreduce":{"calls":\([0-9]*\).*/\1/p')
+      TS_CHECKS=$((TS_CHECKS + 1))
+      [ "$ar" = "$D" ] && pass "$mode sp $N dp $D: $ar gradient all-reduce(s) per step" ||
+        fail "$mode sp $N dp $D: '$ar' gradient all-reduces per step, expected $D"
+    done
+  done
+done
+
+# the layout is named in the config record
+grep -q '"layout":"dp2-sp4-lss-basic"' "$TS_TMP/lss-basic-sp4-dp2-0.jsonl" &&
+  pass "config record: layout dp2-sp4-lss-basic" || fail "config record lacks layout dp2-sp4-lss-basic"
+
+# --fast lets MPI sum the gradients: equal within a tolerance
+F=$TS_TMP/fast.jsonl
+if expect_exit 0 "" $RUN_MPI -n 2 "$T" train $BASE --sp 2 --fast --log "$F"; then
+  expect_exit 0 "" "$T" compare --rtol 1e-5 "$TS_TMP/serial-0.jsonl" "$F"
+fi
+
+# resume under sp 2 from a checkpoint of the serial run: the layout is not
+# part of a checkpoint
+CK=$TS_TMP/ck
+R=$TS_TMP/resumed.jsonl
+expect_exit 0 "" "$T" train $BASE --ckpt-dir "$CK" --ckpt-every 1 --log "$R"
+rm -f "$CK/step-00000002.safetensors"
+expect_exit 0 "" $RUN_MPI -n 2 "$T" train $BASE --sp 2 --ckpt-dir "$CK" --resume --log "$R"
+expect_stdout "resumed from .*step-00000001"
+expect_exit 0 "" "$T" compare "$TS_TMP/serial-0.jsonl" "$R"
+expect_stdout "^identical"
+
+# --- refused before any work: one line, exit 2, no log written ------------------------
+NOLOG=$TS_TMP/never.jsonl
+expect_exit 2 "--sp 3: must be a power of two" "$T" train $BASE --sp 3 --log "$NOLOG"
+expect_exit 2 "--seq 64: must split into --sp 16 segments of whole tiles" \
+  "$T" train $BASE --sp 16 --log "$NOLOG"
+# 96 tokens, tile 8: segments of 48 tokens = 6 tiles
+expect_exit 2 "--seq 96 with --sp 2: each segment of 48 tokens must hold a power of two" \
+  "$T" train $BASE --seq 96 --tile 8 --leaf 8 --sp 2 --log "$NOLOG"
+expect_exit 2 "--sp-mode ulysses: not available" "$T" train $BASE --sp 2 --sp-mode ulysses --log "$NOLOG"
+expect_exit 2 "--sp-mode bogus: must be lss, lss-fused, lss-basic or megatron" \
+  "$T" train $BASE --sp-mode bogus --log "$NOLOG"
+expect_exit 2 "--dp 1 --sp 4 --pp 1: needs dp x sp x pp = 4 ranks but the MPI world size is 2" \
+  $RUN_MPI -n 2 "$T" train $BASE --sp 4 --log "$NOLOG"
+expect_exit 2 "--dp 2 --sp 2 --pp 1: needs dp x sp x pp = 4 ranks but the MPI world size is 2" \
+  $RUN_MPI -n 2 "$T" train $BASE --sp 2 --dp 2 --log "$NOLOG"
+TS_CHECKS=$((TS_CHECKS + 1))
+[ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"
+
+# --- a failure on one rank ends every rank, at once, with the rank's message ----------
+for W in "2 1" "2 2"; do
+  set -- $W
+  TS_CHECKS=$((TS_CHECKS + 1))
+  t0=$(date +%s)
+  TESSERA_FAULT_RANK=1 timeout 60 $MPIEXEC -n $(($1 * $2)) "$T" train $BASE --sp $1 --dp $2 \
+    >"$TS_OUT" 2>"$TS_ERR"
+  rc=$?
+  dt=$(($(date +%s) - t0))
+  if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    fail "sp $1 dp $2, rank 1 failing: exit $rc after ${dt}s (expected a quick non-zero exit)"
+  elif ! grep -q "^tessera: rank 1: cannot read .*fault injected" "$TS_ERR"; then
+    fail "sp $1 dp $2, rank 1 failing: no 'tessera: rank 1: ...' message: $(head -c 500 "$TS_ERR")"
+  elif [ "$dt" -gt 20 ]; then
+    fail "sp $1 dp $2, rank 1 failing: took ${dt}s to bring the run down"
+  else
+    pass "sp $1 dp $2, rank 1 failing: exit $rc after ${dt}s"
+  fi
+done
+
+done_testing
