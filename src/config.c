@@ -199,8 +199,6 @@ int ts_layout_check(const ts_config *cfg, const ts_layout *lay) {
   if (lay->pp != 1)
     return ts_fail(TS_EUSAGE, "--pp %d: pipeline parallelism is not available in this build yet",
                    lay->pp);
-  if (lay->sp > 1 && lay->sp_mode == TS_SP_MEGATRON)
-    return ts_fail(TS_EUSAGE, "--sp-mode megatron: not available in this build yet");
   if (lay->sp > 1) {
     // Sequence parallelism (ALGORITHMS.md §2): rank s holds positions
     // [s·T/N, (s+1)·T/N). Its gradient leaves and its query tiles must each
@@ -223,6 +221,11 @@ int ts_layout_check(const ts_config *cfg, const ts_layout *lay) {
                      "of tiles (%d) and of leaves (%d), so that its sums are subtrees of the "
                      "serial trees",
                      T, N, T / N, cfg->tile, cfg->leaf);
+    if (lay->sp_mode == TS_SP_MEGATRON && (cfg->n_head % N != 0 || cfg->d_ff % N != 0))
+      return ts_fail(TS_EUSAGE,
+                     "--sp-mode megatron with --sp %d: the %d heads and the MLP width %d must "
+                     "divide by %d (each rank holds a slice of both)",
+                     N, cfg->n_head, cfg->d_ff, N);
   }
   const int D = lay->dp;
   if (D == 1) return TS_OK;

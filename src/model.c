@@ -10,64 +10,11 @@
 
 #include "comm.h"
 #include "kernels.h"
+#include "model_impl.h"
+#include "parallel/megatron.h"
 #include "rng.h"
 #include "tessera.h"
 #include "util.h"
-
-typedef struct {
-  float *ln1w, *ln1b, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
-  float *ln2w, *ln2b, *w1, *b1, *w2, *b2;
-} layer_params;
-
-typedef struct {
-  float *wte, *wpe, *lnfw, *lnfb, *lm_head; // lm_head NULL when tied
-  layer_params *layer;
-} param_views;
-
-// What a layer keeps for its backward. Norm outputs and the GeLU output are
-// not kept: backward recomputes them (same code, same bits) into shared
-// scratch, which saves 2d + d_ff floats per token per layer.
-typedef struct {
-  float *ln1_mean, *ln1_rstd, *q, *k, *v, *att, *lse, *res_mid;
-  float *ln2_mean, *ln2_rstd, *fch;
-} layer_acts;
-
-struct ts_model {
-  ts_config cfg;
-  int B, T, C, L, H, dh, F, V; // B: the sequences this model holds (its shard)
-  int64_t ntok;                // B*T local tokens
-  // The shard of the global batch: sequences [b0, b0 + B) of Bg. Dropout
-  // indices and the loss scale use the global batch (docs/MODEL.md).
-  int b0, Bg;
-  int64_t ntok_global;         // Bg*T
-  // The sequence shard: positions [t0, t0 + Tl) of each sequence (serial:
-  // 0, T). Token-wise buffers hold B*Tl rows; K and V hold whole sequences.
-  int t0, Tl;
-  ts_comm *seq;                // the sequence group (NULL: serial)
-  ts_sp_mode sp_mode;
-  float *spbuf;                // 2*T*C: gathered rows, packed [dK|dV], full dE
-  int rc;                      // error of the last forward
-  // parameters, gradients: one allocation each, same layout
-  int ntens;
-  ts_tensor *ptens, *gtens;
-  float *stds; // init std per tensor (0 = constant)
-  float *consts;
-  size_t nparams;
-  float *params, *grads;
-  param_views p, g;
-  // activations
-  float *acts;
-  size_t nacts;     // floats of activations + backward scratch
-  float **res;      // L+1 residual streams (ntok, C)
-  layer_acts *la;
-  float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
-  float *ln_out, *gelu_out; // shared scratch: a norm's output (ntok, C), GeLU's (ntok, F)
-  // backward scratch
-  float *dres, *dtmp, *dtmp2, *datt, *dq, *dk, *dv, *dfch, *dlogits, *dsum;
-  int *inputs, *targets;
-  ts_ws ws;
-  float loss, loss_sum; // loss_sum: canonical-tree sum of the local token losses
-};
 
 // ---- parameter table ---------------------------------------------------------------
 typedef struct {
@@ -147,9 +94,9 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
     if (cfg->seq % nsp != 0 || Tl % cfg->leaf != 0 || Tl % cfg->tile != 0)
       return ts_fail(TS_EUSAGE, "--seq %d: not %d segments of whole leaves (%d) and tiles (%d)",
                      cfg->seq, nsp, cfg->leaf, cfg->tile);
-    if (sp->mode >= TS_SP_MEGATRON)
-      return ts_fail(TS_EUSAGE, "--sp-mode %s: not available in this build yet",
-                     ts_sp_mode_names[sp->mode]);
+    if (sp->mode == TS_SP_MEGATRON && (cfg->n_head % nsp != 0 || cfg->d_ff % nsp != 0))
+      return ts_fail(TS_EUSAGE, "--sp-mode megatron: %d heads and MLP width %d must divide by --sp %d",
+                     cfg->n_head, cfg->d_ff, nsp);
   }
   ts_model *m = calloc(1, sizeof *m);
   if (!m) return ts_fail(TS_ERUNTIME, "out of memory");
@@ -228,13 +175,17 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   }
   free(spec);
 
-  // activations; Nk rows of K and V (the whole sequence under --sp)
-  int64_t N = m->ntok, Nk = (int64_t)m->B * m->T;
+  // activations; Nk rows of K and V (the whole sequence under --sp). The
+  // tensor-split layers (megatron) keep their own (megatron.c): Na = 0 rows
+  // of the attention and MLP buffers here.
+  const int tensor_split = m->seq && m->sp_mode == TS_SP_MEGATRON;
+  int64_t N = m->ntok, Na = tensor_split ? 0 : N, Nk = tensor_split ? 0 : (int64_t)m->B * m->T;
   size_t C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V;
-  size_t BHT = (size_t)N * m->H;
-  size_t per_layer = N * (C * 3 + F + 4) + Nk * C * 2 + BHT;
+  size_t BHT = (size_t)Na * m->H;
+  size_t per_layer = N * (C + 4) + Na * (C * 2 + F) + Nk * C * 2 + BHT;
   size_t top = N * (C + 2 + V + 1);
-  size_t scratch = N * (C * 6 + F * 2 + V) + Nk * C * 2 + BHT + (N < Nk ? Nk * C * 2 : 0);
+  size_t scratch = N * (C * 4 + V) + Na * (C * 2 + F * 2) + Nk * C * 2 + BHT +
+                   (m->seq && !tensor_split ? Nk * C * 2 : 0);
   size_t nacts = (size_t)(m->L + 1) * N * C + (size_t)m->L * per_layer + top + scratch;
   m->nacts = nacts;
   m->acts = ts_alloc(nacts * sizeof(float));
@@ -251,18 +202,18 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   for (int l = 0; l < m->L; l++) {
     layer_acts *la = &m->la[l];
     TAKE(la->ln1_mean, N); TAKE(la->ln1_rstd, N);
-    TAKE(la->q, N * C); TAKE(la->k, Nk * C); TAKE(la->v, Nk * C); TAKE(la->att, N * C);
+    TAKE(la->q, Na * C); TAKE(la->k, Nk * C); TAKE(la->v, Nk * C); TAKE(la->att, Na * C);
     TAKE(la->lse, BHT); TAKE(la->res_mid, N * C);
     TAKE(la->ln2_mean, N); TAKE(la->ln2_rstd, N);
-    TAKE(la->fch, N * F);
+    TAKE(la->fch, Na * F);
   }
   TAKE(m->lnf, N * C); TAKE(m->lnf_mean, N); TAKE(m->lnf_rstd, N);
   TAKE(m->logits, N * V); TAKE(m->losses, N);
-  TAKE(m->ln_out, N * C); TAKE(m->gelu_out, N * F);
-  TAKE(m->dres, N * C); TAKE(m->dtmp, N * C); TAKE(m->dtmp2, N * C); TAKE(m->datt, N * C);
-  TAKE(m->dq, N * C); TAKE(m->dk, Nk * C); TAKE(m->dv, Nk * C);
-  TAKE(m->dfch, N * F); TAKE(m->dlogits, N * V); TAKE(m->dsum, BHT);
-  if (N < Nk) TAKE(m->spbuf, Nk * C * 2);
+  TAKE(m->ln_out, N * C); TAKE(m->gelu_out, Na * F);
+  TAKE(m->dres, N * C); TAKE(m->dtmp, N * C); TAKE(m->dtmp2, N * C); TAKE(m->datt, Na * C);
+  TAKE(m->dq, Na * C); TAKE(m->dk, Nk * C); TAKE(m->dv, Nk * C);
+  TAKE(m->dfch, Na * F); TAKE(m->dlogits, N * V); TAKE(m->dsum, BHT);
+  if (m->seq && !tensor_split) TAKE(m->spbuf, Nk * C * 2);
 #undef TAKE
 
   size_t leaf_cap = F * C + F;
@@ -272,12 +223,18 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
     ts_model_free(m);
     return ts_fail(TS_ERUNTIME, "out of memory allocating kernel workspace");
   }
+  int rc;
+  if (tensor_split && (rc = megatron_create(m))) {
+    ts_model_free(m);
+    return rc;
+  }
   *out = m;
   return TS_OK;
 }
 
 void ts_model_free(ts_model *m) {
   if (!m) return;
+  megatron_free(m);
   ts_ws_free(&m->ws);
   ts_free(m->params); ts_free(m->grads); ts_free(m->acts);
   ts_free(m->inputs); ts_free(m->targets);
@@ -302,12 +259,12 @@ void ts_model_init(ts_model *m, uint64_t seed) {
 // layer l: projection and MLP ((l·Bg + b0)·T + t0)·d (a sequence shard holds
 // one sequence, so its rows are contiguous), attention
 // (((l·Bg + b0)·H + h)·T + i)·T + j; the kernels add the local offsets.
-static uint64_t row_base(const ts_model *m, int l) {
+uint64_t ts_model_row_base(const ts_model *m, int l) {
   return (((uint64_t)l * m->Bg + (uint64_t)m->b0) * (uint64_t)m->T + (uint64_t)m->t0) *
          (uint64_t)m->C;
 }
 
-static uint64_t attn_base(const ts_model *m, int l) {
+uint64_t ts_model_attn_base(const ts_model *m, int l) {
   return ((uint64_t)l * m->Bg + (uint64_t)m->b0) * (uint64_t)m->H * (uint64_t)m->T * (uint64_t)m->T;
 }
 
@@ -402,7 +359,7 @@ static int reduce_scatter_kv(ts_model *m, int l) {
 
 static ts_attn_shape attn_shape(const ts_model *m, int l, float p, uint64_t step) {
   ts_attn_shape as = {m->B, m->T, m->H, m->dh, m->cfg.tile, p, m->cfg.seed, step,
-                      attn_base(m, l), m->Tl, m->t0, m->T, 0, 0};
+                      ts_model_attn_base(m, l), m->Tl, m->t0, m->T, 0, 0};
   return as;
 }
 
@@ -420,6 +377,10 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
   m->rc = TS_OK;
   encoder_forward(m->res[0], m->inputs, m->p.wte, m->p.wpe + (size_t)m->t0 * C, B, m->Tl, C);
   for (int l = 0; l < m->L; l++) {
+    if (m->mt) { // tensor-split layers
+      if ((m->rc = megatron_layer_forward(m, l, step, p))) return NAN;
+      continue;
+    }
     layer_params *w = &m->p.layer[l];
     layer_acts *a = &m->la[l];
     const float *x = m->res[l];
@@ -432,13 +393,13 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     if (uses_concat(m) && (m->rc = concat_forward(m, l, a->att))) return NAN;
     // res_mid = x + dropout(att · Woᵀ + bo)
     linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, rows);
-    dropout_apply(a->res_mid, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, row_base(m, l));
+    dropout_apply(a->res_mid, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
     for (int64_t i = 0; i < N * C; i++) a->res_mid[i] = x[i] + a->res_mid[i];
     layernorm_forward(m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b, N, C);
     linear_forward(a->fch, m->ln_out, w->w1, w->b1, N, C, F, rows);
     gelu_forward(m->gelu_out, a->fch, N * F);
     linear_forward(y, m->gelu_out, w->w2, w->b2, N, F, C, rows);
-    dropout_apply(y, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, row_base(m, l));
+    dropout_apply(y, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
     for (int64_t i = 0; i < N * C; i++) y[i] = a->res_mid[i] + y[i];
   }
   layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->res[m->L], m->p.lnfw, m->p.lnfb, N, C);
@@ -492,11 +453,15 @@ int ts_model_backward(ts_model *m, uint64_t step) {
   rc |= layernorm_backward(ws, m->dres, m->g.lnfw, m->g.lnfb, m->dtmp, m->res[m->L], m->p.lnfw,
                      m->lnf_mean, m->lnf_rstd, N, C);
   for (int l = m->L - 1; l >= 0; l--) {
+    if (m->mt) { // tensor-split layers
+      if ((crc = megatron_layer_backward(m, l, step))) return crc;
+      continue;
+    }
     layer_params *w = &m->p.layer[l], *g = &m->g.layer[l];
     layer_acts *a = &m->la[l];
     // MLP branch: y = res_mid + dropout(gelu(ln2 · W1ᵀ + b1) · W2ᵀ + b2)
     memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
-    dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, row_base(m, l));
+    dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
     gelu_forward(m->gelu_out, a->fch, N * F); // recomputed, as in the forward
     rc |= linear_backward_weights(ws, g->w2, g->b2, m->dtmp, m->gelu_out, N, F, C);
     linear_backward_input(m->dfch, m->dtmp, w->w2, N, F, C, rows, 0);
@@ -509,7 +474,7 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     add_into(m->dres, m->dtmp2, N * C);
     // attention branch: res_mid = x + dropout(attn(ln1(x)) · Woᵀ + bo)
     memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
-    dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, row_base(m, l));
+    dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
     rc |= linear_backward_weights(ws, g->wo, g->bo, m->dtmp, a->att, N, C, C);
     linear_backward_input(m->datt, m->dtmp, w->wo, N, C, C, rows, 0);
     if (uses_concat(m) && (crc = concat_backward(m, l, m->datt))) return crc;
@@ -560,7 +525,9 @@ void ts_model_positions(const ts_model *m, int *t_begin, int *t_count) {
   *t_count = m->Tl;
 }
 const ts_config *ts_model_config(const ts_model *m) { return &m->cfg; }
-size_t ts_model_activation_bytes(const ts_model *m) { return m->nacts * sizeof(float); }
+size_t ts_model_activation_bytes(const ts_model *m) {
+  return m->nacts * sizeof(float) + megatron_bytes(m);
+}
 
 double ts_model_flops_per_token(const ts_model *m) {
   // non-embedding parameters: everything but wte and wpe (a tied head is the

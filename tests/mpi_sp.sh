@@ -14,6 +14,12 @@
 #   lss        1 all-gather (input)              + 1 reduce-scatter ([dK|dV])     = 2
 #   lss-fused  2 all-gathers (input, E)          + 2 reduce-scatters ([dK|dV], dE) = 4
 #   lss-basic  3 all-gathers (K, V, E)           + 3 reduce-scatters (dK, dV, dE)  = 6
+#   megatron   4 all-gathers (ln1, ln2, dy, dy') + 4 reduce-scatters (partial
+#              projections W_o, W_2 forward; dx of W_1, of W_q/k/v backward)   = 8
+# megatron sums partial projections across ranks, so it is in the tolerance
+# tier: loss, gradient norm and validation loss within rtol 1e-5 of serial at
+# every step. Measured: 1e-7 (one ulp of the norm) or less after 3 steps; a
+# wrong slice or a missing term moves the loss by 1e-3 or more.
 # Layouts that cannot be exact are refused before any work; a failure on one
 # rank ends every rank.
 . "$(dirname "$0")/lib.sh"
@@ -39,15 +45,21 @@ layer_counts() { # nb mode N
   lss) echo "{\"reduce_scatter\":{\"calls\":$nb,\"bytes\":$((nb * 2 * rs1))},\"allgather\":{\"calls\":$nb,\"bytes\":$((nb * ag))}}" ;;
   lss-fused) echo "{\"reduce_scatter\":{\"calls\":$((2 * nb)),\"bytes\":$((nb * 3 * rs1))},\"allgather\":{\"calls\":$((2 * nb)),\"bytes\":$((nb * 2 * ag))}}" ;;
   lss-basic) echo "{\"reduce_scatter\":{\"calls\":$((3 * nb)),\"bytes\":$((nb * 3 * rs1))},\"allgather\":{\"calls\":$((3 * nb)),\"bytes\":$((nb * 3 * ag))}}" ;;
+  megatron) echo "{\"reduce_scatter\":{\"calls\":$((4 * nb)),\"bytes\":$((nb * 4 * rs1))},\"allgather\":{\"calls\":$((4 * nb)),\"bytes\":$((nb * 4 * ag))}}" ;;
   esac
 }
 
 for drop in 0 0.1; do
   S=$TS_TMP/serial-$drop.jsonl
   expect_exit 0 "" "$T" train $BASE --dropout $drop --log "$S"
-  for mode in lss lss-fused lss-basic; do
-    # N = 1 is the serial (D = 1) or data-parallel layout whatever the mode
-    if [ $mode = lss ]; then layouts="1x1 1x2 2x1 2x2 4x1 4x2 8x1"; else layouts="2x1 2x2 4x1 4x2 8x1"; fi
+  for mode in lss lss-fused lss-basic megatron; do
+    # N = 1 is the serial (D = 1) or data-parallel layout whatever the mode;
+    # megatron splits the 4 heads of tiny, so N <= 4
+    case $mode in
+    lss) layouts="1x1 1x2 2x1 2x2 4x1 4x2 8x1" ;;
+    megatron) layouts="2x1 2x2 4x1" ;;
+    *) layouts="2x1 2x2 4x1 4x2 8x1" ;;
+    esac
     for nd in $layouts; do
       N=${nd%x*} D=${nd#*x}
       L=$TS_TMP/$mode-sp$N-dp$D-$drop.jsonl
@@ -57,15 +69,20 @@ for drop in 0 0.1; do
         expect_exit 0 "" $RUN_MPI -n $((N * D)) "$T" train $BASE --dropout $drop --sp $N --dp $D \
           --sp-mode $mode --log "$L" || continue
       fi
-      expect_exit 0 "" "$T" compare "$S" "$L"
-      expect_stdout "^identical"
-      h1=$(grep '"final"' "$S")
-      h2=$(grep '"final"' "$L")
-      TS_CHECKS=$((TS_CHECKS + 1))
-      if [ -n "$h1" ] && [ "$h1" = "$h2" ]; then
-        pass "$mode sp $N dp $D dropout $drop: final parameter hash equal"
+      if [ $mode = megatron ]; then
+        expect_exit 0 "" "$T" compare --rtol 1e-5 "$S" "$L"
+        expect_stdout "^equal within rtol 1e-05"
       else
-        fail "$mode sp $N dp $D dropout $drop: final records differ: $h1 / $h2"
+        expect_exit 0 "" "$T" compare "$S" "$L"
+        expect_stdout "^identical"
+        h1=$(grep '"final"' "$S")
+        h2=$(grep '"final"' "$L")
+        TS_CHECKS=$((TS_CHECKS + 1))
+        if [ -n "$h1" ] && [ "$h1" = "$h2" ]; then
+          pass "$mode sp $N dp $D dropout $drop: final parameter hash equal"
+        else
+          fail "$mode sp $N dp $D dropout $drop: final records differ: $h1 / $h2"
+        fi
       fi
       [ "$N" -gt 1 ] && [ "$drop" = 0 ] || continue
       # the collectives of every attention layer, in every step record
@@ -117,6 +134,8 @@ expect_exit 2 "--seq 64: must split into --sp 16 segments of whole tiles" \
 # 96 tokens, tile 8: segments of 48 tokens = 6 tiles
 expect_exit 2 "--seq 96 with --sp 2: each segment of 48 tokens must hold a power of two" \
   "$T" train $BASE --seq 96 --tile 8 --leaf 8 --sp 2 --log "$NOLOG"
+expect_exit 2 "--sp-mode megatron with --sp 8: the 4 heads and the MLP width 256 must divide by 8" \
+  "$T" train $BASE --sp 8 --sp-mode megatron --log "$NOLOG"
 expect_exit 2 "--sp-mode ulysses: not available" "$T" train $BASE --sp 2 --sp-mode ulysses --log "$NOLOG"
 expect_exit 2 "--sp-mode bogus: must be lss, lss-fused, lss-basic or megatron" \
   "$T" train $BASE --sp-mode bogus --log "$NOLOG"

@@ -311,6 +311,15 @@ static void test_sequence_layout_rules(void **state) {
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
   lay.sp = 0;
   assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  // megatron splits heads and MLP columns: tiny's 4 heads allow up to 4 ranks
+  c.fast = 0;
+  c.seq = 64;
+  lay.sp_mode = TS_SP_MEGATRON;
+  lay.sp = 4;
+  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  lay.sp = 8;
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "the 4 heads and the MLP width 256 must divide by 8"));
 }
 
 static void test_sp_mode_names(void **state) {

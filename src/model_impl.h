@@ -1,0 +1,74 @@
+// The model's insides, shared by model.c and the layer strategies that run a
+// layer differently (src/parallel/megatron.c). Everything else goes through
+// tessera.h.
+#ifndef TS_MODEL_IMPL_H
+#define TS_MODEL_IMPL_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "kernels.h"
+#include "tessera.h"
+
+typedef struct {
+  float *ln1w, *ln1b, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
+  float *ln2w, *ln2b, *w1, *b1, *w2, *b2;
+} layer_params;
+
+typedef struct {
+  float *wte, *wpe, *lnfw, *lnfb, *lm_head; // lm_head NULL when tied
+  layer_params *layer;
+} param_views;
+
+// What a layer keeps for its backward. Norm outputs and the GeLU output are
+// not kept: backward recomputes them (same code, same bits) into shared
+// scratch, which saves 2d + d_ff floats per token per layer.
+typedef struct {
+  float *ln1_mean, *ln1_rstd, *q, *k, *v, *att, *lse, *res_mid;
+  float *ln2_mean, *ln2_rstd, *fch;
+} layer_acts;
+
+struct ts_model {
+  ts_config cfg;
+  int B, T, C, L, H, dh, F, V; // B: the sequences this model holds (its shard)
+  int64_t ntok;                // B*T local tokens
+  // The shard of the global batch: sequences [b0, b0 + B) of Bg. Dropout
+  // indices and the loss scale use the global batch (docs/MODEL.md).
+  int b0, Bg;
+  int64_t ntok_global;         // Bg*T
+  // The sequence shard: positions [t0, t0 + Tl) of each sequence (serial:
+  // 0, T). Token-wise buffers hold B*Tl rows; K and V hold whole sequences.
+  int t0, Tl;
+  ts_comm *seq;                // the sequence group (NULL: serial)
+  ts_sp_mode sp_mode;
+  float *spbuf;                // 2*T*C: gathered rows, packed [dK|dV], full dE
+  int rc;                      // error of the last forward
+  // parameters, gradients: one allocation each, same layout
+  int ntens;
+  ts_tensor *ptens, *gtens;
+  float *stds; // init std per tensor (0 = constant)
+  float *consts;
+  size_t nparams;
+  float *params, *grads;
+  param_views p, g;
+  // activations
+  float *acts;
+  size_t nacts;     // floats of activations + backward scratch
+  float **res;      // L+1 residual streams (ntok, C)
+  layer_acts *la;
+  float *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+  float *ln_out, *gelu_out; // shared scratch: a norm's output (ntok, C), GeLU's (ntok, F)
+  // backward scratch
+  float *dres, *dtmp, *dtmp2, *datt, *dq, *dk, *dv, *dfch, *dlogits, *dsum;
+  int *inputs, *targets;
+  ts_ws ws;
+  float loss, loss_sum; // loss_sum: canonical-tree sum of the local token losses
+  struct megatron *mt;  // the tensor-split layers' buffers (--sp-mode megatron)
+};
+
+// Global dropout indices of this shard's first element in layer l
+// (docs/MODEL.md): rows of the projection and MLP outputs, and attention
+// probabilities of head 0.
+uint64_t ts_model_row_base(const ts_model *m, int l);
+uint64_t ts_model_attn_base(const ts_model *m, int l);
+#endif

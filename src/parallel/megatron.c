@@ -1,0 +1,228 @@
+// Megatron-style sequence parallelism: tensor-split layers (megatron.h).
+#include "parallel/megatron.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+#include "util.h"
+
+struct megatron {
+  int N, s;              // group size, this rank
+  int Hl, h0, Kl;        // local heads, first head, Kl = Hl·dh columns of Q/K/V
+  int Fl, f0;            // local MLP columns, first column
+  // kept for backward, per layer
+  float **X, **X2;       // (T, C) gathered ln1 and ln2 outputs
+  float **q, **k, **v;   // (T, Kl) this rank's heads
+  float **att;           // (T, Kl)
+  float **lse;           // (Hl, T)
+  float **fch;           // (T, Fl) pre-GeLU
+  // scratch
+  float *full;           // (T, C) partial sums before a reduce-scatter, gathered gradients
+  float *gelu, *dfch;    // (T, Fl)
+  float *dq, *dk, *dv, *datt; // (T, Kl)
+  float *dsum;           // (Hl, T)
+  float *mem;
+  size_t nfloats;
+};
+
+int megatron_create(ts_model *m) {
+  struct megatron *mt = calloc(1, sizeof *mt);
+  if (!mt) return ts_fail(TS_ERUNTIME, "out of memory");
+  mt->N = m->seq->size;
+  mt->s = m->seq->rank;
+  mt->Hl = m->H / mt->N;
+  mt->h0 = mt->s * mt->Hl;
+  mt->Kl = mt->Hl * m->dh;
+  mt->Fl = m->F / mt->N;
+  mt->f0 = mt->s * mt->Fl;
+  const size_t T = (size_t)m->T, C = (size_t)m->C, L = (size_t)m->L;
+  const size_t Kl = (size_t)mt->Kl, Fl = (size_t)mt->Fl, HT = (size_t)mt->Hl * T;
+  size_t per_layer = 2 * T * C + 4 * T * Kl + HT + T * Fl;
+  mt->nfloats = L * per_layer + T * C + 2 * T * Fl + 4 * T * Kl + HT;
+  float ***lists[] = {&mt->X, &mt->X2, &mt->q, &mt->k, &mt->v, &mt->att, &mt->lse, &mt->fch};
+  for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
+    if (!(*lists[i] = calloc(L, sizeof(float *)))) { m->mt = mt; megatron_free(m); return ts_fail(TS_ERUNTIME, "out of memory"); }
+  mt->mem = ts_alloc(mt->nfloats * sizeof(float));
+  m->mt = mt;
+  if (!mt->mem) {
+    megatron_free(m);
+    return ts_fail(TS_ERUNTIME, "out of memory allocating %.1f MB of tensor-split activations",
+                   (double)mt->nfloats * 4.0 / 1e6);
+  }
+  float *a = mt->mem;
+#define TAKE(PTR, COUNT) do { PTR = a; a += (COUNT); } while (0)
+  for (size_t l = 0; l < L; l++) {
+    TAKE(mt->X[l], T * C); TAKE(mt->X2[l], T * C);
+    TAKE(mt->q[l], T * Kl); TAKE(mt->k[l], T * Kl); TAKE(mt->v[l], T * Kl); TAKE(mt->att[l], T * Kl);
+    TAKE(mt->lse[l], HT); TAKE(mt->fch[l], T * Fl);
+  }
+  TAKE(mt->full, T * C); TAKE(mt->gelu, T * Fl); TAKE(mt->dfch, T * Fl);
+  TAKE(mt->dq, T * Kl); TAKE(mt->dk, T * Kl); TAKE(mt->dv, T * Kl); TAKE(mt->datt, T * Kl);
+  TAKE(mt->dsum, HT);
+#undef TAKE
+  return TS_OK;
+}
+
+void megatron_free(ts_model *m) {
+  struct megatron *mt = m->mt;
+  if (!mt) return;
+  ts_free(mt->mem);
+  free(mt->X); free(mt->X2); free(mt->q); free(mt->k); free(mt->v); free(mt->att);
+  free(mt->lse); free(mt->fch);
+  free(mt);
+  m->mt = NULL;
+}
+
+size_t megatron_bytes(const ts_model *m) { return m->mt ? m->mt->nfloats * sizeof(float) : 0; }
+
+// ---- helpers ---------------------------------------------------------------------------
+// out (M, N; ldc) = op(A) · op(B) + beta·out, in blocks of 64 rows of out on
+// the OpenMP threads (BLAS itself runs single-threaded, DESIGN.md R1). op(A)
+// is (M, K): A is (M, K) with lda, or (K, M) when transA.
+static void gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *out, int ldc) {
+  const int blk = 64, nblk = (M + blk - 1) / blk;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int i = 0; i < nblk; i++) {
+    int m0 = i * blk, mb = M - m0 < blk ? M - m0 : blk;
+    const float *Ai = transA ? A + m0 : A + (size_t)m0 * lda;
+    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                transB ? CblasTrans : CblasNoTrans, mb, N, K, 1.0f, Ai, lda, B, ldb, beta,
+                out + (size_t)m0 * ldc, ldc);
+  }
+}
+
+// out (cols) = Σ over rows of x (rows, cols; ld), rows in order.
+static void colsum(float *out, const float *x, int rows, int cols, int ld) {
+#pragma omp parallel for schedule(static)
+  for (int c = 0; c < cols; c++) {
+    float s = 0.0f;
+    for (int r = 0; r < rows; r++) s += x[(size_t)r * ld + c];
+    out[c] = s;
+  }
+}
+
+static ts_attn_shape heads_shape(const ts_model *m, int l, float p, uint64_t step) {
+  const struct megatron *mt = m->mt;
+  ts_attn_shape as = {1, m->T, mt->Hl, m->dh, m->cfg.tile, p, m->cfg.seed, step,
+                      ts_model_attn_base(m, l), m->T, 0, m->T, mt->h0, m->H};
+  return as;
+}
+
+// own (Tl, C) = this rank's rows of the group's sum of `full` (T, C) + bias.
+static int reduce_scatter_rows(ts_model *m, int l, float *own, const float *bias) {
+  struct megatron *mt = m->mt;
+  const size_t C = (size_t)m->C, n = (size_t)m->T * C;
+  int rc = ts_comm_reduce_scatter_tree(m->seq, mt->full, n, l);
+  if (rc) return rc;
+  const float *mine = mt->full + (size_t)m->t0 * C;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < m->Tl; t++)
+    for (size_t c = 0; c < C; c++) own[t * C + c] = mine[t * C + c] + bias[c];
+  return TS_OK;
+}
+
+// ---- forward -----------------------------------------------------------------------
+int megatron_layer_forward(ts_model *m, int l, uint64_t step, float p) {
+  struct megatron *mt = m->mt;
+  const int T = m->T, C = m->C, Tl = m->Tl, dh = m->dh, F = m->F, rows = m->cfg.leaf;
+  const int Kl = mt->Kl, Fl = mt->Fl;
+  const size_t hoff = (size_t)mt->h0 * dh, own = (size_t)Tl * C;
+  const uint64_t seed = m->cfg.seed;
+  layer_params *w = &m->p.layer[l];
+  layer_acts *a = &m->la[l];
+  const float *x = m->res[l];
+  float *y = m->res[l + 1];
+  int rc;
+  // attention: gather ln1(x), this rank's heads on the whole sequence
+  layernorm_forward(m->ln_out, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, Tl, C);
+  if ((rc = ts_comm_allgather(m->seq, m->ln_out, mt->X[l], own * sizeof(float), l))) return rc;
+  linear_forward_heads(mt->q[l], mt->X[l], w->wq + hoff * C, w->bq + hoff, T, C, Kl, dh, rows);
+  linear_forward_heads(mt->k[l], mt->X[l], w->wk + hoff * C, w->bk + hoff, T, C, Kl, dh, rows);
+  linear_forward_heads(mt->v[l], mt->X[l], w->wv + hoff * C, w->bv + hoff, T, C, Kl, dh, rows);
+  ts_attn_shape as = heads_shape(m, l, p, step);
+  attention_forward(&m->ws, mt->att[l], mt->lse[l], mt->q[l], mt->k[l], mt->v[l], &as);
+  // partial output projection over this rank's heads: att (T, Kl) · Wo[:, heads]ᵀ
+  gemm(0, 1, T, C, Kl, mt->att[l], Kl, w->wo + hoff, C, 0.0f, mt->full, C);
+  if ((rc = reduce_scatter_rows(m, l, a->res_mid, w->bo))) return rc;
+  dropout_apply(a->res_mid, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
+  for (size_t i = 0; i < own; i++) a->res_mid[i] = x[i] + a->res_mid[i];
+  // MLP: gather ln2, this rank's columns of W1, partial W2
+  layernorm_forward(m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b, Tl, C);
+  if ((rc = ts_comm_allgather(m->seq, m->ln_out, mt->X2[l], own * sizeof(float), l))) return rc;
+  linear_forward(mt->fch[l], mt->X2[l], w->w1 + (size_t)mt->f0 * C, w->b1 + mt->f0, T, C, Fl, rows);
+  gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl);
+  gemm(0, 1, T, C, Fl, mt->gelu, Fl, w->w2 + mt->f0, F, 0.0f, mt->full, C);
+  if ((rc = reduce_scatter_rows(m, l, y, w->b2))) return rc;
+  dropout_apply(y, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
+  for (size_t i = 0; i < own; i++) y[i] = a->res_mid[i] + y[i];
+  return TS_OK;
+}
+
+// ---- backward ----------------------------------------------------------------------
+int megatron_layer_backward(ts_model *m, int l, uint64_t step) {
+  struct megatron *mt = m->mt;
+  const int T = m->T, C = m->C, Tl = m->Tl, dh = m->dh, F = m->F;
+  const int Kl = mt->Kl, Fl = mt->Fl;
+  const size_t hoff = (size_t)mt->h0 * dh, own = (size_t)Tl * C, f0 = (size_t)mt->f0;
+  const float p = m->cfg.dropout;
+  const uint64_t seed = m->cfg.seed;
+  layer_params *w = &m->p.layer[l], *g = &m->g.layer[l];
+  layer_acts *a = &m->la[l];
+  ts_ws *ws = &m->ws;
+  int rc, trc = 0;
+  // the slices this rank does not hold get nothing from it
+  memset(g->wq, 0, (size_t)C * C * sizeof(float)); memset(g->bq, 0, (size_t)C * sizeof(float));
+  memset(g->wk, 0, (size_t)C * C * sizeof(float)); memset(g->bk, 0, (size_t)C * sizeof(float));
+  memset(g->wv, 0, (size_t)C * C * sizeof(float)); memset(g->bv, 0, (size_t)C * sizeof(float));
+  memset(g->wo, 0, (size_t)C * C * sizeof(float));
+  memset(g->w1, 0, (size_t)F * C * sizeof(float)); memset(g->b1, 0, (size_t)F * sizeof(float));
+  memset(g->w2, 0, (size_t)C * F * sizeof(float));
+
+  // MLP: y = res_mid + dropout(RS(gelu · W2[:, cols]ᵀ) + b2)
+  memcpy(m->dtmp, m->dres, own * sizeof(float));
+  dropout_apply(m->dtmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
+  colsum(g->b2, m->dtmp, Tl, C, C);
+  if ((rc = ts_comm_allgather(m->seq, m->dtmp, mt->full, own * sizeof(float), l))) return rc;
+  gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl); // recomputed
+  gemm(1, 0, C, Fl, T, mt->full, C, mt->gelu, Fl, 0.0f, g->w2 + f0, F);
+  gemm(0, 0, T, Fl, C, mt->full, C, w->w2 + f0, F, 0.0f, mt->dfch, Fl);
+  gelu_backward(mt->dfch, mt->fch[l], mt->dfch, (int64_t)T * Fl);
+  gemm(1, 0, Fl, C, T, mt->dfch, Fl, mt->X2[l], C, 0.0f, g->w1 + f0 * C, C);
+  colsum(g->b1 + f0, mt->dfch, T, Fl, Fl);
+  gemm(0, 0, T, C, Fl, mt->dfch, Fl, w->w1 + f0 * C, C, 0.0f, mt->full, C);
+  if ((rc = ts_comm_reduce_scatter_tree(m->seq, mt->full, (size_t)T * C, l))) return rc;
+  memcpy(m->dtmp, mt->full + (size_t)m->t0 * C, own * sizeof(float));
+  trc |= layernorm_backward(ws, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, a->res_mid, w->ln2w,
+                            a->ln2_mean, a->ln2_rstd, Tl, C);
+  for (size_t i = 0; i < own; i++) m->dres[i] = m->dres[i] + m->dtmp2[i];
+
+  // attention: res_mid = x + dropout(RS(att · Wo[:, heads]ᵀ) + bo)
+  memcpy(m->dtmp, m->dres, own * sizeof(float));
+  dropout_apply(m->dtmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
+  colsum(g->bo, m->dtmp, Tl, C, C);
+  if ((rc = ts_comm_allgather(m->seq, m->dtmp, mt->full, own * sizeof(float), l))) return rc;
+  gemm(1, 0, C, Kl, T, mt->full, C, mt->att[l], Kl, 0.0f, g->wo + hoff, C);
+  gemm(0, 0, T, Kl, C, mt->full, C, w->wo + hoff, C, 0.0f, mt->datt, Kl);
+  ts_attn_shape as = heads_shape(m, l, p, step);
+  trc |= attention_backward(ws, mt->dq, mt->dk, mt->dv, mt->dsum, mt->datt, mt->q[l], mt->k[l],
+                            mt->v[l], mt->att[l], mt->lse[l], &as);
+  gemm(1, 0, Kl, C, T, mt->dq, Kl, mt->X[l], C, 0.0f, g->wq + hoff * C, C);
+  gemm(1, 0, Kl, C, T, mt->dk, Kl, mt->X[l], C, 0.0f, g->wk + hoff * C, C);
+  gemm(1, 0, Kl, C, T, mt->dv, Kl, mt->X[l], C, 0.0f, g->wv + hoff * C, C);
+  colsum(g->bq + hoff, mt->dq, T, Kl, Kl);
+  colsum(g->bk + hoff, mt->dk, T, Kl, Kl);
+  colsum(g->bv + hoff, mt->dv, T, Kl, Kl);
+  gemm(0, 0, T, C, Kl, mt->dq, Kl, w->wq + hoff * C, C, 0.0f, mt->full, C);
+  gemm(0, 0, T, C, Kl, mt->dk, Kl, w->wk + hoff * C, C, 1.0f, mt->full, C);
+  gemm(0, 0, T, C, Kl, mt->dv, Kl, w->wv + hoff * C, C, 1.0f, mt->full, C);
+  if ((rc = ts_comm_reduce_scatter_tree(m->seq, mt->full, (size_t)T * C, l))) return rc;
+  memcpy(m->dtmp, mt->full + (size_t)m->t0 * C, own * sizeof(float));
+  trc |= layernorm_backward(ws, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, m->res[l], w->ln1w,
+                            a->ln1_mean, a->ln1_rstd, Tl, C);
+  for (size_t i = 0; i < own; i++) m->dres[i] = m->dres[i] + m->dtmp2[i];
+  if (trc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
+  return TS_OK;
+}
