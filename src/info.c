@@ -83,6 +83,11 @@ int ts_info(void) {
   row("cuda", "not built (configure --enable-cuda)");
 #endif
 
+  printf("layouts (docs/DISTRIBUTED.md)\n");
+  row("--dp", "data parallel: exact");
+  row("--sp-mode", "lss, lss-fused, lss-basic: exact; megatron: within tolerance");
+  row("--pp", "not available yet");
+
   // The rule from DESIGN.md, with worked examples so a user can check a run.
   printf("exactness defaults (T = sequence length)\n");
   row("mode",

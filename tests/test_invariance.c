@@ -132,7 +132,7 @@ static void run_all(int nthreads, const inputs *in, results *r) {
   assert_int_equal(ts_ws_init(&aws, ATILE, ATILE, 64, ADH), 0);
   float *dsum = falloc((size_t)AB * AH * AT);
   for (int d = 0; d < 2; d++) {
-    ts_attn_shape s = {AB, AT, AH, ADH, ATILE, d ? 0.2f : 0.0f, 11, 4, 777};
+    ts_attn_shape s = {AB, AT, AH, ADH, ATILE, d ? 0.2f : 0.0f, 11, 4, 777, 0, 0, 0, 0, 0};
     attention_forward(&aws, r->out[d], r->lse[d], in->q, in->k, in->v, &s);
     assert_int_equal(attention_backward(&aws, r->dq[d], r->dk[d], r->dv[d], dsum, in->da, in->q,
                                         in->k, in->v, r->out[d], r->lse[d], &s), 0);
@@ -439,11 +439,11 @@ static void test_attention_batch_vs_sequences(void **state) {
         *dv1 = falloc(per), *ds1 = falloc(perl);
   for (int d = 0; d < 2; d++) {
     const float p = d ? 0.15f : 0.0f;
-    ts_attn_shape s = {B, T, H, dh, tile, p, 21, 6, 5000};
+    ts_attn_shape s = {B, T, H, dh, tile, p, 21, 6, 5000, 0, 0, 0, 0, 0};
     attention_forward(&ws, o, l, q, k, v, &s);
     assert_int_equal(attention_backward(&ws, dq, dk, dv, ds, dout, q, k, v, o, l, &s), 0);
     for (int b = 0; b < B; b++) {
-      ts_attn_shape s1 = {1, T, H, dh, tile, p, 21, 6, 5000 + (uint64_t)b * H * T * T};
+      ts_attn_shape s1 = {1, T, H, dh, tile, p, 21, 6, 5000 + (uint64_t)b * H * T * T, 0, 0, 0, 0, 0};
       const size_t off = b * per;
       attention_forward(&ws, o1, l1, q + off, k + off, v + off, &s1);
       assert_int_equal(attention_backward(&ws, dq1, dk1, dv1, ds1, dout + off, q + off, k + off,
@@ -460,6 +460,74 @@ static void test_attention_batch_vs_sequences(void **state) {
   free(o1); free(l1); free(dq1); free(dk1); free(dv1); free(ds1);
 }
 
+// Sequence parallelism's attention (ALGORITHMS.md §2): queries of a segment
+// [q0, q0 + T/N) against the whole sequence's keys give the serial rows of
+// the output, lse and dQ; the segments' dK/dV partials (keys no local query
+// sees are -0.0), summed as the canonical tree over segments, are the serial
+// dK/dV. And a subset of heads (tensor-split layers) gives those heads'
+// columns. Dropout off and on: its indices are the global ones.
+static void test_attention_segments_and_heads(void **state) {
+  omp_set_num_threads(2);
+  const int T = 64, H = 2, dh = 16, tile = 8, C = H * dh;
+  const size_t n = (size_t)T * C, nl = (size_t)H * T;
+  float *q = falloc(n), *k = falloc(n), *v = falloc(n), *dout = falloc(n);
+  fill(q, n, 70, 2.0f); fill(k, n, 71, 2.0f); fill(v, n, 72, 1.0f); fill(dout, n, 73, 1.0f);
+  ts_ws ws;
+  assert_int_equal(ts_ws_init(&ws, tile, tile, 64, dh), 0);
+  float *o = falloc(n), *l = falloc(nl), *dq = falloc(n), *dk = falloc(n), *dv = falloc(n),
+        *ds = falloc(nl);
+  float *os = falloc(n), *ls = falloc(nl), *dqs = falloc(n), *dss = falloc(nl);
+  float *dks = falloc(8 * n), *dvs = falloc(8 * n), *sum = falloc(n);
+  for (int d = 0; d < 2; d++) {
+    const float p = d ? 0.15f : 0.0f;
+    ts_attn_shape s = {1, T, H, dh, tile, p, 21, 6, 5000, 0, 0, 0, 0, 0};
+    attention_forward(&ws, o, l, q, k, v, &s);
+    assert_int_equal(attention_backward(&ws, dq, dk, dv, ds, dout, q, k, v, o, l, &s), 0);
+    for (int N = 2; N <= 8; N *= 2) {
+      const int Tq = T / N;
+      for (int r = 0; r < N; r++) {
+        const size_t off = (size_t)r * Tq * C;
+        ts_attn_shape sr = {1, T, H, dh, tile, p, 21, 6, 5000, Tq, r * Tq, T, 0, 0};
+        attention_forward(&ws, os, ls, q + off, k, v, &sr);
+        assert_int_equal(attention_backward(&ws, dqs, dks + r * n, dvs + r * n, dss, dout + off,
+                                            q + off, k, v, os, ls, &sr), 0);
+        assert_memory_equal(os, o + off, (size_t)Tq * C * sizeof(float));
+        assert_memory_equal(dqs, dq + off, (size_t)Tq * C * sizeof(float));
+        for (int h = 0; h < H; h++)
+          assert_memory_equal(ls + (size_t)h * Tq, l + (size_t)h * T + (size_t)r * Tq,
+                              (size_t)Tq * sizeof(float));
+      }
+      assert_int_equal(ref_tree(sum, dks, NULL, (size_t)N, n, 0, (size_t)N), 1);
+      assert_memory_equal(sum, dk, n * sizeof(float));
+      assert_int_equal(ref_tree(sum, dvs, NULL, (size_t)N, n, 0, (size_t)N), 1);
+      assert_memory_equal(sum, dv, n * sizeof(float));
+    }
+    // head 1 alone, packed into its own (T, dh) buffers
+    float *qh = falloc((size_t)T * dh), *kh = falloc((size_t)T * dh), *vh = falloc((size_t)T * dh),
+          *gh = falloc((size_t)T * dh);
+    for (int t = 0; t < T; t++) {
+      memcpy(qh + (size_t)t * dh, q + (size_t)t * C + dh, dh * sizeof(float));
+      memcpy(kh + (size_t)t * dh, k + (size_t)t * C + dh, dh * sizeof(float));
+      memcpy(vh + (size_t)t * dh, v + (size_t)t * C + dh, dh * sizeof(float));
+      memcpy(gh + (size_t)t * dh, dout + (size_t)t * C + dh, dh * sizeof(float));
+    }
+    ts_attn_shape sh = {1, T, 1, dh, tile, p, 21, 6, 5000, 0, 0, 0, 1, H};
+    attention_forward(&ws, os, ls, qh, kh, vh, &sh);
+    assert_int_equal(attention_backward(&ws, dqs, dks, dvs, dss, gh, qh, kh, vh, os, ls, &sh), 0);
+    for (int t = 0; t < T; t++) {
+      assert_memory_equal(os + (size_t)t * dh, o + (size_t)t * C + dh, dh * sizeof(float));
+      assert_memory_equal(dqs + (size_t)t * dh, dq + (size_t)t * C + dh, dh * sizeof(float));
+      assert_memory_equal(dks + (size_t)t * dh, dk + (size_t)t * C + dh, dh * sizeof(float));
+      assert_memory_equal(dvs + (size_t)t * dh, dv + (size_t)t * C + dh, dh * sizeof(float));
+    }
+    assert_memory_equal(ls, l + T, (size_t)T * sizeof(float));
+    free(qh); free(kh); free(vh); free(gh);
+  }
+  ts_ws_free(&ws);
+  free(q); free(k); free(v); free(dout); free(o); free(l); free(dq); free(dk); free(dv); free(ds);
+  free(os); free(ls); free(dqs); free(dss); free(dks); free(dvs); free(sum);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_thread_count),
@@ -468,6 +536,7 @@ int main(void) {
       cmocka_unit_test(test_tree_subranges),
       cmocka_unit_test(test_weight_gradients_split),
       cmocka_unit_test(test_attention_batch_vs_sequences),
+      cmocka_unit_test(test_attention_segments_and_heads),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
