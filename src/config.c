@@ -13,28 +13,37 @@
 
 // ---------------------------------------------------------------------------
 // Presets. `small` and `large` are the 20M and 1.5B models of the LSS
-// Transformer paper; `mini` is the README demo, `tiny` the test model.
+// Transformer paper; `mini` is the README demo, `tiny` the test model. The
+// llama-* presets are the LLaMA variant (UPipe and MAPL papers): d_ff is 8d/3
+// rounded up to a multiple of 64, grouped-query attention, untied head.
 typedef struct {
   const char *name;
-  int d, n_layer, n_head, d_ff, seq, batch;
+  ts_variant variant;
+  int d, n_layer, n_head, n_kv_head, d_ff, seq, batch;
 } preset;
 
 static const preset presets[] = {
-    {"tiny", 64, 2, 4, 256, 64, 4},
-    {"mini", 128, 4, 4, 512, 256, 8},
-    {"small", 512, 6, 8, 2048, 1024, 4},
-    {"large", 2048, 24, 16, 8192, 1024, 1},
+    {"tiny", TS_GPT, 64, 2, 4, 0, 256, 64, 4}, // n_kv_head 0: as many as heads
+    {"mini", TS_GPT, 128, 4, 4, 0, 512, 256, 8},
+    {"small", TS_GPT, 512, 6, 8, 0, 2048, 1024, 4},
+    {"large", TS_GPT, 2048, 24, 16, 0, 8192, 1024, 1},
+    {"llama-tiny", TS_LLAMA, 64, 2, 4, 2, 192, 64, 4},
+    {"llama-mini", TS_LLAMA, 128, 4, 4, 2, 384, 256, 8},
+    {"llama-100m", TS_LLAMA, 768, 16, 12, 4, 2048, 1024, 1},
 };
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
 
-const char *const ts_preset_names[] = {"tiny", "mini", "small", "large", NULL};
+const char *const ts_preset_names[] = {"tiny", "mini", "small", "large", "llama-tiny",
+                                       "llama-mini", "llama-100m", NULL};
 
 int ts_config_preset(ts_config *cfg, const char *name) {
   for (int i = 0; i < N_PRESETS; i++) {
     const preset *p = &presets[i];
     if (strcmp(name, p->name) != 0) continue;
     snprintf(cfg->preset, sizeof cfg->preset, "%s", p->name);
-    cfg->variant = TS_GPT;
+    cfg->variant = p->variant;
+    cfg->n_kv_head = p->n_kv_head;
+    cfg->rope_theta = p->variant == TS_LLAMA ? 10000.0f : 0.0f; // GPT: unused
     cfg->vocab = 256; // byte-level tokens
     cfg->d = p->d;
     cfg->n_layer = p->n_layer;
@@ -42,11 +51,14 @@ int ts_config_preset(ts_config *cfg, const char *name) {
     cfg->d_ff = p->d_ff;
     cfg->seq = p->seq;
     cfg->batch = p->batch;
-    cfg->tied = 1;
+    cfg->tied = p->variant == TS_GPT;
     cfg->dropout = 0.0f;
     return TS_OK;
   }
-  return ts_fail(TS_EUSAGE, "--model %s: unknown preset (tiny, mini, small, large)", name);
+  return ts_fail(TS_EUSAGE,
+                 "--model %s: unknown preset (tiny, mini, small, large, llama-tiny, llama-mini, "
+                 "llama-100m)",
+                 name);
 }
 
 // Run defaults. Model fields (set by the preset) are left alone so the order
@@ -104,7 +116,8 @@ static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 // Every check names the flag that sets the field, so a user knows what to fix.
 int ts_config_finalize(ts_config *cfg) {
-  if (cfg->variant != TS_GPT) return ts_fail(TS_EUSAGE, "variant %d: unknown", (int)cfg->variant);
+  if (cfg->variant != TS_GPT && cfg->variant != TS_LLAMA)
+    return ts_fail(TS_EUSAGE, "variant %d: unknown", (int)cfg->variant);
   if (cfg->vocab < 2) return ts_fail(TS_EUSAGE, "vocab %d: must be >= 2", cfg->vocab);
   if (cfg->d < 1) return ts_fail(TS_EUSAGE, "--d %d: must be >= 1", cfg->d);
   if (cfg->n_layer < 1) return ts_fail(TS_EUSAGE, "--layers %d: must be >= 1", cfg->n_layer);
@@ -112,6 +125,20 @@ int ts_config_finalize(ts_config *cfg) {
   if (cfg->d % cfg->n_head != 0)
     return ts_fail(TS_EUSAGE, "--heads %d: must divide --d (%d)", cfg->n_head, cfg->d);
   if (cfg->d_ff < 1) return ts_fail(TS_EUSAGE, "--d-ff %d: must be >= 1", cfg->d_ff);
+  // GPT: n_kv_head stays 0, "as many as heads" (its config JSON has no such key)
+  if (cfg->variant == TS_GPT && cfg->n_kv_head != 0 && cfg->n_kv_head != cfg->n_head)
+    return ts_fail(TS_EUSAGE, "--kv-heads %d: the GPT variant has as many key/value heads as "
+                   "heads (%d); grouped-query attention is the LLaMA variant's",
+                   cfg->n_kv_head, cfg->n_head);
+  if (cfg->variant == TS_GPT) cfg->n_kv_head = 0;
+  if (cfg->variant == TS_LLAMA && (cfg->n_kv_head < 1 || cfg->n_head % cfg->n_kv_head != 0))
+    return ts_fail(TS_EUSAGE, "--kv-heads %d: must divide --heads (%d)", cfg->n_kv_head,
+                   cfg->n_head);
+  if (cfg->variant == TS_LLAMA && (cfg->d / cfg->n_head) % 2 != 0)
+    return ts_fail(TS_EUSAGE, "--heads %d: the head width d/H = %d must be even (RoPE rotates "
+                   "pairs)", cfg->n_head, cfg->d / cfg->n_head);
+  if (cfg->variant == TS_LLAMA && !(cfg->rope_theta > 1.0f && isfinite(cfg->rope_theta)))
+    return ts_fail(TS_EUSAGE, "--rope-theta %g: must be > 1", (double)cfg->rope_theta);
   if (cfg->tied != 0 && cfg->tied != 1)
     return ts_fail(TS_EUSAGE, "tied %d: must be 0 or 1", cfg->tied);
   if (!(cfg->dropout >= 0.0f && cfg->dropout < 1.0f))
@@ -221,6 +248,10 @@ int ts_layout_check(const ts_config *cfg, const ts_layout *lay) {
                      "of tiles (%d) and of leaves (%d), so that its sums are subtrees of the "
                      "serial trees",
                      T, N, T / N, cfg->tile, cfg->leaf);
+    if (lay->sp_mode == TS_SP_MEGATRON && cfg->variant != TS_GPT)
+      return ts_fail(TS_EUSAGE, "--sp-mode megatron: the baseline is built for the GPT variant "
+                                "(use lss, lss-fused or lss-basic with --model %s)",
+                     cfg->preset);
     if (lay->sp_mode == TS_SP_MEGATRON && (cfg->n_head % N != 0 || cfg->d_ff % N != 0))
       return ts_fail(TS_EUSAGE,
                      "--sp-mode megatron with --sp %d: the %d heads and the MLP width %d must "
@@ -260,10 +291,13 @@ typedef struct {
   size_t off;
   size_t size;  // strings: capacity of the char array
   int required; // model fields: a checkpoint without them is damaged
+  int llama;    // written and required only for the LLaMA variant
 } field;
 
 #define FLD(k, kind, member, req)                                                                  \
-  { k, kind, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), req }
+  { k, kind, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), req, 0 }
+#define FLD_LLAMA(k, kind, member)                                                                 \
+  { k, kind, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), 1, 1 }
 
 static const field fields[] = {
     FLD("preset", F_STR, preset, 0),
@@ -272,6 +306,8 @@ static const field fields[] = {
     FLD("d", F_INT, d, 1),
     FLD("n_layer", F_INT, n_layer, 1),
     FLD("n_head", F_INT, n_head, 1),
+    FLD_LLAMA("n_kv_head", F_INT, n_kv_head),
+    FLD_LLAMA("rope_theta", F_FLOAT, rope_theta),
     FLD("d_ff", F_INT, d_ff, 1),
     FLD("seq", F_INT, seq, 1),
     FLD("tied", F_INT, tied, 1),
@@ -303,7 +339,7 @@ static const field fields[] = {
 };
 #define N_FIELDS ((int)(sizeof fields / sizeof fields[0]))
 
-static const char *variant_names[] = {"gpt"};
+static const char *variant_names[] = {"gpt", "llama"};
 
 // Appends to buf at *len, tracking overflow in *len (> cap means truncated).
 static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
@@ -329,6 +365,7 @@ int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap) {
   for (int i = 0; i < N_FIELDS; i++) {
     const field *f = &fields[i];
     const void *p = base + f->off;
+    if (f->llama && cfg->variant != TS_LLAMA) continue; // GPT files stay as they were
     put(buf, cap, &len, "%s\"%s\":", i ? "," : "", f->key);
     switch (f->kind) {
     case F_INT: put(buf, cap, &len, "%d", *(const int *)p); break;
@@ -341,7 +378,7 @@ int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap) {
     case F_STR: put_string(buf, cap, &len, (const char *)p); break;
     case F_VARIANT: {
       int v = (int)*(const ts_variant *)p;
-      put_string(buf, cap, &len, v >= 0 && v < 1 ? variant_names[v] : "unknown");
+      put_string(buf, cap, &len, v >= 0 && v < 2 ? variant_names[v] : "unknown");
       break;
     }
     }
@@ -399,10 +436,11 @@ static int set_field(ts_config *cfg, const field *f, const json_value *jv, int f
     return 0;
   case F_VARIANT:
     if (!is_string) return -1;
-    if (strcmp(text, "gpt") == 0) {
-      *(ts_variant *)p = TS_GPT;
-      return 0;
-    }
+    for (int v = 0; v < 2; v++)
+      if (strcmp(text, variant_names[v]) == 0) {
+        *(ts_variant *)p = (ts_variant)v;
+        return 0;
+      }
     return -1;
   }
   return -1;
@@ -433,7 +471,11 @@ int ts_config_from_json(ts_config *cfg, const char *json) {
   }
   json_free(&obj);
   for (int i = 0; i < N_FIELDS && rc == TS_OK; i++)
-    if (fields[i].required && !seen[i])
+    if (fields[i].required && !seen[i] && (!fields[i].llama || cfg->variant == TS_LLAMA))
       rc = ts_fail(TS_ERUNTIME, "config JSON: missing \"%s\"", fields[i].key);
+  if (rc == TS_OK && cfg->variant == TS_GPT) { // not in a GPT's JSON: the canonical values
+    cfg->n_kv_head = 0;
+    cfg->rope_theta = 0.0f;
+  }
   return rc;
 }

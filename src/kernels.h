@@ -40,7 +40,7 @@ int ts_leaf_tree_sum(ts_ws *ws, float *sum, size_t n, int64_t nleaves, ts_leaf_f
                      const void *ctx);
 
 // ---- encoder -----------------------------------------------------------------------
-// out (ntok, C) = wte[tok] + wpe[pos]; tokens (B, T).
+// out (ntok, C) = wte[tok] + wpe[pos]; tokens (B, T); wpe NULL: wte[tok] alone.
 void encoder_forward(float *out, const int *tokens, const float *wte, const float *wpe,
                      int B, int T, int C);
 // dwpe (T, C) = canonical tree over (batch, position) leaves of dout rows.
@@ -90,7 +90,9 @@ void dropout_apply(float *x, int64_t n, float p, uint64_t seed, uint32_t purpose
 // model has Tq = Tk = T, q0 = 0; a sequence-parallel rank holds a segment of
 // queries against the whole sequence's keys (ALGORITHMS.md §2). The H heads
 // here are heads [h0, h0 + H) of the model's Hg (tensor-split baselines).
-// Fields left 0 take those serial values (Tq = Tk = T, Hg = H).
+// Grouped-query attention: k, v hold Hkv heads (B, Tk, Hkv*dh) and query
+// head h reads key/value head h / (H/Hkv); h0 must then be a multiple of
+// H/Hkv. Fields left 0 take the serial values (Tq = Tk = T, Hg = H, Hkv = H).
 typedef struct {
   int B, T, H, dh;        // T: the full sequence length (dropout indices)
   int tile;
@@ -99,10 +101,14 @@ typedef struct {
   uint64_t index_base;    // global index of element (b=0,h=0,i=0,j=0) for this layer
   int Tq, q0, Tk;         // query rows, first query position, key rows (per sequence)
   int h0, Hg;             // first head, heads of the model
+  int Hkv;                // key/value heads here
 } ts_attn_shape;
 void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
                        const float *v, const ts_attn_shape *s);
-// dq overwritten; dk, dv overwritten for every key row: rows that no local
+// dq overwritten; dk, dv overwritten for every key row. Under GQA the leaf
+// of key tile kt's tree at query tile qt is the sum over the group's query
+// heads, in head order, of their (qt, kt) terms; the tree then runs over
+// query tiles. Rows that no local
 // query sees get -0.0, the exact identity of addition, so that a later sum
 // over ranks (reduce-scatter) treats them as empty (R3). Each key tile's
 // dK/dV is the canonical tree over the local query tiles, an aligned subtree
@@ -111,6 +117,29 @@ void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const 
 int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
                        const float *dout, const float *q, const float *k, const float *v,
                        const float *out, const float *lse, const ts_attn_shape *s);
+
+// ---- RMSNorm (LLaMA) ------------------------------------------------------------------
+void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int64_t ntok,
+                     int C);
+// dinp overwritten; dw via the canonical tree over leaves.
+int rmsnorm_backward(ts_ws *ws, float *dinp, float *dw, const float *dout, const float *inp,
+                     const float *w, const float *rstd, int64_t ntok, int C);
+
+// ---- rotary position embedding (LLaMA) --------------------------------------------------
+// cs (T, dh/2, 2): cos and sin of t·θ^(−2i/dh), computed in double, rounded.
+void rope_table(float *cs, int T, int dh, double theta);
+// x: ntok rows (sequences of T rows; row r at position t0 + r % T) of nh heads
+// of dh features, row stride ld; rotated in place (backward: rotated back).
+void rope_forward(float *x, int64_t ntok, int T, int t0, int nh, int dh, int ld, const float *cs);
+void rope_backward(float *dx, int64_t ntok, int T, int t0, int nh, int dh, int ld,
+                   const float *cs);
+
+// ---- SwiGLU (LLaMA) ----------------------------------------------------------------------
+// h = silu(g) ⊙ u, element-wise.
+void swiglu_forward(float *h, const float *g, const float *u, int64_t n);
+// dg (may alias dh), du from dh.
+void swiglu_backward(float *dg, float *du, const float *g, const float *u, const float *dh,
+                     int64_t n);
 
 // ---- cross-entropy over V classes ---------------------------------------------------
 // losses (ntok) per token; dlogits (ntok, V) = (softmax - onehot) * scale, written in

@@ -41,12 +41,29 @@ static int param_table(ts_model *m, pspec *out) {
     n++;                                                                                \
   } while (0)
   ADD("wte", 2, V, C, s, 0, wte);
-  ADD("wpe", 2, m->T, C, s, 0, wpe);
   char nm[64];
-  for (int l = 0; l < m->L; l++) {
 #define LADD(SUFFIX, ND, S0, S1, STD, VAL, FIELD)                                       \
   snprintf(nm, sizeof nm, "h.%d.%s", l, SUFFIX);                                         \
   ADD(nm, ND, S0, S1, STD, VAL, layer[l].FIELD)
+  if (m->llama) {
+    const int Ckv = m->Ckv;
+    for (int l = 0; l < m->L; l++) {
+      LADD("rms1.w", 1, C, 0, 0, 1, ln1w);
+      LADD("attn.wq", 2, C, C, s, 0, wq);
+      LADD("attn.wk", 2, Ckv, C, s, 0, wk);
+      LADD("attn.wv", 2, Ckv, C, s, 0, wv);
+      LADD("attn.wo", 2, C, C, sres, 0, wo);
+      LADD("rms2.w", 1, C, 0, 0, 1, ln2w);
+      LADD("mlp.w1", 2, F, C, s, 0, w1);
+      LADD("mlp.w3", 2, F, C, s, 0, w3);
+      LADD("mlp.w2", 2, C, F, sres, 0, w2);
+    }
+    ADD("rmsf.w", 1, C, 0, 0, 1, lnfw);
+    if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head);
+    return n;
+  }
+  ADD("wpe", 2, m->T, C, s, 0, wpe);
+  for (int l = 0; l < m->L; l++) {
     LADD("ln1.w", 1, C, 0, 0, 1, ln1w);
     LADD("ln1.b", 1, C, 0, 0, 0, ln1b);
     LADD("attn.wq", 2, C, C, s, 0, wq);
@@ -63,8 +80,8 @@ static int param_table(ts_model *m, pspec *out) {
     LADD("mlp.b1", 1, F, 0, 0, 0, b1);
     LADD("mlp.w2", 2, C, F, sres, 0, w2);
     LADD("mlp.b2", 1, C, 0, 0, 0, b2);
-#undef LADD
   }
+#undef LADD
   ADD("lnf.w", 1, C, 0, 0, 1, lnfw);
   ADD("lnf.b", 1, C, 0, 0, 0, lnfb);
   if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head);
@@ -97,6 +114,8 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
     if (sp->mode == TS_SP_MEGATRON && (cfg->n_head % nsp != 0 || cfg->d_ff % nsp != 0))
       return ts_fail(TS_EUSAGE, "--sp-mode megatron: %d heads and MLP width %d must divide by --sp %d",
                      cfg->n_head, cfg->d_ff, nsp);
+    if (sp->mode == TS_SP_MEGATRON && cfg->variant != TS_GPT)
+      return ts_fail(TS_EUSAGE, "--sp-mode megatron: the baseline is built for the GPT variant");
   }
   ts_model *m = calloc(1, sizeof *m);
   if (!m) return ts_fail(TS_ERUNTIME, "out of memory");
@@ -104,6 +123,9 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   m->B = b_count; m->b0 = b_begin; m->Bg = cfg->batch;
   m->T = cfg->seq; m->C = cfg->d; m->L = cfg->n_layer;
   m->H = cfg->n_head; m->dh = cfg->d / cfg->n_head; m->F = cfg->d_ff; m->V = cfg->vocab;
+  m->llama = cfg->variant == TS_LLAMA;
+  m->Hkv = cfg->n_kv_head > 0 ? cfg->n_kv_head : cfg->n_head;
+  m->Ckv = m->Hkv * m->dh;
   m->Tl = m->T / nsp;
   m->t0 = nsp > 1 ? sp->comm->rank * m->Tl : 0;
   m->seq = nsp > 1 ? sp->comm : NULL;
@@ -136,7 +158,7 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   int64_t Nt = m->ntok, Nkv = (int64_t)m->B * m->T;
   double need = 16.0 * (double)total +
                 4.0 * (double)Nt *
-                    ((double)(m->L + 1) * m->C + (double)m->L * (3.0 * m->C + m->F) +
+                    ((double)(m->L + 1) * m->C + (double)m->L * (3.0 * m->C + m->F * (m->llama ? 2.0 : 1.0)) +
                      6.0 * m->C + 2.0 * m->F + 2.0 * m->V) +
                 4.0 * (double)Nkv * (2.0 * m->L * m->C + 2.0 * m->C + (nsp > 1 ? 2.0 * m->C : 0.0));
   double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
@@ -180,13 +202,14 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   // of the attention and MLP buffers here.
   const int tensor_split = m->seq && m->sp_mode == TS_SP_MEGATRON;
   int64_t N = m->ntok, Na = tensor_split ? 0 : N, Nk = tensor_split ? 0 : (int64_t)m->B * m->T;
-  size_t C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V;
-  size_t BHT = (size_t)Na * m->H;
-  size_t per_layer = N * (C + 4) + Na * (C * 2 + F) + Nk * C * 2 + BHT;
+  size_t C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V, Ckv = (size_t)m->Ckv;
+  size_t BHT = (size_t)Na * m->H, Fup = m->llama ? F : 0;
+  size_t per_layer = N * (C + 4) + Na * (C * 2 + F + Fup) + Nk * Ckv * 2 + BHT;
   size_t top = N * (C + 2 + V + 1);
-  size_t scratch = N * (C * 4 + V) + Na * (C * 2 + F * 2) + Nk * C * 2 + BHT +
+  size_t scratch = N * (C * 4 + V) + Na * (C * 2 + F * 2) + Nk * Ckv * 2 + BHT +
                    (m->seq && !tensor_split ? Nk * C * 2 : 0);
-  size_t nacts = (size_t)(m->L + 1) * N * C + (size_t)m->L * per_layer + top + scratch;
+  size_t rope = m->llama ? (size_t)m->T * m->dh : 0;
+  size_t nacts = (size_t)(m->L + 1) * N * C + (size_t)m->L * per_layer + top + scratch + rope;
   m->nacts = nacts;
   m->acts = ts_alloc(nacts * sizeof(float));
   m->inputs = ts_alloc((size_t)N * sizeof(int));
@@ -202,19 +225,21 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   for (int l = 0; l < m->L; l++) {
     layer_acts *la = &m->la[l];
     TAKE(la->ln1_mean, N); TAKE(la->ln1_rstd, N);
-    TAKE(la->q, Na * C); TAKE(la->k, Nk * C); TAKE(la->v, Nk * C); TAKE(la->att, Na * C);
+    TAKE(la->q, Na * C); TAKE(la->k, Nk * Ckv); TAKE(la->v, Nk * Ckv); TAKE(la->att, Na * C);
     TAKE(la->lse, BHT); TAKE(la->res_mid, N * C);
     TAKE(la->ln2_mean, N); TAKE(la->ln2_rstd, N);
-    TAKE(la->fch, Na * F);
+    TAKE(la->fch, Na * F); TAKE(la->fup, Na * Fup);
   }
   TAKE(m->lnf, N * C); TAKE(m->lnf_mean, N); TAKE(m->lnf_rstd, N);
   TAKE(m->logits, N * V); TAKE(m->losses, N);
   TAKE(m->ln_out, N * C); TAKE(m->gelu_out, Na * F);
   TAKE(m->dres, N * C); TAKE(m->dtmp, N * C); TAKE(m->dtmp2, N * C); TAKE(m->datt, Na * C);
-  TAKE(m->dq, Na * C); TAKE(m->dk, Nk * C); TAKE(m->dv, Nk * C);
+  TAKE(m->dq, Na * C); TAKE(m->dk, Nk * Ckv); TAKE(m->dv, Nk * Ckv);
   TAKE(m->dfch, Na * F); TAKE(m->dlogits, N * V); TAKE(m->dsum, BHT);
   if (m->seq && !tensor_split) TAKE(m->spbuf, Nk * C * 2);
+  TAKE(m->rope, rope);
 #undef TAKE
+  if (m->llama) rope_table(m->rope, m->T, m->dh, (double)cfg->rope_theta);
 
   size_t leaf_cap = F * C + F;
   if (V * C > leaf_cap) leaf_cap = V * C;
@@ -274,26 +299,34 @@ uint64_t ts_model_attn_base(const ts_model *m, int l) {
 // row block of whole leaves, so the rows are the serial bits whichever rank
 // computes them; the collectives only move rows.
 
+// LLaMA rotates K (ntok rows starting at position t0) after its projection.
+static void rope_k(ts_model *m, float *k, int64_t ntok, int T, int t0) {
+  if (m->llama) rope_forward(k, ntok, T, t0, m->Hkv, m->dh, m->Ckv, m->rope);
+}
+
 // K and V (Nk rows) from the norm output (the N local rows in m->ln_out).
 static int project_kv(ts_model *m, int l, const layer_params *w, layer_acts *a) {
-  const int C = m->C, dh = m->dh, rows = m->cfg.leaf;
+  const int C = m->C, Ckv = m->Ckv, dh = m->dh, rows = m->cfg.leaf;
   const int64_t N = m->ntok, Nk = (int64_t)m->B * m->T;
-  const size_t bytes = (size_t)N * C * sizeof(float);
+  const size_t bytes = (size_t)N * Ckv * sizeof(float);
   int rc = TS_OK;
   if (!m->seq) {
-    linear_forward_heads(a->k, m->ln_out, w->wk, w->bk, N, C, C, dh, rows);
-    linear_forward_heads(a->v, m->ln_out, w->wv, w->bv, N, C, C, dh, rows);
+    linear_forward_heads(a->k, m->ln_out, w->wk, w->bk, N, C, Ckv, dh, rows);
+    linear_forward_heads(a->v, m->ln_out, w->wv, w->bv, N, C, Ckv, dh, rows);
+    rope_k(m, a->k, N, m->T, 0);
   } else if (m->sp_mode == TS_SP_LSS_BASIC) {
     // un-fused: the local K and V rows, gathered separately
-    linear_forward_heads(m->dtmp, m->ln_out, w->wk, w->bk, N, C, C, dh, rows);
-    linear_forward_heads(m->dtmp2, m->ln_out, w->wv, w->bv, N, C, C, dh, rows);
+    linear_forward_heads(m->dtmp, m->ln_out, w->wk, w->bk, N, C, Ckv, dh, rows);
+    linear_forward_heads(m->dtmp2, m->ln_out, w->wv, w->bv, N, C, Ckv, dh, rows);
+    rope_k(m, m->dtmp, N, m->Tl, m->t0);
     if (!(rc = ts_comm_allgather(m->seq, m->dtmp, a->k, bytes, l)))
       rc = ts_comm_allgather(m->seq, m->dtmp2, a->v, bytes, l);
   } else {
     // fused: one gather of the norm output, then K and V of every row
-    if (!(rc = ts_comm_allgather(m->seq, m->ln_out, m->spbuf, bytes, l))) {
-      linear_forward_heads(a->k, m->spbuf, w->wk, w->bk, Nk, C, C, dh, rows);
-      linear_forward_heads(a->v, m->spbuf, w->wv, w->bv, Nk, C, C, dh, rows);
+    if (!(rc = ts_comm_allgather(m->seq, m->ln_out, m->spbuf, (size_t)N * C * sizeof(float), l))) {
+      linear_forward_heads(a->k, m->spbuf, w->wk, w->bk, Nk, C, Ckv, dh, rows);
+      linear_forward_heads(a->v, m->spbuf, w->wv, w->bv, Nk, C, Ckv, dh, rows);
+      rope_k(m, a->k, Nk, m->T, 0);
     }
   }
   return rc;
@@ -330,37 +363,93 @@ static int concat_backward(ts_model *m, int l, float *datt) {
 // of the packed [dK | dV] (two separate ones for lss-basic). On return the
 // first N rows of m->dk, m->dv are this rank's rows, the serial bits.
 static int reduce_scatter_kv(ts_model *m, int l) {
-  const int C = m->C;
+  const int Ckv = m->Ckv;
   const int64_t N = m->ntok, Nk = (int64_t)m->B * m->T;
-  const size_t row = (size_t)C * sizeof(float);
+  const size_t row = (size_t)Ckv * sizeof(float);
   int rc;
   if (!m->seq) return TS_OK;
   if (m->sp_mode == TS_SP_LSS_BASIC) {
-    if ((rc = ts_comm_reduce_scatter_tree(m->seq, m->dk, (size_t)Nk * C, l))) return rc;
-    if ((rc = ts_comm_reduce_scatter_tree(m->seq, m->dv, (size_t)Nk * C, l))) return rc;
-    memmove(m->dk, m->dk + (size_t)m->t0 * C, (size_t)N * row);
-    memmove(m->dv, m->dv + (size_t)m->t0 * C, (size_t)N * row);
+    if ((rc = ts_comm_reduce_scatter_tree(m->seq, m->dk, (size_t)Nk * Ckv, l))) return rc;
+    if ((rc = ts_comm_reduce_scatter_tree(m->seq, m->dv, (size_t)Nk * Ckv, l))) return rc;
+    memmove(m->dk, m->dk + (size_t)m->t0 * Ckv, (size_t)N * row);
+    memmove(m->dv, m->dv + (size_t)m->t0 * Ckv, (size_t)N * row);
     return TS_OK;
   }
-  float *pack = m->spbuf; // (Nk, 2C)
+  float *pack = m->spbuf; // (Nk, 2·Ckv)
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < Nk; t++) {
-    memcpy(pack + (size_t)t * 2 * C, m->dk + (size_t)t * C, row);
-    memcpy(pack + (size_t)t * 2 * C + C, m->dv + (size_t)t * C, row);
+    memcpy(pack + (size_t)t * 2 * Ckv, m->dk + (size_t)t * Ckv, row);
+    memcpy(pack + (size_t)t * 2 * Ckv + Ckv, m->dv + (size_t)t * Ckv, row);
   }
-  if ((rc = ts_comm_reduce_scatter_tree(m->seq, pack, (size_t)Nk * 2 * C, l))) return rc;
-  const float *own = pack + (size_t)m->t0 * 2 * C;
+  if ((rc = ts_comm_reduce_scatter_tree(m->seq, pack, (size_t)Nk * 2 * Ckv, l))) return rc;
+  const float *own = pack + (size_t)m->t0 * 2 * Ckv;
   for (int64_t t = 0; t < N; t++) {
-    memcpy(m->dk + (size_t)t * C, own + (size_t)t * 2 * C, row);
-    memcpy(m->dv + (size_t)t * C, own + (size_t)t * 2 * C + C, row);
+    memcpy(m->dk + (size_t)t * Ckv, own + (size_t)t * 2 * Ckv, row);
+    memcpy(m->dv + (size_t)t * Ckv, own + (size_t)t * 2 * Ckv + Ckv, row);
   }
   return TS_OK;
 }
 
 static ts_attn_shape attn_shape(const ts_model *m, int l, float p, uint64_t step) {
-  ts_attn_shape as = {m->B, m->T, m->H, m->dh, m->cfg.tile, p, m->cfg.seed, step,
-                      ts_model_attn_base(m, l), m->Tl, m->t0, m->T, 0, 0};
+  ts_attn_shape as = {.B = m->B, .T = m->T, .H = m->H, .dh = m->dh, .tile = m->cfg.tile,
+                      .dropout = p, .seed = m->cfg.seed, .step = step,
+                      .index_base = ts_model_attn_base(m, l), .Tq = m->Tl, .q0 = m->t0,
+                      .Tk = m->T, .Hkv = m->Hkv};
   return as;
+}
+
+// ---- the variant's pieces -----------------------------------------------------------
+// Norms: LayerNorm (GPT) or RMSNorm (LLaMA: no mean, no bias).
+static void norm_forward(const ts_model *m, float *out, float *mean, float *rstd, const float *x,
+                         const float *w, const float *b) {
+  if (m->llama) rmsnorm_forward(out, rstd, x, w, m->ntok, m->C);
+  else layernorm_forward(out, mean, rstd, x, w, b, m->ntok, m->C);
+}
+
+static int norm_backward(ts_model *m, float *dinp, float *dw, float *db, const float *dout,
+                         const float *x, const float *w, const float *mean, const float *rstd) {
+  if (m->llama) return rmsnorm_backward(&m->ws, dinp, dw, dout, x, w, rstd, m->ntok, m->C);
+  return layernorm_backward(&m->ws, dinp, dw, db, dout, x, w, mean, rstd, m->ntok, m->C);
+}
+
+// The MLP's hidden activation into m->gelu_out: GeLU(W1·a + b1) (GPT) or
+// silu(W1·a) ⊙ W3·a (LLaMA), a = m->ln_out.
+static void mlp_hidden(ts_model *m, const layer_params *w, layer_acts *a, int project) {
+  const int64_t N = m->ntok;
+  const int C = m->C, F = m->F, rows = m->cfg.leaf;
+  if (project) linear_forward(a->fch, m->ln_out, w->w1, w->b1, N, C, F, rows);
+  if (m->llama) {
+    if (project) linear_forward(a->fup, m->ln_out, w->w3, NULL, N, C, F, rows);
+    swiglu_forward(m->gelu_out, a->fch, a->fup, N * F);
+  } else {
+    gelu_forward(m->gelu_out, a->fch, N * F);
+  }
+}
+
+// Backward of the MLP from dy (m->dtmp, after the dropout mask) to d(a) in
+// m->dtmp; the norm output a is recomputed into m->ln_out by the caller's
+// norm_forward before the call.
+static int mlp_backward(ts_model *m, const layer_params *w, layer_params *g, layer_acts *a) {
+  const int64_t N = m->ntok;
+  const int C = m->C, F = m->F, rows = m->cfg.leaf;
+  ts_ws *ws = &m->ws;
+  int rc = 0;
+  mlp_hidden(m, w, a, 0); // recomputed, as in the forward
+  rc |= linear_backward_weights(ws, g->w2, g->b2, m->dtmp, m->gelu_out, N, F, C);
+  linear_backward_input(m->dfch, m->dtmp, w->w2, N, F, C, rows, 0);
+  if (m->llama) {
+    // d(gate) into dfch, d(up) into gelu_out (the hidden activation is used up)
+    swiglu_backward(m->dfch, m->gelu_out, a->fch, a->fup, m->dfch, N * F);
+    rc |= linear_backward_weights(ws, g->w1, NULL, m->dfch, m->ln_out, N, C, F);
+    rc |= linear_backward_weights(ws, g->w3, NULL, m->gelu_out, m->ln_out, N, C, F);
+    linear_backward_input(m->dtmp, m->dfch, w->w1, N, C, F, rows, 0);
+    linear_backward_input(m->dtmp, m->gelu_out, w->w3, N, C, F, rows, 1);
+  } else {
+    gelu_backward(m->dfch, a->fch, m->dfch, N * F);
+    rc |= linear_backward_weights(ws, g->w1, g->b1, m->dfch, m->ln_out, N, C, F);
+    linear_backward_input(m->dtmp, m->dfch, w->w1, N, C, F, rows, 0);
+  }
+  return rc;
 }
 
 float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
@@ -375,7 +464,8 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
   memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
   memcpy(m->targets, targets, (size_t)N * sizeof(int));
   m->rc = TS_OK;
-  encoder_forward(m->res[0], m->inputs, m->p.wte, m->p.wpe + (size_t)m->t0 * C, B, m->Tl, C);
+  encoder_forward(m->res[0], m->inputs, m->p.wte, m->p.wpe ? m->p.wpe + (size_t)m->t0 * C : NULL,
+                  B, m->Tl, C);
   for (int l = 0; l < m->L; l++) {
     if (m->mt) { // tensor-split layers
       if ((m->rc = megatron_layer_forward(m, l, step, p))) return NAN;
@@ -385,8 +475,9 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     layer_acts *a = &m->la[l];
     const float *x = m->res[l];
     float *y = m->res[l + 1];
-    layernorm_forward(m->ln_out, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, N, C);
+    norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b);
     linear_forward_heads(a->q, m->ln_out, w->wq, w->bq, N, C, C, m->dh, rows);
+    if (m->llama) rope_forward(a->q, N, m->Tl, m->t0, m->H, m->dh, C, m->rope);
     if ((m->rc = project_kv(m, l, w, a))) return NAN;
     ts_attn_shape as = attn_shape(m, l, p, step);
     attention_forward(&m->ws, a->att, a->lse, a->q, a->k, a->v, &as);
@@ -395,14 +486,13 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, rows);
     dropout_apply(a->res_mid, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
     for (int64_t i = 0; i < N * C; i++) a->res_mid[i] = x[i] + a->res_mid[i];
-    layernorm_forward(m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b, N, C);
-    linear_forward(a->fch, m->ln_out, w->w1, w->b1, N, C, F, rows);
-    gelu_forward(m->gelu_out, a->fch, N * F);
+    norm_forward(m, m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
+    mlp_hidden(m, w, a, 1);
     linear_forward(y, m->gelu_out, w->w2, w->b2, N, F, C, rows);
     dropout_apply(y, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
     for (int64_t i = 0; i < N * C; i++) y[i] = a->res_mid[i] + y[i];
   }
-  layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, m->res[m->L], m->p.lnfw, m->p.lnfb, N, C);
+  norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res[m->L], m->p.lnfw, m->p.lnfb);
   const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
   linear_forward(m->logits, m->lnf, head, NULL, N, C, V, rows);
   crossentropy_forward(m->losses, m->logits, m->targets, N, V);
@@ -437,7 +527,7 @@ static void add_into(float *dst, const float *src, int64_t n) {
 
 int ts_model_backward(ts_model *m, uint64_t step) {
   int rc = 0, crc; // rc: allocation failures in the trees; crc: a collective's error
-  const int B = m->B, T = m->T, C = m->C, F = m->F, V = m->V;
+  const int B = m->B, T = m->T, C = m->C, V = m->V, Ckv = m->Ckv;
   // Linear layers run on leaf-sized row blocks: larger BLAS calls than a tile,
   // and still whole-leaf on every exact layout, so shapes never depend on it.
   const int rows = m->cfg.leaf;
@@ -450,8 +540,8 @@ int ts_model_backward(ts_model *m, uint64_t step) {
   const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
   linear_backward_input(m->dtmp, m->dlogits, head, N, C, V, rows, 0);
   if (!m->cfg.tied) rc |= linear_backward_weights(ws, m->g.lm_head, NULL, m->dlogits, m->lnf, N, C, V);
-  rc |= layernorm_backward(ws, m->dres, m->g.lnfw, m->g.lnfb, m->dtmp, m->res[m->L], m->p.lnfw,
-                     m->lnf_mean, m->lnf_rstd, N, C);
+  rc |= norm_backward(m, m->dres, m->g.lnfw, m->g.lnfb, m->dtmp, m->res[m->L], m->p.lnfw,
+                      m->lnf_mean, m->lnf_rstd);
   for (int l = m->L - 1; l >= 0; l--) {
     if (m->mt) { // tensor-split layers
       if ((crc = megatron_layer_backward(m, l, step))) return crc;
@@ -459,20 +549,15 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     }
     layer_params *w = &m->p.layer[l], *g = &m->g.layer[l];
     layer_acts *a = &m->la[l];
-    // MLP branch: y = res_mid + dropout(gelu(ln2 · W1ᵀ + b1) · W2ᵀ + b2)
+    // MLP branch: y = res_mid + dropout(mlp(norm2(res_mid)))
     memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
     dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
-    gelu_forward(m->gelu_out, a->fch, N * F); // recomputed, as in the forward
-    rc |= linear_backward_weights(ws, g->w2, g->b2, m->dtmp, m->gelu_out, N, F, C);
-    linear_backward_input(m->dfch, m->dtmp, w->w2, N, F, C, rows, 0);
-    gelu_backward(m->dfch, a->fch, m->dfch, N * F);
-    layernorm_forward(m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b, N, C);
-    rc |= linear_backward_weights(ws, g->w1, g->b1, m->dfch, m->ln_out, N, C, F);
-    linear_backward_input(m->dtmp, m->dfch, w->w1, N, C, F, rows, 0);
-    rc |= layernorm_backward(ws, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, a->res_mid, w->ln2w,
-                       a->ln2_mean, a->ln2_rstd, N, C);
+    norm_forward(m, m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
+    rc |= mlp_backward(m, w, g, a);
+    rc |= norm_backward(m, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, a->res_mid, w->ln2w, a->ln2_mean,
+                        a->ln2_rstd);
     add_into(m->dres, m->dtmp2, N * C);
-    // attention branch: res_mid = x + dropout(attn(ln1(x)) · Woᵀ + bo)
+    // attention branch: res_mid = x + dropout(attn(norm1(x)) · Woᵀ + bo)
     memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
     dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
     rc |= linear_backward_weights(ws, g->wo, g->bo, m->dtmp, a->att, N, C, C);
@@ -482,23 +567,30 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     rc |= attention_backward(ws, m->dq, m->dk, m->dv, m->dsum, m->datt, a->q, a->k, a->v, a->att,
                        a->lse, &as);
     if ((crc = reduce_scatter_kv(m, l))) return crc;
-    layernorm_forward(m->ln_out, a->ln1_mean, a->ln1_rstd, m->res[l], w->ln1w, w->ln1b, N, C);
+    if (m->llama) { // back through the rotations (row-wise: after the reduce-scatter)
+      rope_backward(m->dq, N, m->Tl, m->t0, m->H, m->dh, C, m->rope);
+      rope_backward(m->dk, N, m->Tl, m->t0, m->Hkv, m->dh, Ckv, m->rope);
+    }
+    norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, m->res[l], w->ln1w, w->ln1b);
     rc |= linear_backward_weights(ws, g->wq, g->bq, m->dq, m->ln_out, N, C, C);
-    rc |= linear_backward_weights(ws, g->wk, g->bk, m->dk, m->ln_out, N, C, C);
-    rc |= linear_backward_weights(ws, g->wv, g->bv, m->dv, m->ln_out, N, C, C);
+    rc |= linear_backward_weights(ws, g->wk, g->bk, m->dk, m->ln_out, N, C, Ckv);
+    rc |= linear_backward_weights(ws, g->wv, g->bv, m->dv, m->ln_out, N, C, Ckv);
     linear_backward_input(m->dtmp, m->dq, w->wq, N, C, C, rows, 0);
-    linear_backward_input(m->dtmp, m->dk, w->wk, N, C, C, rows, 1);
-    linear_backward_input(m->dtmp, m->dv, w->wv, N, C, C, rows, 1);
-    rc |= layernorm_backward(ws, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, m->res[l], w->ln1w,
-                       a->ln1_mean, a->ln1_rstd, N, C);
+    linear_backward_input(m->dtmp, m->dk, w->wk, N, C, Ckv, rows, 1);
+    linear_backward_input(m->dtmp, m->dv, w->wv, N, C, Ckv, rows, 1);
+    rc |= norm_backward(m, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, m->res[l], w->ln1w, a->ln1_mean,
+                        a->ln1_rstd);
     add_into(m->dres, m->dtmp2, N * C);
   }
   // embeddings: dres is now the gradient of the encoder output
-  // this shard's rows of wpe; the others get nothing from it (ALGORITHMS.md §2:
-  // rank s owns rows [t0, t0 + Tl))
-  memset(m->g.wpe, 0, (size_t)m->t0 * C * sizeof(float));
-  memset(m->g.wpe + (size_t)(m->t0 + m->Tl) * C, 0, (size_t)(T - m->t0 - m->Tl) * C * sizeof(float));
-  rc |= encoder_backward_wpe(ws, m->g.wpe + (size_t)m->t0 * C, m->dres, B, m->Tl, C);
+  if (m->g.wpe) {
+    // this shard's rows of wpe; the others get nothing from it (ALGORITHMS.md
+    // §2: rank s owns rows [t0, t0 + Tl))
+    memset(m->g.wpe, 0, (size_t)m->t0 * C * sizeof(float));
+    memset(m->g.wpe + (size_t)(m->t0 + m->Tl) * C, 0,
+           (size_t)(T - m->t0 - m->Tl) * C * sizeof(float));
+    rc |= encoder_backward_wpe(ws, m->g.wpe + (size_t)m->t0 * C, m->dres, B, m->Tl, C);
+  }
   wte_leaf_ctx wc = {m, m->cfg.tied};
   rc |= ts_leaf_tree_sum(ws, m->g.wte, (size_t)V * C, N / m->cfg.leaf, wte_leaf, &wc);
   if (rc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
@@ -532,6 +624,6 @@ size_t ts_model_activation_bytes(const ts_model *m) {
 double ts_model_flops_per_token(const ts_model *m) {
   // non-embedding parameters: everything but wte and wpe (a tied head is the
   // embedding; an untied head counts)
-  double nonemb = (double)m->nparams - (double)m->V * m->C - (double)m->T * m->C;
+  double nonemb = (double)m->nparams - (double)m->V * m->C - (m->llama ? 0.0 : (double)m->T * m->C);
   return 6.0 * nonemb + 6.0 * m->L * (double)m->T * m->C;
 }

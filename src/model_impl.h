@@ -10,9 +10,11 @@
 #include "kernels.h"
 #include "tessera.h"
 
+// A layer's tensors. LLaMA: ln1w, ln2w are the RMSNorm weights, w1 the gate,
+// w3 the up projection; its biases (and ln*b) are NULL. GPT: w3 is NULL.
 typedef struct {
   float *ln1w, *ln1b, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
-  float *ln2w, *ln2b, *w1, *b1, *w2, *b2;
+  float *ln2w, *ln2b, *w1, *b1, *w3, *w2, *b2;
 } layer_params;
 
 typedef struct {
@@ -23,14 +25,19 @@ typedef struct {
 // What a layer keeps for its backward. Norm outputs and the GeLU output are
 // not kept: backward recomputes them (same code, same bits) into shared
 // scratch, which saves 2d + d_ff floats per token per layer.
+// (LLaMA: the means are unused, fch is the gate's output and fup the up
+// projection's.)
 typedef struct {
   float *ln1_mean, *ln1_rstd, *q, *k, *v, *att, *lse, *res_mid;
-  float *ln2_mean, *ln2_rstd, *fch;
+  float *ln2_mean, *ln2_rstd, *fch, *fup;
 } layer_acts;
 
 struct ts_model {
   ts_config cfg;
   int B, T, C, L, H, dh, F, V; // B: the sequences this model holds (its shard)
+  int Hkv, Ckv;                // key/value heads and their width Hkv·dh
+  int llama;                   // the LLaMA variant (RMSNorm, RoPE, GQA, SwiGLU)
+  float *rope;                 // (T, dh/2, 2) cos, sin of the rotary angles (LLaMA)
   int64_t ntok;                // B*T local tokens
   // The shard of the global batch: sequences [b0, b0 + B) of Bg. Dropout
   // indices and the loss scale use the global batch (docs/MODEL.md).

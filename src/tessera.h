@@ -19,7 +19,7 @@ const char *ts_errmsg(void);
 
 // ---------------------------------------------------------------------------
 // Configuration: the model (what is learned) and the run (how it is trained).
-typedef enum { TS_GPT = 0 } ts_variant;
+typedef enum { TS_GPT = 0, TS_LLAMA = 1 } ts_variant;
 
 typedef struct {
   // model
@@ -29,6 +29,8 @@ typedef struct {
   int d;        // model width
   int n_layer;  // L
   int n_head;   // H
+  int n_kv_head; // Hkv: key/value heads (LLaMA's grouped-query attention; GPT: 0, = H)
+  float rope_theta; // LLaMA's rotary base θ (GPT: 0)
   int d_ff;     // MLP inner width (4d for GPT)
   int seq;      // T: context length (rows of the positional embedding)
   int tied;     // 1: LM head shares the token embedding

@@ -401,6 +401,10 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     double dt = ts_now() - t0;
     double comm_s = ts_grid_comm_seconds(grid);
     double tps = tokens / dt;
+    // the busiest rank's compute and the largest memory: with causal
+    // attention a sequence's later segments are the heavier ones
+    double compute_max = dt - comm_s, rss_max = ts_peak_rss_mb();
+    ts_mpi_max2(&compute_max, &rss_max);
     double mfu = roof > 0 ? fpt * tps / (roof * 1e9 * grid->world_size) : 0.0;
     double rss = ts_peak_rss_mb();
     if (!isfinite(loss)) {
@@ -412,10 +416,10 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     snprintf(line, sizeof line,
              "{\"type\":\"step\",\"step\":%" PRIu64 ",\"loss\":%.9g,\"loss_hex\":\"%a\","
              "\"grad_norm\":%.9g,\"grad_norm_hex\":\"%a\",\"lr\":%.9g,\"lr_hex\":\"%a\","
-             "\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"mfu\":%.4f,"
-             "\"peak_rss_mb\":%.1f,\"comm\":%s}",
+             "\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"compute_ms_max\":%.3f,"
+             "\"mfu\":%.4f,\"peak_rss_mb\":%.1f,\"peak_rss_mb_max\":%.1f,\"comm\":%s}",
              step, (double)loss, (double)loss, (double)norm, (double)norm, (double)lr, (double)lr,
-             tps, dt * 1e3, comm_s * 1e3, mfu, rss, comm_json);
+             tps, dt * 1e3, comm_s * 1e3, compute_max * 1e3, mfu, rss, rss_max, comm_json);
     ts_log_line(&log, line);
     if (!cfg.quiet)
       printf("step %5" PRIu64 "/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | MFU %4.1f%% | %6.0f MB\n",

@@ -105,6 +105,34 @@ for drop in 0 0.1; do
   done
 done
 
+# The LLaMA variant (RoPE at global positions, grouped-query attention with
+# H 4, Hkv 2): the LSS modes are exact too. Its reduce-scatter packs
+# [dK | dV] of the key/value heads only: n = 2·T·Ckv, Ckv = Hkv·dh = 32.
+LBASE="--model llama-tiny --batch 2 --steps 2 --warmup 1 --eval-batches 1 --data $DATA --quiet --threads 1"
+for drop in 0 0.1; do
+  S=$TS_TMP/llama-serial-$drop.jsonl
+  expect_exit 0 "" "$T" train $LBASE --dropout $drop --log "$S"
+  for run in lss:2x1 lss:4x2 lss-fused:4x1 lss-basic:2x2 lss:8x1; do
+    mode=${run%:*} nd=${run#*:}
+    N=${nd%x*} D=${nd#*x}
+    L=$TS_TMP/llama-$mode-sp$N-dp$D-$drop.jsonl
+    expect_exit 0 "" $RUN_MPI -n $((N * D)) "$T" train $LBASE --dropout $drop --sp $N --dp $D \
+      --sp-mode $mode --log "$L" || continue
+    expect_exit 0 "" "$T" compare "$S" "$L"
+    expect_stdout "^identical"
+  done
+done
+nb=2
+want="{\"reduce_scatter\":{\"calls\":$nb,\"bytes\":$((nb * 8 * 2 * SEQ * 32 / 2))},\"allgather\":{\"calls\":$nb,\"bytes\":$((nb * 2 * (SEQ / 2) * DM * 4))}}"
+TS_CHECKS=$((TS_CHECKS + 1))
+if grep '"type":"step"' "$TS_TMP/llama-lss-sp2-dp1-0.jsonl" | grep -qF "\"layers\":{\"0\":$want,\"1\":$want}"; then
+  pass "llama lss sp 2: per layer $want"
+else
+  fail "llama lss sp 2: step records lack per layer $want"
+fi
+expect_exit 2 "--sp-mode megatron: the baseline is built for the GPT variant" \
+  "$T" train $LBASE --sp 2 --sp-mode megatron --log "$TS_TMP/never.jsonl"
+
 # the layout is named in the config record
 grep -q '"layout":"dp2-sp4-lss-basic"' "$TS_TMP/lss-basic-sp4-dp2-0.jsonl" &&
   pass "config record: layout dp2-sp4-lss-basic" || fail "config record lacks layout dp2-sp4-lss-basic"

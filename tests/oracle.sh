@@ -5,8 +5,9 @@
 #    check.py accepts a correct dump and rejects slightly perturbed ones.
 # 2. Every golden/<name>/ directory: step-1 loss, logits and gradients and the
 #    K-step trajectory, within the tolerances stated in tests/oracle/check.py.
-# 3. A fresh dump of the tiny model with dropout 0.1, so the dropout masks
-#    (purposes 2, 3, 4 of docs/MODEL.md) are checked against the oracle too.
+# 3. Fresh dumps with dropout 0.1 (tiny, and llama-tiny with one key/value
+#    head), so the dropout masks (purposes 2, 3, 4 of docs/MODEL.md) are
+#    checked against the oracle too.
 #
 # Skips (77) when $PYTHON_ORACLE (default /usr/bin/python3) cannot import
 # PyTorch; also when there is no golden directory, after parts 1 and 3 have
@@ -61,6 +62,16 @@ fi
 if expect_exit 0 "" "$TESSERA_BIN" "$@"; then
   check "fresh dump (tiny, dropout 0.1) matches the oracle" "$oracle/check.py" \
     "$TS_TMP/dropout" --traj
+fi
+
+# and of the LLaMA variant: one key/value head for every query head, dropout
+set -- dump --out "$TS_TMP/llama" --model llama-tiny --kv-heads 1 --dropout 0.1 --traj-steps 3
+if [ -f "$TESSERA_SRCDIR/data/corpus.txt" ]; then
+  set -- "$@" --data "$TESSERA_SRCDIR/data/corpus.txt"
+fi
+if expect_exit 0 "" "$TESSERA_BIN" "$@"; then
+  check "fresh dump (llama-tiny, 1 kv head, dropout 0.1) matches the oracle" "$oracle/check.py" \
+    "$TS_TMP/llama" --traj
 fi
 
 if [ "$TS_FAILS" -eq 0 ] && [ "$n_golden" -eq 0 ]; then

@@ -29,12 +29,18 @@ static void test_presets(void **state) {
     base(&c, *p);
     assert_string_equal(c.preset, *p);
     assert_int_equal(c.vocab, 256);
-    assert_int_equal(c.tied, 1);
+    int llama = strncmp(*p, "llama-", 6) == 0;
+    assert_int_equal(c.variant, llama ? TS_LLAMA : TS_GPT);
+    assert_int_equal(c.tied, !llama); // LLaMA: untied head
     assert_true(c.dropout == 0.0f);
-    assert_int_equal(c.variant, TS_GPT);
+    if (llama) { // grouped-query attention, SwiGLU width 8d/3 rounded up to 64
+      assert_true(c.n_kv_head >= 1 && c.n_kv_head < c.n_head && c.n_head % c.n_kv_head == 0);
+      assert_int_equal(c.d_ff, (8 * c.d / 3 + 63) / 64 * 64);
+      assert_true(c.rope_theta == 10000.0f);
+    }
     assert_int_equal(ts_config_finalize(&c), TS_OK); // every preset is valid as is
   }
-  assert_int_equal(n, 4);
+  assert_int_equal(n, 7);
   base(&c, "small"); // the LSS paper's 20M model
   assert_int_equal(c.d, 512);
   assert_int_equal(c.n_layer, 6);

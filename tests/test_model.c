@@ -17,10 +17,10 @@
 #include "rng.h"
 #include "tessera.h"
 
-static ts_config tiny_config(int B, int T, float dropout, int tied) {
+static ts_config preset_config(const char *preset, int B, int T, float dropout, int tied) {
   ts_config c;
   memset(&c, 0, sizeof c);
-  assert_int_equal(ts_config_preset(&c, "tiny"), TS_OK);
+  assert_int_equal(ts_config_preset(&c, preset), TS_OK);
   ts_config_defaults(&c);
   c.batch = B;
   c.seq = T;
@@ -33,6 +33,13 @@ static ts_config tiny_config(int B, int T, float dropout, int tied) {
   assert_int_equal(ts_config_finalize(&c), TS_OK);
   return c;
 }
+
+static ts_config tiny_config(int B, int T, float dropout, int tied) {
+  return preset_config("tiny", B, T, dropout, tied);
+}
+
+// Both variants: GPT, and LLaMA with grouped-query attention (H 4, Hkv 2).
+static const char *const variants[] = {"tiny", "llama-tiny"};
 
 static void random_tokens(int *x, size_t n, uint64_t key) {
   for (size_t i = 0; i < n; i++) x[i] = (int)ts_rng_below(99, 7, key, i, 256);
@@ -67,8 +74,9 @@ static float *train_steps(const ts_config *c, int steps, const int *inp, const i
 
 static void test_thread_count_invariance(void **state) {
   (void)state;
-  for (int tied = 0; tied <= 1; tied++) {
-    ts_config c = tiny_config(2, 64, 0.1f, tied);
+  for (int k = 0; k < 4; k++) {
+    int tied = k & 1;
+    ts_config c = preset_config(variants[k / 2], 2, 64, 0.1f, tied);
     size_t n = (size_t)c.batch * c.seq;
     int *inp = malloc(n * sizeof(int)), *tgt = malloc(n * sizeof(int));
     random_tokens(inp, n, 1);
@@ -94,44 +102,49 @@ static void test_thread_count_invariance(void **state) {
 // batch: tiles never mix sequences and every call has a fixed shape (R1).
 static void test_batch_composition_invariance(void **state) {
   (void)state;
-  ts_config c2 = tiny_config(2, 64, 0.0f, 1), c1 = tiny_config(1, 64, 0.0f, 1);
-  size_t n = 2 * 64;
-  int *inp = malloc(n * sizeof(int)), *tgt = malloc(n * sizeof(int));
-  random_tokens(inp, n, 3);
-  random_tokens(tgt, n, 4);
-  ts_model *m2, *m1;
-  assert_int_equal(ts_model_create(&c2, &m2), TS_OK);
-  assert_int_equal(ts_model_create(&c1, &m1), TS_OK);
-  ts_model_init(m2, 5);
-  ts_model_init(m1, 5);
-  ts_model_forward(m2, inp, tgt, 1, 0);
-  for (int b = 0; b < 2; b++) {
-    ts_model_forward(m1, inp + b * 64, tgt + b * 64, 1, 0);
-    assert_memory_equal(ts_model_logits(m1), ts_model_logits(m2) + (size_t)b * 64 * 256,
-                        64 * 256 * sizeof(float));
+  for (int k = 0; k < 2; k++) {
+    ts_config c2 = preset_config(variants[k], 2, 64, 0.0f, 1);
+    ts_config c1 = preset_config(variants[k], 1, 64, 0.0f, 1);
+    size_t n = 2 * 64;
+    int *inp = malloc(n * sizeof(int)), *tgt = malloc(n * sizeof(int));
+    random_tokens(inp, n, 3);
+    random_tokens(tgt, n, 4);
+    ts_model *m2, *m1;
+    assert_int_equal(ts_model_create(&c2, &m2), TS_OK);
+    assert_int_equal(ts_model_create(&c1, &m1), TS_OK);
+    ts_model_init(m2, 5);
+    ts_model_init(m1, 5);
+    ts_model_forward(m2, inp, tgt, 1, 0);
+    for (int b = 0; b < 2; b++) {
+      ts_model_forward(m1, inp + b * 64, tgt + b * 64, 1, 0);
+      assert_memory_equal(ts_model_logits(m1), ts_model_logits(m2) + (size_t)b * 64 * 256,
+                          64 * 256 * sizeof(float));
+    }
+    ts_model_free(m1);
+    ts_model_free(m2);
+    free(inp);
+    free(tgt);
   }
-  ts_model_free(m1);
-  ts_model_free(m2);
-  free(inp);
-  free(tgt);
 }
 
 static void test_activation_memory_linear_in_T(void **state) {
   (void)state;
-  size_t bytes[3];
-  int Ts[3] = {256, 512, 1024};
-  for (int i = 0; i < 3; i++) {
-    ts_config c = tiny_config(1, Ts[i], 0.0f, 1);
-    c.tile = 64; // same tile for all three so only T changes
-    c.leaf = 64;
-    ts_model *m;
-    assert_int_equal(ts_model_create(&c, &m), TS_OK);
-    bytes[i] = ts_model_activation_bytes(m);
-    ts_model_free(m);
+  for (int k = 0; k < 2; k++) {
+    size_t bytes[3];
+    int Ts[3] = {256, 512, 1024};
+    for (int i = 0; i < 3; i++) {
+      ts_config c = preset_config(variants[k], 1, Ts[i], 0.0f, 1);
+      c.tile = 64; // same tile for all three so only T changes
+      c.leaf = 64;
+      ts_model *m;
+      assert_int_equal(ts_model_create(&c, &m), TS_OK);
+      bytes[i] = ts_model_activation_bytes(m);
+      ts_model_free(m);
+    }
+    // exactly linear: doubling T doubles the activation bytes
+    assert_int_equal(bytes[1] - bytes[0], bytes[0]);
+    assert_int_equal(bytes[2] - bytes[1], 2 * bytes[0]);
   }
-  // exactly linear: doubling T doubles the activation bytes
-  assert_int_equal(bytes[1] - bytes[0], bytes[0]);
-  assert_int_equal(bytes[2] - bytes[1], 2 * bytes[0]);
 }
 
 static void test_init_is_counter_based(void **state) {

@@ -23,6 +23,7 @@ static ts_attn_shape resolved(const ts_attn_shape *in) {
   if (s.Tq == 0) s.Tq = s.T;
   if (s.Tk == 0) s.Tk = s.T;
   if (s.Hg == 0) s.Hg = s.H;
+  if (s.Hkv == 0) s.Hkv = s.H;
   return s;
 }
 
@@ -35,9 +36,9 @@ static inline uint64_t attn_index(const ts_attn_shape *s, int b, int h, int64_t 
 
 // S (tile, tile) = scale * Q_qt · K_ktᵀ with the causal mask on the diagonal.
 TS_VECTOR_CLONES
-static void scores(float *S, const float *q, const float *k, int ld, int tile, int dh,
+static void scores(float *S, const float *q, int ldq, const float *k, int ldk, int tile, int dh,
                    float scale, int diagonal) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, tile, dh, 1.0f, q, ld, k, ld,
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, tile, dh, 1.0f, q, ldq, k, ldk,
               0.0f, S, tile);
   for (int i = 0; i < tile; i++)
     for (int j = 0; j < tile; j++)
@@ -91,6 +92,7 @@ void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const 
                        const float *v, const ts_attn_shape *shape) {
   const ts_attn_shape sh = resolved(shape), *s = &sh;
   const int Tq = s->Tq, Tk = s->Tk, H = s->H, dh = s->dh, tile = s->tile, C = H * dh;
+  const int Ckv = s->Hkv * dh, G = H / s->Hkv;  // key/value row width, heads per group
   const int nq = Tq / tile, qt0 = s->q0 / tile; // local query tiles, global index of the first
   const float scale = 1.0f / sqrtf((float)dh);
   const int64_t ntasks = (int64_t)s->B * H * nq;
@@ -108,13 +110,13 @@ void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const 
     for (int i = 0; i < tile; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
     memset(acc, 0, (size_t)tile * dh * sizeof(float));
     for (int kt = qt; kt >= 0; kt--) {
-      const size_t rowk = ((size_t)b * Tk + (size_t)kt * tile) * C + (size_t)h * dh;
-      scores(S, Q, k + rowk, C, tile, dh, scale, kt == qt);
+      const size_t rowk = ((size_t)b * Tk + (size_t)kt * tile) * Ckv + (size_t)(h / G) * dh;
+      scores(S, Q, C, k + rowk, Ckv, tile, dh, scale, kt == qt);
       online_softmax(P, m, l, acc, S, tile, dh);
       drop_tile(P, s, b, h, qt, kt);
       // acc (tile, dh) += P~ (tile, tile) · V_kt (tile, dh)
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, dh, tile, 1.0f, P, tile,
-                  v + rowk, C, 1.0f, acc, dh);
+                  v + rowk, Ckv, 1.0f, acc, dh);
     }
     float *O = out + rowq;
     float *L = lse + ((size_t)b * H + h) * Tq + (size_t)lq * tile;
@@ -132,9 +134,9 @@ TS_VECTOR_CLONES
 static void tile_grads(float *S, float *dPbuf, const float *dO, const float *V,
                        const float *lse_rows, const float *D_rows, const ts_attn_shape *s,
                        int b, int h, int qt, int kt, float scale) {
-  const int tile = s->tile, dh = s->dh, C = s->H * s->dh;
+  const int tile = s->tile, dh = s->dh, C = s->H * s->dh, Ckv = s->Hkv * s->dh;
   probs(S, lse_rows, tile);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, tile, dh, 1.0f, dO, C, V, C,
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, tile, dh, 1.0f, dO, C, V, Ckv,
               0.0f, dPbuf, tile);
   if (s->dropout <= 0.0f) {
     for (int i = 0; i < tile; i++) {
@@ -179,58 +181,69 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
       dsum[((size_t)b * H + h) * Tq + i] = acc;
     }
   }
-  // One pass per (sequence, head). Key tiles go from the last visible one
-  // down to 0 and, for each, query tiles from the diagonal (or the first
-  // local one) up: so every query tile receives its dQ terms from the
-  // diagonal down (the forward's order, R2), while each key tile's dK/dV
+  // One pass per (sequence, key/value head). Key tiles go from the last
+  // visible one down to 0 and, for each, query tiles from the diagonal (or
+  // the first local one) up: so every query tile receives its dQ terms from
+  // the diagonal down (the forward's order, R2), while each key tile's dK/dV
   // terms arrive in query-tile order for the tree (R3), whose positions are
-  // counted from the first local query tile. Probabilities are recomputed
-  // once per tile pair.
-  const int64_t ntasks = (int64_t)B * H;
+  // counted from the first local query tile; a leaf sums the group's query
+  // heads in order. Probabilities are recomputed once per tile pair.
+  const int Hkv = s->Hkv, G = H / Hkv, Ckv = Hkv * dh;
+  const int64_t ntasks = (int64_t)B * Hkv;
   int fail = 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ws->nthreads) reduction(| : fail)
   for (int64_t task = 0; task < ntasks; task++) {
-    int h = (int)(task % H), b = (int)(task / H);
+    int j = (int)(task % Hkv), b = (int)(task / Hkv);
     int th = omp_get_thread_num();
     float *S = ws->attnbuf[th];
     float *dS = S + (size_t)tile * tile;
-    float *part = dS + (size_t)tile * tile; // [dK (tile, dh) | dV (tile, dh)]
+    float *part = dS + (size_t)tile * tile;          // [dK (tile, dh) | dV (tile, dh)]
+    float *leaf = part + (size_t)2 * tile * dh;      // the group's sum (G > 1)
     ts_tree *tree = &ws->attntree[th];
-    const size_t qhead = (size_t)b * Tq * C + (size_t)h * dh;
-    const size_t khead = (size_t)b * Tk * C + (size_t)h * dh;
-    for (int r = 0; r < Tq; r++) memset(dq + qhead + (size_t)r * C, 0, (size_t)dh * sizeof(float));
+    const size_t khead = (size_t)b * Tk * Ckv + (size_t)j * dh;
+    for (int g = 0; g < G; g++) {
+      const size_t qhead = (size_t)b * Tq * C + (size_t)(j * G + g) * dh;
+      for (int r = 0; r < Tq; r++) memset(dq + qhead + (size_t)r * C, 0, (size_t)dh * sizeof(float));
+    }
     for (int kt = nk - 1; kt >= 0; kt--) {
-      const size_t rowk = khead + (size_t)kt * tile * C;
+      const size_t rowk = khead + (size_t)kt * tile * Ckv;
       if (kt >= qb) { // no local query sees this key tile: empty
         for (int i = 0; i < tile; i++)
           for (int c = 0; c < dh; c++) {
-            dk[rowk + (size_t)i * C + c] = -0.0f;
-            dv[rowk + (size_t)i * C + c] = -0.0f;
+            dk[rowk + (size_t)i * Ckv + c] = -0.0f;
+            dv[rowk + (size_t)i * Ckv + c] = -0.0f;
           }
         continue;
       }
       int first = kt > qa ? kt : qa;
       ts_tree_reset(tree, (uint64_t)(first - qa));
       for (int qt = first; qt < qb; qt++) {
-        const size_t rowq = qhead + (size_t)(qt - qa) * tile * C;
-        const float *L = lse + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
-        const float *D = dsum + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
-        scores(S, q + rowq, k + rowk, C, tile, dh, scale, kt == qt);
-        tile_grads(S, dS, dout + rowq, v + rowk, L, D, s, b, h, qt, kt, scale);
-        // dQ_qt (tile, dh) += dS (tile, tile) · K_kt (tile, dh)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
-                    k + rowk, C, 1.0f, dq + rowq, C);
-        // dK part (tile, dh) = dSᵀ · Q_qt ; dV part = P~ᵀ · dO_qt
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
-                    q + rowq, C, 0.0f, part, dh);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, S, tile,
-                    dout + rowq, C, 0.0f, part + (size_t)tile * dh, dh);
-        if (ts_tree_push(tree, part) != 0) fail = 1;
+        for (int g = 0; g < G; g++) {
+          const int h = j * G + g;
+          const size_t rowq = (size_t)b * Tq * C + (size_t)h * dh + (size_t)(qt - qa) * tile * C;
+          const float *L = lse + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
+          const float *D = dsum + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
+          scores(S, q + rowq, C, k + rowk, Ckv, tile, dh, scale, kt == qt);
+          tile_grads(S, dS, dout + rowq, v + rowk, L, D, s, b, h, qt, kt, scale);
+          // dQ_qt (tile, dh) += dS (tile, tile) · K_kt (tile, dh)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
+                      k + rowk, Ckv, 1.0f, dq + rowq, C);
+          // dK part (tile, dh) = dSᵀ · Q_qt ; dV part = P~ᵀ · dO_qt
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
+                      q + rowq, C, 0.0f, part, dh);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, S, tile,
+                      dout + rowq, C, 0.0f, part + (size_t)tile * dh, dh);
+          if (G > 1) {
+            if (g == 0) memcpy(leaf, part, (size_t)2 * tile * dh * sizeof(float));
+            else ts_tree_add(leaf, part, (size_t)2 * tile * dh);
+          }
+        }
+        if (ts_tree_push(tree, G > 1 ? leaf : part) != 0) fail = 1;
       }
       ts_tree_finish(tree, part);
       for (int i = 0; i < tile; i++) {
-        memcpy(dk + rowk + (size_t)i * C, part + (size_t)i * dh, (size_t)dh * sizeof(float));
-        memcpy(dv + rowk + (size_t)i * C, part + (size_t)(tile + i) * dh, (size_t)dh * sizeof(float));
+        memcpy(dk + rowk + (size_t)i * Ckv, part + (size_t)i * dh, (size_t)dh * sizeof(float));
+        memcpy(dv + rowk + (size_t)i * Ckv, part + (size_t)(tile + i) * dh, (size_t)dh * sizeof(float));
       }
     }
   }

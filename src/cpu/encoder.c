@@ -7,8 +7,13 @@ void encoder_forward(float *out, const int *tokens, const float *wte, const floa
                      int B, int T, int C) {
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < (int64_t)B * T; r++) {
-    const float *e = wte + (size_t)tokens[r] * C, *p = wpe + (size_t)(r % T) * C;
+    const float *e = wte + (size_t)tokens[r] * C;
     float *y = out + r * C;
+    if (!wpe) { // no positional embedding (LLaMA: positions come from RoPE)
+      memcpy(y, e, (size_t)C * sizeof(float));
+      continue;
+    }
+    const float *p = wpe + (size_t)(r % T) * C;
     for (int i = 0; i < C; i++) y[i] = e[i] + p[i];
   }
 }

@@ -29,6 +29,10 @@ void ts_mpi_finalize(void);
 void ts_mpi_abort(int code);
 int ts_mpi_world_rank(void);
 int ts_mpi_world_size(void);
+// The maxima of two numbers over the world (the busiest rank's compute time,
+// the largest peak memory), for the run log: metrics, not part of the
+// training's communication, so not counted.
+void ts_mpi_max2(double *a, double *b);
 
 // TS_EUSAGE, naming --dp and the world size, unless dp × sp × pp ranks run.
 int ts_grid_check(int dp, int sp, int pp);

@@ -106,8 +106,10 @@ static void colsum(float *out, const float *x, int rows, int cols, int ld) {
 
 static ts_attn_shape heads_shape(const ts_model *m, int l, float p, uint64_t step) {
   const struct megatron *mt = m->mt;
-  ts_attn_shape as = {1, m->T, mt->Hl, m->dh, m->cfg.tile, p, m->cfg.seed, step,
-                      ts_model_attn_base(m, l), m->T, 0, m->T, mt->h0, m->H};
+  ts_attn_shape as = {.B = 1, .T = m->T, .H = mt->Hl, .dh = m->dh, .tile = m->cfg.tile,
+                      .dropout = p, .seed = m->cfg.seed, .step = step,
+                      .index_base = ts_model_attn_base(m, l), .h0 = mt->h0, .Hg = m->H,
+                      .Hkv = mt->Hl}; // GPT: as many key/value heads as heads
   return as;
 }
 

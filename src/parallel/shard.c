@@ -146,7 +146,7 @@ int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group) {
                   : ts_comm_allreduce_tree(data_group, g, sh->np, -1);
     if (rc) return rc;
   }
-  if (!sh->seq) return TS_OK;
+  if (!sh->seq || sh->wpe_len == 0) return TS_OK; // LLaMA has no positional embedding
   float *wpe = g + sh->wpe_off;
   const size_t row = sh->wpe_len / (size_t)sh->T;
   rc = ts_comm_allgather(sh->seq, wpe + (size_t)sh->t0 * row, sh->wpe_full,

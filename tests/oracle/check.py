@@ -3,7 +3,9 @@
 usage: check.py DIR [--traj] [--no-init]
 
 The oracle recomputes the step-1 loss, logits and every gradient from the dumped
-weights and batch, once in float32 and once in float64, and applies these rules
+weights and batch, once in float32 and once in float64, for either variant of
+docs/MODEL.md (config.json's "variant": "gpt" or "llama"; for LLaMA also
+"n_kv_head" and "rope_theta"), and applies the same rules to both
 (tess = tessera's dumped value, t32 / t64 = PyTorch float32 / float64):
 
   loss     |tess - t32| / |t64| <= 1e-5.
@@ -36,6 +38,12 @@ weights and batch, once in float32 and once in float64, and applies these rules
   dump     self-consistency of the dump: shapes, logits_fnv1a64, grad_norm (<= 1e-4
            relative to t64, against t32 like the gradients), and the weights equal the
            documented initialisation (MODEL.md) within 1e-6 relative (--no-init skips).
+
+LLaMA's RoPE table: the float32 oracle uses cos/sin computed in float64 and rounded
+once to float32, as MODEL.md prescribes for tessera; the float64 oracle keeps them in
+float64 (like its other constants, 1e-5 and 1/sqrt(dh)). Both float32 implementations
+then carry the same table rounding (at most 2^-24 relative on each cos and sin),
+which shows in err(t32) and err(tess) alike, so the flash bound stays fair to tessera.
 
 Exit 0 when every check passes, 1 when one fails, 2 when DIR cannot be read.
 """
@@ -110,8 +118,13 @@ def check_dump(path, traj, check_init=True):
     s = dump.shape
     B, T = dump.inputs.shape
     print(f"oracle: {path}")
-    print(f"  B {B} T {T} V {s.V} d {s.d} L {s.L} H {s.H} d_ff {s.F} "
-          f"{'tied' if s.tied else 'untied'} dropout {dump.dropout:g}")
+    if s.variant == "gpt":
+        print(f"  B {B} T {T} V {s.V} d {s.d} L {s.L} H {s.H} d_ff {s.F} "
+              f"{'tied' if s.tied else 'untied'} dropout {dump.dropout:g}")
+    else:
+        print(f"  {s.variant}: B {B} T {T} V {s.V} d {s.d} L {s.L} H {s.H} Hkv {s.Hkv} "
+              f"d_ff {s.F} rope_theta {s.rope_theta:g} {'tied' if s.tied else 'untied'} "
+              f"dropout {dump.dropout:g}")
     rep = Report()
     step = 1 if dump.dropout > 0 else None
 
@@ -153,7 +166,7 @@ def check_dump(path, traj, check_init=True):
     logits = {}
     grads = {}
     for name, dt in (("32", torch.float32), ("64", torch.float64)):
-        m = model.GPT(s, dump.weights, dt, dump.dropout, dump.seed)
+        m = model.build_model(s, dump.weights, dt, dump.dropout, dump.seed)
         loss[name], logits[name], grads[name] = m.loss_and_grads(dump.inputs, dump.targets, step)
         del m
     tess_loss = dump.hexfloat(dump.result, "loss")
@@ -194,7 +207,7 @@ def check_dump(path, traj, check_init=True):
             print(f"  -- trajectory: {K} steps, AdamW lr {settings.lr:g} wd {settings.weight_decay:g} "
                   f"betas ({settings.beta1:g}, {settings.beta2:g}) eps {settings.eps:g} clip "
                   f"{settings.grad_clip:g} warmup {settings.warmup}, schedule over {K} steps{note}")
-            m = model.GPT(s, dump.weights, torch.float32, dump.dropout, dump.seed)
+            m = model.build_model(s, dump.weights, torch.float32, dump.dropout, dump.seed)
             mine = model.train_trajectory(m, settings, dump.inputs, dump.targets, K,
                                           dump.dropout > 0)
             first = dump.hexfloat(tr[0], "loss")

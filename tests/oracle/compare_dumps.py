@@ -57,6 +57,12 @@ def main():
             print(f"{name}: tensor names differ")
             bad += 1
             continue
+        shapes = [k for k in tg if tg[k].shape != tf[k].shape]
+        if shapes:  # e.g. another --kv-heads: same names, other key/value widths
+            print(f"{name}: tensor shapes differ ({', '.join(shapes[:3])}: "
+                  f"{list(tg[shapes[0]].shape)} vs {list(tf[shapes[0]].shape)})")
+            bad += 1
+            continue
         worst = max((tensor_error(tg[k], tf[k]), k) for k in tg)
         print(f"{name:20s} worst {worst[0]:.2e} ({worst[1]}) (bound {RTOL})")
         bad += worst[0] > RTOL

@@ -1,7 +1,8 @@
 """Writes a dump directory in the format of docs/GOLDEN.md from the oracle itself.
 
-usage: make_fake_dump.py --out DIR [--vocab V] [--d D] [--layers L] [--heads H]
-         [--seq T] [--batch B] [--untied] [--dropout P] [--seed S] [--traj-steps K]
+usage: make_fake_dump.py --out DIR [--variant gpt|llama] [--vocab V] [--d D]
+         [--layers L] [--heads H] [--kv-heads HKV] [--rope-theta THETA] [--seq T]
+         [--batch B] [--untied] [--dropout P] [--seed S] [--traj-steps K]
          [--source fp64|fp32]
 
 It stands in for `tessera dump` when testing check.py: the weights are the
@@ -39,25 +40,44 @@ def fnv1a64(data):
     return h
 
 
+def llama_d_ff(d):
+    """The presets' d_ff of the LLaMA variant: 8d/3 rounded up to a multiple of 64."""
+    return -(-8 * d // (3 * 64)) * 64
+
+
 def make(out, vocab=256, d=32, layers=2, heads=4, seq=32, batch=2, tied=True, dropout=0.0,
-         seed=1337, traj_steps=3, source="fp64"):
+         seed=1337, traj_steps=3, source="fp64", variant="gpt", kv_heads=None,
+         rope_theta=10000.0, model_cls=None):
+    """Writes the dump. model_cls (default: the oracle model of the variant) computes
+    the "tessera" values; selftest.py passes deliberately wrong models through it."""
     os.makedirs(out, exist_ok=True)
-    F = 4 * d
+    llama = variant == "llama"
+    F = llama_d_ff(d) if llama else 4 * d
     f32 = lambda v: float(np.float32(v))
-    cfg = {"preset": "fake", "variant": "gpt", "vocab": vocab, "d": d, "n_layer": layers,
-           "n_head": heads, "d_ff": F, "seq": seq, "tied": 1 if tied else 0,
-           "dropout": f32(dropout), "batch": batch, "steps": traj_steps, "seed": seed,
-           "lr": f32(3e-3), "min_lr_frac": f32(0.1), "weight_decay": f32(0.1),
-           "beta1": f32(0.9), "beta2": f32(0.95), "eps": f32(1e-8), "grad_clip": f32(1.0),
-           "warmup": 2}
+    cfg = {"preset": "fake", "variant": variant, "vocab": vocab, "d": d, "n_layer": layers,
+           "n_head": heads}
+    if llama:
+        cfg["n_kv_head"] = heads if kv_heads is None else kv_heads
+    cfg.update({"d_ff": F, "seq": seq, "tied": 1 if tied else 0})
+    if llama:
+        cfg["rope_theta"] = f32(rope_theta)
+    cfg.update({"dropout": f32(dropout), "batch": batch, "steps": traj_steps, "seed": seed,
+                "lr": f32(3e-3), "min_lr_frac": f32(0.1), "weight_decay": f32(0.1),
+                "beta1": f32(0.9), "beta2": f32(0.95), "eps": f32(1e-8),
+                "grad_clip": f32(1.0), "warmup": 2})
     for k in ("dropout", "lr", "min_lr_frac", "weight_decay", "beta1", "beta2", "eps",
-              "grad_clip"):
-        cfg[k + "_hex"] = c_hex(cfg[k])
+              "grad_clip", "rope_theta"):
+        if k in cfg:
+            cfg[k + "_hex"] = c_hex(cfg[k])
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump({"model": cfg}, f)
     c = model.Config({"model": cfg})
 
-    specs = model.param_specs(vocab, seq, d, layers, F, tied)
+    if llama:
+        specs = model.llama_param_specs(vocab, d, layers, F, cfg["n_kv_head"] * (d // heads),
+                                        tied)
+    else:
+        specs = model.param_specs(vocab, seq, d, layers, F, tied)
     weights = model.init_params(specs, seed)
     rs = np.random.RandomState(seed)
     window = rs.randint(0, vocab, size=(batch, seq + 1))
@@ -71,7 +91,8 @@ def make(out, vocab=256, d=32, layers=2, heads=4, seq=32, batch=2, tied=True, dr
     targets = torch.from_numpy(window[:, 1:].astype(np.int64))
     dt = torch.float64 if source == "fp64" else torch.float32
     step = 1 if dropout > 0 else None
-    m = model.GPT(shape, weights, dt, dropout, seed)
+    build = model.build_model if model_cls is None else model_cls
+    m = build(shape, weights, dt, dropout, seed)
     loss, logits, grads = m.loss_and_grads(inputs, targets, step)
     loss = f32(loss)
     out_t = {n: g.astype(np.float32) for n, g in grads.items()}
@@ -80,7 +101,7 @@ def make(out, vocab=256, d=32, layers=2, heads=4, seq=32, batch=2, tied=True, dr
                             {"tessera.kind": "fake dump"})
     gnorm = f32(np.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads.values())))
 
-    m = model.GPT(shape, weights, dt, dropout, seed)
+    m = build(shape, weights, dt, dropout, seed)
     traj = model.train_trajectory(m, model.TrainSettings(c), inputs, targets, traj_steps,
                                   dropout > 0)
     result = {
@@ -97,10 +118,13 @@ def make(out, vocab=256, d=32, layers=2, heads=4, seq=32, batch=2, tied=True, dr
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--variant", choices=("gpt", "llama"), default="gpt")
     ap.add_argument("--vocab", type=int, default=256)
     ap.add_argument("--d", type=int, default=32)
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=None, help="LLaMA: key/value heads (default --heads)")
+    ap.add_argument("--rope-theta", type=float, default=10000.0, help="LLaMA: RoPE base")
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--untied", action="store_true")
@@ -110,7 +134,7 @@ def main(argv):
     ap.add_argument("--source", choices=("fp64", "fp32"), default="fp64")
     a = ap.parse_args(argv)
     make(a.out, a.vocab, a.d, a.layers, a.heads, a.seq, a.batch, not a.untied, a.dropout,
-         a.seed, a.traj_steps, a.source)
+         a.seed, a.traj_steps, a.source, a.variant, a.kv_heads, a.rope_theta)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The reference GPT of docs/MODEL.md, written independently in plain PyTorch.
+"""The reference models of docs/MODEL.md (GPT and LLaMA), written independently in plain PyTorch.
 
 This is the oracle that tessera's serial reference is checked against: the same
 model, optimizer and schedule, computed by different code (PyTorch autograd,
@@ -11,7 +11,8 @@ Contents:
   - the configuration as tessera writes it (config.json, tolerant of layout);
   - Philox4x32-10 and ts_rng_uniform / ts_rng_normal, vectorised in numpy, so
     dropout masks and initial values can be regenerated from their keys;
-  - the GPT forward pass (loss, logits) whose gradients come from autograd;
+  - the GPT and LLaMA forward passes (loss, logits) whose gradients come from
+    autograd (LLaMA: RMSNorm, RoPE, grouped-query attention, SwiGLU, no biases);
   - the K-step AdamW trajectory with clipping and the warm-up + cosine schedule.
 """
 
@@ -131,6 +132,7 @@ class Config:
         "seq": ("seq", "T", "block_size", "seq_len"),
         "vocab": ("vocab", "V", "vocab_size"),
         "batch": ("batch", "B"),
+        "n_kv_head": ("n_kv_head", "n_kv_heads", "kv_heads", "n_head_kv"),
     }
 
     def __init__(self, obj, where="config.json"):
@@ -164,6 +166,13 @@ class Config:
                 if name in s:
                     return s[name]
         return None
+
+    def text(self, key, default=None):
+        """A string setting (e.g. "variant"), or default when absent."""
+        for s in self.scopes:
+            if key in s:
+                return str(s[key])
+        return default
 
     def get(self, key, default=None, required=True):
         v = self._raw(key)
@@ -275,6 +284,32 @@ def param_specs(V, T, d, L, F, tied):
     return specs
 
 
+def llama_param_specs(V, d, L, F, Ckv, tied):
+    """The LLaMA variant's table of docs/MODEL.md: (name, shape, init) in canonical order.
+
+    Ckv = Hkv * dh, the width of the key and value projections. No biases.
+    """
+    proj_std = 0.02 / math.sqrt(2 * L)
+    specs = [("wte", (V, d), 0.02)]
+    for l in range(L):
+        h = f"h.{l}."
+        specs += [
+            (h + "rms1.w", (d,), "one"),
+            (h + "attn.wq", (d, d), 0.02),
+            (h + "attn.wk", (Ckv, d), 0.02),
+            (h + "attn.wv", (Ckv, d), 0.02),
+            (h + "attn.wo", (d, d), proj_std),
+            (h + "rms2.w", (d,), "one"),
+            (h + "mlp.w1", (F, d), 0.02),       # gate
+            (h + "mlp.w3", (F, d), 0.02),       # up
+            (h + "mlp.w2", (d, F), proj_std),   # down
+        ]
+    specs.append(("rmsf.w", (d,), "one"))
+    if not tied:
+        specs.append(("lm_head", (V, d), 0.02))
+    return specs
+
+
 def init_params(specs, seed):
     """The documented initialisation: std · ts_rng_normal(seed, INIT, k, i)."""
     out = OrderedDict()
@@ -290,17 +325,42 @@ def init_params(specs, seed):
     return out
 
 
+VARIANTS = ("gpt", "llama")
+
+
 class Shape:
-    """The model's dimensions, taken from the tensors and cross-checked with the config."""
+    """The model's dimensions, taken from the tensors and cross-checked with the config.
+
+    variant is config.json's "variant" ("gpt" or "llama"); without that key it is
+    read off the tensors (RMSNorm weights mean LLaMA). For LLaMA: Hkv is "n_kv_head"
+    (n_head when absent), T_max is "seq" (there is no position table), rope_theta is
+    "rope_theta" (its %a twin when present; 10000, the documented default, when absent).
+    """
 
     def __init__(self, cfg, weights):
-        if "wte" not in weights or "wpe" not in weights:
-            raise OracleError("weights.safetensors: wte / wpe missing")
+        if "wte" not in weights:
+            raise OracleError("weights.safetensors: wte missing")
         self.V, self.d = weights["wte"].shape
-        self.T_max = weights["wpe"].shape[0]
+        variant = cfg.text("variant")
+        if variant is None:
+            variant = "llama" if ("h.0.rms1.w" in weights or "rmsf.w" in weights) else "gpt"
+        if variant not in VARIANTS:
+            raise OracleError(f"{cfg.where}: variant \"{variant}\" is not one of "
+                              f"{', '.join(VARIANTS)}")
+        self.variant = variant
+        llama = variant == "llama"
+        if llama:
+            self.T_max = int(cfg.get("seq"))
+        else:
+            if "wpe" not in weights:
+                raise OracleError("weights.safetensors: wte / wpe missing")
+            self.T_max = weights["wpe"].shape[0]
+        norm1 = "rms1.w" if llama else "ln1.w"
         self.L = 0
-        while f"h.{self.L}.ln1.w" in weights:
+        while f"h.{self.L}.{norm1}" in weights:
             self.L += 1
+        if self.L and "h.0.mlp.w1" not in weights:
+            raise OracleError("weights.safetensors: h.0.mlp.w1 missing")
         self.F = weights["h.0.mlp.w1"].shape[0] if self.L else 4 * self.d
         self.tied = "lm_head" not in weights
         self.H = int(cfg.get("n_head"))
@@ -314,7 +374,27 @@ class Shape:
         if self.d % self.H:
             raise OracleError(f"{cfg.where}: d = {self.d} is not a multiple of n_head = {self.H}")
         self.dh = self.d // self.H
-        self.specs = param_specs(self.V, self.T_max, self.d, self.L, self.F, self.tied)
+        if llama:
+            self.Hkv = int(cfg.get("n_kv_head", self.H))
+            if self.Hkv < 1 or self.H % self.Hkv:
+                raise OracleError(f"{cfg.where}: n_kv_head = {self.Hkv} does not divide "
+                                  f"n_head = {self.H}")
+            if self.dh % 2:
+                raise OracleError(f"{cfg.where}: head width d / n_head = {self.dh} is odd "
+                                  f"(RoPE rotates pairs)")
+            self.G = self.H // self.Hkv
+            self.Ckv = self.Hkv * self.dh
+            if self.L and "h.0.attn.wk" in weights and weights["h.0.attn.wk"].shape[0] != self.Ckv:
+                raise OracleError(f"{cfg.where}: n_kv_head = {self.Hkv} (n_head {self.H}) means "
+                                  f"h.0.attn.wk has {self.Ckv} rows, the weights have "
+                                  f"{weights['h.0.attn.wk'].shape[0]}")
+            self.rope_theta = float(cfg.get("rope_theta", 10000.0))
+            if not self.rope_theta > 0:
+                raise OracleError(f"{cfg.where}: rope_theta = {self.rope_theta} is not positive")
+            self.specs = llama_param_specs(self.V, self.d, self.L, self.F, self.Ckv, self.tied)
+        else:
+            self.Hkv, self.G, self.Ckv, self.rope_theta = self.H, 1, self.d, None
+            self.specs = param_specs(self.V, self.T_max, self.d, self.L, self.F, self.tied)
         missing = [n for n, _, _ in self.specs if n not in weights]
         if missing:
             raise OracleError(f"weights.safetensors: missing {', '.join(missing[:5])}")
@@ -322,6 +402,11 @@ class Shape:
             if tuple(weights[n].shape) != tuple(shp):
                 raise OracleError(f"weights.safetensors: {n} has shape {list(weights[n].shape)}, "
                                   f"expected {list(shp)}")
+        known = {n for n, _, _ in self.specs}
+        extra = [n for n in weights if n not in known and not n.startswith("batch.")]
+        if extra:
+            raise OracleError(f"weights.safetensors: tensors that the {variant} model does not "
+                              f"have: {', '.join(extra[:5])}")
 
 
 def _layernorm(x, w, b):
@@ -334,6 +419,29 @@ def _layernorm(x, w, b):
 
 def _gelu(x):
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def _rmsnorm(x, w):
+    # rstd = 1/sqrt(mean(x^2) + 1e-5), as docs/MODEL.md
+    return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + 1e-5) * w
+
+
+def _silu(g):
+    # g * sigmoid(g) = g / (1 + e^-g); sigmoid keeps the gradient finite for very negative g
+    return g * torch.sigmoid(g)
+
+
+def rope_table(T, dh, theta):
+    """cos and sin of a = t * theta^(-2i/dh) for t < T, i < dh/2, in float64 (T, dh/2).
+
+    Computed with the C library's pow, cos and sin (Python's math module), so that
+    rounding them to float32 gives the table docs/MODEL.md describes.
+    """
+    inv = [math.pow(theta, -2.0 * i / dh) for i in range(dh // 2)]
+    ang = [[t * f for f in inv] for t in range(T)]
+    cos = np.array([[math.cos(a) for a in row] for row in ang], dtype=np.float64)
+    sin = np.array([[math.sin(a) for a in row] for row in ang], dtype=np.float64)
+    return cos.reshape(T, dh // 2), sin.reshape(T, dh // 2)
 
 
 class GPT:
@@ -400,6 +508,80 @@ class GPT:
         loss.backward()
         grads = OrderedDict((n, p.grad.detach().numpy().copy()) for n, p in self.params.items())
         return float(loss.item()), logits.detach().numpy().copy(), grads
+
+
+class LLaMA(GPT):
+    """The LLaMA variant of docs/MODEL.md: RMSNorm, RoPE on q and k, grouped-query
+    attention (query head h reads key/value head h // G), SwiGLU MLP, no biases.
+
+    The RoPE table is cos/sin of t * theta^(-2i/dh) computed in float64; the float32
+    model uses it rounded once to float32 (as tessera does), the float64 model keeps
+    the float64 values, like every other constant of the float64 reference (1e-5,
+    1/sqrt(dh)): it is the exact model that both float32 implementations approximate.
+    """
+
+    def __init__(self, shape, weights, dtype, dropout=0.0, seed=0):
+        super().__init__(shape, weights, dtype, dropout, seed)
+        cos, sin = rope_table(shape.T_max, shape.dh, shape.rope_theta)
+        if dtype != torch.float64:
+            cos, sin = cos.astype(np.float32), sin.astype(np.float32)
+        self.cos = torch.from_numpy(cos).to(dtype)                       # (T_max, dh/2)
+        self.sin = torch.from_numpy(sin).to(dtype)
+
+    def _rms(self, x, w):
+        return _rmsnorm(x, w)
+
+    def _kv_heads(self, t):
+        """(B, Hkv, T, dh) -> (B, H, T, dh): query head hh reads key/value head hh // G."""
+        return t.repeat_interleave(self.s.G, dim=1) if self.s.G > 1 else t
+
+    def _rope(self, x):
+        """x: (B, heads, T, dh); rotates the pairs (2i, 2i+1) by t * theta^(-2i/dh)."""
+        T = x.shape[2]
+        c, s = self.cos[:T], self.sin[:T]
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+        y0 = x0 * c - x1 * s
+        y1 = x0 * s + x1 * c
+        return torch.stack((y0, y1), dim=-1).flatten(-2)
+
+    def forward(self, inputs, targets, step=None):
+        """As GPT.forward, for the LLaMA variant."""
+        P = self.params
+        s = self.s
+        B, T = inputs.shape
+        d, H, Hkv, dh = s.d, s.H, s.Hkv, s.dh
+        x = P["wte"][inputs]                                             # (B, T, d)
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        for l in range(s.L):
+            h = f"h.{l}."
+            a = self._rms(x, P[h + "rms1.w"])
+            q = (a @ P[h + "attn.wq"].t()).view(B, T, H, dh).transpose(1, 2)     # (B, H, T, dh)
+            k = (a @ P[h + "attn.wk"].t()).view(B, T, Hkv, dh).transpose(1, 2)   # (B, Hkv, T, dh)
+            v = (a @ P[h + "attn.wv"].t()).view(B, T, Hkv, dh).transpose(1, 2)
+            q, k = self._rope(q), self._rope(k)
+            k, v = self._kv_heads(k), self._kv_heads(v)
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(dh))     # (B, H, T, T)
+            att = att.masked_fill(~causal, float("-inf"))
+            att = torch.softmax(att, dim=-1)
+            att = self._drop(att, RNG_DROPOUT_ATTN, step, l * B * H * T * T)
+            o = (att @ v).transpose(1, 2).reshape(B, T, d)
+            y = o @ P[h + "attn.wo"].t()
+            x = x + self._drop(y, RNG_DROPOUT_PROJ, step, l * B * T * d)
+            m = self._rms(x, P[h + "rms2.w"])
+            y = (_silu(m @ P[h + "mlp.w1"].t()) * (m @ P[h + "mlp.w3"].t())) @ P[h + "mlp.w2"].t()
+            x = x + self._drop(y, RNG_DROPOUT_MLP, step, l * B * T * d)
+        xf = self._rms(x, P["rmsf.w"])
+        W = P["wte"] if s.tied else P["lm_head"]
+        logits = xf @ W.t()                                               # (B, T, V)
+        logp = torch.log_softmax(logits, dim=-1)
+        loss = -logp.gather(-1, targets.unsqueeze(-1)).mean()
+        return loss, logits
+
+
+def build_model(shape, weights, dtype, dropout=0.0, seed=0):
+    """The oracle model of shape.variant (GPT or LLaMA) with the given weights."""
+    cls = LLaMA if shape.variant == "llama" else GPT
+    return cls(shape, weights, dtype, dropout, seed)
 
 
 # ---------------------------------------------------------------------------

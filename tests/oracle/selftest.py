@@ -11,6 +11,13 @@ check to fail:
   - one logit by 1e-3 relative (logits check and its hash),
   - the loss of trajectory step 2 by 1e-3 relative,
   - one weight (the dump would no longer be the documented initialisation).
+The same for the LLaMA variant (grouped-query attention, dropout 0.1; and tied with
+one key/value head): a gradient element of h.0.mlp.w3 by 1e-3, one of an RMSNorm
+weight (h.1.rms2.w) by 1e-5 (the flash criterion alone), the loss, a logit, a
+trajectory step and a weight (h.0.attn.wk); and dumps computed by plausible wrong
+LLaMAs must fail: RoPE on the pairs (i, i + dh/2) instead of (2i, 2i+1), query head h
+reading key/value head h mod Hkv instead of h // G, and RMSNorm's eps outside the
+square root.
 Exit 0 when every expectation holds, 1 otherwise.
 """
 
@@ -23,6 +30,7 @@ import sys
 import tempfile
 
 import numpy as np
+import torch
 
 import check
 import model
@@ -68,6 +76,30 @@ def bump_traj2(r):
     rec = r["trajectory"][1]
     v = float(np.float32(float.fromhex(rec["loss_hex"]) * (1.0 + 1e-3)))
     rec["loss"], rec["loss_hex"] = v, c_hex(v)
+
+
+class RopeHalves(model.LLaMA):
+    """Wrong: rotates the pairs (i, i + dh/2), the "rotate half" layout."""
+
+    def _rope(self, x):
+        T, half = x.shape[2], x.shape[-1] // 2
+        c, s = self.cos[:T], self.sin[:T]
+        x0, x1 = x[..., :half], x[..., half:]
+        return torch.cat((x0 * c - x1 * s, x0 * s + x1 * c), dim=-1)
+
+
+class KvModulo(model.LLaMA):
+    """Wrong: query head hh reads key/value head hh % Hkv."""
+
+    def _kv_heads(self, t):
+        return t.repeat(1, self.s.G, 1, 1)
+
+
+class RmsEpsOutside(model.LLaMA):
+    """Wrong: x / (sqrt(mean x^2) + eps) * w."""
+
+    def _rms(self, x, w):
+        return x / (torch.sqrt((x * x).mean(dim=-1, keepdim=True)) + 1e-5) * w
 
 
 def main():
@@ -124,6 +156,51 @@ def main():
             perturb(d)
             f, log = run(d)
             expect(label, f, want, log)
+
+        print("oracle self-test, LLaMA variant")
+        lbase = os.path.join(tmp, "llama")
+        llama = dict(d=32, layers=2, heads=4, kv_heads=2, seq=32, batch=2, tied=False,
+                     dropout=0.1, traj_steps=3, variant="llama")
+        make(lbase, **llama)
+        ltied = os.path.join(tmp, "llama-tied")
+        make(ltied, d=32, layers=1, heads=4, kv_heads=1, seq=64, batch=2, tied=True,
+             dropout=0.0, traj_steps=2, source="fp32", variant="llama")
+        f, log = run(lbase)
+        expect("llama H 4 Hkv 2, dropout 0.1, fp64-rounded", f, None, log)
+        f, log = run(ltied)
+        expect("llama tied, Hkv 1, no dropout, fp32 values", f, None, log)
+        cases = [
+            ("gradient element x (1 + 1e-3)", ["h.0.mlp.w3"],
+             lambda d: rewrite_st(os.path.join(d, "grads.safetensors"), "h.0.mlp.w3",
+                                  bump_largest(1e-3))),
+            ("RMSNorm gradient element x (1 + 1e-5)", ["h.1.rms2.w"],
+             lambda d: rewrite_st(os.path.join(d, "grads.safetensors"), "h.1.rms2.w",
+                                  bump_largest(1e-5))),
+            ("loss x (1 + 1e-4)", ["loss"], lambda d: edit_result(d, bump_loss)),
+            ("logit x (1 + 1e-3)", ["logits", "logits_fnv1a64"],
+             lambda d: rewrite_st(os.path.join(d, "grads.safetensors"), "logits",
+                                  bump_largest(1e-3))),
+            ("trajectory step 2 loss x (1 + 1e-3)", ["traj step 2"],
+             lambda d: edit_result(d, bump_traj2)),
+            ("weight h.0.attn.wk x (1 + 1e-3)", ["init (MODEL.md)"],
+             lambda d: rewrite_st(os.path.join(d, "weights.safetensors"), "h.0.attn.wk",
+                                  bump_largest(1e-3))),
+        ]
+        for i, (label, want, perturb) in enumerate(cases):
+            d = os.path.join(tmp, f"llama-case{i}")
+            shutil.copytree(lbase, d)
+            perturb(d)
+            f, log = run(d)
+            expect(label, f, want, log)
+        for i, (label, cls) in enumerate((("RoPE on pairs (i, i + dh/2)", RopeHalves),
+                                          ("query head h reads kv head h % Hkv", KvModulo),
+                                          ("RMSNorm eps outside the sqrt", RmsEpsOutside))):
+            d = os.path.join(tmp, f"llama-wrong{i}")
+            make(d, model_cls=cls, **llama)
+            f, log = run(d)
+            # at initialisation the attention scores are nearly 0, so a wrong RoPE barely
+            # moves the loss (3.5e-6 relative here); the q and k gradients show it
+            expect(label, f, ["logits", "h.0.attn.wq", "h.0.attn.wk"], log)
         print("PASS" if bad == 0 else f"FAIL: {bad} expectation(s) not met")
         return 0 if bad == 0 else 1
     finally:
