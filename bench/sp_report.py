@@ -1,0 +1,465 @@
+#!/usr/bin/python3
+"""Tables and plots of bench/sp_scaling.sh: the sequence-parallel weak-scaling sweep and
+the memory-per-rank sweep.
+
+    /usr/bin/python3 bench/sp_report.py --results bench/results/sp --img-dir docs/img
+
+Reads RESULTS/manifest.tsv and the run logs it names (docs/RUN-LOG.md), prints one
+markdown table per sweep (and the ratios to megatron where that mode ran), writes the
+same text to RESULTS/report.md, the numbers to RESULTS/summary.json, and two plots:
+IMG_DIR/sp_weak_scaling.png and IMG_DIR/sp_memory_vs_T.png.
+
+Every figure is the median over the step records after the first (warm-up) step.
+Communication counts are rank 0's (the log's), per step; "collectives per layer" is the
+number of calls counted under layer 0, forward and backward together. Per-rank compute
+is step_ms - comm_ms (comm_ms is the time inside collectives, waiting included). A mode
+the build refused ("na" in the manifest) is shown as not available; a run whose log is
+missing or incomplete makes the report exit 1 with one line saying which.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+
+LOADED_CORES = 0.1     # other processes above this many cores on average: flagged
+MODE_ORDER = ["serial", "lss", "lss-fused", "lss-basic", "megatron"]
+MODE_STYLE = {          # colour, marker
+    "serial": ("black", "s"), "lss": ("tab:blue", "o"), "lss-fused": ("tab:orange", "^"),
+    "lss-basic": ("tab:green", "v"), "megatron": ("tab:red", "D"),
+}
+
+
+class ReportError(Exception):
+    pass
+
+
+def read(path, default=None):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return default
+
+
+def read_kv(path):
+    out = {}
+    for line in (read(path, "") or "").splitlines():
+        k, _, v = line.partition(" ")
+        if k:
+            out[k] = v.strip()
+    return out
+
+
+def median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def layer_sums(layer):
+    calls = sum(v["calls"] for v in layer.values())
+    nbytes = sum(v["bytes"] for v in layer.values())
+    return calls, nbytes
+
+
+def load_run(results, name, root):
+    """One run's figures from its log and its meta file."""
+    base = os.path.join(results, name)
+    meta = read_kv(base + ".meta")
+    cmd = (read(base + ".cmd", "") or "").strip().replace(root + "/", "")
+    res = {"name": name, "command": cmd}
+    text = read(base + ".jsonl")
+    if text is None:
+        raise ReportError("%s: no run log (%s.jsonl)" % (name, base))
+    try:
+        recs = [json.loads(l) for l in text.splitlines() if l.strip()]
+    except ValueError as e:
+        raise ReportError("%s: unreadable run log: %s" % (name, e))
+    cfg = next((r for r in recs if r.get("type") == "config"), None)
+    steps = [r for r in recs if r.get("type") == "step"]
+    if meta.get("rc", "0") != "0":
+        raise ReportError("%s: exit status %s" % (name, meta.get("rc")))
+    if cfg is None or len(steps) < 2:
+        raise ReportError("%s: run log has %d step records (need 2 or more)" % (name, len(steps)))
+    if not any(r.get("type") == "final" for r in recs):
+        raise ReportError("%s: run log has no final record (the run did not complete)" % name)
+    later = steps[1:]
+    per_layer = []
+    for r in later:
+        layers = r.get("comm", {}).get("layers", {})
+        per_layer.append(layer_sums(layers["0"]) if "0" in layers else (0, 0))
+    total_bytes = [sum(v["bytes"] for k, v in r.get("comm", {}).items() if k != "layers") for r in later]
+    layers_bytes = [sum(layer_sums(l)[1] for l in r.get("comm", {}).get("layers", {}).values()) for r in later]
+    kinds = {}
+    for k, v in later[-1].get("comm", {}).items():
+        if k != "layers":
+            kinds[k] = {"calls": v["calls"], "bytes": v["bytes"]}
+    wall_s = float(meta.get("wall_s", 0) or 0)
+    others = None
+    if wall_s > 0 and "machine_busy_s" in meta and "own_cpu_s" in meta:
+        others = max(0.0, float(meta["machine_busy_s"]) - float(meta["own_cpu_s"])) / wall_s
+    res.update({
+        "params": cfg.get("params"),
+        "layout": cfg.get("layout"),
+        "world": cfg.get("world"),
+        "n_layer": cfg.get("model", {}).get("n_layer"),
+        "d": cfg.get("model", {}).get("d"),
+        "steps": len(steps),
+        "coll_per_layer": median([c for c, _ in per_layer]),
+        "coll_per_layer_varies": len(set(per_layer)) > 1,
+        "layer_bytes": median([b for _, b in per_layer]),
+        "layers_bytes": median(layers_bytes),
+        "bytes_step": median(total_bytes),
+        "kinds": kinds,
+        "compute_ms": median([r["step_ms"] - r.get("comm_ms", 0.0) for r in later]),
+        "comm_ms": median([r.get("comm_ms", 0.0) for r in later]),
+        "wall_ms": median([r["step_ms"] for r in later]),
+        "tokens_per_s": median([r["tokens_per_s"] for r in later]),
+        "step_ms_all": [r["step_ms"] for r in steps],
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in steps),
+        "max_rss_any_mb": (int(meta["max_rss_kb"]) / 1024.0) if meta.get("max_rss_kb", "0") != "0" else None,
+        "run_wall_s": wall_s,
+        "others_cores": round(others, 2) if others is not None else None,
+    })
+    return res
+
+
+def load_manifest(results):
+    text = read(os.path.join(results, "manifest.tsv"))
+    if text is None:
+        raise ReportError("%s/manifest.tsv: missing (run bench/sp_scaling.sh first)" % results)
+    rows = []
+    lines = text.splitlines()
+    for line in lines[1:]:
+        if not line.strip():
+            continue
+        f = line.split("\t")
+        if len(f) != 6:
+            raise ReportError("manifest.tsv: bad line %r" % line)
+        rows.append({"sweep": f[0], "N": int(f[1]), "T": int(f[2]), "mode": f[3], "name": f[4], "status": f[5]})
+    return rows
+
+
+# ---- formatting -------------------------------------------------------------------
+
+def fmt_ms(x):
+    if x is None:
+        return "—"
+    return "%.0f" % x if x >= 100 else ("%.1f" % x if x >= 1 else "%.2f" % x)
+
+
+def fmt_mb(x):
+    return "—" if x is None else "%.0f" % x
+
+
+def fmt_bytes(b):
+    if b is None:
+        return "—"
+    if b == 0:
+        return "0"
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if b >= div:
+            return "%.2f %s" % (b / div, unit)
+    return "%d B" % b
+
+
+def fmt_ratio(a, b):
+    if a is None or b is None or b == 0:
+        return "—"
+    return "%.2f×" % (a / b)
+
+
+def fmt_int(x):
+    if x is None:
+        return "—"
+    return "%g" % x
+
+
+def mode_key(mode):
+    return MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER)
+
+
+def flag(r):
+    return " †" if r.get("others_cores") is not None and r["others_cores"] > LOADED_CORES else ""
+
+
+def weak_table(rows, runs, cores):
+    serial = next((runs[r["name"]] for r in rows if r["N"] == 1 and r["status"] == "ok"), None)
+    out = ["| N | T | mode | collectives / layer | bytes / layer | bytes / step | compute ms (rank 0) "
+           "| compute vs N=1 | comm ms | wall ms | tokens/s | peak RSS MB (rank 0) | largest RSS MB (any rank) |",
+           "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: (r["N"], mode_key(r["mode"]))):
+        over = " ‡" if r["N"] > cores else ""
+        if r["status"] != "ok":
+            out.append("| %d | %d | %s | not available | | | | | | | | | |" % (r["N"], r["T"], r["mode"]))
+            continue
+        x = runs[r["name"]]
+        cpl = fmt_int(x["coll_per_layer"]) + ("*" if x["coll_per_layer_varies"] else "")
+        out.append("| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s%s%s | %s%s | %s | %s |" % (
+            r["N"], r["T"], r["mode"], cpl, fmt_bytes(x["layer_bytes"]), fmt_bytes(x["bytes_step"]),
+            fmt_ms(x["compute_ms"]) + over,
+            fmt_ratio(x["compute_ms"], serial["compute_ms"]) if serial else "—",
+            fmt_ms(x["comm_ms"]), fmt_ms(x["wall_ms"]), over, flag(x),
+            "%.0f" % x["tokens_per_s"], over, fmt_mb(x["peak_rss_mb"]), fmt_mb(x["max_rss_any_mb"])))
+    return out
+
+
+def mem_table(rows, runs, cores):
+    serial_at = {r["T"]: runs[r["name"]] for r in rows if r["N"] == 1 and r["status"] == "ok"}
+    out = ["| T | N | mode | peak RSS MB (rank 0) | largest RSS MB (any rank) | RSS vs serial at this T "
+           "| collectives / layer | bytes / step | compute ms (rank 0) | comm ms | wall ms | speed-up vs serial at this T |",
+           "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: (r["T"], r["N"], mode_key(r["mode"]))):
+        over = " ‡" if r["N"] > cores else ""
+        if r["status"] != "ok":
+            out.append("| %d | %d | %s | not available | | | | | | | | |" % (r["T"], r["N"], r["mode"]))
+            continue
+        x = runs[r["name"]]
+        s = serial_at.get(r["T"])
+        out.append("| %d | %d | %s | %s | %s | %s | %s | %s | %s%s | %s | %s%s%s | %s |" % (
+            r["T"], r["N"], r["mode"], fmt_mb(x["peak_rss_mb"]), fmt_mb(x["max_rss_any_mb"]),
+            fmt_ratio(x["peak_rss_mb"], s["peak_rss_mb"]) if s and r["N"] > 1 else "—",
+            fmt_int(x["coll_per_layer"]), fmt_bytes(x["bytes_step"]),
+            fmt_ms(x["compute_ms"]), over, fmt_ms(x["comm_ms"]), fmt_ms(x["wall_ms"]), over, flag(x),
+            fmt_ratio(s["wall_ms"], x["wall_ms"]) if s and r["N"] > 1 else "—"))
+    return out
+
+
+def megatron_ratios(rows, runs):
+    """Ratios of each mode to megatron at the same (N, T); None when megatron never ran."""
+    meg = {(r["N"], r["T"]): runs[r["name"]] for r in rows if r["mode"] == "megatron" and r["status"] == "ok"}
+    if not meg:
+        return None
+    out = ["| N | T | mode | collectives / layer | bytes / step | compute ms (rank 0) | comm ms | wall ms | peak RSS (rank 0) |",
+           "|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: (r["N"], r["T"], mode_key(r["mode"]))):
+        m = meg.get((r["N"], r["T"]))
+        if m is None or r["mode"] in ("megatron", "serial") or r["status"] != "ok":
+            continue
+        x = runs[r["name"]]
+        out.append("| %d | %d | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["N"], r["T"], r["mode"],
+            fmt_ratio(x["coll_per_layer"], m["coll_per_layer"]), fmt_ratio(x["bytes_step"], m["bytes_step"]),
+            fmt_ratio(x["compute_ms"], m["compute_ms"]), fmt_ratio(x["comm_ms"], m["comm_ms"]),
+            fmt_ratio(x["wall_ms"], m["wall_ms"]), fmt_ratio(x["peak_rss_mb"], m["peak_rss_mb"])))
+    return out
+
+
+# ---- plots --------------------------------------------------------------------------
+
+def shown(path, root):
+    """A path as the report shows it: relative to the repository when inside it."""
+    p = os.path.abspath(path)
+    return os.path.relpath(p, root) if p.startswith(root + os.sep) else p
+
+
+def save_fig(fig, path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    os.replace(tmp, path)
+
+
+def series(rows, runs, mode, xkey, include_serial):
+    """(x, run) pairs of one mode, sorted by x; the serial run starts every mode's line."""
+    pts = []
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        if r["mode"] == mode or (include_serial and r["N"] == 1):
+            pts.append((r[xkey], runs[r["name"]]))
+    return sorted(pts, key=lambda p: p[0])
+
+
+def plot_weak(rows, runs, cores, path, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    modes = sorted({r["mode"] for r in rows if r["N"] > 1}, key=mode_key)
+    ns = sorted({r["N"] for r in rows})
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
+    fig.subplots_adjust(wspace=0.32)
+    panels = [("peak_rss_mb", None, "peak RSS per rank (MB, rank 0)"),
+              ("compute_ms", None, "compute per step, rank 0 (ms)\n= step_ms - comm_ms"),
+              ("wall_ms", "comm_ms", "step time (ms); dotted: rank 0's time\nin collectives, waiting included")]
+    for ax, (key, key2, label) in zip(axes, panels):
+        for mode in modes:
+            pts = series(rows, runs, mode, "N", include_serial=True)
+            if not any(n > 1 for n, _ in pts):
+                continue
+            col, mk = MODE_STYLE.get(mode, ("gray", "x"))
+            ax.plot([n for n, _ in pts], [x[key] for _, x in pts], marker=mk, color=col, label=mode)
+            if key2:
+                ax.plot([n for n, _ in pts], [x[key2] for _, x in pts], marker=mk, color=col,
+                        linestyle=":", alpha=0.7, markerfacecolor="none")
+        na = [r["mode"] for r in rows if r["status"] == "na"]
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns)
+        ax.set_xticklabels(["%d\nT=%d" % (n, next(r["T"] for r in rows if r["N"] == n)) for n in ns])
+        ax.set_xlabel("ranks N (sequence length T)")
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+        if any(n > cores for n in ns):
+            lo = min(n for n in ns if n > cores)
+            ax.axvspan(lo / 2 ** 0.5, max(ns) * 2 ** 0.5, color="0.9", zorder=0)
+            ax.text(lo, 0.02, "ranks > %d cores:\ntime-shared" % cores, transform=ax.get_xaxis_transform(),
+                    va="bottom", ha="center", fontsize=8, color="0.35")
+        ax.set_xlim(min(ns) / 2 ** 0.5, max(ns) * 2 ** 0.5)
+    axes[0].legend(title="mode (N=1: serial)", fontsize=8)
+    if na:
+        fig.text(0.5, -0.02, "not available in this build: " + ", ".join(sorted(set(na), key=mode_key)),
+                 ha="center", fontsize=9)
+    fig.suptitle(title)
+    save_fig(fig, path)
+    plt.close(fig)
+
+
+def plot_mem(rows, runs, cores, path, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    modes = sorted({r["mode"] for r in rows}, key=mode_key)
+    ts = sorted({r["T"] for r in rows})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.3))
+    fig.subplots_adjust(wspace=0.28)
+    for ax, (key, key2, label) in zip(axes, [
+            ("peak_rss_mb", None, "peak RSS per rank (MB, rank 0)"),
+            ("wall_ms", "compute_ms", "step time (ms); dotted: rank 0's compute")]):
+        for mode in modes:
+            pts = series(rows, runs, mode, "T", include_serial=False)
+            if not pts:
+                continue
+            n = next(r["N"] for r in rows if r["mode"] == mode)
+            col, mk = MODE_STYLE.get(mode, ("gray", "x"))
+            lab = "serial (1 process)" if mode == "serial" else "%s, N=%d" % (mode, n)
+            ax.plot([t for t, _ in pts], [x[key] for _, x in pts], marker=mk, color=col, label=lab,
+                    linestyle="--" if mode == "serial" else "-")
+            if key2 and mode != "serial":
+                ax.plot([t for t, _ in pts], [x[key2] for _, x in pts], marker=mk, color=col,
+                        linestyle=":", alpha=0.7, markerfacecolor="none")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ts)
+        ax.set_xticklabels([str(t) for t in ts])
+        ax.set_xlabel("sequence length T")
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8)
+    na = sorted({r["mode"] for r in rows if r["status"] == "na"}, key=mode_key)
+    if na:
+        fig.text(0.5, -0.02, "not available in this build: " + ", ".join(na), ha="center", fontsize=9)
+    fig.suptitle(title)
+    save_fig(fig, path)
+    plt.close(fig)
+
+
+# ---- main ---------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", default="bench/results/sp")
+    ap.add_argument("--img-dir", default="docs/img")
+    ap.add_argument("--md", help="markdown output (default RESULTS/report.md)")
+    ap.add_argument("--json", help="summary output (default RESULTS/summary.json)")
+    ap.add_argument("--no-plots", action="store_true")
+    a = ap.parse_args()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    results = os.path.abspath(a.results)
+    md_path = a.md or os.path.join(results, "report.md")
+    json_path = a.json or os.path.join(results, "summary.json")
+
+    rows = load_manifest(results)
+    setup = read_kv(os.path.join(results, "setup.txt"))
+    cores = int(setup.get("cores") or os.cpu_count() or 1)
+    runs = {}
+    for r in rows:
+        if r["status"] == "ok" and r["name"] not in runs:
+            runs[r["name"]] = load_run(results, r["name"], root)
+        elif r["status"] not in ("ok", "na"):
+            raise ReportError("manifest.tsv: %s: unknown status %r" % (r["name"], r["status"]))
+    weak = [r for r in rows if r["sweep"] == "weak"]
+    mem = [r for r in rows if r["sweep"] == "mem"]
+    any_run = next(iter(runs.values()), None)
+
+    model = setup.get("model", "?") + ((" " + setup["model_flags"]) if setup.get("model_flags") else "")
+    md = ["## Sequence parallelism: weak scaling and memory per rank", ""]
+    md.append("- Date: %s (UTC); tessera %s; %s cores; MPI: `%s`" % (
+        setup.get("date", "?"), setup.get("rev", "?"), cores, setup.get("mpiexec", "?")))
+    if any_run:
+        md.append("- Model: `%s` (d %s, %s layers), batch 1, `--threads %s` per rank; %s steps per run, "
+                  "every figure the median over steps 2..%s" % (
+                      model, any_run["d"], any_run["n_layer"], setup.get("threads", "?"),
+                      setup.get("steps", "?"), setup.get("steps", "?")))
+    md.append("- Counts are rank 0's, per optimizer step; *collectives / layer* are the calls counted "
+              "under layer 0 (forward + backward); *bytes* are sent + received by rank 0; *bytes / step* "
+              "includes the gradient all-reduce and the loss all-gather. Compute = `step_ms - comm_ms`; "
+              "`comm_ms` includes waiting for the slowest rank.")
+    md.append("- Rank 0 holds the first segment of the sequence. Under the LSS modes causal attention "
+              "gives it the least attention work (its queries see the fewest keys), so its compute is "
+              "the lightest rank's and its `comm_ms` is mostly waiting for the last rank; the wall time "
+              "is the slowest rank's. megatron splits heads, not positions, so its ranks are balanced "
+              "and rank 0 stands for all of them.")
+    md.append("- ‡ more ranks than the %d cores: ranks share cores and waiting ranks busy-poll, so this "
+              "time measures the scheduler as much as tessera; † other processes took > %.1f cores "
+              "on average during the run." % (cores, LOADED_CORES))
+    md.append("")
+    summary = {"setup": setup, "runs": runs, "manifest": rows}
+    if weak:
+        md += ["### Weak scaling (T = %d × N)" % min(r["T"] for r in weak if r["N"] == min(x["N"] for x in weak)), ""]
+        md += weak_table(weak, runs, cores)
+        md.append("")
+        rat = megatron_ratios(weak, runs)
+        if rat:
+            md += ["Ratios to megatron at the same N and T (below 1 = less than megatron):", ""] + rat + [""]
+        else:
+            md += ["megatron: not available in this build, so no ratios to it.", ""]
+    if mem:
+        nmem = max(r["N"] for r in mem)
+        md += ["### Memory per rank as T grows (N = %d)" % nmem, ""]
+        md += mem_table(mem, runs, cores)
+        md.append("")
+        rat = megatron_ratios(mem, runs)
+        if rat:
+            md += ["Ratios to megatron at the same N and T:", ""] + rat + [""]
+        else:
+            md += ["megatron: not available in this build, so no ratios to it.", ""]
+    md += ["### Commands", "", "```sh"]
+    seen = set()
+    for r in rows:
+        if r["status"] == "ok" and r["name"] not in seen:
+            seen.add(r["name"])
+            md.append(runs[r["name"]]["command"])
+        elif r["status"] == "na" and r["name"] not in seen:
+            seen.add(r["name"])
+            md.append((read(os.path.join(results, r["name"] + ".cmd"), "") or "").strip().replace(root + "/", "")
+                      + "   # exit 2: not available")
+    md += ["```", ""]
+
+    if not a.no_plots:
+        if weak:
+            p = os.path.join(a.img_dir, "sp_weak_scaling.png")
+            plot_weak(weak, runs, cores, p, "tessera sequence parallelism, weak scaling: %s, T = %d·N" % (
+                model, min(r["T"] for r in weak)))
+            md.append("Plot: `%s`" % shown(p, root))
+        if mem:
+            p = os.path.join(a.img_dir, "sp_memory_vs_T.png")
+            plot_mem(mem, runs, cores, p, "tessera: peak memory per rank vs sequence length, %s" % model)
+            md.append("Plot: `%s`" % shown(p, root))
+        md.append("")
+
+    text = "\n".join(md)
+    print(text)
+    for path, content in ((md_path, text + "\n"), (json_path, json.dumps(summary, indent=1) + "\n")):
+        tmp = "%s.tmp.%d" % (path, os.getpid())
+        with open(tmp, "w") as f:
+            f.write(content)
+        os.replace(tmp, path)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except ReportError as e:
+        print("bench/sp_report.py: %s" % e, file=sys.stderr)
+        sys.exit(1)
