@@ -11,8 +11,12 @@ IMG_DIR/sp_weak_scaling.png and IMG_DIR/sp_memory_vs_T.png.
 
 Every figure is the median over the step records after the first (warm-up) step.
 Communication counts are rank 0's (the log's), per step; "collectives per layer" is the
-number of calls counted under layer 0, forward and backward together. Per-rank compute
-is step_ms - comm_ms (comm_ms is the time inside collectives, waiting included). A mode
+number of calls counted under layer 0, forward and backward together. A rank's compute
+is its step_ms - comm_ms (comm_ms is the time inside collectives, waiting included); the
+tables, ratios and plots use the busiest rank's (the step records' compute_ms_max), with
+rank 0's beside it, and the largest rank's peak RSS (peak_rss_mb_max). Logs of an older
+tessera without these fields still render: compute is then rank 0's throughout, and the
+largest RSS is GNU time's (the .meta file's max_rss_kb), else rank 0's. A mode
 the build refused ("na" in the manifest) is shown as not available; a run whose log is
 missing or incomplete makes the report exit 1 with one line saying which.
 """
@@ -93,6 +97,20 @@ def load_run(results, name, root):
     for k, v in later[-1].get("comm", {}).items():
         if k != "layers":
             kinds[k] = {"calls": v["calls"], "bytes": v["bytes"]}
+    # the busiest rank's compute and the largest rank's peak RSS (step records of newer
+    # builds); older logs lack them and fall back below
+    busiest = [r["compute_ms_max"] for r in later if "compute_ms_max" in r]
+    rss_max = [r["peak_rss_mb_max"] for r in steps if "peak_rss_mb_max" in r]
+    compute_rank0 = median([r["step_ms"] - r.get("comm_ms", 0.0) for r in later])
+    compute_busiest = median(busiest) if len(busiest) == len(later) else None
+    peak_rank0 = max(r["peak_rss_mb"] for r in steps)
+    time_rss = (int(meta["max_rss_kb"]) / 1024.0) if meta.get("max_rss_kb", "0") not in ("", "0") else None
+    if len(rss_max) == len(steps):
+        peak_largest, rss_src = max(rss_max), "log"
+    elif time_rss is not None:
+        peak_largest, rss_src = time_rss, "time"
+    else:
+        peak_largest, rss_src = peak_rank0, "rank0"
     wall_s = float(meta.get("wall_s", 0) or 0)
     others = None
     if wall_s > 0 and "machine_busy_s" in meta and "own_cpu_s" in meta:
@@ -110,13 +128,17 @@ def load_run(results, name, root):
         "layers_bytes": median(layers_bytes),
         "bytes_step": median(total_bytes),
         "kinds": kinds,
-        "compute_ms": median([r["step_ms"] - r.get("comm_ms", 0.0) for r in later]),
+        "compute_busiest_ms": compute_busiest,
+        "compute_rank0_ms": compute_rank0,
+        "compute_ms": compute_rank0,        # what the tables and plots use; set in main()
         "comm_ms": median([r.get("comm_ms", 0.0) for r in later]),
         "wall_ms": median([r["step_ms"] for r in later]),
         "tokens_per_s": median([r["tokens_per_s"] for r in later]),
         "step_ms_all": [r["step_ms"] for r in steps],
-        "peak_rss_mb": max(r["peak_rss_mb"] for r in steps),
-        "max_rss_any_mb": (int(meta["max_rss_kb"]) / 1024.0) if meta.get("max_rss_kb", "0") != "0" else None,
+        "peak_rss_mb": peak_rank0,
+        "peak_rss_largest_mb": peak_largest,
+        "peak_rss_largest_src": rss_src,   # log (peak_rss_mb_max), time (GNU time), rank0
+        "max_rss_any_mb": time_rss,
         "run_wall_s": wall_s,
         "others_cores": round(others, 2) if others is not None else None,
     })
@@ -182,66 +204,106 @@ def flag(r):
     return " †" if r.get("others_cores") is not None and r["others_cores"] > LOADED_CORES else ""
 
 
-def weak_table(rows, runs, cores):
+RSS_MARK = {"time": " §", "rank0": " ¶"}
+RSS_RANK = ["log", "time", "rank0"]
+
+
+def rss_best(runs):
+    """The best source of the largest-rank RSS that any run has."""
+    srcs = {x["peak_rss_largest_src"] for x in runs.values()}
+    return next((s for s in RSS_RANK if s in srcs), "log")
+
+
+def rss_largest(x, best):
+    """The largest rank's peak RSS, marked when it comes from a fallback other runs did not need."""
+    src = x["peak_rss_largest_src"]
+    return fmt_mb(x["peak_rss_largest_mb"]) + (RSS_MARK.get(src, "") if src != best else "")
+
+
+def compute_heads(busiest):
+    """Column headings of the compute figures: the busiest rank's and rank 0's, or rank 0's alone."""
+    return ["compute ms (busiest rank)", "compute ms (rank 0)"] if busiest else ["compute ms (rank 0)"]
+
+
+def compute_cells(x, busiest, over):
+    cells = [fmt_ms(x["compute_busiest_ms"]) + over] if busiest else []
+    return cells + [fmt_ms(x["compute_rank0_ms"]) + over]
+
+
+def table(head, align, rows):
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
+    return out + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def weak_table(rows, runs, cores, busiest):
     serial = next((runs[r["name"]] for r in rows if r["N"] == 1 and r["status"] == "ok"), None)
-    out = ["| N | T | mode | collectives / layer | bytes / layer | bytes / step | compute ms (rank 0) "
-           "| compute vs N=1 | comm ms | wall ms | tokens/s | peak RSS MB (rank 0) | largest RSS MB (any rank) |",
-           "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    best = rss_best(runs)
+    ch = compute_heads(busiest)
+    head = (["N", "T", "mode", "collectives / layer", "bytes / layer", "bytes / step"] + ch
+            + ["compute vs N=1" + (" (busiest rank)" if busiest else ""), "comm ms (rank 0)", "wall ms",
+               "tokens/s", "peak RSS MB (largest rank)", "peak RSS MB (rank 0)"])
+    align = ["---:"] * 2 + ["---"] + ["---:"] * (len(head) - 3)
+    body = []
     for r in sorted(rows, key=lambda r: (r["N"], mode_key(r["mode"]))):
         over = " ‡" if r["N"] > cores else ""
         if r["status"] != "ok":
-            out.append("| %d | %d | %s | not available | | | | | | | | | |" % (r["N"], r["T"], r["mode"]))
+            body.append([str(r["N"]), str(r["T"]), r["mode"], "not available"] + [""] * (len(head) - 4))
             continue
         x = runs[r["name"]]
         cpl = fmt_int(x["coll_per_layer"]) + ("*" if x["coll_per_layer_varies"] else "")
-        out.append("| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s%s%s | %s%s | %s | %s |" % (
-            r["N"], r["T"], r["mode"], cpl, fmt_bytes(x["layer_bytes"]), fmt_bytes(x["bytes_step"]),
-            fmt_ms(x["compute_ms"]) + over,
-            fmt_ratio(x["compute_ms"], serial["compute_ms"]) if serial else "—",
-            fmt_ms(x["comm_ms"]), fmt_ms(x["wall_ms"]), over, flag(x),
-            "%.0f" % x["tokens_per_s"], over, fmt_mb(x["peak_rss_mb"]), fmt_mb(x["max_rss_any_mb"])))
-    return out
+        body.append([str(r["N"]), str(r["T"]), r["mode"], cpl, fmt_bytes(x["layer_bytes"]),
+                     fmt_bytes(x["bytes_step"])] + compute_cells(x, busiest, over) + [
+                     fmt_ratio(x["compute_ms"], serial["compute_ms"]) if serial else "—",
+                     fmt_ms(x["comm_ms"]), fmt_ms(x["wall_ms"]) + over + flag(x),
+                     "%.0f" % x["tokens_per_s"] + over, rss_largest(x, best), fmt_mb(x["peak_rss_mb"])])
+    return table(head, align, body)
 
 
-def mem_table(rows, runs, cores):
+def mem_table(rows, runs, cores, busiest):
     serial_at = {r["T"]: runs[r["name"]] for r in rows if r["N"] == 1 and r["status"] == "ok"}
-    out = ["| T | N | mode | peak RSS MB (rank 0) | largest RSS MB (any rank) | RSS vs serial at this T "
-           "| collectives / layer | bytes / step | compute ms (rank 0) | comm ms | wall ms | speed-up vs serial at this T |",
-           "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    best = rss_best(runs)
+    head = (["T", "N", "mode", "peak RSS MB (largest rank)", "peak RSS MB (rank 0)",
+             "largest-rank RSS vs serial at this T", "collectives / layer", "bytes / step"]
+            + compute_heads(busiest) + ["comm ms (rank 0)", "wall ms", "speed-up vs serial at this T"])
+    align = ["---:"] * 2 + ["---"] + ["---:"] * (len(head) - 3)
+    body = []
     for r in sorted(rows, key=lambda r: (r["T"], r["N"], mode_key(r["mode"]))):
         over = " ‡" if r["N"] > cores else ""
         if r["status"] != "ok":
-            out.append("| %d | %d | %s | not available | | | | | | | | |" % (r["T"], r["N"], r["mode"]))
+            body.append([str(r["T"]), str(r["N"]), r["mode"], "not available"] + [""] * (len(head) - 4))
             continue
         x = runs[r["name"]]
         s = serial_at.get(r["T"])
-        out.append("| %d | %d | %s | %s | %s | %s | %s | %s | %s%s | %s | %s%s%s | %s |" % (
-            r["T"], r["N"], r["mode"], fmt_mb(x["peak_rss_mb"]), fmt_mb(x["max_rss_any_mb"]),
-            fmt_ratio(x["peak_rss_mb"], s["peak_rss_mb"]) if s and r["N"] > 1 else "—",
-            fmt_int(x["coll_per_layer"]), fmt_bytes(x["bytes_step"]),
-            fmt_ms(x["compute_ms"]), over, fmt_ms(x["comm_ms"]), fmt_ms(x["wall_ms"]), over, flag(x),
-            fmt_ratio(s["wall_ms"], x["wall_ms"]) if s and r["N"] > 1 else "—"))
-    return out
+        body.append([str(r["T"]), str(r["N"]), r["mode"], rss_largest(x, best), fmt_mb(x["peak_rss_mb"]),
+                     fmt_ratio(x["peak_rss_largest_mb"], s["peak_rss_largest_mb"]) if s and r["N"] > 1 else "—",
+                     fmt_int(x["coll_per_layer"]), fmt_bytes(x["bytes_step"])]
+                    + compute_cells(x, busiest, over) + [
+                     fmt_ms(x["comm_ms"]), fmt_ms(x["wall_ms"]) + over + flag(x),
+                     fmt_ratio(s["wall_ms"], x["wall_ms"]) if s and r["N"] > 1 else "—"])
+    return table(head, align, body)
 
 
-def megatron_ratios(rows, runs):
+def megatron_ratios(rows, runs, busiest):
     """Ratios of each mode to megatron at the same (N, T); None when megatron never ran."""
     meg = {(r["N"], r["T"]): runs[r["name"]] for r in rows if r["mode"] == "megatron" and r["status"] == "ok"}
     if not meg:
         return None
-    out = ["| N | T | mode | collectives / layer | bytes / step | compute ms (rank 0) | comm ms | wall ms | peak RSS (rank 0) |",
-           "|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    head = ["N", "T", "mode", "collectives / layer", "bytes / step",
+            "compute ms (busiest rank)" if busiest else "compute ms (rank 0)", "comm ms (rank 0)", "wall ms",
+            "peak RSS (largest rank)"]
+    align = ["---:"] * 2 + ["---"] + ["---:"] * (len(head) - 3)
+    body = []
     for r in sorted(rows, key=lambda r: (r["N"], r["T"], mode_key(r["mode"]))):
         m = meg.get((r["N"], r["T"]))
         if m is None or r["mode"] in ("megatron", "serial") or r["status"] != "ok":
             continue
         x = runs[r["name"]]
-        out.append("| %d | %d | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["N"], r["T"], r["mode"],
-            fmt_ratio(x["coll_per_layer"], m["coll_per_layer"]), fmt_ratio(x["bytes_step"], m["bytes_step"]),
-            fmt_ratio(x["compute_ms"], m["compute_ms"]), fmt_ratio(x["comm_ms"], m["comm_ms"]),
-            fmt_ratio(x["wall_ms"], m["wall_ms"]), fmt_ratio(x["peak_rss_mb"], m["peak_rss_mb"])))
-    return out
+        body.append([str(r["N"]), str(r["T"]), r["mode"],
+                     fmt_ratio(x["coll_per_layer"], m["coll_per_layer"]), fmt_ratio(x["bytes_step"], m["bytes_step"]),
+                     fmt_ratio(x["compute_ms"], m["compute_ms"]), fmt_ratio(x["comm_ms"], m["comm_ms"]),
+                     fmt_ratio(x["wall_ms"], m["wall_ms"]),
+                     fmt_ratio(x["peak_rss_largest_mb"], m["peak_rss_largest_mb"])])
+    return table(head, align, body)
 
 
 # ---- plots --------------------------------------------------------------------------
@@ -270,7 +332,7 @@ def series(rows, runs, mode, xkey, include_serial):
     return sorted(pts, key=lambda p: p[0])
 
 
-def plot_weak(rows, runs, cores, path, title):
+def plot_weak(rows, runs, cores, path, title, busiest):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -278,8 +340,10 @@ def plot_weak(rows, runs, cores, path, title):
     ns = sorted({r["N"] for r in rows})
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
     fig.subplots_adjust(wspace=0.32)
-    panels = [("peak_rss_mb", None, "peak RSS per rank (MB, rank 0)"),
-              ("compute_ms", None, "compute per step, rank 0 (ms)\n= step_ms - comm_ms"),
+    panels = [("peak_rss_largest_mb", None, "peak RSS per rank (MB, largest rank)"),
+              ("compute_ms", "compute_rank0_ms" if busiest else None,
+               "compute per step, busiest rank (ms)\n= step_ms - comm_ms; dotted: rank 0's" if busiest
+               else "compute per step, rank 0 (ms)\n= step_ms - comm_ms"),
               ("wall_ms", "comm_ms", "step time (ms); dotted: rank 0's time\nin collectives, waiting included")]
     for ax, (key, key2, label) in zip(axes, panels):
         for mode in modes:
@@ -314,7 +378,7 @@ def plot_weak(rows, runs, cores, path, title):
     plt.close(fig)
 
 
-def plot_mem(rows, runs, cores, path, title):
+def plot_mem(rows, runs, cores, path, title, busiest):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -323,8 +387,9 @@ def plot_mem(rows, runs, cores, path, title):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.3))
     fig.subplots_adjust(wspace=0.28)
     for ax, (key, key2, label) in zip(axes, [
-            ("peak_rss_mb", None, "peak RSS per rank (MB, rank 0)"),
-            ("wall_ms", "compute_ms", "step time (ms); dotted: rank 0's compute")]):
+            ("peak_rss_largest_mb", None, "peak RSS per rank (MB, largest rank)"),
+            ("wall_ms", "compute_ms", "step time (ms); dotted: %s compute"
+             % ("the busiest rank's" if busiest else "rank 0's"))]):
         for mode in modes:
             pts = series(rows, runs, mode, "T", include_serial=False)
             if not pts:
@@ -380,6 +445,15 @@ def main():
     weak = [r for r in rows if r["sweep"] == "weak"]
     mem = [r for r in rows if r["sweep"] == "mem"]
     any_run = next(iter(runs.values()), None)
+    # The busiest rank's compute when every log has it (compute_ms_max), else rank 0's
+    # throughout: one column never mixes the two.
+    lacking = sorted(n for n, x in runs.items() if x["compute_busiest_ms"] is None)
+    busiest = bool(runs) and not lacking
+    for x in runs.values():
+        x["compute_ms"] = x["compute_busiest_ms"] if busiest else x["compute_rank0_ms"]
+        x["compute_ms_of"] = "busiest rank" if busiest else "rank 0"
+    best = rss_best(runs)
+    fallback = sorted({x["peak_rss_largest_src"] for x in runs.values()} - {best}, key=RSS_RANK.index)
 
     model = setup.get("model", "?") + ((" " + setup["model_flags"]) if setup.get("model_flags") else "")
     md = ["## Sequence parallelism: weak scaling and memory per rank", ""]
@@ -392,13 +466,41 @@ def main():
                       setup.get("steps", "?"), setup.get("steps", "?")))
     md.append("- Counts are rank 0's, per optimizer step; *collectives / layer* are the calls counted "
               "under layer 0 (forward + backward); *bytes* are sent + received by rank 0; *bytes / step* "
-              "includes the gradient all-reduce and the loss all-gather. Compute = `step_ms - comm_ms`; "
-              "`comm_ms` includes waiting for the slowest rank.")
+              "includes the gradient all-reduce and the loss all-gather. A rank's compute is its "
+              "`step_ms - comm_ms`; *comm ms* is rank 0's `comm_ms`, which includes waiting for the "
+              "slowest rank.")
+    if busiest:
+        md.append("- *compute ms (busiest rank)* is, in each step, the largest compute of any rank (the "
+                  "log's `compute_ms_max`), then the median over the steps; *compute ms (rank 0)* is rank "
+                  "0's own. Every rank waits for the others in the step's collectives, so the busiest "
+                  "rank bounds the step: *compute vs N=1*, the ratios to megatron and the compute in the "
+                  "plots are the busiest rank's.")
+    else:
+        md.append("- %s lack `compute_ms_max` (written by an older tessera), so every compute figure "
+                  "is rank 0's, in the ratios and the plots too. Under the LSS modes rank 0 is the "
+                  "lightest rank, so this understates the compute of the busiest rank, which bounds the "
+                  "step; a rerun with a newer build reports the busiest rank." % (
+                      "These run logs" if len(lacking) == len(runs)
+                      else "%d of the %d run logs (%s)" % (len(lacking), len(runs), ", ".join(lacking))))
     md.append("- Rank 0 holds the first segment of the sequence. Under the LSS modes causal attention "
               "gives it the least attention work (its queries see the fewest keys), so its compute is "
-              "the lightest rank's and its `comm_ms` is mostly waiting for the last rank; the wall time "
-              "is the slowest rank's. megatron splits heads, not positions, so its ranks are balanced "
-              "and rank 0 stands for all of them.")
+              "the lightest rank's and its `comm_ms` is mostly waiting for the heavier ranks; the wall "
+              "time (rank 0's `step_ms`, that wait included) is the slowest rank's. megatron splits "
+              "heads, not positions, so its ranks are balanced and rank 0 stands for all of them.")
+    rss_from = {
+        "log": "from the log's `peak_rss_mb_max`",
+        "time": "from GNU time's maximum resident set size of the run's largest process (these logs predate "
+                "`peak_rss_mb_max`)",
+        "rank0": "here rank 0's, as neither `peak_rss_mb_max` nor GNU time's figure was recorded",
+    }
+    rss_mark_why = {
+        "time": "GNU time's maximum resident set size, as this run's log lacks `peak_rss_mb_max`",
+        "rank0": "rank 0's, as this run recorded no larger-rank figure",
+    }
+    md.append("- *peak RSS MB (largest rank)* is the largest peak resident set size of any rank, %s; "
+              "*peak RSS MB (rank 0)* is rank 0's own. The RSS ratios and the memory plots use the "
+              "largest rank.%s" % (rss_from[best], "".join(
+                  " %s: %s." % (RSS_MARK[f].strip(), rss_mark_why[f]) for f in fallback)))
     md.append("- ‡ more ranks than the %d cores: ranks share cores and waiting ranks busy-poll, so this "
               "time measures the scheduler as much as tessera; † other processes took > %.1f cores "
               "on average during the run." % (cores, LOADED_CORES))
@@ -406,9 +508,9 @@ def main():
     summary = {"setup": setup, "runs": runs, "manifest": rows}
     if weak:
         md += ["### Weak scaling (T = %d × N)" % min(r["T"] for r in weak if r["N"] == min(x["N"] for x in weak)), ""]
-        md += weak_table(weak, runs, cores)
+        md += weak_table(weak, runs, cores, busiest)
         md.append("")
-        rat = megatron_ratios(weak, runs)
+        rat = megatron_ratios(weak, runs, busiest)
         if rat:
             md += ["Ratios to megatron at the same N and T (below 1 = less than megatron):", ""] + rat + [""]
         else:
@@ -416,9 +518,9 @@ def main():
     if mem:
         nmem = max(r["N"] for r in mem)
         md += ["### Memory per rank as T grows (N = %d)" % nmem, ""]
-        md += mem_table(mem, runs, cores)
+        md += mem_table(mem, runs, cores, busiest)
         md.append("")
-        rat = megatron_ratios(mem, runs)
+        rat = megatron_ratios(mem, runs, busiest)
         if rat:
             md += ["Ratios to megatron at the same N and T:", ""] + rat + [""]
         else:
@@ -439,11 +541,11 @@ def main():
         if weak:
             p = os.path.join(a.img_dir, "sp_weak_scaling.png")
             plot_weak(weak, runs, cores, p, "tessera sequence parallelism, weak scaling: %s, T = %d·N" % (
-                model, min(r["T"] for r in weak)))
+                model, min(r["T"] for r in weak)), busiest)
             md.append("Plot: `%s`" % shown(p, root))
         if mem:
             p = os.path.join(a.img_dir, "sp_memory_vs_T.png")
-            plot_mem(mem, runs, cores, p, "tessera: peak memory per rank vs sequence length, %s" % model)
+            plot_mem(mem, runs, cores, p, "tessera: peak memory per rank vs sequence length, %s" % model, busiest)
             md.append("Plot: `%s`" % shown(p, root))
         md.append("")
 

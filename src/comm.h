@@ -39,6 +39,14 @@ typedef struct {
 
 typedef struct ts_comm ts_comm;
 
+// A block of an all-to-all laid out as a float matrix (ts_comm_alltoall_2d):
+// `rows` rows `ld` floats apart, each made of `chunks` runs of `width` floats
+// `cstride` apart (chunks 0 or 1: one run). Blocks are `block` floats apart.
+typedef struct {
+  size_t rows, width, ld, block;
+  size_t chunks, cstride;
+} ts_block2d;
+
 // What a backend implements. The wrappers handle size 1 and counting, so a
 // backend only ever sees groups of two or more ranks. Each returns TS_OK or
 // an error code with a message (ts_fail).
@@ -50,6 +58,11 @@ typedef struct {
   // send and recv hold size blocks of `bytes`; block j of send goes to rank j,
   // block j of recv comes from rank j.
   int (*alltoall)(ts_comm *c, const void *send, void *recv, size_t bytes);
+  // The same with every block a strided float matrix (ts_block2d): block j
+  // of send starts at send + j·s->block, block j of recv at recv + j·r->block.
+  // No packing copies: the layouts go to MPI.
+  int (*alltoall_2d)(ts_comm *c, const float *send, const ts_block2d *s, float *recv,
+                     const ts_block2d *r);
   // Sends sbytes to dst and receives rbytes from src at once; dst or src < 0
   // means no such side.
   int (*sendrecv)(ts_comm *c, const void *send, size_t sbytes, int dst, void *recv,
@@ -94,6 +107,9 @@ uint64_t ts_comm_tree_bytes(size_t n, int P, int r);
 int ts_comm_barrier(ts_comm *c);
 int ts_comm_allgather(ts_comm *c, const void *send, void *recv, size_t bytes, int layer);
 int ts_comm_alltoall(ts_comm *c, const void *send, void *recv, size_t bytes, int layer);
+// Counted as an all-to-all of the block's floats (rows·chunks·width).
+int ts_comm_alltoall_2d(ts_comm *c, const float *send, const ts_block2d *s, float *recv,
+                        const ts_block2d *r, int layer);
 int ts_comm_sendrecv(ts_comm *c, const void *send, size_t sbytes, int dst, void *recv,
                      size_t rbytes, int src, int layer);
 int ts_comm_send(ts_comm *c, const void *buf, size_t bytes, int dst, int layer);

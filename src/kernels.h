@@ -102,6 +102,8 @@ typedef struct {
   int Tq, q0, Tk;         // query rows, first query position, key rows (per sequence)
   int h0, Hg;             // first head, heads of the model
   int Hkv;                // key/value heads here
+  int ldq, ldkv, ldo;     // row strides of q and dq, of k, v, dk and dv, of out and
+                          // dout (0: H*dh, Hkv*dh and ldq, i.e. packed rows)
 } ts_attn_shape;
 void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
                        const float *v, const ts_attn_shape *s);

@@ -73,7 +73,7 @@ typedef struct {
   char device[8];
   ts_layout lay; // --dp, --sp, --pp
   int microbatches, rank;
-  char sp_mode[16], schedule[16], compress[16];
+  char sp_mode[16], schedule[16], compress[16], upipe_schedule[16];
   char ckpt[4096]; // eval
   char out[4096];  // dump
   int traj_steps;
@@ -83,6 +83,7 @@ typedef struct {
 static void cli_defaults(cli *c) {
   snprintf(c->device, sizeof c->device, "cpu");
   c->lay.dp = c->lay.sp = c->lay.pp = c->microbatches = 1;
+  c->lay.upipe_sched = -1;
   c->rank = 0;
   snprintf(c->sp_mode, sizeof c->sp_mode, "lss");
   snprintf(c->schedule, sizeof c->schedule, "1f1b");
@@ -210,8 +211,15 @@ static const flag flags[] = {
      "sequence-parallel ranks: a power of two; --seq splits into N segments (mpiexec -n D*N)",
      NULL, TRAIN, G_PAR, check_parallel},
     {"--sp-mode", K_STR, AT(sp_mode), 0, "MODE",
-     "lss (2 collectives per layer), its ablations lss-fused (4) and lss-basic (6), or megatron (8)",
+     "lss (2 collectives per layer), its ablations lss-fused (4) and lss-basic (6), megatron (8); "
+     "ulysses or upipe (head-parallel attention by all-to-alls)",
      NULL, TRAIN, G_PAR, check_choice},
+    {"--upipe-u", K_INT, AT(lay.upipe_u), 0, "U",
+     "UPipe: heads per stage, a multiple of --sp dividing the heads", "--sp", TRAIN, G_PAR,
+     check_nonneg},
+    {"--upipe-schedule", K_STR, AT(upipe_schedule), 0, "NAME",
+     "UPipe: natural (heads in order) or gqa (one head of each group per stage, key/value "
+     "heads sent once per round)", "gqa with --kv-heads < --heads", TRAIN, G_PAR, check_choice},
     {"--pp", K_INT, AT(lay.pp), 0, "P", "pipeline stages", NULL, TRAIN, G_PAR, check_parallel},
     {"--microbatches", K_INT, AT(microbatches), 0, "M", "microbatches per step (pipeline)", NULL,
      TRAIN, G_PAR, check_parallel},
@@ -310,9 +318,16 @@ static int check_parallel(const flag *f, const char *raw, cli *c) {
 // Names are checked now so a typo is caught even while the layout is serial.
 static int check_choice(const flag *f, const char *raw, cli *c) {
   static const char *schedules[] = {"gpipe", "1f1b", NULL};
+  if (strcmp(f->name, "--upipe-schedule") == 0) {
+    if (strcmp(raw, "natural") == 0 || strcmp(raw, "gqa") == 0) {
+      c->lay.upipe_sched = raw[0] == 'g';
+      return TS_OK;
+    }
+    return ts_fail(TS_EUSAGE, "--upipe-schedule %s: must be natural or gqa", raw);
+  }
   if (strcmp(f->name, "--sp-mode") == 0) {
     // context-parallel modes of the same flag come with the LLaMA variant
-    static const char *later[] = {"ulysses", "upipe", "ring", "ring-zigzag", NULL};
+    static const char *later[] = {"ring", "ring-zigzag", NULL};
     for (const char **n = later; *n; n++)
       if (strcmp(raw, *n) == 0)
         return ts_fail(TS_EUSAGE, "--sp-mode %s: not available in this build yet", raw);

@@ -12,6 +12,7 @@
 #include "kernels.h"
 #include "model_impl.h"
 #include "parallel/megatron.h"
+#include "parallel/ulysses.h"
 #include "rng.h"
 #include "tessera.h"
 #include "util.h"
@@ -130,6 +131,9 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   m->t0 = nsp > 1 ? sp->comm->rank * m->Tl : 0;
   m->seq = nsp > 1 ? sp->comm : NULL;
   m->sp_mode = sp ? sp->mode : TS_SP_LSS;
+  m->headpar = m->seq && (m->sp_mode == TS_SP_ULYSSES || m->sp_mode == TS_SP_UPIPE);
+  m->U = m->headpar && m->sp_mode == TS_SP_UPIPE ? sp->upipe_u : m->H;
+  m->usched = m->headpar && m->sp_mode == TS_SP_UPIPE ? sp->upipe_sched : 0;
   m->ntok = (int64_t)m->B * m->Tl;
   m->ntok_global = (int64_t)m->Bg * m->T;
   m->p.layer = calloc((size_t)m->L, sizeof(layer_params));
@@ -200,14 +204,19 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   // activations; Nk rows of K and V (the whole sequence under --sp). The
   // tensor-split layers (megatron) keep their own (megatron.c): Na = 0 rows
   // of the attention and MLP buffers here.
+  // Head-parallel attention (ulysses.h) keeps no Q, K, V or lse between its
+  // forward and backward: Nq = 0 rows of them, and gradients of the rank's
+  // rows only.
   const int tensor_split = m->seq && m->sp_mode == TS_SP_MEGATRON;
   int64_t N = m->ntok, Na = tensor_split ? 0 : N, Nk = tensor_split ? 0 : (int64_t)m->B * m->T;
+  int64_t Nq = m->headpar ? 0 : Na, Nkd = Nk;
+  if (m->headpar) Nk = 0, Nkd = N;
   size_t C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V, Ckv = (size_t)m->Ckv;
-  size_t BHT = (size_t)Na * m->H, Fup = m->llama ? F : 0;
-  size_t per_layer = N * (C + 4) + Na * (C * 2 + F + Fup) + Nk * Ckv * 2 + BHT;
+  size_t BHT = (size_t)Nq * m->H, Fup = m->llama ? F : 0;
+  size_t per_layer = N * (C + 4) + Na * (C + F + Fup) + Nq * C + Nk * Ckv * 2 + BHT;
   size_t top = N * (C + 2 + V + 1);
-  size_t scratch = N * (C * 4 + V) + Na * (C * 2 + F * 2) + Nk * Ckv * 2 + BHT +
-                   (m->seq && !tensor_split ? Nk * C * 2 : 0);
+  size_t scratch = N * (C * 4 + V) + Na * (C * 2 + F * 2) + Nkd * Ckv * 2 + BHT +
+                   (m->seq && !tensor_split && !m->headpar ? Nk * C * 2 : 0);
   size_t rope = m->llama ? (size_t)m->T * m->dh : 0;
   size_t nacts = (size_t)(m->L + 1) * N * C + (size_t)m->L * per_layer + top + scratch + rope;
   m->nacts = nacts;
@@ -225,7 +234,7 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   for (int l = 0; l < m->L; l++) {
     layer_acts *la = &m->la[l];
     TAKE(la->ln1_mean, N); TAKE(la->ln1_rstd, N);
-    TAKE(la->q, Na * C); TAKE(la->k, Nk * Ckv); TAKE(la->v, Nk * Ckv); TAKE(la->att, Na * C);
+    TAKE(la->q, Nq * C); TAKE(la->k, Nk * Ckv); TAKE(la->v, Nk * Ckv); TAKE(la->att, Na * C);
     TAKE(la->lse, BHT); TAKE(la->res_mid, N * C);
     TAKE(la->ln2_mean, N); TAKE(la->ln2_rstd, N);
     TAKE(la->fch, Na * F); TAKE(la->fup, Na * Fup);
@@ -234,9 +243,9 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   TAKE(m->logits, N * V); TAKE(m->losses, N);
   TAKE(m->ln_out, N * C); TAKE(m->gelu_out, Na * F);
   TAKE(m->dres, N * C); TAKE(m->dtmp, N * C); TAKE(m->dtmp2, N * C); TAKE(m->datt, Na * C);
-  TAKE(m->dq, Na * C); TAKE(m->dk, Nk * Ckv); TAKE(m->dv, Nk * Ckv);
+  TAKE(m->dq, Na * C); TAKE(m->dk, Nkd * Ckv); TAKE(m->dv, Nkd * Ckv);
   TAKE(m->dfch, Na * F); TAKE(m->dlogits, N * V); TAKE(m->dsum, BHT);
-  if (m->seq && !tensor_split) TAKE(m->spbuf, Nk * C * 2);
+  if (m->seq && !tensor_split && !m->headpar) TAKE(m->spbuf, Nk * C * 2);
   TAKE(m->rope, rope);
 #undef TAKE
   if (m->llama) rope_table(m->rope, m->T, m->dh, (double)cfg->rope_theta);
@@ -476,12 +485,16 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     const float *x = m->res[l];
     float *y = m->res[l + 1];
     norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b);
-    linear_forward_heads(a->q, m->ln_out, w->wq, w->bq, N, C, C, m->dh, rows);
-    if (m->llama) rope_forward(a->q, N, m->Tl, m->t0, m->H, m->dh, C, m->rope);
-    if ((m->rc = project_kv(m, l, w, a))) return NAN;
-    ts_attn_shape as = attn_shape(m, l, p, step);
-    attention_forward(&m->ws, a->att, a->lse, a->q, a->k, a->v, &as);
-    if (uses_concat(m) && (m->rc = concat_forward(m, l, a->att))) return NAN;
+    if (m->headpar) {
+      if ((m->rc = headpar_forward(m, l, step, p))) return NAN;
+    } else {
+      linear_forward_heads(a->q, m->ln_out, w->wq, w->bq, N, C, C, m->dh, rows);
+      if (m->llama) rope_forward(a->q, N, m->Tl, m->t0, m->H, m->dh, C, m->rope);
+      if ((m->rc = project_kv(m, l, w, a))) return NAN;
+      ts_attn_shape as = attn_shape(m, l, p, step);
+      attention_forward(&m->ws, a->att, a->lse, a->q, a->k, a->v, &as);
+      if (uses_concat(m) && (m->rc = concat_forward(m, l, a->att))) return NAN;
+    }
     // res_mid = x + dropout(att · Woᵀ + bo)
     linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, rows);
     dropout_apply(a->res_mid, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
@@ -562,16 +575,20 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
     rc |= linear_backward_weights(ws, g->wo, g->bo, m->dtmp, a->att, N, C, C);
     linear_backward_input(m->datt, m->dtmp, w->wo, N, C, C, rows, 0);
-    if (uses_concat(m) && (crc = concat_backward(m, l, m->datt))) return crc;
-    ts_attn_shape as = attn_shape(m, l, p, step);
-    rc |= attention_backward(ws, m->dq, m->dk, m->dv, m->dsum, m->datt, a->q, a->k, a->v, a->att,
-                       a->lse, &as);
-    if ((crc = reduce_scatter_kv(m, l))) return crc;
+    norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, m->res[l], w->ln1w, w->ln1b);
+    if (m->headpar) {
+      if ((crc = headpar_backward(m, l, step))) return crc;
+    } else {
+      if (uses_concat(m) && (crc = concat_backward(m, l, m->datt))) return crc;
+      ts_attn_shape as = attn_shape(m, l, p, step);
+      rc |= attention_backward(ws, m->dq, m->dk, m->dv, m->dsum, m->datt, a->q, a->k, a->v,
+                               a->att, a->lse, &as);
+      if ((crc = reduce_scatter_kv(m, l))) return crc;
+    }
     if (m->llama) { // back through the rotations (row-wise: after the reduce-scatter)
       rope_backward(m->dq, N, m->Tl, m->t0, m->H, m->dh, C, m->rope);
       rope_backward(m->dk, N, m->Tl, m->t0, m->Hkv, m->dh, Ckv, m->rope);
     }
-    norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, m->res[l], w->ln1w, w->ln1b);
     rc |= linear_backward_weights(ws, g->wq, g->bq, m->dq, m->ln_out, N, C, C);
     rc |= linear_backward_weights(ws, g->wk, g->bk, m->dk, m->ln_out, N, C, Ckv);
     rc |= linear_backward_weights(ws, g->wv, g->bv, m->dv, m->ln_out, N, C, Ckv);

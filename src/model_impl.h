@@ -48,6 +48,8 @@ struct ts_model {
   int t0, Tl;
   ts_comm *seq;                // the sequence group (NULL: serial)
   ts_sp_mode sp_mode;
+  int headpar;                 // head-parallel attention (ulysses, upipe: ulysses.h)
+  int U, usched;               // its heads per stage and stage schedule
   float *spbuf;                // 2*T*C: gathered rows, packed [dK|dV], full dE
   int rc;                      // error of the last forward
   // parameters, gradients: one allocation each, same layout

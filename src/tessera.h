@@ -81,9 +81,11 @@ typedef enum {
   TS_SP_LSS_FUSED,  // ablation: + concatenation of the attention outputs: 4 per layer
   TS_SP_LSS_BASIC,  // ablation: K and V gathered separately + concatenation: 6 per layer
   TS_SP_MEGATRON,   // tensor-split heads and MLP, sequence-split norms: 8 per layer
+  TS_SP_ULYSSES,    // head-parallel attention by all-to-alls (DeepSpeed Ulysses)
+  TS_SP_UPIPE,      // Ulysses in stages of U heads (UPipe)
   TS_SP_NMODES
 } ts_sp_mode;
-// "lss", "lss-fused", "lss-basic", "megatron"
+// "lss", "lss-fused", "lss-basic", "megatron", "ulysses", "upipe"
 extern const char *const ts_sp_mode_names[TS_SP_NMODES];
 // TS_OK and *out, or TS_EUSAGE naming --sp-mode.
 int ts_sp_mode_parse(const char *name, ts_sp_mode *out);
@@ -93,9 +95,12 @@ typedef struct {
   int sp; // sequence-parallel ranks
   int pp; // pipeline stages (not available yet)
   ts_sp_mode sp_mode;
+  int upipe_u;     // UPipe: heads per stage (0: the default, N: the smallest stages)
+  int upipe_sched; // UPipe: 0 natural, 1 gqa, -1 gqa when the model has groups
 } ts_layout;
-// Checks a layout against a finalized config (TS_EUSAGE naming the flag).
-int ts_layout_check(const ts_config *cfg, const ts_layout *lay);
+// Checks a layout against a finalized config (TS_EUSAGE naming the flag) and
+// fills in UPipe's defaults (upipe_u 0, upipe_sched -1).
+int ts_layout_check(const ts_config *cfg, ts_layout *lay);
 
 // Default tile and leaf for a sequence length (DESIGN.md: min(64, T/8), min(256, T/8)).
 int ts_default_tile(int T);
@@ -136,6 +141,7 @@ struct ts_comm;
 typedef struct {
   struct ts_comm *comm;
   ts_sp_mode mode;
+  int upipe_u, upipe_sched; // as in ts_layout (resolved by ts_layout_check)
 } ts_seq_shard;
 int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
                         ts_model **out);

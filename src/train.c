@@ -28,6 +28,7 @@
 #include "data.h"
 #include "kernels.h"
 #include "log.h"
+#include "mem.h"
 #include "optim.h"
 #include "parallel/grid.h"
 #include "parallel/shard.h"
@@ -306,7 +307,7 @@ static int injected_fault(const ts_grid *g, const char *path) {
 
 int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_config cfg = *cfg_in;
-  const ts_layout lay = lay_in ? *lay_in : (ts_layout){1, 1, 1, TS_SP_LSS};
+  ts_layout lay = lay_in ? *lay_in : (ts_layout){1, 1, 1, TS_SP_LSS, 0, -1};
   int rc;
   ts_grid *grid = NULL;
   ts_data *data = NULL;
@@ -326,7 +327,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_comm *dgroup = grid->data;
   if ((rc = ts_data_open(cfg.data_path, cfg.val_frac, (size_t)cfg.seq + 1, &data))) goto done;
   if ((rc = injected_fault(grid, cfg.data_path))) goto done;
-  if ((rc = ts_shard_create(&cfg, grid, lay.sp_mode, &sh))) goto done;
+  if ((rc = ts_shard_create(&cfg, grid, &lay, &sh))) goto done;
   m = sh.m;
   ts_model_init(m, cfg.seed);
   size_t np = ts_model_num_params(m);
@@ -365,6 +366,9 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     snprintf(layout, sizeof layout, "dp%d", D);
   else
     snprintf(layout, sizeof layout, "dp%d-sp%d-%s", D, grid->sp, ts_sp_mode_names[lay.sp_mode]);
+  if (grid->sp > 1 && lay.sp_mode == TS_SP_UPIPE)
+    snprintf(layout + strlen(layout), sizeof layout - strlen(layout), "-u%d-%s", lay.upipe_u,
+             lay.upipe_sched ? "gqa" : "natural");
   if (start == 0) {
     char cj[TS_CONFIG_JSON_MAX], line[TS_CONFIG_JSON_MAX + 512];
     if ((rc = ts_config_to_json(&cfg, cj, sizeof cj))) goto done;
@@ -387,6 +391,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     uint64_t step = (uint64_t)s + 1;
     double t0 = ts_now();
     ts_grid_reset_counts(grid);
+    ts_mem_reset_peaks();
     if ((rc = load_batch(data, TS_SPLIT_TRAIN, &cfg, step, b0, nb, inputs, targets))) goto done;
     // forward and backward over this rank's share, then the sums over the
     // sequence group and the data group (shard.h)
@@ -412,14 +417,23 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
       goto done;
     }
     if (ts_grid_counts_json(grid, comm_json, sizeof comm_json) < 0) snprintf(comm_json, sizeof comm_json, "{}");
-    char line[1024 + sizeof comm_json];
+    // the tracked phases' peaks (mem.h), when this layout tracks any
+    char mem_json[256] = "";
+    if (ts_mem_peak(TS_PHASE_ATTN_FWD) > 0 || ts_mem_peak(TS_PHASE_ATTN_BWD) > 0) {
+      int k = snprintf(mem_json, sizeof mem_json, ",\"mem_peak_bytes\":{");
+      for (int ph = 0; ph < TS_NPHASES; ph++)
+        k += snprintf(mem_json + k, sizeof mem_json - (size_t)k, "%s\"%s\":%zu", ph ? "," : "",
+                      ts_phase_names[ph], ts_mem_peak((ts_phase)ph));
+      snprintf(mem_json + k, sizeof mem_json - (size_t)k, "}");
+    }
+    char line[1024 + sizeof comm_json + sizeof mem_json];
     snprintf(line, sizeof line,
              "{\"type\":\"step\",\"step\":%" PRIu64 ",\"loss\":%.9g,\"loss_hex\":\"%a\","
              "\"grad_norm\":%.9g,\"grad_norm_hex\":\"%a\",\"lr\":%.9g,\"lr_hex\":\"%a\","
              "\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"compute_ms_max\":%.3f,"
-             "\"mfu\":%.4f,\"peak_rss_mb\":%.1f,\"peak_rss_mb_max\":%.1f,\"comm\":%s}",
+             "\"mfu\":%.4f,\"peak_rss_mb\":%.1f,\"peak_rss_mb_max\":%.1f%s,\"comm\":%s}",
              step, (double)loss, (double)loss, (double)norm, (double)norm, (double)lr, (double)lr,
-             tps, dt * 1e3, comm_s * 1e3, compute_max * 1e3, mfu, rss, rss_max, comm_json);
+             tps, dt * 1e3, comm_s * 1e3, compute_max * 1e3, mfu, rss, rss_max, mem_json, comm_json);
     ts_log_line(&log, line);
     if (!cfg.quiet)
       printf("step %5" PRIu64 "/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | MFU %4.1f%% | %6.0f MB\n",

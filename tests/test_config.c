@@ -261,7 +261,7 @@ static void test_layout_rules(void **state) {
   ts_config c;
   base(&c, "tiny"); // B 4, T 64, leaf 8: 4 x 8 = 32 leaves
   assert_int_equal(ts_config_finalize(&c), TS_OK);
-  ts_layout lay = {1, 1, 1, TS_SP_LSS};
+  ts_layout lay = {1, 1, 1, TS_SP_LSS, 0, -1};
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
   lay.dp = 2; // 2 sequences x 8 leaves per rank
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
@@ -281,7 +281,7 @@ static void test_layout_rules(void **state) {
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
   c.fast = 0;
   c.batch = 4;
-  ts_layout pp = {1, 1, 2, TS_SP_LSS}, zero = {0, 1, 1, TS_SP_LSS};
+  ts_layout pp = {1, 1, 2, TS_SP_LSS, 0, -1}, zero = {0, 1, 1, TS_SP_LSS, 0, -1};
   assert_int_equal(ts_layout_check(&c, &pp), TS_EUSAGE);
   assert_int_equal(ts_layout_check(&c, &zero), TS_EUSAGE);
 }
@@ -293,7 +293,7 @@ static void test_sequence_layout_rules(void **state) {
   ts_config c;
   base(&c, "tiny");
   assert_int_equal(ts_config_finalize(&c), TS_OK);
-  ts_layout lay = {1, 1, 1, TS_SP_LSS};
+  ts_layout lay = {1, 1, 1, TS_SP_LSS, 0, -1};
   for (int n = 1; n <= 8; n *= 2) {
     lay.sp = n;
     assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
@@ -328,6 +328,39 @@ static void test_sequence_layout_rules(void **state) {
   assert_non_null(strstr(ts_errmsg(), "the 4 heads and the MLP width 256 must divide by 8"));
 }
 
+// Head-parallel attention (Ulysses, UPipe): whole heads and key/value heads
+// per rank; UPipe's U and schedule, and their defaults.
+static void test_head_parallel_rules(void **state) {
+  (void)state;
+  ts_config c;
+  base(&c, "llama-tiny"); // H 4, Hkv 2
+  assert_int_equal(ts_config_finalize(&c), TS_OK);
+  ts_layout lay = {1, 2, 1, TS_SP_ULYSSES, 0, -1};
+  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(lay.upipe_u, 4); // Ulysses: one stage of all heads
+  lay.sp = 4;                       // 2 key/value heads over 4 ranks
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "2 key/value heads must divide by 4"));
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 0, -1};
+  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(lay.upipe_u, 2);     // default: U = N
+  assert_int_equal(lay.upipe_sched, 1); // default with groups: gqa
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 3, 0};
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--upipe-u 3: must be a multiple of --sp 2"));
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 4, 1}; // gqa: U must divide Hkv
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 4, 0}; // natural: fine
+  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  base(&c, "tiny"); // no groups: no gqa schedule, natural by default
+  assert_int_equal(ts_config_finalize(&c), TS_OK);
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 0, -1};
+  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(lay.upipe_sched, 0);
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 2, 1};
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+}
+
 static void test_sp_mode_names(void **state) {
   (void)state;
   for (int i = 0; i < TS_SP_NMODES; i++) {
@@ -346,7 +379,7 @@ int main(void) {
       cmocka_unit_test(test_tile_leaf_rule),  cmocka_unit_test(test_validation),
       cmocka_unit_test(test_json_round_trip), cmocka_unit_test(test_json_errors),
       cmocka_unit_test(test_layout_rules),    cmocka_unit_test(test_sequence_layout_rules),
-      cmocka_unit_test(test_sp_mode_names),
+      cmocka_unit_test(test_sp_mode_names),   cmocka_unit_test(test_head_parallel_rules),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -430,7 +430,7 @@ static void run_attention(const attn_case *ac) {
   fill_normal(k, n, 41 + (uint64_t)T, 1.0);
   fill_normal(v, n, 42 + (uint64_t)T, 1.0);
   fill_normal(r, n, 43 + (uint64_t)T, 1.0);
-  ts_attn_shape s = {B, T, H, dh, ac->tile, ac->p, 5, 9, 1000, 0, 0, 0, 0, 0, 0};
+  ts_attn_shape s = {B, T, H, dh, ac->tile, ac->p, 5, 9, 1000, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   // the mask, from the global index of docs/MODEL.md (index_base = l·B·H·T·T)
   unsigned char *keep = NULL;
   if (ac->p > 0.0f) {

@@ -78,7 +78,8 @@ static void note(mismatches *mm, const char *what, size_t i, float got, float wa
 static void check_sync(int batch, int fast) {
   ts_config cfg = tiny_config(batch, fast);
   ts_shard sh;
-  assert_int_equal(ts_shard_create(&cfg, grid, TS_SP_LSS, &sh), TS_OK);
+  ts_layout lay = {DP, SP, 1, TS_SP_LSS, 0, -1};
+  assert_int_equal(ts_shard_create(&cfg, grid, &lay, &sh), TS_OK);
   const int nb = batch / DP, T = SEQ, Tl = T / SP;
   assert_int_equal(sh.nb, nb);
   assert_int_equal(sh.fast, fast);

@@ -24,6 +24,9 @@ static ts_attn_shape resolved(const ts_attn_shape *in) {
   if (s.Tk == 0) s.Tk = s.T;
   if (s.Hg == 0) s.Hg = s.H;
   if (s.Hkv == 0) s.Hkv = s.H;
+  if (s.ldq == 0) s.ldq = s.H * s.dh;
+  if (s.ldkv == 0) s.ldkv = s.Hkv * s.dh;
+  if (s.ldo == 0) s.ldo = s.ldq;
   return s;
 }
 
@@ -91,8 +94,8 @@ static void drop_tile(float *P, const ts_attn_shape *s, int b, int h, int qt, in
 void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
                        const float *v, const ts_attn_shape *shape) {
   const ts_attn_shape sh = resolved(shape), *s = &sh;
-  const int Tq = s->Tq, Tk = s->Tk, H = s->H, dh = s->dh, tile = s->tile, C = H * dh;
-  const int Ckv = s->Hkv * dh, G = H / s->Hkv;  // key/value row width, heads per group
+  const int Tq = s->Tq, Tk = s->Tk, H = s->H, dh = s->dh, tile = s->tile, C = s->ldq, Co = s->ldo;
+  const int Ckv = s->ldkv, G = H / s->Hkv;      // row strides, heads per group
   const int nq = Tq / tile, qt0 = s->q0 / tile; // local query tiles, global index of the first
   const float scale = 1.0f / sqrtf((float)dh);
   const int64_t ntasks = (int64_t)s->B * H * nq;
@@ -118,10 +121,10 @@ void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const 
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, dh, tile, 1.0f, P, tile,
                   v + rowk, Ckv, 1.0f, acc, dh);
     }
-    float *O = out + rowq;
+    float *O = out + ((size_t)b * Tq + (size_t)lq * tile) * Co + (size_t)h * dh;
     float *L = lse + ((size_t)b * H + h) * Tq + (size_t)lq * tile;
     for (int i = 0; i < tile; i++) {
-      for (int c = 0; c < dh; c++) O[(size_t)i * C + c] = acc[(size_t)i * dh + c] / l[i];
+      for (int c = 0; c < dh; c++) O[(size_t)i * Co + c] = acc[(size_t)i * dh + c] / l[i];
       L[i] = m[i] + logf(l[i]);
     }
   }
@@ -134,9 +137,9 @@ TS_VECTOR_CLONES
 static void tile_grads(float *S, float *dPbuf, const float *dO, const float *V,
                        const float *lse_rows, const float *D_rows, const ts_attn_shape *s,
                        int b, int h, int qt, int kt, float scale) {
-  const int tile = s->tile, dh = s->dh, C = s->H * s->dh, Ckv = s->Hkv * s->dh;
+  const int tile = s->tile, dh = s->dh, Co = s->ldo, Ckv = s->ldkv;
   probs(S, lse_rows, tile);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, tile, dh, 1.0f, dO, C, V, Ckv,
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, tile, dh, 1.0f, dO, Co, V, Ckv,
               0.0f, dPbuf, tile);
   if (s->dropout <= 0.0f) {
     for (int i = 0; i < tile; i++) {
@@ -166,7 +169,8 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
                        const float *dout, const float *q, const float *k, const float *v,
                        const float *out, const float *lse, const ts_attn_shape *shape) {
   const ts_attn_shape sh = resolved(shape), *s = &sh;
-  const int B = s->B, Tq = s->Tq, Tk = s->Tk, H = s->H, dh = s->dh, tile = s->tile, C = H * dh;
+  const int B = s->B, Tq = s->Tq, Tk = s->Tk, H = s->H, dh = s->dh, tile = s->tile, C = s->ldq;
+  const int Co = s->ldo;
   const int nq = Tq / tile, qa = s->q0 / tile, qb = qa + nq; // global query tiles [qa, qb)
   const int nk = Tk / tile;
   const float scale = 1.0f / sqrtf((float)dh);
@@ -175,7 +179,7 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
   for (int64_t r = 0; r < (int64_t)B * Tq; r++) {
     int b = (int)(r / Tq), i = (int)(r % Tq);
     for (int h = 0; h < H; h++) {
-      const float *o = out + r * C + (size_t)h * dh, *g = dout + r * C + (size_t)h * dh;
+      const float *o = out + r * Co + (size_t)h * dh, *g = dout + r * Co + (size_t)h * dh;
       float acc = 0.0f;
       for (int c = 0; c < dh; c++) acc += g[c] * o[c];
       dsum[((size_t)b * H + h) * Tq + i] = acc;
@@ -188,7 +192,7 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
   // terms arrive in query-tile order for the tree (R3), whose positions are
   // counted from the first local query tile; a leaf sums the group's query
   // heads in order. Probabilities are recomputed once per tile pair.
-  const int Hkv = s->Hkv, G = H / Hkv, Ckv = Hkv * dh;
+  const int Hkv = s->Hkv, G = H / Hkv, Ckv = s->ldkv;
   const int64_t ntasks = (int64_t)B * Hkv;
   int fail = 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ws->nthreads) reduction(| : fail)
@@ -221,10 +225,11 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
         for (int g = 0; g < G; g++) {
           const int h = j * G + g;
           const size_t rowq = (size_t)b * Tq * C + (size_t)h * dh + (size_t)(qt - qa) * tile * C;
+          const size_t rowo = (size_t)b * Tq * Co + (size_t)h * dh + (size_t)(qt - qa) * tile * Co;
           const float *L = lse + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
           const float *D = dsum + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
           scores(S, q + rowq, C, k + rowk, Ckv, tile, dh, scale, kt == qt);
-          tile_grads(S, dS, dout + rowq, v + rowk, L, D, s, b, h, qt, kt, scale);
+          tile_grads(S, dS, dout + rowo, v + rowk, L, D, s, b, h, qt, kt, scale);
           // dQ_qt (tile, dh) += dS (tile, tile) · K_kt (tile, dh)
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
                       k + rowk, Ckv, 1.0f, dq + rowq, C);
@@ -232,7 +237,7 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
                       q + rowq, C, 0.0f, part, dh);
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, S, tile,
-                      dout + rowq, C, 0.0f, part + (size_t)tile * dh, dh);
+                      dout + rowo, Co, 0.0f, part + (size_t)tile * dh, dh);
           if (G > 1) {
             if (g == 0) memcpy(leaf, part, (size_t)2 * tile * dh * sizeof(float));
             else ts_tree_add(leaf, part, (size_t)2 * tile * dh);

@@ -90,6 +90,59 @@ static int mpi_alltoall(ts_comm *c, const void *send, void *recv, size_t bytes) 
   return rc == MPI_SUCCESS ? TS_OK : mpi_error(rc, "all-to-all");
 }
 
+// The MPI datatype of one block: rows of `chunks` runs of `width` floats.
+static int block_type(const ts_block2d *b, MPI_Datatype *out) {
+  size_t chunks = b->chunks > 1 ? b->chunks : 1;
+  if (b->rows > INT_MAX || b->width > INT_MAX || chunks > INT_MAX || b->cstride > INT_MAX)
+    return -1;
+  MPI_Datatype row;
+  if (chunks == 1)
+    MPI_Type_contiguous((int)b->width, MPI_FLOAT, &row);
+  else
+    MPI_Type_vector((int)chunks, (int)b->width, (int)b->cstride, MPI_FLOAT, &row);
+  MPI_Type_create_hvector((int)b->rows, 1, (MPI_Aint)(b->ld * sizeof(float)), row, out);
+  MPI_Type_free(&row);
+  MPI_Type_commit(out);
+  return 0;
+}
+
+// One MPI_Alltoallw with a datatype per side: MPI reads and writes the
+// strided blocks in place.
+static int mpi_alltoall_2d(ts_comm *c, const float *send, const ts_block2d *s, float *recv,
+                           const ts_block2d *r) {
+  const int P = c->size;
+  MPI_Datatype st, rt;
+  if ((size_t)P * s->block * sizeof(float) > INT_MAX || (size_t)P * r->block * sizeof(float) > INT_MAX ||
+      block_type(s, &st) != 0)
+    return ts_fail(TS_ERUNTIME, "all-to-all of %zu-row blocks: over the MPI int limits", s->rows);
+  if (block_type(r, &rt) != 0) {
+    MPI_Type_free(&st);
+    return ts_fail(TS_ERUNTIME, "all-to-all of %zu-row blocks: over the MPI int limits", r->rows);
+  }
+  int *cnt = malloc((size_t)P * sizeof(int)), *sd = malloc((size_t)P * sizeof(int)),
+      *rd = malloc((size_t)P * sizeof(int));
+  MPI_Datatype *sts = malloc((size_t)P * sizeof(MPI_Datatype)),
+               *rts = malloc((size_t)P * sizeof(MPI_Datatype));
+  int rc = MPI_SUCCESS;
+  if (!cnt || !sd || !rd || !sts || !rts) {
+    rc = -1;
+  } else {
+    for (int j = 0; j < P; j++) {
+      cnt[j] = 1;
+      sd[j] = (int)((size_t)j * s->block * sizeof(float));
+      rd[j] = (int)((size_t)j * r->block * sizeof(float));
+      sts[j] = st;
+      rts[j] = rt;
+    }
+    rc = MPI_Alltoallw(send, cnt, sd, sts, recv, cnt, rd, rts, comm_of(c));
+  }
+  free(cnt); free(sd); free(rd); free(sts); free(rts);
+  MPI_Type_free(&st);
+  MPI_Type_free(&rt);
+  if (rc == -1) return ts_fail(TS_ERUNTIME, "out of memory");
+  return rc == MPI_SUCCESS ? TS_OK : mpi_error(rc, "all-to-all");
+}
+
 static int mpi_bcast(ts_comm *c, void *buf, size_t bytes, int root) {
   for (size_t o = 0; o < bytes; o += PIECE) {
     int k = (int)(bytes - o < PIECE ? bytes - o : PIECE);
@@ -204,6 +257,7 @@ static const ts_comm_ops mpi_ops = {
     .barrier = mpi_barrier,
     .allgather = mpi_allgather,
     .alltoall = mpi_alltoall,
+    .alltoall_2d = mpi_alltoall_2d,
     .sendrecv = mpi_sendrecv,
     .bcast = mpi_bcast,
     .reduce_scatter_tree = mpi_reduce_scatter_tree,

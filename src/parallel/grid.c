@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "tessera.h"
 
@@ -27,7 +28,14 @@ void ts_mpi_finalize(void) {
 }
 
 void ts_mpi_abort(int code) {
-  if (ts_mpi_active()) MPI_Abort(MPI_COMM_WORLD, code);
+  if (ts_mpi_active()) {
+    // The launcher forwards this rank's stderr through a pipe and kills every
+    // rank on MPI_Abort: under load it could kill the forwarder before the
+    // error message went through. A fifth of a second lets it through.
+    struct timespec pause = {0, 200000000L};
+    nanosleep(&pause, NULL);
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
   exit(code);
 }
 

@@ -7,7 +7,8 @@
 #include "tree.h"
 #include "util.h"
 
-int ts_shard_create(const ts_config *cfg, const ts_grid *grid, ts_sp_mode mode, ts_shard *out) {
+int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *lay,
+                    ts_shard *out) {
   ts_shard sh = {0};
   sh.fast = cfg->fast;
   sh.nb = cfg->batch / grid->dp;
@@ -16,7 +17,7 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, ts_sp_mode mode, 
   sh.seq = grid->sp > 1 ? grid->seq : NULL;
   int rc;
   if (sh.seq) {
-    ts_seq_shard sp = {sh.seq, mode};
+    ts_seq_shard sp = {sh.seq, lay->sp_mode, lay->upipe_u, lay->upipe_sched};
     rc = ts_model_create_seq(cfg, sh.b0, 1, &sp, &sh.m);
   } else {
     rc = ts_model_create_shard(cfg, sh.b0, sh.nb, &sh.m);

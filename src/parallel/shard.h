@@ -31,7 +31,8 @@ typedef struct {
   float *wpe_full;     // (T, C) the gathered positional-embedding gradient
 } ts_shard;
 
-int ts_shard_create(const ts_config *cfg, const ts_grid *grid, ts_sp_mode mode, ts_shard *out);
+int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *lay,
+                    ts_shard *out);
 void ts_shard_free(ts_shard *sh);
 
 // Forward, and backward when `train`, over the shard's sequences of one

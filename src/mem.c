@@ -1,0 +1,53 @@
+// Tracked memory (mem.h). Each block carries its size in a 64-byte header.
+#include "mem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+const char *const ts_phase_names[TS_NPHASES] = {"attn_fwd", "attn_bwd"};
+
+#define HEADER 64
+
+static size_t live;
+static size_t peak[TS_NPHASES];
+static ts_phase current = TS_PHASE_NONE;
+
+static void grew(void) {
+  if (current != TS_PHASE_NONE && live > peak[current]) peak[current] = live;
+}
+
+void *ts_mem_alloc(size_t bytes) {
+  char *p = NULL;
+  if (posix_memalign((void **)&p, 64, bytes + HEADER) != 0) return NULL;
+  memcpy(p, &bytes, sizeof bytes);
+  live += bytes;
+  grew();
+  return p + HEADER;
+}
+
+void ts_mem_free(void *q) {
+  if (!q) return;
+  char *p = (char *)q - HEADER;
+  size_t bytes;
+  memcpy(&bytes, p, sizeof bytes);
+  live -= bytes;
+  free(p);
+}
+
+void ts_mem_hold(size_t bytes) {
+  live += bytes;
+  grew();
+}
+
+void ts_mem_release(size_t bytes) { live -= bytes; }
+
+void ts_mem_phase(ts_phase phase) {
+  current = phase;
+  grew();
+}
+
+size_t ts_mem_peak(ts_phase phase) { return phase >= 0 && phase < TS_NPHASES ? peak[phase] : 0; }
+
+void ts_mem_reset_peaks(void) { memset(peak, 0, sizeof peak); }
+
+size_t ts_mem_live(void) { return live; }

@@ -1,0 +1,30 @@
+// Tracked memory: the buffers of the phases whose peak the papers tabulate
+// (UPipe paper Tables 2 and 7: the attention block, forward and backward).
+// A phase's peak is the largest number of bytes live at once while it ran:
+// buffers taken with ts_mem_alloc, plus buffers owned elsewhere that the
+// phase declares live with ts_mem_hold (its input, its preallocated output).
+// One process, one thread: called outside parallel regions.
+#ifndef TS_MEM_H
+#define TS_MEM_H
+#include <stddef.h>
+
+typedef enum {
+  TS_PHASE_NONE = -1,
+  TS_PHASE_ATTN_FWD = 0,
+  TS_PHASE_ATTN_BWD,
+  TS_NPHASES
+} ts_phase;
+
+// "attn_fwd", "attn_bwd"
+extern const char *const ts_phase_names[TS_NPHASES];
+
+void *ts_mem_alloc(size_t bytes); // 64-byte aligned, uninitialised; NULL when out of memory
+void ts_mem_free(void *p);        // NULL is fine
+void ts_mem_hold(size_t bytes);
+void ts_mem_release(size_t bytes);
+// Starts attributing to `phase` (TS_PHASE_NONE: to none) from the bytes live now.
+void ts_mem_phase(ts_phase phase);
+size_t ts_mem_peak(ts_phase phase); // since the last reset
+void ts_mem_reset_peaks(void);
+size_t ts_mem_live(void);
+#endif

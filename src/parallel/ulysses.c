@@ -1,0 +1,296 @@
+// Head-parallel attention: Ulysses and UPipe (ulysses.h).
+#include "parallel/ulysses.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mem.h"
+
+// The heads rank c works on in one stage: nq query heads (global indices)
+// and the nkv key/value heads they read; kv_of[k] is query head k's index
+// in kv.
+typedef struct {
+  int nq, nkv;
+  int q[64], kv[64], kv_of[64];
+} stage_heads;
+
+static int n_stages(const ts_model *m) { return m->H / m->U; }
+
+// Forward stage s (natural or gqa schedule) for rank c.
+static void forward_heads(const ts_model *m, int s, int c, stage_heads *h) {
+  const int N = m->seq->size, U = m->U, G = m->H / m->Hkv, per = U / N;
+  h->nq = per;
+  h->nkv = 0;
+  for (int k = 0; k < per; k++) {
+    int q;
+    if (m->usched == TS_UPIPE_GQA) {
+      int round = s / G, g = s % G; // round: U groups; stage g: their g-th heads
+      q = (round * U + c * per + k) * G + g;
+    } else {
+      q = s * U + c * per + k;
+    }
+    h->q[k] = q;
+    int kv = q / G, found = -1;
+    for (int i = 0; i < h->nkv; i++)
+      if (h->kv[i] == kv) found = i;
+    if (found < 0) {
+      found = h->nkv;
+      h->kv[h->nkv++] = kv;
+    }
+    h->kv_of[k] = found;
+  }
+}
+
+// Backward stage s (natural order, U_b heads, whole groups per rank).
+static void backward_heads(const ts_model *m, int Ub, int s, int c, stage_heads *h) {
+  const int N = m->seq->size, G = m->H / m->Hkv, per = Ub / N;
+  h->nq = per;
+  h->nkv = per / G;
+  for (int k = 0; k < per; k++) {
+    h->q[k] = s * Ub + c * per + k;
+    h->kv_of[k] = k / G;
+  }
+  for (int i = 0; i < h->nkv; i++) h->kv[i] = (s * Ub + c * per) / G + i;
+}
+
+static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
+
+// Projects heads `heads[0..n)` (dh rows each of W, plus bias) of the rank's
+// rows into out at column k·dh for head k (row stride ld): one call per head
+// and leaf-row block, the serial shapes (DESIGN.md R1). RoPE for LLaMA.
+static void project(const ts_model *m, float *out, int ld, const float *W, const float *b,
+                    const int *heads, int n, int rotate, int nrot_heads) {
+  const int C = m->C, dh = m->dh, rows = m->cfg.leaf;
+  const int64_t nblocks = m->ntok / rows;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < nblocks; t++) {
+    const float *x = m->ln_out + t * rows * C;
+    for (int k = 0; k < n; k++) {
+      float *y = out + t * rows * ld + (size_t)k * dh;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, dh, C, 1.0f, x, C,
+                  W + (size_t)heads[k] * dh * C, C, 0.0f, y, ld);
+      if (b)
+        for (int r = 0; r < rows; r++)
+          for (int o = 0; o < dh; o++) y[(size_t)r * ld + o] += b[heads[k] * dh + o];
+    }
+  }
+  if (rotate && m->llama) rope_forward(out, m->ntok, m->Tl, m->t0, nrot_heads, dh, ld, m->rope);
+}
+
+static ts_attn_shape shape(const ts_model *m, int l, float p, uint64_t step) {
+  ts_attn_shape as = {.B = 1, .T = m->T, .dh = m->dh, .tile = m->cfg.tile, .dropout = p,
+                      .seed = m->cfg.seed, .step = step, .index_base = ts_model_attn_base(m, l),
+                      .Hg = m->H};
+  return as;
+}
+
+// ---- forward -----------------------------------------------------------------------------
+int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
+  const int N = m->seq->size, r = m->seq->rank, U = m->U, per = U / N, dh = m->dh;
+  const int C = m->C, Tl = m->Tl, T = m->T, nu = n_stages(m), G = m->H / m->Hkv;
+  const size_t w = (size_t)per * dh;
+  layer_params *wt = &m->p.layer[l];
+  float *out = m->la[l].att; // the preallocated output: the rank's rows, all heads
+  // live through the block: its input X and the output
+  ts_mem_phase(TS_PHASE_ATTN_FWD);
+  ts_mem_hold(2 * (size_t)Tl * C * sizeof(float));
+  float *kc = NULL, *vc = NULL; // head-sharded K', V' (whole sequence) of the round
+  int rc = TS_OK, nkv_sent = 0;
+  for (int s = 0; s < nu && !rc; s++) {
+    stage_heads mine, to[64];
+    for (int c = 0; c < N; c++) forward_heads(m, s, c, &to[c]);
+    mine = to[r];
+    const int send_kv = m->usched != TS_UPIPE_GQA || s % G == 0;
+    const int nkv = to[0].nkv; // the same count for every rank
+    // 1. this rank's rows of the stage's query heads, chunk c for rank c
+    float *qs = ts_mem_alloc((size_t)Tl * U * dh * sizeof(float));
+    if (!qs) { rc = ts_fail(TS_ERUNTIME, "out of memory (UPipe stage buffers)"); break; }
+    int qlist[64];
+    for (int c = 0; c < N; c++)
+      for (int k = 0; k < per; k++) qlist[c * per + k] = to[c].q[k];
+    project(m, qs, U * dh, wt->wq, wt->bq, qlist, U, 1, U);
+    // 2. Q' into slot s of the output: block src = src's rows of my heads,
+    // stored where the output of src's heads for my rows will go
+    ts_block2d sq = {(size_t)Tl, w, (size_t)U * dh, w, 1, 0};
+    ts_block2d rq;
+    float *slot;
+    if (m->usched == TS_UPIPE_GQA) {
+      // the stage's heads (j·G + g) are G·dh apart in the output rows
+      rq = (ts_block2d){(size_t)Tl, (size_t)dh, (size_t)C, (size_t)per * G * dh, (size_t)per,
+                        (size_t)G * dh};
+      slot = out + (size_t)to[0].q[0] * dh;
+    } else {
+      rq = (ts_block2d){(size_t)Tl, w, (size_t)C, w, 1, 0};
+      slot = out + (size_t)s * U * dh;
+    }
+    rc = ts_comm_alltoall_2d(m->seq, qs, &sq, slot, &rq, l);
+    ts_mem_free(qs);
+    // 3. K', V': the key/value heads each rank needs, over the whole sequence
+    if (!rc && send_kv) {
+      ts_mem_free(kc);
+      ts_mem_free(vc);
+      kc = vc = NULL;
+      size_t wk = (size_t)nkv * dh;
+      float *ks = ts_mem_alloc((size_t)Tl * N * wk * sizeof(float));
+      int kvlist[64 * 64];
+      for (int c = 0; c < N; c++)
+        for (int i = 0; i < nkv; i++) kvlist[c * nkv + i] = to[c].kv[i];
+      ts_block2d sk = {(size_t)Tl, wk, (size_t)N * wk, wk, 1, 0};
+      ts_block2d rk = {(size_t)Tl, wk, wk, (size_t)Tl * wk, 1, 0};
+      if (ks) {
+        project(m, ks, N * (int)wk, wt->wk, wt->bk, kvlist, N * nkv, 1, N * nkv);
+        kc = ts_mem_alloc((size_t)T * wk * sizeof(float));
+        if (kc) rc = ts_comm_alltoall_2d(m->seq, ks, &sk, kc, &rk, l);
+      }
+      if (ks && kc && !rc) {
+        project(m, ks, N * (int)wk, wt->wv, wt->bv, kvlist, N * nkv, 0, 0);
+        vc = ts_mem_alloc((size_t)T * wk * sizeof(float));
+        if (vc) rc = ts_comm_alltoall_2d(m->seq, ks, &sk, vc, &rk, l);
+      }
+      ts_mem_free(ks);
+      if (!rc && (!ks || !kc || !vc)) rc = ts_fail(TS_ERUNTIME, "out of memory (UPipe stage buffers)");
+      nkv_sent = nkv;
+    }
+    if (rc) break;
+    // 4. attention of my heads over the whole sequence, one query segment at
+    // a time (segment src's Q' rows sit in slot block src)
+    float *o = ts_mem_alloc((size_t)T * w * sizeof(float));
+    float *lse = ts_mem_alloc((size_t)per * Tl * sizeof(float));
+    if (!o || !lse) {
+      ts_mem_free(o);
+      ts_mem_free(lse);
+      rc = ts_fail(TS_ERUNTIME, "out of memory (UPipe stage buffers)");
+      break;
+    }
+    const size_t wkv = (size_t)nkv_sent * dh;
+    for (int src = 0; src < N; src++) {
+      ts_attn_shape as = shape(m, l, p, step);
+      as.Tq = Tl;
+      as.q0 = src * Tl;
+      as.Tk = T;
+      as.ldq = C;
+      as.ldkv = (int)wkv;
+      as.ldo = (int)w;
+      float *oseg = o + (size_t)src * Tl * w;
+      if (m->usched == TS_UPIPE_GQA) { // my heads are G·dh apart in the slot: one call each
+        for (int k = 0; k < per; k++) {
+          as.H = 1;
+          as.Hkv = 1;
+          as.h0 = mine.q[k];
+          const float *q = slot + (size_t)src * rq.block + (size_t)k * G * dh;
+          const float *kk = kc + (size_t)mine.kv_of[k] * dh, *vv = vc + (size_t)mine.kv_of[k] * dh;
+          attention_forward(&m->ws, oseg + (size_t)k * dh, lse, q, kk, vv, &as);
+        }
+      } else {
+        as.H = per;
+        as.Hkv = mine.nkv;
+        as.h0 = mine.q[0];
+        attention_forward(&m->ws, oseg, lse, slot + (size_t)src * w, kc, vc, &as);
+      }
+    }
+    ts_mem_free(lse);
+    // 5. the output back: block c = segment c's rows of my heads, into the
+    // slot (Q' is no longer needed)
+    ts_block2d so = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0};
+    rc = ts_comm_alltoall_2d(m->seq, o, &so, slot, &rq, l);
+    ts_mem_free(o);
+    if (m->usched != TS_UPIPE_GQA || s % G == G - 1) {
+      ts_mem_free(kc);
+      ts_mem_free(vc);
+      kc = vc = NULL;
+    }
+  }
+  ts_mem_free(kc);
+  ts_mem_free(vc);
+  ts_mem_release(2 * (size_t)Tl * C * sizeof(float));
+  ts_mem_phase(TS_PHASE_NONE);
+  return rc;
+}
+
+// ---- backward ----------------------------------------------------------------------------
+int headpar_backward(ts_model *m, int l, uint64_t step) {
+  const int N = m->seq->size, r = m->seq->rank, dh = m->dh, C = m->C, Ckv = m->Ckv;
+  const int Tl = m->Tl, T = m->T, G = m->H / m->Hkv;
+  const float p = m->cfg.dropout;
+  // stages of whole groups on every rank
+  const int NG = N * G, Ub = m->U / gcd(m->U, NG) * NG;
+  const int per = Ub / N, nkv = per / G, nst = m->H / Ub;
+  const size_t w = (size_t)per * dh, wk = (size_t)nkv * dh;
+  layer_params *wt = &m->p.layer[l];
+  ts_mem_phase(TS_PHASE_ATTN_BWD);
+  // live through the block: X, the output, its gradient, and the gathered
+  // dQ, dK, dV (rows of the rank)
+  const size_t held = ((size_t)3 * C + C + 2 * (size_t)Ckv) * Tl * sizeof(float);
+  ts_mem_hold(held);
+  int rc = TS_OK;
+  for (int s = 0; s < nst && !rc; s++) {
+    stage_heads to[64];
+    for (int c = 0; c < N; c++) backward_heads(m, Ub, s, c, &to[c]);
+    int qlist[64 * 64], kvlist[64 * 64];
+    for (int c = 0; c < N; c++) {
+      for (int k = 0; k < per; k++) qlist[c * per + k] = to[c].q[k];
+      for (int i = 0; i < nkv; i++) kvlist[c * nkv + i] = to[c].kv[i];
+    }
+    const size_t nloc = (size_t)Tl * N * w, nkl = (size_t)Tl * N * wk;
+    float *ql = ts_mem_alloc(nloc * sizeof(float)), *kl = ts_mem_alloc(nkl * sizeof(float));
+    float *Q = ts_mem_alloc((size_t)T * w * sizeof(float)), *K = ts_mem_alloc((size_t)T * wk * sizeof(float));
+    float *V = ts_mem_alloc((size_t)T * wk * sizeof(float));
+    float *O = NULL, *dO = NULL, *dQ = NULL, *dK = NULL, *dV = NULL, *lse = NULL, *dsum = NULL;
+    if (!ql || !kl || !Q || !K || !V)
+      rc = ts_fail(TS_ERUNTIME, "out of memory (head-parallel backward buffers)");
+    // sequence-sharded -> head-sharded: block c of my rows to rank c
+    ts_block2d sq = {(size_t)Tl, w, (size_t)N * w, w, 1, 0}, rq = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0};
+    ts_block2d sk = {(size_t)Tl, wk, (size_t)N * wk, wk, 1, 0}, rk = {(size_t)Tl, wk, wk, (size_t)Tl * wk, 1, 0};
+    if (!rc) {
+      project(m, ql, N * (int)w, wt->wq, wt->bq, qlist, N * per, 1, N * per);
+      rc = ts_comm_alltoall_2d(m->seq, ql, &sq, Q, &rq, l);
+    }
+    if (!rc) {
+      project(m, kl, N * (int)wk, wt->wk, wt->bk, kvlist, N * nkv, 1, N * nkv);
+      rc = ts_comm_alltoall_2d(m->seq, kl, &sk, K, &rk, l);
+    }
+    if (!rc) {
+      project(m, kl, N * (int)wk, wt->wv, wt->bv, kvlist, N * nkv, 0, 0);
+      rc = ts_comm_alltoall_2d(m->seq, kl, &sk, V, &rk, l);
+    }
+    ts_mem_free(ql); // the local projections are sent: their memory goes back
+    ts_mem_free(kl);
+    ql = kl = NULL;
+    if (!rc) {
+      O = ts_mem_alloc((size_t)T * w * sizeof(float));
+      dO = ts_mem_alloc((size_t)T * w * sizeof(float));
+      dQ = ts_mem_alloc((size_t)T * w * sizeof(float));
+      dK = ts_mem_alloc((size_t)T * wk * sizeof(float));
+      dV = ts_mem_alloc((size_t)T * wk * sizeof(float));
+      lse = ts_mem_alloc((size_t)per * T * sizeof(float));
+      dsum = ts_mem_alloc((size_t)per * T * sizeof(float));
+      if (!O || !dO || !dQ || !dK || !dV || !lse || !dsum)
+        rc = ts_fail(TS_ERUNTIME, "out of memory (head-parallel backward buffers)");
+    }
+    // dO of the stage's heads: columns [s·Ub·dh, (s+1)·Ub·dh) of the rank's rows
+    ts_block2d sd = {(size_t)Tl, w, (size_t)C, w, 1, 0};
+    if (!rc) rc = ts_comm_alltoall_2d(m->seq, m->datt + (size_t)s * Ub * dh, &sd, dO, &rq, l);
+    if (!rc) {
+      ts_attn_shape as = shape(m, l, p, step);
+      as.H = per;
+      as.Hkv = nkv;
+      as.h0 = to[r].q[0];
+      // the forward's output and lse, recomputed (same bits), then the backward
+      attention_forward(&m->ws, O, lse, Q, K, V, &as);
+      if (attention_backward(&m->ws, dQ, dK, dV, dsum, dO, Q, K, V, O, lse, &as) != 0)
+        rc = ts_fail(TS_ERUNTIME, "out of memory in attention backward");
+    }
+    // head-sharded -> sequence-sharded, into the stage's columns of dq, dk, dv
+    ts_block2d bq = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0}, dq_r = {(size_t)Tl, w, (size_t)C, w, 1, 0};
+    ts_block2d bk = {(size_t)Tl, wk, wk, (size_t)Tl * wk, 1, 0}, dk_r = {(size_t)Tl, wk, (size_t)Ckv, wk, 1, 0};
+    if (!rc) rc = ts_comm_alltoall_2d(m->seq, dQ, &bq, m->dq + (size_t)s * Ub * dh, &dq_r, l);
+    if (!rc) rc = ts_comm_alltoall_2d(m->seq, dK, &bk, m->dk + (size_t)s * (Ub / G) * dh, &dk_r, l);
+    if (!rc) rc = ts_comm_alltoall_2d(m->seq, dV, &bk, m->dv + (size_t)s * (Ub / G) * dh, &dk_r, l);
+    float *bufs[] = {ql, kl, Q, K, V, O, dO, dQ, dK, dV, lse, dsum};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ts_mem_free(bufs[i]);
+  }
+  ts_mem_release(held);
+  ts_mem_phase(TS_PHASE_NONE);
+  return rc;
+}

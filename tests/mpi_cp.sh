@@ -1,0 +1,132 @@
+#!/bin/sh
+# Head-parallel attention (ALGORITHMS.md §4, src/parallel/ulysses.h):
+# `--sp-mode ulysses` and `--sp-mode upipe --upipe-u U` equal the serial run
+# bit for bit (tessera compare says identical) for the GPT and for LLaMA with
+# and without grouped-query attention, every valid U, both UPipe schedules,
+# dropout off and on, alone and with --dp.
+#
+# Then the two measured claims of the UPipe paper, on LLaMA with H 8 query
+# and Hkv 4 key/value heads (G 2, γ = 1 + 2/G = 2), N 2, T 64, d 64:
+#  - memory: the tracked peak of the attention block's forward, in units of
+#    one local shard (T/N·d floats), is γ + 2 for Ulysses and 2 + γ/ν for
+#    UPipe with ν = H/U stages (paper Table 2), within 5%. The stages here
+#    hold whole groups (U/N a multiple of G), as the formula assumes.
+#  - traffic: with U = N every stage gives each rank one query head. In
+#    natural order each of them brings its own key and value head (3 heads
+#    moved per query head: 3H), the gqa schedule sends a group's key/value
+#    heads once per round of G stages (H + 2H/G). Counted on rank 0, a head
+#    moved over the rank's rows is 2·(N−1)/N·(T/N)·dh·4 bytes; the output
+#    travels back (H more) and the backward is the same for both schedules.
+. "$(dirname "$0")/lib.sh"
+
+. "$(dirname "$0")/mpi_lib.sh"
+T=$TESSERA_BIN
+DATA=$TESSERA_SRCDIR/data/corpus.txt
+RUN_MPI="timeout 180 $MPIEXEC"
+common="--batch 2 --steps 2 --warmup 1 --eval-batches 1 --data $DATA --quiet --threads 1"
+
+# equal MODEL_FLAGS RUN...: each run "N:D:mode:U:schedule" against serial
+equal() {
+  flags=$1
+  shift
+  for drop in 0 0.1; do
+    S=$TS_TMP/serial.jsonl
+    rm -f "$S"
+    expect_exit 0 "" "$T" train $flags $common --dropout $drop --log "$S" || continue
+    for run in "$@"; do
+      IFS=: read -r N D mode U sched <<EOF
+$run
+EOF
+      L=$TS_TMP/cp.jsonl
+      rm -f "$L"
+      extra=""
+      [ "$mode" = upipe ] && extra="--upipe-u $U --upipe-schedule $sched"
+      expect_exit 0 "" $RUN_MPI -n $((N * D)) "$T" train $flags $common --dropout $drop \
+        --sp $N --dp $D --sp-mode $mode $extra --log "$L" || continue
+      TS_CHECKS=$((TS_CHECKS + 1))
+      out=$("$T" compare "$S" "$L" 2>&1)
+      if [ "$out" = identical ]; then
+        pass "$flags | $run | dropout $drop: identical"
+      else
+        fail "$flags | $run | dropout $drop: $out"
+      fi
+    done
+  done
+}
+
+# GPT (H 4, no groups): Ulysses on 2 and 4 ranks, UPipe with U = 2 (2 stages
+# on 2 ranks), U = 4 (Ulysses-sized stage) and on 4 ranks, with --dp 2
+equal "--model tiny" 2:1:ulysses:: 4:1:ulysses:: 2:1:upipe:2:natural 2:1:upipe:4:natural \
+  4:1:upipe:4:natural 2:2:upipe:2:natural
+# LLaMA with groups of 2 (H 4, Hkv 2)
+equal "--model llama-tiny" 2:1:ulysses:: 2:1:upipe:2:natural 2:1:upipe:2:gqa 2:2:upipe:2:gqa
+# LLaMA without groups (Hkv = H)
+equal "--model llama-tiny --kv-heads 4" 2:1:upipe:2:natural 4:1:ulysses::
+# LLaMA, H 8 and Hkv 4: every valid U on 2 ranks, both schedules, and 4 ranks
+equal "--model llama-tiny --heads 8 --kv-heads 4" 2:1:ulysses:: 2:1:upipe:2:natural \
+  2:1:upipe:4:natural 2:1:upipe:8:natural 2:1:upipe:2:gqa 2:1:upipe:4:gqa 4:1:upipe:4:natural \
+  4:1:upipe:4:gqa 4:2:ulysses::
+
+# --- memory (UPipe paper Table 2) and traffic of the GQA schedule ----------------------
+M="--model llama-tiny --heads 8 --kv-heads 4 --batch 1 --steps 1 --eval-batches 1 --data $DATA --quiet --threads 1"
+field() { # FILE: the step record's attn_fwd peak and layer 0's all-to-all bytes
+  grep '"type":"step"' "$1" | head -n 1 |
+    sed -n 's/.*"attn_fwd":\([0-9]*\).*"layers":{"0":{"alltoall":{"calls":[0-9]*,"bytes":\([0-9]*\)}.*/\1 \2/p'
+}
+UNIT=$((64 / 2 * 64 * 4)) # one local shard: T/N rows of d floats, bytes
+# mode U schedule -> expected forward peak in units (x1000): γ+2 = 4, 2+γ/ν
+for c in "ulysses 0 natural 4000" "upipe 4 natural 3000" "upipe 8 natural 4000"; do
+  set -- $c
+  L=$TS_TMP/mem-$1-$2.jsonl
+  expect_exit 0 "" $RUN_MPI -n 2 "$T" train $M --sp 2 --sp-mode $1 --upipe-u $2 \
+    --upipe-schedule $3 --log "$L" || continue
+  peak=$(field "$L" | cut -d' ' -f1)
+  TS_CHECKS=$((TS_CHECKS + 1))
+  if [ -z "$peak" ]; then
+    fail "$1 U=$2: no attn_fwd peak in the step record"
+    continue
+  fi
+  got=$((peak * 1000 / UNIT)) # units x1000
+  want=$4
+  diff=$((got > want ? got - want : want - got))
+  if [ $((diff * 100)) -le $((want * 5)) ]; then
+    pass "$1 U=$2: forward attention peak $got/1000 units, formula $want/1000 (within 5%)"
+  else
+    fail "$1 U=$2: forward attention peak $got/1000 units, formula $want/1000 (over 5%)"
+  fi
+done
+
+# U = N = 2, H 8, Hkv 4, G 2; head unit = 2·(N−1)/N·(T/N)·dh·4 = 1024 bytes
+HU=1024
+for c in "natural 72" "gqa 64"; do
+  set -- $c
+  L=$TS_TMP/traffic-$1.jsonl
+  expect_exit 0 "" $RUN_MPI -n 2 "$T" train $M --sp 2 --sp-mode upipe --upipe-u 2 \
+    --upipe-schedule $1 --log "$L" || continue
+  bytes=$(field "$L" | cut -d' ' -f2)
+  # forward: natural 3H + H (output) = 32, gqa H + 2H/G + H = 24;
+  # backward (both): stages of lcm(U, N·G) = 4 heads: 2 × (4+2+2+4 in, 4+2+2 out) = 40
+  want=$(($2 * HU))
+  TS_CHECKS=$((TS_CHECKS + 1))
+  [ "$bytes" = "$want" ] && pass "upipe U=2 $1: layer 0 moves $bytes bytes = $2 head units" ||
+    fail "upipe U=2 $1: layer 0 moves '$bytes' bytes, expected $want ($2 head units)"
+done
+
+# --- refused before any work ----------------------------------------------------------
+NOLOG=$TS_TMP/never.jsonl
+B="--model llama-tiny $common"
+expect_exit 2 "--sp-mode ulysses with --sp 4: the 4 heads and 2 key/value heads must divide by 4" \
+  "$T" train $B --sp 4 --sp-mode ulysses --log "$NOLOG"
+expect_exit 2 "--upipe-u 3: must be a multiple of --sp 2" \
+  "$T" train $B --sp 2 --sp-mode upipe --upipe-u 3 --log "$NOLOG"
+expect_exit 2 "--upipe-u 6: must divide the 4 heads" \
+  "$T" train $B --sp 2 --sp-mode upipe --upipe-u 6 --log "$NOLOG"
+expect_exit 2 "--upipe-u 4 with --upipe-schedule gqa: must divide the 2 key/value heads" \
+  "$T" train $B --sp 2 --sp-mode upipe --upipe-u 4 --upipe-schedule gqa --log "$NOLOG"
+expect_exit 2 "--upipe-schedule gqa: the model has no key/value groups" \
+  "$T" train --model tiny $common --sp 2 --sp-mode upipe --upipe-schedule gqa --log "$NOLOG"
+expect_exit 2 "--upipe-schedule zigzag: must be natural or gqa" \
+  "$T" train $B --sp 2 --sp-mode upipe --upipe-schedule zigzag --log "$NOLOG"
+TS_CHECKS=$((TS_CHECKS + 1))
+[ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"
+done_testing
