@@ -203,8 +203,8 @@ int ts_config_finalize(ts_config *cfg) {
 }
 
 // ---------------------------------------------------------------------------
-const char *const ts_sp_mode_names[TS_SP_NMODES] = {"lss",      "lss-fused", "lss-basic",
-                                                     "megatron", "ulysses",   "upipe"};
+const char *const ts_sp_mode_names[TS_SP_NMODES] = {
+    "lss", "lss-fused", "lss-basic", "megatron", "ulysses", "upipe", "ring"};
 
 int ts_sp_mode_parse(const char *name, ts_sp_mode *out) {
   for (int i = 0; i < TS_SP_NMODES; i++)
@@ -213,7 +213,8 @@ int ts_sp_mode_parse(const char *name, ts_sp_mode *out) {
       return TS_OK;
     }
   return ts_fail(TS_EUSAGE,
-                 "--sp-mode %s: must be lss, lss-fused, lss-basic, megatron, ulysses or upipe",
+                 "--sp-mode %s: must be lss, lss-fused, lss-basic, megatron, ulysses, upipe "
+                 "or ring",
                  name);
 }
 
@@ -298,6 +299,9 @@ int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
       int rc = check_head_parallel(cfg, lay);
       if (rc) return rc;
     }
+    if (lay->sp_mode == TS_SP_MEGATRON && (cfg->checkpoint || cfg->tiled_mlp))
+      return ts_fail(TS_EUSAGE, "--%s: not available with --sp-mode megatron (its layers keep "
+                     "their own buffers)", cfg->checkpoint ? "checkpoint" : "tiled-mlp");
     if (lay->sp_mode == TS_SP_MEGATRON && cfg->variant != TS_GPT)
       return ts_fail(TS_EUSAGE, "--sp-mode megatron: the baseline is built for the GPT variant "
                                 "(use lss, lss-fused or lss-basic with --model %s)",
@@ -342,12 +346,15 @@ typedef struct {
   size_t size;  // strings: capacity of the char array
   int required; // model fields: a checkpoint without them is damaged
   int llama;    // written and required only for the LLaMA variant
+  int optional; // written only when not 0 (memory options: files stay as they were)
 } field;
 
 #define FLD(k, kind, member, req)                                                                  \
-  { k, kind, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), req, 0 }
+  { k, kind, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), req, 0, 0 }
 #define FLD_LLAMA(k, kind, member)                                                                 \
-  { k, kind, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), 1, 1 }
+  { k, kind, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), 1, 1, 0 }
+#define FLD_OPT(k, member)                                                                         \
+  { k, F_INT, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), 0, 0, 1 }
 
 static const field fields[] = {
     FLD("preset", F_STR, preset, 0),
@@ -380,6 +387,9 @@ static const field fields[] = {
     FLD("eval_batches", F_INT, eval_batches, 0),
     FLD("threads", F_INT, threads, 0),
     FLD("fast", F_INT, fast, 0),
+    FLD_OPT("checkpoint", checkpoint),
+    FLD_OPT("fused_ce", fused_ce),
+    FLD_OPT("tiled_mlp", tiled_mlp),
     FLD("data_path", F_STR, data_path, 0),
     FLD("log_path", F_STR, log_path, 0),
     FLD("ckpt_dir", F_STR, ckpt_dir, 0),
@@ -416,6 +426,7 @@ int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap) {
     const field *f = &fields[i];
     const void *p = base + f->off;
     if (f->llama && cfg->variant != TS_LLAMA) continue; // GPT files stay as they were
+    if (f->optional && *(const int *)p == 0) continue;
     put(buf, cap, &len, "%s\"%s\":", i ? "," : "", f->key);
     switch (f->kind) {
     case F_INT: put(buf, cap, &len, "%d", *(const int *)p); break;

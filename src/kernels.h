@@ -104,6 +104,8 @@ typedef struct {
   int Hkv;                // key/value heads here
   int ldq, ldkv, ldo;     // row strides of q and dq, of k, v, dk and dv, of out and
                           // dout (0: H*dh, Hkv*dh and ldq, i.e. packed rows)
+  int k0;                 // k, v hold key positions [k0, k0 + Tk) (ring attention's
+                          // blocks; 0 otherwise). Queries see only those keys.
 } ts_attn_shape;
 void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
                        const float *v, const ts_attn_shape *s);

@@ -203,6 +203,15 @@ static const flag flags[] = {
     {"--threads", K_INT, AT(cfg.threads), 0, "N", "OpenMP threads, 0 = all cores", NULL, TED, G_RUN,
      NULL},
     {"--quiet", K_SET, AT(cfg.quiet), 1, NULL, "no progress output", "off", TRAIN, G_RUN, NULL},
+    {"--checkpoint", K_SET, AT(cfg.checkpoint), 1, NULL,
+     "keep only each layer's input; recompute its activations in backward (same bits)", "off",
+     TED, G_RUN, NULL},
+    {"--fused-ce", K_SET, AT(cfg.fused_ce), 1, NULL,
+     "LM head and cross-entropy one leaf of tokens at a time: no T x V logits (same bits)", "off",
+     TED, G_RUN, NULL},
+    {"--tiled-mlp", K_SET, AT(cfg.tiled_mlp), 1, NULL,
+     "MLP one leaf of tokens at a time, recomputed in backward: no T x d_ff buffers (same bits)",
+     "off", TED, G_RUN, NULL},
     // parallel layout
     {"--dp", K_INT, AT(lay.dp), 0, "D",
      "data-parallel ranks: a power of two dividing --batch (mpiexec -n D)", NULL, TRAIN, G_PAR,
@@ -212,7 +221,7 @@ static const flag flags[] = {
      NULL, TRAIN, G_PAR, check_parallel},
     {"--sp-mode", K_STR, AT(sp_mode), 0, "MODE",
      "lss (2 collectives per layer), its ablations lss-fused (4) and lss-basic (6), megatron (8); "
-     "ulysses or upipe (head-parallel attention by all-to-alls)",
+     "ulysses or upipe (head-parallel attention by all-to-alls); ring (within tolerance)",
      NULL, TRAIN, G_PAR, check_choice},
     {"--upipe-u", K_INT, AT(lay.upipe_u), 0, "U",
      "UPipe: heads per stage, a multiple of --sp dividing the heads", "--sp", TRAIN, G_PAR,
@@ -327,7 +336,7 @@ static int check_choice(const flag *f, const char *raw, cli *c) {
   }
   if (strcmp(f->name, "--sp-mode") == 0) {
     // context-parallel modes of the same flag come with the LLaMA variant
-    static const char *later[] = {"ring", "ring-zigzag", NULL};
+    static const char *later[] = {"ring-zigzag", NULL};
     for (const char **n = later; *n; n++)
       if (strcmp(raw, *n) == 0)
         return ts_fail(TS_EUSAGE, "--sp-mode %s: not available in this build yet", raw);

@@ -3,6 +3,7 @@
 // canonical order of docs/MODEL.md; activations likewise.
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 #include "kernels.h"
 #include "model_impl.h"
 #include "parallel/megatron.h"
+#include "parallel/ring.h"
 #include "parallel/ulysses.h"
 #include "rng.h"
 #include "tessera.h"
@@ -113,7 +115,8 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
       return ts_fail(TS_EUSAGE, "--seq %d: not %d segments of whole leaves (%d) and tiles (%d)",
                      cfg->seq, nsp, cfg->leaf, cfg->tile);
     if (sp->mode == TS_SP_MEGATRON && (cfg->n_head % nsp != 0 || cfg->d_ff % nsp != 0))
-      return ts_fail(TS_EUSAGE, "--sp-mode megatron: %d heads and MLP width %d must divide by --sp %d",
+      return ts_fail(TS_EUSAGE,
+                     "--sp-mode megatron: %d heads and MLP width %d must divide by --sp %d",
                      cfg->n_head, cfg->d_ff, nsp);
     if (sp->mode == TS_SP_MEGATRON && cfg->variant != TS_GPT)
       return ts_fail(TS_EUSAGE, "--sp-mode megatron: the baseline is built for the GPT variant");
@@ -132,6 +135,7 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   m->seq = nsp > 1 ? sp->comm : NULL;
   m->sp_mode = sp ? sp->mode : TS_SP_LSS;
   m->headpar = m->seq && (m->sp_mode == TS_SP_ULYSSES || m->sp_mode == TS_SP_UPIPE);
+  m->ring = m->seq && m->sp_mode == TS_SP_RING;
   m->U = m->headpar && m->sp_mode == TS_SP_UPIPE ? sp->upipe_u : m->H;
   m->usched = m->headpar && m->sp_mode == TS_SP_UPIPE ? sp->upipe_sched : 0;
   m->ntok = (int64_t)m->B * m->Tl;
@@ -157,23 +161,6 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   for (int i = 0; i < m->ntens; i++)
     total += (size_t)spec[i].shape[0] * (spec[i].ndim == 2 ? (size_t)spec[i].shape[1] : 1);
   m->nparams = total;
-  // Refuse up front what cannot fit, rather than be killed mid-run by the
-  // kernel's OOM killer (allocations succeed lazily under overcommit).
-  int64_t Nt = m->ntok, Nkv = (int64_t)m->B * m->T;
-  double need = 16.0 * (double)total +
-                4.0 * (double)Nt *
-                    ((double)(m->L + 1) * m->C + (double)m->L * (3.0 * m->C + m->F * (m->llama ? 2.0 : 1.0)) +
-                     6.0 * m->C + 2.0 * m->F + 2.0 * m->V) +
-                4.0 * (double)Nkv * (2.0 * m->L * m->C + 2.0 * m->C + (nsp > 1 ? 2.0 * m->C : 0.0));
-  double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-  if (have > 0 && need > 0.9 * have) {
-    free(spec);
-    ts_model_free(m);
-    return ts_fail(TS_ERUNTIME,
-                   "this model needs about %.1f GiB (parameters, gradients, AdamW state, "
-                   "activations) but the machine has %.1f GiB; use a smaller --model, --seq or --batch",
-                   need / 1073741824.0, have / 1073741824.0);
-  }
   m->params = ts_alloc(total * sizeof(float));
   m->grads = ts_alloc(total * sizeof(float));
   if (!m->params || !m->grads) {
@@ -211,15 +198,34 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   int64_t N = m->ntok, Na = tensor_split ? 0 : N, Nk = tensor_split ? 0 : (int64_t)m->B * m->T;
   int64_t Nq = m->headpar ? 0 : Na, Nkd = Nk;
   if (m->headpar) Nk = 0, Nkd = N;
+  if (m->ring) Nk = N, Nkd = N; // the rank's own K, V rows; the blocks travel
   size_t C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V, Ckv = (size_t)m->Ckv;
   size_t BHT = (size_t)Nq * m->H, Fup = m->llama ? F : 0;
+  if (cfg->tiled_mlp) F = Fup = 0; // no (rows, d_ff) buffers: one leaf per thread instead
   size_t per_layer = N * (C + 4) + Na * (C + F + Fup) + Nq * C + Nk * Ckv * 2 + BHT;
-  size_t top = N * (C + 2 + V + 1);
-  size_t scratch = N * (C * 4 + V) + Na * (C * 2 + F * 2) + Nkd * Ckv * 2 + BHT +
-                   (m->seq && !tensor_split && !m->headpar ? Nk * C * 2 : 0);
+  const size_t NV = cfg->fused_ce ? 0 : (size_t)N * V; // logits and their gradient
+  size_t top = N * (C + 2 + 1) + NV;
+  size_t scratch = N * C * 4 + NV + Na * (C * 2 + F * 2) + Nkd * Ckv * 2 + BHT +
+                   (m->seq && !tensor_split && !m->headpar && !m->ring ? Nk * C * 2 : 0);
   size_t rope = m->llama ? (size_t)m->T * m->dh : 0;
-  size_t nacts = (size_t)(m->L + 1) * N * C + (size_t)m->L * per_layer + top + scratch + rope;
+  const int kept = cfg->checkpoint ? 1 : m->L; // layers whose activations are kept at once
+  size_t nacts = (size_t)(m->L + 1) * N * C + (size_t)kept * per_layer + top + scratch + rope;
   m->nacts = nacts;
+  // Refuse up front what cannot fit, rather than be killed mid-run by the
+  // kernel's OOM killer (allocations succeed lazily under overcommit):
+  // parameters, gradients and AdamW state, and these activations.
+  double need = 16.0 * (double)total + 4.0 * (double)nacts;
+  if (cfg->fused_ce) need += 4.0 * (double)omp_get_max_threads() * cfg->leaf * V;
+  if (cfg->tiled_mlp) need += 16.0 * (double)omp_get_max_threads() * cfg->leaf * m->F;
+  double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  if (have > 0 && need > 0.9 * have) {
+    ts_model_free(m);
+    return ts_fail(TS_ERUNTIME,
+                   "this model needs about %.1f GiB (parameters, gradients, AdamW state, "
+                   "activations) but the machine has %.1f GiB; use a smaller --model, --seq or "
+                   "--batch, or the memory options (--checkpoint, --fused-ce, --tiled-mlp)",
+                   need / 1073741824.0, have / 1073741824.0);
+  }
   m->acts = ts_alloc(nacts * sizeof(float));
   m->inputs = ts_alloc((size_t)N * sizeof(int));
   m->targets = ts_alloc((size_t)N * sizeof(int));
@@ -231,7 +237,7 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   float *a = m->acts;
 #define TAKE(PTR, COUNT) do { PTR = a; a += (COUNT); } while (0)
   for (int l = 0; l <= m->L; l++) TAKE(m->res[l], N * C);
-  for (int l = 0; l < m->L; l++) {
+  for (int l = 0; l < kept; l++) {
     layer_acts *la = &m->la[l];
     TAKE(la->ln1_mean, N); TAKE(la->ln1_rstd, N);
     TAKE(la->q, Nq * C); TAKE(la->k, Nk * Ckv); TAKE(la->v, Nk * Ckv); TAKE(la->att, Na * C);
@@ -240,22 +246,39 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
     TAKE(la->fch, Na * F); TAKE(la->fup, Na * Fup);
   }
   TAKE(m->lnf, N * C); TAKE(m->lnf_mean, N); TAKE(m->lnf_rstd, N);
-  TAKE(m->logits, N * V); TAKE(m->losses, N);
+  TAKE(m->logits, NV); TAKE(m->losses, N);
   TAKE(m->ln_out, N * C); TAKE(m->gelu_out, Na * F);
   TAKE(m->dres, N * C); TAKE(m->dtmp, N * C); TAKE(m->dtmp2, N * C); TAKE(m->datt, Na * C);
   TAKE(m->dq, Na * C); TAKE(m->dk, Nkd * Ckv); TAKE(m->dv, Nkd * Ckv);
-  TAKE(m->dfch, Na * F); TAKE(m->dlogits, N * V); TAKE(m->dsum, BHT);
-  if (m->seq && !tensor_split && !m->headpar) TAKE(m->spbuf, Nk * C * 2);
+  TAKE(m->dfch, Na * F); TAKE(m->dlogits, NV); TAKE(m->dsum, BHT);
+  if (m->seq && !tensor_split && !m->headpar && !m->ring) TAKE(m->spbuf, Nk * C * 2);
   TAKE(m->rope, rope);
 #undef TAKE
   if (m->llama) rope_table(m->rope, m->T, m->dh, (double)cfg->rope_theta);
 
+  F = (size_t)m->F;
   size_t leaf_cap = F * C + F;
+  if (cfg->tiled_mlp) // one vector [dW2 | db2 | dW1 | db1 | dW3] per leaf
+    leaf_cap = 2 * F * C + F + C + (m->llama ? F * C : 0);
   if (V * C > leaf_cap) leaf_cap = V * C;
   if ((size_t)cfg->leaf * C > leaf_cap) leaf_cap = (size_t)cfg->leaf * C;
   if (ts_ws_init(&m->ws, cfg->tile, cfg->leaf, leaf_cap, m->dh) != 0) {
     ts_model_free(m);
     return ts_fail(TS_ERUNTIME, "out of memory allocating kernel workspace");
+  }
+  if (cfg->tiled_mlp) {
+    m->mlp_scratch = ts_alloc((size_t)m->ws.nthreads * 4 * cfg->leaf * F * sizeof(float));
+    if (!m->mlp_scratch) {
+      ts_model_free(m);
+      return ts_fail(TS_ERUNTIME, "out of memory allocating the tiled MLP's scratch");
+    }
+  }
+  if (cfg->fused_ce) {
+    m->ce_scratch = ts_alloc((size_t)m->ws.nthreads * cfg->leaf * V * sizeof(float));
+    if (!m->ce_scratch) {
+      ts_model_free(m);
+      return ts_fail(TS_ERUNTIME, "out of memory allocating the fused cross-entropy's scratch");
+    }
   }
   int rc;
   if (tensor_split && (rc = megatron_create(m))) {
@@ -269,6 +292,8 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
 void ts_model_free(ts_model *m) {
   if (!m) return;
   megatron_free(m);
+  ts_free(m->ce_scratch);
+  ts_free(m->mlp_scratch);
   ts_ws_free(&m->ws);
   ts_free(m->params); ts_free(m->grads); ts_free(m->acts);
   ts_free(m->inputs); ts_free(m->targets);
@@ -319,10 +344,10 @@ static int project_kv(ts_model *m, int l, const layer_params *w, layer_acts *a) 
   const int64_t N = m->ntok, Nk = (int64_t)m->B * m->T;
   const size_t bytes = (size_t)N * Ckv * sizeof(float);
   int rc = TS_OK;
-  if (!m->seq) {
+  if (!m->seq || m->ring) { // the rank's own rows (ring: they travel later)
     linear_forward_heads(a->k, m->ln_out, w->wk, w->bk, N, C, Ckv, dh, rows);
     linear_forward_heads(a->v, m->ln_out, w->wv, w->bv, N, C, Ckv, dh, rows);
-    rope_k(m, a->k, N, m->T, 0);
+    rope_k(m, a->k, N, m->Tl, m->t0);
   } else if (m->sp_mode == TS_SP_LSS_BASIC) {
     // un-fused: the local K and V rows, gathered separately
     linear_forward_heads(m->dtmp, m->ln_out, w->wk, w->bk, N, C, Ckv, dh, rows);
@@ -407,6 +432,61 @@ static ts_attn_shape attn_shape(const ts_model *m, int l, float p, uint64_t step
   return as;
 }
 
+// ---- the LM head and the loss, one leaf at a time (--fused-ce) --------------------------
+// The same per-leaf calls as the unfused code (an sgemm of `leaf` rows for the
+// logits, the row-wise cross-entropy, an sgemm per leaf for dx and for the
+// weight partial), so the same bits; only one leaf of logits per thread exists.
+
+// Logits of leaf li into this thread's scratch.
+static float *leaf_logits(const ts_model *m, int64_t li) {
+  const int C = m->C, V = m->V, leaf = m->cfg.leaf;
+  float *lg = m->ce_scratch + (size_t)omp_get_thread_num() * leaf * V;
+  const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, leaf, V, C, 1.0f, m->lnf + li * leaf * C, C,
+              head, C, 0.0f, lg, V);
+  return lg;
+}
+
+static void fused_ce_forward(ts_model *m) {
+  const int leaf = m->cfg.leaf;
+  const int64_t nleaves = m->ntok / leaf;
+#pragma omp parallel for schedule(static) num_threads(m->ws.nthreads)
+  for (int64_t li = 0; li < nleaves; li++)
+    crossentropy_forward(m->losses + li * leaf, leaf_logits(m, li), m->targets + li * leaf, leaf,
+                         m->V);
+}
+
+// The head's weight-gradient partial of leaf li into out (V, C); with
+// with_dx, also the leaf's rows of dx = dlogits · head into m->dtmp.
+static void head_leaf_partial(const ts_model *m, int64_t li, float *out, int with_dx) {
+  const int C = m->C, V = m->V, leaf = m->cfg.leaf;
+  float *dl = leaf_logits(m, li);
+  crossentropy_backward(dl, dl, m->targets + li * leaf, 1.0f / (float)m->ntok_global, leaf, V);
+  if (out) // (V, C) = dlogitsᵀ (leaf, V) · lnf (leaf, C), as linear_weight_leaf
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, leaf, 1.0f, dl, V,
+                m->lnf + li * leaf * C, C, 0.0f, out, C);
+  if (with_dx) { // dx (leaf, C) = dlogits · head (V, C), as linear_backward_input
+    const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, leaf, C, V, 1.0f, dl, V, head, C, 0.0f,
+                m->dtmp + li * leaf * C, C);
+  }
+}
+
+static void head_leaf(const void *vctx, int64_t li, float *out) {
+  head_leaf_partial((const ts_model *)vctx, li, out, 1);
+}
+
+// dx of the head into m->dtmp; the untied head's gradient by its tree now,
+// the tied one's later with the embedding's (wte_leaf).
+static int fused_ce_backward(ts_model *m) {
+  const int64_t nleaves = m->ntok / m->cfg.leaf;
+  if (!m->cfg.tied)
+    return ts_leaf_tree_sum(&m->ws, m->g.lm_head, (size_t)m->V * m->C, nleaves, head_leaf, m);
+#pragma omp parallel for schedule(static) num_threads(m->ws.nthreads)
+  for (int64_t li = 0; li < nleaves; li++) head_leaf_partial(m, li, NULL, 1);
+  return 0;
+}
+
 // ---- the variant's pieces -----------------------------------------------------------
 // Norms: LayerNorm (GPT) or RMSNorm (LLaMA: no mean, no bias).
 static void norm_forward(const ts_model *m, float *out, float *mean, float *rstd, const float *x,
@@ -461,54 +541,167 @@ static int mlp_backward(ts_model *m, const layer_params *w, layer_params *g, lay
   return rc;
 }
 
+// ---- the MLP one leaf at a time (--tiled-mlp) --------------------------------------------
+// Per leaf of rows, the calls of the untiled MLP on that leaf (sgemm shapes of
+// `leaf` rows, element-wise activations, bias rows added after), so the same
+// bits; a leaf's hidden activations live in this thread's scratch only and the
+// backward recomputes them. The weight-gradient partials of a leaf go into one
+// vector [dW2 | db2 | dW1 | db1 | dW3] summed by one tree: element by element
+// the same trees as the untiled code's.
+typedef struct {
+  ts_model *m;
+  const layer_params *w;
+} mlp_leaf_ctx;
+
+static float *mlp_scratch(const ts_model *m) {
+  return m->mlp_scratch + (size_t)omp_get_thread_num() * 4 * m->cfg.leaf * m->F;
+}
+
+// The leaf's hidden activation (leaf, F) from m->ln_out: returns it; g, u are
+// the gate (or pre-GeLU) and up projections in the scratch.
+static float *mlp_leaf_hidden(const ts_model *m, const layer_params *w, int64_t li, float **g_out,
+                              float **u_out) {
+  const int C = m->C, F = m->F, leaf = m->cfg.leaf;
+  float *g = mlp_scratch(m), *u = g + (size_t)leaf * F, *h = u + (size_t)leaf * F;
+  const float *x = m->ln_out + li * leaf * C;
+  linear_forward(g, x, w->w1, w->b1, leaf, C, F, leaf);
+  if (m->llama) {
+    linear_forward(u, x, w->w3, NULL, leaf, C, F, leaf);
+    swiglu_forward(h, g, u, (int64_t)leaf * F);
+  } else {
+    gelu_forward(h, g, (int64_t)leaf * F);
+  }
+  *g_out = g;
+  *u_out = u;
+  return h;
+}
+
+static void mlp_forward_tiled(ts_model *m, const layer_params *w, float *y) {
+  const int C = m->C, F = m->F, leaf = m->cfg.leaf;
+  const int64_t nleaves = m->ntok / leaf;
+#pragma omp parallel for schedule(static) num_threads(m->ws.nthreads)
+  for (int64_t li = 0; li < nleaves; li++) {
+    float *g, *u, *h = mlp_leaf_hidden(m, w, li, &g, &u);
+    linear_forward(y + li * leaf * C, h, w->w2, w->b2, leaf, F, C, leaf);
+  }
+}
+
+// Rows r of a leaf summed in order (the bias partial of weight_leaf).
+static void leaf_bias(float *db, const float *dy, int leaf, int n) {
+  for (int o = 0; o < n; o++) db[o] = dy[o];
+  for (int r = 1; r < leaf; r++)
+    for (int o = 0; o < n; o++) db[o] += dy[(size_t)r * n + o];
+}
+
+static void mlp_leaf(const void *vctx, int64_t li, float *out) {
+  const mlp_leaf_ctx *c = vctx;
+  const ts_model *m = c->m;
+  const layer_params *w = c->w;
+  const int C = m->C, F = m->F, leaf = m->cfg.leaf;
+  float *g, *u, *h = mlp_leaf_hidden(m, w, li, &g, &u);
+  float *dh = h + (size_t)leaf * F;
+  const float *dy = m->dtmp + li * leaf * C, *x = m->ln_out + li * leaf * C;
+  float *dW2 = out, *db2 = dW2 + (size_t)C * F, *dW1 = db2 + C, *db1 = dW1 + (size_t)F * C;
+  float *dW3 = db1 + F;
+  linear_weight_leaf(dW2, dy, h, 0, leaf, F, C);
+  leaf_bias(db2, dy, leaf, C);
+  linear_backward_input(dh, dy, w->w2, leaf, F, C, leaf, 0);
+  if (m->llama) {
+    swiglu_backward(dh, h, g, u, dh, (int64_t)leaf * F); // d(gate) into dh, d(up) into h
+    linear_weight_leaf(dW1, dh, x, 0, leaf, C, F);
+    linear_weight_leaf(dW3, h, x, 0, leaf, C, F);
+  } else {
+    gelu_backward(dh, g, dh, (int64_t)leaf * F);
+    linear_weight_leaf(dW1, dh, x, 0, leaf, C, F);
+  }
+  leaf_bias(db1, dh, leaf, F);
+  // dx over the leaf's own rows of m->dtmp: its dy was read above
+  float *dx = m->dtmp + li * leaf * C;
+  linear_backward_input(dx, dh, w->w1, leaf, C, F, leaf, 0);
+  if (m->llama) linear_backward_input(dx, h, w->w3, leaf, C, F, leaf, 1);
+}
+
+// Backward of the MLP from dy (m->dtmp) to d(norm output) in m->dtmp, with
+// m->ln_out the recomputed norm output.
+static int mlp_backward_tiled(ts_model *m, const layer_params *w, layer_params *g) {
+  const size_t C = (size_t)m->C, F = (size_t)m->F;
+  const size_t n = 2 * C * F + C + F + (m->llama ? F * C : 0);
+  mlp_leaf_ctx c = {m, w};
+  float *sum = m->ws.sumbuf;
+  if (ts_leaf_tree_sum(&m->ws, sum, n, m->ntok / m->cfg.leaf, mlp_leaf, &c) != 0) return -1;
+  memcpy(g->w2, sum, C * F * sizeof(float));
+  if (g->b2) memcpy(g->b2, sum + C * F, C * sizeof(float));
+  memcpy(g->w1, sum + C * F + C, F * C * sizeof(float));
+  if (g->b1) memcpy(g->b1, sum + 2 * C * F + C, F * sizeof(float));
+  if (m->llama) memcpy(g->w3, sum + 2 * C * F + C + F, F * C * sizeof(float));
+  return 0;
+}
+
+// res[l] -> res[l + 1].
+static int layer_forward(ts_model *m, int l, uint64_t step, float p) {
+  const int C = m->C, F = m->F, rows = m->cfg.leaf;
+  const int64_t N = m->ntok;
+  const uint64_t seed = m->cfg.seed;
+  int rc;
+  if (m->mt) return megatron_layer_forward(m, l, step, p); // tensor-split layers
+  layer_params *w = &m->p.layer[l];
+  layer_acts *a = ts_layer_acts(m, l);
+  const float *x = m->res[l];
+  float *y = m->res[l + 1];
+  norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b);
+  if (m->headpar) {
+    if ((rc = headpar_forward(m, l, step, p))) return rc;
+  } else {
+    linear_forward_heads(a->q, m->ln_out, w->wq, w->bq, N, C, C, m->dh, rows);
+    if (m->llama) rope_forward(a->q, N, m->Tl, m->t0, m->H, m->dh, C, m->rope);
+    if ((rc = project_kv(m, l, w, a))) return rc;
+    if (m->ring) {
+      if ((rc = ring_forward(m, l, step, p))) return rc;
+    } else {
+      ts_attn_shape as = attn_shape(m, l, p, step);
+      attention_forward(&m->ws, a->att, a->lse, a->q, a->k, a->v, &as);
+    }
+    if (uses_concat(m) && (rc = concat_forward(m, l, a->att))) return rc;
+  }
+  // res_mid = x + dropout(att · Woᵀ + bo)
+  linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, rows);
+  dropout_apply(a->res_mid, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
+  for (int64_t i = 0; i < N * C; i++) a->res_mid[i] = x[i] + a->res_mid[i];
+  norm_forward(m, m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
+  if (m->cfg.tiled_mlp) {
+    mlp_forward_tiled(m, w, y);
+  } else {
+    mlp_hidden(m, w, a, 1);
+    linear_forward(y, m->gelu_out, w->w2, w->b2, N, F, C, rows);
+  }
+  dropout_apply(y, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
+  for (int64_t i = 0; i < N * C; i++) y[i] = a->res_mid[i] + y[i];
+  return TS_OK;
+}
+
 float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
                        int training) {
-  const int B = m->B, C = m->C, F = m->F, V = m->V;
+  const int B = m->B, C = m->C, V = m->V;
   // Linear layers run on leaf-sized row blocks: larger BLAS calls than a tile,
   // and still whole-leaf on every exact layout, so shapes never depend on it.
   const int rows = m->cfg.leaf;
   const int64_t N = m->ntok;
   const float p = training ? m->cfg.dropout : 0.0f;
-  const uint64_t seed = m->cfg.seed;
   memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
   memcpy(m->targets, targets, (size_t)N * sizeof(int));
   m->rc = TS_OK;
   encoder_forward(m->res[0], m->inputs, m->p.wte, m->p.wpe ? m->p.wpe + (size_t)m->t0 * C : NULL,
                   B, m->Tl, C);
-  for (int l = 0; l < m->L; l++) {
-    if (m->mt) { // tensor-split layers
-      if ((m->rc = megatron_layer_forward(m, l, step, p))) return NAN;
-      continue;
-    }
-    layer_params *w = &m->p.layer[l];
-    layer_acts *a = &m->la[l];
-    const float *x = m->res[l];
-    float *y = m->res[l + 1];
-    norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b);
-    if (m->headpar) {
-      if ((m->rc = headpar_forward(m, l, step, p))) return NAN;
-    } else {
-      linear_forward_heads(a->q, m->ln_out, w->wq, w->bq, N, C, C, m->dh, rows);
-      if (m->llama) rope_forward(a->q, N, m->Tl, m->t0, m->H, m->dh, C, m->rope);
-      if ((m->rc = project_kv(m, l, w, a))) return NAN;
-      ts_attn_shape as = attn_shape(m, l, p, step);
-      attention_forward(&m->ws, a->att, a->lse, a->q, a->k, a->v, &as);
-      if (uses_concat(m) && (m->rc = concat_forward(m, l, a->att))) return NAN;
-    }
-    // res_mid = x + dropout(att · Woᵀ + bo)
-    linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, rows);
-    dropout_apply(a->res_mid, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
-    for (int64_t i = 0; i < N * C; i++) a->res_mid[i] = x[i] + a->res_mid[i];
-    norm_forward(m, m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
-    mlp_hidden(m, w, a, 1);
-    linear_forward(y, m->gelu_out, w->w2, w->b2, N, F, C, rows);
-    dropout_apply(y, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
-    for (int64_t i = 0; i < N * C; i++) y[i] = a->res_mid[i] + y[i];
-  }
+  for (int l = 0; l < m->L; l++)
+    if ((m->rc = layer_forward(m, l, step, p))) return NAN;
   norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res[m->L], m->p.lnfw, m->p.lnfb);
   const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
-  linear_forward(m->logits, m->lnf, head, NULL, N, C, V, rows);
-  crossentropy_forward(m->losses, m->logits, m->targets, N, V);
+  if (m->cfg.fused_ce) {
+    fused_ce_forward(m);
+  } else {
+    linear_forward(m->logits, m->lnf, head, NULL, N, C, V, rows);
+    crossentropy_forward(m->losses, m->logits, m->targets, N, V);
+  }
   // The shard's sum is an aligned subtree of the global loss tree; the
   // trainer combines the shards' sums in tree order (DESIGN.md R3).
   m->loss_sum = token_tree_sum(m->losses, N, m->cfg.leaf);
@@ -526,7 +719,9 @@ typedef struct {
 static void wte_leaf(const void *vctx, int64_t li, float *out) {
   const wte_leaf_ctx *c = vctx;
   const ts_model *m = c->m;
-  if (c->with_head)
+  if (c->with_head && m->cfg.fused_ce)
+    head_leaf_partial(m, li, out, 0);
+  else if (c->with_head)
     linear_weight_leaf(out, m->dlogits, m->lnf, li, m->cfg.leaf, m->C, m->V);
   else
     memset(out, 0, (size_t)m->V * m->C * sizeof(float));
@@ -549,10 +744,15 @@ int ts_model_backward(ts_model *m, uint64_t step) {
   const uint64_t seed = m->cfg.seed;
   ts_ws *ws = &m->ws;
   // d(mean over the global batch)/d(logit): the same scale on every shard
-  crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)m->ntok_global, N, V);
-  const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
-  linear_backward_input(m->dtmp, m->dlogits, head, N, C, V, rows, 0);
-  if (!m->cfg.tied) rc |= linear_backward_weights(ws, m->g.lm_head, NULL, m->dlogits, m->lnf, N, C, V);
+  if (m->cfg.fused_ce) {
+    rc |= fused_ce_backward(m);
+  } else {
+    crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)m->ntok_global, N, V);
+    const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
+    linear_backward_input(m->dtmp, m->dlogits, head, N, C, V, rows, 0);
+    if (!m->cfg.tied)
+      rc |= linear_backward_weights(ws, m->g.lm_head, NULL, m->dlogits, m->lnf, N, C, V);
+  }
   rc |= norm_backward(m, m->dres, m->g.lnfw, m->g.lnfb, m->dtmp, m->res[m->L], m->p.lnfw,
                       m->lnf_mean, m->lnf_rstd);
   for (int l = m->L - 1; l >= 0; l--) {
@@ -561,12 +761,15 @@ int ts_model_backward(ts_model *m, uint64_t step) {
       continue;
     }
     layer_params *w = &m->p.layer[l], *g = &m->g.layer[l];
-    layer_acts *a = &m->la[l];
+    layer_acts *a = ts_layer_acts(m, l);
+    // checkpointing: the layer's activations again, from its input (same bits;
+    // the output it rewrites into res[l + 1] is the same too)
+    if (m->cfg.checkpoint && (crc = layer_forward(m, l, step, p))) return crc;
     // MLP branch: y = res_mid + dropout(mlp(norm2(res_mid)))
     memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
     dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
     norm_forward(m, m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
-    rc |= mlp_backward(m, w, g, a);
+    rc |= m->cfg.tiled_mlp ? mlp_backward_tiled(m, w, g) : mlp_backward(m, w, g, a);
     rc |= norm_backward(m, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, a->res_mid, w->ln2w, a->ln2_mean,
                         a->ln2_rstd);
     add_into(m->dres, m->dtmp2, N * C);
@@ -578,6 +781,8 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, m->res[l], w->ln1w, w->ln1b);
     if (m->headpar) {
       if ((crc = headpar_backward(m, l, step))) return crc;
+    } else if (m->ring) {
+      if ((crc = ring_backward(m, l, step))) return crc;
     } else {
       if (uses_concat(m) && (crc = concat_backward(m, l, m->datt))) return crc;
       ts_attn_shape as = attn_shape(m, l, p, step);
@@ -625,7 +830,7 @@ void ts_model_tensors(ts_model *m, ts_tensor *params, ts_tensor *grads) {
 size_t ts_model_num_params(const ts_model *m) { return m->nparams; }
 float *ts_model_params(ts_model *m) { return m->params; }
 float *ts_model_grads(ts_model *m) { return m->grads; }
-const float *ts_model_logits(const ts_model *m) { return m->logits; }
+const float *ts_model_logits(const ts_model *m) { return m->cfg.fused_ce ? NULL : m->logits; }
 float ts_model_loss_sum(const ts_model *m) { return m->loss_sum; }
 int ts_model_status(const ts_model *m) { return m->rc; }
 void ts_model_select_sequence(ts_model *m, int b_begin) { m->b0 = b_begin; }
@@ -635,7 +840,10 @@ void ts_model_positions(const ts_model *m, int *t_begin, int *t_count) {
 }
 const ts_config *ts_model_config(const ts_model *m) { return &m->cfg; }
 size_t ts_model_activation_bytes(const ts_model *m) {
-  return m->nacts * sizeof(float) + megatron_bytes(m);
+  size_t scratch = 0; // the memory options' per-thread leaves
+  if (m->cfg.fused_ce) scratch += (size_t)m->ws.nthreads * m->cfg.leaf * m->V;
+  if (m->cfg.tiled_mlp) scratch += (size_t)m->ws.nthreads * 4 * m->cfg.leaf * m->F;
+  return (m->nacts + scratch) * sizeof(float) + megatron_bytes(m);
 }
 
 double ts_model_flops_per_token(const ts_model *m) {

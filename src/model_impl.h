@@ -49,6 +49,7 @@ struct ts_model {
   ts_comm *seq;                // the sequence group (NULL: serial)
   ts_sp_mode sp_mode;
   int headpar;                 // head-parallel attention (ulysses, upipe: ulysses.h)
+  int ring;                    // ring attention (ring.h)
   int U, usched;               // its heads per stage and stage schedule
   float *spbuf;                // 2*T*C: gathered rows, packed [dK|dV], full dE
   int rc;                      // error of the last forward
@@ -73,7 +74,16 @@ struct ts_model {
   ts_ws ws;
   float loss, loss_sum; // loss_sum: canonical-tree sum of the local token losses
   struct megatron *mt;  // the tensor-split layers' buffers (--sp-mode megatron)
+  float *ce_scratch;    // --fused-ce: one leaf of logits per thread
+  float *mlp_scratch;   // --tiled-mlp: four leaves of d_ff floats per thread
 };
+
+// The activations layer l keeps for its backward: its own, or with per-layer
+// checkpointing (--checkpoint) the one set all layers share, refilled by
+// recomputing the layer's forward from its input just before its backward.
+static inline layer_acts *ts_layer_acts(ts_model *m, int l) {
+  return &m->la[m->cfg.checkpoint ? 0 : l];
+}
 
 // Global dropout indices of this shard's first element in layer l
 // (docs/MODEL.md): rows of the projection and MLP outputs, and attention

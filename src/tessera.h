@@ -48,6 +48,9 @@ typedef struct {
   int eval_batches;
   int threads;       // OpenMP threads; 0 = all
   int fast;          // 0 = exact (default)
+  int checkpoint;    // recompute each layer's activations in backward (same bits, less memory)
+  int fused_ce;      // LM head + cross-entropy per leaf of rows: no (B·T, V) logits (same bits)
+  int tiled_mlp;     // MLP one leaf of rows at a time, recomputed in backward: no (B·T, d_ff)
   char data_path[4096];
   char log_path[4096];
   char ckpt_dir[4096];
@@ -83,9 +86,10 @@ typedef enum {
   TS_SP_MEGATRON,   // tensor-split heads and MLP, sequence-split norms: 8 per layer
   TS_SP_ULYSSES,    // head-parallel attention by all-to-alls (DeepSpeed Ulysses)
   TS_SP_UPIPE,      // Ulysses in stages of U heads (UPipe)
+  TS_SP_RING,       // ring attention: key/value blocks passed around (tolerance tier)
   TS_SP_NMODES
 } ts_sp_mode;
-// "lss", "lss-fused", "lss-basic", "megatron", "ulysses", "upipe"
+// "lss", "lss-fused", "lss-basic", "megatron", "ulysses", "upipe", "ring"
 extern const char *const ts_sp_mode_names[TS_SP_NMODES];
 // TS_OK and *out, or TS_EUSAGE naming --sp-mode.
 int ts_sp_mode_parse(const char *name, ts_sp_mode *out);
@@ -170,7 +174,8 @@ void ts_model_tensors(ts_model *m, ts_tensor *params, ts_tensor *grads);
 size_t ts_model_num_params(const ts_model *m);
 float *ts_model_params(ts_model *m);
 float *ts_model_grads(ts_model *m);
-const float *ts_model_logits(const ts_model *m); // (B, T, V) of the last forward
+// (B, T, V) of the last forward; NULL under --fused-ce, which keeps none.
+const float *ts_model_logits(const ts_model *m);
 // The canonical-tree sum of the last forward's token losses over the shard:
 // an aligned subtree of the global loss tree, for the trainer to combine.
 float ts_model_loss_sum(const ts_model *m);

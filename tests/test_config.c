@@ -188,6 +188,8 @@ static void awkward(ts_config *c) {
   c->eval_batches = 13;
   c->threads = 2;
   c->fast = 1;
+  c->checkpoint = 1; // written only when set: one set, one not
+  c->fused_ce = 1;
   snprintf(c->data_path, sizeof c->data_path, "/tmp/dir with spaces/\t\"quoted\"\n\x01.txt");
   snprintf(c->log_path, sizeof c->log_path, "caf\xc3\xa9/run.jsonl");
   snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "ckpt\\dir");

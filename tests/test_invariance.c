@@ -132,7 +132,8 @@ static void run_all(int nthreads, const inputs *in, results *r) {
   assert_int_equal(ts_ws_init(&aws, ATILE, ATILE, 64, ADH), 0);
   float *dsum = falloc((size_t)AB * AH * AT);
   for (int d = 0; d < 2; d++) {
-    ts_attn_shape s = {AB, AT, AH, ADH, ATILE, d ? 0.2f : 0.0f, 11, 4, 777, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    ts_attn_shape s = {.B = AB, .T = AT, .H = AH, .dh = ADH, .tile = ATILE,
+                       .dropout = d ? 0.2f : 0.0f, .seed = 11, .step = 4, .index_base = 777};
     attention_forward(&aws, r->out[d], r->lse[d], in->q, in->k, in->v, &s);
     assert_int_equal(attention_backward(&aws, r->dq[d], r->dk[d], r->dv[d], dsum, in->da, in->q,
                                         in->k, in->v, r->out[d], r->lse[d], &s), 0);
@@ -439,11 +440,13 @@ static void test_attention_batch_vs_sequences(void **state) {
         *dv1 = falloc(per), *ds1 = falloc(perl);
   for (int d = 0; d < 2; d++) {
     const float p = d ? 0.15f : 0.0f;
-    ts_attn_shape s = {B, T, H, dh, tile, p, 21, 6, 5000, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    ts_attn_shape s = {.B = B, .T = T, .H = H, .dh = dh, .tile = tile, .dropout = p, .seed = 21,
+                       .step = 6, .index_base = 5000};
     attention_forward(&ws, o, l, q, k, v, &s);
     assert_int_equal(attention_backward(&ws, dq, dk, dv, ds, dout, q, k, v, o, l, &s), 0);
     for (int b = 0; b < B; b++) {
-      ts_attn_shape s1 = {1, T, H, dh, tile, p, 21, 6, 5000 + (uint64_t)b * H * T * T, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+      ts_attn_shape s1 = {.B = 1, .T = T, .H = H, .dh = dh, .tile = tile, .dropout = p, .seed = 21,
+                          .step = 6, .index_base = 5000 + (uint64_t)b * H * T * T};
       const size_t off = b * per;
       attention_forward(&ws, o1, l1, q + off, k + off, v + off, &s1);
       assert_int_equal(attention_backward(&ws, dq1, dk1, dv1, ds1, dout + off, q + off, k + off,
@@ -480,14 +483,17 @@ static void test_attention_segments_and_heads(void **state) {
   float *dks = falloc(8 * n), *dvs = falloc(8 * n), *sum = falloc(n);
   for (int d = 0; d < 2; d++) {
     const float p = d ? 0.15f : 0.0f;
-    ts_attn_shape s = {1, T, H, dh, tile, p, 21, 6, 5000, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    ts_attn_shape s = {.B = 1, .T = T, .H = H, .dh = dh, .tile = tile, .dropout = p, .seed = 21,
+                       .step = 6, .index_base = 5000};
     attention_forward(&ws, o, l, q, k, v, &s);
     assert_int_equal(attention_backward(&ws, dq, dk, dv, ds, dout, q, k, v, o, l, &s), 0);
     for (int N = 2; N <= 8; N *= 2) {
       const int Tq = T / N;
       for (int r = 0; r < N; r++) {
         const size_t off = (size_t)r * Tq * C;
-        ts_attn_shape sr = {1, T, H, dh, tile, p, 21, 6, 5000, Tq, r * Tq, T, 0, 0, 0, 0, 0, 0};
+        ts_attn_shape sr = {.B = 1, .T = T, .H = H, .dh = dh, .tile = tile, .dropout = p,
+                            .seed = 21, .step = 6, .index_base = 5000, .Tq = Tq, .q0 = r * Tq,
+                            .Tk = T};
         attention_forward(&ws, os, ls, q + off, k, v, &sr);
         assert_int_equal(attention_backward(&ws, dqs, dks + r * n, dvs + r * n, dss, dout + off,
                                             q + off, k, v, os, ls, &sr), 0);
@@ -511,7 +517,8 @@ static void test_attention_segments_and_heads(void **state) {
       memcpy(vh + (size_t)t * dh, v + (size_t)t * C + dh, dh * sizeof(float));
       memcpy(gh + (size_t)t * dh, dout + (size_t)t * C + dh, dh * sizeof(float));
     }
-    ts_attn_shape sh = {1, T, 1, dh, tile, p, 21, 6, 5000, 0, 0, 0, 1, H, 0, 0, 0, 0};
+    ts_attn_shape sh = {.B = 1, .T = T, .H = 1, .dh = dh, .tile = tile, .dropout = p, .seed = 21,
+                        .step = 6, .index_base = 5000, .h0 = 1, .Hg = H};
     attention_forward(&ws, os, ls, qh, kh, vh, &sh);
     assert_int_equal(attention_backward(&ws, dqs, dks, dvs, dss, gh, qh, kh, vh, os, ls, &sh), 0);
     for (int t = 0; t < T; t++) {

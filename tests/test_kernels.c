@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "parallel/ring.h"
 #include "rng.h"
 
 // ---- data and checks --------------------------------------------------------------
@@ -430,7 +431,8 @@ static void run_attention(const attn_case *ac) {
   fill_normal(k, n, 41 + (uint64_t)T, 1.0);
   fill_normal(v, n, 42 + (uint64_t)T, 1.0);
   fill_normal(r, n, 43 + (uint64_t)T, 1.0);
-  ts_attn_shape s = {B, T, H, dh, ac->tile, ac->p, 5, 9, 1000, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  ts_attn_shape s = {.B = B, .T = T, .H = H, .dh = dh, .tile = ac->tile, .dropout = ac->p,
+                     .seed = 5, .step = 9, .index_base = 1000};
   // the mask, from the global index of docs/MODEL.md (index_base = l·B·H·T·T)
   unsigned char *keep = NULL;
   if (ac->p > 0.0f) {
@@ -468,6 +470,113 @@ static void run_attention(const attn_case *ac) {
   ts_ws_free(&ws);
   free(q); free(k); free(v); free(r); free(keep); free(a.q); free(a.k); free(a.v); free(a.r);
   free(oref); free(lref); free(out); free(lse); free(dq); free(dk); free(dv); free(dsum); free(g);
+}
+
+// Ring attention (src/parallel/ring.h) is in the tolerance tier: each query
+// segment attends to the key blocks of its own and earlier segments one block
+// at a time, and the blocks' outputs are merged by their log-sum-exp; the
+// backward sums dQ over blocks and dK, dV over query segments. The bound is
+// the flash-attention criterion against the double reference: the ring's
+// error at most twice the serial kernel's error plus 2^-21 of the largest
+// reference value.
+static void check_ring(const char *what, const float *ring, const float *serial,
+                       const double *ref, size_t n) {
+  double scale = 0.0;
+  for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(ref[i]));
+  double es = maxerr(serial, 1.0, ref, n), er = maxerr(ring, 1.0, ref, n);
+  double bound = 2.0 * es + ldexp(scale, -21);
+  if (getenv("TESSERA_TEST_VERBOSE"))
+    print_message("  %-28s ring err %.3e  serial err %.3e  bound %.3e\n", what, er, es, bound);
+  if (!(er <= bound)) fail_msg("%s: ring error %.6g > 2 x serial error %.6g + 2^-21 x %.6g", what, er, es, scale);
+  if (!(maxerr(ring, 1.0 + 1e-3, ref, n) > bound))
+    fail_msg("%s: the ring bound has no teeth (a 1e-3 relative error passes)", what);
+}
+
+static void run_ring(int T, int tile, int N, float p) {
+  const int B = 1, H = 2, dh = 8, C = H * dh, Tq = T / N;
+  const size_t n = (size_t)T * C, nl = (size_t)H * T;
+  char what[96];
+  float *q = falloc(n), *k = falloc(n), *v = falloc(n), *r = falloc(n);
+  fill_normal(q, n, 80 + (uint64_t)T, 1.5);
+  fill_normal(k, n, 81 + (uint64_t)T, 1.0);
+  fill_normal(v, n, 82 + (uint64_t)T, 1.0);
+  fill_normal(r, n, 83 + (uint64_t)T, 1.0);
+  ts_attn_shape s = {.B = B, .T = T, .H = H, .dh = dh, .tile = tile, .dropout = p, .seed = 5,
+                     .step = 9, .index_base = 1000};
+  unsigned char *keep = NULL;
+  if (p > 0.0f) {
+    keep = malloc(nl * T);
+    assert_non_null(keep);
+    for (size_t e = 0; e < nl * T; e++)
+      keep[e] = ts_rng_uniform(s.seed, TS_RNG_DROPOUT_ATTN, s.step, s.index_base + e) >= p;
+  }
+  attn_ref a = {B, T, H, dh, p, keep, to_double(q, n), to_double(k, n), to_double(v, n),
+                to_double(r, n)};
+  double *oref = dalloc(n);
+  attn_ref_forward(&a, oref, NULL);
+  ts_ws ws;
+  assert_int_equal(ts_ws_init(&ws, tile, tile, 64, dh), 0);
+  // serial
+  float *out = falloc(n), *lse = falloc(nl), *dq = falloc(n), *dk = falloc(n), *dv = falloc(n),
+        *dsum = falloc(nl);
+  attention_forward(&ws, out, lse, q, k, v, &s);
+  assert_int_equal(attention_backward(&ws, dq, dk, dv, dsum, r, q, k, v, out, lse, &s), 0);
+  // the ring, segment by segment (outputs in place in rout, rlse per segment)
+  float *rout = falloc(n), *rlse = falloc(nl), *ob = falloc((size_t)Tq * C), *lb = falloc((size_t)H * Tq);
+  float *rdq = calloc(n, sizeof(float)), *rdk = calloc(n, sizeof(float)), *rdv = calloc(n, sizeof(float));
+  float *pq = falloc((size_t)Tq * C), *pk = falloc((size_t)Tq * C), *pv = falloc((size_t)Tq * C);
+  for (int seg = 0; seg < N; seg++) {
+    const size_t off = (size_t)seg * Tq * C;
+    float *ls = rlse + (size_t)seg * H * Tq; // (H, Tq) of this segment
+    for (int src = seg; src >= 0; src--) {
+      ts_attn_shape b = s;
+      b.Tq = Tq, b.q0 = seg * Tq, b.Tk = Tq, b.k0 = src * Tq;
+      const size_t ko = (size_t)src * Tq * C;
+      if (src == seg) {
+        attention_forward(&ws, rout + off, ls, q + off, k + ko, v + ko, &b);
+      } else {
+        attention_forward(&ws, ob, lb, q + off, k + ko, v + ko, &b);
+        ring_merge(rout + off, ls, ob, lb, Tq, H, dh, C);
+      }
+    }
+  }
+  for (int seg = 0; seg < N; seg++) {
+    const size_t off = (size_t)seg * Tq * C;
+    for (int src = seg; src >= 0; src--) {
+      ts_attn_shape b = s;
+      b.Tq = Tq, b.q0 = seg * Tq, b.Tk = Tq, b.k0 = src * Tq;
+      const size_t ko = (size_t)src * Tq * C;
+      assert_int_equal(attention_backward(&ws, pq, pk, pv, dsum, r + off, q + off, k + ko,
+                                          v + ko, rout + off, rlse + (size_t)seg * H * Tq, &b), 0);
+      for (size_t i = 0; i < (size_t)Tq * C; i++) {
+        rdq[off + i] += pq[i];
+        rdk[ko + i] += pk[i];
+        rdv[ko + i] += pv[i];
+      }
+    }
+  }
+  snprintf(what, sizeof what, "ring T%d N%d p%.1f out", T, N, p);
+  check_ring(what, rout, out, oref, n);
+  double *g = dalloc(n);
+  const char *names[3] = {"dq", "dk", "dv"};
+  float *ring_g[3] = {rdq, rdk, rdv}, *ser_g[3] = {dq, dk, dv};
+  double *inp[3] = {a.q, a.k, a.v};
+  for (int w = 0; w < 3; w++) {
+    fd_grad(g, inp[w], n, attn_objective, &a);
+    snprintf(what, sizeof what, "ring T%d N%d p%.1f %s", T, N, p, names[w]);
+    check_ring(what, ring_g[w], ser_g[w], g, n);
+  }
+  ts_ws_free(&ws);
+  free(q); free(k); free(v); free(r); free(keep); free(a.q); free(a.k); free(a.v); free(a.r);
+  free(oref); free(out); free(lse); free(dq); free(dk); free(dv); free(dsum); free(rout);
+  free(rlse); free(ob); free(lb); free(rdq); free(rdk); free(rdv); free(pq); free(pk); free(pv);
+  free(g);
+}
+
+static void test_ring_attention(void **state) {
+  run_ring(16, 4, 2, 0.0f);
+  run_ring(16, 4, 4, 0.0f);
+  run_ring(16, 2, 4, 0.2f);
 }
 
 static void test_attention(void **state) {
@@ -671,6 +780,7 @@ int main(void) {
       cmocka_unit_test(test_gelu),
       cmocka_unit_test(test_dropout),
       cmocka_unit_test(test_attention),
+      cmocka_unit_test(test_ring_attention),
       cmocka_unit_test(test_crossentropy),
       cmocka_unit_test(test_token_tree_sum),
       cmocka_unit_test(test_encoder),

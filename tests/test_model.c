@@ -147,6 +147,39 @@ static void test_activation_memory_linear_in_T(void **state) {
   }
 }
 
+// The memory-saving options (ALGORITHMS.md §5) change no bit: three training
+// steps with each of them, and with all three, give the parameters of the
+// plain run; and each takes less activation memory.
+static void test_memory_options_change_no_bit(void **state) {
+  (void)state;
+  for (int k = 0; k < 4; k++) {
+    ts_config c = preset_config(variants[k / 2], 2, 64, 0.1f, k & 1);
+    size_t n = (size_t)c.batch * c.seq;
+    int *inp = malloc(n * sizeof(int)), *tgt = malloc(n * sizeof(int));
+    random_tokens(inp, n, 5);
+    random_tokens(tgt, n, 6);
+    float *base = train_steps(&c, 3, inp, tgt);
+    ts_model *m;
+    assert_int_equal(ts_model_create(&c, &m), TS_OK);
+    size_t np = ts_model_num_params(m), bytes0 = ts_model_activation_bytes(m);
+    ts_model_free(m);
+    for (int opt = 1; opt < 16; opt <<= 1) {
+      ts_config o = c;
+      o.checkpoint = (opt & 1) || opt == 8;
+      o.fused_ce = (opt & 2) || opt == 8;
+      o.tiled_mlp = (opt & 4) || opt == 8;
+      float *p = train_steps(&o, 3, inp, tgt);
+      assert_memory_equal(base, p, np * sizeof(float));
+      free(p);
+      assert_int_equal(ts_model_create(&o, &m), TS_OK);
+      assert_true(ts_model_activation_bytes(m) < bytes0);
+      if (o.fused_ce) assert_null(ts_model_logits(m));
+      ts_model_free(m);
+    }
+    free(base); free(inp); free(tgt);
+  }
+}
+
 static void test_init_is_counter_based(void **state) {
   (void)state;
   // The same seed gives the same parameters; another seed different ones.
@@ -171,6 +204,7 @@ int main(void) {
       cmocka_unit_test(test_batch_composition_invariance),
       cmocka_unit_test(test_activation_memory_linear_in_T),
       cmocka_unit_test(test_init_is_counter_based),
+      cmocka_unit_test(test_memory_options_change_no_bit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -97,6 +97,7 @@ void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const 
   const int Tq = s->Tq, Tk = s->Tk, H = s->H, dh = s->dh, tile = s->tile, C = s->ldq, Co = s->ldo;
   const int Ckv = s->ldkv, G = H / s->Hkv;      // row strides, heads per group
   const int nq = Tq / tile, qt0 = s->q0 / tile; // local query tiles, global index of the first
+  const int ka = s->k0 / tile, kb = ka + Tk / tile; // key tiles held: [ka, kb)
   const float scale = 1.0f / sqrtf((float)dh);
   const int64_t ntasks = (int64_t)s->B * H * nq;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ws->nthreads)
@@ -112,8 +113,8 @@ void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const 
     const float *Q = q + rowq;
     for (int i = 0; i < tile; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
     memset(acc, 0, (size_t)tile * dh * sizeof(float));
-    for (int kt = qt; kt >= 0; kt--) {
-      const size_t rowk = ((size_t)b * Tk + (size_t)kt * tile) * Ckv + (size_t)(h / G) * dh;
+    for (int kt = qt < kb - 1 ? qt : kb - 1; kt >= ka; kt--) {
+      const size_t rowk = ((size_t)b * Tk + (size_t)(kt - ka) * tile) * Ckv + (size_t)(h / G) * dh;
       scores(S, Q, C, k + rowk, Ckv, tile, dh, scale, kt == qt);
       online_softmax(P, m, l, acc, S, tile, dh);
       drop_tile(P, s, b, h, qt, kt);
@@ -172,7 +173,7 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
   const int B = s->B, Tq = s->Tq, Tk = s->Tk, H = s->H, dh = s->dh, tile = s->tile, C = s->ldq;
   const int Co = s->ldo;
   const int nq = Tq / tile, qa = s->q0 / tile, qb = qa + nq; // global query tiles [qa, qb)
-  const int nk = Tk / tile;
+  const int ka = s->k0 / tile, kb = ka + Tk / tile; // key tiles held: [ka, kb)
   const float scale = 1.0f / sqrtf((float)dh);
   // D_i = Σ_c dO_ic · O_ic, per head
 #pragma omp parallel for schedule(static)
@@ -209,8 +210,8 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
       const size_t qhead = (size_t)b * Tq * C + (size_t)(j * G + g) * dh;
       for (int r = 0; r < Tq; r++) memset(dq + qhead + (size_t)r * C, 0, (size_t)dh * sizeof(float));
     }
-    for (int kt = nk - 1; kt >= 0; kt--) {
-      const size_t rowk = khead + (size_t)kt * tile * Ckv;
+    for (int kt = kb - 1; kt >= ka; kt--) {
+      const size_t rowk = khead + (size_t)(kt - ka) * tile * Ckv;
       if (kt >= qb) { // no local query sees this key tile: empty
         for (int i = 0; i < tile; i++)
           for (int c = 0; c < dh; c++) {

@@ -91,7 +91,7 @@ int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
   const int C = m->C, Tl = m->Tl, T = m->T, nu = n_stages(m), G = m->H / m->Hkv;
   const size_t w = (size_t)per * dh;
   layer_params *wt = &m->p.layer[l];
-  float *out = m->la[l].att; // the preallocated output: the rank's rows, all heads
+  float *out = ts_layer_acts(m, l)->att; // the preallocated output: the rank's rows, all heads
   // live through the block: its input X and the output
   ts_mem_phase(TS_PHASE_ATTN_FWD);
   ts_mem_hold(2 * (size_t)Tl * C * sizeof(float));

@@ -18,8 +18,9 @@
 //   gqa      (H/Hkv = G > 1) rounds of G stages; stage g of a round holds head
 //            g of U groups, so rank c gets one query head of each of its U/N
 //            groups. Key/value heads travel with the round's first stage only
-//            and stay until its last: per round H/G·... 2U key/value heads
-//            instead of one pair per query head (UPipe paper §3.3).
+//            and stay until its last: a round moves its U key and U value
+//            heads once instead of one pair per query head, H + 2H/G
+//            head-transfers per layer instead of 3H (UPipe paper §3.3).
 //
 // Exactness (DESIGN.md): heads are projected one per call on the rank's
 // leaf-row blocks, and each head's attention runs on the whole sequence as in
