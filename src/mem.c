@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const ts_phase_names[TS_NPHASES] = {"attn_fwd", "attn_bwd"};
+const char *const ts_phase_names[TS_NPHASES] = {"attn_fwd", "attn_bwd", "mlp_fwd", "mlp_bwd",
+                                                "loss"};
 
 #define HEADER 64
 

@@ -1,8 +1,9 @@
-// Tracked memory: the buffers of the phases whose peak the papers tabulate
-// (UPipe paper Tables 2 and 7: the attention block, forward and backward).
-// A phase's peak is the largest number of bytes live at once while it ran:
-// buffers taken with ts_mem_alloc, plus buffers owned elsewhere that the
-// phase declares live with ts_mem_hold (its input, its preallocated output).
+// Tracked memory: the intermediate buffers of the phases whose peak the
+// papers tabulate (UPipe paper Tables 2 and 7: the attention block; ALST and
+// UPipe §2.4: the MLP and the loss). A phase's peak is the largest number of
+// bytes live at once while it ran: buffers taken with ts_mem_alloc, plus
+// buffers owned elsewhere that the phase declares live with ts_mem_hold (its
+// input, its outputs, the model's preallocated buffers it works in).
 // One process, one thread: called outside parallel regions.
 #ifndef TS_MEM_H
 #define TS_MEM_H
@@ -12,10 +13,13 @@ typedef enum {
   TS_PHASE_NONE = -1,
   TS_PHASE_ATTN_FWD = 0,
   TS_PHASE_ATTN_BWD,
+  TS_PHASE_MLP_FWD,
+  TS_PHASE_MLP_BWD,
+  TS_PHASE_LOSS, // the LM head and the cross-entropy, forward and backward
   TS_NPHASES
 } ts_phase;
 
-// "attn_fwd", "attn_bwd"
+// "attn_fwd", "attn_bwd", "mlp_fwd", "mlp_bwd", "loss"
 extern const char *const ts_phase_names[TS_NPHASES];
 
 void *ts_mem_alloc(size_t bytes); // 64-byte aligned, uninitialised; NULL when out of memory

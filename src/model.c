@@ -11,6 +11,7 @@
 
 #include "comm.h"
 #include "kernels.h"
+#include "mem.h"
 #include "model_impl.h"
 #include "parallel/megatron.h"
 #include "parallel/ring.h"
@@ -637,6 +638,34 @@ static int mlp_backward_tiled(ts_model *m, const layer_params *w, layer_params *
   return 0;
 }
 
+// ---- memory per phase (mem.h) -----------------------------------------------------------
+// The bytes of the model's own buffers each phase works in, declared to the
+// tracker for the phase's span: the MLP's pre-activations, hidden activation
+// and their gradients (one leaf per thread with --tiled-mlp); the logits and
+// their gradient (one leaf per thread with --fused-ce).
+static size_t mlp_phase_bytes(const ts_model *m, int backward) {
+  const size_t nF = m->cfg.tiled_mlp ? (size_t)m->ws.nthreads * m->cfg.leaf * m->F
+                                     : (size_t)m->ntok * m->F;
+  if (m->cfg.tiled_mlp) return 4 * nF * sizeof(float);
+  // fch (+ fup) and the hidden activation; backward also its gradient
+  return ((m->llama ? 3 : 2) + (backward ? 1 : 0)) * nF * sizeof(float);
+}
+
+static size_t loss_phase_bytes(const ts_model *m) {
+  if (m->cfg.fused_ce) return (size_t)m->ws.nthreads * m->cfg.leaf * m->V * sizeof(float);
+  return 2 * (size_t)m->ntok * m->V * sizeof(float);
+}
+
+static void phase_begin(ts_phase ph, size_t bytes) {
+  ts_mem_phase(ph);
+  ts_mem_hold(bytes);
+}
+
+static void phase_end(size_t bytes) {
+  ts_mem_release(bytes);
+  ts_mem_phase(TS_PHASE_NONE);
+}
+
 // res[l] -> res[l + 1].
 static int layer_forward(ts_model *m, int l, uint64_t step, float p) {
   const int C = m->C, F = m->F, rows = m->cfg.leaf;
@@ -668,12 +697,15 @@ static int layer_forward(ts_model *m, int l, uint64_t step, float p) {
   dropout_apply(a->res_mid, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
   for (int64_t i = 0; i < N * C; i++) a->res_mid[i] = x[i] + a->res_mid[i];
   norm_forward(m, m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
+  const size_t mlp_bytes = mlp_phase_bytes(m, 0);
+  phase_begin(TS_PHASE_MLP_FWD, mlp_bytes);
   if (m->cfg.tiled_mlp) {
     mlp_forward_tiled(m, w, y);
   } else {
     mlp_hidden(m, w, a, 1);
     linear_forward(y, m->gelu_out, w->w2, w->b2, N, F, C, rows);
   }
+  phase_end(mlp_bytes);
   dropout_apply(y, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
   for (int64_t i = 0; i < N * C; i++) y[i] = a->res_mid[i] + y[i];
   return TS_OK;
@@ -696,12 +728,14 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     if ((m->rc = layer_forward(m, l, step, p))) return NAN;
   norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res[m->L], m->p.lnfw, m->p.lnfb);
   const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
+  phase_begin(TS_PHASE_LOSS, loss_phase_bytes(m));
   if (m->cfg.fused_ce) {
     fused_ce_forward(m);
   } else {
     linear_forward(m->logits, m->lnf, head, NULL, N, C, V, rows);
     crossentropy_forward(m->losses, m->logits, m->targets, N, V);
   }
+  phase_end(loss_phase_bytes(m));
   // The shard's sum is an aligned subtree of the global loss tree; the
   // trainer combines the shards' sums in tree order (DESIGN.md R3).
   m->loss_sum = token_tree_sum(m->losses, N, m->cfg.leaf);
@@ -744,6 +778,7 @@ int ts_model_backward(ts_model *m, uint64_t step) {
   const uint64_t seed = m->cfg.seed;
   ts_ws *ws = &m->ws;
   // d(mean over the global batch)/d(logit): the same scale on every shard
+  phase_begin(TS_PHASE_LOSS, loss_phase_bytes(m));
   if (m->cfg.fused_ce) {
     rc |= fused_ce_backward(m);
   } else {
@@ -753,6 +788,7 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     if (!m->cfg.tied)
       rc |= linear_backward_weights(ws, m->g.lm_head, NULL, m->dlogits, m->lnf, N, C, V);
   }
+  phase_end(loss_phase_bytes(m));
   rc |= norm_backward(m, m->dres, m->g.lnfw, m->g.lnfb, m->dtmp, m->res[m->L], m->p.lnfw,
                       m->lnf_mean, m->lnf_rstd);
   for (int l = m->L - 1; l >= 0; l--) {
@@ -769,7 +805,9 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
     dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
     norm_forward(m, m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
+    phase_begin(TS_PHASE_MLP_BWD, mlp_phase_bytes(m, 1));
     rc |= m->cfg.tiled_mlp ? mlp_backward_tiled(m, w, g) : mlp_backward(m, w, g, a);
+    phase_end(mlp_phase_bytes(m, 1));
     rc |= norm_backward(m, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, a->res_mid, w->ln2w, a->ln2_mean,
                         a->ln2_rstd);
     add_into(m->dres, m->dtmp2, N * C);

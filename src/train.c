@@ -417,13 +417,18 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
       goto done;
     }
     if (ts_grid_counts_json(grid, comm_json, sizeof comm_json) < 0) snprintf(comm_json, sizeof comm_json, "{}");
-    // the tracked phases' peaks (mem.h), when this layout tracks any
-    char mem_json[256] = "";
-    if (ts_mem_peak(TS_PHASE_ATTN_FWD) > 0 || ts_mem_peak(TS_PHASE_ATTN_BWD) > 0) {
-      int k = snprintf(mem_json, sizeof mem_json, ",\"mem_peak_bytes\":{");
-      for (int ph = 0; ph < TS_NPHASES; ph++)
-        k += snprintf(mem_json + k, sizeof mem_json - (size_t)k, "%s\"%s\":%zu", ph ? "," : "",
-                      ts_phase_names[ph], ts_mem_peak((ts_phase)ph));
+    // the tracked phases' peaks (mem.h); a phase this layout does not track
+    // (the attention of the serial and LSS layouts) is left out
+    char mem_json[256];
+    {
+      int k = snprintf(mem_json, sizeof mem_json, ",\"mem_peak_bytes\":{"), first = 1;
+      for (int ph = 0; ph < TS_NPHASES; ph++) {
+        size_t b = ts_mem_peak((ts_phase)ph);
+        if (b == 0) continue;
+        k += snprintf(mem_json + k, sizeof mem_json - (size_t)k, "%s\"%s\":%zu", first ? "" : ",",
+                      ts_phase_names[ph], b);
+        first = 0;
+      }
       snprintf(mem_json + k, sizeof mem_json - (size_t)k, "}");
     }
     char line[1024 + sizeof comm_json + sizeof mem_json];

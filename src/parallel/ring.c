@@ -46,9 +46,16 @@ static int hop(ts_model *m, int l, float *send, float *recv, size_t floats) {
                           floats * sizeof(float), (r + N - 1) % N, l);
 }
 
+// The rank's own Q, K, V rows and the output (and lse), live through the block.
+static size_t own_bytes(const ts_model *m) {
+  return ((size_t)2 * m->C + 2 * (size_t)m->Ckv + m->H) * m->Tl * sizeof(float);
+}
+
 int ring_forward(ts_model *m, int l, uint64_t step, float p) {
   const int N = m->seq->size, r = m->seq->rank, Tl = m->Tl, C = m->C, Ckv = m->Ckv;
   layer_acts *a = ts_layer_acts(m, l);
+  ts_mem_phase(TS_PHASE_ATTN_FWD);
+  ts_mem_hold(own_bytes(m));
   const size_t nblk = (size_t)Tl * 2 * Ckv;
   float *cur = ts_mem_alloc(nblk * sizeof(float)), *nxt = ts_mem_alloc(nblk * sizeof(float));
   float *ob = ts_mem_alloc((size_t)Tl * C * sizeof(float));
@@ -81,12 +88,18 @@ int ring_forward(ts_model *m, int l, uint64_t step, float p) {
   ts_mem_free(nxt);
   ts_mem_free(ob);
   ts_mem_free(lb);
+  ts_mem_release(own_bytes(m));
+  ts_mem_phase(TS_PHASE_NONE);
   return rc;
 }
 
 int ring_backward(ts_model *m, int l, uint64_t step) {
   const int N = m->seq->size, r = m->seq->rank, Tl = m->Tl, C = m->C, Ckv = m->Ckv;
   layer_acts *a = ts_layer_acts(m, l);
+  // and the gradients: of the output in, of Q, K, V out
+  const size_t held = own_bytes(m) + ((size_t)2 * C + 2 * (size_t)Ckv) * Tl * sizeof(float);
+  ts_mem_phase(TS_PHASE_ATTN_BWD);
+  ts_mem_hold(held);
   const size_t w = (size_t)4 * Ckv, nblk = (size_t)Tl * w; // rows of [K | V | dK | dV]
   float *cur = ts_mem_alloc(nblk * sizeof(float)), *nxt = ts_mem_alloc(nblk * sizeof(float));
   float *part = ts_mem_alloc(nblk * sizeof(float)); // one block's dK, dV (same layout)
@@ -135,5 +148,7 @@ int ring_backward(ts_model *m, int l, uint64_t step) {
   ts_mem_free(part);
   ts_mem_free(dqb);
   ts_mem_free(dsum);
+  ts_mem_release(held);
+  ts_mem_phase(TS_PHASE_NONE);
   return rc;
 }
