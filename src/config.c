@@ -204,7 +204,7 @@ int ts_config_finalize(ts_config *cfg) {
 
 // ---------------------------------------------------------------------------
 const char *const ts_sp_mode_names[TS_SP_NMODES] = {
-    "lss", "lss-fused", "lss-basic", "megatron", "ulysses", "upipe", "ring"};
+    "lss", "lss-fused", "lss-basic", "megatron", "ulysses", "upipe", "ring", "ring-zigzag"};
 
 int ts_sp_mode_parse(const char *name, ts_sp_mode *out) {
   for (int i = 0; i < TS_SP_NMODES; i++)
@@ -213,8 +213,8 @@ int ts_sp_mode_parse(const char *name, ts_sp_mode *out) {
       return TS_OK;
     }
   return ts_fail(TS_EUSAGE,
-                 "--sp-mode %s: must be lss, lss-fused, lss-basic, megatron, ulysses, upipe "
-                 "or ring",
+                 "--sp-mode %s: must be lss, lss-fused, lss-basic, megatron, ulysses, upipe, "
+                 "ring or ring-zigzag",
                  name);
 }
 
@@ -295,6 +295,12 @@ int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
                      "of tiles (%d) and of leaves (%d), so that its sums are subtrees of the "
                      "serial trees",
                      T, N, T / N, cfg->tile, cfg->leaf);
+    if (lay->sp_mode == TS_SP_RING_ZIGZAG &&
+        (T % (2 * N) != 0 || (T / (2 * N)) % cfg->tile != 0 || (T / (2 * N)) % cfg->leaf != 0))
+      return ts_fail(TS_EUSAGE,
+                     "--sp-mode ring-zigzag with --sp %d: --seq %d must split into %d chunks of "
+                     "whole tiles (%d) and leaves (%d)",
+                     N, T, 2 * N, cfg->tile, cfg->leaf);
     if (lay->sp_mode == TS_SP_ULYSSES || lay->sp_mode == TS_SP_UPIPE) {
       int rc = check_head_parallel(cfg, lay);
       if (rc) return rc;

@@ -221,7 +221,8 @@ static const flag flags[] = {
      NULL, TRAIN, G_PAR, check_parallel},
     {"--sp-mode", K_STR, AT(sp_mode), 0, "MODE",
      "lss (2 collectives per layer), its ablations lss-fused (4) and lss-basic (6), megatron (8); "
-     "ulysses or upipe (head-parallel attention by all-to-alls); ring (within tolerance)",
+     "ulysses or upipe (head-parallel attention by all-to-alls); ring or ring-zigzag (within "
+     "tolerance)",
      NULL, TRAIN, G_PAR, check_choice},
     {"--upipe-u", K_INT, AT(lay.upipe_u), 0, "U",
      "UPipe: heads per stage, a multiple of --sp dividing the heads", "--sp", TRAIN, G_PAR,
@@ -335,11 +336,6 @@ static int check_choice(const flag *f, const char *raw, cli *c) {
     return ts_fail(TS_EUSAGE, "--upipe-schedule %s: must be natural or gqa", raw);
   }
   if (strcmp(f->name, "--sp-mode") == 0) {
-    // context-parallel modes of the same flag come with the LLaMA variant
-    static const char *later[] = {"ring-zigzag", NULL};
-    for (const char **n = later; *n; n++)
-      if (strcmp(raw, *n) == 0)
-        return ts_fail(TS_EUSAGE, "--sp-mode %s: not available in this build yet", raw);
     return ts_sp_mode_parse(raw, &c->lay.sp_mode);
   }
   for (const char **n = schedules; *n; n++)

@@ -136,10 +136,21 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   m->seq = nsp > 1 ? sp->comm : NULL;
   m->sp_mode = sp ? sp->mode : TS_SP_LSS;
   m->headpar = m->seq && (m->sp_mode == TS_SP_ULYSSES || m->sp_mode == TS_SP_UPIPE);
-  m->ring = m->seq && m->sp_mode == TS_SP_RING;
+  m->ring = m->seq && (m->sp_mode == TS_SP_RING || m->sp_mode == TS_SP_RING_ZIGZAG);
+  m->zigzag = m->seq && m->sp_mode == TS_SP_RING_ZIGZAG;
   m->U = m->headpar && m->sp_mode == TS_SP_UPIPE ? sp->upipe_u : m->H;
   m->usched = m->headpar && m->sp_mode == TS_SP_UPIPE ? sp->upipe_sched : 0;
   m->ntok = (int64_t)m->B * m->Tl;
+  m->nrun = 1;
+  m->run_len = m->Tl;
+  m->run_pos[0] = m->t0;
+  if (m->zigzag) { // chunks r and 2N-1-r of 2N
+    const int r = sp->comm->rank;
+    m->nrun = 2;
+    m->run_len = m->Tl / 2;
+    m->run_pos[0] = r * m->run_len;
+    m->run_pos[1] = (2 * nsp - 1 - r) * m->run_len;
+  }
   m->ntok_global = (int64_t)m->Bg * m->T;
   m->p.layer = calloc((size_t)m->L, sizeof(layer_params));
   m->g.layer = calloc((size_t)m->L, sizeof(layer_params));
@@ -324,6 +335,32 @@ uint64_t ts_model_row_base(const ts_model *m, int l) {
          (uint64_t)m->C;
 }
 
+static uint64_t row_base_at(const ts_model *m, int l, int pos) {
+  return (((uint64_t)l * m->Bg + (uint64_t)m->b0) * (uint64_t)m->T + (uint64_t)pos) *
+         (uint64_t)m->C;
+}
+
+// Rows of run k: how many, at which row; the B sequences are one run.
+static int64_t run_rows(const ts_model *m) { return m->nrun == 1 ? m->ntok : m->run_len; }
+
+// Dropout of the rank's rows (width C), by the global index of each run.
+static void dropout_rows(const ts_model *m, float *x, float p, uint32_t purpose, uint64_t step,
+                         int l) {
+  for (int k = 0; k < m->nrun; k++)
+    dropout_apply(x + (size_t)k * m->run_len * m->C, run_rows(m) * m->C, p, m->cfg.seed, purpose,
+                  step, row_base_at(m, l, m->run_pos[k]));
+}
+
+// RoPE (or its inverse) on the rank's rows of nh heads, row stride ld.
+static void rope_rows(const ts_model *m, float *x, int nh, int ld, int backward) {
+  if (!m->llama) return;
+  for (int k = 0; k < m->nrun; k++) {
+    float *xk = x + (size_t)k * m->run_len * ld;
+    if (backward) rope_backward(xk, run_rows(m), m->run_len, m->run_pos[k], nh, m->dh, ld, m->rope);
+    else rope_forward(xk, run_rows(m), m->run_len, m->run_pos[k], nh, m->dh, ld, m->rope);
+  }
+}
+
 uint64_t ts_model_attn_base(const ts_model *m, int l) {
   return ((uint64_t)l * m->Bg + (uint64_t)m->b0) * (uint64_t)m->H * (uint64_t)m->T * (uint64_t)m->T;
 }
@@ -348,7 +385,7 @@ static int project_kv(ts_model *m, int l, const layer_params *w, layer_acts *a) 
   if (!m->seq || m->ring) { // the rank's own rows (ring: they travel later)
     linear_forward_heads(a->k, m->ln_out, w->wk, w->bk, N, C, Ckv, dh, rows);
     linear_forward_heads(a->v, m->ln_out, w->wv, w->bv, N, C, Ckv, dh, rows);
-    rope_k(m, a->k, N, m->Tl, m->t0);
+    rope_rows(m, a->k, m->Hkv, Ckv, 0);
   } else if (m->sp_mode == TS_SP_LSS_BASIC) {
     // un-fused: the local K and V rows, gathered separately
     linear_forward_heads(m->dtmp, m->ln_out, w->wk, w->bk, N, C, Ckv, dh, rows);
@@ -670,7 +707,6 @@ static void phase_end(size_t bytes) {
 static int layer_forward(ts_model *m, int l, uint64_t step, float p) {
   const int C = m->C, F = m->F, rows = m->cfg.leaf;
   const int64_t N = m->ntok;
-  const uint64_t seed = m->cfg.seed;
   int rc;
   if (m->mt) return megatron_layer_forward(m, l, step, p); // tensor-split layers
   layer_params *w = &m->p.layer[l];
@@ -682,7 +718,7 @@ static int layer_forward(ts_model *m, int l, uint64_t step, float p) {
     if ((rc = headpar_forward(m, l, step, p))) return rc;
   } else {
     linear_forward_heads(a->q, m->ln_out, w->wq, w->bq, N, C, C, m->dh, rows);
-    if (m->llama) rope_forward(a->q, N, m->Tl, m->t0, m->H, m->dh, C, m->rope);
+    rope_rows(m, a->q, m->H, C, 0);
     if ((rc = project_kv(m, l, w, a))) return rc;
     if (m->ring) {
       if ((rc = ring_forward(m, l, step, p))) return rc;
@@ -694,7 +730,7 @@ static int layer_forward(ts_model *m, int l, uint64_t step, float p) {
   }
   // res_mid = x + dropout(att · Woᵀ + bo)
   linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, rows);
-  dropout_apply(a->res_mid, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
+  dropout_rows(m, a->res_mid, p, TS_RNG_DROPOUT_PROJ, step, l);
   for (int64_t i = 0; i < N * C; i++) a->res_mid[i] = x[i] + a->res_mid[i];
   norm_forward(m, m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
   const size_t mlp_bytes = mlp_phase_bytes(m, 0);
@@ -706,7 +742,7 @@ static int layer_forward(ts_model *m, int l, uint64_t step, float p) {
     linear_forward(y, m->gelu_out, w->w2, w->b2, N, F, C, rows);
   }
   phase_end(mlp_bytes);
-  dropout_apply(y, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
+  dropout_rows(m, y, p, TS_RNG_DROPOUT_MLP, step, l);
   for (int64_t i = 0; i < N * C; i++) y[i] = a->res_mid[i] + y[i];
   return TS_OK;
 }
@@ -722,8 +758,12 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
   memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
   memcpy(m->targets, targets, (size_t)N * sizeof(int));
   m->rc = TS_OK;
-  encoder_forward(m->res[0], m->inputs, m->p.wte, m->p.wpe ? m->p.wpe + (size_t)m->t0 * C : NULL,
-                  B, m->Tl, C);
+  for (int k = 0; k < m->nrun; k++) {
+    const size_t row = (size_t)k * m->run_len;
+    encoder_forward(m->res[0] + row * C, m->inputs + row, m->p.wte,
+                    m->p.wpe ? m->p.wpe + (size_t)m->run_pos[k] * C : NULL, m->nrun == 1 ? B : 1,
+                    m->run_len, C);
+  }
   for (int l = 0; l < m->L; l++)
     if ((m->rc = layer_forward(m, l, step, p))) return NAN;
   norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res[m->L], m->p.lnfw, m->p.lnfb);
@@ -775,7 +815,6 @@ int ts_model_backward(ts_model *m, uint64_t step) {
   const int rows = m->cfg.leaf;
   const int64_t N = m->ntok;
   const float p = m->cfg.dropout;
-  const uint64_t seed = m->cfg.seed;
   ts_ws *ws = &m->ws;
   // d(mean over the global batch)/d(logit): the same scale on every shard
   phase_begin(TS_PHASE_LOSS, loss_phase_bytes(m));
@@ -803,7 +842,7 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     if (m->cfg.checkpoint && (crc = layer_forward(m, l, step, p))) return crc;
     // MLP branch: y = res_mid + dropout(mlp(norm2(res_mid)))
     memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
-    dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
+    dropout_rows(m, m->dtmp, p, TS_RNG_DROPOUT_MLP, step, l);
     norm_forward(m, m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
     phase_begin(TS_PHASE_MLP_BWD, mlp_phase_bytes(m, 1));
     rc |= m->cfg.tiled_mlp ? mlp_backward_tiled(m, w, g) : mlp_backward(m, w, g, a);
@@ -813,7 +852,7 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     add_into(m->dres, m->dtmp2, N * C);
     // attention branch: res_mid = x + dropout(attn(norm1(x)) · Woᵀ + bo)
     memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
-    dropout_apply(m->dtmp, N * C, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
+    dropout_rows(m, m->dtmp, p, TS_RNG_DROPOUT_PROJ, step, l);
     rc |= linear_backward_weights(ws, g->wo, g->bo, m->dtmp, a->att, N, C, C);
     linear_backward_input(m->datt, m->dtmp, w->wo, N, C, C, rows, 0);
     norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, m->res[l], w->ln1w, w->ln1b);
@@ -829,8 +868,8 @@ int ts_model_backward(ts_model *m, uint64_t step) {
       if ((crc = reduce_scatter_kv(m, l))) return crc;
     }
     if (m->llama) { // back through the rotations (row-wise: after the reduce-scatter)
-      rope_backward(m->dq, N, m->Tl, m->t0, m->H, m->dh, C, m->rope);
-      rope_backward(m->dk, N, m->Tl, m->t0, m->Hkv, m->dh, Ckv, m->rope);
+      rope_rows(m, m->dq, m->H, C, 1);
+      rope_rows(m, m->dk, m->Hkv, Ckv, 1);
     }
     rc |= linear_backward_weights(ws, g->wq, g->bq, m->dq, m->ln_out, N, C, C);
     rc |= linear_backward_weights(ws, g->wk, g->bk, m->dk, m->ln_out, N, C, Ckv);
@@ -846,10 +885,11 @@ int ts_model_backward(ts_model *m, uint64_t step) {
   if (m->g.wpe) {
     // this shard's rows of wpe; the others get nothing from it (ALGORITHMS.md
     // §2: rank s owns rows [t0, t0 + Tl))
-    memset(m->g.wpe, 0, (size_t)m->t0 * C * sizeof(float));
-    memset(m->g.wpe + (size_t)(m->t0 + m->Tl) * C, 0,
-           (size_t)(T - m->t0 - m->Tl) * C * sizeof(float));
-    rc |= encoder_backward_wpe(ws, m->g.wpe + (size_t)m->t0 * C, m->dres, B, m->Tl, C);
+    memset(m->g.wpe, 0, (size_t)T * C * sizeof(float));
+    for (int k = 0; k < m->nrun; k++)
+      rc |= encoder_backward_wpe(ws, m->g.wpe + (size_t)m->run_pos[k] * C,
+                                 m->dres + (size_t)k * m->run_len * C, m->nrun == 1 ? B : 1,
+                                 m->run_len, C);
   }
   wte_leaf_ctx wc = {m, m->cfg.tied};
   rc |= ts_leaf_tree_sum(ws, m->g.wte, (size_t)V * C, N / m->cfg.leaf, wte_leaf, &wc);
@@ -875,6 +915,12 @@ void ts_model_select_sequence(ts_model *m, int b_begin) { m->b0 = b_begin; }
 void ts_model_positions(const ts_model *m, int *t_begin, int *t_count) {
   *t_begin = m->t0;
   *t_count = m->Tl;
+}
+
+int ts_model_runs(const ts_model *m, int *pos, int *len) {
+  for (int k = 0; k < m->nrun; k++) pos[k] = m->run_pos[k];
+  *len = m->run_len;
+  return m->nrun;
 }
 const ts_config *ts_model_config(const ts_model *m) { return &m->cfg; }
 size_t ts_model_activation_bytes(const ts_model *m) {

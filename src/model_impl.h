@@ -50,6 +50,11 @@ struct ts_model {
   ts_sp_mode sp_mode;
   int headpar;                 // head-parallel attention (ulysses, upipe: ulysses.h)
   int ring;                    // ring attention (ring.h)
+  int zigzag;                  // ring-zigzag: the rank holds chunks r and 2N-1-r of 2N
+  // The rank's rows as runs of consecutive positions: one run [t0, t0 + Tl)
+  // (of each of the B sequences when not sharded), or ring-zigzag's two
+  // chunks. Run k is rows [k·run_len, (k+1)·run_len).
+  int nrun, run_len, run_pos[2];
   int U, usched;               // its heads per stage and stage schedule
   float *spbuf;                // 2*T*C: gathered rows, packed [dK|dV], full dE
   int rc;                      // error of the last forward

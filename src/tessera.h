@@ -87,9 +87,10 @@ typedef enum {
   TS_SP_ULYSSES,    // head-parallel attention by all-to-alls (DeepSpeed Ulysses)
   TS_SP_UPIPE,      // Ulysses in stages of U heads (UPipe)
   TS_SP_RING,       // ring attention: key/value blocks passed around (tolerance tier)
+  TS_SP_RING_ZIGZAG, // ring attention on chunks r and 2N-1-r of 2N (balanced causal work)
   TS_SP_NMODES
 } ts_sp_mode;
-// "lss", "lss-fused", "lss-basic", "megatron", "ulysses", "upipe", "ring"
+// "lss", "lss-fused", "lss-basic", "megatron", "ulysses", "upipe", "ring", "ring-zigzag"
 extern const char *const ts_sp_mode_names[TS_SP_NMODES];
 // TS_OK and *out, or TS_EUSAGE naming --sp-mode.
 int ts_sp_mode_parse(const char *name, ts_sp_mode *out);
@@ -154,6 +155,9 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
 void ts_model_select_sequence(ts_model *m, int b_begin);
 // First position and count of the positions this model holds.
 void ts_model_positions(const ts_model *m, int *t_begin, int *t_count);
+// The positions as runs: returns their number (1, or 2 under ring-zigzag),
+// their first positions in pos[0..n) and their common length in *len.
+int ts_model_runs(const ts_model *m, int *pos, int *len);
 // TS_OK, or the error of the last forward (whose result is then NaN): a
 // collective of a sequence-parallel layer can fail.
 int ts_model_status(const ts_model *m);

@@ -114,8 +114,9 @@ for c in "natural 72" "gqa 64"; do
 done
 
 # --- ring attention (tolerance tier) --------------------------------------------------
-# Blocks of keys and values go round the ring and the blocks' outputs merge
-# by their log-sum-exp, so the bits differ from serial: the loss, gradient
+# Blocks of keys and values go round the ring (ring-zigzag: each rank holds
+# chunks r and 2N-1-r of 2N, so causal work is even) and the blocks' outputs
+# merge by their log-sum-exp, so the bits differ from serial: the loss, gradient
 # norm and validation loss stay within rtol 1e-5 of serial at every step
 # (measured: 1e-7 or less over 5 steps; src/parallel/ring.h). The kernels
 # themselves are held to the flash-attention criterion against a double
@@ -126,11 +127,12 @@ for model in tiny llama-tiny; do
   for drop in 0 0.1; do
     S=$TS_TMP/ring-serial.jsonl
     expect_exit 0 "" "$T" train --model $model $common --dropout $drop --log "$S" || continue
-    for nd in 2:1 4:1 2:2; do
+    for run in ring:2:1 ring:4:1 ring:2:2 ring-zigzag:2:1 ring-zigzag:4:1 ring-zigzag:2:2; do
+      mode=${run%%:*} nd=${run#*:}
       N=${nd%:*} D=${nd#*:}
-      L=$TS_TMP/ring-$model-$N-$D-$drop.jsonl
+      L=$TS_TMP/$mode-$model-$N-$D-$drop.jsonl
       expect_exit 0 "" $RUN_MPI -n $((N * D)) "$T" train --model $model $common --dropout $drop \
-        --sp $N --dp $D --sp-mode ring --log "$L" || continue
+        --sp $N --dp $D --sp-mode $mode --log "$L" || continue
       expect_exit 0 "" "$T" compare --rtol 1e-5 "$S" "$L"
       expect_stdout "^equal within rtol 1e-05"
     done
@@ -162,7 +164,8 @@ expect_exit 2 "--upipe-schedule gqa: the model has no key/value groups" \
   "$T" train --model tiny $common --sp 2 --sp-mode upipe --upipe-schedule gqa --log "$NOLOG"
 expect_exit 2 "--upipe-schedule zigzag: must be natural or gqa" \
   "$T" train $B --sp 2 --sp-mode upipe --upipe-schedule zigzag --log "$NOLOG"
-expect_exit 2 "--sp-mode ring-zigzag: not available" "$T" train $B --sp 2 --sp-mode ring-zigzag --log "$NOLOG"
+expect_exit 2 "--sp-mode ring-zigzag with --sp 8: --seq 64 must split into 16 chunks of whole tiles" \
+  "$T" train --model tiny $common --sp 8 --sp-mode ring-zigzag --log "$NOLOG"
 TS_CHECKS=$((TS_CHECKS + 1))
 [ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"
 done_testing

@@ -164,8 +164,7 @@ expect_exit 2 "--seq 96 with --sp 2: each segment of 48 tokens must hold a power
   "$T" train $BASE --seq 96 --tile 8 --leaf 8 --sp 2 --log "$NOLOG"
 expect_exit 2 "--sp-mode megatron with --sp 8: the 4 heads and the MLP width 256 must divide by 8" \
   "$T" train $BASE --sp 8 --sp-mode megatron --log "$NOLOG"
-expect_exit 2 "--sp-mode ring-zigzag: not available" "$T" train $BASE --sp 2 --sp-mode ring-zigzag --log "$NOLOG"
-expect_exit 2 "--sp-mode bogus: must be lss, lss-fused, lss-basic, megatron, ulysses, upipe or ring" \
+expect_exit 2 "--sp-mode bogus: must be lss, lss-fused, lss-basic, megatron, ulysses, upipe, ring" \
   "$T" train $BASE --sp-mode bogus --log "$NOLOG"
 expect_exit 2 "--dp 1 --sp 4 --pp 1: needs dp x sp x pp = 4 ranks but the MPI world size is 2" \
   $RUN_MPI -n 2 "$T" train $BASE --sp 4 --log "$NOLOG"

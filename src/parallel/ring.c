@@ -31,13 +31,27 @@ void ring_merge(float *out, float *lse, const float *out_b, const float *lse_b, 
   }
 }
 
-static ts_attn_shape block_shape(const ts_model *m, int l, float p, uint64_t step, int src,
-                                 int ldkv) {
+// Position of run k of rank q (ring: one run; ring-zigzag: chunks q, 2N-1-q).
+static int run_at(const ts_model *m, int q, int k) {
+  const int N = m->seq->size;
+  if (!m->zigzag) return q * m->Tl;
+  return (k ? 2 * N - 1 - q : q) * m->run_len;
+}
+
+// Queries of this rank's run qi against keys of run kj of rank src.
+static ts_attn_shape pair_shape(const ts_model *m, int l, float p, uint64_t step, int qi, int src,
+                                int kj, int ldkv) {
   ts_attn_shape as = {.B = 1, .T = m->T, .H = m->H, .dh = m->dh, .tile = m->cfg.tile,
                       .dropout = p, .seed = m->cfg.seed, .step = step,
-                      .index_base = ts_model_attn_base(m, l), .Tq = m->Tl, .q0 = m->t0,
-                      .Tk = m->Tl, .k0 = src * m->Tl, .Hkv = m->Hkv, .ldkv = ldkv};
+                      .index_base = ts_model_attn_base(m, l), .Tq = m->run_len,
+                      .q0 = m->run_pos[qi], .Tk = m->run_len, .k0 = run_at(m, src, kj),
+                      .Hkv = m->Hkv, .ldkv = ldkv};
   return as;
+}
+
+// Keys of that run are not all in the queries' future.
+static int visible(const ts_model *m, int qi, int src, int kj) {
+  return run_at(m, src, kj) <= m->run_pos[qi];
 }
 
 static int hop(ts_model *m, int l, float *send, float *recv, size_t floats) {
@@ -51,16 +65,20 @@ static size_t own_bytes(const ts_model *m) {
   return ((size_t)2 * m->C + 2 * (size_t)m->Ckv + m->H) * m->Tl * sizeof(float);
 }
 
+// The layout of the travelling block and of the lse: rows of [K | V] (and
+// [dK | dV] in backward), run after run; the lse of run k at k·H·run_len,
+// (H, run_len).
 int ring_forward(ts_model *m, int l, uint64_t step, float p) {
   const int N = m->seq->size, r = m->seq->rank, Tl = m->Tl, C = m->C, Ckv = m->Ckv;
+  const int len = m->run_len, H = m->H;
   layer_acts *a = ts_layer_acts(m, l);
   ts_mem_phase(TS_PHASE_ATTN_FWD);
   ts_mem_hold(own_bytes(m));
   const size_t nblk = (size_t)Tl * 2 * Ckv;
   float *cur = ts_mem_alloc(nblk * sizeof(float)), *nxt = ts_mem_alloc(nblk * sizeof(float));
-  float *ob = ts_mem_alloc((size_t)Tl * C * sizeof(float));
-  float *lb = ts_mem_alloc((size_t)m->H * Tl * sizeof(float));
-  int rc = TS_OK;
+  float *ob = ts_mem_alloc((size_t)len * C * sizeof(float));
+  float *lb = ts_mem_alloc((size_t)H * len * sizeof(float));
+  int rc = TS_OK, have[2] = {0, 0};
   if (!cur || !nxt || !ob || !lb) rc = ts_fail(TS_ERUNTIME, "out of memory (ring attention)");
   for (int64_t t = 0; t < Tl && !rc; t++) { // the block: rows of [K | V]
     memcpy(cur + (size_t)t * 2 * Ckv, a->k + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
@@ -68,15 +86,20 @@ int ring_forward(ts_model *m, int l, uint64_t step, float p) {
   }
   for (int i = 0; i < N && !rc; i++) {
     const int src = (r + N - i) % N; // whose keys this rank holds now
-    if (src <= r) {                   // keys of later segments are all masked
-      ts_attn_shape as = block_shape(m, l, p, step, src, 2 * Ckv);
-      if (i == 0) {
-        attention_forward(&m->ws, a->att, a->lse, a->q, cur, cur + Ckv, &as);
-      } else {
-        attention_forward(&m->ws, ob, lb, a->q, cur, cur + Ckv, &as);
-        ring_merge(a->att, a->lse, ob, lb, Tl, m->H, m->dh, C);
+    for (int qi = 0; qi < m->nrun; qi++)
+      for (int kj = 0; kj < m->nrun; kj++) {
+        if (!visible(m, qi, src, kj)) continue; // keys all in the queries' future
+        ts_attn_shape as = pair_shape(m, l, p, step, qi, src, kj, 2 * Ckv);
+        const float *q = a->q + (size_t)qi * len * C, *k = cur + (size_t)kj * len * 2 * Ckv;
+        float *out = a->att + (size_t)qi * len * C, *lse = a->lse + (size_t)qi * H * len;
+        if (!have[qi]) {
+          attention_forward(&m->ws, out, lse, q, k, k + Ckv, &as);
+          have[qi] = 1;
+        } else {
+          attention_forward(&m->ws, ob, lb, q, k, k + Ckv, &as);
+          ring_merge(out, lse, ob, lb, len, H, m->dh, C);
+        }
       }
-    }
     if (i < N - 1) {
       rc = hop(m, l, cur, nxt, nblk);
       float *t = cur;
@@ -95,6 +118,7 @@ int ring_forward(ts_model *m, int l, uint64_t step, float p) {
 
 int ring_backward(ts_model *m, int l, uint64_t step) {
   const int N = m->seq->size, r = m->seq->rank, Tl = m->Tl, C = m->C, Ckv = m->Ckv;
+  const int len = m->run_len, H = m->H;
   layer_acts *a = ts_layer_acts(m, l);
   // and the gradients: of the output in, of Q, K, V out
   const size_t held = own_bytes(m) + ((size_t)2 * C + 2 * (size_t)Ckv) * Tl * sizeof(float);
@@ -102,11 +126,12 @@ int ring_backward(ts_model *m, int l, uint64_t step) {
   ts_mem_hold(held);
   const size_t w = (size_t)4 * Ckv, nblk = (size_t)Tl * w; // rows of [K | V | dK | dV]
   float *cur = ts_mem_alloc(nblk * sizeof(float)), *nxt = ts_mem_alloc(nblk * sizeof(float));
-  float *part = ts_mem_alloc(nblk * sizeof(float)); // one block's dK, dV (same layout)
-  float *dqb = ts_mem_alloc((size_t)Tl * C * sizeof(float));
-  float *dsum = ts_mem_alloc((size_t)m->H * Tl * sizeof(float));
+  float *part = ts_mem_alloc((size_t)len * w * sizeof(float)); // a run's dK, dV (same layout)
+  float *dqb = ts_mem_alloc((size_t)len * C * sizeof(float));
+  float *dsum = ts_mem_alloc((size_t)H * len * sizeof(float));
   int rc = TS_OK;
-  if (!cur || !nxt || !part || !dqb || !dsum) rc = ts_fail(TS_ERUNTIME, "out of memory (ring attention)");
+  if (!cur || !nxt || !part || !dqb || !dsum)
+    rc = ts_fail(TS_ERUNTIME, "out of memory (ring attention)");
   for (int64_t t = 0; t < Tl && !rc; t++) {
     float *row = cur + (size_t)t * w;
     memcpy(row, a->k + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
@@ -116,23 +141,29 @@ int ring_backward(ts_model *m, int l, uint64_t step) {
   if (!rc) memset(m->dq, 0, (size_t)Tl * C * sizeof(float));
   for (int i = 0; i < N && !rc; i++) {
     const int src = (r + N - i) % N;
-    if (src <= r) {
-      ts_attn_shape as = block_shape(m, l, m->cfg.dropout, step, src, (int)w);
-      if (attention_backward(&m->ws, dqb, part + 2 * Ckv, part + 3 * Ckv, dsum, m->datt, a->q,
-                             cur, cur + Ckv, a->att, a->lse, &as) != 0) {
-        rc = ts_fail(TS_ERUNTIME, "out of memory in attention backward");
-        break;
-      }
+    for (int qi = 0; qi < m->nrun && !rc; qi++)
+      for (int kj = 0; kj < m->nrun && !rc; kj++) {
+        if (!visible(m, qi, src, kj)) continue;
+        ts_attn_shape as = pair_shape(m, l, m->cfg.dropout, step, qi, src, kj, (int)w);
+        float *blk = cur + (size_t)kj * len * w;
+        const size_t qo = (size_t)qi * len * C;
+        if (attention_backward(&m->ws, dqb, part + 2 * Ckv, part + 3 * Ckv, dsum, m->datt + qo,
+                               a->q + qo, blk, blk + Ckv, a->att + qo,
+                               a->lse + (size_t)qi * H * len, &as) != 0) {
+          rc = ts_fail(TS_ERUNTIME, "out of memory in attention backward");
+          break;
+        }
 #pragma omp parallel for schedule(static)
-      for (int64_t t = 0; t < Tl; t++) {
-        float *dq = m->dq + (size_t)t * C;
-        const float *d = dqb + (size_t)t * C;
-        for (int c = 0; c < C; c++) dq[c] = dq[c] + d[c];
-        float *acc = cur + (size_t)t * w + 2 * Ckv;
-        const float *pp = part + (size_t)t * w + 2 * Ckv;
-        for (int c = 0; c < 2 * Ckv; c++) acc[c] = acc[c] + pp[c];
+        for (int64_t t = 0; t < len; t++) {
+          float *dq = m->dq + qo + (size_t)t * C;
+          const float *d = dqb + (size_t)t * C;
+          for (int c = 0; c < C; c++) dq[c] = dq[c] + d[c];
+          float *acc = blk + (size_t)t * w + 2 * Ckv;
+          const float *pp = part + (size_t)t * w + 2 * Ckv;
+          for (int c = 0; c < 2 * Ckv; c++) acc[c] = acc[c] + pp[c];
+        }
       }
-    }
+    if (rc) break;
     // N hops: the block visits every rank and comes home
     rc = hop(m, l, cur, nxt, nblk);
     float *t = cur;

@@ -10,6 +10,10 @@
 // queries' dK, dV terms to the travelling block, which comes home after N
 // hops, and sums its dQ over the blocks.
 //
+// ring-zigzag: rank r holds chunks r and 2N-1-r of 2N (two runs of rows,
+// model_impl.h), so that causal work is even; every local query chunk attends
+// to every visible key chunk of the block.
+//
 // The merge and the sums over ranks associate differently from the serial
 // online softmax and tree, so ring attention is in the tolerance tier.
 #ifndef TS_RING_H

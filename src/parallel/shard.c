@@ -24,6 +24,7 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
   }
   if (rc) return rc;
   ts_model_positions(sh.m, &sh.t0, &sh.Tl);
+  sh.nrun = ts_model_runs(sh.m, sh.run_pos, &sh.run_len);
   sh.np = ts_model_num_params(sh.m);
   int nt = ts_model_num_tensors(sh.m);
   ts_tensor *t = calloc((size_t)nt, sizeof *t);
@@ -41,8 +42,12 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
     sh.lall = calloc((size_t)N * sh.nb, sizeof(float));
     sh.pack = ts_alloc((size_t)sh.nb * (sh.np - sh.wpe_len) * sizeof(float));
     sh.wpe_full = ts_alloc(sh.wpe_len * sizeof(float));
+    sh.wpe_mine = ts_alloc((sh.wpe_len / (size_t)sh.T) * sh.Tl * sizeof(float) + 1);
     if (sh.nb > 1) sh.slots = ts_alloc((size_t)sh.nb * sh.np * sizeof(float));
-    if (!sh.lsums || !sh.lall || !sh.pack || !sh.wpe_full || (sh.nb > 1 && !sh.slots)) {
+    sh.rows_in = malloc((size_t)sh.Tl * sizeof(int));
+    sh.rows_tg = malloc((size_t)sh.Tl * sizeof(int));
+    if (!sh.lsums || !sh.lall || !sh.pack || !sh.wpe_full || !sh.wpe_mine ||
+        (sh.nb > 1 && !sh.slots) || !sh.rows_in || !sh.rows_tg) {
       ts_shard_free(&sh);
       return ts_fail(TS_ERUNTIME, "out of memory (sequence-parallel gradient buffers)");
     }
@@ -58,6 +63,9 @@ void ts_shard_free(ts_shard *sh) {
   ts_free(sh->slots);
   ts_free(sh->pack);
   ts_free(sh->wpe_full);
+  ts_free(sh->wpe_mine);
+  free(sh->rows_in);
+  free(sh->rows_tg);
   memset(sh, 0, sizeof *sh);
 }
 
@@ -125,9 +133,14 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
     return TS_OK;
   }
   for (int j = 0; j < sh->nb; j++) {
-    const size_t at = (size_t)j * sh->T + (size_t)sh->t0;
+    for (int k = 0; k < sh->nrun; k++) { // this rank's runs of sequence j
+      const size_t at = (size_t)j * sh->T + (size_t)sh->run_pos[k];
+      const size_t n = (size_t)sh->run_len * sizeof(int);
+      memcpy(sh->rows_in + (size_t)k * sh->run_len, inputs + at, n);
+      memcpy(sh->rows_tg + (size_t)k * sh->run_len, targets + at, n);
+    }
     ts_model_select_sequence(m, sh->b0 + j);
-    ts_model_forward(m, inputs + at, targets + at, step, train);
+    ts_model_forward(m, sh->rows_in, sh->rows_tg, step, train);
     if ((rc = ts_model_status(m))) return rc;
     sh->lsums[j] = ts_model_loss_sum(m);
     if (!train) continue;
@@ -149,9 +162,20 @@ int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group) {
   }
   if (!sh->seq || sh->wpe_len == 0) return TS_OK; // LLaMA has no positional embedding
   float *wpe = g + sh->wpe_off;
-  const size_t row = sh->wpe_len / (size_t)sh->T;
-  rc = ts_comm_allgather(sh->seq, wpe + (size_t)sh->t0 * row, sh->wpe_full,
-                         (size_t)sh->Tl * row * sizeof(float), -1);
-  if (!rc) memcpy(wpe, sh->wpe_full, sh->wpe_len * sizeof(float));
-  return rc;
+  const size_t row = sh->wpe_len / (size_t)sh->T, run = (size_t)sh->run_len * row;
+  float *mine = sh->wpe_mine; // this rank's rows, run after run
+  for (int k = 0; k < sh->nrun; k++)
+    memcpy(mine + (size_t)k * run, wpe + (size_t)sh->run_pos[k] * row, run * sizeof(float));
+  rc = ts_comm_allgather(sh->seq, mine, sh->wpe_full, (size_t)sh->Tl * row * sizeof(float), -1);
+  if (rc) return rc;
+  // rank q's runs back to their positions: [q·Tl, (q+1)·Tl), or the chunks
+  // q and 2N-1-q under ring-zigzag
+  const int N = sh->seq->size;
+  for (int q = 0; q < N; q++)
+    for (int k = 0; k < sh->nrun; k++) {
+      int pos = sh->nrun == 1 ? q * sh->Tl : (k ? 2 * N - 1 - q : q) * sh->run_len;
+      memcpy(wpe + (size_t)pos * row, sh->wpe_full + ((size_t)q * sh->nrun + k) * run,
+             run * sizeof(float));
+    }
+  return TS_OK;
 }

@@ -22,6 +22,8 @@ typedef struct {
   int fast;            // --fast: MPI's own sums
   int nb, b0;          // sequences
   int T, t0, Tl;       // positions
+  int nrun, run_len, run_pos[2]; // as runs (ring-zigzag: two chunks; ts_model_runs)
+  int *rows_in, *rows_tg; // (Tl) this rank's tokens of one sequence, gathered from its runs
   size_t np;           // parameters
   size_t wpe_off, wpe_len; // the positional embedding inside the gradient
   float *lsums;        // (nb) segment loss sums
@@ -29,6 +31,7 @@ typedef struct {
   float *slots;        // (nb, np) per-sequence gradients when nb > 1
   float *pack;         // (nb, np - wpe_len) the sequence all-reduce's buffer
   float *wpe_full;     // (T, C) the gathered positional-embedding gradient
+  float *wpe_mine;     // (T/N, C) this rank's rows of it, run after run
 } ts_shard;
 
 int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *lay,
