@@ -270,9 +270,32 @@ static int check_head_parallel(const ts_config *cfg, ts_layout *lay) {
 int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
   if (lay->dp < 1) return ts_fail(TS_EUSAGE, "--dp %d: must be >= 1", lay->dp);
   if (lay->sp < 1) return ts_fail(TS_EUSAGE, "--sp %d: must be >= 1", lay->sp);
-  if (lay->pp != 1)
-    return ts_fail(TS_EUSAGE, "--pp %d: pipeline parallelism is not available in this build yet",
-                   lay->pp);
+  if (lay->pp < 1) return ts_fail(TS_EUSAGE, "--pp %d: must be >= 1", lay->pp);
+  if (lay->microbatches < 1)
+    return ts_fail(TS_EUSAGE, "--microbatches %d: must be >= 1", lay->microbatches);
+  if (lay->pp > 1) {
+    // Pipeline parallelism (ALGORITHMS.md §6): stages of whole layers; the
+    // microbatches split each data rank's sequences, and each must be an
+    // aligned power-of-two run of gradient leaves (a subtree).
+    const int P = lay->pp, M = lay->microbatches, nb = cfg->batch / (lay->dp > 0 ? lay->dp : 1);
+    if (cfg->n_layer % P != 0)
+      return ts_fail(TS_EUSAGE, "--pp %d: the %d layers must divide into %d stages", P,
+                     cfg->n_layer, P);
+    if (lay->sp != 1)
+      return ts_fail(TS_EUSAGE, "--pp %d with --sp %d: pipeline and sequence parallelism do not "
+                                "compose yet", P, lay->sp);
+    if (cfg->tied)
+      return ts_fail(TS_EUSAGE, "--pp %d: the tied head puts the embedding on the first and the "
+                                "last stage; pipeline parallelism needs --untied", P);
+    if (nb % M != 0)
+      return ts_fail(TS_EUSAGE, "--microbatches %d: must divide the %d sequences of each data rank",
+                     M, nb);
+    long long leaves = (long long)(nb / M) * (cfg->seq / cfg->leaf);
+    if (!cfg->fast && (leaves & (leaves - 1)) != 0)
+      return ts_fail(TS_EUSAGE, "--microbatches %d: each microbatch holds %d sequences x %d "
+                                "leaves = %lld gradient leaves, not a power of two",
+                     M, nb / M, cfg->seq / cfg->leaf, leaves);
+  }
   if (lay->sp > 1) {
     // Sequence parallelism (ALGORITHMS.md §2): rank s holds positions
     // [s·T/N, (s+1)·T/N). Its gradient leaves and its query tiles must each

@@ -87,7 +87,7 @@ int ts_info(void) {
   row("--dp", "data parallel: exact");
   row("--sp-mode", "lss, lss-fused, lss-basic, ulysses, upipe: exact; megatron, ring: within "
                    "tolerance");
-  row("--pp", "not available yet");
+  row("--pp", "GPipe, 1F1B: exact");
 
   // The rule from DESIGN.md, with worked examples so a user can check a run.
   printf("exactness defaults (T = sequence length)\n");

@@ -72,7 +72,7 @@ typedef struct {
   ts_config cfg;
   char device[8];
   ts_layout lay; // --dp, --sp, --pp
-  int microbatches, rank;
+  int rank;
   char sp_mode[16], schedule[16], compress[16], upipe_schedule[16];
   char ckpt[4096]; // eval
   char out[4096];  // dump
@@ -82,7 +82,8 @@ typedef struct {
 
 static void cli_defaults(cli *c) {
   snprintf(c->device, sizeof c->device, "cpu");
-  c->lay.dp = c->lay.sp = c->lay.pp = c->microbatches = 1;
+  c->lay.dp = c->lay.sp = c->lay.pp = c->lay.microbatches = 1;
+  c->lay.schedule = 1;
   c->lay.upipe_sched = -1;
   c->rank = 0;
   snprintf(c->sp_mode, sizeof c->sp_mode, "lss");
@@ -231,7 +232,8 @@ static const flag flags[] = {
      "UPipe: natural (heads in order) or gqa (one head of each group per stage, key/value "
      "heads sent once per round)", "gqa with --kv-heads < --heads", TRAIN, G_PAR, check_choice},
     {"--pp", K_INT, AT(lay.pp), 0, "P", "pipeline stages", NULL, TRAIN, G_PAR, check_parallel},
-    {"--microbatches", K_INT, AT(microbatches), 0, "M", "microbatches per step (pipeline)", NULL,
+    {"--microbatches", K_INT, AT(lay.microbatches), 0, "M",
+     "microbatches per step (pipeline): they split each data rank's sequences", NULL,
      TRAIN, G_PAR, check_parallel},
     {"--schedule", K_STR, AT(schedule), 0, "NAME", "pipeline schedule: gpipe or 1f1b", NULL, TRAIN,
      G_PAR, check_choice},
@@ -317,12 +319,9 @@ static int check_device(const flag *f, const char *raw, cli *c) {
 static int check_parallel(const flag *f, const char *raw, cli *c) {
   int v = *(const int *)((const char *)c + f->off);
   if (v < 1) return ts_fail(TS_EUSAGE, "%s %s: must be >= 1", f->name, raw);
-  if (v == 1) return TS_OK; // the serial layout
-  // --dp and --sp are checked later, against the model and the MPI world
+  // the rest is checked later, against the model and the MPI world
   // (ts_layout_check, ts_grid_check)
-  if (strcmp(f->name, "--dp") == 0 || strcmp(f->name, "--sp") == 0) return TS_OK;
-  return ts_fail(TS_EUSAGE, "%s %s: pipeline parallelism is not available in this build yet",
-                 f->name, raw);
+  return TS_OK;
 }
 
 // Names are checked now so a typo is caught even while the layout is serial.
@@ -338,8 +337,11 @@ static int check_choice(const flag *f, const char *raw, cli *c) {
   if (strcmp(f->name, "--sp-mode") == 0) {
     return ts_sp_mode_parse(raw, &c->lay.sp_mode);
   }
-  for (const char **n = schedules; *n; n++)
-    if (strcmp(raw, *n) == 0) return TS_OK;
+  for (int i = 0; schedules[i]; i++)
+    if (strcmp(raw, schedules[i]) == 0) {
+      c->lay.schedule = i; // 0 gpipe, 1 1f1b
+      return TS_OK;
+    }
   return ts_fail(TS_EUSAGE, "%s %s: must be gpipe or 1f1b", f->name, raw);
 }
 

@@ -141,6 +141,8 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   m->U = m->headpar && m->sp_mode == TS_SP_UPIPE ? sp->upipe_u : m->H;
   m->usched = m->headpar && m->sp_mode == TS_SP_UPIPE ? sp->upipe_sched : 0;
   m->ntok = (int64_t)m->B * m->Tl;
+  m->l0 = 0;
+  m->l1 = m->L;
   m->nrun = 1;
   m->run_len = m->Tl;
   m->run_pos[0] = m->t0;
@@ -758,14 +760,22 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
   memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
   memcpy(m->targets, targets, (size_t)N * sizeof(int));
   m->rc = TS_OK;
-  for (int k = 0; k < m->nrun; k++) {
-    const size_t row = (size_t)k * m->run_len;
-    encoder_forward(m->res[0] + row * C, m->inputs + row, m->p.wte,
-                    m->p.wpe ? m->p.wpe + (size_t)m->run_pos[k] * C : NULL, m->nrun == 1 ? B : 1,
-                    m->run_len, C);
+  if (m->l0 == 0) {
+    for (int k = 0; k < m->nrun; k++) {
+      const size_t row = (size_t)k * m->run_len;
+      encoder_forward(m->res[0] + row * C, m->inputs + row, m->p.wte,
+                      m->p.wpe ? m->p.wpe + (size_t)m->run_pos[k] * C : NULL,
+                      m->nrun == 1 ? B : 1, m->run_len, C);
+    }
+  } else { // a later pipeline stage: the previous stage's output
+    memcpy(m->res[m->l0], m->x_in, (size_t)N * C * sizeof(float));
   }
-  for (int l = 0; l < m->L; l++)
+  for (int l = m->l0; l < m->l1; l++)
     if ((m->rc = layer_forward(m, l, step, p))) return NAN;
+  if (m->l1 < m->L) { // an earlier pipeline stage: no loss here
+    m->loss_sum = m->loss = 0.0f;
+    return 0.0f;
+  }
   norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->res[m->L], m->p.lnfw, m->p.lnfb);
   const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
   phase_begin(TS_PHASE_LOSS, loss_phase_bytes(m));
@@ -816,21 +826,25 @@ int ts_model_backward(ts_model *m, uint64_t step) {
   const int64_t N = m->ntok;
   const float p = m->cfg.dropout;
   ts_ws *ws = &m->ws;
-  // d(mean over the global batch)/d(logit): the same scale on every shard
-  phase_begin(TS_PHASE_LOSS, loss_phase_bytes(m));
-  if (m->cfg.fused_ce) {
-    rc |= fused_ce_backward(m);
-  } else {
-    crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)m->ntok_global, N, V);
-    const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
-    linear_backward_input(m->dtmp, m->dlogits, head, N, C, V, rows, 0);
-    if (!m->cfg.tied)
-      rc |= linear_backward_weights(ws, m->g.lm_head, NULL, m->dlogits, m->lnf, N, C, V);
+  if (m->l1 == m->L) {
+    // d(mean over the global batch)/d(logit): the same scale on every shard
+    phase_begin(TS_PHASE_LOSS, loss_phase_bytes(m));
+    if (m->cfg.fused_ce) {
+      rc |= fused_ce_backward(m);
+    } else {
+      crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)m->ntok_global, N, V);
+      const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
+      linear_backward_input(m->dtmp, m->dlogits, head, N, C, V, rows, 0);
+      if (!m->cfg.tied)
+        rc |= linear_backward_weights(ws, m->g.lm_head, NULL, m->dlogits, m->lnf, N, C, V);
+    }
+    phase_end(loss_phase_bytes(m));
+    rc |= norm_backward(m, m->dres, m->g.lnfw, m->g.lnfb, m->dtmp, m->res[m->L], m->p.lnfw,
+                        m->lnf_mean, m->lnf_rstd);
+  } else { // an earlier pipeline stage: the next stage's gradient of our output
+    memcpy(m->dres, m->dy_in, (size_t)N * C * sizeof(float));
   }
-  phase_end(loss_phase_bytes(m));
-  rc |= norm_backward(m, m->dres, m->g.lnfw, m->g.lnfb, m->dtmp, m->res[m->L], m->p.lnfw,
-                      m->lnf_mean, m->lnf_rstd);
-  for (int l = m->L - 1; l >= 0; l--) {
+  for (int l = m->l1 - 1; l >= m->l0; l--) {
     if (m->mt) { // tensor-split layers
       if ((crc = megatron_layer_backward(m, l, step))) return crc;
       continue;
@@ -881,6 +895,11 @@ int ts_model_backward(ts_model *m, uint64_t step) {
                         a->ln1_rstd);
     add_into(m->dres, m->dtmp2, N * C);
   }
+  // a later pipeline stage ends here: dres is the gradient of its input
+  if (m->l0 > 0) {
+    if (rc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
+    return TS_OK;
+  }
   // embeddings: dres is now the gradient of the encoder output
   if (m->g.wpe) {
     // this shard's rows of wpe; the others get nothing from it (ALGORITHMS.md
@@ -916,6 +935,15 @@ void ts_model_positions(const ts_model *m, int *t_begin, int *t_count) {
   *t_begin = m->t0;
   *t_count = m->Tl;
 }
+
+void ts_model_set_stage(ts_model *m, int l0, int l1) {
+  m->l0 = l0;
+  m->l1 = l1;
+}
+void ts_model_set_stage_input(ts_model *m, const float *x) { m->x_in = x; }
+void ts_model_set_stage_grad(ts_model *m, const float *dy) { m->dy_in = dy; }
+const float *ts_model_stage_output(const ts_model *m) { return m->res[m->l1]; }
+const float *ts_model_stage_dinput(const ts_model *m) { return m->dres; }
 
 int ts_model_runs(const ts_model *m, int *pos, int *len) {
   for (int k = 0; k < m->nrun; k++) pos[k] = m->run_pos[k];

@@ -55,6 +55,11 @@ struct ts_model {
   // (of each of the B sequences when not sharded), or ring-zigzag's two
   // chunks. Run k is rows [k·run_len, (k+1)·run_len).
   int nrun, run_len, run_pos[2];
+  // Pipeline stage: layers [l0, l1) (the whole model: 0, L). Stages after the
+  // first take their input from x_in, stages before the last their output's
+  // gradient from dy_in (ts_model_set_stage_*).
+  int l0, l1;
+  const float *x_in, *dy_in;
   int U, usched;               // its heads per stage and stage schedule
   float *spbuf;                // 2*T*C: gathered rows, packed [dK|dV], full dE
   int rc;                      // error of the last forward

@@ -98,10 +98,12 @@ int ts_sp_mode_parse(const char *name, ts_sp_mode *out);
 typedef struct {
   int dp; // data-parallel ranks
   int sp; // sequence-parallel ranks
-  int pp; // pipeline stages (not available yet)
+  int pp; // pipeline stages
   ts_sp_mode sp_mode;
   int upipe_u;     // UPipe: heads per stage (0: the default, N: the smallest stages)
   int upipe_sched; // UPipe: 0 natural, 1 gqa, -1 gqa when the model has groups
+  int microbatches; // pipeline: microbatches per step (M)
+  int schedule;     // pipeline: 0 GPipe, 1 1F1B
 } ts_layout;
 // Checks a layout against a finalized config (TS_EUSAGE naming the flag) and
 // fills in UPipe's defaults (upipe_u 0, upipe_sched -1).
@@ -158,6 +160,17 @@ void ts_model_positions(const ts_model *m, int *t_begin, int *t_count);
 // The positions as runs: returns their number (1, or 2 under ring-zigzag),
 // their first positions in pos[0..n) and their common length in *len.
 int ts_model_runs(const ts_model *m, int *pos, int *len);
+// Pipeline stages: the model runs layers [l0, l1) only. The first stage
+// (l0 = 0) also runs the embeddings; a later one takes its input (rows × d,
+// the previous stage's output) from the pointer given before each forward.
+// The last stage (l1 = L) runs the final norm, the head and the loss; an
+// earlier one takes the gradient of its output before each backward, and
+// returns loss 0. Only the stage's tensors get gradients.
+void ts_model_set_stage(ts_model *m, int l0, int l1);
+void ts_model_set_stage_input(ts_model *m, const float *x);
+void ts_model_set_stage_grad(ts_model *m, const float *dy);
+const float *ts_model_stage_output(const ts_model *m); // after a forward
+const float *ts_model_stage_dinput(const ts_model *m); // after a backward: d(input)
 // TS_OK, or the error of the last forward (whose result is then NaN): a
 // collective of a sequence-parallel layer can fail.
 int ts_model_status(const ts_model *m);

@@ -307,7 +307,7 @@ static int injected_fault(const ts_grid *g, const char *path) {
 
 int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_config cfg = *cfg_in;
-  ts_layout lay = lay_in ? *lay_in : (ts_layout){1, 1, 1, TS_SP_LSS, 0, -1};
+  ts_layout lay = lay_in ? *lay_in : (ts_layout){1, 1, 1, TS_SP_LSS, 0, -1, 1, 1};
   int rc;
   ts_grid *grid = NULL;
   ts_data *data = NULL;
@@ -362,6 +362,9 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   char layout[64];
   if (grid->world_size == 1)
     snprintf(layout, sizeof layout, "serial");
+  else if (grid->pp > 1)
+    snprintf(layout, sizeof layout, "dp%d-pp%d-m%d-%s", D, grid->pp, lay.microbatches,
+             lay.schedule ? "1f1b" : "gpipe");
   else if (grid->sp == 1)
     snprintf(layout, sizeof layout, "dp%d", D);
   else
@@ -431,14 +434,22 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
       }
       snprintf(mem_json + k, sizeof mem_json - (size_t)k, "}");
     }
-    char line[1024 + sizeof comm_json + sizeof mem_json];
+    // the pipeline's in-flight microbatches on this (the first) stage
+    char pipe_json[160] = "";
+    if (sh.pl)
+      snprintf(pipe_json, sizeof pipe_json,
+               ",\"pipeline\":{\"stages\":%d,\"microbatches\":%d,\"schedule\":\"%s\","
+               "\"peak_inflight\":%d}",
+               sh.pl->P, sh.pl->M, sh.pl->schedule ? "1f1b" : "gpipe", sh.pl->peak_inflight);
+    char line[1024 + sizeof comm_json + sizeof mem_json + sizeof pipe_json];
     snprintf(line, sizeof line,
              "{\"type\":\"step\",\"step\":%" PRIu64 ",\"loss\":%.9g,\"loss_hex\":\"%a\","
              "\"grad_norm\":%.9g,\"grad_norm_hex\":\"%a\",\"lr\":%.9g,\"lr_hex\":\"%a\","
              "\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"compute_ms_max\":%.3f,"
-             "\"mfu\":%.4f,\"peak_rss_mb\":%.1f,\"peak_rss_mb_max\":%.1f%s,\"comm\":%s}",
+             "\"mfu\":%.4f,\"peak_rss_mb\":%.1f,\"peak_rss_mb_max\":%.1f%s%s,\"comm\":%s}",
              step, (double)loss, (double)loss, (double)norm, (double)norm, (double)lr, (double)lr,
-             tps, dt * 1e3, comm_s * 1e3, compute_max * 1e3, mfu, rss, rss_max, mem_json, comm_json);
+             tps, dt * 1e3, comm_s * 1e3, compute_max * 1e3, mfu, rss, rss_max, mem_json,
+             pipe_json, comm_json);
     ts_log_line(&log, line);
     if (!cfg.quiet)
       printf("step %5" PRIu64 "/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | MFU %4.1f%% | %6.0f MB\n",

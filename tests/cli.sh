@@ -51,7 +51,7 @@ expect_exit 2 "--model huge: unknown preset" "$T" train $NODATA --model huge
 expect_exit 2 "--dp 1 --sp 2 --pp 1: needs dp x sp x pp = 2 ranks but the MPI world size is 1" \
   "$T" train $NODATA --sp 2
 expect_exit 2 "--dp 4: needs 4 ranks but the MPI world size is 1" "$T" train $NODATA --dp 4
-expect_exit 2 "--pp 2: pipeline parallelism is not available" "$T" train $NODATA --pp 2
+expect_exit 2 "--pp 2: the tied head puts the embedding on the first and the last stage" "$T" train $NODATA --pp 2
 expect_exit 2 "--sp-mode zigzag" "$T" train $NODATA --sp-mode zigzag
 expect_exit 2 "--device cuda: " "$T" train $NODATA --device cuda
 expect_exit 2 "--device tpu: must be cpu or cuda" "$T" train $NODATA --device tpu

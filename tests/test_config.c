@@ -263,7 +263,7 @@ static void test_layout_rules(void **state) {
   ts_config c;
   base(&c, "tiny"); // B 4, T 64, leaf 8: 4 x 8 = 32 leaves
   assert_int_equal(ts_config_finalize(&c), TS_OK);
-  ts_layout lay = {1, 1, 1, TS_SP_LSS, 0, -1};
+  ts_layout lay = {1, 1, 1, TS_SP_LSS, 0, -1, 1, 1};
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
   lay.dp = 2; // 2 sequences x 8 leaves per rank
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
@@ -283,7 +283,7 @@ static void test_layout_rules(void **state) {
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
   c.fast = 0;
   c.batch = 4;
-  ts_layout pp = {1, 1, 2, TS_SP_LSS, 0, -1}, zero = {0, 1, 1, TS_SP_LSS, 0, -1};
+  ts_layout pp = {1, 1, 2, TS_SP_LSS, 0, -1, 1, 1}, zero = {0, 1, 1, TS_SP_LSS, 0, -1, 1, 1};
   assert_int_equal(ts_layout_check(&c, &pp), TS_EUSAGE);
   assert_int_equal(ts_layout_check(&c, &zero), TS_EUSAGE);
 }
@@ -295,7 +295,7 @@ static void test_sequence_layout_rules(void **state) {
   ts_config c;
   base(&c, "tiny");
   assert_int_equal(ts_config_finalize(&c), TS_OK);
-  ts_layout lay = {1, 1, 1, TS_SP_LSS, 0, -1};
+  ts_layout lay = {1, 1, 1, TS_SP_LSS, 0, -1, 1, 1};
   for (int n = 1; n <= 8; n *= 2) {
     lay.sp = n;
     assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
@@ -337,29 +337,29 @@ static void test_head_parallel_rules(void **state) {
   ts_config c;
   base(&c, "llama-tiny"); // H 4, Hkv 2
   assert_int_equal(ts_config_finalize(&c), TS_OK);
-  ts_layout lay = {1, 2, 1, TS_SP_ULYSSES, 0, -1};
+  ts_layout lay = {1, 2, 1, TS_SP_ULYSSES, 0, -1, 1, 1};
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
   assert_int_equal(lay.upipe_u, 4); // Ulysses: one stage of all heads
   lay.sp = 4;                       // 2 key/value heads over 4 ranks
   assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "2 key/value heads must divide by 4"));
-  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 0, -1};
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 0, -1, 1, 1};
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
   assert_int_equal(lay.upipe_u, 2);     // default: U = N
   assert_int_equal(lay.upipe_sched, 1); // default with groups: gqa
-  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 3, 0};
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 3, 0, 1, 1};
   assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--upipe-u 3: must be a multiple of --sp 2"));
-  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 4, 1}; // gqa: U must divide Hkv
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 4, 1, 1, 1}; // gqa: U must divide Hkv
   assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
-  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 4, 0}; // natural: fine
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 4, 0, 1, 1}; // natural: fine
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
   base(&c, "tiny"); // no groups: no gqa schedule, natural by default
   assert_int_equal(ts_config_finalize(&c), TS_OK);
-  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 0, -1};
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 0, -1, 1, 1};
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
   assert_int_equal(lay.upipe_sched, 0);
-  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 2, 1};
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 2, 1, 1, 1};
   assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
 }
 

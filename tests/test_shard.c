@@ -59,7 +59,7 @@ static ts_config tiny_config(int batch, int fast) {
   c.leaf = 0;
   c.threads = 1;
   assert_int_equal(ts_config_finalize(&c), TS_OK);
-  ts_layout lay = {DP, SP, 1, TS_SP_LSS};
+  ts_layout lay = {DP, SP, 1, TS_SP_LSS, 0, -1, 1, 1};
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
   return c;
 }
@@ -78,7 +78,7 @@ static void note(mismatches *mm, const char *what, size_t i, float got, float wa
 static void check_sync(int batch, int fast) {
   ts_config cfg = tiny_config(batch, fast);
   ts_shard sh;
-  ts_layout lay = {DP, SP, 1, TS_SP_LSS, 0, -1};
+  ts_layout lay = {DP, SP, 1, TS_SP_LSS, 0, -1, 1, 1};
   assert_int_equal(ts_shard_create(&cfg, grid, &lay, &sh), TS_OK);
   const int nb = batch / DP, T = SEQ, Tl = T / SP;
   assert_int_equal(sh.nb, nb);

@@ -103,7 +103,8 @@ int ts_grid_create(int dp, int sp, int pp, ts_grid **out) {
   g->dp_rank = (g->world_rank / sp) % dp;
   g->pp_rank = g->world_rank / (sp * dp);
   if (g->world_size == 1) {
-    if ((rc = ts_comm_serial(&g->data)) || (rc = ts_comm_serial(&g->seq))) {
+    if ((rc = ts_comm_serial(&g->data)) || (rc = ts_comm_serial(&g->seq)) ||
+        (rc = ts_comm_serial(&g->pipe))) {
       ts_grid_free(g);
       return rc;
     }
@@ -117,7 +118,8 @@ int ts_grid_create(int dp, int sp, int pp, ts_grid **out) {
     MPI_Comm_free(&node);
   }
   if ((rc = split(g->pp_rank * sp + g->sp_rank, g->dp_rank, &g->data)) ||
-      (rc = split(g->pp_rank * dp + g->dp_rank, g->sp_rank, &g->seq))) {
+      (rc = split(g->pp_rank * dp + g->dp_rank, g->sp_rank, &g->seq)) ||
+      (rc = split(g->dp_rank * sp + g->sp_rank, g->pp_rank, &g->pipe))) {
     ts_grid_free(g);
     return rc;
   }
@@ -129,19 +131,21 @@ void ts_grid_free(ts_grid *g) {
   if (!g) return;
   ts_comm_free(g->data);
   ts_comm_free(g->seq);
+  ts_comm_free(g->pipe);
   free(g);
 }
 
 void ts_grid_reset_counts(ts_grid *g) {
   ts_comm_reset_counts(g->data);
   ts_comm_reset_counts(g->seq);
+  ts_comm_reset_counts(g->pipe);
 }
 
 int ts_grid_counts_json(const ts_grid *g, char *buf, size_t cap) {
-  ts_comm *groups[2] = {g->seq, g->data};
-  return ts_comm_counts_json(groups, 2, buf, cap);
+  ts_comm *groups[3] = {g->seq, g->data, g->pipe};
+  return ts_comm_counts_json(groups, 3, buf, cap);
 }
 
 double ts_grid_comm_seconds(const ts_grid *g) {
-  return ts_comm_seconds(g->seq) + ts_comm_seconds(g->data);
+  return ts_comm_seconds(g->seq) + ts_comm_seconds(g->data) + ts_comm_seconds(g->pipe);
 }

@@ -5,7 +5,8 @@
 // ranks, usually on one node. The data group of a rank is the ranks with the
 // same (pipeline, sequence) coordinates, ordered by data index, so the
 // canonical tree over the data group is the tree over batch shards.
-// Pipeline stages (pp) are part of the layout already; dp and sp are used.
+// The pipeline group of a rank is the ranks with the same (data, sequence)
+// coordinates, ordered by stage.
 #ifndef TS_GRID_H
 #define TS_GRID_H
 #include <stddef.h>
@@ -19,6 +20,7 @@ typedef struct {
   int dp_rank, sp_rank, pp_rank; // this rank's coordinates
   ts_comm *data;                // the data-parallel group (size dp)
   ts_comm *seq;                 // the sequence-parallel group (size sp)
+  ts_comm *pipe;                // the pipeline group (size pp), ordered by stage
 } ts_grid;
 
 // MPI's lifetime, for main() only. Without mpiexec MPI starts as a world of

@@ -19,6 +19,17 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
   if (sh.seq) {
     ts_seq_shard sp = {sh.seq, lay->sp_mode, lay->upipe_u, lay->upipe_sched};
     rc = ts_model_create_seq(cfg, sh.b0, 1, &sp, &sh.m);
+  } else if (grid->pp > 1) { // one microbatch at a time
+    const int mb = sh.nb / lay->microbatches;
+    rc = ts_model_create_shard(cfg, sh.b0, mb, &sh.m);
+    if (!rc && !(sh.pl = calloc(1, sizeof *sh.pl))) rc = ts_fail(TS_ERUNTIME, "out of memory");
+    if (!rc) rc = ts_pipeline_create(sh.pl, sh.m, grid->pipe, lay->microbatches, lay->schedule, mb);
+    if (rc) {
+      if (sh.pl) ts_pipeline_free(sh.pl);
+      free(sh.pl);
+      ts_model_free(sh.m);
+      return rc;
+    }
   } else {
     rc = ts_model_create_shard(cfg, sh.b0, sh.nb, &sh.m);
   }
@@ -57,6 +68,8 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
 }
 
 void ts_shard_free(ts_shard *sh) {
+  if (sh->pl) ts_pipeline_free(sh->pl);
+  free(sh->pl);
   ts_model_free(sh->m);
   free(sh->lsums);
   free(sh->lall);
@@ -125,6 +138,7 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
                   float *loss_sum) {
   ts_model *m = sh->m;
   int rc;
+  if (sh->pl) return ts_pipeline_pass(sh->pl, m, sh->b0, inputs, targets, step, train, loss_sum);
   if (!sh->seq) {
     ts_model_forward(m, inputs, targets, step, train);
     if ((rc = ts_model_status(m))) return rc;
@@ -154,6 +168,7 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
 int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group) {
   int rc;
   float *g = ts_model_grads(sh->m);
+  if (sh->pl && (rc = ts_pipeline_gather_grads(sh->pl, sh->m))) return rc;
   if (sh->seq && (rc = reduce_segment_grads(sh))) return rc;
   if (data_group && data_group->size > 1) {
     rc = sh->fast ? ts_comm_allreduce_fast(data_group, g, sh->np, -1)

@@ -14,11 +14,13 @@
 
 #include "comm.h"
 #include "parallel/grid.h"
+#include "parallel/pipeline.h"
 #include "tessera.h"
 
 typedef struct {
   ts_model *m;
   ts_comm *seq;        // the sequence group; NULL when sp = 1
+  ts_pipeline *pl;     // the pipeline stage; NULL when pp = 1
   int fast;            // --fast: MPI's own sums
   int nb, b0;          // sequences
   int T, t0, Tl;       // positions

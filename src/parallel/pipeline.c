@@ -1,0 +1,212 @@
+// Pipeline parallelism: the GPipe and 1F1B schedules (pipeline.h).
+#include "parallel/pipeline.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int schedule, int mb) {
+  memset(pl, 0, sizeof *pl);
+  const ts_config *cfg = ts_model_config(m);
+  pl->pipe = pipe;
+  pl->P = pipe->size;
+  pl->s = pipe->rank;
+  pl->M = M;
+  pl->mb = mb;
+  pl->schedule = schedule;
+  pl->rows_c = (size_t)mb * cfg->seq * cfg->d;
+  const int per = cfg->n_layer / pl->P, l0 = pl->s * per;
+  ts_model_set_stage(m, l0, l0 + per);
+  // every stage's slice: from the first tensor of its first layer (stage 0:
+  // from the start) to the next stage's
+  int nt = ts_model_num_tensors(m);
+  ts_tensor *t = calloc((size_t)nt, sizeof *t);
+  pl->off = calloc((size_t)pl->P + 1, sizeof(size_t));
+  pl->len = calloc((size_t)pl->P, sizeof(size_t));
+  if (!t || !pl->off || !pl->len) {
+    free(t);
+    return ts_fail(TS_ERUNTIME, "out of memory");
+  }
+  ts_model_tensors(m, t, NULL);
+  const float *base = ts_model_params(m);
+  pl->off[pl->P] = ts_model_num_params(m);
+  for (int q = 1; q < pl->P; q++) {
+    char first[64];
+    snprintf(first, sizeof first, "h.%d.", q * per);
+    for (int i = 0; i < nt; i++)
+      if (strncmp(t[i].name, first, strlen(first)) == 0) {
+        pl->off[q] = (size_t)(t[i].data - base);
+        break;
+      }
+  }
+  free(t);
+  for (int q = 0; q < pl->P; q++) pl->len[q] = pl->off[q + 1] - pl->off[q];
+  pl->slots = schedule == 0 ? M : (pl->P - pl->s < M ? pl->P - pl->s : M);
+  pl->store = ts_alloc((size_t)pl->slots * pl->rows_c * sizeof(float));
+  pl->dy = ts_alloc(pl->rows_c * sizeof(float));
+  pl->lsums = calloc((size_t)M, sizeof(float));
+  if (!pl->store || !pl->dy || !pl->lsums) return ts_fail(TS_ERUNTIME, "out of memory (pipeline buffers)");
+  ts_tree_init(&pl->tree, ts_model_num_params(m));
+  return TS_OK;
+}
+
+void ts_pipeline_free(ts_pipeline *pl) {
+  ts_free(pl->store);
+  ts_free(pl->dy);
+  free(pl->lsums);
+  free(pl->off);
+  free(pl->len);
+  ts_tree_free(&pl->tree);
+  memset(pl, 0, sizeof *pl);
+}
+
+// One pass's state: which microbatch the model's activations hold.
+typedef struct {
+  ts_pipeline *pl;
+  ts_model *m;
+  int b0;
+  const int *inputs, *targets;
+  uint64_t step;
+  int train, holding;
+  size_t seq_tokens; // tokens of one microbatch
+} pass;
+
+static float *slot(const pass *ps, int mu) {
+  return ps->pl->store + (size_t)(mu % ps->pl->slots) * ps->pl->rows_c;
+}
+
+static int forward(pass *ps, int mu) {
+  ts_pipeline *pl = ps->pl;
+  ts_model_select_sequence(ps->m, ps->b0 + mu * pl->mb);
+  ts_model_set_stage_input(ps->m, slot(ps, mu));
+  ts_model_forward(ps->m, ps->inputs + (size_t)mu * ps->seq_tokens,
+                   ps->targets + (size_t)mu * ps->seq_tokens, ps->step, ps->train);
+  int rc = ts_model_status(ps->m);
+  if (rc) return rc;
+  if (pl->s == pl->P - 1) pl->lsums[mu] = ts_model_loss_sum(ps->m);
+  ps->holding = mu;
+  return TS_OK;
+}
+
+// The backward of microbatch mu, its stage input in its slot and the next
+// stage's gradient in pl->dy; its activations recomputed unless held.
+static int backward(pass *ps, int mu) {
+  ts_pipeline *pl = ps->pl;
+  int rc;
+  if (ps->holding != mu && (rc = forward(ps, mu))) return rc;
+  ts_model_set_stage_grad(ps->m, pl->dy);
+  if ((rc = ts_model_backward(ps->m, ps->step))) return rc;
+  ps->holding = -1;
+  pl->inflight--;
+  if (ts_tree_push(&pl->tree, ts_model_grads(ps->m)) != 0)
+    return ts_fail(TS_ERUNTIME, "out of memory (gradient tree over microbatches)");
+  return TS_OK;
+}
+
+static int recv_forward(pass *ps, int mu) {
+  ts_pipeline *pl = ps->pl;
+  pl->inflight++;
+  if (pl->inflight > pl->peak_inflight) pl->peak_inflight = pl->inflight;
+  if (pl->s == 0) return TS_OK;
+  return ts_comm_recv(pl->pipe, slot(ps, mu), pl->rows_c * sizeof(float), pl->s - 1, -1);
+}
+
+static int send_forward(pass *ps) {
+  ts_pipeline *pl = ps->pl;
+  if (pl->s == pl->P - 1) return TS_OK;
+  return ts_comm_send(pl->pipe, ts_model_stage_output(ps->m), pl->rows_c * sizeof(float),
+                      pl->s + 1, -1);
+}
+
+static int recv_backward(pass *ps) {
+  ts_pipeline *pl = ps->pl;
+  if (pl->s == pl->P - 1) return TS_OK;
+  return ts_comm_recv(pl->pipe, pl->dy, pl->rows_c * sizeof(float), pl->s + 1, -1);
+}
+
+static int send_backward(pass *ps) {
+  ts_pipeline *pl = ps->pl;
+  if (pl->s == 0) return TS_OK;
+  return ts_comm_send(pl->pipe, ts_model_stage_dinput(ps->m), pl->rows_c * sizeof(float),
+                      pl->s - 1, -1);
+}
+
+// 1F1B's paired exchanges: our output forward with the next stage's gradient
+// back, and our input's gradient back with the next microbatch's input, each
+// one sendrecv, so that neighbours never both wait in a send.
+static int send_forward_recv_backward(pass *ps) {
+  ts_pipeline *pl = ps->pl;
+  if (pl->s == pl->P - 1) return TS_OK;
+  return ts_comm_sendrecv(pl->pipe, ts_model_stage_output(ps->m), pl->rows_c * sizeof(float),
+                          pl->s + 1, pl->dy, pl->rows_c * sizeof(float), pl->s + 1, -1);
+}
+
+static int send_backward_recv_forward(pass *ps, int mu_next) {
+  ts_pipeline *pl = ps->pl;
+  pl->inflight++;
+  if (pl->inflight > pl->peak_inflight) pl->peak_inflight = pl->inflight;
+  if (pl->s == 0) return TS_OK;
+  return ts_comm_sendrecv(pl->pipe, ts_model_stage_dinput(ps->m), pl->rows_c * sizeof(float),
+                          pl->s - 1, slot(ps, mu_next), pl->rows_c * sizeof(float), pl->s - 1,
+                          -1);
+}
+
+static int gpipe(pass *ps) {
+  ts_pipeline *pl = ps->pl;
+  int rc = TS_OK;
+  for (int mu = 0; mu < pl->M && !rc; mu++)
+    if (!(rc = recv_forward(ps, mu)) && !(rc = forward(ps, mu))) rc = send_forward(ps);
+  if (!ps->train) {
+    pl->inflight = 0;
+    return rc;
+  }
+  // backwards in microbatch order, the order of the gradient tree
+  for (int mu = 0; mu < pl->M && !rc; mu++)
+    if (!(rc = recv_backward(ps)) && !(rc = backward(ps, mu))) rc = send_backward(ps);
+  return rc;
+}
+
+static int one_f_one_b(pass *ps) {
+  ts_pipeline *pl = ps->pl;
+  const int M = pl->M, warm = pl->P - pl->s - 1 < M ? pl->P - pl->s - 1 : M, steady = M - warm;
+  int rc = TS_OK;
+  for (int i = 0; i < warm && !rc; i++)
+    if (!(rc = recv_forward(ps, i)) && !(rc = forward(ps, i))) rc = send_forward(ps);
+  if (!rc && steady > 0) rc = recv_forward(ps, warm);
+  for (int i = 0; i < steady && !rc; i++) {
+    const int f = warm + i, b = i;
+    if ((rc = forward(ps, f)) || (rc = send_forward_recv_backward(ps)) || (rc = backward(ps, b)))
+      break;
+    rc = i < steady - 1 ? send_backward_recv_forward(ps, f + 1) : send_backward(ps);
+  }
+  for (int i = 0; i < warm && !rc; i++)
+    if (!(rc = recv_backward(ps)) && !(rc = backward(ps, steady + i))) rc = send_backward(ps);
+  return rc;
+}
+
+int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, const int *targets,
+                     uint64_t step, int train, float *loss_sum) {
+  const ts_config *cfg = ts_model_config(m);
+  pass ps = {pl, m, b0, inputs, targets, step, train, -1, (size_t)pl->mb * cfg->seq};
+  pl->inflight = pl->peak_inflight = 0;
+  ts_tree_reset(&pl->tree, 0);
+  int rc = train && pl->schedule == 1 ? one_f_one_b(&ps) : gpipe(&ps);
+  if (rc) return rc;
+  if (train) ts_tree_finish(&pl->tree, ts_model_grads(m));
+  // the loss: the tree over microbatches, from the last stage to all
+  float sum = pl->s == pl->P - 1 ? ts_tree_sum(pl->lsums, (size_t)pl->M) : 0.0f;
+  if ((rc = ts_comm_bcast(pl->pipe, &sum, sizeof sum, pl->P - 1, -1))) return rc;
+  *loss_sum = sum;
+  return TS_OK;
+}
+
+int ts_pipeline_gather_grads(ts_pipeline *pl, ts_model *m) {
+  float *g = ts_model_grads(m);
+  for (int q = 0; q < pl->P; q++) {
+    int rc = ts_comm_bcast(pl->pipe, g + pl->off[q], pl->len[q] * sizeof(float), q, -1);
+    if (rc) return rc;
+  }
+  return TS_OK;
+}

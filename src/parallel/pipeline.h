@@ -1,0 +1,51 @@
+// Pipeline parallelism (ALGORITHMS.md §6): stage s of P holds layers
+// [s·L/P, (s+1)·L/P) (the first also the embeddings, the last the final norm,
+// the head and the loss) and runs M microbatches of a data rank's sequences
+// through them, GPipe (all forwards, then all backwards) or 1F1B (after
+// min(P−s−1, M) warm-up forwards, one forward then one backward). Activations
+// go forward and their gradients backward by send/recv on the pipeline group.
+//
+// Exactness: a microbatch is an aligned run of the data rank's gradient leaves
+// (a subtree: config.c checks it), its stage computation is the serial
+// model's code on the same rows, and the stage pushes each microbatch's
+// gradient into a tree in microbatch order, so the sum is the serial tree. A
+// stage keeps only the input of each microbatch in flight and recomputes its
+// activations before the microbatch's backward (the same bits). After the
+// step every stage broadcasts its tensors' gradients (a contiguous slice of
+// the canonical order) to the others.
+#ifndef TS_PIPELINE_H
+#define TS_PIPELINE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "tessera.h"
+#include "tree.h"
+
+typedef struct {
+  ts_comm *pipe;        // the pipeline group, ordered by stage
+  int P, s;             // stages, this stage
+  int M, mb;            // microbatches, sequences per microbatch
+  int schedule;         // 0 GPipe, 1 1F1B
+  size_t rows_c;        // floats of one microbatch's boundary activation
+  float *store;         // in-flight stage inputs: slots of rows_c floats
+  int slots;            // M (GPipe) or min(P − s, M) (1F1B)
+  float *dy;            // the next stage's gradient of our output
+  size_t *off, *len;    // every stage's slice of the parameters
+  ts_tree tree;         // the stage's gradients over microbatches
+  float *lsums;         // (M) the last stage's microbatch loss sums
+  int inflight, peak_inflight; // microbatches whose input is stored
+} ts_pipeline;
+
+// For a model already created with one microbatch (mb sequences).
+int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int schedule, int mb);
+void ts_pipeline_free(ts_pipeline *pl);
+// Forward (and backward when `train`) of the M microbatches of one batch:
+// inputs, targets (M·mb, T) of this data rank, sequences from b0. *loss_sum
+// is the tree over microbatches of their loss sums, on every stage. With
+// `train` the model's gradients are this stage's, summed over microbatches.
+int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, const int *targets,
+                     uint64_t step, int train, float *loss_sum);
+// Every stage's gradients to every stage (P broadcasts on the pipeline group).
+int ts_pipeline_gather_grads(ts_pipeline *pl, ts_model *m);
+#endif

@@ -1,0 +1,107 @@
+#!/bin/sh
+# Pipeline parallelism (ALGORITHMS.md §6, src/parallel/pipeline.h):
+# `mpiexec -n P·D tessera train --pp P --microbatches M --schedule gpipe|1f1b`
+# equals the serial run of the same global batch bit for bit (tessera compare
+# says identical) for the GPT (untied head) and LLaMA, any M dividing a data
+# rank's sequences, both schedules, dropout off and on, and with --dp.
+#
+# The step record of rank 0 (stage 0) counts its boundary traffic: M
+# activations sent forward and M gradients received, each mb·T·d floats
+# (mb = sequences per microbatch), counted as bytes sent + received:
+# 2·M·mb·T·d·4 per step whatever the schedule; and its peak number of
+# microbatches in flight: M under GPipe, min(P, M) under 1F1B (stage i holds
+# at most P − i).
+. "$(dirname "$0")/lib.sh"
+
+. "$(dirname "$0")/mpi_lib.sh"
+T=$TESSERA_BIN
+DATA=$TESSERA_SRCDIR/data/corpus.txt
+RUN_MPI="timeout 180 $MPIEXEC"
+common="--batch 4 --steps 2 --warmup 1 --eval-batches 1 --data $DATA --quiet --threads 1"
+
+field() { # FILE KEY: the first step record's numeric KEY
+  grep '"type":"step"' "$1" | head -n 1 | sed -n "s/.*\"$2\":\([0-9]*\).*/\1/p"
+}
+
+# equal MODEL_FLAGS DROPOUT RUN...: each run "P:D:M:schedule" against serial
+equal() {
+  flags=$1 drop=$2
+  shift 2
+  S=$TS_TMP/serial.jsonl
+  rm -f "$S"
+  expect_exit 0 "" "$T" train $flags $common --dropout $drop --log "$S" || return
+  for run in "$@"; do
+    P=${run%%:*} rest=${run#*:}
+    D=${rest%%:*} rest=${rest#*:}
+    M=${rest%%:*} sched=${rest#*:}
+    L=$TS_TMP/pp-$P-$D-$M-$sched.jsonl
+    rm -f "$L"
+    expect_exit 0 "" $RUN_MPI -n $((P * D)) "$T" train $flags $common --dropout $drop --pp $P \
+      --dp $D --microbatches $M --schedule $sched --log "$L" || continue
+    TS_CHECKS=$((TS_CHECKS + 1))
+    out=$("$T" compare "$S" "$L" 2>&1)
+    [ "$out" = identical ] && pass "$flags | pp $P dp $D M $M $sched | dropout $drop: identical" ||
+      fail "$flags | pp $P dp $D M $M $sched | dropout $drop: $out"
+    # stage 0's traffic and its microbatches in flight
+    nb=$((4 / D)) mb=$((4 / D / M))
+    want=$((2 * M * mb * 64 * 64 * 4))
+    got=$(grep '"type":"step"' "$L" | head -n 1 | sed -n 's/.*"sendrecv":{"calls":[0-9]*,"bytes":\([0-9]*\)}.*/\1/p')
+    TS_CHECKS=$((TS_CHECKS + 1))
+    [ "$got" = "$want" ] && pass "pp $P M $M $sched: stage 0 moves $got boundary bytes per step" ||
+      fail "pp $P M $M $sched: stage 0 moves '$got' boundary bytes, expected $want"
+    if [ "$sched" = gpipe ]; then inflight=$M; else inflight=$((P < M ? P : M)); fi
+    got=$(field "$L" peak_inflight)
+    TS_CHECKS=$((TS_CHECKS + 1))
+    [ "$got" = "$inflight" ] && pass "pp $P M $M $sched: $got microbatches in flight on stage 0" ||
+      fail "pp $P M $M $sched: '$got' microbatches in flight on stage 0, expected $inflight"
+  done
+}
+
+for drop in 0 0.1; do
+  equal "--model tiny --untied" $drop 2:1:1:gpipe 2:1:2:gpipe 2:1:4:gpipe 2:1:1:1f1b 2:1:2:1f1b \
+    2:1:4:1f1b 2:2:2:1f1b
+done
+equal "--model llama-tiny --layers 4" 0.1 4:1:4:gpipe 4:1:4:1f1b 4:1:2:1f1b 4:1:1:1f1b \
+  2:2:2:gpipe 2:2:1:1f1b
+
+# resume under pp 2 from a checkpoint of the serial run
+CK=$TS_TMP/ck
+R=$TS_TMP/resumed.jsonl
+B="--model tiny --untied $common"
+expect_exit 0 "" "$T" train $B --ckpt-dir "$CK" --ckpt-every 1 --log "$R"
+cp "$R" "$TS_TMP/straight.jsonl"
+rm -f "$CK/step-00000002.safetensors"
+expect_exit 0 "" $RUN_MPI -n 2 "$T" train $B --pp 2 --microbatches 2 --ckpt-dir "$CK" --resume --log "$R"
+expect_stdout "resumed from .*step-00000001"
+expect_exit 0 "" "$T" compare "$TS_TMP/straight.jsonl" "$R"
+expect_stdout "^identical"
+
+# --- refused before any work ----------------------------------------------------------
+NOLOG=$TS_TMP/never.jsonl
+expect_exit 2 "--pp 3: the 2 layers must divide into 3 stages" "$T" train $B --pp 3 --log "$NOLOG"
+expect_exit 2 "--pp 2: the tied head puts the embedding on the first and the last stage" \
+  "$T" train --model tiny $common --pp 2 --log "$NOLOG"
+expect_exit 2 "--microbatches 3: must divide the 4 sequences of each data rank" \
+  "$T" train $B --pp 2 --microbatches 3 --log "$NOLOG"
+expect_exit 2 "--pp 2 with --sp 2: pipeline and sequence parallelism do not compose yet" \
+  "$T" train $B --pp 2 --sp 2 --log "$NOLOG"
+expect_exit 2 "--schedule zigzag: must be gpipe or 1f1b" "$T" train $B --pp 2 --schedule zigzag --log "$NOLOG"
+expect_exit 2 "--dp 1 --sp 1 --pp 2: needs dp x sp x pp = 2 ranks but the MPI world size is 1" \
+  "$T" train $B --pp 2 --log "$NOLOG"
+TS_CHECKS=$((TS_CHECKS + 1))
+[ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"
+
+# --- a failure on one stage ends every stage, with its message ------------------------
+TS_CHECKS=$((TS_CHECKS + 1))
+t0=$(date +%s)
+TESSERA_FAULT_RANK=1 timeout 60 $MPIEXEC -n 2 "$T" train $B --pp 2 >"$TS_OUT" 2>"$TS_ERR"
+rc=$?
+dt=$(($(date +%s) - t0))
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+  fail "pp 2, rank 1 failing: exit $rc after ${dt}s (expected a quick non-zero exit)"
+elif ! grep -q "^tessera: rank 1: cannot read .*fault injected" "$TS_ERR"; then
+  fail "pp 2, rank 1 failing: no 'tessera: rank 1: ...' message: $(head -c 500 "$TS_ERR")"
+else
+  pass "pp 2, rank 1 failing: exit $rc after ${dt}s"
+fi
+done_testing
