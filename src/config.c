@@ -75,6 +75,8 @@ void ts_config_defaults(ts_config *cfg) {
   cfg->beta2 = 0.95f;
   cfg->eps = 1e-8f;
   cfg->grad_clip = 1.0f;
+  cfg->optimizer = TS_OPT_ADAMW;
+  cfg->muon_lr = 0.0f; // 0.02 when a Muon optimizer is chosen (ts_config_finalize)
   cfg->warmup = 10;
   cfg->val_frac = 0.1f;
   cfg->eval_every = 0;
@@ -164,6 +166,14 @@ int ts_config_finalize(ts_config *cfg) {
   if (cfg->seq % cfg->leaf != 0)
     return ts_fail(TS_EUSAGE, "--seq %d: must be a multiple of the leaf (%d)", cfg->seq, cfg->leaf);
 
+  if (cfg->optimizer < TS_OPT_ADAMW || cfg->optimizer > TS_OPT_MUON_PE)
+    return ts_fail(TS_EUSAGE, "optimizer %d: unknown", cfg->optimizer);
+  if (cfg->optimizer == TS_OPT_ADAMW && cfg->muon_lr != 0.0f)
+    return ts_fail(TS_EUSAGE, "--muon-lr %g: only with --optimizer muon or muon-pe",
+                   (double)cfg->muon_lr);
+  if (cfg->optimizer != TS_OPT_ADAMW && cfg->muon_lr == 0.0f) cfg->muon_lr = 0.02f;
+  if (!(cfg->muon_lr >= 0.0f && cfg->muon_lr < 10.0f))
+    return ts_fail(TS_EUSAGE, "--muon-lr %g: must be in [0, 10)", (double)cfg->muon_lr);
   // run; written as !(x ok) so that NaN fails too
   if (cfg->batch < 1) return ts_fail(TS_EUSAGE, "--batch %d: must be >= 1", cfg->batch);
   if (cfg->steps < 1) return ts_fail(TS_EUSAGE, "--steps %d: must be >= 1", cfg->steps);
@@ -384,6 +394,8 @@ typedef struct {
   { k, kind, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), 1, 1, 0 }
 #define FLD_OPT(k, member)                                                                         \
   { k, F_INT, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), 0, 0, 1 }
+#define FLD_OPTF(k, member)                                                                        \
+  { k, F_FLOAT, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), 0, 0, 1 }
 
 static const field fields[] = {
     FLD("preset", F_STR, preset, 0),
@@ -416,6 +428,8 @@ static const field fields[] = {
     FLD("eval_batches", F_INT, eval_batches, 0),
     FLD("threads", F_INT, threads, 0),
     FLD("fast", F_INT, fast, 0),
+    FLD_OPT("optimizer", optimizer),
+    FLD_OPTF("muon_lr", muon_lr),
     FLD_OPT("checkpoint", checkpoint),
     FLD_OPT("fused_ce", fused_ce),
     FLD_OPT("tiled_mlp", tiled_mlp),
@@ -455,7 +469,8 @@ int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap) {
     const field *f = &fields[i];
     const void *p = base + f->off;
     if (f->llama && cfg->variant != TS_LLAMA) continue; // GPT files stay as they were
-    if (f->optional && *(const int *)p == 0) continue;
+    if (f->optional && (f->kind == F_FLOAT ? *(const float *)p == 0.0f : *(const int *)p == 0))
+      continue;
     put(buf, cap, &len, "%s\"%s\":", i ? "," : "", f->key);
     switch (f->kind) {
     case F_INT: put(buf, cap, &len, "%d", *(const int *)p); break;

@@ -73,7 +73,7 @@ typedef struct {
   char device[8];
   ts_layout lay; // --dp, --sp, --pp
   int rank;
-  char sp_mode[16], schedule[16], compress[16], upipe_schedule[16];
+  char sp_mode[16], schedule[16], compress[16], upipe_schedule[16], optimizer[16];
   char ckpt[4096]; // eval
   char out[4096];  // dump
   int traj_steps;
@@ -182,6 +182,11 @@ static const flag flags[] = {
     {"--warmup", K_INT, AT(cfg.warmup), 0, "N", "linear warmup steps, then cosine decay", NULL, TD,
      G_TRAIN, NULL},
     {"--weight-decay", K_FLOAT, AT(cfg.weight_decay), 0, "W", "AdamW weight decay", NULL, TD,
+     G_TRAIN, NULL},
+    {"--optimizer", K_STR, AT(optimizer), 0, "NAME",
+     "adamw, or muon / muon-pe: Muon (Newton-Schulz / Polar Express) for the layers' 2-D weights "
+     "and AdamW for the rest", "adamw", TD, G_TRAIN, check_choice},
+    {"--muon-lr", K_FLOAT, AT(cfg.muon_lr), 0, "LR", "Muon's peak learning rate", "0.02", TD,
      G_TRAIN, NULL},
     {"--grad-clip", K_FLOAT, AT(cfg.grad_clip), 0, "C",
      "clip the global gradient norm at C, 0 = off", NULL, TD, G_TRAIN, NULL},
@@ -327,6 +332,15 @@ static int check_parallel(const flag *f, const char *raw, cli *c) {
 // Names are checked now so a typo is caught even while the layout is serial.
 static int check_choice(const flag *f, const char *raw, cli *c) {
   static const char *schedules[] = {"gpipe", "1f1b", NULL};
+  if (strcmp(f->name, "--optimizer") == 0) {
+    static const char *names[] = {"adamw", "muon", "muon-pe", NULL};
+    for (int i = 0; names[i]; i++)
+      if (strcmp(raw, names[i]) == 0) {
+        c->cfg.optimizer = i;
+        return TS_OK;
+      }
+    return ts_fail(TS_EUSAGE, "--optimizer %s: must be adamw, muon or muon-pe", raw);
+  }
   if (strcmp(f->name, "--upipe-schedule") == 0) {
     if (strcmp(raw, "natural") == 0 || strcmp(raw, "gqa") == 0) {
       c->lay.upipe_sched = raw[0] == 'g';

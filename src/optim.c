@@ -4,11 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "orthogonal.h"
 #include "util.h"
 
 int ts_adamw_init(ts_adamw *opt, size_t n) {
   opt->n = n;
   opt->step = 0;
+  opt->scratch = NULL;
+  opt->scratch_n = 0;
   opt->m = ts_alloc(n * sizeof(float));
   opt->v = ts_alloc(n * sizeof(float));
   if (!opt->m || !opt->v) return ts_fail(TS_ERUNTIME, "out of memory for optimizer state");
@@ -18,11 +21,14 @@ int ts_adamw_init(ts_adamw *opt, size_t n) {
 void ts_adamw_free(ts_adamw *opt) {
   ts_free(opt->m);
   ts_free(opt->v);
-  opt->m = opt->v = NULL;
+  ts_free(opt->scratch);
+  opt->m = opt->v = opt->scratch = NULL;
+  opt->scratch_n = 0;
 }
 
 void ts_adamw_update(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int ntens,
-                     float lr, float wd, float beta1, float beta2, float eps) {
+                     float lr, float wd, float beta1, float beta2, float eps,
+                     const unsigned char *skip) {
   opt->step++;
   // Same arithmetic as torch.optim.AdamW (non-fused, single tensor): decay,
   // moments, then p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
@@ -36,6 +42,8 @@ void ts_adamw_update(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nte
     const float *g = grads[t].data;
     int64_t n = ts_tensor_numel(&params[t]);
     float *m = opt->m + off, *v = opt->v + off;
+    off += (size_t)n;
+    if (skip && skip[t]) continue;
     float decay = params[t].ndim >= 2 ? 1.0f - lr * wd : 1.0f;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
@@ -47,8 +55,53 @@ void ts_adamw_update(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nte
       m[i] = mi;
       v[i] = vi;
     }
-    off += (size_t)n;
   }
+}
+
+static int is_hidden_matrix(const ts_tensor *t) {
+  return t->ndim == 2 && strncmp(t->name, "h.", 2) == 0;
+}
+
+int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int ntens,
+                      const ts_config *cfg, int64_t s) {
+  const float lr = ts_lr_at(cfg, s);
+  if (cfg->optimizer == TS_OPT_ADAMW) {
+    ts_adamw_update(opt, params, grads, ntens, lr, cfg->weight_decay, cfg->beta1, cfg->beta2,
+                    cfg->eps, NULL);
+    return TS_OK;
+  }
+  unsigned char *skip = calloc((size_t)ntens, 1);
+  if (!skip) return ts_fail(TS_ERUNTIME, "out of memory");
+  size_t need = 0;
+  for (int t = 0; t < ntens; t++)
+    if ((skip[t] = (unsigned char)is_hidden_matrix(&params[t]))) {
+      size_t k = ts_ortho_scratch((int)params[t].shape[0], (int)params[t].shape[1]);
+      if (k > need) need = k;
+    }
+  if (need > opt->scratch_n) {
+    ts_free(opt->scratch);
+    opt->scratch = ts_alloc(need * sizeof(float));
+    opt->scratch_n = opt->scratch ? need : 0;
+    if (!opt->scratch) {
+      free(skip);
+      return ts_fail(TS_ERUNTIME, "out of memory (Muon scratch)");
+    }
+  }
+  ts_adamw_update(opt, params, grads, ntens, lr, cfg->weight_decay, cfg->beta1, cfg->beta2,
+                  cfg->eps, skip);
+  // Muon on the same schedule: --muon-lr scaled as AdamW's lr is
+  const float mlr = cfg->lr > 0.0f ? cfg->muon_lr * (lr / cfg->lr) : 0.0f;
+  const ts_ortho how = cfg->optimizer == TS_OPT_MUON_PE ? TS_ORTHO_PE : TS_ORTHO_NS;
+  size_t off = 0;
+  for (int t = 0; t < ntens; t++) {
+    const size_t n = (size_t)ts_tensor_numel(&params[t]);
+    if (skip[t])
+      ts_muon_update(params[t].data, grads[t].data, opt->m + off, (int)params[t].shape[0],
+                     (int)params[t].shape[1], mlr, cfg->weight_decay, 0.95f, how, 5, opt->scratch);
+    off += n;
+  }
+  free(skip);
+  return TS_OK;
 }
 
 #define NORM_CHUNK 65536

@@ -9,15 +9,28 @@
 
 typedef struct {
   size_t n;
-  float *m, *v;   // moments, same layout as the parameters
+  float *m, *v;   // moments, same layout as the parameters (Muon's momentum in m)
   uint64_t step;  // optimizer steps taken
+  float *scratch; // Muon's orthogonalisation scratch (allocated on first use)
+  size_t scratch_n;
 } ts_adamw;
 
 int ts_adamw_init(ts_adamw *opt, size_t n);
 void ts_adamw_free(ts_adamw *opt);
-// One update of every tensor; decay applies to tensors with ndim >= 2.
+// One update of every tensor but those with skip[t] set (skip may be NULL);
+// decay applies to tensors with ndim >= 2.
 void ts_adamw_update(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int ntens,
-                     float lr, float wd, float beta1, float beta2, float eps);
+                     float lr, float wd, float beta1, float beta2, float eps,
+                     const unsigned char *skip);
+
+// The run's optimizer step s (0-based) on every tensor: AdamW, or the hybrid
+// of the Muon papers (--optimizer muon, muon-pe): Muon, with Newton–Schulz or
+// Polar Express, for the layers' 2-D weights (tensors "h.*" of two
+// dimensions), AdamW for the rest (embeddings, head, norms, biases). Muon's
+// learning rate is --muon-lr on AdamW's schedule; its momentum lives in the
+// AdamW first moment of its tensors.
+int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int ntens,
+                      const ts_config *cfg, int64_t s);
 
 // √(Σ g²) with a fixed association (fixed chunks in double, chunk sums in order).
 float ts_grad_norm(const float *g, size_t n);

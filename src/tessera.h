@@ -20,6 +20,7 @@ const char *ts_errmsg(void);
 // ---------------------------------------------------------------------------
 // Configuration: the model (what is learned) and the run (how it is trained).
 typedef enum { TS_GPT = 0, TS_LLAMA = 1 } ts_variant;
+enum { TS_OPT_ADAMW = 0, TS_OPT_MUON = 1, TS_OPT_MUON_PE = 2 };
 
 typedef struct {
   // model
@@ -43,6 +44,8 @@ typedef struct {
   int leaf;     // tokens per gradient-sum leaf (R3); 0 = default from T
   float lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
   int warmup;
+  int optimizer;     // TS_OPT_ADAMW, TS_OPT_MUON (Newton–Schulz), TS_OPT_MUON_PE (Polar Express)
+  float muon_lr;     // Muon's peak learning rate (the hybrid optimizers)
   float val_frac;    // fraction of the corpus held out for validation
   int eval_every;    // 0 = never
   int eval_batches;

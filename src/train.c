@@ -233,10 +233,11 @@ static int check_resume_config(const ts_config *cfg, const char *json, const cha
   SAME_INT(n_head, "--heads") SAME_INT(d_ff, "--d-ff") SAME_INT(seq, "--seq")
   SAME_INT(tied, "--tied") SAME_INT(batch, "--batch") SAME_INT(steps, "--steps")
   SAME_INT(seed, "--seed") SAME_INT(tile, "--tile") SAME_INT(leaf, "--leaf")
-  SAME_INT(warmup, "--warmup")
+  SAME_INT(warmup, "--warmup") SAME_INT(optimizer, "--optimizer")
   SAME_FLT(dropout, "--dropout") SAME_FLT(lr, "--lr") SAME_FLT(min_lr_frac, "--min-lr-frac")
   SAME_FLT(weight_decay, "--weight-decay") SAME_FLT(beta1, "beta1") SAME_FLT(beta2, "beta2")
   SAME_FLT(eps, "eps") SAME_FLT(grad_clip, "--grad-clip") SAME_FLT(val_frac, "--val-frac")
+  SAME_FLT(muon_lr, "--muon-lr")
 #undef SAME_INT
 #undef SAME_FLT
   return TS_OK;
@@ -405,7 +406,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     float norm = ts_grad_norm(ts_model_grads(m), np);
     ts_clip(ts_model_grads(m), np, norm, cfg.grad_clip);
     float lr = ts_lr_at(&cfg, s);
-    ts_adamw_update(&opt, pt, gt, nt, lr, cfg.weight_decay, cfg.beta1, cfg.beta2, cfg.eps);
+    if ((rc = ts_optimizer_step(&opt, pt, gt, nt, &cfg, s))) goto done;
     double dt = ts_now() - t0;
     double comm_s = ts_grid_comm_seconds(grid);
     double tps = tokens / dt;
@@ -621,7 +622,7 @@ int ts_dump(const ts_config *cfg_in, const char *out_dir, int traj_steps) {
     if ((rc = ts_model_backward(m, step))) goto done;
     float n2 = ts_grad_norm(ts_model_grads(m), np);
     ts_clip(ts_model_grads(m), np, n2, cfg.grad_clip);
-    ts_adamw_update(&opt, pt, gt, nt, ts_lr_at(&cfg, s), cfg.weight_decay, cfg.beta1, cfg.beta2, cfg.eps);
+    if ((rc = ts_optimizer_step(&opt, pt, gt, nt, &cfg, s))) goto done;
     len += sprintf(result + len, "%s{\"step\":%d,\"loss\":%.9g,\"loss_hex\":\"%a\"}", s ? "," : "",
                    s + 1, (double)l, (double)l);
   }

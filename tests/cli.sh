@@ -52,6 +52,8 @@ expect_exit 2 "--dp 1 --sp 2 --pp 1: needs dp x sp x pp = 2 ranks but the MPI wo
   "$T" train $NODATA --sp 2
 expect_exit 2 "--dp 4: needs 4 ranks but the MPI world size is 1" "$T" train $NODATA --dp 4
 expect_exit 2 "--pp 2: the tied head puts the embedding on the first and the last stage" "$T" train $NODATA --pp 2
+expect_exit 2 "--optimizer sgd: must be adamw, muon or muon-pe" "$T" train $NODATA --optimizer sgd
+expect_exit 2 "--muon-lr 0.1: only with --optimizer muon or muon-pe" "$T" train $NODATA --muon-lr 0.1
 expect_exit 2 "--sp-mode zigzag" "$T" train $NODATA --sp-mode zigzag
 expect_exit 2 "--device cuda: " "$T" train $NODATA --device cuda
 expect_exit 2 "--device tpu: must be cpu or cuda" "$T" train $NODATA --device tpu

@@ -75,6 +75,16 @@ if expect_exit 0 "" $RUN_MPI -n 2 "$T" train $BASE --dp 2 --fast --log "$F"; the
   expect_exit 0 "" "$T" compare --rtol 1e-5 "$TS_TMP/serial-0.jsonl" "$F"
 fi
 
+# the Muon hybrid (Polar Express) is exact on any layout too: every rank runs
+# the same single-threaded orthogonalisation on the same replica
+M0=$TS_TMP/muon-serial.jsonl
+M1=$TS_TMP/muon-dp2.jsonl
+expect_exit 0 "" "$T" train $BASE --optimizer muon-pe --log "$M0"
+if expect_exit 0 "" $RUN_MPI -n 2 "$T" train $BASE --optimizer muon-pe --dp 2 --log "$M1"; then
+  expect_exit 0 "" "$T" compare "$M0" "$M1"
+  expect_stdout "^identical"
+fi
+
 # resume under dp 2 from a checkpoint written by its rank 0, read by both ranks
 CK=$TS_TMP/ck
 R=$TS_TMP/resumed.jsonl

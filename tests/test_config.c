@@ -188,6 +188,8 @@ static void awkward(ts_config *c) {
   c->eval_batches = 13;
   c->threads = 2;
   c->fast = 1;
+  c->optimizer = TS_OPT_MUON_PE;
+  c->muon_lr = 0.03f;
   c->checkpoint = 1; // written only when set: one set, one not
   c->fused_ce = 1;
   snprintf(c->data_path, sizeof c->data_path, "/tmp/dir with spaces/\t\"quoted\"\n\x01.txt");

@@ -61,7 +61,8 @@ static float *train_steps(const ts_config *c, int steps, const int *inp, const i
     assert_int_equal(ts_model_backward(m, (uint64_t)s + 1), TS_OK);
     float n = ts_grad_norm(ts_model_grads(m), np);
     ts_clip(ts_model_grads(m), np, n, c->grad_clip);
-    ts_adamw_update(&opt, pt, gt, nt, ts_lr_at(c, s), c->weight_decay, c->beta1, c->beta2, c->eps);
+    ts_adamw_update(&opt, pt, gt, nt, ts_lr_at(c, s), c->weight_decay, c->beta1, c->beta2, c->eps,
+                    NULL);
   }
   float *out = malloc(np * sizeof(float));
   memcpy(out, ts_model_params(m), np * sizeof(float));

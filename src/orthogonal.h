@@ -1,0 +1,48 @@
+// Orthogonalising iterations and the optimizers built on them
+// (ALGORITHMS.md §8): Muon's quintic Newton–Schulz, Polar Express, the Muon
+// update of a 2-D weight, and SPEL on the Stiefel manifold St(d, r).
+//
+// Every matrix product is one single-threaded sgemm of a fixed shape (the
+// trainer runs BLAS on one thread), so the results are the same bits on any
+// layout: every rank runs the same update on the same replica.
+#ifndef TS_ORTHOGONAL_H
+#define TS_ORTHOGONAL_H
+#include <stddef.h>
+
+// Floats of scratch the iterations below need for a rows × cols matrix.
+size_t ts_ortho_scratch(int rows, int cols);
+
+// X (rows × cols, row-major) in place ← its approximate orthogonal polar
+// factor U·Vᵀ, by `steps` quintic Newton–Schulz steps on X/(‖X‖_F + 1e-7):
+// X ← aX + (bA + cA²)X, A = XXᵀ (on the wide orientation), (a, b, c) =
+// (3.4445, −4.7750, 2.0315). Muon's default is 5 steps.
+void ts_newton_schulz(float *X, int rows, int cols, int steps, float *scratch);
+
+// The same by Polar Express (Amsel et al. 2025): per-step coefficients, X
+// normalised by ‖X‖_F·1.01 + 1e-7. Eight or more steps make it a retraction
+// (‖XᵀX − I‖ at fp32 rounding level for a tall X).
+void ts_polar_express(float *X, int rows, int cols, int steps, float *scratch);
+
+typedef enum { TS_ORTHO_NS = 0, TS_ORTHO_PE = 1 } ts_ortho;
+
+// One Muon update of the weight p (rows × cols) with gradient g and
+// momentum buffer buf (same shape):
+//   buf = β·buf + (1−β)·g; u = (1−β)·g + β·buf (Nesterov); u ← ortho(u);
+//   u ×= max(1, rows/cols)^½; p ×= 1 − lr·wd; p −= lr·u.
+void ts_muon_update(float *p, const float *g, float *buf, int rows, int cols, float lr, float wd,
+                    float beta, ts_ortho how, int steps, float *scratch);
+
+// The projection of g (d × r) onto the tangent space of St(d, r) at A:
+// out = g − A·sym(Aᵀg), sym(M) = (M + Mᵀ)/2; then Aᵀ·out is skew-symmetric.
+// scratch: r·r floats.
+void ts_stiefel_tangent(float *out, const float *A, const float *g, int d, int r, float *scratch);
+
+// One SPEL step of A ∈ St(d, r) (d × r, AᵀA = I) with Euclidean gradient g
+// and momentum m (d × r): the Riemannian gradient g_R = g − A·sym(Aᵀg),
+// m = β·m + (1−β)·g_R, D = PolarExpress(m), A ← PolarExpress(A − α·D).
+void ts_spel_step(float *A, const float *g, float *m, int d, int r, float alpha, float beta,
+                  int steps, float *scratch);
+
+// ‖AᵀA − I‖_F of a d × r matrix, in double.
+double ts_orthogonality_error(const float *A, int d, int r);
+#endif
