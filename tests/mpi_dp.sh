@@ -113,19 +113,6 @@ TS_CHECKS=$((TS_CHECKS + 1))
 [ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"
 
 # --- a failure on one rank ends every rank, at once, with the rank's message ----------
-TS_CHECKS=$((TS_CHECKS + 1))
-t0=$(date +%s)
-TESSERA_FAULT_RANK=1 timeout 60 $MPIEXEC -n 2 "$T" train $BASE --dp 2 >"$TS_OUT" 2>"$TS_ERR"
-rc=$?
-dt=$(($(date +%s) - t0))
-if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-  fail "rank 1 failing: exit $rc after ${dt}s (expected a quick non-zero exit)"
-elif ! grep -q "^tessera: rank 1: cannot read .*fault injected" "$TS_ERR"; then
-  fail "rank 1 failing: no 'tessera: rank 1: ...' message: $(head -c 500 "$TS_ERR")"
-elif [ "$dt" -gt 20 ]; then
-  fail "rank 1 failing: took ${dt}s to bring the run down"
-else
-  pass "rank 1 failing: exit $rc after ${dt}s: $(grep '^tessera: rank 1' "$TS_ERR")"
-fi
+expect_fault_ends_all "dp 2" 2 train $BASE --dp 2
 
 done_testing

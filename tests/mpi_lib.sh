@@ -20,3 +20,27 @@ if ! mpi_probe $MPIEXEC; then
     exit 99
   fi
 fi
+
+# expect_fault_ends_all LABEL NRANKS ARGS...: with TESSERA_FAULT_RANK=1 (rank
+# 1 fails as if its data file were unreadable, the others go on into their
+# first collective) `mpiexec -n NRANKS tessera ARGS...` must end every rank
+# within 20 s with a non-zero status and rank 1's one-line message; a hang is
+# a failure (killed after 60 s).
+expect_fault_ends_all() {
+  _label=$1 _n=$2
+  shift 2
+  TS_CHECKS=$((TS_CHECKS + 1))
+  _t0=$(date +%s)
+  TESSERA_FAULT_RANK=1 timeout 60 $MPIEXEC -n "$_n" "$TESSERA_BIN" "$@" >"$TS_OUT" 2>"$TS_ERR"
+  _rc=$?
+  _dt=$(($(date +%s) - _t0))
+  if [ "$_rc" -eq 0 ] || [ "$_rc" -eq 124 ] || [ "$_rc" -eq 137 ]; then
+    fail "$_label, rank 1 failing: exit $_rc after ${_dt}s (expected a quick non-zero exit)"
+  elif ! grep -q "^tessera: rank 1: cannot read .*fault injected" "$TS_ERR"; then
+    fail "$_label, rank 1 failing: no 'tessera: rank 1: ...' message: $(head -c 500 "$TS_ERR")"
+  elif [ "$_dt" -gt 20 ]; then
+    fail "$_label, rank 1 failing: took ${_dt}s to bring the run down"
+  else
+    pass "$_label, rank 1 failing: exit $_rc after ${_dt}s: $(grep '^tessera: rank 1' "$TS_ERR")"
+  fi
+}

@@ -92,16 +92,5 @@ TS_CHECKS=$((TS_CHECKS + 1))
 [ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"
 
 # --- a failure on one stage ends every stage, with its message ------------------------
-TS_CHECKS=$((TS_CHECKS + 1))
-t0=$(date +%s)
-TESSERA_FAULT_RANK=1 timeout 60 $MPIEXEC -n 2 "$T" train $B --pp 2 >"$TS_OUT" 2>"$TS_ERR"
-rc=$?
-dt=$(($(date +%s) - t0))
-if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-  fail "pp 2, rank 1 failing: exit $rc after ${dt}s (expected a quick non-zero exit)"
-elif ! grep -q "^tessera: rank 1: cannot read .*fault injected" "$TS_ERR"; then
-  fail "pp 2, rank 1 failing: no 'tessera: rank 1: ...' message: $(head -c 500 "$TS_ERR")"
-else
-  pass "pp 2, rank 1 failing: exit $rc after ${dt}s"
-fi
+expect_fault_ends_all "pp 2" 2 train $B --pp 2
 done_testing
