@@ -1,13 +1,14 @@
 // What one rank holds of the global batch, and how its loss and gradients
-// join those of its sequence group (ALGORITHMS.md §2, DESIGN.md R3).
+// join those of its groups (ALGORITHMS.md §2, §6; DESIGN.md R3).
 //
 // A rank holds nb = batch/dp sequences [b0, b0 + nb) and, under --sp N,
-// positions [t0, t0 + T/N) of each. With N > 1 the model holds one sequence
-// at a time and the rank runs its sequences one after the other: then every
-// (sequence, segment) is an aligned subtree of the serial gradient tree, and
-// the sums go sequence group first, then sequences, then the data group,
-// which is the serial tree. (Several sequences at once would not be
-// contiguous leaves.)
+// positions [t0, t0 + T/N) of each (ring-zigzag: two chunks). With N > 1 the
+// model holds one sequence at a time and the rank runs its sequences one
+// after the other: then every (sequence, segment) is an aligned subtree of
+// the serial gradient tree, and the sums go sequence group first, then
+// sequences, then the data group, which is the serial tree. (Several
+// sequences at once would not be contiguous leaves.) Under --pp P the rank is
+// a pipeline stage and runs microbatches of its sequences (pipeline.h).
 #ifndef TS_SHARD_H
 #define TS_SHARD_H
 #include <stddef.h>
