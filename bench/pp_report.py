@@ -24,41 +24,18 @@ Without recomputation the model gives the formula for both schedules (checked he
 Runs with more ranks than cores (‡) show only counts and bytes; a run whose log is
 missing or incomplete makes the report exit 1 with one line saying which.
 """
-import argparse
-import json
 import os
-import statistics
 import sys
 
-LOADED_CORES = 0.1     # other processes above this many cores on average: flagged
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import (LOADED_CORES, ROOT, ReportError, arg_parser, flag,  # noqa: E402
+                      fmt_bytes, fmt_ms, load_log, manifest_lines, median, model_name,
+                      others_cores, output_paths, read_kv, run_command, run_main, save_fig,
+                      setup_cores, shown, table, write_report)
+
 SCHED_ORDER = ["gpipe", "1f1b"]
 SCHED_STYLE = {"gpipe": ("tab:blue", "o"), "1f1b": ("tab:red", "s")}   # colour, marker
 FLOAT = 4
-
-
-class ReportError(Exception):
-    pass
-
-
-def read(path, default=None):
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return default
-
-
-def read_kv(path):
-    out = {}
-    for line in (read(path, "") or "").splitlines():
-        k, _, v = line.partition(" ")
-        if k:
-            out[k] = v.strip()
-    return out
-
-
-def median(xs):
-    return statistics.median(xs) if xs else None
 
 
 # ---- the schedules, as an event model -------------------------------------------------
@@ -150,25 +127,8 @@ def check_model(Ps, Ms, bwd):
 
 def load_run(results, name, root):
     """One run's figures from its log and its meta file."""
-    base = os.path.join(results, name)
-    meta = read_kv(base + ".meta")
-    cmd = (read(base + ".cmd", "") or "").strip().replace(root + "/", "")
-    res = {"name": name, "command": cmd}
-    text = read(base + ".jsonl")
-    if text is None:
-        raise ReportError("%s: no run log (%s.jsonl)" % (name, base))
-    try:
-        recs = [json.loads(l) for l in text.splitlines() if l.strip()]
-    except ValueError as e:
-        raise ReportError("%s: unreadable run log: %s" % (name, e))
-    cfg = next((r for r in recs if r.get("type") == "config"), None)
-    steps = [r for r in recs if r.get("type") == "step"]
-    if meta.get("rc", "0") != "0":
-        raise ReportError("%s: exit status %s" % (name, meta.get("rc")))
-    if cfg is None or len(steps) < 2:
-        raise ReportError("%s: run log has %d step records (need 2 or more)" % (name, len(steps)))
-    if not any(r.get("type") == "final" for r in recs):
-        raise ReportError("%s: run log has no final record (the run did not complete)" % name)
+    res = {"name": name, "command": run_command(results, name, root)}
+    meta, cfg, steps = load_log(results, name)
     later = steps[1:]
     model = cfg.get("model", {})
     pipes = [r.get("pipeline") for r in steps]
@@ -179,10 +139,7 @@ def load_run(results, name, root):
     inflight = sorted({p["peak_inflight"] for p in pipes}) if all(pipes) else []
     boundary = [r.get("comm", {}).get("sendrecv", {"calls": 0, "bytes": 0}) for r in later]
     bcast = [r.get("comm", {}).get("bcast", {"calls": 0, "bytes": 0}) for r in later]
-    wall_s = float(meta.get("wall_s", 0) or 0)
-    others = None
-    if wall_s > 0 and "machine_busy_s" in meta and "own_cpu_s" in meta:
-        others = max(0.0, float(meta["machine_busy_s"]) - float(meta["own_cpu_s"])) / wall_s
+    wall_s, others = others_cores(meta)
     res.update({
         "params": cfg.get("params"),
         "layout": cfg.get("layout"),
@@ -208,22 +165,14 @@ def load_run(results, name, root):
         "step_ms_all": [r["step_ms"] for r in steps],
         "peak_rss_largest_mb": max(r.get("peak_rss_mb_max", r["peak_rss_mb"]) for r in steps),
         "run_wall_s": wall_s,
-        "others_cores": round(others, 2) if others is not None else None,
+        "others_cores": others,
     })
     return res
 
 
 def load_manifest(results):
-    text = read(os.path.join(results, "manifest.tsv"))
-    if text is None:
-        raise ReportError("%s/manifest.tsv: missing (run bench/pp_schedule.sh first)" % results)
     rows = []
-    for line in text.splitlines()[1:]:
-        if not line.strip():
-            continue
-        f = line.split("\t")
-        if len(f) != 5:
-            raise ReportError("manifest.tsv: bad line %r" % line)
+    for f in manifest_lines(results, "bench/pp_schedule.sh", 5):
         if f[4] != "ok":
             raise ReportError("manifest.tsv: %s: unknown status %r" % (f[3], f[4]))
         rows.append({"P": int(f[0]), "M": int(f[1]), "schedule": f[2], "name": f[3], "status": f[4]})
@@ -232,38 +181,12 @@ def load_manifest(results):
 
 # ---- formatting -------------------------------------------------------------------
 
-def fmt_ms(x):
-    if x is None:
-        return "—"
-    return "%.0f" % x if x >= 100 else ("%.1f" % x if x >= 1 else "%.2f" % x)
-
-
 def fmt_frac(x):
     return "—" if x is None else "%.2f" % x
 
 
-def fmt_bytes(b):
-    if b is None:
-        return "—"
-    if b == 0:
-        return "0"
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if b >= div:
-            return "%.2f %s" % (b / div, unit)
-    return "%d B" % b
-
-
 def sched_key(s):
     return SCHED_ORDER.index(s) if s in SCHED_ORDER else len(SCHED_ORDER)
-
-
-def flag(x):
-    return " †" if x.get("others_cores") is not None and x["others_cores"] > LOADED_CORES else ""
-
-
-def table(head, align, rows):
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
-    return out + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def expected_inflight(P, M, sched):
@@ -327,18 +250,6 @@ def recompute_table(Ps, Ms, bwd):
 
 
 # ---- plot ---------------------------------------------------------------------------
-
-def shown(path, root):
-    p = os.path.abspath(path)
-    return os.path.relpath(p, root) if p.startswith(root + os.sep) else p
-
-
-def save_fig(fig, path):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
-
 
 def plot(rows, runs, cores, bwd, path, title):
     try:
@@ -425,25 +336,18 @@ def plot(rows, runs, cores, bwd, path, title):
 # ---- main ---------------------------------------------------------------------------
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--results", default="bench/results/pp")
-    ap.add_argument("--img-dir", default="docs/img")
-    ap.add_argument("--md", help="markdown output (default RESULTS/report.md)")
-    ap.add_argument("--json", help="summary output (default RESULTS/summary.json)")
+    ap = arg_parser(__doc__, "bench/results/pp")
     ap.add_argument("--bwd", type=float, default=2.0,
                     help="the event model's backward cost in forwards (default 2: two matmuls per one)")
-    ap.add_argument("--no-plots", action="store_true")
     a = ap.parse_args()
     if not a.bwd > 0:
         raise ReportError("--bwd %g: must be positive" % a.bwd)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    results = os.path.abspath(a.results)
-    md_path = a.md or os.path.join(results, "report.md")
-    json_path = a.json or os.path.join(results, "summary.json")
+    root = ROOT
+    results, md_path, json_path = output_paths(a)
 
     rows = load_manifest(results)
     setup = read_kv(os.path.join(results, "setup.txt"))
-    cores = int(setup.get("cores") or os.cpu_count() or 1)
+    cores = setup_cores(setup)
     runs = {r["name"]: load_run(results, r["name"], root) for r in rows}
     serial = next((runs[r["name"]] for r in rows if r["P"] == 1), None)
     pipe = sorted((r for r in rows if r["P"] > 1), key=lambda r: (r["P"], r["M"], sched_key(r["schedule"])))
@@ -457,7 +361,7 @@ def main():
              if runs[r["name"]]["peak_inflight"] != expected_inflight(r["P"], r["M"], r["schedule"])]
 
     x0 = runs[pipe[0]["name"]]
-    model = setup.get("model", "?") + ((" " + setup["model_flags"]) if setup.get("model_flags") else "")
+    model = model_name(setup)
     md = ["## Pipeline schedules: bubble and microbatches in flight", ""]
     md.append("- Date: %s (UTC); tessera %s (binary `%s`, sha256 %s…); %s cores; MPI: `%s`" % (
         setup.get("date", "?"), setup.get("rev", "?"), shown(setup.get("binary", "?"), root),
@@ -515,19 +419,9 @@ def main():
             model, x0["seq"], x0["batch"]))
         md += ["Plot: `%s`" % shown(p, root), ""]
 
-    text = "\n".join(md)
-    print(text)
-    for path, content in ((md_path, text + "\n"), (json_path, json.dumps(summary, indent=1) + "\n")):
-        tmp = "%s.tmp.%d" % (path, os.getpid())
-        with open(tmp, "w") as f:
-            f.write(content)
-        os.replace(tmp, path)
+    write_report(md, md_path, summary, json_path)
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except ReportError as e:
-        print("bench/pp_report.py: %s" % e, file=sys.stderr)
-        sys.exit(1)
+    run_main(main, "bench/pp_report.py")

@@ -20,43 +20,20 @@ largest RSS is GNU time's (the .meta file's max_rss_kb), else rank 0's. A mode
 the build refused ("na" in the manifest) is shown as not available; a run whose log is
 missing or incomplete makes the report exit 1 with one line saying which.
 """
-import argparse
-import json
 import os
-import statistics
 import sys
 
-LOADED_CORES = 0.1     # other processes above this many cores on average: flagged
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import (LOADED_CORES, ROOT, ReportError, arg_parser, flag,  # noqa: E402
+                      fmt_bytes, fmt_ms, load_log, manifest_lines, median, model_name,
+                      others_cores, output_paths, read_kv, run_command, run_main, save_fig,
+                      setup_cores, shown, table, write_report)
+
 MODE_ORDER = ["serial", "lss", "lss-fused", "lss-basic", "megatron"]
 MODE_STYLE = {          # colour, marker
     "serial": ("black", "s"), "lss": ("tab:blue", "o"), "lss-fused": ("tab:orange", "^"),
     "lss-basic": ("tab:green", "v"), "megatron": ("tab:red", "D"),
 }
-
-
-class ReportError(Exception):
-    pass
-
-
-def read(path, default=None):
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return default
-
-
-def read_kv(path):
-    out = {}
-    for line in (read(path, "") or "").splitlines():
-        k, _, v = line.partition(" ")
-        if k:
-            out[k] = v.strip()
-    return out
-
-
-def median(xs):
-    return statistics.median(xs) if xs else None
 
 
 def layer_sums(layer):
@@ -67,25 +44,8 @@ def layer_sums(layer):
 
 def load_run(results, name, root):
     """One run's figures from its log and its meta file."""
-    base = os.path.join(results, name)
-    meta = read_kv(base + ".meta")
-    cmd = (read(base + ".cmd", "") or "").strip().replace(root + "/", "")
-    res = {"name": name, "command": cmd}
-    text = read(base + ".jsonl")
-    if text is None:
-        raise ReportError("%s: no run log (%s.jsonl)" % (name, base))
-    try:
-        recs = [json.loads(l) for l in text.splitlines() if l.strip()]
-    except ValueError as e:
-        raise ReportError("%s: unreadable run log: %s" % (name, e))
-    cfg = next((r for r in recs if r.get("type") == "config"), None)
-    steps = [r for r in recs if r.get("type") == "step"]
-    if meta.get("rc", "0") != "0":
-        raise ReportError("%s: exit status %s" % (name, meta.get("rc")))
-    if cfg is None or len(steps) < 2:
-        raise ReportError("%s: run log has %d step records (need 2 or more)" % (name, len(steps)))
-    if not any(r.get("type") == "final" for r in recs):
-        raise ReportError("%s: run log has no final record (the run did not complete)" % name)
+    res = {"name": name, "command": run_command(results, name, root)}
+    meta, cfg, steps = load_log(results, name)
     later = steps[1:]
     per_layer = []
     for r in later:
@@ -111,10 +71,7 @@ def load_run(results, name, root):
         peak_largest, rss_src = time_rss, "time"
     else:
         peak_largest, rss_src = peak_rank0, "rank0"
-    wall_s = float(meta.get("wall_s", 0) or 0)
-    others = None
-    if wall_s > 0 and "machine_busy_s" in meta and "own_cpu_s" in meta:
-        others = max(0.0, float(meta["machine_busy_s"]) - float(meta["own_cpu_s"])) / wall_s
+    wall_s, others = others_cores(meta)
     res.update({
         "params": cfg.get("params"),
         "layout": cfg.get("layout"),
@@ -140,48 +97,22 @@ def load_run(results, name, root):
         "peak_rss_largest_src": rss_src,   # log (peak_rss_mb_max), time (GNU time), rank0
         "max_rss_any_mb": time_rss,
         "run_wall_s": wall_s,
-        "others_cores": round(others, 2) if others is not None else None,
+        "others_cores": others,
     })
     return res
 
 
 def load_manifest(results):
-    text = read(os.path.join(results, "manifest.tsv"))
-    if text is None:
-        raise ReportError("%s/manifest.tsv: missing (run bench/sp_scaling.sh first)" % results)
     rows = []
-    lines = text.splitlines()
-    for line in lines[1:]:
-        if not line.strip():
-            continue
-        f = line.split("\t")
-        if len(f) != 6:
-            raise ReportError("manifest.tsv: bad line %r" % line)
+    for f in manifest_lines(results, "bench/sp_scaling.sh", 6):
         rows.append({"sweep": f[0], "N": int(f[1]), "T": int(f[2]), "mode": f[3], "name": f[4], "status": f[5]})
     return rows
 
 
 # ---- formatting -------------------------------------------------------------------
 
-def fmt_ms(x):
-    if x is None:
-        return "—"
-    return "%.0f" % x if x >= 100 else ("%.1f" % x if x >= 1 else "%.2f" % x)
-
-
 def fmt_mb(x):
     return "—" if x is None else "%.0f" % x
-
-
-def fmt_bytes(b):
-    if b is None:
-        return "—"
-    if b == 0:
-        return "0"
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if b >= div:
-            return "%.2f %s" % (b / div, unit)
-    return "%d B" % b
 
 
 def fmt_ratio(a, b):
@@ -198,10 +129,6 @@ def fmt_int(x):
 
 def mode_key(mode):
     return MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER)
-
-
-def flag(r):
-    return " †" if r.get("others_cores") is not None and r["others_cores"] > LOADED_CORES else ""
 
 
 RSS_MARK = {"time": " §", "rank0": " ¶"}
@@ -228,11 +155,6 @@ def compute_heads(busiest):
 def compute_cells(x, busiest, over):
     cells = [fmt_ms(x["compute_busiest_ms"]) + over] if busiest else []
     return cells + [fmt_ms(x["compute_rank0_ms"]) + over]
-
-
-def table(head, align, rows):
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
-    return out + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def weak_table(rows, runs, cores, busiest):
@@ -307,19 +229,6 @@ def megatron_ratios(rows, runs, busiest):
 
 
 # ---- plots --------------------------------------------------------------------------
-
-def shown(path, root):
-    """A path as the report shows it: relative to the repository when inside it."""
-    p = os.path.abspath(path)
-    return os.path.relpath(p, root) if p.startswith(root + os.sep) else p
-
-
-def save_fig(fig, path):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
-
 
 def series(rows, runs, mode, xkey, include_serial):
     """(x, run) pairs of one mode, sorted by x; the serial run starts every mode's line."""
@@ -421,21 +330,13 @@ def plot_mem(rows, runs, cores, path, title, busiest):
 # ---- main ---------------------------------------------------------------------------
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--results", default="bench/results/sp")
-    ap.add_argument("--img-dir", default="docs/img")
-    ap.add_argument("--md", help="markdown output (default RESULTS/report.md)")
-    ap.add_argument("--json", help="summary output (default RESULTS/summary.json)")
-    ap.add_argument("--no-plots", action="store_true")
-    a = ap.parse_args()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    results = os.path.abspath(a.results)
-    md_path = a.md or os.path.join(results, "report.md")
-    json_path = a.json or os.path.join(results, "summary.json")
+    a = arg_parser(__doc__, "bench/results/sp").parse_args()
+    root = ROOT
+    results, md_path, json_path = output_paths(a)
 
     rows = load_manifest(results)
     setup = read_kv(os.path.join(results, "setup.txt"))
-    cores = int(setup.get("cores") or os.cpu_count() or 1)
+    cores = setup_cores(setup)
     runs = {}
     for r in rows:
         if r["status"] == "ok" and r["name"] not in runs:
@@ -455,7 +356,7 @@ def main():
     best = rss_best(runs)
     fallback = sorted({x["peak_rss_largest_src"] for x in runs.values()} - {best}, key=RSS_RANK.index)
 
-    model = setup.get("model", "?") + ((" " + setup["model_flags"]) if setup.get("model_flags") else "")
+    model = model_name(setup)
     md = ["## Sequence parallelism: weak scaling and memory per rank", ""]
     md.append("- Date: %s (UTC); tessera %s; %s cores; MPI: `%s`" % (
         setup.get("date", "?"), setup.get("rev", "?"), cores, setup.get("mpiexec", "?")))
@@ -533,8 +434,7 @@ def main():
             md.append(runs[r["name"]]["command"])
         elif r["status"] == "na" and r["name"] not in seen:
             seen.add(r["name"])
-            md.append((read(os.path.join(results, r["name"] + ".cmd"), "") or "").strip().replace(root + "/", "")
-                      + "   # exit 2: not available")
+            md.append(run_command(results, r["name"], root) + "   # exit 2: not available")
     md += ["```", ""]
 
     if not a.no_plots:
@@ -549,19 +449,9 @@ def main():
             md.append("Plot: `%s`" % shown(p, root))
         md.append("")
 
-    text = "\n".join(md)
-    print(text)
-    for path, content in ((md_path, text + "\n"), (json_path, json.dumps(summary, indent=1) + "\n")):
-        tmp = "%s.tmp.%d" % (path, os.getpid())
-        with open(tmp, "w") as f:
-            f.write(content)
-        os.replace(tmp, path)
+    write_report(md, md_path, summary, json_path)
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except ReportError as e:
-        print("bench/sp_report.py: %s" % e, file=sys.stderr)
-        sys.exit(1)
+    run_main(main, "bench/sp_report.py")
