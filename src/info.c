@@ -85,8 +85,8 @@ int ts_info(void) {
 
   printf("layouts (docs/DISTRIBUTED.md)\n");
   row("--dp", "data parallel: exact");
-  row("--sp-mode", "lss, lss-fused, lss-basic, ulysses, upipe: exact; megatron, ring: within "
-                   "tolerance");
+  row("--sp-mode", "lss, lss-fused, lss-basic, ulysses, upipe: exact; megatron, ring, "
+                   "ring-zigzag: within tolerance");
   row("--pp", "GPipe, 1F1B: exact");
 
   // The rule from DESIGN.md, with worked examples so a user can check a run.
