@@ -131,25 +131,14 @@ int ts_comm_alltoall(ts_comm *c, const void *send, void *recv, size_t bytes, int
   TIMED(c, rc, c->ops->alltoall(c, send, recv, bytes));
 }
 
-static size_t block_floats(const ts_block2d *b) {
-  return b->rows * (b->chunks > 1 ? b->chunks : 1) * b->width;
-}
-
-// Offset of the i-th float of a block, in its layout.
-static size_t block_at(const ts_block2d *b, size_t i) {
-  size_t per_row = (b->chunks > 1 ? b->chunks : 1) * b->width;
-  size_t row = i / per_row, j = i % per_row;
-  return row * b->ld + (j / b->width) * b->cstride + j % b->width;
-}
-
 int ts_comm_alltoall_2d(ts_comm *c, const float *send, const ts_block2d *s, float *recv,
                         const ts_block2d *r, int layer) {
-  const size_t n = block_floats(s);
-  if (n != block_floats(r))
+  const size_t n = ts_block2d_floats(s);
+  if (n != ts_block2d_floats(r))
     return ts_fail(TS_ERUNTIME, "all-to-all: blocks of %zu floats sent, %zu received", n,
-                   block_floats(r));
+                   ts_block2d_floats(r));
   if (c->size == 1) { // the one block, from one layout to the other
-    for (size_t i = 0; i < n; i++) recv[block_at(r, i)] = send[block_at(s, i)];
+    for (size_t i = 0; i < n; i++) recv[ts_block2d_at(r, i)] = send[ts_block2d_at(s, i)];
     return TS_OK;
   }
   uint64_t bytes = (uint64_t)n * sizeof(float);

@@ -47,6 +47,16 @@ typedef struct {
   size_t chunks, cstride;
 } ts_block2d;
 
+// Floats in one block, and the offset of its i-th float in its layout.
+static inline size_t ts_block2d_floats(const ts_block2d *b) {
+  return b->rows * (b->chunks > 1 ? b->chunks : 1) * b->width;
+}
+static inline size_t ts_block2d_at(const ts_block2d *b, size_t i) {
+  size_t per_row = (b->chunks > 1 ? b->chunks : 1) * b->width;
+  size_t row = i / per_row, j = i % per_row;
+  return row * b->ld + (j / b->width) * b->cstride + j % b->width;
+}
+
 // What a backend implements. The wrappers handle size 1 and counting, so a
 // backend only ever sees groups of two or more ranks. Each returns TS_OK or
 // an error code with a message (ts_fail).
@@ -60,7 +70,6 @@ typedef struct {
   int (*alltoall)(ts_comm *c, const void *send, void *recv, size_t bytes);
   // The same with every block a strided float matrix (ts_block2d): block j
   // of send starts at send + j·s->block, block j of recv at recv + j·r->block.
-  // No packing copies: the layouts go to MPI.
   int (*alltoall_2d)(ts_comm *c, const float *send, const ts_block2d *s, float *recv,
                      const ts_block2d *r);
   // Sends sbytes to dst and receives rbytes from src at once; dst or src < 0

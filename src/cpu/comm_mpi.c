@@ -90,57 +90,33 @@ static int mpi_alltoall(ts_comm *c, const void *send, void *recv, size_t bytes) 
   return rc == MPI_SUCCESS ? TS_OK : mpi_error(rc, "all-to-all");
 }
 
-// The MPI datatype of one block: rows of `chunks` runs of `width` floats.
-static int block_type(const ts_block2d *b, MPI_Datatype *out) {
-  size_t chunks = b->chunks > 1 ? b->chunks : 1;
-  if (b->rows > INT_MAX || b->width > INT_MAX || chunks > INT_MAX || b->cstride > INT_MAX)
-    return -1;
-  MPI_Datatype row;
-  if (chunks == 1)
-    MPI_Type_contiguous((int)b->width, MPI_FLOAT, &row);
-  else
-    MPI_Type_vector((int)chunks, (int)b->width, (int)b->cstride, MPI_FLOAT, &row);
-  MPI_Type_create_hvector((int)b->rows, 1, (MPI_Aint)(b->ld * sizeof(float)), row, out);
-  MPI_Type_free(&row);
-  MPI_Type_commit(out);
-  return 0;
-}
-
-// One MPI_Alltoallw with a datatype per side: MPI reads and writes the
-// strided blocks in place.
+// Packs the strided blocks into the group's contiguous buffers and makes one
+// plain MPI_Alltoall. (MPI_Alltoallw with vector datatypes did the same
+// without the copies, but MPICH 4.0's resident memory grew from step to step
+// with it on some ranks; packing here keeps the memory ours and bounded.)
 static int mpi_alltoall_2d(ts_comm *c, const float *send, const ts_block2d *s, float *recv,
                            const ts_block2d *r) {
   const int P = c->size;
-  MPI_Datatype st, rt;
-  if ((size_t)P * s->block * sizeof(float) > INT_MAX || (size_t)P * r->block * sizeof(float) > INT_MAX ||
-      block_type(s, &st) != 0)
-    return ts_fail(TS_ERUNTIME, "all-to-all of %zu-row blocks: over the MPI int limits", s->rows);
-  if (block_type(r, &rt) != 0) {
-    MPI_Type_free(&st);
-    return ts_fail(TS_ERUNTIME, "all-to-all of %zu-row blocks: over the MPI int limits", r->rows);
+  mpi_state *st = c->state;
+  const size_t n = ts_block2d_floats(s);
+  if (n * sizeof(float) > INT_MAX)
+    return ts_fail(TS_ERUNTIME, "all-to-all of %zu floats per rank: over the MPI int limit", n);
+  int rc = reserve(st, (size_t)P * n);
+  if (rc) return rc;
+  for (int j = 0; j < P; j++) {
+    const float *src = send + (size_t)j * s->block;
+    float *dst = st->sendbuf + (size_t)j * n;
+    for (size_t i = 0; i < n; i++) dst[i] = src[ts_block2d_at(s, i)];
   }
-  int *cnt = malloc((size_t)P * sizeof(int)), *sd = malloc((size_t)P * sizeof(int)),
-      *rd = malloc((size_t)P * sizeof(int));
-  MPI_Datatype *sts = malloc((size_t)P * sizeof(MPI_Datatype)),
-               *rts = malloc((size_t)P * sizeof(MPI_Datatype));
-  int rc = MPI_SUCCESS;
-  if (!cnt || !sd || !rd || !sts || !rts) {
-    rc = -1;
-  } else {
-    for (int j = 0; j < P; j++) {
-      cnt[j] = 1;
-      sd[j] = (int)((size_t)j * s->block * sizeof(float));
-      rd[j] = (int)((size_t)j * r->block * sizeof(float));
-      sts[j] = st;
-      rts[j] = rt;
-    }
-    rc = MPI_Alltoallw(send, cnt, sd, sts, recv, cnt, rd, rts, comm_of(c));
+  int mrc = MPI_Alltoall(st->sendbuf, (int)(n * sizeof(float)), MPI_BYTE, st->recvbuf,
+                         (int)(n * sizeof(float)), MPI_BYTE, st->comm);
+  if (mrc != MPI_SUCCESS) return mpi_error(mrc, "all-to-all");
+  for (int j = 0; j < P; j++) {
+    const float *src = st->recvbuf + (size_t)j * n;
+    float *dst = recv + (size_t)j * r->block;
+    for (size_t i = 0; i < n; i++) dst[ts_block2d_at(r, i)] = src[i];
   }
-  free(cnt); free(sd); free(rd); free(sts); free(rts);
-  MPI_Type_free(&st);
-  MPI_Type_free(&rt);
-  if (rc == -1) return ts_fail(TS_ERUNTIME, "out of memory");
-  return rc == MPI_SUCCESS ? TS_OK : mpi_error(rc, "all-to-all");
+  return TS_OK;
 }
 
 static int mpi_bcast(ts_comm *c, void *buf, size_t bytes, int root) {
