@@ -68,11 +68,9 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-die() { echo "bench/maxlen.sh: $*" >&2; exit 1; }
-
-if [ -z "${TESSERA:-}" ]; then
-  if [ -x "$ROOT/build/tessera" ]; then TESSERA=$ROOT/build/tessera; else TESSERA=$ROOT/tessera; fi
-fi
+BENCH=bench/maxlen.sh
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 if [ "${QUICK:-0}" = 1 ]; then
   : "${MODEL:=tiny}" "${TS:=256 512 1024}" "${TORCH_T:=256 512 1024}" "${WAIT_LOAD:=0}"
   : "${PROBE_T:=8388608 12582912}" "${GROWTH_T:=256}" "${GROWTH_STEPS:=4}"
@@ -85,7 +83,6 @@ TS=${TS:-"1024 2048 4096 8192"}
 MODES=${MODES:-"serial lss ulysses upipe ring"}
 UPIPE_U=${UPIPE_U:-$N}
 STEPS=${STEPS:-2}
-THREADS=${THREADS:-1}
 SERIAL_THREADS=${SERIAL_THREADS:-2}
 TORCH_T=${TORCH_T:-"512 1024 2048 3072 4096"}
 TORCH_THREADS=${TORCH_THREADS:-2}
@@ -97,20 +94,11 @@ PROBE=${PROBE:-1}
 PROBE_T=${PROBE_T:-"1048576 2097152"}
 PROBE_VMEM_KB=${PROBE_VMEM_KB:-12000000}
 TIMEOUT=${TIMEOUT:-1200}
-WAIT_LOAD=${WAIT_LOAD:-2.5}
 WAIT_MAX=${WAIT_MAX:-900}
 RESULTS=${RESULTS:-$ROOT/bench/results/maxlen}
-IMG_DIR=${IMG_DIR:-$ROOT/docs/img}
-REPORT=${REPORT:-1}
-REPORT_ARGS=${REPORT_ARGS:-}
-PYTHON=${PYTHON:-/usr/bin/python3}
-DATA=$ROOT/data/corpus.txt
+bench_defaults
 
-[ -x "$TESSERA" ] || die "TESSERA=$TESSERA: not an executable (build first: cd build && make -j2)"
-TESSERA=$(cd "$(dirname "$TESSERA")" && pwd)/$(basename "$TESSERA")
-[ -f "$DATA" ] || die "$DATA: missing"
 [ -x /usr/bin/time ] || die "/usr/bin/time (GNU time) is needed for each rank's peak RSS"
-[ "$STEPS" -ge 2 ] 2>/dev/null || die "STEPS=$STEPS: need at least 2 (1 warm-up + 1 or more measured)"
 [ "$GROWTH_STEPS" -ge 3 ] 2>/dev/null || die "GROWTH_STEPS=$GROWTH_STEPS: need at least 3"
 for m in $GROWTH_MODES; do
   case $m in lss|lss-fused|lss-basic|ulysses|upipe|ring) ;;
@@ -126,30 +114,10 @@ for t in $TS $TORCH_T $PROBE_T $GROWTH_T; do
 done
 if [ -n "$TORCH_T" ]; then "$PYTHON" -c 'import torch' 2> /dev/null || die "PYTHON=$PYTHON: cannot import torch"; fi
 
-# Run a private copy, so that a rebuild during the benchmark cannot mix two binaries.
-SNAP=$(mktemp -d "${TMPDIR:-/tmp}/tessera-maxlen.XXXXXX")
-trap 'rm -rf "$SNAP"' EXIT
-cp "$TESSERA" "$SNAP/tessera"
-BIN=$SNAP/tessera
+bench_snapshot tessera-maxlen
 
-MPIEXEC=${MPIEXEC:-mpiexec}
-command -v "${MPIEXEC%% *}" > /dev/null || die "MPIEXEC=$MPIEXEC: not found"
-mpi_ok() { timeout 60 "$@" -n 2 true > /dev/null 2>&1; }
-# shellcheck disable=SC2086
-if ! mpi_ok $MPIEXEC; then
-  mpi_ok $MPIEXEC -launcher fork || die "'$MPIEXEC -n 2 true' fails (also with -launcher fork)"
-  MPIEXEC="$MPIEXEC -launcher fork"
-fi
-
-mkdir -p "$RESULTS"
-RESULTS=$(cd "$RESULTS" && pwd)
-exec 9< "$RESULTS"
-if command -v flock > /dev/null; then
-  flock -n 9 || die "another bench/maxlen.sh is running with RESULTS=$RESULTS"
-fi
-find "$RESULTS" -mindepth 1 -maxdepth 1 -type f -delete
-MANIFEST=$RESULTS/manifest.tsv
-printf 'kind\tN\tT\tmode\tname\tstatus\n' > "$MANIFEST"
+bench_mpiexec
+bench_results kind N T mode name status
 {
   echo "date $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "model $MODEL"
@@ -170,34 +138,6 @@ sha256sum < "$BIN" | cut -c 1-16 | sed 's/^/binary_sha256 /' >> "$RESULTS/setup.
 if [ -n "$TORCH_T" ]; then
   "$PYTHON" -c 'import torch; print("torch_version", torch.__version__)' >> "$RESULTS/setup.txt" 2> /dev/null || true
 fi
-
-load1() { cut -d' ' -f1 /proc/loadavg; }
-busy_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
-busy_now() {
-  local j0 j1; j0=$(busy_jiffies); sleep 5; j1=$(busy_jiffies)
-  awk -v a="$j0" -v b="$j1" -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.2f", (b-a)/hz/5}'
-}
-# As in bench/sp_scaling.sh: quiet enough before the first run (load average and cores
-# busy now), before every later run only the cores busy now; WAIT_MAX seconds in all.
-waited=0 first_run=1
-wait_quiet() {
-  [ "$WAIT_LOAD" != 0 ] || return 0
-  local l b
-  while :; do
-    l=$(load1); b=$(busy_now)
-    if [ "$first_run" = 1 ]; then
-      awk -v l="$l" -v m="$WAIT_LOAD" -v b="$b" 'BEGIN{exit !(l > m || b > 0.5)}' || break
-    else
-      awk -v b="$b" 'BEGIN{exit !(b > 0.5)}' || break
-    fi
-    if [ "$waited" -ge "$WAIT_MAX" ]; then
-      echo "  still busy after ${waited}s of waiting (load $l, $b cores busy); running anyway" >&2; break
-    fi
-    echo "  load average $l (limit $WAIT_LOAD), $b cores busy; waiting ($waited/${WAIT_MAX}s)" >&2
-    sleep 10; waited=$((waited + 15))
-  done
-  first_run=0
-}
 
 # measure NAME CMD...: runs CMD (stdout to NAME.out, stderr to NAME.err) under GNU time
 # and writes NAME.meta: exit status, load, wall time, own CPU seconds, largest RSS of any

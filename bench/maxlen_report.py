@@ -32,10 +32,12 @@ import json
 import math
 import os
 import re
-import statistics
 import sys
 
-LOADED_CORES = 0.1
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import (LOADED_CORES, ReportError, fmt_bytes, fmt_ms, median,  # noqa: E402
+                      read, read_kv, save_fig, table)
+
 MIB = 1024.0 * 1024.0
 MODE_ORDER = ["serial", "lss", "lss-fused", "lss-basic", "ulysses", "upipe", "ring", "pytorch"]
 MODE_STYLE = {   # colour, marker
@@ -45,29 +47,7 @@ MODE_STYLE = {   # colour, marker
 }
 
 
-class ReportError(Exception):
-    pass
 
-
-def read(path, default=None):
-    try:
-        with open(path) as f:
-            return f.read()
-    except OSError:
-        return default
-
-
-def read_kv(path):
-    out = {}
-    for line in (read(path, "") or "").splitlines():
-        k, _, v = line.partition(" ")
-        if k:
-            out[k] = v.strip()
-    return out
-
-
-def median(xs):
-    return statistics.median(xs) if xs else None
 
 
 def base_mode(mode):
@@ -293,21 +273,6 @@ def fmt_mb(x):
     return "—" if x is None else ("%.0f" % x if x >= 10 else "%.1f" % x)
 
 
-def fmt_ms(x):
-    if x is None:
-        return "—"
-    return "%.0f" % x if x >= 100 else ("%.1f" % x if x >= 1 else "%.2f" % x)
-
-
-def fmt_bytes(b):
-    if b is None:
-        return "—"
-    if b == 0:
-        return "0"
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if b >= div:
-            return "%.2f %s" % (b / div, unit)
-    return "%d B" % b
 
 
 def fmt_T(t):
@@ -325,10 +290,6 @@ def fmt_ratio(a, b):
     return "%.2f×" % (a / b)
 
 
-def table(head, align, rows):
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
-    return out + ["| " + " | ".join(r) + " |" for r in rows]
-
 
 def label(mode, N):
     return "serial (1 process)" if mode == "serial" else ("PyTorch eager" if mode == "pytorch" else
@@ -343,12 +304,6 @@ def tflag(x, cores):
 
 
 # ---- plot ---------------------------------------------------------------------------
-
-def save_fig(fig, path):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = "%s.tmp.%d.png" % (path, os.getpid())
-    fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
 
 
 def plot(series, preds, usable_mb, N, path, title):
