@@ -373,11 +373,6 @@ uint64_t ts_model_attn_base(const ts_model *m, int l) {
 // row block of whole leaves, so the rows are the serial bits whichever rank
 // computes them; the collectives only move rows.
 
-// LLaMA rotates K (ntok rows starting at position t0) after its projection.
-static void rope_k(ts_model *m, float *k, int64_t ntok, int T, int t0) {
-  if (m->llama) rope_forward(k, ntok, T, t0, m->Hkv, m->dh, m->Ckv, m->rope);
-}
-
 // K and V (Nk rows) from the norm output (the N local rows in m->ln_out).
 static int project_kv(ts_model *m, int l, const layer_params *w, layer_acts *a) {
   const int C = m->C, Ckv = m->Ckv, dh = m->dh, rows = m->cfg.leaf;
@@ -392,7 +387,7 @@ static int project_kv(ts_model *m, int l, const layer_params *w, layer_acts *a) 
     // un-fused: the local K and V rows, gathered separately
     linear_forward_heads(m->dtmp, m->ln_out, w->wk, w->bk, N, C, Ckv, dh, rows);
     linear_forward_heads(m->dtmp2, m->ln_out, w->wv, w->bv, N, C, Ckv, dh, rows);
-    rope_k(m, m->dtmp, N, m->Tl, m->t0);
+    rope_rows(m, m->dtmp, m->Hkv, Ckv, 0);
     if (!(rc = ts_comm_allgather(m->seq, m->dtmp, a->k, bytes, l)))
       rc = ts_comm_allgather(m->seq, m->dtmp2, a->v, bytes, l);
   } else {
@@ -400,7 +395,7 @@ static int project_kv(ts_model *m, int l, const layer_params *w, layer_acts *a) 
     if (!(rc = ts_comm_allgather(m->seq, m->ln_out, m->spbuf, (size_t)N * C * sizeof(float), l))) {
       linear_forward_heads(a->k, m->spbuf, w->wk, w->bk, Nk, C, Ckv, dh, rows);
       linear_forward_heads(a->v, m->spbuf, w->wv, w->bv, Nk, C, Ckv, dh, rows);
-      rope_k(m, a->k, Nk, m->T, 0);
+      if (m->llama) rope_forward(a->k, Nk, m->T, 0, m->Hkv, dh, Ckv, m->rope); // every row
     }
   }
   return rc;
