@@ -87,7 +87,7 @@ bench_setup() {
     echo "date $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     printf '%s\n' "$@"
     echo "cores $(nproc)"
-    echo "mpiexec $MPIEXEC"
+    echo "mpiexec ${MPIEXEC:-none}"
     echo "rev $(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)"
   } > "$RESULTS/setup.txt"
 }

@@ -72,8 +72,7 @@ typedef struct {
   ts_config cfg;
   char device[8];
   ts_layout lay; // --dp, --sp, --pp
-  int rank;
-  char sp_mode[16], schedule[16], compress[16], upipe_schedule[16], optimizer[16];
+  char sp_mode[16], schedule[16], compress[24], upipe_schedule[16], optimizer[16];
   char ckpt[4096]; // eval
   char out[4096];  // dump
   int traj_steps;
@@ -85,7 +84,6 @@ static void cli_defaults(cli *c) {
   c->lay.dp = c->lay.sp = c->lay.pp = c->lay.microbatches = 1;
   c->lay.schedule = 1;
   c->lay.upipe_sched = -1;
-  c->rank = 0;
   snprintf(c->sp_mode, sizeof c->sp_mode, "lss");
   snprintf(c->schedule, sizeof c->schedule, "1f1b");
   snprintf(c->compress, sizeof c->compress, "none");
@@ -126,13 +124,14 @@ static int check_rank(const flag *f, const char *raw, cli *c);
 static int check_nonneg(const flag *f, const char *raw, cli *c);
 
 // Headings of --help, in this order.
-enum { G_CMD, G_MODEL, G_TRAIN, G_DATA, G_RUN, G_PAR, G_OUT };
+enum { G_CMD, G_MODEL, G_TRAIN, G_DATA, G_RUN, G_PAR, G_COMP, G_OUT };
 static const char *group_names[] = {"options",
                                     "model",
                                     "training",
                                     "data and evaluation",
                                     "run",
                                     "parallel layout (world = dp x sp x pp ranks, under mpiexec)",
+                                    "stage-boundary compression (ALGORITHMS.md section 7)",
                                     "checkpoints and logs"};
 
 static const flag flags[] = {
@@ -242,9 +241,30 @@ static const flag flags[] = {
      TRAIN, G_PAR, check_parallel},
     {"--schedule", K_STR, AT(schedule), 0, "NAME", "pipeline schedule: gpipe or 1f1b", NULL, TRAIN,
      G_PAR, check_choice},
-    {"--compress", K_STR, AT(compress), 0, "MODE", "stage-boundary compression", NULL, TRAIN, G_PAR,
-     check_compress},
-    {"--rank", K_INT, AT(rank), 0, "R", "compression rank", "none", TRAIN, G_PAR, check_rank},
+    // stage-boundary compression (part of the model: dump and the serial run take it too)
+    {"--compress", K_STR, AT(compress), 0, "MODE",
+     "stage-boundary compression: none, ssn, mapl, mapl-unconstrained or mapl-vq", "none", TD,
+     G_COMP, check_compress},
+    {"--rank", K_INT, AT(cfg.compress_rank), 0, "R", "floats per token that cross a boundary, <= d",
+     NULL, TD, G_COMP, check_rank},
+    {"--compress-stages", K_INT, AT(cfg.compress_stages), 0, "S",
+     "stages of the compressed model, S-1 boundaries (serial runs of a pipelined model)", "--pp",
+     TD, G_COMP, check_rank},
+    {"--proj-lr", K_FLOAT, AT(cfg.proj_lr), 0, "LR", "the projectors' peak learning rate (SPEL)",
+     "0.1 x --muon-lr", TD, G_COMP, NULL},
+    {"--vq-group", K_INT, AT(cfg.vq_groups), 0, "G", "mapl-vq: coordinates per quantised group",
+     "2", TD, G_COMP, check_rank},
+    {"--vq-rounds", K_INT, AT(cfg.vq_rounds), 0, "R", "mapl-vq: residual quantisation rounds", "2",
+     TD, G_COMP, check_rank},
+    {"--vq-codes", K_INT, AT(cfg.vq_codes), 0, "K", "mapl-vq: codes per codebook, <= 256", "256",
+     TD, G_COMP, check_rank},
+    {"--vq-gamma", K_FLOAT, AT(cfg.vq_gamma), 0, "G", "mapl-vq: EMA decay of the codebooks",
+     "0.99", TD, G_COMP, NULL},
+    {"--vq-commit", K_FLOAT, AT(cfg.vq_commit), 0, "W", "mapl-vq: commitment-loss weight", "1",
+     TD, G_COMP, NULL},
+    {"--vq-sync-codes", K_INT, AT(cfg.vq_sync_codes), 0, "N",
+     "mapl-vq: codes per codebook streamed to the receiver's copy after each step", "1", TD,
+     G_COMP, check_rank},
     // checkpoints and logs
     {"--log", K_STR, AT(cfg.log_path), 0, "FILE", "write the run log (JSONL) to FILE", "none",
      TRAIN, G_OUT, NULL},
@@ -360,16 +380,21 @@ static int check_choice(const flag *f, const char *raw, cli *c) {
 }
 
 static int check_compress(const flag *f, const char *raw, cli *c) {
-  if (strcmp(raw, "none") == 0) return TS_OK;
+  for (int i = 0; i < TS_COMPRESS_NMODES; i++)
+    if (strcmp(raw, ts_compress_names[i]) == 0) {
+      c->cfg.compress = i;
+      return TS_OK;
+    }
   return ts_fail(TS_EUSAGE,
-                 "--compress %s: compressed pipeline parallelism is not available in this "
-                 "build yet",
-                 raw);
+                 "--compress %s: must be none, ssn, mapl, mapl-unconstrained or mapl-vq", raw);
 }
 
+// Counts that must be at least 1 (their ranges against the model are
+// checked in ts_config_finalize).
 static int check_rank(const flag *f, const char *raw, cli *c) {
-  if (c->rank < 1) return ts_fail(TS_EUSAGE, "--rank %s: must be >= 1", raw);
-  return ts_fail(TS_EUSAGE, "--rank %s: compression is not available in this build yet", raw);
+  if (*(const int *)((const char *)c + f->off) < 1)
+    return ts_fail(TS_EUSAGE, "%s %s: must be >= 1", f->name, raw);
+  return TS_OK;
 }
 
 static int check_nonneg(const flag *f, const char *raw, cli *c) {
@@ -654,6 +679,9 @@ int main(int argc, char **argv) {
     ts_fail(TS_EUSAGE, "--out DIR is required");
     return usage_error(cmd);
   }
+  // a pipeline's stages are the compressed model's unless said otherwise
+  if (c.cfg.compress != TS_COMPRESS_NONE && c.cfg.compress_stages == 0)
+    c.cfg.compress_stages = c.lay.pp;
   rc = ts_config_finalize(&c.cfg);
   if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_layout_check(&c.cfg, &c.lay);
   if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_grid_check(c.lay.dp, c.lay.sp, c.lay.pp);

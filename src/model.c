@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "compress.h"
 #include "kernels.h"
 #include "mem.h"
 #include "model_impl.h"
@@ -49,6 +50,33 @@ static int param_table(ts_model *m, pspec *out) {
 #define LADD(SUFFIX, ND, S0, S1, STD, VAL, FIELD)                                       \
   snprintf(nm, sizeof nm, "h.%d.%s", l, SUFFIX);                                         \
   ADD(nm, ND, S0, S1, STD, VAL, layer[l].FIELD)
+  // a learned boundary's tensors follow the last layer of their stage, so that
+  // a pipeline stage's tensors stay one slice: stage s's anchor E_s (zero at
+  // first) and the projector A_s of its output boundary (compress_init)
+  const int cS = m->cfg.compress_stages, cr = m->cfg.compress_rank;
+  const int learned = m->cfg.compress >= TS_COMPRESS_MAPL;
+  const int vq = m->cfg.compress == TS_COMPRESS_MAPL_VQ;
+  const int64_t ncode = vq ? (int64_t)m->cfg.vq_rounds * (cr / m->cfg.vq_groups) * m->cfg.vq_codes : 0;
+#define BOUNDARY_ADD(l)                                                                 \
+  if (learned && ((l) + 1) % (m->L / cS) == 0) {                                        \
+    const int st = ((l) + 1) / (m->L / cS) - 1;                                         \
+    snprintf(nm, sizeof nm, "cmp.%d.anchor", st);                                       \
+    ADD(nm, 2, V, cr, 0, 0, anchor[st]);                                                \
+    if (st < cS - 1) {                                                                  \
+      snprintf(nm, sizeof nm, "cmp.%d.proj", st);                                       \
+      ADD(nm, 2, C, cr, 0, 0, proj[st]);                                                \
+    }                                                                                   \
+    if (st < cS - 1 && vq) { /* the codebooks of vq.h, in its order */                  \
+      snprintf(nm, sizeof nm, "cmp.%d.vq.count", st);                                   \
+      ADD(nm, 1, ncode, 0, 0, 0, vq_count[st]);                                         \
+      snprintf(nm, sizeof nm, "cmp.%d.vq.sum", st);                                     \
+      ADD(nm, 2, ncode, m->cfg.vq_groups, 0, 0, vq_sum[st]);                            \
+      snprintf(nm, sizeof nm, "cmp.%d.vq.codes", st);                                   \
+      ADD(nm, 2, ncode, m->cfg.vq_groups, 0, 0, vq_codes[st]);                          \
+      snprintf(nm, sizeof nm, "cmp.%d.vq.recv", st);                                    \
+      ADD(nm, 2, ncode, m->cfg.vq_groups, 0, 0, vq_recv[st]);                           \
+    }                                                                                   \
+  }
   if (m->llama) {
     const int Ckv = m->Ckv;
     for (int l = 0; l < m->L; l++) {
@@ -61,6 +89,7 @@ static int param_table(ts_model *m, pspec *out) {
       LADD("mlp.w1", 2, F, C, s, 0, w1);
       LADD("mlp.w3", 2, F, C, s, 0, w3);
       LADD("mlp.w2", 2, C, F, sres, 0, w2);
+      BOUNDARY_ADD(l);
     }
     ADD("rmsf.w", 1, C, 0, 0, 1, lnfw);
     if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head);
@@ -84,8 +113,10 @@ static int param_table(ts_model *m, pspec *out) {
     LADD("mlp.b1", 1, F, 0, 0, 0, b1);
     LADD("mlp.w2", 2, C, F, sres, 0, w2);
     LADD("mlp.b2", 1, C, 0, 0, 0, b2);
+    BOUNDARY_ADD(l);
   }
 #undef LADD
+#undef BOUNDARY_ADD
   ADD("lnf.w", 1, C, 0, 0, 1, lnfw);
   ADD("lnf.b", 1, C, 0, 0, 0, lnfb);
   if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head);
@@ -158,6 +189,23 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   m->g.layer = calloc((size_t)m->L, sizeof(layer_params));
   m->la = calloc((size_t)m->L, sizeof(layer_acts));
   m->res = calloc((size_t)m->L + 1, sizeof(float *));
+  if (cfg->compress >= TS_COMPRESS_MAPL) {
+    const size_t S = (size_t)cfg->compress_stages;
+    int bad = 0;
+    for (int k = 0; k < 2; k++) {
+      param_views *v = k ? &m->g : &m->p;
+      bad |= !(v->anchor = calloc(S, sizeof(float *))) | !(v->proj = calloc(S, sizeof(float *)));
+      if (cfg->compress == TS_COMPRESS_MAPL_VQ)
+        bad |= !(v->vq_count = calloc(S, sizeof(float *))) |
+               !(v->vq_sum = calloc(S, sizeof(float *))) |
+               !(v->vq_codes = calloc(S, sizeof(float *))) |
+               !(v->vq_recv = calloc(S, sizeof(float *)));
+    }
+    if (bad) {
+      ts_model_free(m);
+      return ts_fail(TS_ERUNTIME, "out of memory");
+    }
+  }
   m->ntens = param_table(m, NULL);
   pspec *spec = calloc((size_t)m->ntens, sizeof(pspec));
   m->ptens = calloc((size_t)m->ntens, sizeof(ts_tensor));
@@ -225,10 +273,11 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   const int kept = cfg->checkpoint ? 1 : m->L; // layers whose activations are kept at once
   size_t nacts = (size_t)(m->L + 1) * N * C + (size_t)kept * per_layer + top + scratch + rope;
   m->nacts = nacts;
+  const size_t boundary = compress_activation_floats(m); // compress.c's own buffers
   // Refuse up front what cannot fit, rather than be killed mid-run by the
   // kernel's OOM killer (allocations succeed lazily under overcommit):
   // parameters, gradients and AdamW state, and these activations.
-  double need = 16.0 * (double)total + 4.0 * (double)nacts;
+  double need = 16.0 * (double)total + 4.0 * (double)(nacts + boundary);
   if (cfg->fused_ce) need += 4.0 * (double)omp_get_max_threads() * cfg->leaf * V;
   if (cfg->tiled_mlp) need += 16.0 * (double)omp_get_max_threads() * cfg->leaf * m->F;
   double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
@@ -276,6 +325,7 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
     leaf_cap = 2 * F * C + F + C + (m->llama ? F * C : 0);
   if (V * C > leaf_cap) leaf_cap = V * C;
   if ((size_t)cfg->leaf * C > leaf_cap) leaf_cap = (size_t)cfg->leaf * C;
+  if (compress_leaf_floats(cfg) > leaf_cap) leaf_cap = compress_leaf_floats(cfg);
   if (ts_ws_init(&m->ws, cfg->tile, cfg->leaf, leaf_cap, m->dh) != 0) {
     ts_model_free(m);
     return ts_fail(TS_ERUNTIME, "out of memory allocating kernel workspace");
@@ -299,6 +349,10 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
     ts_model_free(m);
     return rc;
   }
+  if (cfg->compress && (rc = compress_create(m))) {
+    ts_model_free(m);
+    return rc;
+  }
   *out = m;
   return TS_OK;
 }
@@ -306,6 +360,12 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
 void ts_model_free(ts_model *m) {
   if (!m) return;
   megatron_free(m);
+  compress_free(m);
+  for (int k = 0; k < 2; k++) {
+    param_views *v = k ? &m->g : &m->p;
+    free(v->anchor); free(v->proj);
+    free(v->vq_count); free(v->vq_sum); free(v->vq_codes); free(v->vq_recv);
+  }
   ts_free(m->ce_scratch);
   ts_free(m->mlp_scratch);
   ts_ws_free(&m->ws);
@@ -325,6 +385,7 @@ void ts_model_init(ts_model *m, uint64_t seed) {
     for (int64_t j = 0; j < n; j++)
       t->data[j] = std > 0 ? std * ts_rng_normal(seed, TS_RNG_INIT, (uint64_t)i, (uint64_t)j) : c;
   }
+  compress_init(m, seed);
 }
 
 // ---- forward -----------------------------------------------------------------------
@@ -762,12 +823,21 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
                       m->p.wpe ? m->p.wpe + (size_t)m->run_pos[k] * C : NULL,
                       m->nrun == 1 ? B : 1, m->run_len, C);
     }
+  } else if (m->cmp) { // a later pipeline stage: the previous stage's Z, decoded
+    compress_decode(m, compress_boundary_at(m, m->l0), m->x_in, m->res[m->l0]);
   } else { // a later pipeline stage: the previous stage's output
     memcpy(m->res[m->l0], m->x_in, (size_t)N * C * sizeof(float));
   }
-  for (int l = m->l0; l < m->l1; l++)
+  for (int l = m->l0; l < m->l1; l++) {
     if ((m->rc = layer_forward(m, l, step, p))) return NAN;
+    const int b = compress_boundary_at(m, l + 1);
+    if (b >= 0 && l + 1 < m->l1) { // a boundary inside: encode and decode back to back
+      compress_encode(m, b, m->res[l + 1]);
+      compress_decode(m, b, compress_wire(m, b), m->res[l + 1]);
+    }
+  }
   if (m->l1 < m->L) { // an earlier pipeline stage: no loss here
+    if (m->cmp) compress_encode(m, compress_boundary_at(m, m->l1), m->res[m->l1]);
     m->loss_sum = m->loss = 0.0f;
     return 0.0f;
   }
@@ -836,6 +906,10 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     phase_end(loss_phase_bytes(m));
     rc |= norm_backward(m, m->dres, m->g.lnfw, m->g.lnfb, m->dtmp, m->res[m->L], m->p.lnfw,
                         m->lnf_mean, m->lnf_rstd);
+  } else if (m->cmp) { // an earlier pipeline stage: the next stage's dZ
+    if ((crc = compress_encode_backward(m, compress_boundary_at(m, m->l1), m->dy_in, m->dres,
+                                        step)))
+      return crc;
   } else { // an earlier pipeline stage: the next stage's gradient of our output
     memcpy(m->dres, m->dy_in, (size_t)N * C * sizeof(float));
   }
@@ -889,9 +963,19 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     rc |= norm_backward(m, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, m->res[l], w->ln1w, a->ln1_mean,
                         a->ln1_rstd);
     add_into(m->dres, m->dtmp2, N * C);
+    const int b = compress_boundary_at(m, l);
+    if (b >= 0 && l > m->l0) { // a boundary inside: its two backwards back to back
+      if ((crc = compress_decode_backward(m, b, m->dres, compress_dz(m))) ||
+          (crc = compress_encode_backward(m, b, compress_dz(m), m->dres, step)))
+        return crc;
+    }
   }
-  // a later pipeline stage ends here: dres is the gradient of its input
+  // a later pipeline stage ends here: dres is the gradient of its input (its
+  // dZ under compression)
   if (m->l0 > 0) {
+    if (m->cmp && (crc = compress_decode_backward(m, compress_boundary_at(m, m->l0), m->dres,
+                                                   compress_dz(m))))
+      return crc;
     if (rc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
     return TS_OK;
   }
@@ -935,10 +1019,17 @@ void ts_model_set_stage(ts_model *m, int l0, int l1) {
   m->l0 = l0;
   m->l1 = l1;
 }
-void ts_model_set_stage_input(ts_model *m, const float *x) { m->x_in = x; }
+void ts_model_set_stage_input(ts_model *m, const void *x) { m->x_in = x; }
 void ts_model_set_stage_grad(ts_model *m, const float *dy) { m->dy_in = dy; }
-const float *ts_model_stage_output(const ts_model *m) { return m->res[m->l1]; }
-const float *ts_model_stage_dinput(const ts_model *m) { return m->dres; }
+const void *ts_model_stage_output(const ts_model *m) {
+  return m->cmp ? compress_wire(m, compress_boundary_at(m, m->l1)) : (const void *)m->res[m->l1];
+}
+const float *ts_model_stage_dinput(const ts_model *m) {
+  return m->cmp ? compress_dz(m) : m->dres;
+}
+size_t ts_model_boundary_bytes(const ts_model *m, int backward) {
+  return compress_wire_bytes(m, backward);
+}
 
 int ts_model_runs(const ts_model *m, int *pos, int *len) {
   for (int k = 0; k < m->nrun; k++) pos[k] = m->run_pos[k];

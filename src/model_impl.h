@@ -20,6 +20,9 @@ typedef struct {
 typedef struct {
   float *wte, *wpe, *lnfw, *lnfb, *lm_head; // lm_head NULL when tied
   layer_params *layer;
+  float **anchor; // --compress mapl*: stage s's anchor table E_s (V × r)
+  float **proj;   // --compress mapl*: boundary p's projector A_p (d × r)
+  float **vq_count, **vq_sum, **vq_codes, **vq_recv; // mapl-vq: boundary p's codebooks (vq.h)
 } param_views;
 
 // What a layer keeps for its backward. Norm outputs and the GeLU output are
@@ -59,7 +62,8 @@ struct ts_model {
   // first take their input from x_in, stages before the last their output's
   // gradient from dy_in (ts_model_set_stage_*).
   int l0, l1;
-  const float *x_in, *dy_in;
+  const void *x_in;  // X (rows × d), or the compressed boundary's wire
+  const float *dy_in;
   int U, usched;               // its heads per stage and stage schedule
   float *spbuf;                // 2*T*C: gathered rows, packed [dK|dV], full dE
   int rc;                      // error of the last forward
@@ -84,6 +88,7 @@ struct ts_model {
   ts_ws ws;
   float loss, loss_sum; // loss_sum: canonical-tree sum of the local token losses
   struct megatron *mt;  // the tensor-split layers' buffers (--sp-mode megatron)
+  struct compress *cmp; // stage-boundary compression (compress.h); NULL without
   float *ce_scratch;    // --fused-ce: one leaf of logits per thread
   float *mlp_scratch;   // --tiled-mlp: four leaves of d_ff floats per thread
 };

@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compress.h"
 #include "orthogonal.h"
+#include "vq.h"
 #include "util.h"
 
 int ts_adamw_init(ts_adamw *opt, size_t n) {
@@ -62,60 +64,118 @@ static int is_hidden_matrix(const ts_tensor *t) {
   return t->ndim == 2 && strncmp(t->name, "h.", 2) == 0;
 }
 
+// Which group a tensor's update belongs to.
+enum { G_ADAMW = 0, G_MUON, G_PROJ, G_VQ };
+
+// Polar Express steps of the projectors' direction and retraction
+// (ALGORITHMS.md §8: fewer than 8 leave AᵀA − I at 1e-2 or worse).
+#define SPEL_STEPS 10
+
 int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int ntens,
                       const ts_config *cfg, int64_t s) {
   const float lr = ts_lr_at(cfg, s);
-  if (cfg->optimizer == TS_OPT_ADAMW) {
-    ts_adamw_update(opt, params, grads, ntens, lr, cfg->weight_decay, cfg->beta1, cfg->beta2,
-                    cfg->eps, NULL);
-    return TS_OK;
-  }
-  unsigned char *skip = calloc((size_t)ntens, 1);
-  if (!skip) return ts_fail(TS_ERUNTIME, "out of memory");
+  unsigned char *group = calloc((size_t)ntens, 1);
+  if (!group) return ts_fail(TS_ERUNTIME, "out of memory");
   size_t need = 0;
-  for (int t = 0; t < ntens; t++)
-    if ((skip[t] = (unsigned char)is_hidden_matrix(&params[t]))) {
-      size_t k = ts_ortho_scratch((int)params[t].shape[0], (int)params[t].shape[1]);
-      if (k > need) need = k;
-    }
+  int special = 0;
+  for (int t = 0; t < ntens; t++) {
+    if (cfg->optimizer != TS_OPT_ADAMW && is_hidden_matrix(&params[t])) group[t] = G_MUON;
+    else if (compress_is_projector(params[t].name)) group[t] = G_PROJ;
+    else if (compress_is_codebook(params[t].name)) group[t] = G_VQ;
+    else continue;
+    special = 1;
+    size_t k = ts_ortho_scratch((int)params[t].shape[0], (int)params[t].shape[1]);
+    if (k > need) need = k;
+  }
   if (need > opt->scratch_n) {
     ts_free(opt->scratch);
     opt->scratch = ts_alloc(need * sizeof(float));
     opt->scratch_n = opt->scratch ? need : 0;
     if (!opt->scratch) {
-      free(skip);
-      return ts_fail(TS_ERUNTIME, "out of memory (Muon scratch)");
+      free(group);
+      return ts_fail(TS_ERUNTIME, "out of memory (Muon and SPEL scratch)");
     }
   }
   ts_adamw_update(opt, params, grads, ntens, lr, cfg->weight_decay, cfg->beta1, cfg->beta2,
-                  cfg->eps, skip);
-  // Muon on the same schedule: --muon-lr scaled as AdamW's lr is
-  const float mlr = cfg->lr > 0.0f ? cfg->muon_lr * (lr / cfg->lr) : 0.0f;
+                  cfg->eps, special ? group : NULL);
+  // Muon and SPEL on AdamW's schedule: their peak rates scaled as AdamW's is
+  const float sched = cfg->lr > 0.0f ? lr / cfg->lr : 0.0f;
+  const float mlr = cfg->muon_lr * sched, plr = cfg->proj_lr * sched;
   const ts_ortho how = cfg->optimizer == TS_OPT_MUON_PE ? TS_ORTHO_PE : TS_ORTHO_NS;
   size_t off = 0;
   for (int t = 0; t < ntens; t++) {
     const size_t n = (size_t)ts_tensor_numel(&params[t]);
-    if (skip[t])
-      ts_muon_update(params[t].data, grads[t].data, opt->m + off, (int)params[t].shape[0],
-                     (int)params[t].shape[1], mlr, cfg->weight_decay, 0.95f, how, 5, opt->scratch);
+    const int rows = (int)params[t].shape[0], cols = (int)params[t].shape[1];
+    float *p = params[t].data, *buf = opt->m + off;
+    const float *g = grads[t].data;
     off += n;
+    if (group[t] == G_MUON)
+      ts_muon_update(p, g, buf, rows, cols, mlr, cfg->weight_decay, 0.95f, how, 5, opt->scratch);
+    else if (group[t] == G_PROJ && cfg->compress == TS_COMPRESS_MAPL_UNC)
+      ts_spel_step_unconstrained(p, g, buf, rows, cols, plr, 0.95f, SPEL_STEPS, opt->scratch);
+    else if (group[t] == G_PROJ)
+      ts_spel_step(p, g, buf, rows, cols, plr, 0.95f, SPEL_STEPS, opt->scratch);
+    else if (group[t] == G_VQ && strstr(params[t].name, ".vq.count")) {
+      // a boundary's four codebook tensors, in vq.h's order; the statistics
+      // are the contiguous gradient slots of the first three
+      ts_vq_shape q;
+      ts_vq_shape_of(cfg, &q);
+      ts_vq_update(&q, cfg->seed, atoi(params[t].name + 4), (uint64_t)s + 1, p,
+                   params[t + 1].data, params[t + 2].data, params[t + 3].data, g);
+    }
   }
-  free(skip);
+  free(group);
   return TS_OK;
 }
 
 #define NORM_CHUNK 65536
 
-float ts_grad_norm(const float *g, size_t n) {
+// Spans [lo, hi) of the gradient buffer that hold no gradient: mapl-vq's
+// codebook slots (statistics for ts_vq_update). In buffer order.
+typedef struct {
+  size_t lo, hi;
+} span;
+
+static int statistic_spans(const ts_tensor *grads, int nt, span **out) {
+  int ns = 0;
+  *out = NULL;
+  for (int t = 0; t < nt; t++) ns += compress_is_codebook(grads[t].name);
+  if (ns == 0) return 0;
+  span *sp = malloc((size_t)ns * sizeof *sp);
+  if (!sp) return -1;
+  ns = 0;
+  for (int t = 0; t < nt; t++)
+    if (compress_is_codebook(grads[t].name)) {
+      sp[ns].lo = (size_t)(grads[t].data - grads[0].data);
+      sp[ns].hi = sp[ns].lo + (size_t)ts_tensor_numel(&grads[t]);
+      ns++;
+    }
+  *out = sp;
+  return ns;
+}
+
+// Σ g² over [lo, hi) outside the spans, in index order: the same bits as
+// the sum with zeros in the spans (adding +0 to a sum of squares is exact).
+static double chunk_sumsq(const float *g, size_t lo, size_t hi, const span *sp, int ns) {
+  double s = 0.0;
+  int k = 0;
+  for (size_t i = lo; i < hi;) {
+    while (k < ns && sp[k].hi <= i) k++;
+    size_t stop = k < ns && sp[k].lo < hi ? (sp[k].lo > i ? sp[k].lo : i) : hi;
+    for (; i < stop; i++) s += (double)g[i] * (double)g[i];
+    if (k < ns && sp[k].lo <= i && i < sp[k].hi) i = sp[k].hi < hi ? sp[k].hi : hi;
+  }
+  return s;
+}
+
+static float norm_outside(const float *g, size_t n, const span *sp, int ns) {
   size_t nchunks = (n + NORM_CHUNK - 1) / NORM_CHUNK;
   double *part = malloc((nchunks ? nchunks : 1) * sizeof(double));
   if (!part) return NAN;
 #pragma omp parallel for schedule(static)
   for (size_t c = 0; c < nchunks; c++) {
     size_t lo = c * NORM_CHUNK, hi = lo + NORM_CHUNK < n ? lo + NORM_CHUNK : n;
-    double s = 0.0;
-    for (size_t i = lo; i < hi; i++) s += (double)g[i] * (double)g[i];
-    part[c] = s;
+    part[c] = chunk_sumsq(g, lo, hi, sp, ns);
   }
   double s = 0.0;
   for (size_t c = 0; c < nchunks; c++) s += part[c];
@@ -123,11 +183,37 @@ float ts_grad_norm(const float *g, size_t n) {
   return (float)sqrt(s);
 }
 
+float ts_grad_norm(const float *g, size_t n) { return norm_outside(g, n, NULL, 0); }
+
 void ts_clip(float *g, size_t n, float norm, float clip) {
   if (clip <= 0.0f || !(norm > clip)) return;
   float coef = clip / (norm + 1e-6f);
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) g[i] *= coef;
+}
+
+float ts_grad_norm_trained(const ts_tensor *grads, int nt, size_t n) {
+  span *sp;
+  int ns = statistic_spans(grads, nt, &sp);
+  if (ns < 0) return NAN;
+  float norm = norm_outside(grads[0].data, n, sp, ns);
+  free(sp);
+  return norm;
+}
+
+int ts_clip_trained(const ts_tensor *grads, int nt, size_t n, float norm, float clip) {
+  span *sp;
+  int ns = statistic_spans(grads, nt, &sp);
+  if (ns < 0) return ts_fail(TS_ERUNTIME, "out of memory");
+  float *g = grads[0].data;
+  size_t lo = 0;
+  for (int k = 0; k <= ns; k++) { // the trained runs between the spans
+    size_t hi = k < ns ? sp[k].lo : n;
+    ts_clip(g + lo, hi - lo, norm, clip);
+    if (k < ns) lo = sp[k].hi;
+  }
+  free(sp);
+  return TS_OK;
 }
 
 float ts_lr_at(const ts_config *cfg, int64_t s) {

@@ -36,6 +36,12 @@ int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nt
 float ts_grad_norm(const float *g, size_t n);
 // Scales g by clip / (norm + 1e-6) when norm > clip > 0.
 void ts_clip(float *g, size_t n, float norm, float clip);
+// The same over the model's gradient buffer (grads[0].data, n floats) but for
+// the slots of mapl-vq's codebooks, which hold statistics (vq.h): the norm
+// counts them as zeros (same bits as ts_grad_norm without codebooks), the
+// clip leaves them alone.
+float ts_grad_norm_trained(const ts_tensor *grads, int nt, size_t n);
+int ts_clip_trained(const ts_tensor *grads, int nt, size_t n, float norm, float clip);
 // Learning rate for 0-based step s.
 float ts_lr_at(const ts_config *cfg, int64_t s);
 #endif

@@ -131,6 +131,18 @@ void ts_spel_step(float *A, const float *g, float *m, int d, int r, float alpha,
   ts_polar_express(A, d, r, steps, scratch); // the retraction
 }
 
+void ts_spel_step_unconstrained(float *A, const float *g, float *m, int d, int r, float alpha,
+                                float beta, int steps, float *scratch) {
+  const size_t n = (size_t)d * r;
+  float *D = scratch + ts_ortho_scratch(d, r) - n; // the copy slot
+  for (size_t i = 0; i < n; i++) {
+    m[i] = beta * m[i] + (1.0f - beta) * g[i];
+    D[i] = m[i];
+  }
+  ts_polar_express(D, d, r, steps, scratch);
+  for (size_t i = 0; i < n; i++) A[i] = A[i] - alpha * D[i];
+}
+
 double ts_orthogonality_error(const float *A, int d, int r) {
   double e = 0.0;
   for (int i = 0; i < r; i++)

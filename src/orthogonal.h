@@ -43,6 +43,12 @@ void ts_stiefel_tangent(float *out, const float *A, const float *g, int d, int r
 void ts_spel_step(float *A, const float *g, float *m, int d, int r, float alpha, float beta,
                   int steps, float *scratch);
 
+// The same step without the manifold (the mapl-unconstrained ablation): the
+// Euclidean gradient's momentum, its Polar Express direction, no tangent
+// projection and no retraction, so A drifts off St(d, r).
+void ts_spel_step_unconstrained(float *A, const float *g, float *m, int d, int r, float alpha,
+                                float beta, int steps, float *scratch);
+
 // ‖AᵀA − I‖_F of a d × r matrix, in double.
 double ts_orthogonality_error(const float *A, int d, int r);
 #endif

@@ -12,6 +12,8 @@ enum {
   TS_RNG_DROPOUT_PROJ = 3,  // dropout after the attention projection
   TS_RNG_DROPOUT_MLP = 4,   // dropout after the MLP
   TS_RNG_DATA = 5,          // window sampling
+  TS_RNG_COMPRESS = 6,      // frozen bases of boundary compression (step = which basis)
+  TS_RNG_VQ = 7,            // codebook init, dead-code rows and streamed codes (mapl-vq)
 };
 
 // Philox4x32-10 (Salmon et al., SC'11) of counter (index, step, purpose) under

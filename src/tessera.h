@@ -21,6 +21,18 @@ const char *ts_errmsg(void);
 // Configuration: the model (what is learned) and the run (how it is trained).
 typedef enum { TS_GPT = 0, TS_LLAMA = 1 } ts_variant;
 enum { TS_OPT_ADAMW = 0, TS_OPT_MUON = 1, TS_OPT_MUON_PE = 2 };
+// Stage-boundary compression (ALGORITHMS.md §7): part of the model, so the
+// serial run of a compressed model is the reference of its pipelined runs.
+typedef enum {
+  TS_COMPRESS_NONE = 0,
+  TS_COMPRESS_SSN,      // fixed shared basis U and frozen token table (Subspace Networks)
+  TS_COMPRESS_MAPL,     // per-boundary projector on St(d, r) by SPEL, factorized anchors
+  TS_COMPRESS_MAPL_UNC, // ablation: the projector by plain momentum steps, off the manifold
+  TS_COMPRESS_MAPL_VQ,  // mapl + residual vector quantisation of Z (streaming codebooks)
+  TS_COMPRESS_NMODES
+} ts_compress_mode;
+// "none", "ssn", "mapl", "mapl-unconstrained", "mapl-vq"
+extern const char *const ts_compress_names[TS_COMPRESS_NMODES];
 
 typedef struct {
   // model
@@ -54,6 +66,15 @@ typedef struct {
   int checkpoint;    // recompute each layer's activations in backward (same bits, less memory)
   int fused_ce;      // LM head + cross-entropy per leaf of rows: no (B·T, V) logits (same bits)
   int tiled_mlp;     // MLP one leaf of rows at a time, recomputed in backward: no (B·T, d_ff)
+  // Stage-boundary compression (model fields; all 0 without --compress)
+  int compress;         // ts_compress_mode
+  int compress_rank;    // r: floats per token that cross a boundary
+  int compress_stages;  // S: the model is cut into S stages of n_layer/S layers
+  float proj_lr;        // the projectors' peak learning rate (SPEL): 0.1 x Muon's by default
+  int vq_groups, vq_rounds, vq_codes; // mapl-vq: G dims per group, R rounds, K codes
+  float vq_gamma;       // EMA decay of the codebooks
+  float vq_commit;      // commitment-loss weight
+  int vq_sync_codes;    // codes per codebook the sender ships to the receiver after a step
   char data_path[4096];
   char log_path[4096];
   char ckpt_dir[4096];
@@ -170,10 +191,14 @@ int ts_model_runs(const ts_model *m, int *pos, int *len);
 // earlier one takes the gradient of its output before each backward, and
 // returns loss 0. Only the stage's tensors get gradients.
 void ts_model_set_stage(ts_model *m, int l0, int l1);
-void ts_model_set_stage_input(ts_model *m, const float *x);
+void ts_model_set_stage_input(ts_model *m, const void *x);
 void ts_model_set_stage_grad(ts_model *m, const float *dy);
-const float *ts_model_stage_output(const ts_model *m); // after a forward
+const void *ts_model_stage_output(const ts_model *m); // after a forward
 const float *ts_model_stage_dinput(const ts_model *m); // after a backward: d(input)
+// Bytes per token of a stage's output (backward 0) and of its output's
+// gradient coming back (backward 1): d floats, or under --compress r floats
+// (Z and dZ), mapl-vq's R·r/G one-byte codes forward.
+size_t ts_model_boundary_bytes(const ts_model *m, int backward);
 // TS_OK, or the error of the last forward (whose result is then NaN): a
 // collective of a sequence-parallel layer can fail.
 int ts_model_status(const ts_model *m);

@@ -219,6 +219,11 @@ static int64_t latest_checkpoint(const char *dir, char *path, size_t cap) {
 // The fields that must agree for a resumed run to continue the same run.
 static int check_resume_config(const ts_config *cfg, const char *json, const char *path) {
   ts_config old = *cfg;
+  // the fields a config writes only when set: absent means 0, not this run's value
+  old.optimizer = 0, old.muon_lr = 0.0f;
+  old.compress = old.compress_rank = old.compress_stages = 0, old.proj_lr = 0.0f;
+  old.vq_groups = old.vq_rounds = old.vq_codes = old.vq_sync_codes = 0;
+  old.vq_gamma = old.vq_commit = 0.0f;
   if (ts_config_from_json(&old, json) != TS_OK)
     return ts_fail(TS_ERUNTIME, "checkpoint %s: unreadable configuration", path);
 #define SAME_INT(F, FLAG)                                                                 \
@@ -238,6 +243,15 @@ static int check_resume_config(const ts_config *cfg, const char *json, const cha
   SAME_FLT(weight_decay, "--weight-decay") SAME_FLT(beta1, "beta1") SAME_FLT(beta2, "beta2")
   SAME_FLT(eps, "eps") SAME_FLT(grad_clip, "--grad-clip") SAME_FLT(val_frac, "--val-frac")
   SAME_FLT(muon_lr, "--muon-lr")
+  if (old.compress != cfg->compress && old.compress >= 0 && old.compress < TS_COMPRESS_NMODES)
+    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written with --compress %s, this run "
+                   "has %s", path, ts_compress_names[old.compress],
+                   ts_compress_names[cfg->compress]);
+  SAME_INT(compress, "--compress") SAME_INT(compress_rank, "--rank")
+  SAME_INT(compress_stages, "--compress-stages") SAME_FLT(proj_lr, "--proj-lr")
+  SAME_INT(vq_groups, "--vq-group") SAME_INT(vq_rounds, "--vq-rounds")
+  SAME_INT(vq_codes, "--vq-codes") SAME_INT(vq_sync_codes, "--vq-sync-codes")
+  SAME_FLT(vq_gamma, "--vq-gamma") SAME_FLT(vq_commit, "--vq-commit")
 #undef SAME_INT
 #undef SAME_FLT
   return TS_OK;
@@ -403,10 +417,11 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     if ((rc = ts_shard_pass(&sh, inputs, targets, step, 1, &lsum))) goto done;
     if ((rc = ts_shard_sync_grads(&sh, dgroup))) goto done;
     if ((rc = combine_loss(D > 1 ? dgroup : NULL, &lsum, 1, ntok_global, &loss))) goto done;
-    float norm = ts_grad_norm(ts_model_grads(m), np);
-    ts_clip(ts_model_grads(m), np, norm, cfg.grad_clip);
+    float norm = ts_grad_norm_trained(gt, nt, np);
+    if ((rc = ts_clip_trained(gt, nt, np, norm, cfg.grad_clip))) goto done;
     float lr = ts_lr_at(&cfg, s);
     if ((rc = ts_optimizer_step(&opt, pt, gt, nt, &cfg, s))) goto done;
+    if (sh.pl && (rc = ts_pipeline_sync_boundaries(sh.pl, m, step))) goto done;
     double dt = ts_now() - t0;
     double comm_s = ts_grid_comm_seconds(grid);
     double tps = tokens / dt;
@@ -436,12 +451,15 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
       snprintf(mem_json + k, sizeof mem_json - (size_t)k, "}");
     }
     // the pipeline's in-flight microbatches on this (the first) stage
-    char pipe_json[160] = "";
+    // and the bytes per token that cross a boundary, each way (X, Z or codes)
+    char pipe_json[256] = "";
     if (sh.pl)
       snprintf(pipe_json, sizeof pipe_json,
                ",\"pipeline\":{\"stages\":%d,\"microbatches\":%d,\"schedule\":\"%s\","
-               "\"peak_inflight\":%d}",
-               sh.pl->P, sh.pl->M, sh.pl->schedule ? "1f1b" : "gpipe", sh.pl->peak_inflight);
+               "\"peak_inflight\":%d,\"boundary_bytes_per_token\":{\"forward\":%d,"
+               "\"backward\":%d}}",
+               sh.pl->P, sh.pl->M, sh.pl->schedule ? "1f1b" : "gpipe", sh.pl->peak_inflight,
+               (int)ts_model_boundary_bytes(m, 0), (int)ts_model_boundary_bytes(m, 1));
     char line[1024 + sizeof comm_json + sizeof mem_json + sizeof pipe_json];
     snprintf(line, sizeof line,
              "{\"type\":\"step\",\"step\":%" PRIu64 ",\"loss\":%.9g,\"loss_hex\":\"%a\","
@@ -605,7 +623,7 @@ int ts_dump(const ts_config *cfg_in, const char *out_dir, int traj_steps) {
 
   float loss = ts_model_forward(m, inputs, targets, 1, 1);
   if ((rc = ts_model_backward(m, 1))) goto done;
-  float norm = ts_grad_norm(ts_model_grads(m), np);
+  float norm = ts_grad_norm_trained(gt, nt, np);
   uint64_t lh = ts_fnv1a64(TS_FNV_OFFSET, ts_model_logits(m), ntok * cfg.vocab * sizeof(float));
   ts_tensor lt = {"logits", 3, {cfg.batch, cfg.seq, cfg.vocab}, (float *)ts_model_logits(m)};
   gt[nt] = lt;
@@ -620,8 +638,8 @@ int ts_dump(const ts_config *cfg_in, const char *out_dir, int traj_steps) {
     uint64_t step = (uint64_t)s + 1;
     float l = ts_model_forward(m, inputs, targets, step, 1);
     if ((rc = ts_model_backward(m, step))) goto done;
-    float n2 = ts_grad_norm(ts_model_grads(m), np);
-    ts_clip(ts_model_grads(m), np, n2, cfg.grad_clip);
+    float n2 = ts_grad_norm_trained(gt, nt, np);
+    if ((rc = ts_clip_trained(gt, nt, np, n2, cfg.grad_clip))) goto done;
     if ((rc = ts_optimizer_step(&opt, pt, gt, nt, &cfg, s))) goto done;
     len += sprintf(result + len, "%s{\"step\":%d,\"loss\":%.9g,\"loss_hex\":\"%a\"}", s ? "," : "",
                    s + 1, (double)l, (double)l);

@@ -74,6 +74,21 @@ if expect_exit 0 "" "$TESSERA_BIN" "$@"; then
     "$TS_TMP/llama" --traj
 fi
 
+# and the Muon hybrid (Newton-Schulz; Polar Express on the LLaMA) against the oracle's
+# own Muon in torch: the trajectory's losses within the stated tolerance
+set -- dump --out "$TS_TMP/muon" --model tiny --optimizer muon --traj-steps 4
+set -- "$@" --data "$TESSERA_SRCDIR/data/corpus.txt"
+if expect_exit 0 "" "$TESSERA_BIN" "$@"; then
+  check "fresh dump (tiny, --optimizer muon) matches the oracle's Muon" "$oracle/check.py" \
+    "$TS_TMP/muon" --traj
+fi
+set -- dump --out "$TS_TMP/muon-pe" --model llama-tiny --optimizer muon-pe --traj-steps 4
+set -- "$@" --data "$TESSERA_SRCDIR/data/corpus.txt"
+if expect_exit 0 "" "$TESSERA_BIN" "$@"; then
+  check "fresh dump (llama-tiny, --optimizer muon-pe) matches the oracle's Muon" \
+    "$oracle/check.py" "$TS_TMP/muon-pe" --traj
+fi
+
 if [ "$TS_FAILS" -eq 0 ] && [ "$n_golden" -eq 0 ]; then
   skip "no golden directory under $TESSERA_SRCDIR/golden/ (the other $TS_CHECKS checks passed)"
 fi

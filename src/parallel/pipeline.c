@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "util.h"
+#include "vq.h"
 
 int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int schedule, int mb) {
   memset(pl, 0, sizeof *pl);
@@ -16,7 +17,10 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   pl->M = M;
   pl->mb = mb;
   pl->schedule = schedule;
-  pl->rows_c = (size_t)mb * cfg->seq * cfg->d;
+  // what crosses a boundary: X (d floats a token), or under --compress Z
+  // (r floats, or mapl-vq's codes) forward and dZ (r floats) back
+  pl->fwd_bytes = (size_t)mb * cfg->seq * ts_model_boundary_bytes(m, 0);
+  pl->bwd_bytes = (size_t)mb * cfg->seq * ts_model_boundary_bytes(m, 1);
   const int per = cfg->n_layer / pl->P, l0 = pl->s * per;
   ts_model_set_stage(m, l0, l0 + per);
   // every stage's slice: from the first tensor of its first layer (stage 0:
@@ -44,8 +48,8 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   free(t);
   for (int q = 0; q < pl->P; q++) pl->len[q] = pl->off[q + 1] - pl->off[q];
   pl->slots = schedule == 0 ? M : (pl->P - pl->s < M ? pl->P - pl->s : M);
-  pl->store = ts_alloc((size_t)pl->slots * pl->rows_c * sizeof(float));
-  pl->dy = ts_alloc(pl->rows_c * sizeof(float));
+  pl->store = ts_alloc((size_t)pl->slots * pl->fwd_bytes);
+  pl->dy = ts_alloc(pl->bwd_bytes);
   pl->lsums = calloc((size_t)M, sizeof(float));
   if (!pl->store || !pl->dy || !pl->lsums) return ts_fail(TS_ERUNTIME, "out of memory (pipeline buffers)");
   ts_tree_init(&pl->tree, ts_model_num_params(m));
@@ -73,8 +77,8 @@ typedef struct {
   size_t seq_tokens; // tokens of one microbatch
 } pass;
 
-static float *slot(const pass *ps, int mu) {
-  return ps->pl->store + (size_t)(mu % ps->pl->slots) * ps->pl->rows_c;
+static unsigned char *slot(const pass *ps, int mu) {
+  return ps->pl->store + (size_t)(mu % ps->pl->slots) * ps->pl->fwd_bytes;
 }
 
 static int forward(pass *ps, int mu) {
@@ -110,26 +114,26 @@ static int recv_forward(pass *ps, int mu) {
   pl->inflight++;
   if (pl->inflight > pl->peak_inflight) pl->peak_inflight = pl->inflight;
   if (pl->s == 0) return TS_OK;
-  return ts_comm_recv(pl->pipe, slot(ps, mu), pl->rows_c * sizeof(float), pl->s - 1, -1);
+  return ts_comm_recv(pl->pipe, slot(ps, mu), pl->fwd_bytes, pl->s - 1, -1);
 }
 
 static int send_forward(pass *ps) {
   ts_pipeline *pl = ps->pl;
   if (pl->s == pl->P - 1) return TS_OK;
-  return ts_comm_send(pl->pipe, ts_model_stage_output(ps->m), pl->rows_c * sizeof(float),
+  return ts_comm_send(pl->pipe, ts_model_stage_output(ps->m), pl->fwd_bytes,
                       pl->s + 1, -1);
 }
 
 static int recv_backward(pass *ps) {
   ts_pipeline *pl = ps->pl;
   if (pl->s == pl->P - 1) return TS_OK;
-  return ts_comm_recv(pl->pipe, pl->dy, pl->rows_c * sizeof(float), pl->s + 1, -1);
+  return ts_comm_recv(pl->pipe, pl->dy, pl->bwd_bytes, pl->s + 1, -1);
 }
 
 static int send_backward(pass *ps) {
   ts_pipeline *pl = ps->pl;
   if (pl->s == 0) return TS_OK;
-  return ts_comm_send(pl->pipe, ts_model_stage_dinput(ps->m), pl->rows_c * sizeof(float),
+  return ts_comm_send(pl->pipe, ts_model_stage_dinput(ps->m), pl->bwd_bytes,
                       pl->s - 1, -1);
 }
 
@@ -139,8 +143,8 @@ static int send_backward(pass *ps) {
 static int send_forward_recv_backward(pass *ps) {
   ts_pipeline *pl = ps->pl;
   if (pl->s == pl->P - 1) return TS_OK;
-  return ts_comm_sendrecv(pl->pipe, ts_model_stage_output(ps->m), pl->rows_c * sizeof(float),
-                          pl->s + 1, pl->dy, pl->rows_c * sizeof(float), pl->s + 1, -1);
+  return ts_comm_sendrecv(pl->pipe, ts_model_stage_output(ps->m), pl->fwd_bytes, pl->s + 1,
+                          pl->dy, pl->bwd_bytes, pl->s + 1, -1);
 }
 
 static int send_backward_recv_forward(pass *ps, int mu_next) {
@@ -148,9 +152,8 @@ static int send_backward_recv_forward(pass *ps, int mu_next) {
   pl->inflight++;
   if (pl->inflight > pl->peak_inflight) pl->peak_inflight = pl->inflight;
   if (pl->s == 0) return TS_OK;
-  return ts_comm_sendrecv(pl->pipe, ts_model_stage_dinput(ps->m), pl->rows_c * sizeof(float),
-                          pl->s - 1, slot(ps, mu_next), pl->rows_c * sizeof(float), pl->s - 1,
-                          -1);
+  return ts_comm_sendrecv(pl->pipe, ts_model_stage_dinput(ps->m), pl->bwd_bytes, pl->s - 1,
+                          slot(ps, mu_next), pl->fwd_bytes, pl->s - 1, -1);
 }
 
 static int gpipe(pass *ps) {
@@ -200,6 +203,50 @@ int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, co
   if ((rc = ts_comm_bcast(pl->pipe, &sum, sizeof sum, pl->P - 1, -1))) return rc;
   *loss_sum = sum;
   return TS_OK;
+}
+
+static float *tensor_named(ts_tensor *t, int nt, const char *fmt, int p) {
+  char name[64];
+  snprintf(name, sizeof name, fmt, p);
+  for (int i = 0; i < nt; i++)
+    if (strcmp(t[i].name, name) == 0) return t[i].data;
+  return NULL;
+}
+
+int ts_pipeline_sync_boundaries(ts_pipeline *pl, ts_model *m, uint64_t step) {
+  const ts_config *cfg = ts_model_config(m);
+  if (cfg->compress < TS_COMPRESS_MAPL) return TS_OK;
+  const size_t abytes = (size_t)cfg->d * cfg->compress_rank * sizeof(float);
+  const int nt = ts_model_num_tensors(m), vq = cfg->compress == TS_COMPRESS_MAPL_VQ;
+  ts_vq_shape q;
+  ts_vq_shape_of(cfg, &q);
+  const size_t sbytes = vq ? ts_vq_stream_floats(&q) * sizeof(float) : 0;
+  ts_tensor *t = calloc((size_t)nt, sizeof *t);
+  float *msg = vq ? malloc(sbytes) : NULL;
+  if (!t || (vq && !msg)) {
+    free(t);
+    return ts_fail(TS_ERUNTIME, "out of memory");
+  }
+  ts_model_tensors(m, t, NULL);
+  // down the chain: stage s receives boundary s−1's, then sends boundary s's
+  int rc = TS_OK;
+  const int in = pl->s - 1, out = pl->s < pl->P - 1 ? pl->s : -1;
+  if (in >= 0) {
+    rc = ts_comm_recv(pl->pipe, tensor_named(t, nt, "cmp.%d.proj", in), abytes, in, -1);
+    if (!rc && vq && !(rc = ts_comm_recv(pl->pipe, msg, sbytes, in, -1)))
+      ts_vq_stream_pack(&q, cfg->seed, in, step, tensor_named(t, nt, "cmp.%d.vq.recv", in), msg, 1);
+  }
+  if (!rc && out >= 0) {
+    rc = ts_comm_send(pl->pipe, tensor_named(t, nt, "cmp.%d.proj", out), abytes, pl->s + 1, -1);
+    if (!rc && vq) {
+      ts_vq_stream_pack(&q, cfg->seed, out, step, tensor_named(t, nt, "cmp.%d.vq.codes", out), msg,
+                        0);
+      rc = ts_comm_send(pl->pipe, msg, sbytes, pl->s + 1, -1);
+    }
+  }
+  free(t);
+  free(msg);
+  return rc;
 }
 
 int ts_pipeline_gather_grads(ts_pipeline *pl, ts_model *m) {

@@ -204,7 +204,8 @@ def check_dump(path, traj, check_init=True):
             settings = model.TrainSettings(dump.cfg)
             cfg_steps = dump.cfg.get("steps", required=False)
             note = "" if cfg_steps in (None, K) else f" (config says steps {cfg_steps}; K is used)"
-            print(f"  -- trajectory: {K} steps, AdamW lr {settings.lr:g} wd {settings.weight_decay:g} "
+            opt = ["AdamW", "AdamW + Muon (Newton-Schulz)", "AdamW + Muon (Polar Express)"][settings.optimizer]
+            print(f"  -- trajectory: {K} steps, {opt} lr {settings.lr:g} wd {settings.weight_decay:g} "
                   f"betas ({settings.beta1:g}, {settings.beta2:g}) eps {settings.eps:g} clip "
                   f"{settings.grad_clip:g} warmup {settings.warmup}, schedule over {K} steps{note}")
             m = model.build_model(s, dump.weights, torch.float32, dump.dropout, dump.seed)

@@ -13,7 +13,8 @@ Contents:
     dropout masks and initial values can be regenerated from their keys;
   - the GPT and LLaMA forward passes (loss, logits) whose gradients come from
     autograd (LLaMA: RMSNorm, RoPE, grouped-query attention, SwiGLU, no biases);
-  - the K-step AdamW trajectory with clipping and the warm-up + cosine schedule.
+  - the K-step AdamW trajectory with clipping and the warm-up + cosine schedule
+    (or the hybrid with Muon, Newton-Schulz or Polar Express, for the layers' matrices).
 """
 
 import json
@@ -597,6 +598,55 @@ class TrainSettings:
         self.eps = cfg.f32("eps")
         self.grad_clip = cfg.f32("grad_clip")
         self.warmup = int(cfg.get("warmup"))
+        # 0 AdamW, 1 Muon (Newton-Schulz), 2 Muon (Polar Express) for the layers' matrices
+        self.optimizer = int(cfg.get("optimizer", 0))
+        self.muon_lr = cfg.f32("muon_lr", 0.0)
+
+
+# ---- Muon for the layers' 2-D weights (docs/MODEL.md, ALGORITHMS.md section 8), written
+# from the formulas with torch matrix products: independent of src/orthogonal.c.
+
+NS_ABC = (3.4445, -4.7750, 2.0315)
+PE_TABLE = [
+    (8.28721201814563, -23.595886519098837, 17.300387312530933),
+    (4.107059111542203, -2.9478499167379106, 0.5448431082926601),
+    (3.9486908534822946, -2.908902115962949, 0.5518191394370137),
+    (3.3184196573706015, -2.488488024314874, 0.51004894012372),
+    (2.300652019954817, -1.6689039845747493, 0.4188073119525673),
+    (1.891301407787398, -1.2679958271945868, 0.37680408948524835),
+    (1.8750014808534479, -1.2500016453999487, 0.3750001645474248),
+]
+
+
+def orthogonalise(G, polar_express, steps=5):
+    """The polar factor's approximation of G (float32): quintic Newton-Schulz on
+    G/(|G|_F + 1e-7), or Polar Express on G/(|G|_F*1.01 + 1e-7) with every published
+    triple but the last divided by (1.01, 1.01^3, 1.01^5); the wide orientation."""
+    X = G.clone()
+    tall = X.shape[0] > X.shape[1]
+    if tall:
+        X = X.T
+    X = X / (X.norm() * (1.01 if polar_express else 1.0) + 1e-7)
+    for k in range(steps):
+        if polar_express:
+            a, b, c = PE_TABLE[k] if k < len(PE_TABLE) - 1 else PE_TABLE[-1]
+            if k < len(PE_TABLE) - 1:
+                a, b, c = a / 1.01, b / 1.01 ** 3, c / 1.01 ** 5
+            else:
+                a, b, c = 1.875, -1.25, 0.375
+        else:
+            a, b, c = NS_ABC
+        A = X @ X.T
+        X = a * X + (b * A + c * (A @ A)) @ X
+    return X.T if tall else X
+
+
+def muon_step(p, g, buf, lr, wd, polar_express, beta=0.95):
+    """One Muon update in place: Nesterov momentum, orthogonalised, shape-scaled."""
+    buf.mul_(beta).add_(g, alpha=1.0 - beta)
+    u = orthogonalise((1.0 - beta) * g + beta * buf, polar_express)
+    scale = math.sqrt(max(1.0, p.shape[0] / p.shape[1]))
+    p.mul_(1.0 - lr * wd).sub_(lr * scale * u)
 
 
 def lr_at(t, s, steps):
@@ -611,15 +661,20 @@ def lr_at(t, s, steps):
 def train_trajectory(model, settings, inputs, targets, steps, use_dropout):
     """Runs `steps` optimizer steps on one batch; returns the loss before each update."""
     params = list(model.params.values())
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
+    muon = [p for n, p in model.params.items()
+            if settings.optimizer and p.dim() == 2 and n.startswith("h.")]
+    bufs = [torch.zeros_like(p) for p in muon]
+    rest = [p for p in params if not any(p is q for q in muon)]
+    decay = [p for p in rest if p.dim() >= 2]
+    no_decay = [p for p in rest if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": settings.weight_decay},
          {"params": no_decay, "weight_decay": 0.0}],
         lr=settings.lr, betas=(settings.beta1, settings.beta2), eps=settings.eps)
     losses = []
     for s in range(steps):
-        opt.zero_grad(set_to_none=True)
+        for p in params:        # the Muon tensors are not the AdamW object's: all of them
+            p.grad = None
         loss, _ = model.forward(inputs, targets, (s + 1) if use_dropout else None)
         loss.backward()
         losses.append(float(loss.item()))
@@ -634,6 +689,10 @@ def train_trajectory(model, settings, inputs, targets, steps, use_dropout):
         for g in opt.param_groups:
             g["lr"] = lr
         opt.step()
+        with torch.no_grad():   # Muon at --muon-lr on AdamW's schedule
+            mlr = settings.muon_lr * (lr / settings.lr)
+            for p, b in zip(muon, bufs):
+                muon_step(p, p.grad, b, mlr, settings.weight_decay, settings.optimizer == 2)
     return losses
 
 

@@ -1,0 +1,164 @@
+#!/usr/bin/python3
+"""Tables and a plot of bench/compress_quality.sh: validation loss of each boundary
+compression mode at the same token budget, its gap to the uncompressed model, and the
+bytes per token that cross a boundary each way.
+
+    /usr/bin/python3 bench/compress_report.py --results bench/results/compress --img-dir docs/img
+
+Reads RESULTS/manifest.tsv and the run logs it names (docs/RUN-LOG.md), prints markdown
+tables, writes the same text to RESULTS/report.md, the numbers to RESULTS/summary.json,
+and the loss curves to IMG_DIR/compress_quality.png.
+
+Validation loss: the last eval record of each run (the mean over its --eval-batches
+held-out batches, the same batches for every run). Gap: (loss − loss_none) / loss_none.
+Bytes per token per boundary, from the model's configuration (src/compress.h, vq.h):
+forward d·4 (none), r·4 (ssn, mapl*), R·r/G one-byte codes (mapl-vq); backward d·4 or
+r·4; after each step the projector A_p (d·r floats) and mapl-vq's streamed codes
+(R·sync·r floats) per boundary, shown amortised over the step's B·T tokens.
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import (ROOT, ReportError, arg_parser, manifest_lines, output_paths,  # noqa: E402
+                      read, read_kv, run_command, run_main, save_fig, shown, table,
+                      write_report)
+
+MODE_ORDER = ["none", "ssn", "mapl", "mapl-unconstrained", "mapl-vq", "mapl-vq full sync"]
+STYLE = {"none": ("black", "--"), "ssn": ("tab:orange", "-"), "mapl": ("tab:blue", "-"),
+         "mapl-unconstrained": ("tab:purple", ":"), "mapl-vq": ("tab:green", "-"),
+         "mapl-vq full sync": ("tab:olive", "-.")}
+
+
+def label(row):
+    return row["mode"] + (" full sync" if row["sync"] == "full" else "")
+
+
+def load_run(results, name):
+    """(config, eval curve [(step, val_loss)]) of a completed run."""
+    text = read(os.path.join(results, name + ".jsonl"))
+    if text is None:
+        raise ReportError("%s: no run log (%s/%s.jsonl)" % (name, results, name))
+    meta = read_kv(os.path.join(results, name + ".meta"))
+    if meta.get("status") != "ok":
+        raise ReportError("%s: the run did not complete (status %s)" % (name, meta.get("status", "?")))
+    try:
+        recs = [json.loads(line) for line in text.splitlines() if line.strip()]
+    except ValueError as e:
+        raise ReportError("%s: unreadable run log: %s" % (name, e))
+    cfg = next((r for r in recs if r.get("type") == "config"), None)
+    curve = [(r["step"], r["val_loss"]) for r in recs if r.get("type") == "eval"]
+    if cfg is None or not curve or not any(r.get("type") == "final" for r in recs):
+        raise ReportError("%s: incomplete run log (no config, eval or final record)" % name)
+    return {"config": cfg, "curve": curve, "val_loss": curve[-1][1], "params": cfg["params"]}
+
+
+def wire_bytes(model):
+    """(forward, backward) bytes per token per boundary, and the bytes sent per boundary
+    after each step."""
+    d, mode = model["d"], model.get("compress", 0)
+    if not mode:
+        return 4 * d, 4 * d, 0
+    r = model["compress_rank"]
+    fwd, bwd, sync = 4 * r, 4 * r, 0
+    if mode >= 2:                       # the learned projector goes to the receiver
+        sync = 4 * d * r
+    if mode == 4:                       # mapl-vq: codes forward, streamed codes after the step
+        fwd = model["vq_rounds"] * r // model["vq_groups"]
+        sync += 4 * model["vq_rounds"] * model["vq_sync_codes"] * r
+    return fwd, bwd, sync
+
+
+def main():
+    a = arg_parser(__doc__, "bench/results/compress").parse_args()
+    results, md_path, json_path = output_paths(a)
+    rows = [dict(zip(("mode", "P", "r", "sync", "name"), f))
+            for f in manifest_lines(results, "bench/compress_quality.sh", 5)]
+    if not rows:
+        raise ReportError("manifest.tsv: no runs")
+    setup = read_kv(os.path.join(results, "setup.txt"))
+    runs = {r["name"]: load_run(results, r["name"]) for r in rows}
+    base = next((r for r in rows if r["mode"] == "none"), None)
+    if base is None:
+        raise ReportError("manifest.tsv: no uncompressed run (mode none) to compare with")
+    b = runs[base["name"]]
+    m0 = b["config"]["model"]
+    tokens = m0["batch"] * m0["seq"]
+    groups = sorted({(int(r["P"]), int(r["r"])) for r in rows if r["mode"] != "none"})
+
+    md = ["## Boundary compression: validation loss at the same token budget", ""]
+    md.append("- Date: %s (UTC); tessera %s (binary `%s`, sha256 %s…)" % (
+        setup.get("date", "?"), setup.get("rev", "?"), shown(setup.get("binary", "?"), ROOT),
+        setup.get("binary_sha256", "?")))
+    md.append("- Model: `%s`, d %d, %d layers, %d heads (%d key/value), T %d, batch %d: %d tokens per "
+              "step, %s steps (%s tokens) in every run; `%s`" % (
+                  setup.get("model_flags", "?"), m0["d"], m0["n_layer"], m0["n_head"],
+                  m0.get("n_kv_head", m0["n_head"]), m0["seq"], m0["batch"], tokens,
+                  setup.get("steps", "?"), format(tokens * int(setup.get("steps", "0")), ","),
+                  setup.get("opt_flags", "")))
+    md.append("- Each compressed run is the serial reference of the P-stage model (`--compress-stages P`); "
+              "`mpiexec -n P … --pp P` gives the same bits (tests/mpi_compress.sh). Validation loss: the "
+              "last evaluation, %s held-out batches. Uncompressed: **%.4f**." % (
+                  setup.get("eval_batches", "?"), b["val_loss"]))
+    md.append("- Bytes per token per boundary each way, fp32 unless codes; *ratio*: forward bytes over "
+              "the uncompressed d·4. *after step*: projector and streamed codes per boundary per step, "
+              "amortised per token of the step.")
+    md.append("- Command of the uncompressed run: `%s`" % run_command(results, base["name"], ROOT))
+    md.append("")
+    summary = {"setup": setup, "none": b["val_loss"], "runs": {}}
+    for P, r in groups:
+        md += ["### P = %d stages (%d boundaries), r = %d (d/%d)" % (P, P - 1, r, m0["d"] // r), ""]
+        out = []
+        for row in sorted((x for x in rows if (x["mode"] == "none") or (int(x["P"]), int(x["r"])) == (P, r)),
+                          key=lambda x: MODE_ORDER.index(label(x))):
+            run = runs[row["name"]]
+            fwd, bwd, sync = wire_bytes(run["config"]["model"])
+            gap = (run["val_loss"] - b["val_loss"]) / b["val_loss"]
+            out.append([label(row), "%.4f" % run["val_loss"], "—" if row["mode"] == "none" else "%+.2f%%" % (100 * gap),
+                        str(fwd), str(bwd), "%.3f" % (fwd / (4.0 * m0["d"])),
+                        "%.1f" % (sync / tokens), format(run["params"], ",")])
+            if row["mode"] != "none":
+                summary["runs"][row["name"]] = {"val_loss": run["val_loss"], "gap": gap, "forward_bytes": fwd,
+                                                "backward_bytes": bwd, "sync_bytes_per_step": sync,
+                                                "curve": run["curve"]}
+        md += table(["mode", "val loss", "gap", "fwd B/token", "bwd B/token", "ratio", "after step, B/token",
+                     "parameters"], ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:"], out)
+        md.append("")
+
+    if not a.no_plots:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        Ps = sorted({P for P, _ in groups})
+        rs = sorted({r for _, r in groups}, reverse=True)
+        fig, axes = plt.subplots(len(Ps), len(rs), figsize=(5.2 * len(rs), 3.8 * len(Ps)),
+                                 sharex=True, sharey=True, squeeze=False)
+        lo = min(min(v for _, v in run["curve"]) for run in runs.values())
+        hi = max(run["curve"][min(1, len(run["curve"]) - 1)][1] for run in runs.values())
+        for i, P in enumerate(Ps):
+            for j, r in enumerate(rs):
+                ax = axes[i][j]
+                for row in sorted(rows, key=lambda x: MODE_ORDER.index(label(x))):
+                    if row["mode"] != "none" and (int(row["P"]), int(row["r"])) != (P, r):
+                        continue
+                    c, ls = STYLE[label(row)]
+                    xs, ys = zip(*runs[row["name"]]["curve"])
+                    ax.plot(xs, ys, color=c, linestyle=ls, label=label(row))
+                ax.set_title("P = %d, r = %d (%d× fewer floats)" % (P, r, m0["d"] // r))
+                ax.set_ylim(lo - 0.02 * (hi - lo), hi)
+                ax.grid(alpha=0.3)
+                if i == len(Ps) - 1:
+                    ax.set_xlabel("step (%d tokens each)" % tokens)
+                if j == 0:
+                    ax.set_ylabel("validation loss")
+        axes[0][0].legend(fontsize=8)
+        fig.suptitle("Boundary compression at the same token budget")
+        out_png = os.path.join(a.img_dir, "compress_quality.png")
+        save_fig(fig, out_png)
+        md += ["![validation loss by mode](%s)" % shown(out_png, ROOT), ""]
+    write_report(md, md_path, summary, json_path)
+
+
+if __name__ == "__main__":
+    run_main(main, "bench/compress_report.py")

@@ -1,0 +1,90 @@
+// Residual multi-codebook vector quantisation of a boundary's Z (mapl-vq,
+// ALGORITHMS.md §7).
+//
+// Z (rows × r) splits into r/G groups of G coordinates. Each group is
+// quantised in R rounds, round j on what the rounds before left: code =
+// argmin_k ‖res − e_jgk‖² (ties to the lowest k), res −= e_jgk. A row crosses
+// the boundary as R·r/G one-byte codes instead of r floats; the receiver
+// rebuilds Ẑ = Σ_j e'_j·code from its own copy e' of the codebooks.
+//
+// Codebooks: boundary p holds four tensors of (R·r/G·K) codes, in this order
+// (the first three's gradient slots carry the step's statistics, which the
+// gradient machinery sums over leaves, microbatches and data ranks in the
+// same tree on every layout):
+//   cmp.p.vq.count  (R·r/G·K)     EMA of the assignment counts N; slot: counts n
+//   cmp.p.vq.sum    (R·r/G·K, G)  EMA of the assigned residuals S; slot: their sums s
+//   cmp.p.vq.codes  (R·r/G·K, G)  the sender's codes e; slot: each code's
+//                                 replacement candidate, the residual of one
+//                                 seeded row of the global batch
+//   cmp.p.vq.recv   (R·r/G·K, G)  the receiver's copy e'; slot unused (0)
+// After each step (vq_update): N ← γN + (1−γ)n, S ← γS + (1−γ)s, e = S/Ñ with
+// Laplace smoothing Ñ_k = (N_k + ε)/(ΣN + Kε)·ΣN, ε = 1e-5; a code with N < 2
+// is dead and becomes its candidate; then the sender streams
+// --vq-sync-codes seeded codes of each round's codebook (all groups) to the
+// receiver's copy, which is otherwise stale.
+//
+// Gradients: straight through (dZ = dẐ) plus the commitment loss
+// w·Σ‖z − sg(ẑ)‖²/(tokens·r) against the sender's own quantisation ẑ.
+#ifndef TS_VQ_H
+#define TS_VQ_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera.h"
+
+typedef struct {
+  int r, G, R, K, ng; // ng = r/G groups
+  float gamma, commit;
+  int sync;           // codes streamed per codebook per step
+} ts_vq_shape;
+
+void ts_vq_shape_of(const ts_config *cfg, ts_vq_shape *q);
+// Codes per boundary: R·ng·K. Floats of the statistics (count, sum, candidate).
+static inline size_t ts_vq_ncodes(const ts_vq_shape *q) { return (size_t)q->R * q->ng * q->K; }
+static inline size_t ts_vq_stat_floats(const ts_vq_shape *q) {
+  return ts_vq_ncodes(q) * (size_t)(1 + 2 * q->G);
+}
+// Bytes of one row on the wire: R·ng codes.
+static inline size_t ts_vq_row_bytes(const ts_vq_shape *q) { return (size_t)q->R * q->ng; }
+
+// The rows of z (n × r) quantised with codebook e: codes (n × R·ng bytes)
+// and, when zq is not NULL, the sender's quantisation ẑ (n × r).
+void ts_vq_encode(const ts_vq_shape *q, const float *e, const float *z, int64_t n,
+                  uint8_t *codes, float *zq);
+// ẑ (n × r) from codes and a codebook (the receiver's copy).
+void ts_vq_decode(const ts_vq_shape *q, const float *e, const uint8_t *codes, int64_t n, float *zq);
+
+// One leaf's statistics partial (stat floats: counts | sums | candidates) of
+// rows [li·leaf, (li+1)·leaf): the counts and residual sums of every code,
+// and the residual of each code's candidate row when it lies in the leaf
+// (cand_row[c]: the local row, −1 when not this model's).
+void ts_vq_stats_leaf(const ts_vq_shape *q, const float *e, const float *z, const uint8_t *codes,
+                      const int64_t *cand_row, int64_t li, int leaf, float *out);
+
+// Initial codebooks (seeded normal, std 0.02; the receiver's copy equal; EMA
+// state zero).
+void ts_vq_init(const ts_vq_shape *q, uint64_t seed, int boundary, float *count, float *sum,
+                float *codes, float *recv);
+// The step's EMA update, dead-code replacement and streamed sync (step is
+// the 1-based step whose statistics these are).
+void ts_vq_update(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step, float *count,
+                  float *sum, float *codes, float *recv, const float *stats);
+// The streamed sync of a step: --vq-sync-codes seeded codes of each
+// round's codebook (the i-th is ts_vq_streamed_code), every group, copied
+// from the sender's codebook into the receiver's copy.
+int ts_vq_streamed_code(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step, int j,
+                        int i);
+void ts_vq_stream(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
+                  const float *from, float *to);
+// Floats of one step's stream (R·sync·r), and the stream as a message:
+// packed from the codebook `book`, or (unpack) written into it.
+static inline size_t ts_vq_stream_floats(const ts_vq_shape *q) {
+  return (size_t)q->R * q->sync * q->r;
+}
+void ts_vq_stream_pack(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
+                       float *book, float *msg, int unpack);
+// The local row (−1: none) holding each code's candidate at this step, for a
+// model of rows [g0, g0 + n) of the global batch's ntok_global rows.
+void ts_vq_candidates(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
+                      int64_t ntok_global, int64_t g0, int64_t n, int64_t *cand_row);
+#endif

@@ -1,0 +1,129 @@
+#!/bin/sh
+# Stage-boundary compression (ALGORITHMS.md §7, src/compress.h): a compressed
+# model is a model. `--compress MODE --rank R --compress-stages S` trains it
+# serially; `mpiexec -n P·D tessera train --pp P --compress MODE --rank R`
+# must equal that serial run bit for bit (tessera compare says identical),
+# with GPipe and 1F1B, any M, and with --dp; mapl-vq too, whose receiver's
+# codebook copy is stale in both. `--compress none` is the plain
+# model, and a compressed model is not (compare says different).
+#
+# Stage 0's step record counts what crosses its boundary (sendrecv bytes,
+# sent + received): M microbatches of Z forward (mb·T·r floats; mapl-vq:
+# mb·T·R·r/G one-byte codes) and M of dZ back (mb·T·r floats); after the step,
+# for the learned projectors, A_0 (d·r floats) and under mapl-vq the streamed
+# codes (R·sync·r floats) to stage 1. It reports the bytes per token each way.
+. "$(dirname "$0")/lib.sh"
+
+. "$(dirname "$0")/mpi_lib.sh"
+T=$TESSERA_BIN
+DATA=$TESSERA_SRCDIR/data/corpus.txt
+RUN_MPI="timeout 180 $MPIEXEC"
+common="--batch 4 --steps 3 --warmup 1 --eval-batches 1 --data $DATA --quiet --threads 1"
+M4="--model llama-tiny --layers 4 --dropout 0.1" # d 64, T 64
+R=16
+
+sendrecv_bytes() { # FILE: the first step record's sendrecv bytes
+  grep '"type":"step"' "$1" | head -n 1 |
+    sed -n 's/.*"sendrecv":{"calls":[0-9]*,"bytes":\([0-9]*\)}.*/\1/p'
+}
+
+# equal MODE S RUN...: the serial run of the model compressed at S stages
+# against each pipelined run "P:D:M:schedule"
+equal() {
+  mode=$1 stages=$2
+  shift 2
+  S=$TS_TMP/serial-$mode-$stages.jsonl
+  rm -f "$S"
+  expect_exit 0 "" "$T" train $M4 $common --compress $mode --rank $R --compress-stages $stages \
+    --log "$S" || return
+  for run in "$@"; do
+    P=${run%%:*} rest=${run#*:}
+    D=${rest%%:*} rest=${rest#*:}
+    M=${rest%%:*} sched=${rest#*:}
+    L=$TS_TMP/pp-$mode-$P-$D-$M-$sched.jsonl
+    rm -f "$L"
+    expect_exit 0 "" $RUN_MPI -n $((P * D)) "$T" train $M4 $common --compress $mode --rank $R \
+      --pp $P --dp $D --microbatches $M --schedule $sched --log "$L" || continue
+    TS_CHECKS=$((TS_CHECKS + 1))
+    out=$("$T" compare "$S" "$L" 2>&1)
+    [ "$out" = identical ] && pass "$mode | pp $P dp $D M $M $sched: identical to serial" ||
+      fail "$mode | pp $P dp $D M $M $sched: $out"
+    mb=$((4 / D / M))
+    sync=0 fwd=$((R * 4)) bwd=$((R * 4))
+    [ "$mode" = ssn ] || sync=$((64 * R * 4))
+    # G = 2, R = 2 rounds, one streamed code per codebook
+    [ "$mode" = mapl-vq ] && fwd=$((2 * R / 2)) sync=$((sync + 2 * 1 * R * 4))
+    want=$((M * mb * 64 * (fwd + bwd) + sync))
+    got=$(sendrecv_bytes "$L")
+    TS_CHECKS=$((TS_CHECKS + 1))
+    [ "$got" = "$want" ] && pass "$mode pp $P M $M: stage 0 moves $got bytes per step" ||
+      fail "$mode pp $P M $M: stage 0 moves '$got' bytes per step, expected $want"
+    TS_CHECKS=$((TS_CHECKS + 1))
+    grep -q "\"boundary_bytes_per_token\":{\"forward\":$fwd,\"backward\":$bwd}" "$L" &&
+      pass "$mode: $fwd bytes per token forward, $bwd back" ||
+      fail "$mode: the step record does not say $fwd bytes per token forward, $bwd back"
+  done
+}
+
+equal ssn 4 4:1:4:gpipe 4:1:2:1f1b
+equal mapl 4 4:1:4:gpipe 4:1:4:1f1b 4:1:1:1f1b 4:1:2:gpipe
+equal mapl 2 2:2:2:1f1b 2:1:4:gpipe
+equal mapl-unconstrained 4 4:1:2:1f1b
+equal mapl-vq 4 4:1:4:gpipe 4:1:2:1f1b
+equal mapl-vq 2 2:2:2:1f1b
+
+# --compress none is the plain model; a compressed one is another model
+P0=$TS_TMP/plain.jsonl N0=$TS_TMP/none.jsonl
+expect_exit 0 "" "$T" train $M4 $common --log "$P0"
+expect_exit 0 "" "$T" train $M4 $common --compress none --log "$N0"
+expect_exit 0 "" "$T" compare "$P0" "$N0"
+expect_stdout "^identical"
+expect_exit 1 "" "$T" compare "$P0" "$TS_TMP/serial-mapl-4.jsonl"
+expect_stdout "^first divergence"
+
+# resume a pipelined compressed run from the serial run's checkpoint
+CK=$TS_TMP/ck
+RS=$TS_TMP/resumed.jsonl
+B="$M4 $common --compress mapl --rank $R"
+expect_exit 0 "" "$T" train $B --compress-stages 2 --ckpt-dir "$CK" --ckpt-every 1 --log "$RS"
+cp "$RS" "$TS_TMP/straight.jsonl"
+rm -f "$CK/step-00000003.safetensors"
+expect_exit 0 "" $RUN_MPI -n 2 "$T" train $B --pp 2 --microbatches 2 --ckpt-dir "$CK" --resume \
+  --log "$RS"
+expect_stdout "resumed from .*step-00000002"
+expect_exit 0 "" "$T" compare "$TS_TMP/straight.jsonl" "$RS"
+expect_stdout "^identical"
+# and not as another model
+expect_exit 2 "was written with --rank 16, this run has 8" \
+  "$T" train $M4 $common --compress mapl --rank 8 --compress-stages 2 --ckpt-dir "$CK" --resume
+expect_exit 2 "was written with --compress mapl, this run has none" \
+  "$T" train $M4 $common --ckpt-dir "$CK" --resume
+
+# --- refused before any work ----------------------------------------------------------
+NOLOG=$TS_TMP/never.jsonl
+expect_exit 2 "--rank 65: larger than the model width d = 64" \
+  "$T" train $B --rank 65 --compress-stages 2 --log "$NOLOG"
+expect_exit 2 "--compress mapl: needs stage boundaries: --pp P or --compress-stages S >= 2" \
+  "$T" train $B --log "$NOLOG"
+expect_exit 2 "--compress-stages 3: the 4 layers must divide into 3 stages" \
+  "$T" train $B --compress-stages 3 --log "$NOLOG"
+expect_exit 2 "--compress mapl: needs --rank R" \
+  "$T" train $M4 $common --compress mapl --compress-stages 2 --log "$NOLOG"
+expect_exit 2 "--rank 8: only with --compress" "$T" train $M4 $common --rank 8 --log "$NOLOG"
+expect_exit 2 "--compress zip: must be none, ssn, mapl, mapl-unconstrained or mapl-vq" \
+  "$T" train $M4 $common --compress zip --log "$NOLOG"
+expect_exit 2 "--pp 2 with --compress-stages 4: a pipeline's stages are the compressed model's" \
+  "$T" train $B --pp 2 --compress-stages 4 --log "$NOLOG"
+expect_exit 2 "--compress mapl with --sp 2: compression runs on the serial" \
+  "$T" train $B --compress-stages 2 --sp 2 --log "$NOLOG"
+expect_exit 2 "--vq-group 3: must divide --rank 16" \
+  "$T" train $M4 $common --compress mapl-vq --rank 16 --vq-group 3 --compress-stages 2 --log "$NOLOG"
+expect_exit 2 "--vq-codes 512: must be in \[2, 256\]" \
+  "$T" train $M4 $common --compress mapl-vq --rank 16 --vq-codes 512 --compress-stages 2 --log "$NOLOG"
+expect_exit 2 "--microbatches 0: must be >= 1" "$T" train $B --pp 2 --microbatches 0 --log "$NOLOG"
+TS_CHECKS=$((TS_CHECKS + 1))
+[ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"
+
+# --- a failure on one stage ends every stage, with its message ------------------------
+expect_fault_ends_all "pp 2 mapl" 2 train $B --pp 2
+done_testing

@@ -1,0 +1,302 @@
+// Stage-boundary compression in the serial model (src/compress.h): the
+// backward is the gradient of the compressed model where the model is
+// differentiable through it, SPEL keeps every projector on St(d, r) over a
+// long run while the unconstrained ablation leaves it; and mapl-vq's
+// quantiser (src/vq.h): greedy residual codes, its statistics, the EMA update
+// and the streamed, otherwise stale, receiver's copy.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "optim.h"
+#include "orthogonal.h"
+#include "rng.h"
+#include "tessera.h"
+#include "vq.h"
+
+enum { B = 2, T = 64, R = 16, S = 4 };
+
+static ts_config compressed(int mode) {
+  ts_config c;
+  memset(&c, 0, sizeof c);
+  assert_int_equal(ts_config_preset(&c, "llama-tiny"), TS_OK);
+  ts_config_defaults(&c);
+  c.n_layer = 4;
+  c.batch = B;
+  c.seq = T;
+  c.steps = 300;
+  c.warmup = 10;
+  c.compress = mode;
+  c.compress_rank = R;
+  c.compress_stages = S;
+  assert_int_equal(ts_config_finalize(&c), TS_OK);
+  return c;
+}
+
+static void random_tokens(int *x, size_t n, uint64_t key) {
+  for (size_t i = 0; i < n; i++) x[i] = (int)ts_rng_below(99, 7, key, i, 256);
+}
+
+static ts_tensor *find(ts_tensor *t, int nt, const char *name) {
+  for (int i = 0; i < nt; i++)
+    if (strcmp(t[i].name, name) == 0) return &t[i];
+  fail_msg("no tensor %s", name);
+  return NULL;
+}
+
+// The directional derivative of the loss along the gradient of one tensor,
+// by central differences, against the gradient's squared norm. Holds where
+// the compressed model is differentiable as written: the anchors (each
+// enters one encode or decode linearly) and the token embedding upstream of
+// every boundary (its gradient crosses all three). Bound: 2e-3 relative —
+// the loss is fp32 (about 5e-7 absolute at 5.5), so with a step of 1e-2
+// along a unit direction the quotient carries up to about 5e-5 of rounding
+// on derivatives of 8e-3 .. 0.35 here (measured: 3e-5 .. 4.2e-4). A wrong
+// sign or a missing term is an error of order 1.
+static void check_directional(ts_model *m, ts_tensor *p, ts_tensor *g, const int *inp,
+                              const int *tgt) {
+  const int64_t n = ts_tensor_numel(p);
+  float *g0 = malloc((size_t)n * sizeof(float)), *p0 = malloc((size_t)n * sizeof(float));
+  memcpy(g0, g->data, (size_t)n * sizeof(float));
+  memcpy(p0, p->data, (size_t)n * sizeof(float));
+  double g2 = 0.0;
+  for (int64_t i = 0; i < n; i++) g2 += (double)g0[i] * g0[i];
+  const double gn = sqrt(g2), eps = 1e-2;
+  assert_true(gn > 0.0);
+  double f[2];
+  for (int k = 0; k < 2; k++) {
+    const double sgn = k ? -1.0 : 1.0;
+    for (int64_t i = 0; i < n; i++) p->data[i] = (float)(p0[i] + sgn * eps * g0[i] / gn);
+    f[k] = ts_model_forward(m, inp, tgt, 1, 1);
+  }
+  memcpy(p->data, p0, (size_t)n * sizeof(float));
+  const double fd = (f[0] - f[1]) / (2.0 * eps), an = gn; // d/dt loss(p + t·g/|g|) = |g|
+  printf("# %-14s |g| %.6e, central difference %.6e, relative error %.2e\n", p->name, an, fd,
+         fabs(fd - an) / an);
+  assert_true(fabs(fd - an) <= 2e-3 * an);
+  free(g0);
+  free(p0);
+}
+
+static void test_backward_is_the_gradient(void **state) {
+  (void)state;
+  const int modes[] = {TS_COMPRESS_SSN, TS_COMPRESS_MAPL};
+  int inp[B * T], tgt[B * T];
+  random_tokens(inp, B * T, 1);
+  random_tokens(tgt, B * T, 2);
+  for (int k = 0; k < 2; k++) {
+    ts_config c = compressed(modes[k]);
+    ts_model *m;
+    assert_int_equal(ts_model_create(&c, &m), TS_OK);
+    ts_model_init(m, c.seed);
+    const int nt = ts_model_num_tensors(m);
+    ts_tensor *pt = calloc((size_t)nt, sizeof *pt), *gt = calloc((size_t)nt, sizeof *gt);
+    ts_model_tensors(m, pt, gt);
+    if (modes[k] == TS_COMPRESS_MAPL) { // anchors away from zero, as after some training
+      for (int s = 0; s < S; s++) {
+        char name[32];
+        snprintf(name, sizeof name, "cmp.%d.anchor", s);
+        ts_tensor *a = find(pt, nt, name);
+        for (int64_t i = 0; i < ts_tensor_numel(a); i++)
+          a->data[i] = 0.05f * ts_rng_normal(5, 9, (uint64_t)s, (uint64_t)i);
+      }
+    }
+    ts_model_forward(m, inp, tgt, 1, 1);
+    assert_int_equal(ts_model_backward(m, 1), TS_OK);
+    // copies of the gradients: the checks' forwards do not touch them, but be plain
+    const size_t np = ts_model_num_params(m);
+    float *grads = malloc(np * sizeof(float));
+    memcpy(grads, ts_model_grads(m), np * sizeof(float));
+    for (int i = 0; i < nt; i++) gt[i].data = grads + (gt[i].data - ts_model_grads(m));
+    const char *names[] = {"wte", "cmp.0.anchor", "cmp.1.anchor", "cmp.3.anchor"};
+    for (int j = 0; j < (modes[k] == TS_COMPRESS_MAPL ? 4 : 1); j++) {
+      int i = (int)(find(pt, nt, names[j]) - pt);
+      check_directional(m, &pt[i], &gt[i], inp, tgt);
+    }
+    free(grads);
+    free(pt);
+    free(gt);
+    ts_model_free(m);
+  }
+}
+
+// Trains `steps` steps and returns the largest ‖AᵀA − I‖_F seen over every
+// projector after every step (and checks each one moved from its start).
+static double worst_orthogonality(int mode, int steps) {
+  ts_config c = compressed(mode);
+  ts_model *m;
+  assert_int_equal(ts_model_create(&c, &m), TS_OK);
+  ts_model_init(m, c.seed);
+  const int nt = ts_model_num_tensors(m);
+  const size_t np = ts_model_num_params(m);
+  ts_tensor *pt = calloc((size_t)nt, sizeof *pt), *gt = calloc((size_t)nt, sizeof *gt);
+  ts_model_tensors(m, pt, gt);
+  ts_adamw opt;
+  assert_int_equal(ts_adamw_init(&opt, np), TS_OK);
+  ts_tensor *A[S - 1];
+  float *A0[S - 1];
+  for (int p = 0; p < S - 1; p++) {
+    char name[32];
+    snprintf(name, sizeof name, "cmp.%d.proj", p);
+    A[p] = find(pt, nt, name);
+    assert_true(ts_orthogonality_error(A[p]->data, c.d, R) <= 1e-5); // starts on St(d, r)
+    A0[p] = malloc((size_t)c.d * R * sizeof(float));
+    memcpy(A0[p], A[p]->data, (size_t)c.d * R * sizeof(float));
+  }
+  int inp[B * T], tgt[B * T];
+  double worst = 0.0;
+  for (int s = 0; s < steps; s++) {
+    random_tokens(inp, B * T, 10 + (uint64_t)s);
+    random_tokens(tgt, B * T, 1000 + (uint64_t)s);
+    ts_model_forward(m, inp, tgt, (uint64_t)s + 1, 1);
+    assert_int_equal(ts_model_backward(m, (uint64_t)s + 1), TS_OK);
+    float n = ts_grad_norm(ts_model_grads(m), np);
+    ts_clip(ts_model_grads(m), np, n, c.grad_clip);
+    assert_int_equal(ts_optimizer_step(&opt, pt, gt, nt, &c, s), TS_OK);
+    for (int p = 0; p < S - 1; p++) {
+      double e = ts_orthogonality_error(A[p]->data, c.d, R);
+      if (e > worst) worst = e;
+    }
+  }
+  for (int p = 0; p < S - 1; p++) {
+    double moved = 0.0;
+    for (int i = 0; i < c.d * R; i++) moved += fabs((double)A[p]->data[i] - A0[p][i]);
+    assert_true(moved > 1e-2);
+    free(A0[p]);
+  }
+  ts_adamw_free(&opt);
+  free(pt);
+  free(gt);
+  ts_model_free(m);
+  return worst;
+}
+
+static void test_spel_keeps_projectors_orthonormal(void **state) {
+  (void)state;
+  double e = worst_orthogonality(TS_COMPRESS_MAPL, 300);
+  printf("# mapl: worst ||A^T A - I||_F over 300 steps and 3 boundaries: %.3e\n", e);
+  assert_true(e <= 1e-5);
+}
+
+static void test_unconstrained_projectors_leave_the_manifold(void **state) {
+  (void)state;
+  double e = worst_orthogonality(TS_COMPRESS_MAPL_UNC, 100);
+  printf("# mapl-unconstrained: worst ||A^T A - I||_F over 100 steps: %.3e\n", e);
+  assert_true(e > 1e-2);
+}
+
+// A small quantiser: r 4 in groups of 2, 2 rounds of 4 codes.
+static const ts_vq_shape small_vq = {.r = 4, .G = 2, .R = 2, .K = 4, .ng = 2, .gamma = 0.9f,
+                                     .commit = 1.0f, .sync = 1};
+
+// Residual VQ is greedy: each round takes the code nearest (in double) to
+// what the rounds before left, and ẑ is the sum of the chosen codes.
+static void test_vq_takes_the_nearest_code_each_round(void **state) {
+  (void)state;
+  const ts_vq_shape *q = &small_vq;
+  const size_t nc = ts_vq_ncodes(q);
+  float e[64], z[8 * 4], zq[8 * 4], zd[8 * 4];
+  for (size_t i = 0; i < nc * q->G; i++) e[i] = ts_rng_normal(3, 1, 0, i);
+  for (int i = 0; i < 8 * 4; i++) z[i] = 1.5f * ts_rng_normal(3, 1, 1, (uint64_t)i);
+  uint8_t codes[8 * 4];
+  ts_vq_encode(q, e, z, 8, codes, zq);
+  for (int i = 0; i < 8; i++)
+    for (int g = 0; g < q->ng; g++) {
+      double res[2] = {z[i * 4 + g * 2], z[i * 4 + g * 2 + 1]}, acc[2] = {0, 0};
+      for (int j = 0; j < q->R; j++) {
+        int best = 0;
+        double bd = 1e300;
+        for (int k = 0; k < q->K; k++) {
+          const float *c = e + ((j * q->ng + g) * q->K + k) * q->G;
+          double d = (res[0] - c[0]) * (res[0] - c[0]) + (res[1] - c[1]) * (res[1] - c[1]);
+          if (d < bd) bd = d, best = k;
+        }
+        assert_int_equal(codes[i * 4 + j * q->ng + g], best);
+        const float *c = e + ((j * q->ng + g) * q->K + best) * q->G;
+        res[0] -= c[0], res[1] -= c[1], acc[0] += c[0], acc[1] += c[1];
+      }
+      assert_true(fabs(zq[i * 4 + g * 2] - acc[0]) < 1e-6);
+    }
+  ts_vq_decode(q, e, codes, 8, zd);
+  assert_memory_equal(zq, zd, sizeof zq); // the receiver's decode with the same book: same bits
+}
+
+// The statistics count every row once per round and group and sum its
+// residuals; the update is the EMA with Laplace smoothing, a dead code takes
+// its candidate, and only the streamed codes reach the receiver's copy.
+static void test_vq_statistics_update_and_stream(void **state) {
+  (void)state;
+  const ts_vq_shape *q = &small_vq;
+  const size_t nc = ts_vq_ncodes(q), nf = nc * q->G;
+  enum { ROWS = 16 };
+  float count[16], sum[32], codes[32], recv[32], z[ROWS * 4];
+  ts_vq_init(q, 7, 0, count, sum, codes, recv);
+  assert_memory_equal(codes, recv, sizeof codes); // in sync at first
+  for (int i = 0; i < ROWS * 4; i++) z[i] = 0.05f * ts_rng_normal(3, 2, 0, (uint64_t)i);
+  uint8_t wire[ROWS * 4];
+  ts_vq_encode(q, codes, z, ROWS, wire, NULL);
+  int64_t cand[16];
+  ts_vq_candidates(q, 7, 0, 1, ROWS, 0, ROWS, cand);
+  float stats[16 * 5];
+  ts_vq_stats_leaf(q, codes, z, wire, cand, 0, ROWS, stats);
+  for (int j = 0; j < q->R; j++)
+    for (int g = 0; g < q->ng; g++) {
+      float n = 0.0f;
+      for (int k = 0; k < q->K; k++) n += stats[(j * q->ng + g) * q->K + k];
+      assert_true(n == (float)ROWS);
+    }
+  // round 0's sums are sums of z itself
+  for (int g = 0; g < q->ng; g++) {
+    double want = 0.0, got = 0.0;
+    for (int i = 0; i < ROWS; i++) want += z[i * 4 + g * 2];
+    for (int k = 0; k < q->K; k++) got += stats[nc + ((size_t)g * q->K + k) * q->G];
+    assert_true(fabs(want - got) < 1e-6);
+  }
+  ts_vq_update(q, 7, 0, 1, count, sum, codes, recv, stats);
+  for (size_t c = 0; c < nc; c++) {
+    assert_true(count[c] == (1.0f - q->gamma) * stats[c]); // N = γ·0 + (1 − γ)·n
+    if (count[c] < 2.0f) // dead (all of them after one step): the candidate
+      assert_memory_equal(codes + c * q->G, stats + nc + nf + c * q->G, q->G * sizeof(float));
+  }
+  int streamed[16] = {0};
+  for (int j = 0; j < q->R; j++)
+    for (int g = 0; g < q->ng; g++)
+      streamed[(j * q->ng + g) * q->K + ts_vq_streamed_code(q, 7, 0, 1, j, 0)] = 1;
+  int stale = 0;
+  for (size_t c = 0; c < nc; c++) {
+    int same = memcmp(codes + c * q->G, recv + c * q->G, q->G * sizeof(float)) == 0;
+    if (streamed[c]) assert_true(same);
+    stale += !same;
+  }
+  assert_true(stale > 0); // the rest of the receiver's copy is stale, by design
+  // a live code is S / Ñ: feed the same statistics until N >= 2
+  for (uint64_t st = 2; st < 60; st++) ts_vq_update(q, 7, 0, st, count, sum, codes, recv, stats);
+  for (size_t c = 0; c < nc; c++)
+    if (count[c] >= 2.0f) {
+      size_t b = c / q->K * q->K;
+      float tot = 0.0f;
+      for (int k = 0; k < q->K; k++) tot = tot + count[b + k];
+      float sm = (count[c] + 1e-5f) / (tot + q->K * 1e-5f) * tot;
+      assert_true(codes[c * q->G] == sum[c * q->G] / sm);
+    }
+}
+
+int main(void) {
+  openblas_set_num_threads(1);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_backward_is_the_gradient),
+      cmocka_unit_test(test_spel_keeps_projectors_orthonormal),
+      cmocka_unit_test(test_unconstrained_projectors_leave_the_manifold),
+      cmocka_unit_test(test_vq_takes_the_nearest_code_each_round),
+      cmocka_unit_test(test_vq_statistics_update_and_stream),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
