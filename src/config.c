@@ -361,12 +361,13 @@ int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
     if (cfg->n_layer % P != 0)
       return ts_fail(TS_EUSAGE, "--pp %d: the %d layers must divide into %d stages", P,
                      cfg->n_layer, P);
-    if (lay->sp != 1)
-      return ts_fail(TS_EUSAGE, "--pp %d with --sp %d: pipeline and sequence parallelism do not "
-                                "compose yet", P, lay->sp);
-    if (cfg->tied)
-      return ts_fail(TS_EUSAGE, "--pp %d: the tied head puts the embedding on the first and the "
-                                "last stage; pipeline parallelism needs --untied", P);
+    if (lay->sp > 1 && M != nb)
+      return ts_fail(TS_EUSAGE, "--pp %d with --sp %d: a microbatch is one sequence, so "
+                     "--microbatches must be the %d sequences of each data rank (got %d)",
+                     P, lay->sp, nb, M);
+    if (lay->sp > 1 && lay->sp_mode == TS_SP_MEGATRON)
+      return ts_fail(TS_EUSAGE, "--pp %d with --sp-mode megatron: the tensor-split baseline "
+                     "does not run in pipeline stages", P);
     if (nb % M != 0)
       return ts_fail(TS_EUSAGE, "--microbatches %d: must divide the %d sequences of each data rank",
                      M, nb);

@@ -995,6 +995,30 @@ int ts_model_backward(ts_model *m, uint64_t step) {
   return TS_OK;
 }
 
+int ts_model_tied_embedding_grad(ts_model *m, const int *inputs, const int *targets,
+                                 const float *res_last, const float *d_emb, float *out) {
+  const int C = m->C, V = m->V, rows = m->cfg.leaf;
+  const int64_t N = m->ntok;
+  memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
+  memcpy(m->targets, targets, (size_t)N * sizeof(int));
+  // the loss's backward again, as ts_model_forward and ts_model_backward run
+  // it: the final norm, and the logits' gradient unless --fused-ce makes them
+  // leaf by leaf inside wte_leaf
+  norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, res_last, m->p.lnfw, m->p.lnfb);
+  if (!m->cfg.fused_ce) {
+    linear_forward(m->logits, m->lnf, m->p.wte, NULL, N, C, V, rows);
+    crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)m->ntok_global, N, V);
+  }
+  memcpy(m->dres, d_emb, (size_t)N * C * sizeof(float));
+  wte_leaf_ctx wc = {m, 1};
+  if (ts_leaf_tree_sum(&m->ws, out, (size_t)V * C, N / m->cfg.leaf, wte_leaf, &wc))
+    return ts_fail(TS_ERUNTIME, "out of memory (tied embedding gradient tree)");
+  return TS_OK;
+}
+
+const float *ts_model_last_residual(const ts_model *m) { return m->res[m->L]; }
+const float *ts_model_embedding_dgrad(const ts_model *m) { return m->dres; }
+
 // ---- accessors ---------------------------------------------------------------------
 int ts_model_num_tensors(const ts_model *m) { return m->ntens; }
 

@@ -199,6 +199,17 @@ const float *ts_model_stage_dinput(const ts_model *m); // after a backward: d(in
 // gradient coming back (backward 1): d floats, or under --compress r floats
 // (Z and dZ), mapl-vq's R·r/G one-byte codes forward.
 size_t ts_model_boundary_bytes(const ts_model *m, int backward);
+// A tied head under a pipeline: the first stage has the embedding, the last
+// the head. After a microbatch's backward the first stage's
+// ts_model_embedding_dgrad is the gradient of the embedding output (rows ×
+// d), and after its forward the last stage's ts_model_last_residual is the
+// last layer's output. From both, on the last stage, the tied embedding's
+// gradient of that microbatch (V × d) into out, by the serial model's own
+// leaf tree (head partial and scatter per leaf): the same bits.
+int ts_model_tied_embedding_grad(ts_model *m, const int *inputs, const int *targets,
+                                 const float *res_last, const float *d_emb, float *out);
+const float *ts_model_last_residual(const ts_model *m);
+const float *ts_model_embedding_dgrad(const ts_model *m);
 // TS_OK, or the error of the last forward (whose result is then NaN): a
 // collective of a sequence-parallel layer can fail.
 int ts_model_status(const ts_model *m);

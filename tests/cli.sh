@@ -51,7 +51,12 @@ expect_exit 2 "--model huge: unknown preset" "$T" train $NODATA --model huge
 expect_exit 2 "--dp 1 --sp 2 --pp 1: needs dp x sp x pp = 2 ranks but the MPI world size is 1" \
   "$T" train $NODATA --sp 2
 expect_exit 2 "--dp 4: needs 4 ranks but the MPI world size is 1" "$T" train $NODATA --dp 4
-expect_exit 2 "--pp 2: the tied head puts the embedding on the first and the last stage" "$T" train $NODATA --pp 2
+expect_exit 2 "--dp 1 --sp 1 --pp 2: needs dp x sp x pp = 2 ranks" "$T" train $NODATA --pp 2
+expect_exit 2 "--compress mapl: needs --rank R" "$T" train $NODATA --compress mapl --pp 2
+expect_exit 2 "--rank 65: larger than the model width d = 64" \
+  "$T" train $NODATA --compress ssn --rank 65 --compress-stages 2
+expect_exit 2 "--rank x: " "$T" train $NODATA --compress ssn --rank x
+expect_exit 2 "--vq-sync-codes 0: must be >= 1" "$T" train $NODATA --vq-sync-codes 0
 expect_exit 2 "--optimizer sgd: must be adamw, muon or muon-pe" "$T" train $NODATA --optimizer sgd
 expect_exit 2 "--muon-lr 0.1: only with --optimizer muon or muon-pe" "$T" train $NODATA --muon-lr 0.1
 expect_exit 2 "--sp-mode zigzag" "$T" train $NODATA --sp-mode zigzag

@@ -2,15 +2,18 @@
 # Pipeline parallelism (ALGORITHMS.md §6, src/parallel/pipeline.h):
 # `mpiexec -n P·D tessera train --pp P --microbatches M --schedule gpipe|1f1b`
 # equals the serial run of the same global batch bit for bit (tessera compare
-# says identical) for the GPT (untied head) and LLaMA, any M dividing a data
-# rank's sequences, both schedules, dropout off and on, and with --dp.
+# says identical) for the GPT (tied and untied head) and LLaMA, any M dividing a data
+# rank's sequences, both schedules, dropout off and on, and with --dp; and with
+# --sp (stages of sequence-parallel groups).
 #
 # The step record of rank 0 (stage 0) counts its boundary traffic: M
 # activations sent forward and M gradients received, each mb·T·d floats
 # (mb = sequences per microbatch), counted as bytes sent + received:
 # 2·M·mb·T·d·4 per step whatever the schedule; and its peak number of
 # microbatches in flight: M under GPipe, min(P, M) under 1F1B (stage i holds
-# at most P − i).
+# at most P − i). With a tied head stage 0 also sends each microbatch's
+# gradient of the embedding output (mb·T·d floats) to the last stage, which
+# computes the tied embedding's gradient.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/mpi_lib.sh"
@@ -45,6 +48,8 @@ equal() {
     # stage 0's traffic and its microbatches in flight
     nb=$((4 / D)) mb=$((4 / D / M))
     want=$((2 * M * mb * 64 * 64 * 4))
+    # a tied head: stage 0 also sends each microbatch's embedding-output gradient
+    case " $flags " in *" --untied "*|*llama*) ;; *) want=$((want + M * mb * 64 * 64 * 4)) ;; esac
     got=$(grep '"type":"step"' "$L" | head -n 1 | sed -n 's/.*"sendrecv":{"calls":[0-9]*,"bytes":\([0-9]*\)}.*/\1/p')
     TS_CHECKS=$((TS_CHECKS + 1))
     [ "$got" = "$want" ] && pass "pp $P M $M $sched: stage 0 moves $got boundary bytes per step" ||
@@ -63,6 +68,35 @@ for drop in 0 0.1; do
 done
 equal "--model llama-tiny --layers 4" 0.1 4:1:4:gpipe 4:1:4:1f1b 4:1:2:1f1b 4:1:1:1f1b \
   2:2:2:gpipe 2:2:1:1f1b
+# the tied head (the GPT presets'): the last stage computes the embedding's gradient
+equal "--model tiny" 0.1 2:1:2:1f1b 2:1:4:gpipe 2:2:2:1f1b
+equal "--model tiny --layers 4 --fused-ce" 0 4:1:4:1f1b
+
+# pipeline stages of sequence-parallel groups (--pp with --sp): a microbatch is one
+# sequence, each stage's group runs its layers with the group as --sp-mode says; the
+# exact modes are identical to serial, ring-zigzag within the tolerance of mpi_cp.sh
+# pp_sp MODEL_FLAGS SP_MODE SCHEDULE DP: the serial run against pp 2 x sp 2 (x dp)
+pp_sp() {
+  flags=$1 mode=$2 sched=$3 D=$4
+  S=$TS_TMP/serial-ppsp.jsonl L=$TS_TMP/ppsp.jsonl
+  rm -f "$S" "$L"
+  expect_exit 0 "" "$T" train $flags $common --dropout 0.1 --log "$S" || return
+  expect_exit 0 "" $RUN_MPI -n $((4 * D)) "$T" train $flags $common --dropout 0.1 --pp 2 --sp 2 \
+    --dp $D --sp-mode $mode --microbatches $((4 / D)) --schedule $sched --log "$L" || return
+  TS_CHECKS=$((TS_CHECKS + 1))
+  case $mode in
+  ring*) out=$("$T" compare --rtol 1e-5 "$S" "$L" 2>&1); want="equal within rtol 1e-05|identical" ;;
+  *) out=$("$T" compare "$S" "$L" 2>&1); want=identical ;;
+  esac
+  echo "$out" | grep -Eq "^($want)" && pass "$flags | pp 2 sp 2 dp $D $mode $sched: $out" ||
+    fail "$flags | pp 2 sp 2 dp $D $mode $sched: $out"
+}
+pp_sp "--model tiny --untied" lss 1f1b 1
+pp_sp "--model llama-tiny --layers 4" ulysses gpipe 1
+pp_sp "--model llama-tiny --layers 4" upipe 1f1b 1
+pp_sp "--model llama-tiny --layers 4" ring-zigzag 1f1b 1
+pp_sp "--model llama-tiny --layers 4" lss gpipe 2
+pp_sp "--model tiny" ulysses 1f1b 1
 
 # resume under pp 2 from a checkpoint of the serial run
 CK=$TS_TMP/ck
@@ -79,12 +113,12 @@ expect_stdout "^identical"
 # --- refused before any work ----------------------------------------------------------
 NOLOG=$TS_TMP/never.jsonl
 expect_exit 2 "--pp 3: the 2 layers must divide into 3 stages" "$T" train $B --pp 3 --log "$NOLOG"
-expect_exit 2 "--pp 2: the tied head puts the embedding on the first and the last stage" \
-  "$T" train --model tiny $common --pp 2 --log "$NOLOG"
 expect_exit 2 "--microbatches 3: must divide the 4 sequences of each data rank" \
   "$T" train $B --pp 2 --microbatches 3 --log "$NOLOG"
-expect_exit 2 "--pp 2 with --sp 2: pipeline and sequence parallelism do not compose yet" \
-  "$T" train $B --pp 2 --sp 2 --log "$NOLOG"
+expect_exit 2 "--pp 2 with --sp 2: a microbatch is one sequence, so --microbatches must be the 4 sequences" \
+  "$T" train $B --pp 2 --sp 2 --microbatches 2 --log "$NOLOG"
+expect_exit 2 "--pp 2 with --sp-mode megatron: the tensor-split baseline does not run in pipeline stages" \
+  "$T" train $B --pp 2 --sp 2 --microbatches 4 --sp-mode megatron --log "$NOLOG"
 expect_exit 2 "--schedule zigzag: must be gpipe or 1f1b" "$T" train $B --pp 2 --schedule zigzag --log "$NOLOG"
 expect_exit 2 "--dp 1 --sp 1 --pp 2: needs dp x sp x pp = 2 ranks but the MPI world size is 1" \
   "$T" train $B --pp 2 --log "$NOLOG"

@@ -192,6 +192,12 @@ static void awkward(ts_config *c) {
   c->muon_lr = 0.03f;
   c->checkpoint = 1; // written only when set: one set, one not
   c->fused_ce = 1;
+  c->compress = TS_COMPRESS_MAPL_VQ;
+  c->compress_rank = 24;
+  c->compress_stages = 3;
+  c->proj_lr = 1.0f / 7.0f;
+  c->vq_groups = 3, c->vq_rounds = 2, c->vq_codes = 200, c->vq_sync_codes = 9;
+  c->vq_gamma = 0.97f, c->vq_commit = 0.1f;
   snprintf(c->data_path, sizeof c->data_path, "/tmp/dir with spaces/\t\"quoted\"\n\x01.txt");
   snprintf(c->log_path, sizeof c->log_path, "caf\xc3\xa9/run.jsonl");
   snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "ckpt\\dir");
@@ -286,7 +292,10 @@ static void test_layout_rules(void **state) {
   c.fast = 0;
   c.batch = 4;
   ts_layout pp = {1, 1, 2, TS_SP_LSS, 0, -1, 1, 1}, zero = {0, 1, 1, TS_SP_LSS, 0, -1, 1, 1};
+  assert_int_equal(ts_layout_check(&c, &pp), TS_OK); // a tied head runs in a pipeline too
+  pp.pp = 3; // 2 layers
   assert_int_equal(ts_layout_check(&c, &pp), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--pp 3: the 2 layers must divide into 3 stages"));
   assert_int_equal(ts_layout_check(&c, &zero), TS_EUSAGE);
 }
 
@@ -377,6 +386,56 @@ static void test_sp_mode_names(void **state) {
   assert_non_null(strstr(ts_errmsg(), "--sp-mode lss-fast"));
 }
 
+// Boundary compression: its defaults, and the refusals before any work.
+static void test_compress_rules(void **state) {
+  (void)state;
+  ts_config c;
+  base(&c, "llama-mini"); // d 128, 4 layers
+  c.compress = TS_COMPRESS_MAPL_VQ, c.compress_rank = 32, c.compress_stages = 4;
+  assert_int_equal(ts_config_finalize(&c), TS_OK);
+  assert_true(c.proj_lr == 0.1f * 0.02f); // 0.1 x the Muon rate
+  assert_int_equal(c.vq_groups, 2), assert_int_equal(c.vq_rounds, 2);
+  assert_int_equal(c.vq_codes, 256), assert_int_equal(c.vq_sync_codes, 1);
+  assert_true(c.vq_gamma == 0.99f && c.vq_commit == 1.0f);
+  // ssn learns nothing; mapl keeps no VQ settings
+  base(&c, "llama-mini");
+  c.compress = TS_COMPRESS_SSN, c.compress_rank = 32, c.compress_stages = 2, c.vq_codes = 16;
+  assert_int_equal(ts_config_finalize(&c), TS_OK);
+  assert_true(c.proj_lr == 0.0f);
+  assert_int_equal(c.vq_codes, 0);
+  struct {
+    int mode, r, S, G, K;
+    const char *msg;
+  } bad[] = {
+      {TS_COMPRESS_MAPL, 129, 2, 0, 0, "--rank 129: larger than the model width d = 128"},
+      {TS_COMPRESS_MAPL, 0, 2, 0, 0, "--compress mapl: needs --rank R"},
+      {TS_COMPRESS_MAPL, 32, 1, 0, 0, "needs stage boundaries"},
+      {TS_COMPRESS_MAPL, 32, 3, 0, 0, "--compress-stages 3: the 4 layers must divide into 3 stages"},
+      {TS_COMPRESS_MAPL_VQ, 32, 2, 3, 0, "--vq-group 3: must divide --rank 32"},
+      {TS_COMPRESS_MAPL_VQ, 32, 2, 0, 300, "--vq-codes 300: must be in [2, 256]"},
+      {TS_COMPRESS_NONE, 32, 0, 0, 0, "--rank 32: only with --compress"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    base(&c, "llama-mini");
+    c.compress = bad[i].mode, c.compress_rank = bad[i].r, c.compress_stages = bad[i].S;
+    c.vq_groups = bad[i].G, c.vq_codes = bad[i].K;
+    assert_int_equal(ts_config_finalize(&c), TS_EUSAGE);
+    if (!strstr(ts_errmsg(), bad[i].msg)) fail_msg("got \"%s\", want \"%s\"", ts_errmsg(), bad[i].msg);
+  }
+  // a layout: the pipeline's stages are the model's, and no --sp
+  base(&c, "llama-mini");
+  c.compress = TS_COMPRESS_MAPL, c.compress_rank = 32, c.compress_stages = 4;
+  assert_int_equal(ts_config_finalize(&c), TS_OK);
+  ts_layout lay = {1, 1, 2, TS_SP_LSS, 0, -1, 1, 1};
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--pp 2 with --compress-stages 4"));
+  lay.pp = 4;
+  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  lay.pp = 1, lay.sp = 2;
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--compress mapl with --sp 2"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_presets),         cmocka_unit_test(test_defaults),
@@ -384,6 +443,7 @@ int main(void) {
       cmocka_unit_test(test_json_round_trip), cmocka_unit_test(test_json_errors),
       cmocka_unit_test(test_layout_rules),    cmocka_unit_test(test_sequence_layout_rules),
       cmocka_unit_test(test_sp_mode_names),   cmocka_unit_test(test_head_parallel_rules),
+      cmocka_unit_test(test_compress_rules),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/shard.h"
 #include "util.h"
 #include "vq.h"
 
@@ -19,8 +20,11 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   pl->schedule = schedule;
   // what crosses a boundary: X (d floats a token), or under --compress Z
   // (r floats, or mapl-vq's codes) forward and dZ (r floats) back
-  pl->fwd_bytes = (size_t)mb * cfg->seq * ts_model_boundary_bytes(m, 0);
-  pl->bwd_bytes = (size_t)mb * cfg->seq * ts_model_boundary_bytes(m, 1);
+  int t0, Tl; // a sequence-parallel stage holds T/N positions of its sequence
+  ts_model_positions(m, &t0, &Tl);
+  pl->rows = (size_t)mb * Tl;
+  pl->fwd_bytes = pl->rows * ts_model_boundary_bytes(m, 0);
+  pl->bwd_bytes = pl->rows * ts_model_boundary_bytes(m, 1);
   const int per = cfg->n_layer / pl->P, l0 = pl->s * per;
   ts_model_set_stage(m, l0, l0 + per);
   // every stage's slice: from the first tensor of its first layer (stage 0:
@@ -53,6 +57,16 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   pl->lsums = calloc((size_t)M, sizeof(float));
   if (!pl->store || !pl->dy || !pl->lsums) return ts_fail(TS_ERUNTIME, "out of memory (pipeline buffers)");
   ts_tree_init(&pl->tree, ts_model_num_params(m));
+  pl->tied = cfg->tied;
+  pl->wte_len = pl->tied ? (size_t)cfg->vocab * cfg->d : 0; // "wte" is the first tensor
+  if (pl->tied && (pl->s == 0 || pl->s == pl->P - 1)) {
+    const size_t d = (size_t)cfg->d, V = (size_t)cfg->vocab;
+    pl->tied_store = ts_alloc((size_t)M * pl->rows * d * sizeof(float));
+    if (pl->s == pl->P - 1) pl->wte_grad = ts_alloc(V * d * sizeof(float));
+    if (!pl->tied_store || (pl->s == pl->P - 1 && !pl->wte_grad))
+      return ts_fail(TS_ERUNTIME, "out of memory (tied head buffers)");
+    ts_tree_init(&pl->wte_tree, V * d);
+  }
   return TS_OK;
 }
 
@@ -60,6 +74,9 @@ void ts_pipeline_free(ts_pipeline *pl) {
   ts_free(pl->store);
   ts_free(pl->dy);
   free(pl->lsums);
+  ts_free(pl->tied_store);
+  ts_free(pl->wte_grad);
+  if (pl->tied_store) ts_tree_free(&pl->wte_tree);
   free(pl->off);
   free(pl->len);
   ts_tree_free(&pl->tree);
@@ -100,10 +117,20 @@ static int backward(pass *ps, int mu) {
   ts_pipeline *pl = ps->pl;
   int rc;
   if (ps->holding != mu && (rc = forward(ps, mu))) return rc;
+  const size_t rd = pl->rows * (size_t)ts_model_config(ps->m)->d;
+  if (pl->tied && pl->s == pl->P - 1) // the last residual of mu, for its tied gradient
+    memcpy(pl->tied_store + (size_t)mu * rd, ts_model_last_residual(ps->m), rd * sizeof(float));
   ts_model_set_stage_grad(ps->m, pl->dy);
   if ((rc = ts_model_backward(ps->m, ps->step))) return rc;
+  if (pl->tied && pl->s == 0) // the gradient of mu's embedding output
+    memcpy(pl->tied_store + (size_t)mu * rd, ts_model_embedding_dgrad(ps->m), rd * sizeof(float));
   ps->holding = -1;
   pl->inflight--;
+  if (pl->seq_grads) { // the sequence's gradient, for the sequence group's sum first
+    const size_t np = ts_model_num_params(ps->m);
+    memcpy(pl->seq_grads + (size_t)mu * np, ts_model_grads(ps->m), np * sizeof(float));
+    return TS_OK;
+  }
   if (ts_tree_push(&pl->tree, ts_model_grads(ps->m)) != 0)
     return ts_fail(TS_ERUNTIME, "out of memory (gradient tree over microbatches)");
   return TS_OK;
@@ -189,17 +216,58 @@ static int one_f_one_b(pass *ps) {
   return rc;
 }
 
+// After a training pass with a tied head: the first stage sends each
+// microbatch's embedding-output gradient to the last, which computes the
+// tied embedding's gradient microbatch by microbatch (into its sequence slot,
+// or its tree over microbatches, then the embedding's place in the gradient).
+static int tied_embedding(pass *ps) {
+  ts_pipeline *pl = ps->pl;
+  ts_model *m = ps->m;
+  const size_t rd = pl->rows * (size_t)ts_model_config(m)->d;
+  const size_t np = ts_model_num_params(m);
+  int rc = TS_OK;
+  if (pl->s == 0) {
+    for (int mu = 0; mu < pl->M && !rc; mu++)
+      rc = ts_comm_send(pl->pipe, pl->tied_store + (size_t)mu * rd, rd * sizeof(float), pl->P - 1,
+                        -1);
+    return rc;
+  }
+  if (pl->s != pl->P - 1) return TS_OK;
+  float *demb = ts_alloc(rd * sizeof(float));
+  if (!demb) return ts_fail(TS_ERUNTIME, "out of memory (tied head)");
+  ts_tree_reset(&pl->wte_tree, 0);
+  for (int mu = 0; mu < pl->M && !rc; mu++) {
+    if ((rc = ts_comm_recv(pl->pipe, demb, rd * sizeof(float), 0, -1))) break;
+    ts_model_select_sequence(m, ps->b0 + mu * pl->mb);
+    float *out = pl->seq_grads ? pl->seq_grads + (size_t)mu * np + pl->wte_off : pl->wte_grad;
+    rc = ts_model_tied_embedding_grad(m, ps->inputs + (size_t)mu * ps->seq_tokens,
+                                      ps->targets + (size_t)mu * ps->seq_tokens,
+                                      pl->tied_store + (size_t)mu * rd, demb, out);
+    if (!rc && !pl->seq_grads && ts_tree_push(&pl->wte_tree, out) != 0)
+      rc = ts_fail(TS_ERUNTIME, "out of memory (tied embedding tree)");
+  }
+  if (!rc && !pl->seq_grads) ts_tree_finish(&pl->wte_tree, ts_model_grads(m) + pl->wte_off);
+  ts_free(demb);
+  return rc;
+}
+
 int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, const int *targets,
                      uint64_t step, int train, float *loss_sum) {
-  const ts_config *cfg = ts_model_config(m);
-  pass ps = {pl, m, b0, inputs, targets, step, train, -1, (size_t)pl->mb * cfg->seq};
+  pass ps = {pl, m, b0, inputs, targets, step, train, -1, pl->rows};
   pl->inflight = pl->peak_inflight = 0;
   ts_tree_reset(&pl->tree, 0);
   int rc = train && pl->schedule == 1 ? one_f_one_b(&ps) : gpipe(&ps);
   if (rc) return rc;
-  if (train) ts_tree_finish(&pl->tree, ts_model_grads(m));
-  // the loss: the tree over microbatches, from the last stage to all
-  float sum = pl->s == pl->P - 1 ? ts_tree_sum(pl->lsums, (size_t)pl->M) : 0.0f;
+  if (train && !pl->seq_grads) ts_tree_finish(&pl->tree, ts_model_grads(m));
+  if (train && pl->tied && (rc = tied_embedding(&ps))) return rc;
+  // the loss from the last stage to all: the tree over microbatches, or with
+  // a sequence group first each sequence's tree over its segments
+  float sum = 0.0f;
+  if (pl->s == pl->P - 1 && pl->seq)
+    rc = ts_segment_loss_sum(pl->seq, pl->lsums, pl->M, &sum);
+  else if (pl->s == pl->P - 1)
+    sum = ts_tree_sum(pl->lsums, (size_t)pl->M);
+  if (rc) return rc;
   if ((rc = ts_comm_bcast(pl->pipe, &sum, sizeof sum, pl->P - 1, -1))) return rc;
   *loss_sum = sum;
   return TS_OK;
@@ -252,8 +320,14 @@ int ts_pipeline_sync_boundaries(ts_pipeline *pl, ts_model *m, uint64_t step) {
 int ts_pipeline_gather_grads(ts_pipeline *pl, ts_model *m) {
   float *g = ts_model_grads(m);
   for (int q = 0; q < pl->P; q++) {
-    int rc = ts_comm_bcast(pl->pipe, g + pl->off[q], pl->len[q] * sizeof(float), q, -1);
+    // a tied embedding's gradient is the last stage's, not the first's: the
+    // first stage's slice starts after it
+    const size_t skip = q == 0 ? pl->wte_len : 0;
+    int rc = ts_comm_bcast(pl->pipe, g + pl->off[q] + skip, (pl->len[q] - skip) * sizeof(float),
+                           q, -1);
     if (rc) return rc;
   }
+  if (pl->tied)
+    return ts_comm_bcast(pl->pipe, g + pl->wte_off, pl->wte_len * sizeof(float), pl->P - 1, -1);
   return TS_OK;
 }

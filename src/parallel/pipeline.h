@@ -33,7 +33,25 @@ typedef struct {
   int slots;            // M (GPipe) or min(P − s, M) (1F1B)
   float *dy;            // the next stage's gradient of our output
   size_t *off, *len;    // every stage's slice of the parameters
+  size_t rows;          // a microbatch's rows on this rank (mb·T, or mb·T/N under --sp)
   ts_tree tree;         // the stage's gradients over microbatches
+  // Under --sp N (one sequence per microbatch): the sequence group, whose
+  // segment loss sums the last stage combines, and when a data rank holds
+  // several sequences the per-sequence gradient slots (M × parameters) that
+  // take the microbatches' gradients instead of the tree (the shard sums the
+  // sequence group first, then the sequences: shard.h). NULL otherwise.
+  ts_comm *seq;
+  float *seq_grads;
+  // A tied head (--tied): the first stage keeps each microbatch's gradient of
+  // the embedding output, the last its last residual (M × rows × d each);
+  // after the pass the first sends them to the last, which computes the tied
+  // embedding's gradient per microbatch (ts_model_tied_embedding_grad) into
+  // its own tree, and broadcasts it with the other gradients.
+  int tied;
+  float *tied_store;
+  float *wte_grad;      // (V × d) one microbatch's, on the last stage
+  size_t wte_off, wte_len; // the embedding inside the gradient (its first tensor: 0)
+  ts_tree wte_tree;
   float *lsums;         // (M) the last stage's microbatch loss sums
   int inflight, peak_inflight; // microbatches whose input is stored
 } ts_pipeline;
@@ -42,7 +60,8 @@ typedef struct {
 int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int schedule, int mb);
 void ts_pipeline_free(ts_pipeline *pl);
 // Forward (and backward when `train`) of the M microbatches of one batch:
-// inputs, targets (M·mb, T) of this data rank, sequences from b0. *loss_sum
+// inputs, targets (M·mb, T) of this data rank (under --sp: each sequence's
+// T/N rows of this rank), sequences from b0. *loss_sum
 // is the tree over microbatches of their loss sums, on every stage. With
 // `train` the model's gradients are this stage's, summed over microbatches.
 int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, const int *targets,

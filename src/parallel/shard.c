@@ -16,13 +16,18 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
   sh.T = cfg->seq;
   sh.seq = grid->sp > 1 ? grid->seq : NULL;
   int rc;
+  const int mb = sh.nb / lay->microbatches; // a microbatch's sequences (--sp: one)
   if (sh.seq) {
     ts_seq_shard sp = {sh.seq, lay->sp_mode, lay->upipe_u, lay->upipe_sched};
     rc = ts_model_create_seq(cfg, sh.b0, 1, &sp, &sh.m);
   } else if (grid->pp > 1) { // one microbatch at a time
-    const int mb = sh.nb / lay->microbatches;
     rc = ts_model_create_shard(cfg, sh.b0, mb, &sh.m);
-    if (!rc && !(sh.pl = calloc(1, sizeof *sh.pl))) rc = ts_fail(TS_ERUNTIME, "out of memory");
+  } else {
+    rc = ts_model_create_shard(cfg, sh.b0, sh.nb, &sh.m);
+  }
+  if (rc) return rc;
+  if (grid->pp > 1) {
+    if (!(sh.pl = calloc(1, sizeof *sh.pl))) rc = ts_fail(TS_ERUNTIME, "out of memory");
     if (!rc) rc = ts_pipeline_create(sh.pl, sh.m, grid->pipe, lay->microbatches, lay->schedule, mb);
     if (rc) {
       if (sh.pl) ts_pipeline_free(sh.pl);
@@ -30,10 +35,7 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
       ts_model_free(sh.m);
       return rc;
     }
-  } else {
-    rc = ts_model_create_shard(cfg, sh.b0, sh.nb, &sh.m);
   }
-  if (rc) return rc;
   ts_model_positions(sh.m, &sh.t0, &sh.Tl);
   sh.nrun = ts_model_runs(sh.m, sh.run_pos, &sh.run_len);
   sh.np = ts_model_num_params(sh.m);
@@ -48,19 +50,22 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
     }
   free(t);
   if (sh.seq) {
-    int N = sh.seq->size;
     sh.lsums = calloc((size_t)sh.nb, sizeof(float));
-    sh.lall = calloc((size_t)N * sh.nb, sizeof(float));
     sh.pack = ts_alloc((size_t)sh.nb * (sh.np - sh.wpe_len) * sizeof(float));
     sh.wpe_full = ts_alloc(sh.wpe_len * sizeof(float));
     sh.wpe_mine = ts_alloc((sh.wpe_len / (size_t)sh.T) * sh.Tl * sizeof(float) + 1);
     if (sh.nb > 1) sh.slots = ts_alloc((size_t)sh.nb * sh.np * sizeof(float));
-    sh.rows_in = malloc((size_t)sh.Tl * sizeof(int));
-    sh.rows_tg = malloc((size_t)sh.Tl * sizeof(int));
-    if (!sh.lsums || !sh.lall || !sh.pack || !sh.wpe_full || !sh.wpe_mine ||
+    const size_t seqs = sh.pl ? (size_t)sh.nb : 1; // the pipeline takes them all at once
+    sh.rows_in = malloc(seqs * sh.Tl * sizeof(int));
+    sh.rows_tg = malloc(seqs * sh.Tl * sizeof(int));
+    if (!sh.lsums || !sh.pack || !sh.wpe_full || !sh.wpe_mine ||
         (sh.nb > 1 && !sh.slots) || !sh.rows_in || !sh.rows_tg) {
       ts_shard_free(&sh);
       return ts_fail(TS_ERUNTIME, "out of memory (sequence-parallel gradient buffers)");
+    }
+    if (sh.pl) { // the stages' sequences: segment losses and per-sequence gradients
+      sh.pl->seq = sh.seq;
+      sh.pl->seq_grads = sh.slots;
     }
   }
   *out = sh;
@@ -72,7 +77,6 @@ void ts_shard_free(ts_shard *sh) {
   free(sh->pl);
   ts_model_free(sh->m);
   free(sh->lsums);
-  free(sh->lall);
   ts_free(sh->slots);
   ts_free(sh->pack);
   ts_free(sh->wpe_full);
@@ -82,22 +86,23 @@ void ts_shard_free(ts_shard *sh) {
   memset(sh, 0, sizeof *sh);
 }
 
-// The shard's loss sum from the group's segment sums: per sequence the tree
-// over the group's segments, then the tree over the sequences.
-static int combine_segment_losses(ts_shard *sh, float *out) {
-  const int N = sh->seq->size, nb = sh->nb;
-  int rc = ts_comm_allgather(sh->seq, sh->lsums, sh->lall, (size_t)nb * sizeof(float), -1);
-  if (rc) return rc;
-  float *col = malloc((size_t)N * sizeof(float)), *seqsum = malloc((size_t)nb * sizeof(float));
-  if (!col || !seqsum) { free(col); free(seqsum); return ts_fail(TS_ERUNTIME, "out of memory"); }
-  for (int j = 0; j < nb; j++) {
-    for (int r = 0; r < N; r++) col[r] = sh->lall[(size_t)r * nb + j];
-    seqsum[j] = ts_tree_sum(col, (size_t)N);
+int ts_segment_loss_sum(ts_comm *seq, const float *lsums, int nb, float *out) {
+  const int N = seq->size;
+  float *all = malloc((size_t)N * nb * sizeof(float)), *col = malloc((size_t)N * sizeof(float));
+  float *seqsum = malloc((size_t)nb * sizeof(float));
+  int rc = !all || !col || !seqsum ? ts_fail(TS_ERUNTIME, "out of memory") : TS_OK;
+  if (!rc) rc = ts_comm_allgather(seq, lsums, all, (size_t)nb * sizeof(float), -1);
+  if (!rc) {
+    for (int j = 0; j < nb; j++) {
+      for (int r = 0; r < N; r++) col[r] = all[(size_t)r * nb + j];
+      seqsum[j] = ts_tree_sum(col, (size_t)N);
+    }
+    *out = ts_tree_sum(seqsum, (size_t)nb);
   }
-  *out = ts_tree_sum(seqsum, (size_t)nb);
+  free(all);
   free(col);
   free(seqsum);
-  return TS_OK;
+  return rc;
 }
 
 // One all-reduce over the sequence group of every sequence's gradient but
@@ -134,10 +139,25 @@ static int reduce_segment_grads(ts_shard *sh) {
   return rc;
 }
 
+// This rank's runs of sequence j (inputs, targets: whole windows) into
+// rows_in, rows_tg from row `at`.
+static void gather_rows(ts_shard *sh, const int *inputs, const int *targets, int j, size_t at) {
+  for (int k = 0; k < sh->nrun; k++) {
+    const size_t from = (size_t)j * sh->T + (size_t)sh->run_pos[k];
+    const size_t n = (size_t)sh->run_len * sizeof(int);
+    memcpy(sh->rows_in + at + (size_t)k * sh->run_len, inputs + from, n);
+    memcpy(sh->rows_tg + at + (size_t)k * sh->run_len, targets + from, n);
+  }
+}
+
 int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t step, int train,
                   float *loss_sum) {
   ts_model *m = sh->m;
   int rc;
+  if (sh->pl && sh->seq) { // every sequence's rows of this rank, for the pipeline
+    for (int j = 0; j < sh->nb; j++) gather_rows(sh, inputs, targets, j, (size_t)j * sh->Tl);
+    return ts_pipeline_pass(sh->pl, m, sh->b0, sh->rows_in, sh->rows_tg, step, train, loss_sum);
+  }
   if (sh->pl) return ts_pipeline_pass(sh->pl, m, sh->b0, inputs, targets, step, train, loss_sum);
   if (!sh->seq) {
     ts_model_forward(m, inputs, targets, step, train);
@@ -147,12 +167,7 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
     return TS_OK;
   }
   for (int j = 0; j < sh->nb; j++) {
-    for (int k = 0; k < sh->nrun; k++) { // this rank's runs of sequence j
-      const size_t at = (size_t)j * sh->T + (size_t)sh->run_pos[k];
-      const size_t n = (size_t)sh->run_len * sizeof(int);
-      memcpy(sh->rows_in + (size_t)k * sh->run_len, inputs + at, n);
-      memcpy(sh->rows_tg + (size_t)k * sh->run_len, targets + at, n);
-    }
+    gather_rows(sh, inputs, targets, j, 0);
     ts_model_select_sequence(m, sh->b0 + j);
     ts_model_forward(m, sh->rows_in, sh->rows_tg, step, train);
     if ((rc = ts_model_status(m))) return rc;
@@ -162,14 +177,16 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
     if (sh->nb > 1)
       memcpy(sh->slots + (size_t)j * sh->np, ts_model_grads(m), sh->np * sizeof(float));
   }
-  return combine_segment_losses(sh, loss_sum);
+  return ts_segment_loss_sum(sh->seq, sh->lsums, sh->nb, loss_sum);
 }
 
 int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group) {
   int rc;
   float *g = ts_model_grads(sh->m);
-  if (sh->pl && (rc = ts_pipeline_gather_grads(sh->pl, sh->m))) return rc;
+  // the sequence group's sums first (each stage's own tensors; the others'
+  // slices are then overwritten by their owners' broadcasts)
   if (sh->seq && (rc = reduce_segment_grads(sh))) return rc;
+  if (sh->pl && (rc = ts_pipeline_gather_grads(sh->pl, sh->m))) return rc;
   if (data_group && data_group->size > 1) {
     rc = sh->fast ? ts_comm_allreduce_fast(data_group, g, sh->np, -1)
                   : ts_comm_allreduce_tree(data_group, g, sh->np, -1);

@@ -27,10 +27,10 @@ typedef struct {
   int T, t0, Tl;       // positions
   int nrun, run_len, run_pos[2]; // as runs (ring-zigzag: two chunks; ts_model_runs)
   int *rows_in, *rows_tg; // (Tl) this rank's tokens of one sequence, gathered from its runs
+                          // (nb·Tl under --pp: every sequence's, for the pipeline)
   size_t np;           // parameters
   size_t wpe_off, wpe_len; // the positional embedding inside the gradient
   float *lsums;        // (nb) segment loss sums
-  float *lall;         // (N, nb) the group's segment loss sums
   float *slots;        // (nb, np) per-sequence gradients when nb > 1
   float *pack;         // (nb, np - wpe_len) the sequence all-reduce's buffer
   float *wpe_full;     // (T, C) the gathered positional-embedding gradient
@@ -60,4 +60,9 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
 //      embedding rows, so that the optimizer runs on identical replicas.
 // Exact mode sums by the canonical trees; --fast lets MPI sum (1 and 3).
 int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group);
+
+// The loss sum of nb sequences from each rank's segment sums lsums[nb]: one
+// all-gather over the sequence group, then per sequence the tree over its
+// segments, then the tree over the sequences.
+int ts_segment_loss_sum(ts_comm *seq, const float *lsums, int nb, float *out);
 #endif
