@@ -146,7 +146,12 @@ def main():
                     xs, ys = zip(*runs[row["name"]]["curve"])
                     ax.plot(xs, ys, color=c, linestyle=ls, label=label(row))
                 ax.set_title("P = %d, r = %d (%d× fewer floats)" % (P, r, m0["d"] // r))
-                ax.set_ylim(lo - 0.02 * (hi - lo), hi)
+                ax.set_yscale("log")    # the gaps near the end are small next to the start
+                ax.set_ylim(lo * 0.95, hi * 1.05)
+                ticks = [t for t in (0.3, 0.4, 0.5, 0.6, 0.8, 1, 1.5, 2, 3, 4, 5, 6) if lo * 0.95 <= t <= hi * 1.05]
+                ax.set_yticks(ticks)
+                ax.set_yticklabels(["%g" % t for t in ticks])
+                ax.minorticks_off()
                 ax.grid(alpha=0.3)
                 if i == len(Ps) - 1:
                     ax.set_xlabel("step (%d tokens each)" % tokens)

@@ -26,6 +26,7 @@ struct compress {
   float *gath;    // (rows × r): gathered anchor rows
   float *anc;     // (rows × d): anchor rows
   float *wt, *dwt; // (r × d): A_pᵀ of the boundary being run, and its gradient
+  double *qr;     // (d × r): compress_init's orthonormalisation
 };
 
 static const uint64_t BASIS_SSN = 0, BASIS_TABLE = 1, BASIS_FIXED = 2, BASIS_PROJ = 1u << 20;
@@ -87,6 +88,7 @@ int compress_create(ts_model *m) {
   GET(k->dz, N * r);
   GET(k->anc, N * d);
   GET(k->wt, r * d);
+  bad |= !(k->qr = ts_alloc(r * d * sizeof(double)));
   if (k->mode == TS_COMPRESS_SSN) {
     GET(k->basis, r * d);
     GET(k->table, V * d);
@@ -127,16 +129,15 @@ void compress_free(ts_model *m) {
   ts_free(k->anc);
   ts_free(k->wt);
   ts_free(k->dwt);
+  ts_free(k->qr);
   free(k);
   m->cmp = NULL;
 }
 
 // q (n × k, row-major) ← the Q of the QR factorisation of a seeded Gaussian
-// n × k matrix: modified Gram–Schmidt in double, so its columns are
-// orthonormal to double rounding before the final cast.
-static void seeded_orthonormal(float *q, int n, int k, uint64_t seed, uint64_t which) {
-  double *a = malloc((size_t)n * k * sizeof(double));
-  if (!a) abort();
+// n × k matrix: modified Gram–Schmidt in double (a, n × k, scratch), so its
+// columns are orthonormal to double rounding before the final cast.
+static void seeded_orthonormal(float *q, double *a, int n, int k, uint64_t seed, uint64_t which) {
   for (size_t i = 0; i < (size_t)n * k; i++)
     a[i] = ts_rng_normal(seed, TS_RNG_COMPRESS, which, i);
   for (int j = 0; j < k; j++) {
@@ -151,7 +152,6 @@ static void seeded_orthonormal(float *q, int n, int k, uint64_t seed, uint64_t w
     for (int t = 0; t < n; t++) a[(size_t)t * k + j] /= nrm;
   }
   for (size_t i = 0; i < (size_t)n * k; i++) q[i] = (float)a[i];
-  free(a);
 }
 
 static void transpose(float *out, const float *in, int rows, int cols) {
@@ -165,7 +165,7 @@ void compress_init(ts_model *m, uint64_t seed) {
   const int d = m->C, r = k->r;
   float *q = k->wt; // (d × r) scratch, transposed into place
   if (k->mode == TS_COMPRESS_SSN) {
-    seeded_orthonormal(q, d, r, seed, BASIS_SSN);
+    seeded_orthonormal(q, k->qr, d, r, seed, BASIS_SSN);
     transpose(k->basis, q, d, r);
     const size_t n = (size_t)m->V * d;
     for (size_t i = 0; i < n; i++)
@@ -173,12 +173,12 @@ void compress_init(ts_model *m, uint64_t seed) {
     return;
   }
   for (int s = 0; s < k->S; s++) {
-    seeded_orthonormal(q, d, r, seed, BASIS_FIXED + (uint64_t)s);
+    seeded_orthonormal(q, k->qr, d, r, seed, BASIS_FIXED + (uint64_t)s);
     transpose(k->fixed[s], q, d, r);
   }
   // the projectors start on St(d, r), each its own random point
   for (int p = 0; p + 1 < k->S; p++) {
-    seeded_orthonormal(m->p.proj[p], d, r, seed, BASIS_PROJ + (uint64_t)p);
+    seeded_orthonormal(m->p.proj[p], k->qr, d, r, seed, BASIS_PROJ + (uint64_t)p);
     if (k->mode == TS_COMPRESS_MAPL_VQ)
       ts_vq_init(&k->vq, seed, p, m->p.vq_count[p], m->p.vq_sum[p], m->p.vq_codes[p],
                  m->p.vq_recv[p]);
