@@ -1,7 +1,9 @@
 # shellcheck shell=bash
-# What the benchmark scripts share (bench/sp_scaling.sh, bench/pp_schedule.sh): the
+# What the benchmark scripts share (bench/sp_scaling.sh, bench/pp_schedule.sh, ...): the
 # binary and its private copy, the MPI launcher, the results folder and its lock, waiting
 # for a quiet machine, one timed run with its .cmd/.out/.err/.meta files, and the report.
+# bench/run.sh, whose files are laid out otherwise, uses only the lock, the wait and the
+# timing.
 #
 # Source it after setting BENCH (the script's name, for messages) and ROOT (the
 # repository); call bench_defaults after the script's own defaults (QUICK=1's first):
@@ -61,17 +63,22 @@ bench_mpiexec() {
   fi
 }
 
-# bench_results COLUMN...: takes RESULTS for this benchmark alone (one benchmark per
-# results folder at a time: two would overwrite each other's logs and slow each other
-# down), makes its path absolute, removes its previous files and starts MANIFEST
-# (RESULTS/manifest.tsv) with a heading line of the COLUMNs.
-bench_results() {
+# bench_lock: makes RESULTS and its path absolute, and takes it for this benchmark alone
+# (one benchmark per results folder at a time: two would overwrite each other's logs and
+# slow each other down)
+bench_lock() {
   mkdir -p "$RESULTS"
   RESULTS=$(cd "$RESULTS" && pwd)
   exec 9< "$RESULTS"
   if command -v flock > /dev/null; then
     flock -n 9 || die "another $BENCH is running with RESULTS=$RESULTS"
   fi
+}
+
+# bench_results COLUMN...: bench_lock, then removes the previous files of RESULTS and
+# starts MANIFEST (RESULTS/manifest.tsv) with a heading line of the COLUMNs.
+bench_results() {
+  bench_lock
   find "$RESULTS" -mindepth 1 -maxdepth 1 -type f -delete
   MANIFEST=$RESULTS/manifest.tsv
   bench_manifest "$@"
@@ -128,6 +135,30 @@ wait_quiet() {
   first_run=0
 }
 
+# bench_timed BASE COMMAND...: runs COMMAND with its output in BASE.out and BASE.err.
+# Sets RUN_RC (its exit status) and, for the meta file, the load before it (RUN_LOAD0),
+# the time (RUN_T0, RUN_T1) and the whole machine's busy jiffies (RUN_J0, RUN_J1) around it.
+bench_timed() {
+  local base=$1; shift
+  RUN_RC=0
+  RUN_LOAD0=$(cat /proc/loadavg); RUN_J0=$(busy_jiffies); RUN_T0=$(date +%s.%N)
+  "$@" > "$base.out" 2> "$base.err" || RUN_RC=$?
+  RUN_T1=$(date +%s.%N); RUN_J1=$(busy_jiffies)
+}
+
+# GNU time's format for bench_time_read: user and system CPU seconds of all the
+# processes (all ranks together), and the largest RSS of any of them
+GNU_TIME_FORMAT='%U %S %M'
+# bench_time_read FILE: what `/usr/bin/time -f "$GNU_TIME_FORMAT" -o FILE` wrote (its last
+# line: a failed command's status comes first): RUN_CPU_S (user + system) and RUN_RSS_KB,
+# both empty when FILE is missing or empty
+bench_time_read() {
+  local cu="" cs="" cm=""
+  if [ -s "$1" ]; then read -r cu cs cm < <(tail -n 1 "$1") || true; fi
+  RUN_CPU_S="" RUN_RSS_KB=$cm
+  [ -z "$cs" ] || RUN_CPU_S=$(awk -v u="$cu" -v s="$cs" 'BEGIN{printf "%.2f", u+s}')
+}
+
 # bench_run NAME COMMAND...: records the command in RESULTS/NAME.cmd (BIN shown as
 # TESSERA), waits for a quiet machine, runs it under GNU time and `timeout TIMEOUT` with
 # its output in RESULTS/NAME.{out,err} (removed when empty). Sets RUN_RC (its exit
@@ -137,16 +168,11 @@ bench_run() {
   printf '%q ' "$@" | sed "s| \$||; s|$BIN|$TESSERA|" > "$RESULTS/$name.cmd"
   wait_quiet
   echo "+ $(cat "$RESULTS/$name.cmd")" >&2
-  local cu=0 cs=0 cm=0
-  RUN_RC=0
-  RUN_LOAD0=$(cat /proc/loadavg); RUN_J0=$(busy_jiffies); RUN_T0=$(date +%s.%N)
-  # GNU time: CPU seconds of all ranks together, and the largest RSS of any process
-  /usr/bin/time -f '%U %S %M' -o "$RESULTS/$name.time" timeout "$TIMEOUT" "$@" \
-    > "$RESULTS/$name.out" 2> "$RESULTS/$name.err" || RUN_RC=$?
-  RUN_T1=$(date +%s.%N); RUN_J1=$(busy_jiffies)
-  if [ -s "$RESULTS/$name.time" ]; then read -r cu cs cm < <(tail -n 1 "$RESULTS/$name.time") || true; fi
-  RUN_CPU_S=$(awk -v u="$cu" -v s="$cs" 'BEGIN{printf "%.2f", u+s}')
-  RUN_RSS_KB=$cm
+  bench_timed "$RESULTS/$name" /usr/bin/time -f "$GNU_TIME_FORMAT" -o "$RESULTS/$name.time" \
+    timeout "$TIMEOUT" "$@"
+  bench_time_read "$RESULTS/$name.time"
+  # a run GNU time could not measure still gets numbers in its meta file
+  RUN_CPU_S=${RUN_CPU_S:-0.00} RUN_RSS_KB=${RUN_RSS_KB:-0}
   rm -f "$RESULTS/$name.time"
   local f
   for f in "$RESULTS/$name.out" "$RESULTS/$name.err"; do [ -s "$f" ] || rm -f "$f"; done
@@ -162,6 +188,8 @@ bench_why() {
 
 # bench_wall_s FORMAT: the last run's wall time in seconds, as awk's printf FORMAT
 bench_wall_s() { awk -v a="$RUN_T0" -v b="$RUN_T1" -v f="$1" 'BEGIN{printf f, b-a}'; }
+# bench_busy_s: CPU seconds the whole machine was busy during the last run
+bench_busy_s() { awk -v a="$RUN_J0" -v b="$RUN_J1" -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.2f", (b-a)/hz}'; }
 
 # bench_meta NAME STATUS: RESULTS/NAME.meta of the last run: exit status, STATUS, the
 # load before and after, wall and CPU seconds, largest RSS, and the CPU seconds the whole
@@ -175,7 +203,7 @@ bench_meta() {
     echo "wall_s $(bench_wall_s %.2f)"
     echo "own_cpu_s $RUN_CPU_S"
     echo "max_rss_kb $RUN_RSS_KB"
-    echo "machine_busy_s $(awk -v a="$RUN_J0" -v b="$RUN_J1" -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.2f", (b-a)/hz}')"
+    echo "machine_busy_s $(bench_busy_s)"
   } > "$RESULTS/$1.meta"
 }
 

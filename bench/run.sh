@@ -27,7 +27,11 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BENCH=bench/run.sh
+# the default documented above, set before bench/lib.sh would pick build/tessera
 TESSERA=${TESSERA:-./tessera}
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 PYTHON=${PYTHON:-/usr/bin/python3}
 STEPS=${STEPS:-5}
 CASES=${CASES:-"t1024 t4096"}
@@ -36,9 +40,7 @@ WAIT_MAX=${WAIT_MAX:-900}
 RETRIES=${RETRIES:-2}
 RESULTS=${RESULTS:-$ROOT/bench/results}
 DOC=${DOC:-$ROOT/docs/PERFORMANCE.md}
-RAW=$RESULTS/raw
 
-die() { echo "bench/run.sh: $*" >&2; exit 1; }
 [ -x "$TESSERA" ] || die "TESSERA=$TESSERA: not an executable (build first: make -j2)"
 TESSERA=$(cd "$(dirname "$TESSERA")" && pwd)/$(basename "$TESSERA")
 "$PYTHON" -c 'import torch' 2>/dev/null || die "PYTHON=$PYTHON: cannot import torch"
@@ -57,87 +59,48 @@ case_shape() {
 
 for c in $CASES; do case_shape "$c" > /dev/null; done
 
-load1() { cut -d' ' -f1 /proc/loadavg; }
-# busy jiffies of the whole machine: user nice system irq softirq steal
-busy_jiffies() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9}' /proc/stat; }
-
-# cores busy right now, averaged over 5 seconds (the load average lags by a minute)
-busy_now() {
-  local j0 j1; j0=$(busy_jiffies); sleep 5; j1=$(busy_jiffies)
-  awk -v a="$j0" -v b="$j1" -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.2f", (b-a)/hz/5}'
-}
-
-# Quiet enough? Other work may be running. Before the first run: 1-minute load average
-# at most WAIT_LOAD and under half a core busy now; before each later run only the
-# latter (the load average still carries our own previous run). All waits together
-# take at most WAIT_MAX seconds; after that the runs go ahead and the load is recorded.
-waited=0
-wait_quiet() {
-  [ "$WAIT_LOAD" != 0 ] || return 0
-  local first=$1 l b
-  while :; do
-    l=$(load1); b=$(busy_now)
-    if [ "$first" = 1 ]; then
-      awk -v l="$l" -v m="$WAIT_LOAD" -v b="$b" 'BEGIN{exit !(l > m || b > 0.5)}' || break
-    else
-      awk -v b="$b" 'BEGIN{exit !(b > 0.5)}' || break
-    fi
-    if [ "$waited" -ge "$WAIT_MAX" ]; then
-      echo "still busy after ${waited}s of waiting (load $l, $b cores busy); running anyway" >&2; break
-    fi
-    echo "load average $l (limit $WAIT_LOAD), $b cores busy; waiting ($waited/${WAIT_MAX}s)" >&2
-    sleep 25; waited=$((waited + 30))
-  done
-}
-
 # one benchmark at a time per results folder: two at once would wipe each other's raw
-# outputs and slow each other down
-mkdir -p "$RESULTS"
-exec 9< "$RESULTS"
-if command -v flock > /dev/null; then
-  flock -n 9 || die "another bench/run.sh is running with RESULTS=$RESULTS"
-fi
+# outputs and slow each other down. bench_lock also makes RESULTS absolute, as the runs
+# below work in the repository root.
+bench_lock
+RAW=$RESULTS/raw
 rm -rf "$RAW"
 mkdir -p "$RAW"
-# the runs below work in the repository root: make every path absolute first
-RAW=$(cd "$RAW" && pwd); RESULTS=$(cd "$RESULTS" && pwd)
 DOC=$(cd "$(dirname "$DOC")" && pwd)/$(basename "$DOC")
 echo "$STEPS" > "$RAW/steps"
 "$TESSERA" info > "$RAW/tessera-info.txt" 2>&1 || true
 # the commit the binary was built from, when it sits in a git checkout
 git -C "$(dirname "$TESSERA")" describe --always --dirty > "$RAW/tessera-rev" 2>/dev/null || rm -f "$RAW/tessera-rev"
 
-# run NAME CMD... : runs CMD with stdout to NAME.out, stderr to NAME.err, and writes
-# NAME.cmd (the command) and NAME.meta (load, wall time, own and others' CPU seconds)
+# run NAME CMD... : waits for a quiet machine (wait_quiet: at most WAIT_MAX seconds in
+# all, then the runs go ahead and the load is recorded), runs CMD with stdout to NAME.out,
+# stderr to NAME.err, and writes NAME.cmd (the command) and NAME.meta (load, wall time,
+# own and others' CPU seconds)
 run() {
   local name=$1; shift
-  local w0=$waited
-  wait_quiet "$first_run"
-  if [ "$first_run" = 1 ]; then
+  local w0=$waited first=$first_run
+  wait_quiet
+  # wait_quiet leaves first_run alone when WAIT_LOAD=0: the first run is noted here
+  if [ "$first" = 1 ]; then
     date -u +%Y-%m-%dT%H:%M:%SZ > "$RAW/date"; uptime > "$RAW/uptime-start.txt"; first_run=0
   fi
   printf '%q ' "$@" | sed 's/ $//' > "$RAW/$name.cmd"
-  local l0 j0 t0 j1 t1 rc=0
-  l0=$(cat /proc/loadavg); j0=$(busy_jiffies); t0=$(date +%s.%N)
-  if [ -x /usr/bin/time ]; then   # GNU time: the run's own CPU seconds and max RSS
-    /usr/bin/time -f '%U %S %M' -o "$RAW/$name.time" "$@" > "$RAW/$name.out" 2> "$RAW/$name.err" || rc=$?
-  else
-    "$@" > "$RAW/$name.out" 2> "$RAW/$name.err" || rc=$?
-  fi
-  t1=$(date +%s.%N); j1=$(busy_jiffies)
-  local cu="" cs="" cm=""
-  if [ -s "$RAW/$name.time" ]; then read -r cu cs cm < <(tail -n 1 "$RAW/$name.time") || true; fi
+  # GNU time when there is one: the run's own CPU seconds and max RSS (its .time file stays)
+  local timed=()
+  if [ -x /usr/bin/time ]; then timed=(/usr/bin/time -f "$GNU_TIME_FORMAT" -o "$RAW/$name.time"); fi
+  bench_timed "$RAW/$name" "${timed[@]}" "$@"
+  bench_time_read "$RAW/$name.time"
   {
-    echo "rc $rc"
+    echo "rc $RUN_RC"
     echo "waited_s $((waited - w0))"
-    echo "load_before $l0"
+    echo "load_before $RUN_LOAD0"
     echo "load_after $(cat /proc/loadavg)"
-    echo "wall_s $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')"
-    if [ -n "$cs" ]; then echo "own_cpu_s $(awk -v u="$cu" -v s="$cs" 'BEGIN{printf "%.2f", u+s}')"; fi
-    if [ -n "$cm" ]; then echo "time_maxrss_kb $cm"; fi
-    echo "machine_busy_s $(awk -v a="$j0" -v b="$j1" -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.2f", (b-a)/hz}')"
+    echo "wall_s $(bench_wall_s %.2f)"
+    if [ -n "$RUN_CPU_S" ]; then echo "own_cpu_s $RUN_CPU_S"; fi
+    if [ -n "$RUN_RSS_KB" ]; then echo "time_maxrss_kb $RUN_RSS_KB"; fi
+    echo "machine_busy_s $(bench_busy_s)"
   } > "$RAW/$name.meta"
-  [ "$rc" = 0 ] || echo "bench/run.sh: $name failed (exit $rc); see $RAW/$name.err" >&2
+  [ "$RUN_RC" = 0 ] || echo "$BENCH: $name failed (exit $RUN_RC); see $RAW/$name.err" >&2
 }
 
 # others_cores NAME: cores other processes took on average during run NAME
@@ -169,7 +132,6 @@ run_quiet() {
 }
 
 cd "$ROOT"
-first_run=1
 for c in $CASES; do
   read -r T B <<< "$(case_shape "$c")"
   echo "== $c: small, T=$T B=$B, $STEPS steps (load $(load1))" >&2

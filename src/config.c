@@ -124,6 +124,16 @@ const char *const ts_compress_names[TS_COMPRESS_NMODES] = {"none", "ssn", "mapl"
 static int compress_finalize(ts_config *cfg) {
   if (cfg->compress < TS_COMPRESS_NONE || cfg->compress >= TS_COMPRESS_NMODES)
     return ts_fail(TS_EUSAGE, "compress %d: unknown", cfg->compress);
+  // a setting the mode does not use is refused, not silently dropped
+  const char *vq_flag = cfg->vq_groups ? "--vq-group" : cfg->vq_rounds ? "--vq-rounds"
+                        : cfg->vq_codes ? "--vq-codes" : cfg->vq_sync_codes ? "--vq-sync-codes"
+                        : cfg->vq_gamma != 0.0f ? "--vq-gamma" : cfg->vq_commit != 0.0f ? "--vq-commit"
+                        : NULL;
+  if (cfg->compress != TS_COMPRESS_MAPL_VQ && vq_flag)
+    return ts_fail(TS_EUSAGE, "%s: only with --compress mapl-vq", vq_flag);
+  if (cfg->compress <= TS_COMPRESS_SSN && cfg->proj_lr != 0.0f)
+    return ts_fail(TS_EUSAGE, "--proj-lr %g: only with a learned projector (--compress mapl, "
+                   "mapl-unconstrained or mapl-vq)", (double)cfg->proj_lr);
   if (cfg->compress == TS_COMPRESS_NONE) {
     if (cfg->compress_rank != 0)
       return ts_fail(TS_EUSAGE, "--rank %d: only with --compress", cfg->compress_rank);
@@ -142,18 +152,12 @@ static int compress_finalize(ts_config *cfg) {
   if (cfg->n_layer % S != 0)
     return ts_fail(TS_EUSAGE, "--compress-stages %d: the %d layers must divide into %d stages", S,
                    cfg->n_layer, S);
-  if (cfg->compress == TS_COMPRESS_SSN) {
-    cfg->proj_lr = 0.0f; // nothing is learned at the boundaries
-  } else {
+  if (cfg->compress != TS_COMPRESS_SSN) {
     if (cfg->proj_lr == 0.0f) cfg->proj_lr = 0.1f * (cfg->muon_lr > 0.0f ? cfg->muon_lr : 0.02f);
     if (!(cfg->proj_lr > 0.0f && cfg->proj_lr < 10.0f))
       return ts_fail(TS_EUSAGE, "--proj-lr %g: must be in (0, 10)", (double)cfg->proj_lr);
   }
-  if (cfg->compress != TS_COMPRESS_MAPL_VQ) {
-    cfg->vq_groups = cfg->vq_rounds = cfg->vq_codes = cfg->vq_sync_codes = 0;
-    cfg->vq_gamma = cfg->vq_commit = 0.0f;
-    return TS_OK;
-  }
+  if (cfg->compress != TS_COMPRESS_MAPL_VQ) return TS_OK;
   if (cfg->vq_groups == 0) cfg->vq_groups = 2;
   if (cfg->vq_rounds == 0) cfg->vq_rounds = 2;
   if (cfg->vq_codes == 0) cfg->vq_codes = 256;

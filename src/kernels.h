@@ -64,6 +64,12 @@ void linear_forward(float *out, const float *inp, const float *W, const float *b
 // (per head), so that any subset of heads can be projected alone (R1).
 void linear_forward_heads(float *out, const float *inp, const float *W, const float *b,
                           int64_t ntok, int C, int OC, int hd, int rows);
+// The same for a list of n heads (heads NULL: 0..n-1), head k's columns of
+// the output at k·hd of rows `ld` floats apart (the head-parallel layers
+// project any subset of heads into a packed buffer): the same bits per head.
+void linear_forward_head_list(float *out, int ld, const float *inp, const float *W,
+                              const float *b, const int *heads, int n, int64_t ntok, int C,
+                              int hd, int rows);
 // dinp = dout · W (beta 0) or dinp += dout · W (accumulate = 1).
 void linear_backward_input(float *dinp, const float *dout, const float *W, int64_t ntok,
                            int C, int OC, int rows, int accumulate);

@@ -397,12 +397,17 @@ static void test_compress_rules(void **state) {
   assert_int_equal(c.vq_groups, 2), assert_int_equal(c.vq_rounds, 2);
   assert_int_equal(c.vq_codes, 256), assert_int_equal(c.vq_sync_codes, 1);
   assert_true(c.vq_gamma == 0.99f && c.vq_commit == 1.0f);
-  // ssn learns nothing; mapl keeps no VQ settings
+  // ssn learns nothing; a setting the mode does not use is refused
   base(&c, "llama-mini");
-  c.compress = TS_COMPRESS_SSN, c.compress_rank = 32, c.compress_stages = 2, c.vq_codes = 16;
+  c.compress = TS_COMPRESS_SSN, c.compress_rank = 32, c.compress_stages = 2;
   assert_int_equal(ts_config_finalize(&c), TS_OK);
   assert_true(c.proj_lr == 0.0f);
-  assert_int_equal(c.vq_codes, 0);
+  c.vq_codes = 16;
+  assert_int_equal(ts_config_finalize(&c), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--vq-codes: only with --compress mapl-vq"));
+  c.vq_codes = 0, c.proj_lr = 0.01f;
+  assert_int_equal(ts_config_finalize(&c), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--proj-lr 0.01: only with a learned projector"));
   struct {
     int mode, r, S, G, K;
     const char *msg;

@@ -22,19 +22,25 @@ void linear_forward(float *out, const float *inp, const float *W, const float *b
 
 void linear_forward_heads(float *out, const float *inp, const float *W, const float *b,
                           int64_t ntok, int C, int OC, int hd, int rows) {
+  linear_forward_head_list(out, OC, inp, W, b, NULL, OC / hd, ntok, C, hd, rows);
+}
+
+void linear_forward_head_list(float *out, int ld, const float *inp, const float *W,
+                              const float *b, const int *heads, int n, int64_t ntok, int C,
+                              int hd, int rows) {
   int64_t nblocks = ntok / rows;
-  int nh = OC / hd;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < nblocks; t++) {
     const float *x = inp + t * rows * C;
-    for (int h = 0; h < nh; h++) {
-      float *y = out + t * rows * OC + (size_t)h * hd;
+    for (int k = 0; k < n; k++) {
+      const int h = heads ? heads[k] : k;
+      float *y = out + t * rows * ld + (size_t)k * hd;
       // y (rows, hd) = x (rows, C) · W[h·hd : (h+1)·hd, :]ᵀ — one call per head
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, hd, C, 1.0f, x, C,
-                  W + (size_t)h * hd * C, C, 0.0f, y, OC);
+                  W + (size_t)h * hd * C, C, 0.0f, y, ld);
       if (b)
         for (int r = 0; r < rows; r++)
-          for (int o = 0; o < hd; o++) y[(size_t)r * OC + o] += b[h * hd + o];
+          for (int o = 0; o < hd; o++) y[(size_t)r * ld + o] += b[h * hd + o];
     }
   }
 }

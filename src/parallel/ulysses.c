@@ -1,7 +1,6 @@
 // Head-parallel attention: Ulysses and UPipe (ulysses.h).
 #include "parallel/ulysses.h"
 
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,25 +55,13 @@ static void backward_heads(const ts_model *m, int Ub, int s, int c, stage_heads 
 
 static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
 
-// Projects heads `heads[0..n)` (dh rows each of W, plus bias) of the rank's
-// rows into out at column k·dh for head k (row stride ld): one call per head
-// and leaf-row block, the serial shapes (DESIGN.md R1). RoPE for LLaMA.
+// Projects heads `heads[0..n)` of the rank's rows into out at column k·dh for
+// head k (row stride ld) with the serial kernel's shapes (DESIGN.md R1);
+// RoPE for LLaMA.
 static void project(const ts_model *m, float *out, int ld, const float *W, const float *b,
                     const int *heads, int n, int rotate, int nrot_heads) {
-  const int C = m->C, dh = m->dh, rows = m->cfg.leaf;
-  const int64_t nblocks = m->ntok / rows;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < nblocks; t++) {
-    const float *x = m->ln_out + t * rows * C;
-    for (int k = 0; k < n; k++) {
-      float *y = out + t * rows * ld + (size_t)k * dh;
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, dh, C, 1.0f, x, C,
-                  W + (size_t)heads[k] * dh * C, C, 0.0f, y, ld);
-      if (b)
-        for (int r = 0; r < rows; r++)
-          for (int o = 0; o < dh; o++) y[(size_t)r * ld + o] += b[heads[k] * dh + o];
-    }
-  }
+  const int dh = m->dh;
+  linear_forward_head_list(out, ld, m->ln_out, W, b, heads, n, m->ntok, m->C, dh, m->cfg.leaf);
   if (rotate && m->llama) rope_forward(out, m->ntok, m->Tl, m->t0, nrot_heads, dh, ld, m->rope);
 }
 

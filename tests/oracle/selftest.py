@@ -120,6 +120,35 @@ def main():
             bad += 1
             sys.stdout.write(log)
 
+    def perturbed(base, prefix, grad, small, weight):
+        """Copies of the dump `base`, each with one value nudged just past check.py's
+        tolerance, must fail on the named rows: a gradient element of `grad`, one of
+        the small-gradient tensor small = (kind, name) at the tighter 1e-5, the loss, a
+        logit, the trajectory's step 2, and an initial weight of `weight`."""
+        cases = [
+            ("gradient element x (1 + 1e-3)", [grad],
+             lambda d: rewrite_st(os.path.join(d, "grads.safetensors"), grad,
+                                  bump_largest(1e-3))),
+            ("%s gradient element x (1 + 1e-5)" % small[0], [small[1]],
+             lambda d: rewrite_st(os.path.join(d, "grads.safetensors"), small[1],
+                                  bump_largest(1e-5))),
+            ("loss x (1 + 1e-4)", ["loss"], lambda d: edit_result(d, bump_loss)),
+            ("logit x (1 + 1e-3)", ["logits", "logits_fnv1a64"],
+             lambda d: rewrite_st(os.path.join(d, "grads.safetensors"), "logits",
+                                  bump_largest(1e-3))),
+            ("trajectory step 2 loss x (1 + 1e-3)", ["traj step 2"],
+             lambda d: edit_result(d, bump_traj2)),
+            ("weight %s x (1 + 1e-3)" % weight, ["init (MODEL.md)"],
+             lambda d: rewrite_st(os.path.join(d, "weights.safetensors"), weight,
+                                  bump_largest(1e-3))),
+        ]
+        for i, (label, want, perturb) in enumerate(cases):
+            d = os.path.join(tmp, f"{prefix}{i}")
+            shutil.copytree(base, d)
+            perturb(d)
+            f, log = run(d)
+            expect(label, f, want, log)
+
     try:
         print("oracle self-test (check.py against fake dumps)")
         base = os.path.join(tmp, "base")
@@ -133,30 +162,7 @@ def main():
         f, log = run(untied)
         expect("untied, no dropout, fp32 values", f, None, log)
 
-        cases = [
-            ("gradient element x (1 + 1e-3)", ["h.0.mlp.w1"],
-             lambda d: rewrite_st(os.path.join(d, "grads.safetensors"), "h.0.mlp.w1",
-                                  bump_largest(1e-3))),
-            ("bias gradient element x (1 + 1e-5)", ["h.1.attn.bv"],
-             lambda d: rewrite_st(os.path.join(d, "grads.safetensors"), "h.1.attn.bv",
-                                  bump_largest(1e-5))),
-            ("loss x (1 + 1e-4)", ["loss"], lambda d: edit_result(d, bump_loss)),
-            ("logit x (1 + 1e-3)", ["logits", "logits_fnv1a64"],
-             lambda d: rewrite_st(os.path.join(d, "grads.safetensors"), "logits",
-                                  bump_largest(1e-3))),
-            ("trajectory step 2 loss x (1 + 1e-3)", ["traj step 2"],
-             lambda d: edit_result(d, bump_traj2)),
-            ("weight h.0.attn.wq x (1 + 1e-3)", ["init (MODEL.md)"],
-             lambda d: rewrite_st(os.path.join(d, "weights.safetensors"), "h.0.attn.wq",
-                                  bump_largest(1e-3))),
-        ]
-        for i, (label, want, perturb) in enumerate(cases):
-            d = os.path.join(tmp, f"case{i}")
-            shutil.copytree(base, d)
-            perturb(d)
-            f, log = run(d)
-            expect(label, f, want, log)
-
+        perturbed(base, "case", "h.0.mlp.w1", ("bias", "h.1.attn.bv"), "h.0.attn.wq")
         print("oracle self-test, LLaMA variant")
         lbase = os.path.join(tmp, "llama")
         llama = dict(d=32, layers=2, heads=4, kv_heads=2, seq=32, batch=2, tied=False,
@@ -169,29 +175,7 @@ def main():
         expect("llama H 4 Hkv 2, dropout 0.1, fp64-rounded", f, None, log)
         f, log = run(ltied)
         expect("llama tied, Hkv 1, no dropout, fp32 values", f, None, log)
-        cases = [
-            ("gradient element x (1 + 1e-3)", ["h.0.mlp.w3"],
-             lambda d: rewrite_st(os.path.join(d, "grads.safetensors"), "h.0.mlp.w3",
-                                  bump_largest(1e-3))),
-            ("RMSNorm gradient element x (1 + 1e-5)", ["h.1.rms2.w"],
-             lambda d: rewrite_st(os.path.join(d, "grads.safetensors"), "h.1.rms2.w",
-                                  bump_largest(1e-5))),
-            ("loss x (1 + 1e-4)", ["loss"], lambda d: edit_result(d, bump_loss)),
-            ("logit x (1 + 1e-3)", ["logits", "logits_fnv1a64"],
-             lambda d: rewrite_st(os.path.join(d, "grads.safetensors"), "logits",
-                                  bump_largest(1e-3))),
-            ("trajectory step 2 loss x (1 + 1e-3)", ["traj step 2"],
-             lambda d: edit_result(d, bump_traj2)),
-            ("weight h.0.attn.wk x (1 + 1e-3)", ["init (MODEL.md)"],
-             lambda d: rewrite_st(os.path.join(d, "weights.safetensors"), "h.0.attn.wk",
-                                  bump_largest(1e-3))),
-        ]
-        for i, (label, want, perturb) in enumerate(cases):
-            d = os.path.join(tmp, f"llama-case{i}")
-            shutil.copytree(lbase, d)
-            perturb(d)
-            f, log = run(d)
-            expect(label, f, want, log)
+        perturbed(lbase, "llama-case", "h.0.mlp.w3", ("RMSNorm", "h.1.rms2.w"), "h.0.attn.wk")
         for i, (label, cls) in enumerate((("RoPE on pairs (i, i + dh/2)", RopeHalves),
                                           ("query head h reads kv head h % Hkv", KvModulo),
                                           ("RMSNorm eps outside the sqrt", RmsEpsOutside))):
