@@ -1,7 +1,7 @@
 #!/bin/bash
 # Boundary compression's quality (ALGORITHMS.md §7): a small LLaMA trained on the
 # bundled corpus with the same token budget in every mode, its validation loss and the
-# gap to the uncompressed model, for none, ssn, mapl, mapl-unconstrained and mapl-vq at
+# gap to the uncompressed model, for none, ssn, mapl-frozen, mapl, mapl-unconstrained and mapl-vq at
 # 4x and 8x (r = d/4, d/8) with the model cut into P = 4 and P = 8 stages, and the bytes
 # per token that cross a boundary each way.
 #
@@ -29,7 +29,7 @@
 #   OPT_FLAGS   ["--optimizer muon-pe --muon-lr 0.02 --lr 0.01 --warmup 30"]: the MAPL
 #               paper's hybrid (AdamW at 0.5x the Muon rate; projectors at 0.1x)
 #   STAGES      ["4 8"]   RANKS  ["32 16"] (d/4, d/8 of d 128)
-#   MODES       ["ssn mapl mapl-unconstrained mapl-vq"]
+#   MODES       ["ssn mapl-frozen mapl mapl-unconstrained mapl-vq"]
 #   VQ_FULL     also mapl-vq with full codebook sync [1]
 #   JOBS        runs at once, one thread each [2]
 #   TIMEOUT     seconds one run may take before it counts as failed [3600]
@@ -63,7 +63,7 @@ EVAL_BATCHES=${EVAL_BATCHES:-8}
 OPT_FLAGS=${OPT_FLAGS:---optimizer muon-pe --muon-lr 0.02 --lr 0.01 --warmup 30}
 STAGES=${STAGES:-"4 8"}
 RANKS=${RANKS:-"32 16"}
-MODES=${MODES:-"ssn mapl mapl-unconstrained mapl-vq"}
+MODES=${MODES:-"ssn mapl-frozen mapl mapl-unconstrained mapl-vq"}
 VQ_FULL=${VQ_FULL:-1}
 JOBS=${JOBS:-2}
 TIMEOUT=${TIMEOUT:-3600}
@@ -75,7 +75,7 @@ bench_snapshot tessera-compress
 [ "$JOBS" -ge 1 ] 2>/dev/null || die "JOBS=$JOBS: not a positive integer"
 [ "$EVAL_EVERY" -ge 1 ] 2>/dev/null || die "EVAL_EVERY=$EVAL_EVERY: not a positive integer"
 for m in $MODES; do
-  case $m in ssn|mapl|mapl-unconstrained|mapl-vq) ;; *) die "MODES: unknown mode '$m'" ;; esac
+  case $m in ssn|mapl|mapl-unconstrained|mapl-vq|mapl-frozen) ;; *) die "MODES: unknown mode '$m'" ;; esac
 done
 # layers divisible by every P, R <= d, groups dividing R: tessera refuses a bad model
 # before any work, and the first such run stops the benchmark with tessera's message

@@ -25,10 +25,11 @@ from benchlib import (ROOT, ReportError, arg_parser, manifest_lines, output_path
                       read, read_kv, run_command, run_main, save_fig, shown, table,
                       write_report)
 
-MODE_ORDER = ["none", "ssn", "mapl", "mapl-unconstrained", "mapl-vq", "mapl-vq full sync"]
+MODE_ORDER = ["none", "ssn", "mapl-frozen", "mapl", "mapl-unconstrained", "mapl-vq",
+              "mapl-vq full sync"]
 STYLE = {"none": ("black", "--"), "ssn": ("tab:orange", "-"), "mapl": ("tab:blue", "-"),
          "mapl-unconstrained": ("tab:purple", ":"), "mapl-vq": ("tab:green", "-"),
-         "mapl-vq full sync": ("tab:olive", "-.")}
+         "mapl-vq full sync": ("tab:olive", "-."), "mapl-frozen": ("tab:gray", "-")}
 
 
 def label(row):
@@ -62,7 +63,7 @@ def wire_bytes(model):
         return 4 * d, 4 * d, 0
     r = model["compress_rank"]
     fwd, bwd, sync = 4 * r, 4 * r, 0
-    if mode >= 2:                       # the learned projector goes to the receiver
+    if mode in (2, 3, 4):               # a learned projector goes to the receiver
         sync = 4 * d * r
     if mode == 4:                       # mapl-vq: codes forward, streamed codes after the step
         fwd = model["vq_rounds"] * r // model["vq_groups"]
@@ -105,6 +106,8 @@ def main():
               "the uncompressed d·4. *after step*: projector and streamed codes per boundary per step, "
               "amortised per token of the step.")
     md.append("- Command of the uncompressed run: `%s`" % run_command(results, base["name"], ROOT))
+    if setup.get("added_runs"):
+        md.append("- Runs added later to this folder: %s" % setup["added_runs"])
     md.append("")
     summary = {"setup": setup, "none": b["val_loss"], "runs": {}}
     for P, r in groups:

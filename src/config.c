@@ -116,8 +116,12 @@ int ts_default_leaf(int T) {
 
 static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
-const char *const ts_compress_names[TS_COMPRESS_NMODES] = {"none", "ssn", "mapl",
-                                                            "mapl-unconstrained", "mapl-vq"};
+const char *const ts_compress_names[TS_COMPRESS_NMODES] = {
+    "none", "ssn", "mapl", "mapl-unconstrained", "mapl-vq", "mapl-frozen"};
+
+int ts_compress_learns_projector(int mode) {
+  return mode == TS_COMPRESS_MAPL || mode == TS_COMPRESS_MAPL_UNC || mode == TS_COMPRESS_MAPL_VQ;
+}
 
 // Stage-boundary compression (ALGORITHMS.md §7): the defaults of its
 // settings, and the refusals before any work.
@@ -131,7 +135,7 @@ static int compress_finalize(ts_config *cfg) {
                         : NULL;
   if (cfg->compress != TS_COMPRESS_MAPL_VQ && vq_flag)
     return ts_fail(TS_EUSAGE, "%s: only with --compress mapl-vq", vq_flag);
-  if (cfg->compress <= TS_COMPRESS_SSN && cfg->proj_lr != 0.0f)
+  if (!ts_compress_learns_projector(cfg->compress) && cfg->proj_lr != 0.0f)
     return ts_fail(TS_EUSAGE, "--proj-lr %g: only with a learned projector (--compress mapl, "
                    "mapl-unconstrained or mapl-vq)", (double)cfg->proj_lr);
   if (cfg->compress == TS_COMPRESS_NONE) {
@@ -152,7 +156,7 @@ static int compress_finalize(ts_config *cfg) {
   if (cfg->n_layer % S != 0)
     return ts_fail(TS_EUSAGE, "--compress-stages %d: the %d layers must divide into %d stages", S,
                    cfg->n_layer, S);
-  if (cfg->compress != TS_COMPRESS_SSN) {
+  if (ts_compress_learns_projector(cfg->compress)) {
     if (cfg->proj_lr == 0.0f) cfg->proj_lr = 0.1f * (cfg->muon_lr > 0.0f ? cfg->muon_lr : 0.02f);
     if (!(cfg->proj_lr > 0.0f && cfg->proj_lr < 10.0f))
       return ts_fail(TS_EUSAGE, "--proj-lr %g: must be in (0, 10)", (double)cfg->proj_lr);

@@ -88,7 +88,7 @@ int ts_info(void) {
   row("--sp-mode", "lss, lss-fused, lss-basic, ulysses, upipe: exact; megatron, ring, "
                    "ring-zigzag: within tolerance");
   row("--pp", "GPipe, 1F1B: exact; composes with --dp and --sp");
-  row("--compress", "ssn, mapl, mapl-unconstrained, mapl-vq: a model of its own, exact on "
+  row("--compress", "ssn, mapl, mapl-unconstrained, mapl-vq, mapl-frozen: a model of its own, exact on "
                     "every --pp layout (docs/COMPRESSION.md)");
 
   // The rule from DESIGN.md, with worked examples so a user can check a run.

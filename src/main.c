@@ -243,7 +243,8 @@ static const flag flags[] = {
      G_PAR, check_choice},
     // stage-boundary compression (part of the model: dump and the serial run take it too)
     {"--compress", K_STR, AT(compress), 0, "MODE",
-     "stage-boundary compression: none, ssn, mapl, mapl-unconstrained or mapl-vq", "none", TD,
+     "stage-boundary compression: none, ssn, mapl, mapl-unconstrained, mapl-vq or mapl-frozen",
+     "none", TD,
      G_COMP, check_compress},
     {"--rank", K_INT, AT(cfg.compress_rank), 0, "R", "floats per token that cross a boundary, <= d",
      NULL, TD, G_COMP, check_rank},
@@ -386,7 +387,8 @@ static int check_compress(const flag *f, const char *raw, cli *c) {
       return TS_OK;
     }
   return ts_fail(TS_EUSAGE,
-                 "--compress %s: must be none, ssn, mapl, mapl-unconstrained or mapl-vq", raw);
+                 "--compress %s: must be none, ssn, mapl, mapl-unconstrained, mapl-vq or "
+                 "mapl-frozen", raw);
 }
 
 // Counts that must be at least 1 (their ranges against the model are

@@ -111,6 +111,8 @@ int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nt
     off += n;
     if (group[t] == G_MUON)
       ts_muon_update(p, g, buf, rows, cols, mlr, cfg->weight_decay, 0.95f, how, 5, opt->scratch);
+    else if (group[t] == G_PROJ && !ts_compress_learns_projector(cfg->compress))
+      continue; // mapl-frozen: the projector stays where it started
     else if (group[t] == G_PROJ && cfg->compress == TS_COMPRESS_MAPL_UNC)
       ts_spel_step_unconstrained(p, g, buf, rows, cols, plr, 0.95f, SPEL_STEPS, opt->scratch);
     else if (group[t] == G_PROJ)

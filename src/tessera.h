@@ -29,10 +29,13 @@ typedef enum {
   TS_COMPRESS_MAPL,     // per-boundary projector on St(d, r) by SPEL, factorized anchors
   TS_COMPRESS_MAPL_UNC, // ablation: the projector by plain momentum steps, off the manifold
   TS_COMPRESS_MAPL_VQ,  // mapl + residual vector quantisation of Z (streaming codebooks)
+  TS_COMPRESS_MAPL_FROZEN, // baseline: mapl's projector kept at its random start, anchors learned
   TS_COMPRESS_NMODES
 } ts_compress_mode;
-// "none", "ssn", "mapl", "mapl-unconstrained", "mapl-vq"
+// "none", "ssn", "mapl", "mapl-unconstrained", "mapl-vq", "mapl-frozen"
 extern const char *const ts_compress_names[TS_COMPRESS_NMODES];
+// Whether the mode updates its projectors (mapl, mapl-unconstrained, mapl-vq).
+int ts_compress_learns_projector(int mode);
 
 typedef struct {
   // model

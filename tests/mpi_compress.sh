@@ -10,7 +10,7 @@
 # Stage 0's step record counts what crosses its boundary (sendrecv bytes,
 # sent + received): M microbatches of Z forward (mb·T·r floats; mapl-vq:
 # mb·T·R·r/G one-byte codes) and M of dZ back (mb·T·r floats); after the step,
-# for the learned projectors, A_0 (d·r floats) and under mapl-vq the streamed
+# for the learned projectors (not ssn, not mapl-frozen), A_0 (d·r floats) and under mapl-vq the streamed
 # codes (R·sync·r floats) to stage 1. It reports the bytes per token each way.
 . "$(dirname "$0")/lib.sh"
 
@@ -50,7 +50,7 @@ equal() {
       fail "$mode | pp $P dp $D M $M $sched: $out"
     mb=$((4 / D / M))
     sync=0 fwd=$((R * 4)) bwd=$((R * 4))
-    [ "$mode" = ssn ] || sync=$((64 * R * 4))
+    case $mode in ssn|mapl-frozen) ;; *) sync=$((64 * R * 4)) ;; esac
     # G = 2, R = 2 rounds, one streamed code per codebook
     [ "$mode" = mapl-vq ] && fwd=$((2 * R / 2)) sync=$((sync + 2 * 1 * R * 4))
     want=$((M * mb * 64 * (fwd + bwd) + sync))
@@ -69,6 +69,7 @@ equal ssn 4 4:1:4:gpipe 4:1:2:1f1b
 equal mapl 4 4:1:4:gpipe 4:1:4:1f1b 4:1:1:1f1b 4:1:2:gpipe
 equal mapl 2 2:2:2:1f1b 2:1:4:gpipe
 equal mapl-unconstrained 4 4:1:2:1f1b
+equal mapl-frozen 4 4:1:2:1f1b 4:1:4:gpipe
 equal mapl-vq 4 4:1:4:gpipe 4:1:2:1f1b
 equal mapl-vq 2 2:2:2:1f1b
 
@@ -110,7 +111,7 @@ expect_exit 2 "--compress-stages 3: the 4 layers must divide into 3 stages" \
 expect_exit 2 "--compress mapl: needs --rank R" \
   "$T" train $M4 $common --compress mapl --compress-stages 2 --log "$NOLOG"
 expect_exit 2 "--rank 8: only with --compress" "$T" train $M4 $common --rank 8 --log "$NOLOG"
-expect_exit 2 "--compress zip: must be none, ssn, mapl, mapl-unconstrained or mapl-vq" \
+expect_exit 2 "--compress zip: must be none, ssn, mapl, mapl-unconstrained, mapl-vq or mapl-frozen" \
   "$T" train $M4 $common --compress zip --log "$NOLOG"
 expect_exit 2 "--pp 2 with --compress-stages 4: a pipeline's stages are the compressed model's" \
   "$T" train $B --pp 2 --compress-stages 4 --log "$NOLOG"

@@ -186,6 +186,45 @@ static void test_spel_keeps_projectors_orthonormal(void **state) {
   assert_true(e <= 1e-5);
 }
 
+// The baseline keeps every projector at its seeded orthonormal start, bit
+// for bit, while the anchors learn.
+static void test_frozen_projectors_stay(void **state) {
+  (void)state;
+  ts_config c = compressed(TS_COMPRESS_MAPL_FROZEN);
+  assert_true(c.proj_lr == 0.0f);
+  ts_model *m;
+  assert_int_equal(ts_model_create(&c, &m), TS_OK);
+  ts_model_init(m, c.seed);
+  const int nt = ts_model_num_tensors(m);
+  const size_t np = ts_model_num_params(m);
+  ts_tensor *pt = calloc((size_t)nt, sizeof *pt), *gt = calloc((size_t)nt, sizeof *gt);
+  ts_model_tensors(m, pt, gt);
+  ts_tensor *A = find(pt, nt, "cmp.1.proj"), *E = find(pt, nt, "cmp.1.anchor");
+  const size_t na = (size_t)ts_tensor_numel(A);
+  float *A0 = malloc(na * sizeof(float));
+  memcpy(A0, A->data, na * sizeof(float));
+  ts_adamw opt;
+  assert_int_equal(ts_adamw_init(&opt, np), TS_OK);
+  int inp[B * T], tgt[B * T];
+  for (int s = 0; s < 5; s++) {
+    random_tokens(inp, B * T, 10 + (uint64_t)s);
+    random_tokens(tgt, B * T, 1000 + (uint64_t)s);
+    ts_model_forward(m, inp, tgt, (uint64_t)s + 1, 1);
+    assert_int_equal(ts_model_backward(m, (uint64_t)s + 1), TS_OK);
+    assert_int_equal(ts_optimizer_step(&opt, pt, gt, nt, &c, s), TS_OK);
+  }
+  assert_memory_equal(A0, A->data, na * sizeof(float));
+  assert_true(ts_orthogonality_error(A->data, c.d, R) <= 1e-5);
+  double moved = 0.0; // the anchors start at zero and learn
+  for (int64_t i = 0; i < ts_tensor_numel(E); i++) moved += fabs((double)E->data[i]);
+  assert_true(moved > 0.0);
+  free(A0);
+  ts_adamw_free(&opt);
+  free(pt);
+  free(gt);
+  ts_model_free(m);
+}
+
 static void test_unconstrained_projectors_leave_the_manifold(void **state) {
   (void)state;
   double e = worst_orthogonality(TS_COMPRESS_MAPL_UNC, 100);
@@ -295,6 +334,7 @@ int main(void) {
       cmocka_unit_test(test_backward_is_the_gradient),
       cmocka_unit_test(test_spel_keeps_projectors_orthonormal),
       cmocka_unit_test(test_unconstrained_projectors_leave_the_manifold),
+      cmocka_unit_test(test_frozen_projectors_stay),
       cmocka_unit_test(test_vq_takes_the_nearest_code_each_round),
       cmocka_unit_test(test_vq_statistics_update_and_stream),
   };

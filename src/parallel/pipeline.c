@@ -283,7 +283,7 @@ static float *tensor_named(ts_tensor *t, int nt, const char *fmt, int p) {
 
 int ts_pipeline_sync_boundaries(ts_pipeline *pl, ts_model *m, uint64_t step) {
   const ts_config *cfg = ts_model_config(m);
-  if (cfg->compress < TS_COMPRESS_MAPL) return TS_OK;
+  if (!ts_compress_learns_projector(cfg->compress)) return TS_OK; // nothing changed
   const size_t abytes = (size_t)cfg->d * cfg->compress_rank * sizeof(float);
   const int nt = ts_model_num_tensors(m), vq = cfg->compress == TS_COMPRESS_MAPL_VQ;
   ts_vq_shape q;
