@@ -616,9 +616,9 @@ def main():
                               "own check admits %s of the T that would really fit there." % (
                                   fmt_T(round(t90)), fmt_ratio(est["T_accept"], t90)))
         md.append("- Under sequence parallelism each rank makes the same check for its own share of the work "
-                  "against the whole machine's memory (src/model.c), so N ranks on one machine can be admitted "
-                  "together up to N × 90% of it. N ranks were not probed here: each needs the parameters' "
-                  "address space before the check, N times over.")
+                  "against its share of the machine: the memory divided by the ranks on the machine "
+                  "(src/model.c), so N ranks together are admitted up to 90% of it. N ranks were not probed "
+                  "here: each needs the parameters' address space before the check, N times over.")
         md.append("")
 
     # memory growth from step to step

@@ -125,6 +125,11 @@ static int param_table(ts_model *m, pspec *out) {
 }
 
 // ---- creation ----------------------------------------------------------------------
+// Processes that share this machine's memory (ts_model_set_memory_share).
+static int memory_share = 1;
+
+void ts_model_set_memory_share(int processes) { memory_share = processes > 1 ? processes : 1; }
+
 int ts_model_create(const ts_config *cfg, ts_model **out) {
   return ts_model_create_seq(cfg, 0, cfg->batch, NULL, out);
 }
@@ -280,14 +285,19 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   double need = 16.0 * (double)total + 4.0 * (double)(nacts + boundary);
   if (cfg->fused_ce) need += 4.0 * (double)omp_get_max_threads() * cfg->leaf * V;
   if (cfg->tiled_mlp) need += 16.0 * (double)omp_get_max_threads() * cfg->leaf * m->F;
-  double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+  // Every process on the machine makes this check for its own share: ranks
+  // on one node divide its memory between them.
+  double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / memory_share;
   if (have > 0 && need > 0.9 * have) {
+    char share[64] = "";
+    if (memory_share > 1) snprintf(share, sizeof share, " (its share: 1 of %d ranks)", memory_share);
     ts_model_free(m);
     return ts_fail(TS_ERUNTIME,
                    "this model needs about %.1f GiB (parameters, gradients, AdamW state, "
-                   "activations) but the machine has %.1f GiB; use a smaller --model, --seq or "
-                   "--batch, or the memory options (--checkpoint, --fused-ce, --tiled-mlp)",
-                   need / 1073741824.0, have / 1073741824.0);
+                   "activations) but the machine has %.1f GiB%s; use a smaller --model, --seq or "
+                   "--batch, the memory options (--checkpoint, --fused-ce, --tiled-mlp), or "
+                   "fewer ranks on this machine",
+                   need / 1073741824.0, have / 1073741824.0, share);
   }
   m->acts = ts_alloc(nacts * sizeof(float));
   m->inputs = ts_alloc((size_t)N * sizeof(int));

@@ -160,6 +160,11 @@ static inline int64_t ts_tensor_numel(const ts_tensor *t) {
 // The model: parameters, gradients and activations for one (B, T) shape.
 typedef struct ts_model ts_model;
 
+// How many processes share this machine's memory (1 by default; the trainer
+// sets the ranks on its node). ts_model_create refuses a model it estimates
+// above 90% of the machine's memory divided by them, before it allocates the
+// activations.
+void ts_model_set_memory_share(int processes);
 // The whole batch: ts_model_create_shard(cfg, 0, cfg->batch, out).
 int ts_model_create(const ts_config *cfg, ts_model **out);
 // A data-parallel shard: sequences [b_begin, b_begin + b_count) of the global

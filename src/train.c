@@ -335,6 +335,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   if ((rc = ts_layout_check(&cfg, &lay)) || (rc = ts_grid_create(lay.dp, lay.sp, lay.pp, &grid)))
     return rc;
   setup_threads(&cfg, grid->local_size);
+  ts_model_set_memory_share(grid->local_size); // the node's ranks share its memory
   // rank 0 alone talks to people and files
   const int root = grid->world_rank == 0;
   if (!root) cfg.quiet = 1;

@@ -181,6 +181,25 @@ static void test_memory_options_change_no_bit(void **state) {
   }
 }
 
+// The fit check divides the machine among the processes that share it: a
+// model that fits one process is refused when a hundred thousand share the
+// machine (0.9 × memory / 100000 is a few hundred kB here; the tiny model's
+// parameters, gradients and AdamW state alone are several MB).
+static void test_fit_check_shares_the_machine(void **state) {
+  (void)state;
+  ts_config c = tiny_config(1, 64, 0.0f, 1);
+  ts_model *m = NULL;
+  assert_int_equal(ts_model_create(&c, &m), TS_OK);
+  ts_model_free(m);
+  ts_model_set_memory_share(100000);
+  m = NULL;
+  int rc = ts_model_create(&c, &m);
+  ts_model_set_memory_share(1);
+  assert_int_equal(rc, TS_ERUNTIME);
+  assert_null(m);
+  assert_non_null(strstr(ts_errmsg(), "its share: 1 of 100000 ranks"));
+}
+
 static void test_init_is_counter_based(void **state) {
   (void)state;
   // The same seed gives the same parameters; another seed different ones.
@@ -205,6 +224,7 @@ int main(void) {
       cmocka_unit_test(test_batch_composition_invariance),
       cmocka_unit_test(test_activation_memory_linear_in_T),
       cmocka_unit_test(test_init_is_counter_based),
+      cmocka_unit_test(test_fit_check_shares_the_machine),
       cmocka_unit_test(test_memory_options_change_no_bit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
