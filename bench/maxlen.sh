@@ -140,27 +140,18 @@ if [ -n "$TORCH_T" ]; then
 fi
 
 # measure NAME CMD...: runs CMD (stdout to NAME.out, stderr to NAME.err) under GNU time
-# and writes NAME.meta: exit status, load, wall time, own CPU seconds, largest RSS of any
-# process, and the CPU seconds the whole machine was busy (others = busy - own). Sets RC.
+# and writes NAME.meta (bench_meta: exit status, ok or failed, load, wall time, own CPU
+# seconds, largest RSS of any process, and the CPU seconds the whole machine was busy:
+# others = busy - own). Sets RC.
 measure() {
   local name=$1; shift
-  local l0 j0 t0 t1 j1 cu=0 cs=0 cm=0
-  RC=0
-  l0=$(cat /proc/loadavg); j0=$(busy_jiffies); t0=$(date +%s.%N)
-  /usr/bin/time -f '%U %S %M' -o "$RESULTS/$name.time" timeout "$TIMEOUT" "$@" \
-    > "$RESULTS/$name.out" 2> "$RESULTS/$name.err" || RC=$?
-  t1=$(date +%s.%N); j1=$(busy_jiffies)
-  if [ -s "$RESULTS/$name.time" ]; then read -r cu cs cm < <(tail -n 1 "$RESULTS/$name.time") || true; fi
+  bench_timed "$RESULTS/$name" /usr/bin/time -f "$GNU_TIME_FORMAT" -o "$RESULTS/$name.time" \
+    timeout "$TIMEOUT" "$@"
+  RC=$RUN_RC
+  bench_time_read "$RESULTS/$name.time"
+  RUN_CPU_S=${RUN_CPU_S:-0.00} RUN_RSS_KB=${RUN_RSS_KB:-0}
   rm -f "$RESULTS/$name.time"
-  {
-    echo "rc $RC"
-    echo "load_before $l0"
-    echo "load_after $(cat /proc/loadavg)"
-    echo "wall_s $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.2f", b-a}')"
-    echo "own_cpu_s $(awk -v u="$cu" -v s="$cs" 'BEGIN{printf "%.2f", u+s}')"
-    echo "max_rss_kb $cm"
-    echo "machine_busy_s $(awk -v a="$j0" -v b="$j1" -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.2f", (b-a)/hz}')"
-  } > "$RESULTS/$name.meta"
+  if [ "$RC" = 0 ]; then bench_meta "$name" ok; else bench_meta "$name" failed; fi
 }
 
 failed() {  # failed NAME: the last message of a failed run, and stop
