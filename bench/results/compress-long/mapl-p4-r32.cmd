@@ -1,0 +1,1 @@
+/work/main/build/tessera train --model llama-mini --layers 8 --seq 128 --batch 8 --steps 2000 --optimizer muon-pe --muon-lr 0.02 --lr 0.01 --warmup 30 --eval-every 100 --eval-batches 8 --threads 1 --data /work/main/data/corpus.txt --quiet --log /work/main/bench/results/compress-long/mapl-p4-r32.jsonl --compress mapl --rank 32 --compress-stages 4
