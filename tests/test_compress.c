@@ -128,54 +128,78 @@ static void test_backward_is_the_gradient(void **state) {
   }
 }
 
+// A compressed model being trained: its tensors and optimizer.
+typedef struct {
+  ts_config c;
+  ts_model *m;
+  int nt;
+  size_t np;
+  ts_tensor *pt, *gt;
+  ts_adamw opt;
+} trainer;
+
+static void trainer_start(trainer *t, int mode) {
+  t->c = compressed(mode);
+  assert_int_equal(ts_model_create(&t->c, &t->m), TS_OK);
+  ts_model_init(t->m, t->c.seed);
+  t->nt = ts_model_num_tensors(t->m);
+  t->np = ts_model_num_params(t->m);
+  t->pt = calloc((size_t)t->nt, sizeof *t->pt);
+  t->gt = calloc((size_t)t->nt, sizeof *t->gt);
+  ts_model_tensors(t->m, t->pt, t->gt);
+  assert_int_equal(ts_adamw_init(&t->opt, t->np), TS_OK);
+}
+
+// Optimizer step s (0-based) on its own random batch, clipped as the trainer does.
+static void trainer_step(trainer *t, int s) {
+  int inp[B * T], tgt[B * T];
+  random_tokens(inp, B * T, 10 + (uint64_t)s);
+  random_tokens(tgt, B * T, 1000 + (uint64_t)s);
+  ts_model_forward(t->m, inp, tgt, (uint64_t)s + 1, 1);
+  assert_int_equal(ts_model_backward(t->m, (uint64_t)s + 1), TS_OK);
+  float n = ts_grad_norm(ts_model_grads(t->m), t->np);
+  ts_clip(ts_model_grads(t->m), t->np, n, t->c.grad_clip);
+  assert_int_equal(ts_optimizer_step(&t->opt, t->pt, t->gt, t->nt, &t->c, s), TS_OK);
+}
+
+static void trainer_end(trainer *t) {
+  ts_adamw_free(&t->opt);
+  free(t->pt);
+  free(t->gt);
+  ts_model_free(t->m);
+}
+
 // Trains `steps` steps and returns the largest ‖AᵀA − I‖_F seen over every
 // projector after every step (and checks each one moved from its start).
 static double worst_orthogonality(int mode, int steps) {
-  ts_config c = compressed(mode);
-  ts_model *m;
-  assert_int_equal(ts_model_create(&c, &m), TS_OK);
-  ts_model_init(m, c.seed);
-  const int nt = ts_model_num_tensors(m);
-  const size_t np = ts_model_num_params(m);
-  ts_tensor *pt = calloc((size_t)nt, sizeof *pt), *gt = calloc((size_t)nt, sizeof *gt);
-  ts_model_tensors(m, pt, gt);
-  ts_adamw opt;
-  assert_int_equal(ts_adamw_init(&opt, np), TS_OK);
+  trainer t;
+  trainer_start(&t, mode);
+  const int d = t.c.d;
   ts_tensor *A[S - 1];
   float *A0[S - 1];
   for (int p = 0; p < S - 1; p++) {
     char name[32];
     snprintf(name, sizeof name, "cmp.%d.proj", p);
-    A[p] = find(pt, nt, name);
-    assert_true(ts_orthogonality_error(A[p]->data, c.d, R) <= 1e-5); // starts on St(d, r)
-    A0[p] = malloc((size_t)c.d * R * sizeof(float));
-    memcpy(A0[p], A[p]->data, (size_t)c.d * R * sizeof(float));
+    A[p] = find(t.pt, t.nt, name);
+    assert_true(ts_orthogonality_error(A[p]->data, d, R) <= 1e-5); // starts on St(d, r)
+    A0[p] = malloc((size_t)d * R * sizeof(float));
+    memcpy(A0[p], A[p]->data, (size_t)d * R * sizeof(float));
   }
-  int inp[B * T], tgt[B * T];
   double worst = 0.0;
   for (int s = 0; s < steps; s++) {
-    random_tokens(inp, B * T, 10 + (uint64_t)s);
-    random_tokens(tgt, B * T, 1000 + (uint64_t)s);
-    ts_model_forward(m, inp, tgt, (uint64_t)s + 1, 1);
-    assert_int_equal(ts_model_backward(m, (uint64_t)s + 1), TS_OK);
-    float n = ts_grad_norm(ts_model_grads(m), np);
-    ts_clip(ts_model_grads(m), np, n, c.grad_clip);
-    assert_int_equal(ts_optimizer_step(&opt, pt, gt, nt, &c, s), TS_OK);
+    trainer_step(&t, s);
     for (int p = 0; p < S - 1; p++) {
-      double e = ts_orthogonality_error(A[p]->data, c.d, R);
+      double e = ts_orthogonality_error(A[p]->data, d, R);
       if (e > worst) worst = e;
     }
   }
   for (int p = 0; p < S - 1; p++) {
     double moved = 0.0;
-    for (int i = 0; i < c.d * R; i++) moved += fabs((double)A[p]->data[i] - A0[p][i]);
+    for (int i = 0; i < d * R; i++) moved += fabs((double)A[p]->data[i] - A0[p][i]);
     assert_true(moved > 1e-2);
     free(A0[p]);
   }
-  ts_adamw_free(&opt);
-  free(pt);
-  free(gt);
-  ts_model_free(m);
+  trainer_end(&t);
   return worst;
 }
 
@@ -190,39 +214,21 @@ static void test_spel_keeps_projectors_orthonormal(void **state) {
 // for bit, while the anchors learn.
 static void test_frozen_projectors_stay(void **state) {
   (void)state;
-  ts_config c = compressed(TS_COMPRESS_MAPL_FROZEN);
-  assert_true(c.proj_lr == 0.0f);
-  ts_model *m;
-  assert_int_equal(ts_model_create(&c, &m), TS_OK);
-  ts_model_init(m, c.seed);
-  const int nt = ts_model_num_tensors(m);
-  const size_t np = ts_model_num_params(m);
-  ts_tensor *pt = calloc((size_t)nt, sizeof *pt), *gt = calloc((size_t)nt, sizeof *gt);
-  ts_model_tensors(m, pt, gt);
-  ts_tensor *A = find(pt, nt, "cmp.1.proj"), *E = find(pt, nt, "cmp.1.anchor");
+  trainer t;
+  trainer_start(&t, TS_COMPRESS_MAPL_FROZEN);
+  assert_true(t.c.proj_lr == 0.0f);
+  ts_tensor *A = find(t.pt, t.nt, "cmp.1.proj"), *E = find(t.pt, t.nt, "cmp.1.anchor");
   const size_t na = (size_t)ts_tensor_numel(A);
   float *A0 = malloc(na * sizeof(float));
   memcpy(A0, A->data, na * sizeof(float));
-  ts_adamw opt;
-  assert_int_equal(ts_adamw_init(&opt, np), TS_OK);
-  int inp[B * T], tgt[B * T];
-  for (int s = 0; s < 5; s++) {
-    random_tokens(inp, B * T, 10 + (uint64_t)s);
-    random_tokens(tgt, B * T, 1000 + (uint64_t)s);
-    ts_model_forward(m, inp, tgt, (uint64_t)s + 1, 1);
-    assert_int_equal(ts_model_backward(m, (uint64_t)s + 1), TS_OK);
-    assert_int_equal(ts_optimizer_step(&opt, pt, gt, nt, &c, s), TS_OK);
-  }
+  for (int s = 0; s < 5; s++) trainer_step(&t, s);
   assert_memory_equal(A0, A->data, na * sizeof(float));
-  assert_true(ts_orthogonality_error(A->data, c.d, R) <= 1e-5);
+  assert_true(ts_orthogonality_error(A->data, t.c.d, R) <= 1e-5);
   double moved = 0.0; // the anchors start at zero and learn
   for (int64_t i = 0; i < ts_tensor_numel(E); i++) moved += fabs((double)E->data[i]);
   assert_true(moved > 0.0);
   free(A0);
-  ts_adamw_free(&opt);
-  free(pt);
-  free(gt);
-  ts_model_free(m);
+  trainer_end(&t);
 }
 
 static void test_unconstrained_projectors_leave_the_manifold(void **state) {
