@@ -245,24 +245,24 @@ if [ "$PROBE" = 1 ] && [ -n "$PROBE_T" ]; then
   rm -f "$SNAP/random.bin"
 fi
 echo "== tessera: $MODEL, T in {$TS}, modes {$MODES}, N = $N, $STEPS steps, memory options on" >&2
-for t in $TS; do
-  for m in $MODES; do
+# run_modes KIND STEPS T MODE...: run_tessera for each mode, UPipe once per U of UPIPE_U
+run_modes() {
+  local kind=$1 steps=$2 t=$3 m u; shift 3
+  for m in "$@"; do
     if [ "$m" = upipe ]; then
-      for u in $UPIPE_U; do run_tessera tessera "$STEPS" upipe "$t" "$u"; done
+      for u in $UPIPE_U; do run_tessera "$kind" "$steps" upipe "$t" "$u"; done
     else
-      run_tessera tessera "$STEPS" "$m" "$t"
+      run_tessera "$kind" "$steps" "$m" "$t"
     fi
   done
-done
+}
+# MODES and GROWTH_MODES are word lists on purpose
+# shellcheck disable=SC2086
+for t in $TS; do run_modes tessera "$STEPS" "$t" $MODES; done
 if [ -n "$GROWTH_MODES" ]; then
   echo "== memory growth from step to step: T = $GROWTH_T, $GROWTH_STEPS steps, modes {$GROWTH_MODES}" >&2
-  for m in $GROWTH_MODES; do
-    if [ "$m" = upipe ]; then
-      for u in $UPIPE_U; do run_tessera growth "$GROWTH_STEPS" upipe "$GROWTH_T" "$u"; done
-    else
-      run_tessera growth "$GROWTH_STEPS" "$m" "$GROWTH_T"
-    fi
-  done
+  # shellcheck disable=SC2086
+  run_modes growth "$GROWTH_STEPS" "$GROWTH_T" $GROWTH_MODES
 fi
 if [ -n "$TORCH_T" ]; then
   echo "== PyTorch: T in {$TORCH_T}, batch 1, $STEPS steps" >&2

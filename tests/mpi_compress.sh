@@ -83,18 +83,10 @@ expect_exit 1 "" "$T" compare "$P0" "$TS_TMP/serial-mapl-4.jsonl"
 expect_stdout "^first divergence"
 
 # resume a pipelined compressed run from the serial run's checkpoint
-CK=$TS_TMP/ck
-RS=$TS_TMP/resumed.jsonl
 B="$M4 $common --compress mapl --rank $R"
-expect_exit 0 "" "$T" train $B --compress-stages 2 --ckpt-dir "$CK" --ckpt-every 1 --log "$RS"
-cp "$RS" "$TS_TMP/straight.jsonl"
-rm -f "$CK/step-00000003.safetensors"
-expect_exit 0 "" $RUN_MPI -n 2 "$T" train $B --pp 2 --microbatches 2 --ckpt-dir "$CK" --resume \
-  --log "$RS"
-expect_stdout "resumed from .*step-00000002"
-expect_exit 0 "" "$T" compare "$TS_TMP/straight.jsonl" "$RS"
-expect_stdout "^identical"
+expect_resume_identical 2 3 "--compress-stages 2" "--pp 2 --microbatches 2" $B
 # and not as another model
+CK=$TS_TMP/resume-ck
 expect_exit 2 "was written with --rank 16, this run has 8" \
   "$T" train $M4 $common --compress mapl --rank 8 --compress-stages 2 --ckpt-dir "$CK" --resume
 expect_exit 2 "was written with --compress mapl, this run has none" \

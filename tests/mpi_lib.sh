@@ -44,3 +44,24 @@ expect_fault_ends_all() {
     pass "$_label, rank 1 failing: exit $_rc after ${_dt}s: $(grep '^tessera: rank 1' "$TS_ERR")"
   fi
 }
+
+# expect_resume_identical N LAST SERIAL_FLAGS RESUMED_FLAGS ARGS...: a serial
+# `tessera train ARGS SERIAL_FLAGS` checkpointing every step; its last
+# checkpoint (step LAST) removed; the run resumed from step LAST - 1 by N ranks
+# with `ARGS RESUMED_FLAGS` must log what the straight run logged (the layout
+# is not part of a checkpoint). The checkpoints stay in $TS_TMP/resume-ck.
+expect_resume_identical() {
+  _n=$1 _last=$2 _sflags=$3 _rflags=$4
+  shift 4
+  _ck=$TS_TMP/resume-ck _straight=$TS_TMP/resume-straight.jsonl _log=$TS_TMP/resumed.jsonl
+  rm -rf "$_ck" "$_log"
+  expect_exit 0 "" "$TESSERA_BIN" train "$@" $_sflags --ckpt-dir "$_ck" --ckpt-every 1 \
+    --log "$_log" || return
+  cp "$_log" "$_straight"
+  rm -f "$_ck/step-$(printf %08d "$_last").safetensors"
+  expect_exit 0 "" timeout 180 $MPIEXEC -n "$_n" "$TESSERA_BIN" train "$@" $_rflags \
+    --ckpt-dir "$_ck" --resume --log "$_log" || return
+  expect_stdout "resumed from .*step-$(printf %08d $((_last - 1)))"
+  expect_exit 0 "" "$TESSERA_BIN" compare "$_straight" "$_log"
+  expect_stdout "^identical"
+}

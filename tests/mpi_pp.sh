@@ -99,16 +99,8 @@ pp_sp "--model llama-tiny --layers 4" lss gpipe 2
 pp_sp "--model tiny" ulysses 1f1b 1
 
 # resume under pp 2 from a checkpoint of the serial run
-CK=$TS_TMP/ck
-R=$TS_TMP/resumed.jsonl
 B="--model tiny --untied $common"
-expect_exit 0 "" "$T" train $B --ckpt-dir "$CK" --ckpt-every 1 --log "$R"
-cp "$R" "$TS_TMP/straight.jsonl"
-rm -f "$CK/step-00000002.safetensors"
-expect_exit 0 "" $RUN_MPI -n 2 "$T" train $B --pp 2 --microbatches 2 --ckpt-dir "$CK" --resume --log "$R"
-expect_stdout "resumed from .*step-00000001"
-expect_exit 0 "" "$T" compare "$TS_TMP/straight.jsonl" "$R"
-expect_stdout "^identical"
+expect_resume_identical 2 2 "" "--pp 2 --microbatches 2" $B
 
 # --- refused before any work ----------------------------------------------------------
 NOLOG=$TS_TMP/never.jsonl

@@ -145,14 +145,7 @@ fi
 
 # resume under sp 2 from a checkpoint of the serial run: the layout is not
 # part of a checkpoint
-CK=$TS_TMP/ck
-R=$TS_TMP/resumed.jsonl
-expect_exit 0 "" "$T" train $BASE --ckpt-dir "$CK" --ckpt-every 1 --log "$R"
-rm -f "$CK/step-00000002.safetensors"
-expect_exit 0 "" $RUN_MPI -n 2 "$T" train $BASE --sp 2 --ckpt-dir "$CK" --resume --log "$R"
-expect_stdout "resumed from .*step-00000001"
-expect_exit 0 "" "$T" compare "$TS_TMP/serial-0.jsonl" "$R"
-expect_stdout "^identical"
+expect_resume_identical 2 2 "" "--sp 2" $BASE
 
 # --- refused before any work: one line, exit 2, no log written ------------------------
 NOLOG=$TS_TMP/never.jsonl
