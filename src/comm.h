@@ -103,6 +103,10 @@ int ts_comm_serial(ts_comm **out);
 // A group over an MPI communicator (src/cpu/comm_mpi.c). mpi_comm points to
 // an MPI_Comm; the group works on its own duplicate of it.
 int ts_comm_mpi_create(const void *mpi_comm, ts_comm **out);
+// The same group with NCCL moving the data between GPUs, one per process
+// (src/gpu/comm_nccl.cu; CUDA builds only): buffers are device-accessible,
+// and the process's GPU is selected first (ts_backend_get).
+int ts_comm_nccl_create(const void *mpi_comm, ts_comm **out);
 void ts_comm_free(ts_comm *c);
 
 // The chunk of n elements that rank r of P owns after a reduce-scatter:

@@ -75,20 +75,20 @@ int compress_create(ts_model *m) {
   const int vq = k->mode == TS_COMPRESS_MAPL_VQ;
   ts_vq_shape_of(c, &k->vq);
   int bad = 0;
-#define GET(PTR, COUNT) bad |= !((PTR) = ts_alloc((COUNT) * sizeof(float)))
+#define GET(PTR, COUNT) bad |= !((PTR) = m->be->alloc((COUNT) * sizeof(float)))
   for (int p = 0; p + 1 < k->S; p++) {
     GET(k->y[p], N * d);
-    bad |= !(k->wire[p] = ts_alloc(N * row_bytes(c)));
+    bad |= !(k->wire[p] = m->be->alloc(N * row_bytes(c)));
     if (vq) GET(k->zkeep[p], N * r);
   }
   if (vq) {
     GET(k->dzq, N * r);
-    bad |= !(k->cand = ts_alloc(ts_vq_ncodes(&k->vq) * sizeof(int64_t)));
+    bad |= !(k->cand = m->be->alloc(ts_vq_ncodes(&k->vq) * sizeof(int64_t)));
   }
   GET(k->dz, N * r);
   GET(k->anc, N * d);
   GET(k->wt, r * d);
-  bad |= !(k->qr = ts_alloc(r * d * sizeof(double)));
+  bad |= !(k->qr = m->be->alloc(r * d * sizeof(double)));
   if (k->mode == TS_COMPRESS_SSN) {
     GET(k->basis, r * d);
     GET(k->table, V * d);
@@ -109,27 +109,27 @@ void compress_free(ts_model *m) {
   struct compress *k = m->cmp;
   if (!k) return;
   for (int s = 0; s < k->S; s++) {
-    if (k->wire) ts_free(k->wire[s]);
-    if (k->zkeep) ts_free(k->zkeep[s]);
-    if (k->y) ts_free(k->y[s]);
-    if (k->arow) ts_free(k->arow[s]);
-    if (k->fixed) ts_free(k->fixed[s]);
+    if (k->wire) m->be->free(k->wire[s]);
+    if (k->zkeep) m->be->free(k->zkeep[s]);
+    if (k->y) m->be->free(k->y[s]);
+    if (k->arow) m->be->free(k->arow[s]);
+    if (k->fixed) m->be->free(k->fixed[s]);
   }
   free(k->wire);
   free(k->zkeep);
-  ts_free(k->dzq);
-  ts_free(k->cand);
+  m->be->free(k->dzq);
+  m->be->free(k->cand);
   free(k->y);
   free(k->arow);
   free(k->fixed);
-  ts_free(k->basis);
-  ts_free(k->table);
-  ts_free(k->dz);
-  ts_free(k->gath);
-  ts_free(k->anc);
-  ts_free(k->wt);
-  ts_free(k->dwt);
-  ts_free(k->qr);
+  m->be->free(k->basis);
+  m->be->free(k->table);
+  m->be->free(k->dz);
+  m->be->free(k->gath);
+  m->be->free(k->anc);
+  m->be->free(k->wt);
+  m->be->free(k->dwt);
+  m->be->free(k->qr);
   free(k);
   m->cmp = NULL;
 }
@@ -222,7 +222,7 @@ static void anchor_rows(ts_model *m, int s) {
   for (int64_t i = 0; i < N; i++)
     memcpy(k->gath + i * r, E + (size_t)m->inputs[i] * r, (size_t)r * sizeof(float));
   // E_s[tok]·P_s: (rows × r)(r × d)
-  linear_backward_input(k->anc, k->gath, k->fixed[s], N, d, r, m->cfg.leaf, 0);
+  m->be->linear_backward_input(k->anc, k->gath, k->fixed[s], N, d, r, m->cfg.leaf, 0);
 }
 
 // wt ← the matrix whose rows span boundary p's subspace: Uᵀ or A_pᵀ.
@@ -242,7 +242,7 @@ void compress_encode(ts_model *m, int p, const float *x) {
   anchor_rows(m, p);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N * d; i++) y[i] = x[i] - k->anc[i];
-  linear_forward(z, y, basis_rows(m, p), NULL, N, d, k->r, m->cfg.leaf); // Y·A
+  m->be->linear_forward(z, y, basis_rows(m, p), NULL, N, d, k->r, m->cfg.leaf); // Y·A
   if (vq) ts_vq_encode(&k->vq, m->p.vq_codes[p], z, N, k->wire[p], NULL);
 }
 
@@ -255,7 +255,7 @@ void compress_decode(ts_model *m, int p, const void *wire, float *x) {
     ts_vq_decode(&k->vq, m->p.vq_recv[p], wire, N, k->dzq);
     z = k->dzq;
   }
-  linear_backward_input(x, z, basis_rows(m, p), N, d, k->r, m->cfg.leaf, 0); // Z·Aᵀ
+  m->be->linear_backward_input(x, z, basis_rows(m, p), N, d, k->r, m->cfg.leaf, 0); // Z·Aᵀ
   anchor_rows(m, p + 1);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N * d; i++) x[i] = x[i] + k->anc[i];
@@ -285,14 +285,14 @@ int compress_decode_backward(ts_model *m, int p, const float *dx, float *dz) {
   struct compress *k = m->cmp;
   const int64_t N = m->ntok;
   const int d = m->C, r = k->r, s = p + 1;
-  linear_forward(dz, dx, basis_rows(m, p), NULL, N, d, r, m->cfg.leaf); // G·A
+  m->be->linear_forward(dz, dx, basis_rows(m, p), NULL, N, d, r, m->cfg.leaf); // G·A
   if (k->mode == TS_COMPRESS_SSN) return TS_OK;
   // G·P_sᵀ: the receiving stage's anchor rows, after its output boundary's
   float *a = k->arow[s];
   if (s == k->S - 1) {
-    linear_forward(a, dx, k->fixed[s], NULL, N, d, r, m->cfg.leaf);
+    m->be->linear_forward(a, dx, k->fixed[s], NULL, N, d, r, m->cfg.leaf);
   } else {
-    linear_forward(k->gath, dx, k->fixed[s], NULL, N, d, r, m->cfg.leaf);
+    m->be->linear_forward(k->gath, dx, k->fixed[s], NULL, N, d, r, m->cfg.leaf);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N * r; i++) a[i] = a[i] + k->gath[i];
   }
@@ -341,15 +341,15 @@ int compress_encode_backward(ts_model *m, int p, const float *dz, float *dx, uin
   const int d = m->C, r = k->r;
   if (k->mode == TS_COMPRESS_MAPL_VQ && !(dz = vq_backward(m, p, dz, step)))
     return ts_fail(TS_ERUNTIME, "out of memory (codebook statistics tree)");
-  linear_backward_input(dx, dz, basis_rows(m, p), N, d, r, m->cfg.leaf, 0); // dZ·Aᵀ
+  m->be->linear_backward_input(dx, dz, basis_rows(m, p), N, d, r, m->cfg.leaf, 0); // dZ·Aᵀ
   if (k->mode == TS_COMPRESS_SSN) return TS_OK;
   // A_p's gradient Yᵀ·dZ, computed as (dZᵀ·Y)ᵀ by the weight-gradient tree
-  if (linear_backward_weights(&m->ws, k->dwt, NULL, dz, k->y[p], N, d, r))
+  if (m->be->linear_backward_weights(&m->ws, k->dwt, NULL, dz, k->y[p], N, d, r))
     return ts_fail(TS_ERUNTIME, "out of memory (projector gradient tree)");
   transpose(m->g.proj[p], k->dwt, r, d);
   // the sender subtracted its anchor: −dX·P_pᵀ
   float *a = k->arow[p];
-  linear_forward(a, dx, k->fixed[p], NULL, N, d, r, m->cfg.leaf);
+  m->be->linear_forward(a, dx, k->fixed[p], NULL, N, d, r, m->cfg.leaf);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N * r; i++) a[i] = -a[i];
   if (p == 0 && anchor_grad(m, 0)) return ts_fail(TS_ERUNTIME, "out of memory (anchor gradient tree)");

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend.h"
 #include "tessera.h"
 
 #if defined(__clang__)
@@ -78,7 +79,9 @@ int ts_info(void) {
   printf("backends\n");
   row("cpu", "built (OpenMP + OpenBLAS; MPI between processes)");
 #ifdef TS_HAVE_CUDA
-  row("cuda", "built (cuBLAS + NCCL)");
+  row("cuda", "built (cuBLAS + NCCL; --device cuda, --precision fp32|bf16)");
+  ts_backend_cuda_describe(buf, sizeof buf);
+  row("cuda devices", buf);
 #else
   row("cuda", "not built (configure --enable-cuda)");
 #endif

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "compare.h"
 #include "parallel/grid.h"
 #include "tessera.h"
@@ -71,6 +72,7 @@ static const command commands[] = {
 typedef struct {
   ts_config cfg;
   char device[8];
+  char precision[8];
   ts_layout lay; // --dp, --sp, --pp
   char sp_mode[16], schedule[16], compress[24], upipe_schedule[16], optimizer[16];
   char ckpt[4096]; // eval
@@ -81,6 +83,7 @@ typedef struct {
 
 static void cli_defaults(cli *c) {
   snprintf(c->device, sizeof c->device, "cpu");
+  snprintf(c->precision, sizeof c->precision, "fp32");
   c->lay.dp = c->lay.sp = c->lay.pp = c->lay.microbatches = 1;
   c->lay.schedule = 1;
   c->lay.upipe_sched = -1;
@@ -117,6 +120,7 @@ struct flag {
 
 static int check_model(const flag *f, const char *raw, cli *c);
 static int check_device(const flag *f, const char *raw, cli *c);
+static int check_precision(const flag *f, const char *raw, cli *c);
 static int check_parallel(const flag *f, const char *raw, cli *c);
 static int check_choice(const flag *f, const char *raw, cli *c);
 static int check_compress(const flag *f, const char *raw, cli *c);
@@ -205,6 +209,9 @@ static const flag flags[] = {
      NULL, TD, G_RUN, NULL},
     {"--device", K_STR, AT(device), 0, "cpu|cuda", "where to compute", NULL, TED, G_RUN,
      check_device},
+    {"--precision", K_STR, AT(precision), 0, "fp32|bf16",
+     "GPU arithmetic: bf16 rounds the operands of products (fp32 weights and accumulation)", NULL,
+     TED, G_RUN, check_precision},
     {"--threads", K_INT, AT(cfg.threads), 0, "N", "OpenMP threads, 0 = all cores", NULL, TED, G_RUN,
      NULL},
     {"--quiet", K_SET, AT(cfg.quiet), 1, NULL, "no progress output", "off", TRAIN, G_RUN, NULL},
@@ -336,11 +343,16 @@ static int check_device(const flag *f, const char *raw, cli *c) {
   if (strcmp(raw, "cpu") == 0) return TS_OK;
   if (strcmp(raw, "cuda") != 0) return ts_fail(TS_EUSAGE, "--device %s: must be cpu or cuda", raw);
 #ifdef TS_HAVE_CUDA
-  return ts_fail(TS_EUSAGE, "--device cuda: the CUDA backend is not implemented yet");
+  return TS_OK; // whether a GPU is there is checked when the run starts
 #else
   return ts_fail(TS_EUSAGE,
                  "--device cuda: this build has no CUDA backend (configure --enable-cuda)");
 #endif
+}
+
+static int check_precision(const flag *f, const char *raw, cli *c) {
+  if (strcmp(raw, "fp32") == 0 || strcmp(raw, "bf16") == 0) return TS_OK;
+  return ts_fail(TS_EUSAGE, "--precision %s: must be fp32 or bf16", raw);
 }
 
 static int check_parallel(const flag *f, const char *raw, cli *c) {
@@ -689,6 +701,13 @@ int main(int argc, char **argv) {
   if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_layout_check(&c.cfg, &c.lay);
   if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_grid_check(c.lay.dp, c.lay.sp, c.lay.pp);
   if (rc != TS_OK) return usage_error(cmd);
+  // After MPI is up, so that the ranks of a node take different GPUs.
+  const ts_backend *be = NULL;
+  rc = ts_backend_get(c.device,
+                      strcmp(c.precision, "bf16") == 0 ? TS_PRECISION_BF16 : TS_PRECISION_FP32, &be);
+  if (rc == TS_EUSAGE) return usage_error(cmd);
+  if (rc != TS_OK) return finish(cmd, rc);
+  ts_backend_set(be);
   switch (cmd->id) {
   case C_TRAIN: return finish(cmd, ts_train(&c.cfg, &c.lay));
   case C_EVAL: return finish(cmd, ts_eval(&c.cfg, c.ckpt));

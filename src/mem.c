@@ -1,5 +1,9 @@
 // Tracked memory (mem.h). Each block carries its size in a 64-byte header.
+// Blocks come from the current backend (backend.h), so that the phase
+// buffers the strategies allocate are ones their kernels can use.
 #include "mem.h"
+
+#include "backend.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +22,8 @@ static void grew(void) {
 }
 
 void *ts_mem_alloc(size_t bytes) {
-  char *p = NULL;
-  if (posix_memalign((void **)&p, 64, bytes + HEADER) != 0) return NULL;
+  char *p = ts_backend_current()->alloc(bytes + HEADER);
+  if (p == NULL) return NULL;
   memcpy(p, &bytes, sizeof bytes);
   live += bytes;
   grew();
@@ -32,7 +36,7 @@ void ts_mem_free(void *q) {
   size_t bytes;
   memcpy(&bytes, p, sizeof bytes);
   live -= bytes;
-  free(p);
+  ts_backend_current()->free(p);
 }
 
 void ts_mem_hold(size_t bytes) {

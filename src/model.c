@@ -161,6 +161,7 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   ts_model *m = calloc(1, sizeof *m);
   if (!m) return ts_fail(TS_ERUNTIME, "out of memory");
   m->cfg = *cfg;
+  m->be = ts_backend_current();
   m->B = b_count; m->b0 = b_begin; m->Bg = cfg->batch;
   m->T = cfg->seq; m->C = cfg->d; m->L = cfg->n_layer;
   m->H = cfg->n_head; m->dh = cfg->d / cfg->n_head; m->F = cfg->d_ff; m->V = cfg->vocab;
@@ -228,8 +229,8 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   for (int i = 0; i < m->ntens; i++)
     total += (size_t)spec[i].shape[0] * (spec[i].ndim == 2 ? (size_t)spec[i].shape[1] : 1);
   m->nparams = total;
-  m->params = ts_alloc(total * sizeof(float));
-  m->grads = ts_alloc(total * sizeof(float));
+  m->params = m->be->alloc(total * sizeof(float));
+  m->grads = m->be->alloc(total * sizeof(float));
   if (!m->params || !m->grads) {
     free(spec);
     ts_model_free(m);
@@ -299,9 +300,9 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
                    "fewer ranks on this machine",
                    need / 1073741824.0, have / 1073741824.0, share);
   }
-  m->acts = ts_alloc(nacts * sizeof(float));
-  m->inputs = ts_alloc((size_t)N * sizeof(int));
-  m->targets = ts_alloc((size_t)N * sizeof(int));
+  m->acts = m->be->alloc(nacts * sizeof(float));
+  m->inputs = m->be->alloc((size_t)N * sizeof(int));
+  m->targets = m->be->alloc((size_t)N * sizeof(int));
   if (!m->acts || !m->inputs || !m->targets) {
     ts_model_free(m);
     return ts_fail(TS_ERUNTIME, "out of memory allocating %.1f MB of activations",
@@ -379,8 +380,8 @@ void ts_model_free(ts_model *m) {
   ts_free(m->ce_scratch);
   ts_free(m->mlp_scratch);
   ts_ws_free(&m->ws);
-  ts_free(m->params); ts_free(m->grads); ts_free(m->acts);
-  ts_free(m->inputs); ts_free(m->targets);
+  m->be->free(m->params); m->be->free(m->grads); m->be->free(m->acts);
+  m->be->free(m->inputs); m->be->free(m->targets);
   free(m->p.layer); free(m->g.layer); free(m->la); free(m->res);
   free(m->ptens); free(m->gtens); free(m->stds); free(m->consts);
   free(m);
@@ -420,7 +421,7 @@ static int64_t run_rows(const ts_model *m) { return m->nrun == 1 ? m->ntok : m->
 static void dropout_rows(const ts_model *m, float *x, float p, uint32_t purpose, uint64_t step,
                          int l) {
   for (int k = 0; k < m->nrun; k++)
-    dropout_apply(x + (size_t)k * m->run_len * m->C, run_rows(m) * m->C, p, m->cfg.seed, purpose,
+    m->be->dropout_apply(x + (size_t)k * m->run_len * m->C, run_rows(m) * m->C, p, m->cfg.seed, purpose,
                   step, row_base_at(m, l, m->run_pos[k]));
 }
 
@@ -429,8 +430,8 @@ static void rope_rows(const ts_model *m, float *x, int nh, int ld, int backward)
   if (!m->llama) return;
   for (int k = 0; k < m->nrun; k++) {
     float *xk = x + (size_t)k * m->run_len * ld;
-    if (backward) rope_backward(xk, run_rows(m), m->run_len, m->run_pos[k], nh, m->dh, ld, m->rope);
-    else rope_forward(xk, run_rows(m), m->run_len, m->run_pos[k], nh, m->dh, ld, m->rope);
+    if (backward) m->be->rope_backward(xk, run_rows(m), m->run_len, m->run_pos[k], nh, m->dh, ld, m->rope);
+    else m->be->rope_forward(xk, run_rows(m), m->run_len, m->run_pos[k], nh, m->dh, ld, m->rope);
   }
 }
 
@@ -451,22 +452,22 @@ static int project_kv(ts_model *m, int l, const layer_params *w, layer_acts *a) 
   const size_t bytes = (size_t)N * Ckv * sizeof(float);
   int rc = TS_OK;
   if (!m->seq || m->ring) { // the rank's own rows (ring: they travel later)
-    linear_forward_heads(a->k, m->ln_out, w->wk, w->bk, N, C, Ckv, dh, rows);
-    linear_forward_heads(a->v, m->ln_out, w->wv, w->bv, N, C, Ckv, dh, rows);
+    m->be->linear_forward_heads(a->k, m->ln_out, w->wk, w->bk, N, C, Ckv, dh, rows);
+    m->be->linear_forward_heads(a->v, m->ln_out, w->wv, w->bv, N, C, Ckv, dh, rows);
     rope_rows(m, a->k, m->Hkv, Ckv, 0);
   } else if (m->sp_mode == TS_SP_LSS_BASIC) {
     // un-fused: the local K and V rows, gathered separately
-    linear_forward_heads(m->dtmp, m->ln_out, w->wk, w->bk, N, C, Ckv, dh, rows);
-    linear_forward_heads(m->dtmp2, m->ln_out, w->wv, w->bv, N, C, Ckv, dh, rows);
+    m->be->linear_forward_heads(m->dtmp, m->ln_out, w->wk, w->bk, N, C, Ckv, dh, rows);
+    m->be->linear_forward_heads(m->dtmp2, m->ln_out, w->wv, w->bv, N, C, Ckv, dh, rows);
     rope_rows(m, m->dtmp, m->Hkv, Ckv, 0);
     if (!(rc = ts_comm_allgather(m->seq, m->dtmp, a->k, bytes, l)))
       rc = ts_comm_allgather(m->seq, m->dtmp2, a->v, bytes, l);
   } else {
     // fused: one gather of the norm output, then K and V of every row
     if (!(rc = ts_comm_allgather(m->seq, m->ln_out, m->spbuf, (size_t)N * C * sizeof(float), l))) {
-      linear_forward_heads(a->k, m->spbuf, w->wk, w->bk, Nk, C, Ckv, dh, rows);
-      linear_forward_heads(a->v, m->spbuf, w->wv, w->bv, Nk, C, Ckv, dh, rows);
-      if (m->llama) rope_forward(a->k, Nk, m->T, 0, m->Hkv, dh, Ckv, m->rope); // every row
+      m->be->linear_forward_heads(a->k, m->spbuf, w->wk, w->bk, Nk, C, Ckv, dh, rows);
+      m->be->linear_forward_heads(a->v, m->spbuf, w->wv, w->bv, Nk, C, Ckv, dh, rows);
+      if (m->llama) m->be->rope_forward(a->k, Nk, m->T, 0, m->Hkv, dh, Ckv, m->rope); // every row
     }
   }
   return rc;
@@ -597,14 +598,14 @@ static int fused_ce_backward(ts_model *m) {
 // Norms: LayerNorm (GPT) or RMSNorm (LLaMA: no mean, no bias).
 static void norm_forward(const ts_model *m, float *out, float *mean, float *rstd, const float *x,
                          const float *w, const float *b) {
-  if (m->llama) rmsnorm_forward(out, rstd, x, w, m->ntok, m->C);
-  else layernorm_forward(out, mean, rstd, x, w, b, m->ntok, m->C);
+  if (m->llama) m->be->rmsnorm_forward(out, rstd, x, w, m->ntok, m->C);
+  else m->be->layernorm_forward(out, mean, rstd, x, w, b, m->ntok, m->C);
 }
 
 static int norm_backward(ts_model *m, float *dinp, float *dw, float *db, const float *dout,
                          const float *x, const float *w, const float *mean, const float *rstd) {
-  if (m->llama) return rmsnorm_backward(&m->ws, dinp, dw, dout, x, w, rstd, m->ntok, m->C);
-  return layernorm_backward(&m->ws, dinp, dw, db, dout, x, w, mean, rstd, m->ntok, m->C);
+  if (m->llama) return m->be->rmsnorm_backward(&m->ws, dinp, dw, dout, x, w, rstd, m->ntok, m->C);
+  return m->be->layernorm_backward(&m->ws, dinp, dw, db, dout, x, w, mean, rstd, m->ntok, m->C);
 }
 
 // The MLP's hidden activation into m->gelu_out: GeLU(W1·a + b1) (GPT) or
@@ -612,12 +613,12 @@ static int norm_backward(ts_model *m, float *dinp, float *dw, float *db, const f
 static void mlp_hidden(ts_model *m, const layer_params *w, layer_acts *a, int project) {
   const int64_t N = m->ntok;
   const int C = m->C, F = m->F, rows = m->cfg.leaf;
-  if (project) linear_forward(a->fch, m->ln_out, w->w1, w->b1, N, C, F, rows);
+  if (project) m->be->linear_forward(a->fch, m->ln_out, w->w1, w->b1, N, C, F, rows);
   if (m->llama) {
-    if (project) linear_forward(a->fup, m->ln_out, w->w3, NULL, N, C, F, rows);
-    swiglu_forward(m->gelu_out, a->fch, a->fup, N * F);
+    if (project) m->be->linear_forward(a->fup, m->ln_out, w->w3, NULL, N, C, F, rows);
+    m->be->swiglu_forward(m->gelu_out, a->fch, a->fup, N * F);
   } else {
-    gelu_forward(m->gelu_out, a->fch, N * F);
+    m->be->gelu_forward(m->gelu_out, a->fch, N * F);
   }
 }
 
@@ -630,19 +631,19 @@ static int mlp_backward(ts_model *m, const layer_params *w, layer_params *g, lay
   ts_ws *ws = &m->ws;
   int rc = 0;
   mlp_hidden(m, w, a, 0); // recomputed, as in the forward
-  rc |= linear_backward_weights(ws, g->w2, g->b2, m->dtmp, m->gelu_out, N, F, C);
-  linear_backward_input(m->dfch, m->dtmp, w->w2, N, F, C, rows, 0);
+  rc |= m->be->linear_backward_weights(ws, g->w2, g->b2, m->dtmp, m->gelu_out, N, F, C);
+  m->be->linear_backward_input(m->dfch, m->dtmp, w->w2, N, F, C, rows, 0);
   if (m->llama) {
     // d(gate) into dfch, d(up) into gelu_out (the hidden activation is used up)
-    swiglu_backward(m->dfch, m->gelu_out, a->fch, a->fup, m->dfch, N * F);
-    rc |= linear_backward_weights(ws, g->w1, NULL, m->dfch, m->ln_out, N, C, F);
-    rc |= linear_backward_weights(ws, g->w3, NULL, m->gelu_out, m->ln_out, N, C, F);
-    linear_backward_input(m->dtmp, m->dfch, w->w1, N, C, F, rows, 0);
-    linear_backward_input(m->dtmp, m->gelu_out, w->w3, N, C, F, rows, 1);
+    m->be->swiglu_backward(m->dfch, m->gelu_out, a->fch, a->fup, m->dfch, N * F);
+    rc |= m->be->linear_backward_weights(ws, g->w1, NULL, m->dfch, m->ln_out, N, C, F);
+    rc |= m->be->linear_backward_weights(ws, g->w3, NULL, m->gelu_out, m->ln_out, N, C, F);
+    m->be->linear_backward_input(m->dtmp, m->dfch, w->w1, N, C, F, rows, 0);
+    m->be->linear_backward_input(m->dtmp, m->gelu_out, w->w3, N, C, F, rows, 1);
   } else {
-    gelu_backward(m->dfch, a->fch, m->dfch, N * F);
-    rc |= linear_backward_weights(ws, g->w1, g->b1, m->dfch, m->ln_out, N, C, F);
-    linear_backward_input(m->dtmp, m->dfch, w->w1, N, C, F, rows, 0);
+    m->be->gelu_backward(m->dfch, a->fch, m->dfch, N * F);
+    rc |= m->be->linear_backward_weights(ws, g->w1, g->b1, m->dfch, m->ln_out, N, C, F);
+    m->be->linear_backward_input(m->dtmp, m->dfch, w->w1, N, C, F, rows, 0);
   }
   return rc;
 }
@@ -785,21 +786,21 @@ static int layer_forward(ts_model *m, int l, uint64_t step, float p) {
   if (m->headpar) {
     if ((rc = headpar_forward(m, l, step, p))) return rc;
   } else {
-    linear_forward_heads(a->q, m->ln_out, w->wq, w->bq, N, C, C, m->dh, rows);
+    m->be->linear_forward_heads(a->q, m->ln_out, w->wq, w->bq, N, C, C, m->dh, rows);
     rope_rows(m, a->q, m->H, C, 0);
     if ((rc = project_kv(m, l, w, a))) return rc;
     if (m->ring) {
       if ((rc = ring_forward(m, l, step, p))) return rc;
     } else {
       ts_attn_shape as = attn_shape(m, l, p, step);
-      attention_forward(&m->ws, a->att, a->lse, a->q, a->k, a->v, &as);
+      m->be->attention_forward(&m->ws, a->att, a->lse, a->q, a->k, a->v, &as);
     }
     if (uses_concat(m) && (rc = concat_forward(m, l, a->att))) return rc;
   }
   // res_mid = x + dropout(att · Woᵀ + bo)
-  linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, rows);
+  m->be->linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, rows);
   dropout_rows(m, a->res_mid, p, TS_RNG_DROPOUT_PROJ, step, l);
-  for (int64_t i = 0; i < N * C; i++) a->res_mid[i] = x[i] + a->res_mid[i];
+  m->be->add(a->res_mid, x, a->res_mid, N * C);
   norm_forward(m, m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
   const size_t mlp_bytes = mlp_phase_bytes(m, 0);
   phase_begin(TS_PHASE_MLP_FWD, mlp_bytes);
@@ -807,11 +808,11 @@ static int layer_forward(ts_model *m, int l, uint64_t step, float p) {
     mlp_forward_tiled(m, w, y);
   } else {
     mlp_hidden(m, w, a, 1);
-    linear_forward(y, m->gelu_out, w->w2, w->b2, N, F, C, rows);
+    m->be->linear_forward(y, m->gelu_out, w->w2, w->b2, N, F, C, rows);
   }
   phase_end(mlp_bytes);
   dropout_rows(m, y, p, TS_RNG_DROPOUT_MLP, step, l);
-  for (int64_t i = 0; i < N * C; i++) y[i] = a->res_mid[i] + y[i];
+  m->be->add(y, a->res_mid, y, N * C);
   return TS_OK;
 }
 
@@ -829,7 +830,7 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
   if (m->l0 == 0) {
     for (int k = 0; k < m->nrun; k++) {
       const size_t row = (size_t)k * m->run_len;
-      encoder_forward(m->res[0] + row * C, m->inputs + row, m->p.wte,
+      m->be->encoder_forward(m->res[0] + row * C, m->inputs + row, m->p.wte,
                       m->p.wpe ? m->p.wpe + (size_t)m->run_pos[k] * C : NULL,
                       m->nrun == 1 ? B : 1, m->run_len, C);
     }
@@ -857,8 +858,8 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
   if (m->cfg.fused_ce) {
     fused_ce_forward(m);
   } else {
-    linear_forward(m->logits, m->lnf, head, NULL, N, C, V, rows);
-    crossentropy_forward(m->losses, m->logits, m->targets, N, V);
+    m->be->linear_forward(m->logits, m->lnf, head, NULL, N, C, V, rows);
+    m->be->crossentropy_forward(m->losses, m->logits, m->targets, N, V);
   }
   phase_end(loss_phase_bytes(m));
   // The shard's sum is an aligned subtree of the global loss tree; the
@@ -887,11 +888,6 @@ static void wte_leaf(const void *vctx, int64_t li, float *out) {
   encoder_wte_leaf_scatter(out, m->dres, m->inputs, li, m->cfg.leaf, m->C);
 }
 
-static void add_into(float *dst, const float *src, int64_t n) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i++) dst[i] = dst[i] + src[i];
-}
-
 int ts_model_backward(ts_model *m, uint64_t step) {
   int rc = 0, crc; // rc: allocation failures in the trees; crc: a collective's error
   const int B = m->B, T = m->T, C = m->C, V = m->V, Ckv = m->Ckv;
@@ -907,11 +903,11 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     if (m->cfg.fused_ce) {
       rc |= fused_ce_backward(m);
     } else {
-      crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)m->ntok_global, N, V);
+      m->be->crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)m->ntok_global, N, V);
       const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
-      linear_backward_input(m->dtmp, m->dlogits, head, N, C, V, rows, 0);
+      m->be->linear_backward_input(m->dtmp, m->dlogits, head, N, C, V, rows, 0);
       if (!m->cfg.tied)
-        rc |= linear_backward_weights(ws, m->g.lm_head, NULL, m->dlogits, m->lnf, N, C, V);
+        rc |= m->be->linear_backward_weights(ws, m->g.lm_head, NULL, m->dlogits, m->lnf, N, C, V);
     }
     phase_end(loss_phase_bytes(m));
     rc |= norm_backward(m, m->dres, m->g.lnfw, m->g.lnfb, m->dtmp, m->res[m->L], m->p.lnfw,
@@ -934,7 +930,7 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     // the output it rewrites into res[l + 1] is the same too)
     if (m->cfg.checkpoint && (crc = layer_forward(m, l, step, p))) return crc;
     // MLP branch: y = res_mid + dropout(mlp(norm2(res_mid)))
-    memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
+    m->be->copy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
     dropout_rows(m, m->dtmp, p, TS_RNG_DROPOUT_MLP, step, l);
     norm_forward(m, m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b);
     phase_begin(TS_PHASE_MLP_BWD, mlp_phase_bytes(m, 1));
@@ -942,12 +938,12 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     phase_end(mlp_phase_bytes(m, 1));
     rc |= norm_backward(m, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, a->res_mid, w->ln2w, a->ln2_mean,
                         a->ln2_rstd);
-    add_into(m->dres, m->dtmp2, N * C);
+    m->be->add(m->dres, m->dres, m->dtmp2, N * C);
     // attention branch: res_mid = x + dropout(attn(norm1(x)) · Woᵀ + bo)
-    memcpy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
+    m->be->copy(m->dtmp, m->dres, (size_t)N * C * sizeof(float));
     dropout_rows(m, m->dtmp, p, TS_RNG_DROPOUT_PROJ, step, l);
-    rc |= linear_backward_weights(ws, g->wo, g->bo, m->dtmp, a->att, N, C, C);
-    linear_backward_input(m->datt, m->dtmp, w->wo, N, C, C, rows, 0);
+    rc |= m->be->linear_backward_weights(ws, g->wo, g->bo, m->dtmp, a->att, N, C, C);
+    m->be->linear_backward_input(m->datt, m->dtmp, w->wo, N, C, C, rows, 0);
     norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, m->res[l], w->ln1w, w->ln1b);
     if (m->headpar) {
       if ((crc = headpar_backward(m, l, step))) return crc;
@@ -956,7 +952,7 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     } else {
       if (uses_concat(m) && (crc = concat_backward(m, l, m->datt))) return crc;
       ts_attn_shape as = attn_shape(m, l, p, step);
-      rc |= attention_backward(ws, m->dq, m->dk, m->dv, m->dsum, m->datt, a->q, a->k, a->v,
+      rc |= m->be->attention_backward(ws, m->dq, m->dk, m->dv, m->dsum, m->datt, a->q, a->k, a->v,
                                a->att, a->lse, &as);
       if ((crc = reduce_scatter_kv(m, l))) return crc;
     }
@@ -964,15 +960,15 @@ int ts_model_backward(ts_model *m, uint64_t step) {
       rope_rows(m, m->dq, m->H, C, 1);
       rope_rows(m, m->dk, m->Hkv, Ckv, 1);
     }
-    rc |= linear_backward_weights(ws, g->wq, g->bq, m->dq, m->ln_out, N, C, C);
-    rc |= linear_backward_weights(ws, g->wk, g->bk, m->dk, m->ln_out, N, C, Ckv);
-    rc |= linear_backward_weights(ws, g->wv, g->bv, m->dv, m->ln_out, N, C, Ckv);
-    linear_backward_input(m->dtmp, m->dq, w->wq, N, C, C, rows, 0);
-    linear_backward_input(m->dtmp, m->dk, w->wk, N, C, Ckv, rows, 1);
-    linear_backward_input(m->dtmp, m->dv, w->wv, N, C, Ckv, rows, 1);
+    rc |= m->be->linear_backward_weights(ws, g->wq, g->bq, m->dq, m->ln_out, N, C, C);
+    rc |= m->be->linear_backward_weights(ws, g->wk, g->bk, m->dk, m->ln_out, N, C, Ckv);
+    rc |= m->be->linear_backward_weights(ws, g->wv, g->bv, m->dv, m->ln_out, N, C, Ckv);
+    m->be->linear_backward_input(m->dtmp, m->dq, w->wq, N, C, C, rows, 0);
+    m->be->linear_backward_input(m->dtmp, m->dk, w->wk, N, C, Ckv, rows, 1);
+    m->be->linear_backward_input(m->dtmp, m->dv, w->wv, N, C, Ckv, rows, 1);
     rc |= norm_backward(m, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, m->res[l], w->ln1w, a->ln1_mean,
                         a->ln1_rstd);
-    add_into(m->dres, m->dtmp2, N * C);
+    m->be->add(m->dres, m->dres, m->dtmp2, N * C);
     const int b = compress_boundary_at(m, l);
     if (b >= 0 && l > m->l0) { // a boundary inside: its two backwards back to back
       if ((crc = compress_decode_backward(m, b, m->dres, compress_dz(m))) ||
@@ -995,7 +991,7 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     // §2: rank s owns rows [t0, t0 + Tl))
     memset(m->g.wpe, 0, (size_t)T * C * sizeof(float));
     for (int k = 0; k < m->nrun; k++)
-      rc |= encoder_backward_wpe(ws, m->g.wpe + (size_t)m->run_pos[k] * C,
+      rc |= m->be->encoder_backward_wpe(ws, m->g.wpe + (size_t)m->run_pos[k] * C,
                                  m->dres + (size_t)k * m->run_len * C, m->nrun == 1 ? B : 1,
                                  m->run_len, C);
   }
@@ -1016,8 +1012,8 @@ int ts_model_tied_embedding_grad(ts_model *m, const int *inputs, const int *targ
   // leaf by leaf inside wte_leaf
   norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, res_last, m->p.lnfw, m->p.lnfb);
   if (!m->cfg.fused_ce) {
-    linear_forward(m->logits, m->lnf, m->p.wte, NULL, N, C, V, rows);
-    crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)m->ntok_global, N, V);
+    m->be->linear_forward(m->logits, m->lnf, m->p.wte, NULL, N, C, V, rows);
+    m->be->crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)m->ntok_global, N, V);
   }
   memcpy(m->dres, d_emb, (size_t)N * C * sizeof(float));
   wte_leaf_ctx wc = {m, 1};

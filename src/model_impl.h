@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "comm.h"
 #include "kernels.h"
 #include "tessera.h"
@@ -37,6 +38,7 @@ typedef struct {
 
 struct ts_model {
   ts_config cfg;
+  const ts_backend *be;         // where the kernels run (backend.h)
   int B, T, C, L, H, dh, F, V; // B: the sequences this model holds (its shard)
   int Hkv, Ckv;                // key/value heads and their width Hkv·dh
   int llama;                   // the LLaMA variant (RMSNorm, RoPE, GQA, SwiGLU)

@@ -14,15 +14,19 @@ int ts_adamw_init(ts_adamw *opt, size_t n) {
   opt->step = 0;
   opt->scratch = NULL;
   opt->scratch_n = 0;
-  opt->m = ts_alloc(n * sizeof(float));
-  opt->v = ts_alloc(n * sizeof(float));
+  // where the parameters are: the update runs there (backend.h)
+  opt->be = ts_backend_current();
+  opt->m = opt->be->alloc(n * sizeof(float));
+  opt->v = opt->be->alloc(n * sizeof(float));
   if (!opt->m || !opt->v) return ts_fail(TS_ERUNTIME, "out of memory for optimizer state");
   return TS_OK;
 }
 
 void ts_adamw_free(ts_adamw *opt) {
-  ts_free(opt->m);
-  ts_free(opt->v);
+  if (opt->be) { // else never set up: nothing to free
+    opt->be->free(opt->m);
+    opt->be->free(opt->v);
+  }
   ts_free(opt->scratch);
   opt->m = opt->v = opt->scratch = NULL;
   opt->scratch_n = 0;
@@ -47,16 +51,21 @@ void ts_adamw_update(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nte
     off += (size_t)n;
     if (skip && skip[t]) continue;
     float decay = params[t].ndim >= 2 ? 1.0f - lr * wd : 1.0f;
+    opt->be->adamw(p, g, m, v, n, decay, beta1, beta2, step_size, bc2_sqrt, eps);
+  }
+}
+
+void ts_adamw_elements(float *p, const float *g, float *m, float *v, int64_t n, float decay,
+                       float beta1, float beta2, float step_size, float bc2_sqrt, float eps) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-      float pi = p[i] * decay;
-      float mi = m[i] * beta1 + g[i] * (1.0f - beta1);
-      float vi = v[i] * beta2 + g[i] * g[i] * (1.0f - beta2);
-      float denom = sqrtf(vi) / bc2_sqrt + eps;
-      p[i] = pi - step_size * (mi / denom);
-      m[i] = mi;
-      v[i] = vi;
-    }
+  for (int64_t i = 0; i < n; i++) {
+    float pi = p[i] * decay;
+    float mi = m[i] * beta1 + g[i] * (1.0f - beta1);
+    float vi = v[i] * beta2 + g[i] * g[i] * (1.0f - beta2);
+    float denom = sqrtf(vi) / bc2_sqrt + eps;
+    p[i] = pi - step_size * (mi / denom);
+    m[i] = mi;
+    v[i] = vi;
   }
 }
 
@@ -110,7 +119,8 @@ int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nt
     const float *g = grads[t].data;
     off += n;
     if (group[t] == G_MUON)
-      ts_muon_update(p, g, buf, rows, cols, mlr, cfg->weight_decay, 0.95f, how, 5, opt->scratch);
+      opt->be->muon_update(p, g, buf, rows, cols, mlr, cfg->weight_decay, 0.95f, how, 5,
+                           opt->scratch);
     else if (group[t] == G_PROJ && !ts_compress_learns_projector(cfg->compress))
       continue; // mapl-frozen: the projector stays where it started
     else if (group[t] == G_PROJ && cfg->compress == TS_COMPRESS_MAPL_UNC)

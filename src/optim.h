@@ -5,9 +5,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "tessera.h"
 
 typedef struct {
+  const ts_backend *be; // the backend of the parameters (backend.h), which updates them
   size_t n;
   float *m, *v;   // moments, same layout as the parameters (Muon's momentum in m)
   uint64_t step;  // optimizer steps taken
@@ -22,6 +24,11 @@ void ts_adamw_free(ts_adamw *opt);
 void ts_adamw_update(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int ntens,
                      float lr, float wd, float beta1, float beta2, float eps,
                      const unsigned char *skip);
+
+// The element-wise AdamW update of n floats (the CPU backend's adamw):
+// p ← p·decay − step_size·m/(√v / bc2_sqrt + eps) after the moment updates.
+void ts_adamw_elements(float *p, const float *g, float *m, float *v, int64_t n, float decay,
+                       float beta1, float beta2, float step_size, float bc2_sqrt, float eps);
 
 // The run's optimizer step s (0-based) on every tensor: AdamW, or the hybrid
 // of the Muon papers (--optimizer muon, muon-pe): Muon, with Newton–Schulz or

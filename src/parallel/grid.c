@@ -1,10 +1,13 @@
 // The process grid and MPI's lifetime.
+#include "config.h"
+
 #include "parallel/grid.h"
 
 #include <mpi.h>
 #include <stdlib.h>
 #include <time.h>
 
+#include "backend.h"
 #include "tessera.h"
 
 // ---- MPI lifetime ----------------------------------------------------------------------
@@ -83,7 +86,11 @@ static int split(int color, int key, ts_comm **out) {
   if (rc != MPI_SUCCESS) return ts_fail(TS_ERUNTIME, "MPI_Comm_split failed (code %d)", rc);
   int n = 0;
   MPI_Comm_size(sub, &n);
-  rc = n == 1 ? ts_comm_serial(out) : ts_comm_mpi_create(&sub, out);
+  if (n == 1) rc = ts_comm_serial(out);
+#ifdef TS_HAVE_CUDA
+  else if (ts_backend_uses_nccl()) rc = ts_comm_nccl_create(&sub, out);
+#endif
+  else rc = ts_comm_mpi_create(&sub, out);
   MPI_Comm_free(&sub);
   return rc;
 }

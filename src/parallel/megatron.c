@@ -44,7 +44,7 @@ int megatron_create(ts_model *m) {
   float ***lists[] = {&mt->X, &mt->X2, &mt->q, &mt->k, &mt->v, &mt->att, &mt->lse, &mt->fch};
   for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
     if (!(*lists[i] = calloc(L, sizeof(float *)))) { m->mt = mt; megatron_free(m); return ts_fail(TS_ERUNTIME, "out of memory"); }
-  mt->mem = ts_alloc(mt->nfloats * sizeof(float));
+  mt->mem = m->be->alloc(mt->nfloats * sizeof(float));
   m->mt = mt;
   if (!mt->mem) {
     megatron_free(m);
@@ -68,7 +68,7 @@ int megatron_create(ts_model *m) {
 void megatron_free(ts_model *m) {
   struct megatron *mt = m->mt;
   if (!mt) return;
-  ts_free(mt->mem);
+  m->be->free(mt->mem);
   free(mt->X); free(mt->X2); free(mt->q); free(mt->k); free(mt->v); free(mt->att);
   free(mt->lse); free(mt->fch);
   free(mt);
@@ -139,26 +139,26 @@ int megatron_layer_forward(ts_model *m, int l, uint64_t step, float p) {
   float *y = m->res[l + 1];
   int rc;
   // attention: gather ln1(x), this rank's heads on the whole sequence
-  layernorm_forward(m->ln_out, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, Tl, C);
+  m->be->layernorm_forward(m->ln_out, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, Tl, C);
   if ((rc = ts_comm_allgather(m->seq, m->ln_out, mt->X[l], own * sizeof(float), l))) return rc;
-  linear_forward_heads(mt->q[l], mt->X[l], w->wq + hoff * C, w->bq + hoff, T, C, Kl, dh, rows);
-  linear_forward_heads(mt->k[l], mt->X[l], w->wk + hoff * C, w->bk + hoff, T, C, Kl, dh, rows);
-  linear_forward_heads(mt->v[l], mt->X[l], w->wv + hoff * C, w->bv + hoff, T, C, Kl, dh, rows);
+  m->be->linear_forward_heads(mt->q[l], mt->X[l], w->wq + hoff * C, w->bq + hoff, T, C, Kl, dh, rows);
+  m->be->linear_forward_heads(mt->k[l], mt->X[l], w->wk + hoff * C, w->bk + hoff, T, C, Kl, dh, rows);
+  m->be->linear_forward_heads(mt->v[l], mt->X[l], w->wv + hoff * C, w->bv + hoff, T, C, Kl, dh, rows);
   ts_attn_shape as = heads_shape(m, l, p, step);
-  attention_forward(&m->ws, mt->att[l], mt->lse[l], mt->q[l], mt->k[l], mt->v[l], &as);
+  m->be->attention_forward(&m->ws, mt->att[l], mt->lse[l], mt->q[l], mt->k[l], mt->v[l], &as);
   // partial output projection over this rank's heads: att (T, Kl) · Wo[:, heads]ᵀ
   gemm(0, 1, T, C, Kl, mt->att[l], Kl, w->wo + hoff, C, 0.0f, mt->full, C);
   if ((rc = reduce_scatter_rows(m, l, a->res_mid, w->bo))) return rc;
-  dropout_apply(a->res_mid, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
+  m->be->dropout_apply(a->res_mid, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
   for (size_t i = 0; i < own; i++) a->res_mid[i] = x[i] + a->res_mid[i];
   // MLP: gather ln2, this rank's columns of W1, partial W2
-  layernorm_forward(m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b, Tl, C);
+  m->be->layernorm_forward(m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b, Tl, C);
   if ((rc = ts_comm_allgather(m->seq, m->ln_out, mt->X2[l], own * sizeof(float), l))) return rc;
-  linear_forward(mt->fch[l], mt->X2[l], w->w1 + (size_t)mt->f0 * C, w->b1 + mt->f0, T, C, Fl, rows);
-  gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl);
+  m->be->linear_forward(mt->fch[l], mt->X2[l], w->w1 + (size_t)mt->f0 * C, w->b1 + mt->f0, T, C, Fl, rows);
+  m->be->gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl);
   gemm(0, 1, T, C, Fl, mt->gelu, Fl, w->w2 + mt->f0, F, 0.0f, mt->full, C);
   if ((rc = reduce_scatter_rows(m, l, y, w->b2))) return rc;
-  dropout_apply(y, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
+  m->be->dropout_apply(y, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
   for (size_t i = 0; i < own; i++) y[i] = a->res_mid[i] + y[i];
   return TS_OK;
 }
@@ -185,31 +185,31 @@ int megatron_layer_backward(ts_model *m, int l, uint64_t step) {
 
   // MLP: y = res_mid + dropout(RS(gelu · W2[:, cols]ᵀ) + b2)
   memcpy(m->dtmp, m->dres, own * sizeof(float));
-  dropout_apply(m->dtmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
+  m->be->dropout_apply(m->dtmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
   colsum(g->b2, m->dtmp, Tl, C, C);
   if ((rc = ts_comm_allgather(m->seq, m->dtmp, mt->full, own * sizeof(float), l))) return rc;
-  gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl); // recomputed
+  m->be->gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl); // recomputed
   gemm(1, 0, C, Fl, T, mt->full, C, mt->gelu, Fl, 0.0f, g->w2 + f0, F);
   gemm(0, 0, T, Fl, C, mt->full, C, w->w2 + f0, F, 0.0f, mt->dfch, Fl);
-  gelu_backward(mt->dfch, mt->fch[l], mt->dfch, (int64_t)T * Fl);
+  m->be->gelu_backward(mt->dfch, mt->fch[l], mt->dfch, (int64_t)T * Fl);
   gemm(1, 0, Fl, C, T, mt->dfch, Fl, mt->X2[l], C, 0.0f, g->w1 + f0 * C, C);
   colsum(g->b1 + f0, mt->dfch, T, Fl, Fl);
   gemm(0, 0, T, C, Fl, mt->dfch, Fl, w->w1 + f0 * C, C, 0.0f, mt->full, C);
   if ((rc = ts_comm_reduce_scatter_tree(m->seq, mt->full, (size_t)T * C, l))) return rc;
   memcpy(m->dtmp, mt->full + (size_t)m->t0 * C, own * sizeof(float));
-  trc |= layernorm_backward(ws, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, a->res_mid, w->ln2w,
+  trc |= m->be->layernorm_backward(ws, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, a->res_mid, w->ln2w,
                             a->ln2_mean, a->ln2_rstd, Tl, C);
   for (size_t i = 0; i < own; i++) m->dres[i] = m->dres[i] + m->dtmp2[i];
 
   // attention: res_mid = x + dropout(RS(att · Wo[:, heads]ᵀ) + bo)
   memcpy(m->dtmp, m->dres, own * sizeof(float));
-  dropout_apply(m->dtmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
+  m->be->dropout_apply(m->dtmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
   colsum(g->bo, m->dtmp, Tl, C, C);
   if ((rc = ts_comm_allgather(m->seq, m->dtmp, mt->full, own * sizeof(float), l))) return rc;
   gemm(1, 0, C, Kl, T, mt->full, C, mt->att[l], Kl, 0.0f, g->wo + hoff, C);
   gemm(0, 0, T, Kl, C, mt->full, C, w->wo + hoff, C, 0.0f, mt->datt, Kl);
   ts_attn_shape as = heads_shape(m, l, p, step);
-  trc |= attention_backward(ws, mt->dq, mt->dk, mt->dv, mt->dsum, mt->datt, mt->q[l], mt->k[l],
+  trc |= m->be->attention_backward(ws, mt->dq, mt->dk, mt->dv, mt->dsum, mt->datt, mt->q[l], mt->k[l],
                             mt->v[l], mt->att[l], mt->lse[l], &as);
   gemm(1, 0, Kl, C, T, mt->dq, Kl, mt->X[l], C, 0.0f, g->wq + hoff * C, C);
   gemm(1, 0, Kl, C, T, mt->dk, Kl, mt->X[l], C, 0.0f, g->wk + hoff * C, C);
@@ -222,7 +222,7 @@ int megatron_layer_backward(ts_model *m, int l, uint64_t step) {
   gemm(0, 0, T, C, Kl, mt->dv, Kl, w->wv + hoff * C, C, 1.0f, mt->full, C);
   if ((rc = ts_comm_reduce_scatter_tree(m->seq, mt->full, (size_t)T * C, l))) return rc;
   memcpy(m->dtmp, mt->full + (size_t)m->t0 * C, own * sizeof(float));
-  trc |= layernorm_backward(ws, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, m->res[l], w->ln1w,
+  trc |= m->be->layernorm_backward(ws, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, m->res[l], w->ln1w,
                             a->ln1_mean, a->ln1_rstd, Tl, C);
   for (size_t i = 0; i < own; i++) m->dres[i] = m->dres[i] + m->dtmp2[i];
   if (trc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");

@@ -93,10 +93,10 @@ int ring_forward(ts_model *m, int l, uint64_t step, float p) {
         const float *q = a->q + (size_t)qi * len * C, *k = cur + (size_t)kj * len * 2 * Ckv;
         float *out = a->att + (size_t)qi * len * C, *lse = a->lse + (size_t)qi * H * len;
         if (!have[qi]) {
-          attention_forward(&m->ws, out, lse, q, k, k + Ckv, &as);
+          m->be->attention_forward(&m->ws, out, lse, q, k, k + Ckv, &as);
           have[qi] = 1;
         } else {
-          attention_forward(&m->ws, ob, lb, q, k, k + Ckv, &as);
+          m->be->attention_forward(&m->ws, ob, lb, q, k, k + Ckv, &as);
           ring_merge(out, lse, ob, lb, len, H, m->dh, C);
         }
       }
@@ -147,7 +147,7 @@ int ring_backward(ts_model *m, int l, uint64_t step) {
         ts_attn_shape as = pair_shape(m, l, m->cfg.dropout, step, qi, src, kj, (int)w);
         float *blk = cur + (size_t)kj * len * w;
         const size_t qo = (size_t)qi * len * C;
-        if (attention_backward(&m->ws, dqb, part + 2 * Ckv, part + 3 * Ckv, dsum, m->datt + qo,
+        if (m->be->attention_backward(&m->ws, dqb, part + 2 * Ckv, part + 3 * Ckv, dsum, m->datt + qo,
                                a->q + qo, blk, blk + Ckv, a->att + qo,
                                a->lse + (size_t)qi * H * len, &as) != 0) {
           rc = ts_fail(TS_ERUNTIME, "out of memory in attention backward");

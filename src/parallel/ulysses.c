@@ -61,8 +61,8 @@ static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
 static void project(const ts_model *m, float *out, int ld, const float *W, const float *b,
                     const int *heads, int n, int rotate, int nrot_heads) {
   const int dh = m->dh;
-  linear_forward_head_list(out, ld, m->ln_out, W, b, heads, n, m->ntok, m->C, dh, m->cfg.leaf);
-  if (rotate && m->llama) rope_forward(out, m->ntok, m->Tl, m->t0, nrot_heads, dh, ld, m->rope);
+  m->be->linear_forward_head_list(out, ld, m->ln_out, W, b, heads, n, m->ntok, m->C, dh, m->cfg.leaf);
+  if (rotate && m->llama) m->be->rope_forward(out, m->ntok, m->Tl, m->t0, nrot_heads, dh, ld, m->rope);
 }
 
 static ts_attn_shape shape(const ts_model *m, int l, float p, uint64_t step) {
@@ -167,13 +167,13 @@ int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
           as.h0 = mine.q[k];
           const float *q = slot + (size_t)src * rq.block + (size_t)k * G * dh;
           const float *kk = kc + (size_t)mine.kv_of[k] * dh, *vv = vc + (size_t)mine.kv_of[k] * dh;
-          attention_forward(&m->ws, oseg + (size_t)k * dh, lse, q, kk, vv, &as);
+          m->be->attention_forward(&m->ws, oseg + (size_t)k * dh, lse, q, kk, vv, &as);
         }
       } else {
         as.H = per;
         as.Hkv = mine.nkv;
         as.h0 = mine.q[0];
-        attention_forward(&m->ws, oseg, lse, slot + (size_t)src * w, kc, vc, &as);
+        m->be->attention_forward(&m->ws, oseg, lse, slot + (size_t)src * w, kc, vc, &as);
       }
     }
     ts_mem_free(lse);
@@ -264,8 +264,8 @@ int headpar_backward(ts_model *m, int l, uint64_t step) {
       as.Hkv = nkv;
       as.h0 = to[r].q[0];
       // the forward's output and lse, recomputed (same bits), then the backward
-      attention_forward(&m->ws, O, lse, Q, K, V, &as);
-      if (attention_backward(&m->ws, dQ, dK, dV, dsum, dO, Q, K, V, O, lse, &as) != 0)
+      m->be->attention_forward(&m->ws, O, lse, Q, K, V, &as);
+      if (m->be->attention_backward(&m->ws, dQ, dK, dV, dsum, dO, Q, K, V, O, lse, &as) != 0)
         rc = ts_fail(TS_ERUNTIME, "out of memory in attention backward");
     }
     // head-sharded -> sequence-sharded, into the stage's columns of dq, dk, dv

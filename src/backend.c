@@ -1,0 +1,72 @@
+// Picks the backend for --device (backend.h).
+#include "config.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+#include "tessera.h"
+
+static const ts_backend *current = &ts_backend_cpu;
+
+#ifdef TS_HAVE_CUDA
+int ts_backend_cuda_init(int local_rank, ts_precision precision, const ts_backend **out);
+
+static int nccl; // set by ts_backend_get for the CUDA backend
+
+// This process's index among the MPI ranks on its node and their number (0
+// and 1 without MPI), so that the ranks of a node take different GPUs.
+static void local_ranks(int *rank, int *size) {
+  int init = 0, fin = 0;
+  MPI_Comm node;
+  *rank = 0;
+  *size = 1;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (!init || fin ||
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) !=
+          MPI_SUCCESS)
+    return;
+  MPI_Comm_rank(node, rank);
+  MPI_Comm_size(node, size);
+  MPI_Comm_free(&node);
+}
+#else
+int ts_backend_cuda_describe(char *buf, size_t cap) {
+  snprintf(buf, cap, "not built (configure --enable-cuda)");
+  return 0;
+}
+#endif
+
+int ts_backend_uses_nccl(void) {
+#ifdef TS_HAVE_CUDA
+  return current != &ts_backend_cpu && nccl;
+#else
+  return 0;
+#endif
+}
+
+void ts_backend_set(const ts_backend *be) { current = be ? be : &ts_backend_cpu; }
+const ts_backend *ts_backend_current(void) { return current; }
+
+int ts_backend_get(const char *device, ts_precision precision, const ts_backend **out) {
+  if (device == NULL || device[0] == '\0' || strcmp(device, "cpu") == 0) {
+    if (precision != TS_PRECISION_FP32)
+      return ts_fail(TS_EUSAGE, "--precision bf16: needs --device cuda (the CPU computes in fp32)");
+    *out = &ts_backend_cpu;
+    return TS_OK;
+  }
+  if (strcmp(device, "cuda") != 0)
+    return ts_fail(TS_EUSAGE, "--device %s: must be cpu or cuda", device);
+#ifdef TS_HAVE_CUDA
+  int rank, size;
+  local_ranks(&rank, &size);
+  int rc = ts_backend_cuda_init(rank, precision, out);
+  char devices[1024];
+  if (rc == TS_OK) nccl = size <= ts_backend_cuda_describe(devices, sizeof devices);
+  return rc;
+#else
+  return ts_fail(TS_EUSAGE, "--device cuda: this build has no CUDA backend (configure --enable-cuda)");
+#endif
+}

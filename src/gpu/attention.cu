@@ -1,0 +1,474 @@
+// Causal multi-head attention on the GPU: the semantics of attention_forward
+// and attention_backward in src/cpu/attention.c (kernels.h), agreeing with
+// them to fp32 rounding (the GPU is in DESIGN.md's tolerance tier).
+//
+// Design. Each row of work (a query row in the forward and in dQ, a key row
+// in dK/dV) is owned by SPLIT adjacent lanes of one warp, each holding 32 of
+// the head's features (dh <= 32: 1 lane, <= 64: 2, <= 128: 4), so the row's
+// vectors and fp32 accumulators live in registers; dot products are summed
+// across those lanes by a butterfly, which leaves identical bits in every
+// lane, so the lanes of a row always take the same branches. The other
+// operand (K, V tiles; or Q, dO tiles) is staged through shared memory, a
+// tile at a time, by the whole block.
+//  - forward: one block per (64 query rows, head, batch); key tiles from the
+//    highest visible one down to 0 (the CPU's order, R2), online softmax per
+//    tile: running max, running sum of undropped probabilities, accumulator
+//    rescaled only when the max grows. Output = acc / l, lse = m + log l.
+//  - backward, kernel 1 (dQ): the same blocks; each row first writes
+//    dsum = rowsum(dO ∘ O), then visits its visible keys, tiles descending,
+//    recomputing P = exp(S - lse).
+//  - backward, kernel 2 (dK, dV): one block per (64 key rows, kv head,
+//    batch); each key row visits the query rows that see it, tiles
+//    ascending, and within a tile the group's query heads in head order
+//    (the CPU's leaf order), reading the dsum kernel 1 wrote.
+// Determinism: every sum is a loop in a fixed order inside one thread (or a
+// fixed butterfly), no atomics, so two runs give the same bits. Memory: no
+// T x T buffer; only registers and a few tens of KiB of shared memory per
+// block. Dropout masks come from the same counter-based Philox as the CPU
+// (philox.h), indexed by global (batch, head, query, key) positions.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "gpu.h"
+#include "philox.h"
+extern "C" {
+#include "rng.h"
+}
+
+#define ATTN_CHUNK 32 // features of a row per lane
+#define ATTN_ROWS 64  // rows owned per block (queries: forward, dQ; keys: dK/dV)
+#define ATTN_TILE 32  // rows of the other operand staged per shared-memory tile
+#define ATTN_MAX_DH 128
+#define ATTN_FULL 0xffffffffu
+
+// What every kernel needs: the shape with its defaults filled in.
+struct attn_args {
+  ts_attn_shape s;
+  float scale; // 1/sqrt(dh), as on the CPU
+  int G;       // query heads per key/value head
+  int bf16;    // round q, k, v, dout to bf16 when reading them
+};
+
+// The shape with its defaults filled in, exactly as the CPU's resolved().
+static ts_attn_shape attn_resolved(const ts_attn_shape *in) {
+  ts_attn_shape s = *in;
+  if (s.Tq == 0) s.Tq = s.T;
+  if (s.Tk == 0) s.Tk = s.T;
+  if (s.Hg == 0) s.Hg = s.H;
+  if (s.Hkv == 0) s.Hkv = s.H;
+  if (s.ldq == 0) s.ldq = s.H * s.dh;
+  if (s.ldkv == 0) s.ldkv = s.Hkv * s.dh;
+  if (s.ldo == 0) s.ldo = s.ldq;
+  return s;
+}
+
+// Global dropout index of probability (b, local head h, global positions i, j):
+// the CPU's attn_index.
+__device__ __forceinline__ uint64_t attn_index(const ts_attn_shape &s, int b, int h, int64_t i,
+                                               int64_t j) {
+  return s.index_base +
+         (((uint64_t)b * s.Hg + (uint64_t)(s.h0 + h)) * s.T + (uint64_t)i) * s.T + (uint64_t)j;
+}
+
+// Sum over the SPLIT lanes of a row. Each level adds the same two values in
+// every lane (a + b == b + a), so all lanes end with the same bits.
+template <int SPLIT>
+__device__ __forceinline__ float row_sum(float x) {
+#pragma unroll
+  for (int o = 1; o < SPLIT; o <<= 1) x += __shfl_xor_sync(ATTN_FULL, x, o);
+  return x;
+}
+
+// This lane's part of x · y, where x holds the lane's features (float4 groups
+// e*SPLIT + sub of the row) and y is a padded row in shared memory. Four
+// partial sums keep four independent FMA chains in flight.
+template <int SPLIT>
+__device__ __forceinline__ float dot_part(const float *x, const float4 *y, int sub) {
+  float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+#pragma unroll
+  for (int e = 0; e < ATTN_CHUNK / 4; e++) {
+    float4 w = y[e * SPLIT + sub];
+    a0 += x[4 * e] * w.x;
+    a1 += x[4 * e + 1] * w.y;
+    a2 += x[4 * e + 2] * w.z;
+    a3 += x[4 * e + 3] * w.w;
+  }
+  return (a0 + a1) + (a2 + a3);
+}
+
+// acc += c * y (y as in dot_part).
+template <int SPLIT>
+__device__ __forceinline__ void axpy(float *acc, float c, const float4 *y, int sub) {
+#pragma unroll
+  for (int e = 0; e < ATTN_CHUNK / 4; e++) {
+    float4 w = y[e * SPLIT + sub];
+    acc[4 * e] += c * w.x;
+    acc[4 * e + 1] += c * w.y;
+    acc[4 * e + 2] += c * w.z;
+    acc[4 * e + 3] += c * w.w;
+  }
+}
+
+// Feature n (< ATTN_CHUNK) of this lane: float4 groups interleave across the
+// row's lanes, so lanes of one row read different shared-memory banks while
+// lanes of different rows read the same word (a broadcast).
+template <int SPLIT>
+__device__ __forceinline__ int lane_feature(int n, int sub) {
+  return 4 * ((n / 4) * SPLIT + sub) + n % 4;
+}
+
+// Loads this lane's features of a row (zero past dh or for a missing row).
+template <int SPLIT>
+__device__ __forceinline__ void load_row(float *x, const float *row, bool valid, int dh, int sub,
+                                         int bf16) {
+#pragma unroll
+  for (int n = 0; n < ATTN_CHUNK; n++) {
+    int c = lane_feature<SPLIT>(n, sub);
+    x[n] = valid && c < dh ? ts_operand(row[c], bf16) : 0.0f;
+  }
+}
+
+// Stores this lane's features of a row (features past dh are padding).
+template <int SPLIT>
+__device__ __forceinline__ void store_row(float *row, const float *x, int dh, int sub) {
+#pragma unroll
+  for (int n = 0; n < ATTN_CHUNK; n++) {
+    int c = lane_feature<SPLIT>(n, sub);
+    if (c < dh) row[c] = x[n];
+  }
+}
+
+// Stages rows [r0, r0 + ATTN_TILE) of a (rows, ld) head slice into a padded
+// shared tile (zeros past dh and past the last row), rounded as an operand.
+// Consecutive threads read consecutive features: coalesced.
+template <int SPLIT>
+__device__ __forceinline__ void stage_tile(float4 *tile, const float *src, int r0, int rows,
+                                           int ld, int dh, int bf16) {
+  constexpr int DP = ATTN_CHUNK * SPLIT; // padded row width
+  float *t = (float *)tile;
+  for (int x = threadIdx.x; x < ATTN_TILE * DP; x += blockDim.x) {
+    int i = x / DP, c = x % DP, r = r0 + i;
+    t[x] = r < rows && c < dh ? ts_operand(src[(size_t)r * ld + c], bf16) : 0.0f;
+  }
+}
+
+// Bit n set when probability n of a run of 32 (dropout indices idx0 + n*stride)
+// is kept; only the bits in `want` (the visible pairs) are drawn. The row's
+// lanes share the draws (lane sub takes n ≡ sub mod SPLIT), then OR them.
+template <int SPLIT>
+__device__ __forceinline__ uint32_t keep_bits(const ts_attn_shape &s, uint64_t idx0,
+                                              uint64_t stride, uint32_t want, int sub) {
+  uint32_t bits = 0;
+  for (int n = sub; n < 32; n += SPLIT)
+    if ((want >> n) & 1u) {
+      float u = ts_philox_uniform(s.seed, TS_RNG_DROPOUT_ATTN, s.step, idx0 + (uint64_t)n * stride);
+      if (u >= s.dropout) bits |= 1u << n;
+    }
+#pragma unroll
+  for (int o = 1; o < SPLIT; o <<= 1) bits |= __shfl_xor_sync(ATTN_FULL, bits, o);
+  return bits;
+}
+
+// Last local key row that local query row r can see (negative: none): a query
+// at position q0 + r sees the keys at positions <= q0 + r of [k0, k0 + Tk).
+__device__ __forceinline__ int last_key(const ts_attn_shape &s, int r) {
+  int t = s.q0 + r - s.k0;
+  return t < s.Tk - 1 ? t : s.Tk - 1;
+}
+
+// ---- forward ---------------------------------------------------------------------------
+// out (B, Tq, ldo), lse (B, H, Tq); q (B, Tq, ldq); k, v (B, Tk, ldkv).
+// Grid (query tiles, H, B), ATTN_ROWS * SPLIT threads: lanes [SPLIT*i, SPLIT*i + SPLIT)
+// own query row r0 + i. The last query tiles (most keys) get the first blocks.
+template <int SPLIT>
+__global__ void __launch_bounds__(ATTN_ROWS * SPLIT)
+attn_forward_kernel(float *out, float *lse, const float *q, const float *k, const float *v,
+                    attn_args a) {
+  constexpr int DP = ATTN_CHUNK * SPLIT;
+  __shared__ float4 Ks[ATTN_TILE * DP / 4], Vs[ATTN_TILE * DP / 4];
+  const ts_attn_shape &s = a.s;
+  const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, kvh = h / a.G;
+  const int sub = threadIdx.x % SPLIT, r0 = qt * ATTN_ROWS, r = r0 + threadIdx.x / SPLIT;
+  const bool valid = r < s.Tq;
+  const int last = valid ? last_key(s, r) : -1; // this row's last visible key
+  const int rend = (r0 + ATTN_ROWS < s.Tq ? r0 + ATTN_ROWS : s.Tq) - 1;
+  const int blast = last_key(s, rend);          // the block's (uniform across the block)
+  const size_t kvoff = (size_t)b * s.Tk * s.ldkv + (size_t)kvh * s.dh;
+
+  float qr[ATTN_CHUNK], acc[ATTN_CHUNK];
+  load_row<SPLIT>(qr, q + ((size_t)b * s.Tq + r) * s.ldq + (size_t)h * s.dh, valid, s.dh, sub,
+                  a.bf16);
+#pragma unroll
+  for (int n = 0; n < ATTN_CHUNK; n++) acc[n] = 0.0f;
+  float m = -INFINITY, l = 0.0f; // running max and sum (of undropped probabilities)
+  const float keep_scale = s.dropout > 0.0f ? 1.0f / (1.0f - s.dropout) : 1.0f;
+
+  for (int t0 = blast >= 0 ? blast / ATTN_TILE * ATTN_TILE : -1; t0 >= 0; t0 -= ATTN_TILE) {
+    __syncthreads(); // the previous tile is consumed
+    stage_tile<SPLIT>(Ks, k + kvoff, t0, s.Tk, s.ldkv, s.dh, a.bf16);
+    stage_tile<SPLIT>(Vs, v + kvoff, t0, s.Tk, s.ldkv, s.dh, a.bf16);
+    __syncthreads();
+    uint32_t vis = 0; // keys of the tile this row sees
+#pragma unroll
+    for (int j = 0; j < ATTN_TILE; j++)
+      if (t0 + j <= last) vis |= 1u << j;
+    uint32_t kept = vis;
+    if (s.dropout > 0.0f)
+      kept = keep_bits<SPLIT>(s, attn_index(s, b, h, (int64_t)s.q0 + r, (int64_t)s.k0 + t0), 1,
+                              vis, sub);
+    float sc[ATTN_TILE]; // scores, then (dropped) probabilities
+    float mt = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < ATTN_TILE; j++) {
+      float d = row_sum<SPLIT>(dot_part<SPLIT>(qr, Ks + j * (DP / 4), sub));
+      sc[j] = (vis >> j) & 1u ? d * a.scale : -INFINITY;
+      mt = fmaxf(mt, sc[j]);
+    }
+    const float mx = fmaxf(m, mt);
+    if (mx == -INFINITY) continue; // no key seen yet (lanes of a row agree)
+    const float corr = expf(m - mx); // 0 on the first visible tile (m = -inf)
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < ATTN_TILE; j++) {
+      float p = expf(sc[j] - mx); // masked: exp(-inf) = 0
+      sum += p;                   // in key order, like the CPU
+      sc[j] = (kept >> j) & 1u ? p * keep_scale : 0.0f;
+    }
+    l = l * corr + sum;
+    if (mx > m) { // the max grew: rescale (corr == 1 otherwise)
+#pragma unroll
+      for (int n = 0; n < ATTN_CHUNK; n++) acc[n] *= corr;
+      m = mx;
+    }
+#pragma unroll
+    for (int j = 0; j < ATTN_TILE; j++) axpy<SPLIT>(acc, sc[j], Vs + j * (DP / 4), sub);
+  }
+  if (!valid) return;
+  // A row that sees no key (possible only with k0 > its position) gets what
+  // the CPU gives it: 0/0 = NaN and lse = -inf + log 0 = -inf.
+#pragma unroll
+  for (int n = 0; n < ATTN_CHUNK; n++) acc[n] = acc[n] / l;
+  store_row<SPLIT>(out + ((size_t)b * s.Tq + r) * s.ldo + (size_t)h * s.dh, acc, s.dh, sub);
+  if (sub == 0) lse[((size_t)b * s.H + h) * s.Tq + r] = m + logf(l);
+}
+
+// ---- backward: dsum and dQ ---------------------------------------------------------------
+// dq (B, Tq, ldq) overwritten; dsum (B, H, Tq) = rowsum(dO ∘ O); dout, out (B, Tq, ldo).
+// Same grid and ownership as the forward. For each visible key j, in the
+// forward's tile order: dS = P (dP~ - D) scale, dQ += dS K_j, with
+// P = exp(S - lse) undropped and dP~ = dO · V_j masked and scaled like P~.
+template <int SPLIT>
+__global__ void __launch_bounds__(ATTN_ROWS * SPLIT)
+attn_dq_kernel(float *dq, float *dsum, const float *dout, const float *q, const float *k,
+               const float *v, const float *out, const float *lse, attn_args a) {
+  constexpr int DP = ATTN_CHUNK * SPLIT;
+  __shared__ float4 Ks[ATTN_TILE * DP / 4], Vs[ATTN_TILE * DP / 4];
+  const ts_attn_shape &s = a.s;
+  const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, kvh = h / a.G;
+  const int sub = threadIdx.x % SPLIT, r0 = qt * ATTN_ROWS, r = r0 + threadIdx.x / SPLIT;
+  const bool valid = r < s.Tq;
+  const int last = valid ? last_key(s, r) : -1;
+  const int rend = (r0 + ATTN_ROWS < s.Tq ? r0 + ATTN_ROWS : s.Tq) - 1;
+  const int blast = last_key(s, rend);
+  const size_t kvoff = (size_t)b * s.Tk * s.ldkv + (size_t)kvh * s.dh;
+  const size_t orow = ((size_t)b * s.Tq + r) * s.ldo + (size_t)h * s.dh;
+  const size_t srow = ((size_t)b * s.H + h) * s.Tq + r; // lse, dsum
+
+  float qr[ATTN_CHUNK], gr[ATTN_CHUNK], acc[ATTN_CHUNK];
+  load_row<SPLIT>(qr, q + ((size_t)b * s.Tq + r) * s.ldq + (size_t)h * s.dh, valid, s.dh, sub,
+                  a.bf16);
+  load_row<SPLIT>(gr, dout + orow, valid, s.dh, sub, a.bf16);
+  // D = dO · O, with dO as the products read it (rounded in bf16 mode) so that
+  // D = Σ_j P_j dP_j holds for the products actually formed; O stays fp32.
+  float D = 0.0f;
+#pragma unroll
+  for (int n = 0; n < ATTN_CHUNK; n++) {
+    int c = lane_feature<SPLIT>(n, sub);
+    if (valid && c < s.dh) D += gr[n] * out[orow + c];
+    acc[n] = 0.0f;
+  }
+  D = row_sum<SPLIT>(D);
+  if (valid && sub == 0) dsum[srow] = D;
+  const float L = valid ? lse[srow] : 0.0f;
+  const float inv_keep = s.dropout > 0.0f ? 1.0f / (1.0f - s.dropout) : 1.0f;
+
+  for (int t0 = blast >= 0 ? blast / ATTN_TILE * ATTN_TILE : -1; t0 >= 0; t0 -= ATTN_TILE) {
+    __syncthreads();
+    stage_tile<SPLIT>(Ks, k + kvoff, t0, s.Tk, s.ldkv, s.dh, a.bf16);
+    stage_tile<SPLIT>(Vs, v + kvoff, t0, s.Tk, s.ldkv, s.dh, a.bf16);
+    __syncthreads();
+    uint32_t vis = 0;
+#pragma unroll
+    for (int j = 0; j < ATTN_TILE; j++)
+      if (t0 + j <= last) vis |= 1u << j;
+    uint32_t kept = vis;
+    if (s.dropout > 0.0f)
+      kept = keep_bits<SPLIT>(s, attn_index(s, b, h, (int64_t)s.q0 + r, (int64_t)s.k0 + t0), 1,
+                              vis, sub);
+    for (int j = 0; j < ATTN_TILE; j++) {
+      // both sums run in every lane (the butterflies need the whole warp)
+      float sj = row_sum<SPLIT>(dot_part<SPLIT>(qr, Ks + j * (DP / 4), sub)) * a.scale;
+      float dp = row_sum<SPLIT>(dot_part<SPLIT>(gr, Vs + j * (DP / 4), sub));
+      if (!((vis >> j) & 1u)) continue;
+      float p = expf(sj - L);
+      if (s.dropout > 0.0f) dp = (kept >> j) & 1u ? dp * inv_keep : 0.0f;
+      float ds = p * (dp - D) * a.scale;
+      axpy<SPLIT>(acc, ds, Ks + j * (DP / 4), sub);
+    }
+  }
+  if (valid)
+    store_row<SPLIT>(dq + ((size_t)b * s.Tq + r) * s.ldq + (size_t)h * s.dh, acc, s.dh, sub);
+}
+
+// ---- backward: dK and dV -----------------------------------------------------------------
+// dk, dv (B, Tk, ldkv) overwritten for every key row. Grid (key tiles, Hkv, B),
+// ATTN_ROWS * SPLIT threads: lanes [SPLIT*i, SPLIT*i + SPLIT) own key row t0 + i
+// of kv head j. Query rows come in tiles, ascending, from the first that can
+// see the block's keys; within a tile the group's heads h = j*G + g in order:
+//   dK += dS_i Q_i, dV += P~_i dO_i
+// over the query rows i that see the key. Accumulators start at -0.0, the
+// exact identity of addition, so a key no local query sees stays -0.0 (R3).
+template <int SPLIT>
+__global__ void __launch_bounds__(ATTN_ROWS * SPLIT)
+attn_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *k,
+                const float *v, const float *lse, const float *dsum, attn_args a) {
+  constexpr int DP = ATTN_CHUNK * SPLIT;
+  __shared__ float4 Qs[ATTN_TILE * DP / 4], Gs[ATTN_TILE * DP / 4];
+  __shared__ float Ls[ATTN_TILE], Ds[ATTN_TILE];
+  const ts_attn_shape &s = a.s;
+  const int jh = blockIdx.y, b = blockIdx.z;
+  const int sub = threadIdx.x % SPLIT, t0 = blockIdx.x * ATTN_ROWS, t = t0 + threadIdx.x / SPLIT;
+  const bool valid = t < s.Tk;
+  const int64_t kpos = (int64_t)s.k0 + t; // global key position
+  const size_t kvrow = ((size_t)b * s.Tk + t) * s.ldkv + (size_t)jh * s.dh;
+
+  float kr[ATTN_CHUNK], vr[ATTN_CHUNK], dka[ATTN_CHUNK], dva[ATTN_CHUNK];
+  load_row<SPLIT>(kr, k + kvrow, valid, s.dh, sub, a.bf16);
+  load_row<SPLIT>(vr, v + kvrow, valid, s.dh, sub, a.bf16);
+#pragma unroll
+  for (int n = 0; n < ATTN_CHUNK; n++) {
+    dka[n] = -0.0f;
+    dva[n] = -0.0f;
+  }
+  const float inv_keep = s.dropout > 0.0f ? 1.0f / (1.0f - s.dropout) : 1.0f;
+  // first local query row that sees any key of the block (uniform)
+  const int64_t rf = (int64_t)s.k0 + t0 - s.q0;
+  const int rfirst = rf > 0 ? (int)(rf < s.Tq ? rf : s.Tq) : 0;
+
+  for (int r0 = rfirst; r0 < s.Tq; r0 += ATTN_TILE) {
+    // row r0 + i sees this key iff its position q0 + r0 + i >= kpos
+    const int64_t ifirst = kpos - s.q0 - r0;
+    const int nrows = s.Tq - r0 < ATTN_TILE ? s.Tq - r0 : ATTN_TILE;
+    uint32_t vis = 0;
+    if (valid)
+      for (int i = 0; i < nrows; i++)
+        if (i >= ifirst) vis |= 1u << i;
+    for (int g = 0; g < a.G; g++) {
+      const int h = jh * a.G + g;
+      const size_t qoff = (size_t)b * s.Tq * s.ldq + (size_t)h * s.dh;
+      const size_t ooff = (size_t)b * s.Tq * s.ldo + (size_t)h * s.dh;
+      const size_t soff = ((size_t)b * s.H + h) * s.Tq; // lse, dsum
+      __syncthreads();
+      stage_tile<SPLIT>(Qs, q + qoff, r0, s.Tq, s.ldq, s.dh, a.bf16);
+      stage_tile<SPLIT>(Gs, dout + ooff, r0, s.Tq, s.ldo, s.dh, a.bf16);
+      if (threadIdx.x < ATTN_TILE) {
+        int i = r0 + threadIdx.x;
+        Ls[threadIdx.x] = i < s.Tq ? lse[soff + i] : 0.0f;
+        Ds[threadIdx.x] = i < s.Tq ? dsum[soff + i] : 0.0f;
+      }
+      __syncthreads();
+      uint32_t kept = vis;
+      if (s.dropout > 0.0f)
+        kept = keep_bits<SPLIT>(s, attn_index(s, b, h, (int64_t)s.q0 + r0, kpos), (uint64_t)s.T,
+                                vis, sub);
+      for (int i = 0; i < ATTN_TILE; i++) {
+        float si = row_sum<SPLIT>(dot_part<SPLIT>(kr, Qs + i * (DP / 4), sub)) * a.scale;
+        float dp = row_sum<SPLIT>(dot_part<SPLIT>(vr, Gs + i * (DP / 4), sub));
+        if (!((vis >> i) & 1u)) continue;
+        float p = expf(si - Ls[i]), pt = p;
+        if (s.dropout > 0.0f) {
+          bool keep = (kept >> i) & 1u;
+          dp = keep ? dp * inv_keep : 0.0f;
+          pt = keep ? p * inv_keep : 0.0f;
+        }
+        float ds = p * (dp - Ds[i]) * a.scale;
+        axpy<SPLIT>(dka, ds, Qs + i * (DP / 4), sub);
+        axpy<SPLIT>(dva, pt, Gs + i * (DP / 4), sub);
+      }
+    }
+  }
+  if (!valid) return;
+  store_row<SPLIT>(dk + kvrow, dka, s.dh, sub);
+  store_row<SPLIT>(dv + kvrow, dva, s.dh, sub);
+}
+
+// ---- entry points ----------------------------------------------------------------------
+
+// Lanes per row for head dimension dh; above ATTN_MAX_DH the accumulators would
+// not fit in registers: the run stops with a message naming the operation.
+static int attn_split(int dh, const char *what) {
+  if (dh >= 1 && dh <= 32) return 1;
+  if (dh >= 1 && dh <= 64) return 2;
+  if (dh >= 1 && dh <= ATTN_MAX_DH) return 4;
+  char msg[160];
+  snprintf(msg, sizeof msg, "%s: head dimension %d unsupported on the GPU (1..%d)", what, dh,
+           ATTN_MAX_DH);
+  ts_cuda_check(cudaErrorInvalidValue, msg); // does not return
+  return 0;
+}
+
+static attn_args attn_make_args(const ts_attn_shape *shape) {
+  attn_args a;
+  a.s = attn_resolved(shape);
+  a.scale = 1.0f / sqrtf((float)a.s.dh);
+  a.G = a.s.H / a.s.Hkv;
+  a.bf16 = ts_cuda_bf16();
+  return a;
+}
+
+void cuda_attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
+                            const float *v, const ts_attn_shape *shape) {
+  (void)ws; // no host scratch on the GPU
+  const attn_args a = attn_make_args(shape);
+  const int split = attn_split(a.s.dh, "attention_forward");
+  if (a.s.B > 0 && a.s.Tq > 0 && a.s.H > 0) {
+    dim3 grid(ts_blocks(a.s.Tq, ATTN_ROWS), a.s.H, a.s.B);
+    if (split == 1)
+      ts_launch(attn_forward_kernel<1>, grid, ATTN_ROWS * 1, 0, out, lse, q, k, v, a);
+    else if (split == 2)
+      ts_launch(attn_forward_kernel<2>, grid, ATTN_ROWS * 2, 0, out, lse, q, k, v, a);
+    else
+      ts_launch(attn_forward_kernel<4>, grid, ATTN_ROWS * 4, 0, out, lse, q, k, v, a);
+  }
+  ts_cuda_finish("attention_forward");
+}
+
+int cuda_attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
+                            const float *dout, const float *q, const float *k, const float *v,
+                            const float *out, const float *lse, const ts_attn_shape *shape) {
+  (void)ws;
+  const attn_args a = attn_make_args(shape);
+  const int split = attn_split(a.s.dh, "attention_backward");
+  // dQ first: it writes the dsum that the dK/dV kernel reads (same stream).
+  if (a.s.B > 0 && a.s.Tq > 0 && a.s.H > 0) {
+    dim3 grid(ts_blocks(a.s.Tq, ATTN_ROWS), a.s.H, a.s.B);
+    if (split == 1)
+      ts_launch(attn_dq_kernel<1>, grid, ATTN_ROWS * 1, 0, dq, dsum, dout, q, k, v, out, lse, a);
+    else if (split == 2)
+      ts_launch(attn_dq_kernel<2>, grid, ATTN_ROWS * 2, 0, dq, dsum, dout, q, k, v, out, lse, a);
+    else
+      ts_launch(attn_dq_kernel<4>, grid, ATTN_ROWS * 4, 0, dq, dsum, dout, q, k, v, out, lse, a);
+  }
+  if (a.s.B > 0 && a.s.Tk > 0 && a.s.Hkv > 0) {
+    dim3 grid(ts_blocks(a.s.Tk, ATTN_ROWS), a.s.Hkv, a.s.B);
+    if (split == 1)
+      ts_launch(attn_dkv_kernel<1>, grid, ATTN_ROWS * 1, 0, dk, dv, dout, q, k, v, lse, dsum, a);
+    else if (split == 2)
+      ts_launch(attn_dkv_kernel<2>, grid, ATTN_ROWS * 2, 0, dk, dv, dout, q, k, v, lse, dsum, a);
+    else
+      ts_launch(attn_dkv_kernel<4>, grid, ATTN_ROWS * 4, 0, dk, dv, dout, q, k, v, lse, dsum, a);
+  }
+  ts_cuda_finish("attention_backward");
+  return TS_OK;
+}

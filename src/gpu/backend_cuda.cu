@@ -1,0 +1,226 @@
+// The CUDA backend: the device, its stream and cuBLAS handle, the managed
+// allocator, and the table of kernels (backend.h). One GPU per process.
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "gpu.h"
+
+static struct {
+  int ready;
+  int device;
+  ts_precision precision;
+  cudaStream_t stream;
+  cublasHandle_t cublas;
+  void *scratch;
+  size_t scratch_bytes;
+  size_t live, peak; // bytes from cuda_alloc
+} g;
+
+cudaStream_t ts_cuda_stream(void) { return g.stream; }
+cublasHandle_t ts_cuda_cublas(void) { return g.cublas; }
+int ts_cuda_bf16(void) { return g.precision == TS_PRECISION_BF16; }
+
+// One line, then every rank goes down: a kernel failure has no error path
+// back through the kernels.h signatures, and a rank that stopped alone would
+// leave the others waiting in a collective.
+static void die(const char *what, const char *why) {
+  fprintf(stderr, "tessera: CUDA error in %s: %s\n", what, why);
+  fflush(stderr);
+  int init = 0, fin = 0;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Abort(MPI_COMM_WORLD, 1);
+  exit(1);
+}
+
+void ts_cuda_check(cudaError_t e, const char *what) {
+  if (e != cudaSuccess) die(what, cudaGetErrorString(e));
+}
+
+void ts_cublas_check(cublasStatus_t s, const char *what) {
+  if (s != CUBLAS_STATUS_SUCCESS) die(what, cublasGetStatusString(s));
+}
+
+void ts_cuda_finish(const char *what) {
+  ts_cuda_check(cudaGetLastError(), what);
+  ts_cuda_check(cudaStreamSynchronize(g.stream), what);
+}
+
+void *ts_cuda_scratch(size_t bytes) {
+  if (bytes <= g.scratch_bytes) return g.scratch;
+  // cudaFree waits for the work that may still use the old buffer
+  if (g.scratch) ts_cuda_check(cudaFree(g.scratch), "scratch");
+  size_t want = bytes + bytes / 4;
+  ts_cuda_check(cudaMalloc(&g.scratch, want), "scratch (device memory)");
+  g.scratch_bytes = want;
+  return g.scratch;
+}
+
+// ---- allocation ----------------------------------------------------------------------------
+// Managed memory, so the host code around the kernels reads and writes the same
+// buffers. A 256-byte header holds the size, for the live/peak counts.
+// Zeroed on the device: the pages start there, where the kernels use them.
+#define HEADER 256
+
+static void *cuda_alloc(size_t bytes) {
+  char *p = NULL;
+  if (cudaMallocManaged((void **)&p, bytes + HEADER, cudaMemAttachGlobal) != cudaSuccess) {
+    cudaGetLastError(); // clear it: out of memory is reported by the caller
+    return NULL;
+  }
+  // zeroed, like the CPU allocator: gradients and optimizer state start at 0
+  if (cudaMemset(p + HEADER, 0, bytes) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(p);
+    return NULL;
+  }
+  *(size_t *)p = bytes;
+  g.live += bytes;
+  if (g.live > g.peak) g.peak = g.live;
+  return p + HEADER;
+}
+
+static void cuda_free(void *ptr) {
+  if (!ptr) return;
+  char *p = (char *)ptr - HEADER;
+  g.live -= *(size_t *)p;
+  ts_cuda_check(cudaFree(p), "free");
+}
+
+extern "C" size_t ts_backend_cuda_peak_bytes(void) { return g.peak; }
+
+// ---- the kernels (one file each) ---------------------------------------------------------------
+extern "C" {
+void cuda_add(float *dst, const float *a, const float *b, int64_t n);
+void cuda_copy(void *dst, const void *src, size_t bytes);
+void cuda_encoder_forward(float *out, const int *tokens, const float *wte, const float *wpe, int B,
+                          int T, int C);
+int cuda_encoder_backward_wpe(ts_ws *ws, float *dwpe, const float *dout, int B, int T, int C);
+void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                            const float *b, int64_t ntok, int C);
+int cuda_layernorm_backward(ts_ws *ws, float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, const float *mean, const float *rstd,
+                            int64_t ntok, int C);
+void cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int64_t ntok,
+                          int C);
+int cuda_rmsnorm_backward(ts_ws *ws, float *dinp, float *dw, const float *dout, const float *inp,
+                          const float *w, const float *rstd, int64_t ntok, int C);
+void cuda_linear_forward(float *out, const float *inp, const float *W, const float *b, int64_t ntok,
+                         int C, int OC, int rows);
+void cuda_linear_forward_heads(float *out, const float *inp, const float *W, const float *b,
+                               int64_t ntok, int C, int OC, int hd, int rows);
+void cuda_linear_forward_head_list(float *out, int ld, const float *inp, const float *W,
+                                   const float *b, const int *heads, int n, int64_t ntok, int C,
+                                   int hd, int rows);
+void cuda_linear_backward_input(float *dinp, const float *dout, const float *W, int64_t ntok, int C,
+                                int OC, int rows, int accumulate);
+int cuda_linear_backward_weights(ts_ws *ws, float *dW, float *db, const float *dout,
+                                 const float *inp, int64_t ntok, int C, int OC);
+void cuda_gelu_forward(float *out, const float *inp, int64_t n);
+void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n);
+void cuda_swiglu_forward(float *h, const float *g, const float *u, int64_t n);
+void cuda_swiglu_backward(float *dg, float *du, const float *g, const float *u, const float *dh,
+                          int64_t n);
+void cuda_rope_forward(float *x, int64_t ntok, int T, int t0, int nh, int dh, int ld,
+                       const float *cs);
+void cuda_rope_backward(float *dx, int64_t ntok, int T, int t0, int nh, int dh, int ld,
+                        const float *cs);
+void cuda_dropout_apply(float *x, int64_t n, float p, uint64_t seed, uint32_t purpose,
+                        uint64_t step, uint64_t base);
+void cuda_crossentropy_forward(float *losses, const float *logits, const int *targets,
+                               int64_t ntok, int V);
+void cuda_crossentropy_backward(float *dlogits, const float *logits, const int *targets,
+                                float scale, int64_t ntok, int V);
+void cuda_adamw(float *p, const float *g, float *m, float *v, int64_t n, float decay, float beta1,
+                float beta2, float step_size, float bc2_sqrt, float eps);
+void cuda_muon_update(float *p, const float *g, float *buf, int rows, int cols, float lr, float wd,
+                      float beta, ts_ortho how, int steps, float *host_scratch);
+}
+
+static const ts_backend cuda_backend = {
+    "cuda",
+    cuda_alloc,
+    cuda_free,
+    cuda_add,
+    cuda_copy,
+    cuda_encoder_forward,
+    cuda_encoder_backward_wpe,
+    cuda_layernorm_forward,
+    cuda_layernorm_backward,
+    cuda_rmsnorm_forward,
+    cuda_rmsnorm_backward,
+    cuda_linear_forward,
+    cuda_linear_forward_heads,
+    cuda_linear_forward_head_list,
+    cuda_linear_backward_input,
+    cuda_linear_backward_weights,
+    cuda_gelu_forward,
+    cuda_gelu_backward,
+    cuda_swiglu_forward,
+    cuda_swiglu_backward,
+    cuda_rope_forward,
+    cuda_rope_backward,
+    cuda_dropout_apply,
+    cuda_attention_forward,
+    cuda_attention_backward,
+    cuda_crossentropy_forward,
+    cuda_crossentropy_backward,
+    cuda_adamw,
+    cuda_muon_update,
+};
+
+// ---- setup -----------------------------------------------------------------------------------
+extern "C" int ts_backend_cuda_init(int local_rank, ts_precision precision,
+                                    const ts_backend **out) {
+  if (g.ready) { // set up already: only the precision may change (tests switch it)
+    g.precision = precision;
+    *out = &cuda_backend;
+    return TS_OK;
+  }
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    const char *why = e != cudaSuccess ? cudaGetErrorString(e) : "no device";
+    cudaGetLastError();
+    return ts_fail(TS_ERUNTIME, "--device cuda: no usable CUDA device (%s)", why);
+  }
+  g.device = local_rank % n;
+  if ((e = cudaSetDevice(g.device)) != cudaSuccess ||
+      (e = cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking)) != cudaSuccess)
+    return ts_fail(TS_ERUNTIME, "--device cuda: cannot use device %d (%s)", g.device,
+                   cudaGetErrorString(e));
+  cublasStatus_t s = cublasCreate(&g.cublas);
+  if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetStream(g.cublas, g.stream);
+  // no atomics inside cuBLAS either: the same product gives the same bits
+  if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetAtomicsMode(g.cublas, CUBLAS_ATOMICS_NOT_ALLOWED);
+  if (s == CUBLAS_STATUS_SUCCESS) s = cublasSetMathMode(g.cublas, CUBLAS_DEFAULT_MATH);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    return ts_fail(TS_ERUNTIME, "--device cuda: cuBLAS: %s", cublasGetStatusString(s));
+  g.precision = precision;
+  g.ready = 1;
+  *out = &cuda_backend;
+  return TS_OK;
+}
+
+extern "C" int ts_backend_cuda_device(void) { return g.ready ? g.device : -1; }
+
+extern "C" int ts_backend_cuda_describe(char *buf, size_t cap) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    snprintf(buf, cap, "no usable device (%s)",
+             e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    cudaGetLastError();
+    return 0;
+  }
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < n && used < cap; i++) {
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+    used += (size_t)snprintf(buf + used, cap - used, "%s%d: %s, %.1f GiB, sm_%d%d", i ? "; " : "",
+                             i, p.name, (double)p.totalGlobalMem / (1u << 30), p.major, p.minor);
+  }
+  return n;
+}

@@ -1,0 +1,79 @@
+// Softmax cross-entropy on the GPU: a block per token row. The row's max and
+// sum are block reductions in a fixed order (per-thread strided sums, then a
+// shared-memory tree), so two runs agree bit for bit.
+#include "gpu.h"
+
+#define THREADS 256
+
+// Reduces v over the block (THREADS threads) with op; every thread gets it.
+template <typename Op>
+__device__ float block_reduce(float v, float *sh, Op op) {
+  sh[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = THREADS / 2; s > 0; s /= 2) {
+    if (threadIdx.x < s) sh[threadIdx.x] = op(sh[threadIdx.x], sh[threadIdx.x + s]);
+    __syncthreads();
+  }
+  float r = sh[0];
+  __syncthreads();
+  return r;
+}
+
+struct max_op {
+  __device__ float operator()(float a, float b) const { return a > b ? a : b; }
+};
+struct add_op {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+// The row's max and Σ e^(z − max).
+__device__ void row_stats(const float *z, int V, float *sh, float *mx, float *s) {
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += THREADS) m = z[i] > m ? z[i] : m;
+  m = block_reduce(m, sh, max_op());
+  float acc = 0.0f;
+  for (int i = threadIdx.x; i < V; i += THREADS) acc += expf(z[i] - m);
+  *s = block_reduce(acc, sh, add_op());
+  *mx = m;
+}
+
+__global__ void crossentropy_forward_kernel(float *losses, const float *logits,
+                                            const int *targets, int V) {
+  __shared__ float sh[THREADS];
+  int64_t t = blockIdx.x;
+  const float *z = logits + t * V;
+  float mx, s;
+  row_stats(z, V, sh, &mx, &s);
+  if (threadIdx.x == 0) losses[t] = logf(s) + mx - z[targets[t]];
+}
+
+// dz = (softmax − onehot)·scale; dz may be z itself (each element is read
+// before it is written, and the stats are taken before any write).
+__global__ void crossentropy_backward_kernel(float *dlogits, const float *logits,
+                                             const int *targets, float scale, int V) {
+  __shared__ float sh[THREADS];
+  int64_t t = blockIdx.x;
+  const float *z = logits + t * V;
+  float *dz = dlogits + t * V;
+  float mx, s;
+  row_stats(z, V, sh, &mx, &s);
+  float inv = 1.0f / s;
+  int target = targets[t];
+  for (int i = threadIdx.x; i < V; i += THREADS) {
+    float g = expf(z[i] - mx) * inv * scale;
+    dz[i] = i == target ? g - scale : g;
+  }
+}
+
+extern "C" void cuda_crossentropy_forward(float *losses, const float *logits, const int *targets,
+                                          int64_t ntok, int V) {
+  ts_launch(crossentropy_forward_kernel, (unsigned)ntok, THREADS, 0, losses, logits, targets, V);
+  ts_cuda_finish("crossentropy_forward");
+}
+
+extern "C" void cuda_crossentropy_backward(float *dlogits, const float *logits, const int *targets,
+                                           float scale, int64_t ntok, int V) {
+  ts_launch(crossentropy_backward_kernel, (unsigned)ntok, THREADS, 0, dlogits, logits, targets,
+            scale, V);
+  ts_cuda_finish("crossentropy_backward");
+}

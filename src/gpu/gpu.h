@@ -1,0 +1,91 @@
+// What the CUDA sources of the GPU backend share (nvcc, or g++ with
+// TS_CUDA_EMULATE: tests/gpu_emu runs the same sources on the host for the
+// tests). Pointers the kernels get are device-accessible: CUDA managed memory
+// from the backend's allocator, or device memory. Work is queued on one
+// stream per process; each kernels.h entry point finishes it (ts_cuda_finish)
+// before returning, because the model's host code may read what it wrote next.
+#ifndef TS_GPU_H
+#define TS_GPU_H
+#ifdef TS_CUDA_EMULATE
+#include "cuda_emu.h"
+#else
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#endif
+
+extern "C" {
+#include "backend.h"
+#include "kernels.h"
+#include "tessera.h"
+}
+
+cudaStream_t ts_cuda_stream(void);
+cublasHandle_t ts_cuda_cublas(void);
+// --precision bf16: matrix products and attention read their operands
+// rounded to bf16; accumulation, master weights and every buffer stay fp32.
+int ts_cuda_bf16(void);
+
+// A CUDA error inside a kernel entry point cannot be returned through the
+// kernels.h signatures: it ends the process (every MPI rank) with one line
+// naming the operation. Never returns on error.
+void ts_cuda_check(cudaError_t e, const char *what);
+void ts_cublas_check(cublasStatus_t s, const char *what);
+// Checks the launches queued by `what` and waits for them.
+void ts_cuda_finish(const char *what);
+
+// Rounds to bf16 and back when the backend runs in bf16 (the operand of a
+// product), else the identity.
+__device__ __forceinline__ float ts_operand(float x, int bf16) {
+  return bf16 ? __bfloat162float(__float2bfloat16_rn(x)) : x;
+}
+
+// Device scratch of at least `bytes`, owned by the backend and reused by
+// every operation (one stream, so one user at a time).
+void *ts_cuda_scratch(size_t bytes);
+
+// Sums over rows without atomics (the gradients of norms and biases): rows
+// are cut into chunks of TS_CHUNK_ROWS, each chunk's column sums are taken in
+// row order into partial (nchunks, n), then ts_cuda_sum_chunks adds the
+// chunks in order: a fixed association, so two runs agree bit for bit.
+#define TS_CHUNK_ROWS 256
+void ts_cuda_sum_chunks(float *out, const float *partial, int64_t nchunks, int64_t n);
+// out (n) = column sums of x (rows, n), through the chunks above.
+void ts_cuda_column_sums(float *out, const float *x, int64_t rows, int64_t n);
+
+// Blocks of `threads` covering n items.
+static inline unsigned ts_blocks(int64_t n, int threads) {
+  return (unsigned)((n + threads - 1) / threads);
+}
+
+// The type of a kernel parameter as written, in a context that deduces
+// nothing, so that each launch argument converts to it as in a call.
+template <typename T>
+struct ts_param {
+  typedef T type;
+};
+
+// Every launch of the backend: kernel<<<grid, block, shmem, stream>>>(args)
+// on the backend's stream, or, emulated, the grid run on the host. One place
+// for the <<<>>> syntax lets g++ compile the kernels' sources unchanged.
+// A template kernel is named with its arguments: ts_launch(k<2>, ...).
+template <typename... K>
+inline void ts_launch(void (*kernel)(K...), dim3 grid, dim3 block, size_t shmem,
+                      typename ts_param<K>::type... args) {
+#ifdef TS_CUDA_EMULATE
+  ts_emu_launch(kernel, grid, block, shmem, args...);
+#else
+  kernel<<<grid, block, shmem, ts_cuda_stream()>>>(args...);
+#endif
+}
+
+// The kernels, one file each, with the kernels.h signatures (extern "C" so the
+// table in backend_cuda.cu and the tests can name them).
+extern "C" {
+void cuda_attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
+                            const float *v, const ts_attn_shape *s);
+int cuda_attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
+                            const float *dout, const float *q, const float *k, const float *v,
+                            const float *out, const float *lse, const ts_attn_shape *s);
+}
+#endif

@@ -1,0 +1,93 @@
+// Linear layers on cuBLAS. Buffers are row-major; cuBLAS is column-major, and
+// a row-major (r, c) matrix is the column-major (c, r) one in the same bytes,
+// so every product below is written transposed: Yᵀ = W·Xᵀ for Y = X·Wᵀ.
+// The whole row range goes in one call (the GPU wants large products; the
+// CPU's fixed row blocks exist for its bitwise layout invariance, which is
+// not promised on the GPU). fp32 computes in fp32 (no TF32); bf16 rounds the
+// operands to bf16 inside cuBLAS and accumulates in fp32.
+#include "gpu.h"
+
+#define THREADS 256
+
+static cublasComputeType_t compute_type(void) {
+  return ts_cuda_bf16() ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+}
+
+// Column-major C (m, n) = alpha·op(A)·op(B) + beta·C, fp32 storage.
+static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int64_t n, int k,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *Cm, int ldc,
+                 const char *what) {
+  const float alpha = 1.0f;
+  ts_cublas_check(cublasGemmEx(ts_cuda_cublas(), ta, tb, m, (int)n, k, &alpha, A, CUDA_R_32F, lda,
+                               B, CUDA_R_32F, ldb, &beta, Cm, CUDA_R_32F, ldc, compute_type(),
+                               CUBLAS_GEMM_DEFAULT),
+                  what);
+}
+
+// y[r, k·hd + o] += b[heads[k]·hd + o] (heads NULL: head k), rows `ld` apart.
+__global__ void bias_kernel(float *y, int ld, const float *b, const int *heads, int n, int hd,
+                            int64_t ntok) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  int width = n * hd;
+  if (i >= ntok * width) return;
+  int64_t r = i / width;
+  int j = (int)(i % width), k = j / hd, o = j % hd;
+  int h = heads ? heads[k] : k;
+  y[r * ld + j] += b[h * hd + o];
+}
+
+extern "C" void cuda_linear_forward_head_list(float *out, int ld, const float *inp, const float *W,
+                                              const float *b, const int *heads, int n,
+                                              int64_t ntok, int C, int hd, int rows) {
+  (void)rows;
+  int *dheads = NULL;
+  if (heads == NULL) {
+    // heads 0..n-1 are W's first n·hd rows, contiguous: one product
+    gemm(CUBLAS_OP_T, CUBLAS_OP_N, n * hd, ntok, C, W, C, inp, C, 0.0f, out, ld, "linear_forward");
+  } else {
+    for (int k = 0; k < n; k++) // out[:, k·hd:(k+1)·hd] = inp · W[heads[k]]ᵀ
+      gemm(CUBLAS_OP_T, CUBLAS_OP_N, hd, ntok, C, W + (size_t)heads[k] * hd * C, C, inp, C, 0.0f,
+           out + (size_t)k * hd, ld, "linear_forward_head_list");
+    // the head list may be host memory: the bias kernel reads a device copy
+    dheads = (int *)ts_cuda_scratch((size_t)n * sizeof(int));
+    ts_cuda_check(cudaMemcpyAsync(dheads, heads, (size_t)n * sizeof(int), cudaMemcpyDefault,
+                                  ts_cuda_stream()),
+                  "linear_forward_head_list");
+  }
+  if (b) {
+    int64_t total = ntok * n * hd;
+    ts_launch(bias_kernel, ts_blocks(total, THREADS), THREADS, 0, out, ld, b, dheads, n, hd, ntok);
+  }
+  ts_cuda_finish("linear_forward");
+}
+
+extern "C" void cuda_linear_forward(float *out, const float *inp, const float *W, const float *b,
+                                    int64_t ntok, int C, int OC, int rows) {
+  cuda_linear_forward_head_list(out, OC, inp, W, b, NULL, 1, ntok, C, OC, rows);
+}
+
+extern "C" void cuda_linear_forward_heads(float *out, const float *inp, const float *W,
+                                          const float *b, int64_t ntok, int C, int OC, int hd,
+                                          int rows) {
+  cuda_linear_forward_head_list(out, OC, inp, W, b, NULL, OC / hd, ntok, C, hd, rows);
+}
+
+// dinp (ntok, C) (+)= dout (ntok, OC) · W (OC, C).
+extern "C" void cuda_linear_backward_input(float *dinp, const float *dout, const float *W,
+                                           int64_t ntok, int C, int OC, int rows, int accumulate) {
+  (void)rows;
+  gemm(CUBLAS_OP_N, CUBLAS_OP_N, C, ntok, OC, W, C, dout, OC, accumulate ? 1.0f : 0.0f, dinp, C,
+       "linear_backward_input");
+  ts_cuda_finish("linear_backward_input");
+}
+
+// dW (OC, C) = dout (ntok, OC)ᵀ · inp (ntok, C); db (OC) = column sums of dout.
+extern "C" int cuda_linear_backward_weights(ts_ws *ws, float *dW, float *db, const float *dout,
+                                            const float *inp, int64_t ntok, int C, int OC) {
+  (void)ws;
+  gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, (int)ntok, inp, C, dout, OC, 0.0f, dW, C,
+       "linear_backward_weights");
+  if (db) ts_cuda_column_sums(db, dout, ntok, OC);
+  ts_cuda_finish("linear_backward_weights");
+  return 0;
+}

@@ -1,0 +1,150 @@
+// The CUDA runtime calls of src/gpu/ on host memory (cuda_emu.h): one
+// emulated device, one stream, work finished when a call returns. Device
+// allocations are recorded so that launches and cuBLAS calls can refuse
+// pointers the GPU could not use, and fresh ones are filled with NaN bytes:
+// on the device they hold whatever was there, so code that reads a buffer
+// before writing it must show up here as NaN, not as a lucky zero.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <map>
+
+#include "cuda_emu.h"
+
+struct ts_emu_stream {
+  int unused;
+};
+
+namespace {
+std::map<uintptr_t, size_t> allocations; // base -> bytes
+cudaError_t last_error = cudaSuccess;
+ts_emu_stream the_stream;
+
+cudaError_t allocate(void **p, size_t bytes) {
+  if (!p) return cudaErrorInvalidValue;
+  *p = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  void *m = nullptr;
+  if (posix_memalign(&m, 256, bytes) != 0) return cudaErrorMemoryAllocation;
+  memset(m, 0xff, bytes); // NaN in every float
+  allocations[(uintptr_t)m] = bytes;
+  *p = m;
+  return cudaSuccess;
+}
+} // namespace
+
+bool ts_emu_is_device(const void *p, size_t bytes) {
+  uintptr_t a = (uintptr_t)p;
+  auto it = allocations.upper_bound(a);
+  if (it == allocations.begin()) return false;
+  --it;
+  // one past the end is a valid pointer for an empty range
+  return a >= it->first && bytes <= it->second && a - it->first <= it->second - bytes;
+}
+
+void ts_emu_fail(cudaError_t e, const char *why) {
+  fprintf(stderr, "tessera CUDA emulator: %s: %s\n", why, cudaGetErrorString(e));
+  if (last_error == cudaSuccess) last_error = e;
+}
+
+bool ts_emu_check_arg(const void *p, int i) {
+  if (!p || ts_emu_is_device(p, 0)) return true;
+  char why[96];
+  snprintf(why, sizeof why, "kernel argument %d (%p) is not device memory", i, p);
+  ts_emu_fail(cudaErrorIllegalAddress, why);
+  return false;
+}
+
+cudaError_t cudaMalloc(void **p, size_t bytes) { return allocate(p, bytes); }
+
+cudaError_t cudaMallocManaged(void **p, size_t bytes, unsigned flags) {
+  (void)flags;
+  return allocate(p, bytes);
+}
+
+cudaError_t cudaFree(void *p) {
+  if (!p) return cudaSuccess;
+  auto it = allocations.find((uintptr_t)p);
+  if (it == allocations.end()) return cudaErrorInvalidDevicePointer;
+  allocations.erase(it);
+  free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int value, size_t bytes) {
+  if (!ts_emu_is_device(p, bytes)) return cudaErrorInvalidValue;
+  memset(p, value, bytes);
+  return cudaSuccess;
+}
+
+// cudaMemcpyDefault works out the direction from the pointers: host memory on
+// either side is allowed; the other kinds say which side is the device's.
+// Overlapping ranges are undefined on the device.
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
+                            cudaStream_t s) {
+  (void)s;
+  if (!dst || !src) return cudaErrorInvalidValue;
+  if (!bytes) return cudaSuccess;
+  const bool dev_src = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  const bool dev_dst = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  if ((dev_src && !ts_emu_is_device(src, bytes)) || (dev_dst && !ts_emu_is_device(dst, bytes))) {
+    ts_emu_fail(cudaErrorInvalidValue, "cudaMemcpyAsync: a device side is not device memory");
+    return cudaErrorInvalidValue;
+  }
+  const char *d = (const char *)dst, *c = (const char *)src;
+  if (d < c + bytes && c < d + bytes) {
+    ts_emu_fail(cudaErrorInvalidValue, "cudaMemcpyAsync between overlapping ranges");
+    return cudaErrorInvalidValue;
+  }
+  memcpy(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError(void) {
+  cudaError_t e = last_error;
+  last_error = cudaSuccess;
+  return e;
+}
+
+const char *cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+  case cudaSuccess: return "no error";
+  case cudaErrorInvalidValue: return "invalid argument";
+  case cudaErrorMemoryAllocation: return "out of memory";
+  case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+  case cudaErrorInvalidDevicePointer: return "invalid device pointer";
+  case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+  }
+  return "unknown error";
+}
+
+// Launches run to the end before they return: nothing is ever pending.
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+  (void)s;
+  return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+  (void)flags;
+  *s = &the_stream;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceCount(int *n) {
+  *n = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device) {
+  if (device != 0) return cudaErrorInvalidValue;
+  memset(p, 0, sizeof *p);
+  snprintf(p->name, sizeof p->name, "emulated device (tests/gpu_emu)");
+  p->totalGlobalMem = 0;
+  p->major = 9; // the warp rules of sm_70 and later (independent thread scheduling)
+  p->minor = 0;
+  return cudaSuccess;
+}

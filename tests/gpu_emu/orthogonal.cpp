@@ -1,0 +1,2 @@
+// src/gpu/orthogonal.cu compiled by g++ against the emulator (cuda_emu.h).
+#include "gpu/orthogonal.cu"
