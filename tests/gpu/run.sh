@@ -191,6 +191,38 @@ if [ -n "$MISSING" ]; then
   fi
 fi
 
+# configure looks for NCCL only inside the CUDA toolkit (or /usr/include). Where the
+# machine has it only as a Python package (PyTorch's nvidia-nccl), a prefix of links in
+# the build folder joins the two, and configure gets --with-cuda=that prefix.
+WITH_CUDA="" NCCL_INC=""
+cuda_prefix_for_nccl() {
+  local home=${CUDA_HOME:-/usr/local/cuda} py d inc lib p f
+  [ -d "$home" ] || home=$(dirname "$(dirname "$(command -v nvcc 2> /dev/null || echo /x/x/x)")")
+  if [ -f "$home/include/nccl.h" ] || [ -f /usr/include/nccl.h ]; then return 0; fi
+  inc="" lib=""
+  for py in python3 /usr/bin/python3; do
+    have "$py" || continue
+    for d in $(timeout 60 "$py" -c 'import nvidia.nccl as m; print(*m.__path__)' 2> /dev/null); do
+      if [ -f "$d/include/nccl.h" ] && ls "$d"/lib/libnccl.so* > /dev/null 2>&1; then inc=$d/include lib=$d/lib; break 2; fi
+    done
+  done
+  if [ -z "$inc" ]; then
+    logonly "NCCL: no nccl.h in $home/include, /usr/include or a Python nvidia-nccl package"
+    return 0
+  fi
+  p=$BUILD_DIR/cuda-prefix
+  rm -rf "$p" && mkdir -p "$p/include" "$p/lib64" || return 0
+  ln -s "$home/bin" "$p/bin"
+  for f in "$home"/include/* "$inc"/*; do ln -sf "$f" "$p/include/"; done
+  for f in "$home"/lib64/* "$lib"/*; do ln -sf "$f" "$p/lib64/"; done
+  if [ ! -e "$p/lib64/libnccl.so" ]; then
+    for f in "$lib"/libnccl.so.*; do ln -s "$f" "$p/lib64/libnccl.so"; break; done
+  fi
+  WITH_CUDA=--with-cuda=$p NCCL_INC=$inc # nvcc may find its headers through its real path
+  export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  say "note: NCCL from $(dirname "$inc") (a Python package): configure $WITH_CUDA (links to $home and it)"
+}
+
 # --- a. build ------------------------------------------------------------------------------
 step "a. build (CUDA)"
 BUILT=0
@@ -225,12 +257,14 @@ else
   fi
   if [ "$autotools_ok" = 1 ]; then
     mkdir -p "$BUILD_DIR"
+    cuda_prefix_for_nccl
     cfg_ok=1
     if [ ! -f "$BUILD_DIR/config.status" ] || [ "$ROOT/configure" -nt "$BUILD_DIR/config.status" ] ||
-      ! grep -q -- '--enable-cuda' "$BUILD_DIR/config.status" || ! grep -qF -- "$NVCC_ARCH" "$BUILD_DIR/config.status"; then
+      ! grep -q -- '--enable-cuda' "$BUILD_DIR/config.status" || ! grep -qF -- "$NVCC_ARCH" "$BUILD_DIR/config.status" ||
+      ! grep -qF -- "$WITH_CUDA" "$BUILD_DIR/config.status"; then
       # shellcheck disable=SC2016  # expanded by that sh
-      run configure "$(limit 120)" sh -c 'cd "$1" && "$2/configure" --quiet --enable-cuda NVCC_ARCH="$3"' \
-        sh "$BUILD_DIR" "$ROOT" "$NVCC_ARCH"
+      run configure "$(limit 120)" sh -c 'cd "$1" && "$2/configure" --quiet --enable-cuda NVCC_ARCH="$3" $4' \
+        sh "$BUILD_DIR" "$ROOT" "$NVCC_ARCH" "$WITH_CUDA${WITH_CUDA:+ NVCCFLAGS=-I$NCCL_INC}"
       if [ "$RC" != 0 ]; then
         cfg_ok=0
         fail "build: configure --enable-cuda: $(why configure)"
@@ -311,7 +345,13 @@ if [ -z "${cuda_line:-}" ] || echo "$cuda_line" | grep -q 'not built'; then
   skip "$GPU_STEPS: this tessera has no CUDA backend"
   finish
 fi
-pass "device probe: tessera info: $cuda_line"
+devices_line=$(grep -E '^ *cuda devices' "$WORK/logs/info.log" | head -n 1 | sed 's/^ *//')
+if echo "$devices_line" | grep -qE '^cuda devices +no usable'; then
+  fail "device probe: nvidia-smi lists a GPU but tessera does not: $devices_line"
+  skip "$GPU_STEPS: tessera sees no CUDA device"
+  finish
+fi
+pass "device probe: tessera info: $cuda_line${devices_line:+; $devices_line}"
 HAVE_PREC=0
 help=$(timeout 20 "$TS" train --help 2> /dev/null)
 case "$help" in *--precision*) HAVE_PREC=1 ;; esac
