@@ -78,6 +78,11 @@ typedef struct ts_backend {
   // the CPU's (ts_ortho_scratch floats), unused by backends with their own.
   void (*muon_update)(float *p, const float *g, float *buf, int rows, int cols, float lr,
                       float wd, float beta, ts_ortho how, int steps, float *scratch);
+  // Optional (NULL: the model sums the token embedding's gradient with the
+  // CPU's canonical leaf tree, encoder_wte_leaf_scatter). dwte (V, C) (+)= the
+  // rows of dout (ntok, C) summed by token, each token's rows in row order.
+  void (*embedding_backward)(float *dwte, const float *dout, const int *tokens, int64_t ntok,
+                             int V, int C, int accumulate);
 } ts_backend;
 
 // The CPU reference (src/cpu/backend_cpu.c): the kernels.h functions.

@@ -888,6 +888,24 @@ static void wte_leaf(const void *vctx, int64_t li, float *out) {
   encoder_wte_leaf_scatter(out, m->dres, m->inputs, li, m->cfg.leaf, m->C);
 }
 
+// The token embedding's gradient into out (V, C): the tied head's weight
+// gradient (with_head) plus the scatter of dres by input token. The CPU sums
+// both per leaf in the canonical tree; a backend with its own scatter (the
+// GPU) takes one product and one ordered scatter instead.
+static int wte_grad(ts_model *m, int with_head, float *out) {
+  const int C = m->C, V = m->V;
+  const int64_t N = m->ntok;
+  if (m->be->embedding_backward && !m->cfg.fused_ce) {
+    int rc = 0;
+    if (with_head)
+      rc = m->be->linear_backward_weights(&m->ws, out, NULL, m->dlogits, m->lnf, N, C, V);
+    m->be->embedding_backward(out, m->dres, m->inputs, N, V, C, with_head);
+    return rc;
+  }
+  wte_leaf_ctx wc = {m, with_head};
+  return ts_leaf_tree_sum(&m->ws, out, (size_t)V * C, N / m->cfg.leaf, wte_leaf, &wc);
+}
+
 int ts_model_backward(ts_model *m, uint64_t step) {
   int rc = 0, crc; // rc: allocation failures in the trees; crc: a collective's error
   const int B = m->B, T = m->T, C = m->C, V = m->V, Ckv = m->Ckv;
@@ -995,8 +1013,7 @@ int ts_model_backward(ts_model *m, uint64_t step) {
                                  m->dres + (size_t)k * m->run_len * C, m->nrun == 1 ? B : 1,
                                  m->run_len, C);
   }
-  wte_leaf_ctx wc = {m, m->cfg.tied};
-  rc |= ts_leaf_tree_sum(ws, m->g.wte, (size_t)V * C, N / m->cfg.leaf, wte_leaf, &wc);
+  rc |= wte_grad(m, m->cfg.tied, m->g.wte);
   if (rc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
   return TS_OK;
 }
@@ -1015,10 +1032,8 @@ int ts_model_tied_embedding_grad(ts_model *m, const int *inputs, const int *targ
     m->be->linear_forward(m->logits, m->lnf, m->p.wte, NULL, N, C, V, rows);
     m->be->crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)m->ntok_global, N, V);
   }
-  memcpy(m->dres, d_emb, (size_t)N * C * sizeof(float));
-  wte_leaf_ctx wc = {m, 1};
-  if (ts_leaf_tree_sum(&m->ws, out, (size_t)V * C, N / m->cfg.leaf, wte_leaf, &wc))
-    return ts_fail(TS_ERUNTIME, "out of memory (tied embedding gradient tree)");
+  m->be->copy(m->dres, d_emb, (size_t)N * C * sizeof(float));
+  if (wte_grad(m, 1, out)) return ts_fail(TS_ERUNTIME, "out of memory (tied embedding gradient tree)");
   return TS_OK;
 }
 

@@ -136,6 +136,8 @@ void cuda_adamw(float *p, const float *g, float *m, float *v, int64_t n, float d
                 float beta2, float step_size, float bc2_sqrt, float eps);
 void cuda_muon_update(float *p, const float *g, float *buf, int rows, int cols, float lr, float wd,
                       float beta, ts_ortho how, int steps, float *host_scratch);
+void cuda_embedding_backward(float *dwte, const float *dout, const int *tokens, int64_t ntok, int V,
+                             int C, int accumulate);
 }
 
 static const ts_backend cuda_backend = {
@@ -168,6 +170,7 @@ static const ts_backend cuda_backend = {
     cuda_crossentropy_backward,
     cuda_adamw,
     cuda_muon_update,
+    cuda_embedding_backward,
 };
 
 // ---- setup -----------------------------------------------------------------------------------

@@ -15,8 +15,9 @@
 //    naming an ended or missing lane, lanes disagreeing on the mask, threads
 //    waiting at different __syncthreads or lanes at different shuffles (a
 //    barrier under a condition that differs between them);
-//  - waiting for something that can never come (threads at different
-//    barriers) stops the run with a message instead of hanging.
+//  - waiting for something that can never come (threads at __syncthreads
+//    while lanes they wait for sit at a shuffle) stops the run with a
+//    message instead of hanging.
 // Threads run in index order (or reversed: ts_cuda_emu_schedule), each as
 // far as it can: one legal schedule of the GPU's, deterministic, and a
 // missing barrier shows up as a wrong result.
@@ -24,7 +25,18 @@
 // Memory (emu_runtime.cpp) is host memory. Device allocations are recorded,
 // so a launch whose pointer argument lies outside them (host memory that the
 // GPU could not read) fails; fresh device memory holds NaN bytes, so reading
-// it before writing shows. cublasGemmEx (emu_cublas.cpp) is a plain loop.
+// it before writing shows. The stream is a queue that runs when the host
+// synchronizes, so a result read without waiting is stale. cuBLAS
+// (emu_cublas.cpp) is plain loops with cuBLAS's argument checks.
+//
+// Not modelled: timing, and blocks or warps running at the same time: a race
+// that the two schedules above (index order, reversed; tests/test_gpu.c runs
+// every op in both) happen to order benignly goes unseen; shared memory
+// keeps the previous block's values instead of garbage; nvcc's FMA
+// contraction and the device's expf/logf (here g++ with -ffp-contract=off
+// and the host's libm); cuBLAS's own summation order; the device's limits on
+// registers, shared memory and __launch_bounds__; managed memory's page
+// migration; streams other than the backend's one.
 #ifndef TS_CUDA_EMU_H
 #define TS_CUDA_EMU_H
 #include <math.h>
@@ -32,6 +44,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <functional>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 
@@ -64,15 +78,15 @@ extern dim3 ts_emu_block_dim, ts_emu_grid_dim;
 
 void __syncthreads(void);
 
-// Lane (lane ^ laneMask) of the caller's warp's value; every lane in mask
-// must call it.
+// Lane (lane ^ lane_mask)'s value of v; every lane in mask must call it.
+// Whole warps only (no width argument: a kernel that uses one does not compile).
 uint32_t ts_emu_shfl_xor(unsigned mask, uint32_t bits, int lane_mask);
 template <typename T>
-inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask) {
   static_assert(sizeof(T) == 4, "the emulator shuffles 4-byte values");
   uint32_t b;
   memcpy(&b, &v, 4);
-  b = ts_emu_shfl_xor(mask, b, width == 32 ? lane_mask : lane_mask & (width - 1));
+  b = ts_emu_shfl_xor(mask, b, lane_mask);
   memcpy(&v, &b, 4);
   return v;
 }
@@ -159,6 +173,12 @@ bool ts_emu_is_device(const void *p, size_t bytes);
 // Records a failure as the device would report it: cudaGetLastError returns
 // it next. `why` goes to stderr at once (the caller names the operation).
 void ts_emu_fail(cudaError_t e, const char *why);
+// The stream: work (launches, device-to-device copies, memsets, cuBLAS) is
+// queued and runs, in order, when the host synchronizes (cudaStreamSynchronize,
+// cudaDeviceSynchronize, cudaFree, a copy to or from host memory). Host code
+// that reads a result without waiting for it reads what was there before.
+void ts_emu_enqueue(std::function<void()> work);
+void ts_emu_drain(void);
 
 // ---- cuBLAS: one GEMM ------------------------------------------------------------------------
 typedef struct ts_emu_cublas *cublasHandle_t;
@@ -195,16 +215,19 @@ cublasStatus_t cublasSgeam(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                            const float *B, int ldb, float *C, int ldc);
 
 // ---- launches --------------------------------------------------------------------------------
-// Runs body(ctx) as every thread of every block of the grid; a bad
-// configuration fails the launch as on the device (cudaGetLastError).
-void ts_emu_run_grid(dim3 grid, dim3 block, size_t shmem, void (*body)(void *), void *ctx);
+// Whether the device would take the configuration; if not, the launch fails
+// as on the device (cudaGetLastError).
+bool ts_emu_check_launch(dim3 grid, dim3 block, size_t shmem);
 // A pointer argument outside device memory fails the launch (argument i).
 bool ts_emu_check_arg(const void *p, int i);
+// Runs body(ctx) as every thread of every block of the grid.
+void ts_emu_run_grid(dim3 grid, dim3 block, void (*body)(void *), void *ctx);
 
 // The kernel and a copy of its arguments; every thread calls the kernel with
 // its own copies, as each CUDA thread gets its own parameters.
 template <typename... K>
 struct ts_emu_call {
+  ts_emu_call(void (*k)(K...), std::tuple<K...> a) : kernel(k), args(a) {}
   void (*kernel)(K...);
   std::tuple<K...> args;
   static void run(void *self) {
@@ -224,9 +247,11 @@ void ts_emu_launch(void (*kernel)(K...), dim3 grid, dim3 block, size_t shmem,
     i++;
   };
   (check(args), ...);
-  if (!ok) return; // the launch failed: cudaGetLastError says so
-  ts_emu_call<K...> c{kernel, std::tuple<K...>(args...)};
-  ts_emu_run_grid(grid, block, shmem, &ts_emu_call<K...>::run, &c);
+  // a failed launch runs nothing: cudaGetLastError says why
+  if (!ok || !ts_emu_check_launch(grid, block, shmem)) return;
+  auto c = std::make_shared<ts_emu_call<K...>>(kernel, std::tuple<K...>(args...));
+  ts_emu_enqueue(
+      [c, grid, block] { ts_emu_run_grid(grid, block, &ts_emu_call<K...>::run, c.get()); });
 }
 
 // The order the emulator runs threads and blocks in (0: by index, 1:

@@ -83,25 +83,28 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
       ldc < (m > 1 ? m : 1))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-  if (!inside(C, m, n, ldc, "C") || (k > 0 && (!inside(A, arows, acols, lda, "A") ||
-                                               !inside(B, brows, bcols, ldb, "B"))))
+  if (!inside(C, m, n, ldc, "C") ||
+      (k > 0 && (!inside(A, arows, acols, lda, "A") || !inside(B, brows, bcols, ldb, "B"))))
     return CUBLAS_STATUS_EXECUTION_FAILED;
+  // alpha and beta are read now (host pointers); the product runs in stream order
   const float al = *(const float *)alpha, be = *(const float *)beta;
   const bool bf16 = compute == CUBLAS_COMPUTE_32F_FAST_16BF;
   const float *a = (const float *)A, *b = (const float *)B;
   float *c = (float *)C;
-  for (int j = 0; j < n; j++)
-    for (int i = 0; i < m; i++) {
-      float s = 0.0f;
-      for (int l = 0; l < k; l++) {
-        float x = an ? a[i + (size_t)l * lda] : a[l + (size_t)i * lda];
-        float y = bn ? b[l + (size_t)j * ldb] : b[j + (size_t)l * ldb];
-        s += operand(x, bf16) * operand(y, bf16);
+  ts_emu_enqueue([=] {
+    for (int j = 0; j < n; j++)
+      for (int i = 0; i < m; i++) {
+        float s = 0.0f;
+        for (int l = 0; l < k; l++) {
+          float x = an ? a[i + (size_t)l * lda] : a[l + (size_t)i * lda];
+          float y = bn ? b[l + (size_t)j * ldb] : b[j + (size_t)l * ldb];
+          s += operand(x, bf16) * operand(y, bf16);
+        }
+        float *out = &c[i + (size_t)j * ldc];
+        // beta 0: C is not read (it may hold anything, NaN included)
+        *out = be == 0.0f ? al * s : al * s + be * *out;
       }
-      float *out = &c[i + (size_t)j * ldc];
-      // beta 0: C is not read (it may hold anything, NaN included)
-      *out = be == 0.0f ? al * s : al * s + be * *out;
-    }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -123,12 +126,14 @@ cublasStatus_t cublasSgeam(cublasHandle_t h, cublasOperation_t ta, cublasOperati
   if (!inside(C, m, n, ldc, "C") || (al != 0.0f && !inside(A, arows, acols, lda, "A")) ||
       (be != 0.0f && !inside(B, brows, bcols, ldb, "B")))
     return CUBLAS_STATUS_EXECUTION_FAILED;
-  for (int j = 0; j < n; j++)
-    for (int i = 0; i < m; i++) {
-      float s = 0.0f;
-      if (al != 0.0f) s = al * (an ? A[i + (size_t)j * lda] : A[j + (size_t)i * lda]);
-      if (be != 0.0f) s += be * (bn ? B[i + (size_t)j * ldb] : B[j + (size_t)i * ldb]);
-      C[i + (size_t)j * ldc] = s;
-    }
+  ts_emu_enqueue([=] {
+    for (int j = 0; j < n; j++)
+      for (int i = 0; i < m; i++) {
+        float s = 0.0f;
+        if (al != 0.0f) s = al * (an ? A[i + (size_t)j * lda] : A[j + (size_t)i * lda]);
+        if (be != 0.0f) s += be * (bn ? B[i + (size_t)j * ldb] : B[j + (size_t)i * ldb]);
+        C[i + (size_t)j * ldc] = s;
+      }
+  });
   return CUBLAS_STATUS_SUCCESS;
 }

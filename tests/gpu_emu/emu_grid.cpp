@@ -27,7 +27,6 @@
 #endif
 #endif
 #ifdef TS_EMU_ASAN
-#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -64,12 +63,14 @@ struct Warp {
 };
 
 struct Runner {
-  std::vector<Fiber> fibers; // grown to the largest block, stacks kept
+  // Grown to the largest block; stacks are kept, contexts made afresh for
+  // every block (so moving them when the vector grows is harmless).
+  std::vector<Fiber> fibers;
   std::vector<Warp> warps;
-  unsigned n;                // threads of the current block
-  unsigned live, at_sync;    // threads not ended; threads at __syncthreads
-  void *sync_site;           // the __syncthreads they wait at
-  int cur = -1;              // the running fiber; -1: the launching code
+  unsigned n;             // threads of the current block
+  unsigned live, at_sync; // threads not ended; threads at __syncthreads
+  void *sync_site;        // the __syncthreads they wait at
+  int cur = -1;           // the running fiber; -1: the launching code
   bool reversed;
   bool busy;
   ucontext_t home; // the launching code, while fibers run
@@ -182,10 +183,14 @@ __attribute__((noinline)) void start_fiber(Fiber &f) {
   f.ctx.uc_stack.ss_sp = f.stack;
   f.ctx.uc_stack.ss_size = STACK;
   f.ctx.uc_link = nullptr;
-#ifdef TS_EMU_ASAN
-  ASAN_UNPOISON_MEMORY_REGION(f.stack, STACK);
-#endif
   makecontext(&f.ctx, fiber_main, 0);
+  // The context has its stack now. ASan's swapcontext clears the shadow of the
+  // whole stack a context names on every switch to it (most of a sanitizer
+  // run's time); the switches tell ASan about the stacks instead (switch_to).
+  // A fiber's frames are all popped when it ends, so its stack is clean for
+  // the next block.
+  f.ctx.uc_stack.ss_sp = nullptr;
+  f.ctx.uc_stack.ss_size = 0;
 }
 
 void run_block(void) {
@@ -215,8 +220,7 @@ void run_block(void) {
     for (unsigned i = 0; i < R.n; i++) shfl += R.fibers[i].state == AT_SHFL;
     die("block (%u, %u, %u) cannot go on: %u threads wait at __syncthreads, %u at a warp "
         "shuffle, %u have ended",
-        ts_emu_block_idx.x, ts_emu_block_idx.y, ts_emu_block_idx.z, R.at_sync, shfl,
-        R.n - R.live);
+        ts_emu_block_idx.x, ts_emu_block_idx.y, ts_emu_block_idx.z, R.at_sync, shfl, R.n - R.live);
   }
 }
 
@@ -277,24 +281,30 @@ uint32_t ts_emu_shfl_xor(unsigned mask, uint32_t bits, int lane_mask) {
   return w.slot[par][src];
 }
 
-void ts_emu_run_grid(dim3 grid, dim3 block, size_t shmem, void (*body)(void *), void *ctx) {
-  if (R.busy) die("a launch inside a launch, or from two threads at once");
-  const uint64_t threads = (uint64_t)block.x * block.y * block.z;
+bool ts_emu_check_launch(dim3 grid, dim3 block, size_t shmem) {
   char why[160];
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > INT_MAX || grid.y > 65535 ||
       grid.z > 65535) {
     snprintf(why, sizeof why, "launch with grid (%u, %u, %u)", grid.x, grid.y, grid.z);
     ts_emu_fail(cudaErrorInvalidConfiguration, why);
-    return;
+    return false;
   }
+  const uint64_t threads = (uint64_t)block.x * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.z > 64) {
     snprintf(why, sizeof why, "launch with block (%u, %u, %u)", block.x, block.y, block.z);
     ts_emu_fail(cudaErrorInvalidConfiguration, why);
-    return;
+    return false;
   }
   if (shmem) die("dynamic shared memory is not emulated");
+  return true;
+}
+
+void ts_emu_run_grid(dim3 grid, dim3 block, void (*body)(void *), void *ctx) {
+  if (R.busy)
+    die("a launch while another runs: from inside a kernel, from two threads at once, or after "
+        "a kernel was left by a signal (a crash inside it, reported above)");
   R.busy = true;
-  R.n = (unsigned)threads;
+  R.n = block.x * block.y * block.z;
   while (R.fibers.size() < R.n) {
     R.fibers.emplace_back();
     R.fibers.back().stack = new_stack();

@@ -1,14 +1,17 @@
 // The CUDA runtime calls of src/gpu/ on host memory (cuda_emu.h): one
-// emulated device, one stream, work finished when a call returns. Device
-// allocations are recorded so that launches and cuBLAS calls can refuse
-// pointers the GPU could not use, and fresh ones are filled with NaN bytes:
-// on the device they hold whatever was there, so code that reads a buffer
-// before writing it must show up here as NaN, not as a lucky zero.
+// emulated device and one stream, whose work waits in a queue until the host
+// synchronizes, as on the device: host code that reads a result it did not
+// wait for gets stale data here too. Device allocations are recorded so that
+// launches and cuBLAS calls can refuse pointers the GPU could not use, and
+// fresh ones are filled with NaN bytes: on the device they hold whatever was
+// there, so code that reads a buffer before writing it must show up here as
+// NaN, not as a lucky zero.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <map>
+#include <vector>
 
 #include "cuda_emu.h"
 
@@ -20,6 +23,7 @@ namespace {
 std::map<uintptr_t, size_t> allocations; // base -> bytes
 cudaError_t last_error = cudaSuccess;
 ts_emu_stream the_stream;
+std::vector<std::function<void()>> queue; // the stream's work, in order
 
 cudaError_t allocate(void **p, size_t bytes) {
   if (!p) return cudaErrorInvalidValue;
@@ -33,6 +37,17 @@ cudaError_t allocate(void **p, size_t bytes) {
   return cudaSuccess;
 }
 } // namespace
+
+void ts_emu_enqueue(std::function<void()> work) { queue.push_back(std::move(work)); }
+
+void ts_emu_drain(void) {
+  // one item at a time: work may not queue more, but keep the order if it did
+  for (size_t i = 0; i < queue.size(); i++) {
+    std::function<void()> w = std::move(queue[i]);
+    w();
+  }
+  queue.clear();
+}
 
 bool ts_emu_is_device(const void *p, size_t bytes) {
   uintptr_t a = (uintptr_t)p;
@@ -63,7 +78,9 @@ cudaError_t cudaMallocManaged(void **p, size_t bytes, unsigned flags) {
   return allocate(p, bytes);
 }
 
+// Waits for the device first, as cudaFree does: queued work may use p.
 cudaError_t cudaFree(void *p) {
+  ts_emu_drain();
   if (!p) return cudaSuccess;
   auto it = allocations.find((uintptr_t)p);
   if (it == allocations.end()) return cudaErrorInvalidDevicePointer;
@@ -74,13 +91,15 @@ cudaError_t cudaFree(void *p) {
 
 cudaError_t cudaMemset(void *p, int value, size_t bytes) {
   if (!ts_emu_is_device(p, bytes)) return cudaErrorInvalidValue;
-  memset(p, value, bytes);
+  ts_emu_enqueue([p, value, bytes] { memset(p, value, bytes); });
   return cudaSuccess;
 }
 
 // cudaMemcpyDefault works out the direction from the pointers: host memory on
 // either side is allowed; the other kinds say which side is the device's.
-// Overlapping ranges are undefined on the device.
+// Overlapping ranges are undefined on the device. A copy between device
+// buffers is queued; one with host memory on a side waits for the queue and
+// is done when the call returns (pageable host memory: the device's rules).
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s) {
   (void)s;
@@ -97,7 +116,12 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
     ts_emu_fail(cudaErrorInvalidValue, "cudaMemcpyAsync between overlapping ranges");
     return cudaErrorInvalidValue;
   }
-  memcpy(dst, src, bytes);
+  if (ts_emu_is_device(dst, bytes) && ts_emu_is_device(src, bytes)) {
+    ts_emu_enqueue([dst, src, bytes] { memcpy(dst, src, bytes); });
+  } else {
+    ts_emu_drain();
+    memcpy(dst, src, bytes);
+  }
   return cudaSuccess;
 }
 
@@ -119,12 +143,16 @@ const char *cudaGetErrorString(cudaError_t e) {
   return "unknown error";
 }
 
-// Launches run to the end before they return: nothing is ever pending.
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   (void)s;
+  ts_emu_drain();
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+cudaError_t cudaDeviceSynchronize(void) {
+  ts_emu_drain();
+  return cudaSuccess;
+}
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
   (void)flags;
