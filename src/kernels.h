@@ -113,6 +113,19 @@ typedef struct {
   int k0;                 // k, v hold key positions [k0, k0 + Tk) (ring attention's
                           // blocks; 0 otherwise). Queries see only those keys.
 } ts_attn_shape;
+// The shape with its defaults filled in (fields left 0 take the serial
+// values); every backend's attention starts from it.
+static inline ts_attn_shape ts_attn_resolved(const ts_attn_shape *in) {
+  ts_attn_shape s = *in;
+  if (s.Tq == 0) s.Tq = s.T;
+  if (s.Tk == 0) s.Tk = s.T;
+  if (s.Hg == 0) s.Hg = s.H;
+  if (s.Hkv == 0) s.Hkv = s.H;
+  if (s.ldq == 0) s.ldq = s.H * s.dh;
+  if (s.ldkv == 0) s.ldkv = s.Hkv * s.dh;
+  if (s.ldo == 0) s.ldo = s.ldq;
+  return s;
+}
 void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
                        const float *v, const ts_attn_shape *s);
 // dq overwritten; dk, dv overwritten for every key row. Under GQA the leaf

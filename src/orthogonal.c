@@ -21,11 +21,36 @@ static void transpose(float *dst, const float *src, int rows, int cols) {
     for (int j = 0; j < cols; j++) dst[(size_t)j * rows + i] = src[(size_t)i * cols + j];
 }
 
-// The iteration X ← aX + (bA + cA²)X, A = XXᵀ, on the wide orientation, with
-// the coefficients of step k from coef(k); X first divided by its norm·scale + 1e-7.
-typedef void (*coef_fn)(int k, float *a, float *b, float *c);
+static const double pe_table[8][3] = {
+    {8.28721201814563, -23.595886519098837, 17.300387312530933},
+    {4.107059111542203, -2.9478499167379106, 0.5448431082926601},
+    {3.9486908534822946, -2.908902115962949, 0.5518191394370137},
+    {3.3184196573706015, -2.488488024314874, 0.51004894012372},
+    {2.300652019954817, -1.6689039845747493, 0.4188073119525673},
+    {1.891301407787398, -1.2679958271945868, 0.37680408948524835},
+    {1.8750014808534479, -1.2500016453999487, 0.3750001645474248},
+    {1.875, -1.25, 0.375},
+};
 
-static void iterate(float *X, int rows, int cols, int steps, float scale, coef_fn coef,
+void ts_ortho_coefficients(ts_ortho how, int k, float *a, float *b, float *c) {
+  if (how == TS_ORTHO_NS) {
+    *a = 3.4445f;
+    *b = -4.7750f;
+    *c = 2.0315f;
+  } else if (k >= 7) {
+    *a = (float)pe_table[7][0];
+    *b = (float)pe_table[7][1];
+    *c = (float)pe_table[7][2];
+  } else {
+    *a = (float)(pe_table[k][0] / 1.01);
+    *b = (float)(pe_table[k][1] / (1.01 * 1.01 * 1.01));
+    *c = (float)(pe_table[k][2] / (1.01 * 1.01 * 1.01 * 1.01 * 1.01));
+  }
+}
+
+// The iteration X ← aX + (bA + cA²)X, A = XXᵀ, on the wide orientation, with
+// the coefficients of step k; X first divided by its norm·scale + 1e-7.
+static void iterate(float *X, int rows, int cols, int steps, float scale, ts_ortho how,
                     float *scratch) {
   const int tall = rows > cols, m = tall ? cols : rows, n = tall ? rows : cols;
   const size_t mn = (size_t)m * n;
@@ -36,7 +61,7 @@ static void iterate(float *X, int rows, int cols, int steps, float scale, coef_f
   for (size_t i = 0; i < mn; i++) W[i] *= inv;
   for (int k = 0; k < steps; k++) {
     float a, b, c;
-    coef(k, &a, &b, &c);
+    ts_ortho_coefficients(how, k, &a, &b, &c);
     // A = W Wᵀ (m × m); A2 = b·A + c·A·A
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, m, n, 1.0f, W, n, W, n, 0.0f, A, m);
     for (size_t i = 0; i < (size_t)m * m; i++) A2[i] = b * A[i];
@@ -50,45 +75,12 @@ static void iterate(float *X, int rows, int cols, int steps, float scale, coef_f
   else memcpy(X, W, mn * sizeof(float));
 }
 
-static void ns_coef(int k, float *a, float *b, float *c) {
-  (void)k;
-  *a = 3.4445f;
-  *b = -4.7750f;
-  *c = 2.0315f;
-}
-
-// Polar Express: the published per-step triples, every one but the last
-// divided by (1.01, 1.01³, 1.01⁵) for safety against round-off; the last
-// repeated for every later step.
-static const double pe_table[8][3] = {
-    {8.28721201814563, -23.595886519098837, 17.300387312530933},
-    {4.107059111542203, -2.9478499167379106, 0.5448431082926601},
-    {3.9486908534822946, -2.908902115962949, 0.5518191394370137},
-    {3.3184196573706015, -2.488488024314874, 0.51004894012372},
-    {2.300652019954817, -1.6689039845747493, 0.4188073119525673},
-    {1.891301407787398, -1.2679958271945868, 0.37680408948524835},
-    {1.8750014808534479, -1.2500016453999487, 0.3750001645474248},
-    {1.875, -1.25, 0.375},
-};
-
-static void pe_coef(int k, float *a, float *b, float *c) {
-  if (k >= 7) {
-    *a = (float)pe_table[7][0];
-    *b = (float)pe_table[7][1];
-    *c = (float)pe_table[7][2];
-    return;
-  }
-  *a = (float)(pe_table[k][0] / 1.01);
-  *b = (float)(pe_table[k][1] / (1.01 * 1.01 * 1.01));
-  *c = (float)(pe_table[k][2] / (1.01 * 1.01 * 1.01 * 1.01 * 1.01));
-}
-
 void ts_newton_schulz(float *X, int rows, int cols, int steps, float *scratch) {
-  iterate(X, rows, cols, steps, 1.0f, ns_coef, scratch);
+  iterate(X, rows, cols, steps, 1.0f, TS_ORTHO_NS, scratch);
 }
 
 void ts_polar_express(float *X, int rows, int cols, int steps, float *scratch) {
-  iterate(X, rows, cols, steps, 1.01f, pe_coef, scratch);
+  iterate(X, rows, cols, steps, 1.01f, TS_ORTHO_PE, scratch);
 }
 
 void ts_muon_update(float *p, const float *g, float *buf, int rows, int cols, float lr, float wd,

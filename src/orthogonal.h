@@ -25,6 +25,12 @@ void ts_polar_express(float *X, int rows, int cols, int steps, float *scratch);
 
 typedef enum { TS_ORTHO_NS = 0, TS_ORTHO_PE = 1 } ts_ortho;
 
+// The coefficients (a, b, c) of step k of either iteration. Polar Express:
+// the published per-step triples, every one but the last divided by (1.01,
+// 1.01³, 1.01⁵) for safety against round-off; the last repeated for every
+// later step. Shared by the CPU and the GPU (src/gpu/orthogonal.cu).
+void ts_ortho_coefficients(ts_ortho how, int k, float *a, float *b, float *c);
+
 // One Muon update of the weight p (rows × cols) with gradient g and
 // momentum buffer buf (same shape):
 //   buf = β·buf + (1−β)·g; u = (1−β)·g + β·buf (Nesterov); u ← ortho(u);

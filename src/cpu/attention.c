@@ -17,18 +17,6 @@
 #include "kernels.h"
 #include "rng.h"
 
-// The shape with its defaults filled in (kernels.h: 0 means the serial value).
-static ts_attn_shape resolved(const ts_attn_shape *in) {
-  ts_attn_shape s = *in;
-  if (s.Tq == 0) s.Tq = s.T;
-  if (s.Tk == 0) s.Tk = s.T;
-  if (s.Hg == 0) s.Hg = s.H;
-  if (s.Hkv == 0) s.Hkv = s.H;
-  if (s.ldq == 0) s.ldq = s.H * s.dh;
-  if (s.ldkv == 0) s.ldkv = s.Hkv * s.dh;
-  if (s.ldo == 0) s.ldo = s.ldq;
-  return s;
-}
 
 // Global dropout index of probability (b, local head h, global positions i, j).
 static inline uint64_t attn_index(const ts_attn_shape *s, int b, int h, int64_t i,
@@ -93,7 +81,7 @@ static void drop_tile(float *P, const ts_attn_shape *s, int b, int h, int qt, in
 
 void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
                        const float *v, const ts_attn_shape *shape) {
-  const ts_attn_shape sh = resolved(shape), *s = &sh;
+  const ts_attn_shape sh = ts_attn_resolved(shape), *s = &sh;
   const int Tq = s->Tq, Tk = s->Tk, H = s->H, dh = s->dh, tile = s->tile, C = s->ldq, Co = s->ldo;
   const int Ckv = s->ldkv, G = H / s->Hkv;      // row strides, heads per group
   const int nq = Tq / tile, qt0 = s->q0 / tile; // local query tiles, global index of the first
@@ -169,7 +157,7 @@ static void tile_grads(float *S, float *dPbuf, const float *dO, const float *V,
 int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
                        const float *dout, const float *q, const float *k, const float *v,
                        const float *out, const float *lse, const ts_attn_shape *shape) {
-  const ts_attn_shape sh = resolved(shape), *s = &sh;
+  const ts_attn_shape sh = ts_attn_resolved(shape), *s = &sh;
   const int B = s->B, Tq = s->Tq, Tk = s->Tk, H = s->H, dh = s->dh, tile = s->tile, C = s->ldq;
   const int Co = s->ldo;
   const int nq = Tq / tile, qa = s->q0 / tile, qb = qa + nq; // global query tiles [qa, qb)

@@ -50,18 +50,6 @@ struct attn_args {
   int bf16;    // round q, k, v, dout to bf16 when reading them
 };
 
-// The shape with its defaults filled in, exactly as the CPU's resolved().
-static ts_attn_shape attn_resolved(const ts_attn_shape *in) {
-  ts_attn_shape s = *in;
-  if (s.Tq == 0) s.Tq = s.T;
-  if (s.Tk == 0) s.Tk = s.T;
-  if (s.Hg == 0) s.Hg = s.H;
-  if (s.Hkv == 0) s.Hkv = s.H;
-  if (s.ldq == 0) s.ldq = s.H * s.dh;
-  if (s.ldkv == 0) s.ldkv = s.Hkv * s.dh;
-  if (s.ldo == 0) s.ldo = s.ldq;
-  return s;
-}
 
 // Global dropout index of probability (b, local head h, global positions i, j):
 // the CPU's attn_index.
@@ -420,11 +408,18 @@ static int attn_split(int dh, const char *what) {
 
 static attn_args attn_make_args(const ts_attn_shape *shape) {
   attn_args a;
-  a.s = attn_resolved(shape);
+  a.s = ts_attn_resolved(shape);
   a.scale = 1.0f / sqrtf((float)a.s.dh);
   a.G = a.s.H / a.s.Hkv;
   a.bf16 = ts_cuda_bf16();
   return a;
+}
+
+// Launches the instantiation for `split` lanes per row (1, 2 or 4) with
+// ATTN_ROWS rows per block; the three share one signature.
+template <typename K, typename... A>
+static void launch_split(int split, K k1, K k2, K k4, dim3 grid, A... args) {
+  ts_launch(split == 1 ? k1 : split == 2 ? k2 : k4, grid, ATTN_ROWS * split, 0, args...);
 }
 
 void cuda_attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
@@ -434,12 +429,8 @@ void cuda_attention_forward(ts_ws *ws, float *out, float *lse, const float *q, c
   const int split = attn_split(a.s.dh, "attention_forward");
   if (a.s.B > 0 && a.s.Tq > 0 && a.s.H > 0) {
     dim3 grid(ts_blocks(a.s.Tq, ATTN_ROWS), a.s.H, a.s.B);
-    if (split == 1)
-      ts_launch(attn_forward_kernel<1>, grid, ATTN_ROWS * 1, 0, out, lse, q, k, v, a);
-    else if (split == 2)
-      ts_launch(attn_forward_kernel<2>, grid, ATTN_ROWS * 2, 0, out, lse, q, k, v, a);
-    else
-      ts_launch(attn_forward_kernel<4>, grid, ATTN_ROWS * 4, 0, out, lse, q, k, v, a);
+    launch_split(split, attn_forward_kernel<1>, attn_forward_kernel<2>, attn_forward_kernel<4>,
+                 grid, out, lse, q, k, v, a);
   }
   ts_cuda_finish("attention_forward");
 }
@@ -453,21 +444,13 @@ int cuda_attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *d
   // dQ first: it writes the dsum that the dK/dV kernel reads (same stream).
   if (a.s.B > 0 && a.s.Tq > 0 && a.s.H > 0) {
     dim3 grid(ts_blocks(a.s.Tq, ATTN_ROWS), a.s.H, a.s.B);
-    if (split == 1)
-      ts_launch(attn_dq_kernel<1>, grid, ATTN_ROWS * 1, 0, dq, dsum, dout, q, k, v, out, lse, a);
-    else if (split == 2)
-      ts_launch(attn_dq_kernel<2>, grid, ATTN_ROWS * 2, 0, dq, dsum, dout, q, k, v, out, lse, a);
-    else
-      ts_launch(attn_dq_kernel<4>, grid, ATTN_ROWS * 4, 0, dq, dsum, dout, q, k, v, out, lse, a);
+    launch_split(split, attn_dq_kernel<1>, attn_dq_kernel<2>, attn_dq_kernel<4>,
+                 grid, dq, dsum, dout, q, k, v, out, lse, a);
   }
   if (a.s.B > 0 && a.s.Tk > 0 && a.s.Hkv > 0) {
     dim3 grid(ts_blocks(a.s.Tk, ATTN_ROWS), a.s.Hkv, a.s.B);
-    if (split == 1)
-      ts_launch(attn_dkv_kernel<1>, grid, ATTN_ROWS * 1, 0, dk, dv, dout, q, k, v, lse, dsum, a);
-    else if (split == 2)
-      ts_launch(attn_dkv_kernel<2>, grid, ATTN_ROWS * 2, 0, dk, dv, dout, q, k, v, lse, dsum, a);
-    else
-      ts_launch(attn_dkv_kernel<4>, grid, ATTN_ROWS * 4, 0, dk, dv, dout, q, k, v, lse, dsum, a);
+    launch_split(split, attn_dkv_kernel<1>, attn_dkv_kernel<2>, attn_dkv_kernel<4>,
+                 grid, dk, dv, dout, q, k, v, lse, dsum, a);
   }
   ts_cuda_finish("attention_backward");
   return TS_OK;

@@ -10,29 +10,6 @@
 
 #define THREADS 256
 
-// The coefficients of step k (orthogonal.c: the same table and scaling).
-static void coefficients(ts_ortho how, int k, float *a, float *b, float *c) {
-  static const double pe[8][3] = {
-      {8.28721201814563, -23.595886519098837, 17.300387312530933},
-      {4.107059111542203, -2.9478499167379106, 0.5448431082926601},
-      {3.9486908534822946, -2.908902115962949, 0.5518191394370137},
-      {3.3184196573706015, -2.488488024314874, 0.51004894012372},
-      {2.300652019954817, -1.6689039845747493, 0.4188073119525673},
-      {1.891301407787398, -1.2679958271945868, 0.37680408948524835},
-      {1.8750014808534479, -1.2500016453999487, 0.3750001645474248},
-      {1.875, -1.25, 0.375},
-  };
-  if (how == TS_ORTHO_NS) {
-    *a = 3.4445f, *b = -4.7750f, *c = 2.0315f;
-  } else if (k >= 7) {
-    *a = (float)pe[7][0], *b = (float)pe[7][1], *c = (float)pe[7][2];
-  } else {
-    *a = (float)(pe[k][0] / 1.01);
-    *b = (float)(pe[k][1] / (1.01 * 1.01 * 1.01));
-    *c = (float)(pe[k][2] / (1.01 * 1.01 * 1.01 * 1.01 * 1.01));
-  }
-}
-
 // buf = β·buf + (1−β)·g; u = (1−β)·g + β·buf (Nesterov).
 __global__ void muon_momentum_kernel(float *u, float *buf, const float *g, int64_t n, float beta) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -106,7 +83,7 @@ extern "C" void cuda_muon_update(float *p, const float *g, float *buf, int rows,
   // W ← a·W + A2·W is M ← a·M + M·A2 (A2 symmetric).
   for (int k = 0; k < steps; k++) {
     float a, b, c;
-    coefficients(how, k, &a, &b, &c);
+    ts_ortho_coefficients(how, k, &a, &b, &c);
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, m, m, n, 1.0f, W, n, W, n, 0.0f, A, m);
     const float zero = 0.0f;
     ts_cublas_check(cublasSgeam(ts_cuda_cublas(), CUBLAS_OP_N, CUBLAS_OP_N, m, m, &b, A, m, &zero,
