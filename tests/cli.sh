@@ -62,6 +62,8 @@ expect_exit 2 "--muon-lr 0.1: only with --optimizer muon or muon-pe" "$T" train 
 expect_exit 2 "--sp-mode zigzag" "$T" train $NODATA --sp-mode zigzag
 expect_exit 2 "--device cuda: " "$T" train $NODATA --device cuda
 expect_exit 2 "--device tpu: must be cpu or cuda" "$T" train $NODATA --device tpu
+expect_exit 2 "--precision fp16: must be fp32 or bf16" "$T" train $NODATA --precision fp16
+expect_exit 2 "--precision bf16: needs --device cuda" "$T" train $NODATA --precision bf16
 expect_exit 2 "--fast: takes no value" "$T" train $NODATA --fast=yes
 expect_exit 2 "--ckpt-every 5: needs --ckpt-dir" "$T" train $NODATA --ckpt-every 5
 expect_exit 2 "--resume: needs --ckpt-dir" "$T" train $NODATA --resume
