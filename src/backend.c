@@ -50,11 +50,18 @@ int ts_backend_uses_nccl(void) {
 void ts_backend_set(const ts_backend *be) { current = be ? be : &ts_backend_cpu; }
 const ts_backend *ts_backend_current(void) { return current; }
 
+static ts_precision chosen = TS_PRECISION_FP32;
+
+const char *ts_backend_precision_name(void) {
+  return chosen == TS_PRECISION_BF16 ? "bf16" : "fp32";
+}
+
 int ts_backend_get(const char *device, ts_precision precision, const ts_backend **out) {
   if (device == NULL || device[0] == '\0' || strcmp(device, "cpu") == 0) {
     if (precision != TS_PRECISION_FP32)
       return ts_fail(TS_EUSAGE, "--precision bf16: needs --device cuda (the CPU computes in fp32)");
     *out = &ts_backend_cpu;
+    chosen = TS_PRECISION_FP32;
     return TS_OK;
   }
   if (strcmp(device, "cuda") != 0)
@@ -64,7 +71,10 @@ int ts_backend_get(const char *device, ts_precision precision, const ts_backend 
   local_ranks(&rank, &size);
   int rc = ts_backend_cuda_init(rank, precision, out);
   char devices[1024];
-  if (rc == TS_OK) nccl = size <= ts_backend_cuda_describe(devices, sizeof devices);
+  if (rc == TS_OK) {
+    nccl = size <= ts_backend_cuda_describe(devices, sizeof devices);
+    chosen = precision;
+  }
   return rc;
 #else
   return ts_fail(TS_EUSAGE, "--device cuda: this build has no CUDA backend (configure --enable-cuda)");

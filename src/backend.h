@@ -100,6 +100,10 @@ const ts_backend *ts_backend_current(void);
 // bf16 on the CPU. Returns TS_OK or an error code with a message.
 int ts_backend_get(const char *device, ts_precision precision, const ts_backend **out);
 
+// The precision of the last backend ts_backend_get gave ("fp32", "bf16"),
+// for the run log.
+const char *ts_backend_precision_name(void);
+
 // Whether the process groups move data with NCCL: the CUDA backend with a
 // GPU of its own for every rank of the node. Ranks that share a GPU (more
 // ranks than GPUs: NCCL refuses two ranks on one device) use MPI over the

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "ckpt.h"
 #include "comm.h"
 #include "data.h"
@@ -369,7 +370,10 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   }
 
   // MFU counts every rank's cores: the roof is one process's, times the world.
-  double roof = root ? measure_sgemm_roof() : 0.0;
+  // On a GPU the roof is the device's, which is not measured here (0: no MFU
+  // in the log; bench/gpu.sh divides by the datasheet peak).
+  const ts_backend *be = ts_backend_current();
+  double roof = root && be == &ts_backend_cpu ? measure_sgemm_roof() : 0.0;
   double fpt = ts_model_flops_per_token(m);
   if (root && cfg.log_path[0]) {
     log.f = fopen(cfg.log_path, start > 0 ? "a" : "w");
@@ -393,8 +397,10 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     if ((rc = ts_config_to_json(&cfg, cj, sizeof cj))) goto done;
     snprintf(line, sizeof line,
              "{\"type\":\"config\",\"version\":\"%s\",\"world\":%d,\"layout\":\"%s\","
-             "\"params\":%zu,\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"model\":%s}",
-             TS_VERSION_STRING, grid->world_size, layout, np, fpt, roof, cj);
+             "\"device\":\"%s\",\"precision\":\"%s\",\"params\":%zu,"
+             "\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"model\":%s}",
+             TS_VERSION_STRING, grid->world_size, layout, be->name, ts_backend_precision_name(),
+             np, fpt, roof, cj);
     ts_log_line(&log, line);
   }
   if (!cfg.quiet)
