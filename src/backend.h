@@ -83,6 +83,11 @@ typedef struct ts_backend {
   // rows of dout (ntok, C) summed by token, each token's rows in row order.
   void (*embedding_backward)(float *dwte, const float *dout, const int *tokens, int64_t ntok,
                              int V, int C, int accumulate);
+  // Optional (NULL: the caller's host loops). part[c] = Σ g[i]² in double over
+  // chunk c = [c·chunk, min(n, (c+1)·chunk)), in index order: the CPU's bits
+  // (optim.c, the gradient norm). And x[i] *= by (the clip).
+  void (*sumsq_chunks)(double *part, const float *g, size_t n, size_t chunk);
+  void (*scale)(float *x, size_t n, float by);
 } ts_backend;
 
 // The CPU reference (src/cpu/backend_cpu.c): the kernels.h functions.

@@ -184,10 +184,15 @@ static float norm_outside(const float *g, size_t n, const span *sp, int ns) {
   size_t nchunks = (n + NORM_CHUNK - 1) / NORM_CHUNK;
   double *part = malloc((nchunks ? nchunks : 1) * sizeof(double));
   if (!part) return NAN;
+  const ts_backend *be = ts_backend_current();
+  if (ns == 0 && be->sumsq_chunks) { // where the gradients are (the same bits)
+    be->sumsq_chunks(part, g, n, NORM_CHUNK);
+  } else {
 #pragma omp parallel for schedule(static)
-  for (size_t c = 0; c < nchunks; c++) {
-    size_t lo = c * NORM_CHUNK, hi = lo + NORM_CHUNK < n ? lo + NORM_CHUNK : n;
-    part[c] = chunk_sumsq(g, lo, hi, sp, ns);
+    for (size_t c = 0; c < nchunks; c++) {
+      size_t lo = c * NORM_CHUNK, hi = lo + NORM_CHUNK < n ? lo + NORM_CHUNK : n;
+      part[c] = chunk_sumsq(g, lo, hi, sp, ns);
+    }
   }
   double s = 0.0;
   for (size_t c = 0; c < nchunks; c++) s += part[c];
@@ -200,6 +205,11 @@ float ts_grad_norm(const float *g, size_t n) { return norm_outside(g, n, NULL, 0
 void ts_clip(float *g, size_t n, float norm, float clip) {
   if (clip <= 0.0f || !(norm > clip)) return;
   float coef = clip / (norm + 1e-6f);
+  const ts_backend *be = ts_backend_current();
+  if (be->scale) {
+    be->scale(g, n, coef);
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) g[i] *= coef;
 }

@@ -40,6 +40,8 @@ int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nt
                       const ts_config *cfg, int64_t s);
 
 // √(Σ g²) with a fixed association (fixed chunks in double, chunk sums in order).
+// These four work on buffers of the current backend (backend.h): on the GPU
+// the chunk sums and the clip run there, with the same bits.
 float ts_grad_norm(const float *g, size_t n);
 // Scales g by clip / (norm + 1e-6) when norm > clip > 0.
 void ts_clip(float *g, size_t n, float norm, float clip);

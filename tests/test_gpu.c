@@ -37,6 +37,7 @@
 
 #include "backend.h"
 #include "kernels.h"
+#include "optim.h"
 #include "rng.h"
 #include "tessera.h"
 
@@ -472,6 +473,30 @@ static void test_embedding_backward(void **state) {
   free(want);
 }
 
+// The gradient norm and the clip where the gradients are: the CPU's bits
+// (optim.c sums fixed chunks in double, in index order).
+static void test_grad_norm(void **state) {
+  (void)state;
+  enum { N = 200000 }; // four chunks, the last one partial
+  float *g = malloc(N * sizeof(float));
+  fill(g, N, 90, 0.5f);
+  float want = ts_grad_norm(g, N);
+  float *G = take(gpu, g, N);
+  ts_backend_set(gpu);
+  for (int r = 1; r <= 2; r++) {
+    gpu_run(r);
+    float got = ts_grad_norm(G, N);
+    if (memcmp(&got, &want, sizeof got) != 0)
+      fail_msg("gradient norm: GPU %a, CPU %a", (double)got, (double)want);
+  }
+  ts_clip(G, N, want, 1.0f);
+  ts_backend_set(NULL);
+  ts_clip(g, N, want, 1.0f);
+  if (memcmp(g, G, N * sizeof(float)) != 0) fail_msg("clip: not the CPU's bits");
+  gpu->free(G);
+  free(g);
+}
+
 static void test_crossentropy(void **state) {
   (void)state;
   float *z = malloc(NTOK * V * 4);
@@ -597,6 +622,7 @@ int main(void) {
       cmocka_unit_test(test_attention_bf16), cmocka_unit_test(test_crossentropy),
       cmocka_unit_test(test_linear_bf16),    cmocka_unit_test(test_adamw),
       cmocka_unit_test(test_muon),           cmocka_unit_test(test_embedding_backward),
+      cmocka_unit_test(test_grad_norm),
       cmocka_unit_test(test_model),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);

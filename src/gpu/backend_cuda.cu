@@ -138,6 +138,8 @@ void cuda_muon_update(float *p, const float *g, float *buf, int rows, int cols, 
                       float beta, ts_ortho how, int steps, float *host_scratch);
 void cuda_embedding_backward(float *dwte, const float *dout, const int *tokens, int64_t ntok, int V,
                              int C, int accumulate);
+void cuda_sumsq_chunks(double *part, const float *g, size_t n, size_t chunk);
+void cuda_scale(float *x, size_t n, float by);
 }
 
 static const ts_backend cuda_backend = {
@@ -171,6 +173,8 @@ static const ts_backend cuda_backend = {
     cuda_adamw,
     cuda_muon_update,
     cuda_embedding_backward,
+    cuda_sumsq_chunks,
+    cuda_scale,
 };
 
 // ---- setup -----------------------------------------------------------------------------------
