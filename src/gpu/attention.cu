@@ -169,6 +169,29 @@ __device__ __forceinline__ int last_key(const ts_attn_shape &s, int r) {
 // out (B, Tq, ldo), lse (B, H, Tq); q (B, Tq, ldq); k, v (B, Tk, ldkv).
 // Grid (query tiles, H, B), ATTN_ROWS * SPLIT threads: lanes [SPLIT*i, SPLIT*i + SPLIT)
 // own query row r0 + i. The last query tiles (most keys) get the first blocks.
+// A query row's loop over key tiles (forward and dQ): stages key/value tile
+// t0 into shared memory once the previous one is consumed, and returns the
+// bits of the tile's keys row r keeps after dropout; *vis gets those it sees.
+template <int SPLIT>
+__device__ __forceinline__ uint32_t stage_key_tile(float4 *Ks, float4 *Vs, const float *k,
+                                                   const float *v, int t0, int last,
+                                                   const attn_args &a, int b, int h, int r,
+                                                   int sub, uint32_t *vis) {
+  const ts_attn_shape &s = a.s;
+  __syncthreads(); // the previous tile is consumed
+  stage_tile<SPLIT>(Ks, k, t0, s.Tk, s.ldkv, s.dh, a.bf16);
+  stage_tile<SPLIT>(Vs, v, t0, s.Tk, s.ldkv, s.dh, a.bf16);
+  __syncthreads();
+  uint32_t seen = 0;
+#pragma unroll
+  for (int j = 0; j < ATTN_TILE; j++)
+    if (t0 + j <= last) seen |= 1u << j;
+  *vis = seen;
+  if (!(s.dropout > 0.0f)) return seen;
+  return keep_bits<SPLIT>(s, attn_index(s, b, h, (int64_t)s.q0 + r, (int64_t)s.k0 + t0), 1, seen,
+                          sub);
+}
+
 template <int SPLIT>
 __global__ void __launch_bounds__(ATTN_ROWS * SPLIT)
 attn_forward_kernel(float *out, float *lse, const float *q, const float *k, const float *v,
@@ -193,18 +216,8 @@ attn_forward_kernel(float *out, float *lse, const float *q, const float *k, cons
   const float keep_scale = s.dropout > 0.0f ? 1.0f / (1.0f - s.dropout) : 1.0f;
 
   for (int t0 = blast >= 0 ? blast / ATTN_TILE * ATTN_TILE : -1; t0 >= 0; t0 -= ATTN_TILE) {
-    __syncthreads(); // the previous tile is consumed
-    stage_tile<SPLIT>(Ks, k + kvoff, t0, s.Tk, s.ldkv, s.dh, a.bf16);
-    stage_tile<SPLIT>(Vs, v + kvoff, t0, s.Tk, s.ldkv, s.dh, a.bf16);
-    __syncthreads();
-    uint32_t vis = 0; // keys of the tile this row sees
-#pragma unroll
-    for (int j = 0; j < ATTN_TILE; j++)
-      if (t0 + j <= last) vis |= 1u << j;
-    uint32_t kept = vis;
-    if (s.dropout > 0.0f)
-      kept = keep_bits<SPLIT>(s, attn_index(s, b, h, (int64_t)s.q0 + r, (int64_t)s.k0 + t0), 1,
-                              vis, sub);
+    uint32_t vis, kept = stage_key_tile<SPLIT>(Ks, Vs, k + kvoff, v + kvoff, t0, last, a, b, h,
+                                                r, sub, &vis);
     float sc[ATTN_TILE]; // scores, then (dropped) probabilities
     float mt = -INFINITY;
 #pragma unroll
@@ -282,18 +295,8 @@ attn_dq_kernel(float *dq, float *dsum, const float *dout, const float *q, const 
   const float inv_keep = s.dropout > 0.0f ? 1.0f / (1.0f - s.dropout) : 1.0f;
 
   for (int t0 = blast >= 0 ? blast / ATTN_TILE * ATTN_TILE : -1; t0 >= 0; t0 -= ATTN_TILE) {
-    __syncthreads();
-    stage_tile<SPLIT>(Ks, k + kvoff, t0, s.Tk, s.ldkv, s.dh, a.bf16);
-    stage_tile<SPLIT>(Vs, v + kvoff, t0, s.Tk, s.ldkv, s.dh, a.bf16);
-    __syncthreads();
-    uint32_t vis = 0;
-#pragma unroll
-    for (int j = 0; j < ATTN_TILE; j++)
-      if (t0 + j <= last) vis |= 1u << j;
-    uint32_t kept = vis;
-    if (s.dropout > 0.0f)
-      kept = keep_bits<SPLIT>(s, attn_index(s, b, h, (int64_t)s.q0 + r, (int64_t)s.k0 + t0), 1,
-                              vis, sub);
+    uint32_t vis, kept = stage_key_tile<SPLIT>(Ks, Vs, k + kvoff, v + kvoff, t0, last, a, b, h,
+                                                r, sub, &vis);
     for (int j = 0; j < ATTN_TILE; j++) {
       // both sums run in every lane (the butterflies need the whole warp)
       float sj = row_sum<SPLIT>(dot_part<SPLIT>(qr, Ks + j * (DP / 4), sub)) * a.scale;
