@@ -71,12 +71,13 @@ __global__ void layernorm_dinp_kernel(float *dinp, const float *dout, const floa
   }
 }
 
-// partial[chunk] = [dw (C) | db (C)] over the chunk's rows, in row order.
+// The chunk partials, in two planes of (nchunks, C): dw's, then db's, each
+// over the chunk's rows in row order.
 __global__ void layernorm_param_kernel(float *partial, const float *dout, const float *inp,
                                        const float *mean, const float *rstd, int64_t ntok,
                                        int C) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
-  int64_t chunk = blockIdx.y;
+  int64_t chunk = blockIdx.y, nchunks = gridDim.y;
   if (i >= C) return;
   int64_t r0 = chunk * TS_CHUNK_ROWS, r1 = min(ntok, r0 + TS_CHUNK_ROWS);
   float dw = 0.0f, db = 0.0f;
@@ -85,24 +86,8 @@ __global__ void layernorm_param_kernel(float *partial, const float *dout, const 
     dw += (inp[t * C + i] - mean[t]) * rstd[t] * dy;
     db += dy;
   }
-  partial[chunk * 2 * C + i] = dw;
-  partial[chunk * 2 * C + C + i] = db;
-}
-
-// The parameter partials of a norm, summed over chunks into dw (and db right
-// after it when the partial holds both: `width` floats per chunk).
-static void sum_param_chunks(float *dw, float *db, const float *partial, int64_t nchunks, int C,
-                             int width) {
-  if (db == dw + C || width == C) {
-    ts_cuda_sum_chunks(dw, partial, nchunks, width);
-    return;
-  }
-  float *both = (float *)partial + nchunks * width; // room left after the partials
-  ts_cuda_sum_chunks(both, partial, nchunks, width);
-  ts_cuda_check(cudaMemcpyAsync(dw, both, (size_t)C * sizeof(float), cudaMemcpyDefault,
-                                ts_cuda_stream()), "norm dw");
-  ts_cuda_check(cudaMemcpyAsync(db, both + C, (size_t)C * sizeof(float), cudaMemcpyDefault,
-                                ts_cuda_stream()), "norm db");
+  partial[chunk * C + i] = dw;
+  partial[(nchunks + chunk) * C + i] = db;
 }
 
 extern "C" int cuda_layernorm_backward(ts_ws *ws, float *dinp, float *dw, float *db,
@@ -110,10 +95,11 @@ extern "C" int cuda_layernorm_backward(ts_ws *ws, float *dinp, float *dw, float 
                                        const float *mean, const float *rstd, int64_t ntok, int C) {
   (void)ws;
   int64_t nchunks = (ntok + TS_CHUNK_ROWS - 1) / TS_CHUNK_ROWS;
-  float *partial = (float *)ts_cuda_scratch((size_t)(nchunks + 1) * 2 * C * sizeof(float));
+  float *partial = (float *)ts_cuda_scratch((size_t)nchunks * 2 * C * sizeof(float));
   ts_launch(layernorm_param_kernel, dim3(ts_blocks(C, 128), (unsigned)nchunks), 128, 0, partial,
             dout, inp, mean, rstd, ntok, C);
-  sum_param_chunks(dw, db, partial, nchunks, C, 2 * C);
+  ts_cuda_sum_chunks(dw, partial, nchunks, C);
+  ts_cuda_sum_chunks(db, partial + nchunks * C, nchunks, C);
   ts_launch(layernorm_dinp_kernel, row_blocks(ntok), dim3(WARP, ROWS_PER_BLOCK), 0, dinp, dout, inp,
             w, mean, rstd, ntok, C);
   ts_cuda_finish("layernorm_backward");
