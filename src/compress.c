@@ -83,12 +83,12 @@ int compress_create(ts_model *m) {
   }
   if (vq) {
     GET(k->dzq, N * r);
-    bad |= !(k->cand = m->be->alloc(ts_vq_ncodes(&k->vq) * sizeof(int64_t)));
+    bad |= !(k->cand = ts_alloc(ts_vq_ncodes(&k->vq) * sizeof(int64_t))); // host scratch
   }
   GET(k->dz, N * r);
   GET(k->anc, N * d);
   GET(k->wt, r * d);
-  bad |= !(k->qr = m->be->alloc(r * d * sizeof(double)));
+  bad |= !(k->qr = ts_alloc(r * d * sizeof(double))); // host scratch
   if (k->mode == TS_COMPRESS_SSN) {
     GET(k->basis, r * d);
     GET(k->table, V * d);
@@ -118,7 +118,7 @@ void compress_free(ts_model *m) {
   free(k->wire);
   free(k->zkeep);
   m->be->free(k->dzq);
-  m->be->free(k->cand);
+  ts_free(k->cand);
   free(k->y);
   free(k->arow);
   free(k->fixed);
@@ -129,7 +129,7 @@ void compress_free(ts_model *m) {
   m->be->free(k->anc);
   m->be->free(k->wt);
   m->be->free(k->dwt);
-  m->be->free(k->qr);
+  ts_free(k->qr);
   free(k);
   m->cmp = NULL;
 }

@@ -421,8 +421,8 @@ static int64_t run_rows(const ts_model *m) { return m->nrun == 1 ? m->ntok : m->
 static void dropout_rows(const ts_model *m, float *x, float p, uint32_t purpose, uint64_t step,
                          int l) {
   for (int k = 0; k < m->nrun; k++)
-    m->be->dropout_apply(x + (size_t)k * m->run_len * m->C, run_rows(m) * m->C, p, m->cfg.seed, purpose,
-                  step, row_base_at(m, l, m->run_pos[k]));
+    m->be->dropout_apply(x + (size_t)k * m->run_len * m->C, run_rows(m) * m->C, p, m->cfg.seed,
+                         purpose, step, row_base_at(m, l, m->run_pos[k]));
 }
 
 // RoPE (or its inverse) on the rank's rows of nh heads, row stride ld.
@@ -430,8 +430,10 @@ static void rope_rows(const ts_model *m, float *x, int nh, int ld, int backward)
   if (!m->llama) return;
   for (int k = 0; k < m->nrun; k++) {
     float *xk = x + (size_t)k * m->run_len * ld;
-    if (backward) m->be->rope_backward(xk, run_rows(m), m->run_len, m->run_pos[k], nh, m->dh, ld, m->rope);
-    else m->be->rope_forward(xk, run_rows(m), m->run_len, m->run_pos[k], nh, m->dh, ld, m->rope);
+    if (backward)
+      m->be->rope_backward(xk, run_rows(m), m->run_len, m->run_pos[k], nh, m->dh, ld, m->rope);
+    else
+      m->be->rope_forward(xk, run_rows(m), m->run_len, m->run_pos[k], nh, m->dh, ld, m->rope);
   }
 }
 
@@ -921,7 +923,8 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     if (m->cfg.fused_ce) {
       rc |= fused_ce_backward(m);
     } else {
-      m->be->crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)m->ntok_global, N, V);
+      m->be->crossentropy_backward(m->dlogits, m->logits, m->targets,
+                                  1.0f / (float)m->ntok_global, N, V);
       const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
       m->be->linear_backward_input(m->dtmp, m->dlogits, head, N, C, V, rows, 0);
       if (!m->cfg.tied)
@@ -1030,10 +1033,12 @@ int ts_model_tied_embedding_grad(ts_model *m, const int *inputs, const int *targ
   norm_forward(m, m->lnf, m->lnf_mean, m->lnf_rstd, res_last, m->p.lnfw, m->p.lnfb);
   if (!m->cfg.fused_ce) {
     m->be->linear_forward(m->logits, m->lnf, m->p.wte, NULL, N, C, V, rows);
-    m->be->crossentropy_backward(m->dlogits, m->logits, m->targets, 1.0f / (float)m->ntok_global, N, V);
+    m->be->crossentropy_backward(m->dlogits, m->logits, m->targets,
+                                  1.0f / (float)m->ntok_global, N, V);
   }
   m->be->copy(m->dres, d_emb, (size_t)N * C * sizeof(float));
-  if (wte_grad(m, 1, out)) return ts_fail(TS_ERUNTIME, "out of memory (tied embedding gradient tree)");
+  if (wte_grad(m, 1, out))
+    return ts_fail(TS_ERUNTIME, "out of memory (tied embedding gradient tree)");
   return TS_OK;
 }
 
