@@ -71,6 +71,8 @@ except Exception as e:  # noqa: BLE001 - any import failure means "no PyTorch he
         fail(3, f"cannot import torch: {type(e).__name__}: {e}")
     raise
 
+from torch_gpt import lr_lambda  # noqa: E402 - the CPU baseline's schedule (docs/MODEL.md)
+
 HAVE_SDPA = hasattr(F, "scaled_dot_product_attention")
 
 
@@ -201,16 +203,6 @@ class Model(nn.Module):
             x = block(x, rope)
         logits = self.lm_head(self.nf(x))
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
-
-
-def lr_lambda(warmup, steps, min_lr_frac):
-    # docs/MODEL.md schedule as a multiplier of the peak lr, for 0-based step s
-    def f(s):
-        if s < warmup:
-            return (s + 1) / warmup
-        prog = (s - warmup) / max(1, steps - warmup)
-        return min_lr_frac + 0.5 * (1 - min_lr_frac) * (1 + math.cos(math.pi * prog))
-    return f
 
 
 def parse():
