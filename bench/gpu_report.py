@@ -98,6 +98,9 @@ def load_run(base):
         if len(steps) >= 2:
             r["tps"] = statistics.median(x["tokens_per_s"] for x in steps[1:])
             r["step_ms"] = [x.get("step_ms", 0.0) for x in steps]
+        peaks = [x["device_peak_mb"] for x in steps if "device_peak_mb" in x]
+        if peaks:
+            r["alloc_mib"] = max(peaks)
     else:
         recs = json_lines(base + ".out")
         res = recs[-1] if recs else {}
@@ -243,8 +246,9 @@ def report(a):
     L.append("- Peak memory is **sampled**: `nvidia-smi --query-gpu=memory.used` every 0.2 s "
              "during the run, the largest sample minus the idle reading taken just before it "
              "(so it includes the CUDA context and any allocator cache, and can miss a peak "
-             "shorter than 0.2 s). PyTorch's own `torch.cuda.max_memory_allocated` is shown "
-             "beside it.")
+             "shorter than 0.2 s). Each side's own allocator peak is shown beside it: "
+             "tessera's `device_peak_mb` (its run log) and PyTorch's "
+             "`torch.cuda.max_memory_allocated`.")
     L.append(f"- Time budget: {setup.get('budget_s', '?')} s for all runs; a case that earlier "
              "cases show will not fit in the time left or in the device memory is skipped "
              "and says so.")
@@ -254,8 +258,8 @@ def report(a):
     L.append("")
     L.append("| model | T | precision | tessera tokens/s | PyTorch tokens/s | speed ratio "
              "| tessera MFU | PyTorch MFU | tessera peak mem (sampled) | PyTorch peak mem "
-             "(sampled) | memory ratio | PyTorch allocator peak |")
-    L.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+             "(sampled) | memory ratio | tessera allocator peak | PyTorch allocator peak |")
+    L.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for key in cases:
         model, T, prec = key
         ts, pt = find("tessera", key), find("torch", key)
@@ -275,7 +279,7 @@ def report(a):
                f"{100 * m_pt:.1f}%" if m_pt is not None else "–",
                fmt_mib(ts["mem_mib"]) if ok_ts else "–", pt_cells[2],
                ratio(ts["mem_mib"], pt["mem_mib"]) if ok_ts and ok_pt else "–",
-               pt_cells[3]]
+               fmt_mib(ts.get("alloc_mib")) if ok_ts else "–", pt_cells[3]]
         L.append("| " + " | ".join(c.replace("|", "/") for c in row) + " |")
     L.append("")
     L.append("Ratios are tessera ÷ PyTorch: a speed ratio above 1 means tessera is faster, a "

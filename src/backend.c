@@ -11,7 +11,21 @@
 static const ts_backend *current = &ts_backend_cpu;
 
 #ifdef TS_HAVE_CUDA
-int ts_backend_cuda_init(int local_rank, ts_precision precision, const ts_backend **out);
+int ts_backend_cuda_init(int local_rank, int local_size, ts_precision precision,
+                         const ts_backend **out);
+int ts_backend_cuda_share(void);
+
+// Whether every rank of the job has a GPU of its own, agreed by all of them
+// (MPI_MIN over the world, when MPI runs): the communicator of a group must
+// be the same kind on all its ranks, and a group may span nodes with
+// different numbers of GPUs. `mine` is this rank's answer.
+static int all_have_own_gpu(int mine) {
+  int init = 0, fin = 0, all = mine;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (init && !fin) MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all;
+}
 
 static int nccl; // set by ts_backend_get for the CUDA backend
 
@@ -69,12 +83,11 @@ int ts_backend_get(const char *device, ts_precision precision, const ts_backend 
 #ifdef TS_HAVE_CUDA
   int rank, size;
   local_ranks(&rank, &size);
-  int rc = ts_backend_cuda_init(rank, precision, out);
-  char devices[1024];
-  if (rc == TS_OK) {
-    nccl = size <= ts_backend_cuda_describe(devices, sizeof devices);
-    chosen = precision;
-  }
+  int rc = ts_backend_cuda_init(rank, size, precision, out);
+  // every rank calls this once, at the same point: agree even when this
+  // rank failed, so that none waits for it
+  nccl = all_have_own_gpu(rc == TS_OK && ts_backend_cuda_share() == 1);
+  if (rc == TS_OK) chosen = precision;
   return rc;
 #else
   return ts_fail(TS_EUSAGE, "--device cuda: this build has no CUDA backend (configure --enable-cuda)");

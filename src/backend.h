@@ -88,6 +88,12 @@ typedef struct ts_backend {
   // (optim.c, the gradient norm). And x[i] *= by (the clip).
   void (*sumsq_chunks)(double *part, const float *g, size_t n, size_t chunk);
   void (*scale)(float *x, size_t n, float by);
+  // Optional (NULL: the buffers are in host memory, which the model measures
+  // itself). This process's share of the memory its buffers live in (its
+  // GPU's, divided among the ranks that share the GPU), and the peak of the
+  // bytes allocated with alloc so far.
+  size_t (*memory_bytes)(void);
+  size_t (*peak_bytes)(void);
 } ts_backend;
 
 // The CPU reference (src/cpu/backend_cpu.c): the kernels.h functions.
@@ -100,7 +106,8 @@ const ts_backend *ts_backend_current(void);
 
 // The backend for `--device` ("cpu" or "cuda") and `--precision`. The CUDA
 // one is set up on first use: it picks GPU local_rank % devices (local_rank:
-// this process's index among the MPI ranks on its node, 0 without MPI).
+// this process's index among the MPI ranks on its node, 0 without MPI), so
+// with more ranks than GPUs on a node some ranks share one.
 // Errors name the flag: a build without CUDA, a machine without a GPU,
 // bf16 on the CPU. Returns TS_OK or an error code with a message.
 int ts_backend_get(const char *device, ts_precision precision, const ts_backend **out);

@@ -286,19 +286,27 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   double need = 16.0 * (double)total + 4.0 * (double)(nacts + boundary);
   if (cfg->fused_ce) need += 4.0 * (double)omp_get_max_threads() * cfg->leaf * V;
   if (cfg->tiled_mlp) need += 16.0 * (double)omp_get_max_threads() * cfg->leaf * m->F;
-  // Every process on the machine makes this check for its own share: ranks
-  // on one node divide its memory between them.
-  double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / memory_share;
+  // Every process makes this check for its own share of the memory its
+  // buffers live in: the node's, which its ranks divide between them, or on
+  // a GPU the device's, which the ranks sharing it divide (the backend
+  // knows). GPU buffers are managed memory, which would not fail but page
+  // to and from the host at every kernel.
+  const int on_gpu = m->be->memory_bytes != NULL;
+  double have = on_gpu ? (double)m->be->memory_bytes()
+                       : (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) /
+                             memory_share;
   if (have > 0 && need > 0.9 * have) {
     char share[64] = "";
-    if (memory_share > 1) snprintf(share, sizeof share, " (its share: 1 of %d ranks)", memory_share);
+    if (!on_gpu && memory_share > 1)
+      snprintf(share, sizeof share, " (its share: 1 of %d ranks)", memory_share);
     ts_model_free(m);
     return ts_fail(TS_ERUNTIME,
                    "this model needs about %.1f GiB (parameters, gradients, AdamW state, "
-                   "activations) but the machine has %.1f GiB%s; use a smaller --model, --seq or "
+                   "activations) but %s %.1f GiB%s; use a smaller --model, --seq or "
                    "--batch, the memory options (--checkpoint, --fused-ce, --tiled-mlp), or "
-                   "fewer ranks on this machine",
-                   need / 1073741824.0, have / 1073741824.0, share);
+                   "fewer ranks on this %s",
+                   need / 1073741824.0, on_gpu ? "this rank's share of its GPU is" : "the machine has",
+                   have / 1073741824.0, share, on_gpu ? "GPU" : "machine");
   }
   m->acts = m->be->alloc(nacts * sizeof(float));
   m->inputs = m->be->alloc((size_t)N * sizeof(int));

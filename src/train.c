@@ -397,10 +397,11 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     if ((rc = ts_config_to_json(&cfg, cj, sizeof cj))) goto done;
     snprintf(line, sizeof line,
              "{\"type\":\"config\",\"version\":\"%s\",\"world\":%d,\"layout\":\"%s\","
-             "\"device\":\"%s\",\"precision\":\"%s\",\"params\":%zu,"
+             "\"device\":\"%s\",\"precision\":\"%s\",\"comm\":\"%s\",\"params\":%zu,"
              "\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"model\":%s}",
              TS_VERSION_STRING, grid->world_size, layout, be->name, ts_backend_precision_name(),
-             np, fpt, roof, cj);
+             grid->world_size == 1 ? "none" : ts_backend_uses_nccl() ? "nccl" : "mpi", np, fpt,
+             roof, cj);
     ts_log_line(&log, line);
   }
   if (!cfg.quiet)
@@ -467,19 +468,25 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
                "\"backward\":%d}}",
                sh.pl->P, sh.pl->M, sh.pl->schedule ? "1f1b" : "gpipe", sh.pl->peak_inflight,
                (int)ts_model_boundary_bytes(m, 0), (int)ts_model_boundary_bytes(m, 1));
-    char line[1024 + sizeof comm_json + sizeof mem_json + sizeof pipe_json];
+    // a GPU's: the peak of the bytes its allocator handed out (this rank's)
+    char dev_json[64] = "";
+    const double dev_mb = be->peak_bytes ? (double)be->peak_bytes() / 1048576.0 : 0.0;
+    if (be->peak_bytes) snprintf(dev_json, sizeof dev_json, ",\"device_peak_mb\":%.1f", dev_mb);
+    char line[1024 + sizeof comm_json + sizeof mem_json + sizeof pipe_json + sizeof dev_json];
     snprintf(line, sizeof line,
              "{\"type\":\"step\",\"step\":%" PRIu64 ",\"loss\":%.9g,\"loss_hex\":\"%a\","
              "\"grad_norm\":%.9g,\"grad_norm_hex\":\"%a\",\"lr\":%.9g,\"lr_hex\":\"%a\","
              "\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"compute_ms_max\":%.3f,"
-             "\"mfu\":%.4f,\"peak_rss_mb\":%.1f,\"peak_rss_mb_max\":%.1f%s%s,\"comm\":%s}",
+             "\"mfu\":%.4f,\"peak_rss_mb\":%.1f,\"peak_rss_mb_max\":%.1f%s%s%s,\"comm\":%s}",
              step, (double)loss, (double)loss, (double)norm, (double)norm, (double)lr, (double)lr,
-             tps, dt * 1e3, comm_s * 1e3, compute_max * 1e3, mfu, rss, rss_max, mem_json,
-             pipe_json, comm_json);
+             tps, dt * 1e3, comm_s * 1e3, compute_max * 1e3, mfu, rss, rss_max, dev_json,
+             mem_json, pipe_json, comm_json);
     ts_log_line(&log, line);
+    // memory: the process's peak, or on a GPU the device's
     if (!cfg.quiet)
-      printf("step %5" PRIu64 "/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | MFU %4.1f%% | %6.0f MB\n",
-             step, cfg.steps, (double)loss, (double)lr, (double)norm, tps, 100.0 * mfu, rss);
+      printf("step %5" PRIu64 "/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | MFU %4.1f%% | %6.0f MB%s\n",
+             step, cfg.steps, (double)loss, (double)lr, (double)norm, tps, 100.0 * mfu,
+             be->peak_bytes ? dev_mb : rss, be->peak_bytes ? " GPU" : "");
     fflush(stdout);
     int last = step == (uint64_t)cfg.steps;
     if ((cfg.eval_every > 0 && step % (uint64_t)cfg.eval_every == 0) || last) {

@@ -19,4 +19,23 @@ for n in 2 4; do
     cat "$TS_OUT" "$TS_ERR" | tail -40
   fi
 done
+
+# The same tests on the NCCL communicator between emulated GPUs, one per rank
+# (a plain build's tests/test_comm_nccl_emu; docs/GPU.md): the buffers in host
+# memory (its MPI and staging paths), then in device memory (NCCL itself).
+EMU=${TESSERA_BUILDDIR:-$(dirname "$TESSERA_BIN")}/tests/test_comm_nccl_emu
+if [ -x "$EMU" ]; then
+  for n in 2 4; do
+    for where in host device; do
+      if expect_exit 0 "" env TS_EMU_DEVICES="$n" TS_TEST_BUFFERS=$where timeout 120 \
+        $MPIEXEC -n "$n" "$EMU"; then
+        grep -E "PASSED|SKIPPED" "$TS_OUT" | sed "s/^/  [nccl, $n ranks, $where buffers] /"
+      else
+        cat "$TS_OUT" "$TS_ERR" | tail -40
+      fi
+    done
+  done
+else
+  echo "note: no tests/test_comm_nccl_emu (a CUDA build): the NCCL communicator is checked on the GPU"
+fi
 done_testing

@@ -6,6 +6,12 @@
 // reference and compare the collective's result bit for bit (memcmp). The
 // naive sequential order is shown to give other bits, so the comparison can
 // fail. Counters are checked against the byte formulas of comm.h.
+//
+// Built a second time as tests/test_comm_nccl_emu (TS_TEST_NCCL): the same
+// tests on the NCCL communicator (src/gpu/comm_nccl.cu) between emulated GPUs
+// (tests/gpu_emu/nccl.h), with the buffers the collectives get in host memory
+// (the communicator's MPI and staging paths) or, with TS_TEST_BUFFERS=device,
+// in the backend's managed memory (NCCL itself).
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -20,11 +26,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "comm.h"
 #include "parallel/grid.h"
 #include "tessera.h"
 
 static int P, R; // world size and rank
+
+// Where the collectives' buffers live: host memory, or the allocator of the
+// backend in `device` (the emulated GPU's, in the NCCL build).
+static const ts_backend *device;
+static void *buf_alloc(size_t bytes) { return device ? device->alloc(bytes) : calloc(1, bytes); }
+static void buf_free(void *p) {
+  if (device) device->free(p);
+  else free(p);
+}
 
 // all[r*n + i] = element i of rank r's input
 static float *inputs_of_all(size_t n, uint64_t seed) {
@@ -43,7 +59,11 @@ static float ref_sequential(const float *all, size_t n, size_t i) {
 static ts_comm *world_comm(void) {
   ts_comm *c = NULL;
   MPI_Comm w = MPI_COMM_WORLD;
+#ifdef TS_TEST_NCCL
+  assert_int_equal(ts_comm_nccl_create(&w, &c), TS_OK);
+#else
   assert_int_equal(ts_comm_mpi_create(&w, &c), TS_OK);
+#endif
   assert_int_equal(c->size, P);
   assert_int_equal(c->rank, R);
   return c;
@@ -60,7 +80,7 @@ static void test_allreduce_tree_is_the_canonical_tree(void **state) {
   for (size_t k = 0; k < NSIZES; k++) {
     size_t n = sizes[k];
     float *all = inputs_of_all(n, 11 + k);
-    float *buf = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float));
+    float *buf = buf_alloc(n * sizeof(float)), *ref = malloc(n * sizeof(float));
     assert_non_null(buf);
     assert_non_null(ref);
     memcpy(buf, all + (size_t)R * n, n * sizeof(float));
@@ -72,7 +92,7 @@ static void test_allreduce_tree_is_the_canonical_tree(void **state) {
     }
     assert_memory_equal(buf, ref, n * sizeof(float));
     free(all);
-    free(buf);
+    buf_free(buf);
     free(ref);
   }
   // With 4 or more ranks the sequential order is another association, and
@@ -87,7 +107,7 @@ static void test_reduce_scatter_tree_gives_each_rank_its_chunk(void **state) {
   for (size_t k = 0; k < NSIZES; k++) {
     size_t n = sizes[k], off, len;
     float *all = inputs_of_all(n, 101 + k);
-    float *buf = malloc(n * sizeof(float));
+    float *buf = buf_alloc(n * sizeof(float));
     assert_non_null(buf);
     memcpy(buf, all + (size_t)R * n, n * sizeof(float));
     assert_int_equal(ts_comm_reduce_scatter_tree(c, buf, n, -1), TS_OK);
@@ -98,7 +118,7 @@ static void test_reduce_scatter_tree_gives_each_rank_its_chunk(void **state) {
     assert_memory_equal(buf + off, want + off, len * sizeof(float));
     free(want);
     free(all);
-    free(buf);
+    buf_free(buf);
   }
   ts_comm_free(c);
 }
@@ -124,7 +144,7 @@ static void test_fast_allreduce_within_tolerance(void **state) {
   ts_comm *c = world_comm();
   size_t n = 4099;
   float *all = inputs_of_all(n, 7);
-  float *buf = malloc(n * sizeof(float));
+  float *buf = buf_alloc(n * sizeof(float));
   assert_non_null(buf);
   memcpy(buf, all + (size_t)R * n, n * sizeof(float));
   assert_int_equal(ts_comm_allreduce_fast(c, buf, n, -1), TS_OK);
@@ -138,7 +158,7 @@ static void test_fast_allreduce_within_tolerance(void **state) {
   }
   assert_int_equal(ts_comm_total(c, TS_COMM_ALLREDUCE).calls, 1);
   free(all);
-  free(buf);
+  buf_free(buf);
   ts_comm_free(c);
 }
 
@@ -166,7 +186,7 @@ static void test_refuses_groups_not_a_power_of_two(void **state) {
 static void test_allgather_alltoall_sendrecv_bcast(void **state) {
   (void)state;
   ts_comm *c = world_comm();
-  int mine[3] = {R, 10 * R, 100 * R}, *got = calloc((size_t)3 * P, sizeof(int));
+  int mine[3] = {R, 10 * R, 100 * R}, *got = buf_alloc((size_t)3 * P * sizeof(int));
   assert_non_null(got);
   assert_int_equal(ts_comm_allgather(c, mine, got, sizeof mine, -1), TS_OK);
   for (int r = 0; r < P; r++) {
@@ -180,7 +200,7 @@ static void test_allgather_alltoall_sendrecv_bcast(void **state) {
   for (int r = 0; r < P; r++) assert_int_equal(got[3 * r + 1], 10 * r);
 
   // block j to rank j: rank R receives j*1000 + R from every j
-  int *send = malloc((size_t)P * sizeof(int)), *recv = malloc((size_t)P * sizeof(int));
+  int *send = buf_alloc((size_t)P * sizeof(int)), *recv = buf_alloc((size_t)P * sizeof(int));
   assert_non_null(send);
   assert_non_null(recv);
   for (int j = 0; j < P; j++) send[j] = R * 1000 + j;
@@ -193,6 +213,26 @@ static void test_allgather_alltoall_sendrecv_bcast(void **state) {
                                     (R + P - 1) % P, -1),
                    TS_OK);
   assert_int_equal(left, 7 * ((R + P - 1) % P) + 1);
+  // the same ring with buffers of different kinds on neighbouring ranks: the
+  // two ends of a transfer decide their paths apart (comm_nccl.cu stages a
+  // host side through the device)
+  int *tok = R % 2 ? malloc(sizeof(int)) : buf_alloc(sizeof(int));
+  int *from_left = R % 2 ? buf_alloc(sizeof(int)) : malloc(sizeof(int));
+  assert_non_null(tok);
+  assert_non_null(from_left);
+  *tok = 5 * R + 3;
+  *from_left = -1;
+  assert_int_equal(ts_comm_sendrecv(c, tok, sizeof *tok, (R + 1) % P, from_left,
+                                    sizeof *from_left, (R + P - 1) % P, -1),
+                   TS_OK);
+  assert_int_equal(*from_left, 5 * ((R + P - 1) % P) + 3);
+  if (R % 2) {
+    free(tok);
+    buf_free(from_left);
+  } else {
+    buf_free(tok);
+    free(from_left);
+  }
   // one-sided halves: rank 0 sends to the last rank
   int v = R == 0 ? 42 : 0;
   if (R == 0) assert_int_equal(ts_comm_send(c, &v, sizeof v, P - 1, -1), TS_OK);
@@ -205,9 +245,9 @@ static void test_allgather_alltoall_sendrecv_bcast(void **state) {
   assert_int_equal(ts_comm_bcast(c, &b, sizeof b, P - 1, -1), TS_OK);
   assert_true(b == 3.25);
   assert_int_equal(ts_comm_barrier(c), TS_OK);
-  free(got);
-  free(send);
-  free(recv);
+  buf_free(got);
+  buf_free(send);
+  buf_free(recv);
   ts_comm_free(c);
 }
 
@@ -216,7 +256,7 @@ static void test_counts_and_bytes(void **state) {
   (void)state;
   ts_comm *c = world_comm();
   const size_t n = 64 * (size_t)P; // P divides n: the plain formulas apply
-  float *buf = calloc(n, sizeof(float));
+  float *buf = buf_alloc(n * sizeof(float));
   assert_non_null(buf);
   uint64_t q = (uint64_t)(P - 1);
   assert_int_equal(ts_comm_allreduce_tree(c, buf, n, -1), TS_OK);
@@ -239,7 +279,7 @@ static void test_counts_and_bytes(void **state) {
   assert_true(one == (float)P);
   assert_int_equal(ts_comm_total(c, TS_COMM_ALLREDUCE).bytes, 2 * ts_comm_tree_bytes(1, P, R));
   // collectives that only move bytes: (P-1) blocks out and (P-1) in
-  int x = R, *all = calloc((size_t)P, sizeof(int));
+  int x = R, *all = buf_alloc((size_t)P * sizeof(int));
   assert_non_null(all);
   ts_comm_reset_counts(c);
   assert_int_equal(ts_comm_allgather(c, &x, all, sizeof x, 3), TS_OK);
@@ -256,8 +296,8 @@ static void test_counts_and_bytes(void **state) {
            (unsigned long long)(2 * q * sizeof x), (unsigned long long)(2 * q * sizeof x));
   assert_string_equal(js, want);
   assert_int_equal(ts_comm_counts_json(groups, 1, js, 8), -1); // too small: refused
-  free(all);
-  free(buf);
+  buf_free(all);
+  buf_free(buf);
   ts_comm_free(c);
 }
 
@@ -321,6 +361,19 @@ int main(void) {
   MPI_Comm_size(MPI_COMM_WORLD, &P);
   MPI_Comm_rank(MPI_COMM_WORLD, &R);
   if (R != 0 && !getenv("TESSERA_TEST_ALL_RANKS")) (void)!freopen("/dev/null", "w", stdout);
+#ifdef TS_TEST_NCCL
+  // a GPU per rank (TS_EMU_DEVICES must give as many), as NCCL needs
+  int ts_backend_cuda_init(int local_rank, int local_size, ts_precision precision,
+                           const ts_backend **out);
+  const ts_backend *gpu = NULL;
+  if (ts_backend_cuda_init(R, P, TS_PRECISION_FP32, &gpu) != TS_OK) {
+    fprintf(stderr, "test_comm: %s\n", ts_errmsg());
+    return 99;
+  }
+  const char *where = getenv("TS_TEST_BUFFERS");
+  if (where && strcmp(where, "device") == 0) device = gpu;
+  if (R == 0) printf("# the NCCL communicator, buffers in %s memory\n", device ? "device" : "host");
+#endif
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chunks_cover_in_rank_order),
       cmocka_unit_test(test_allreduce_tree_is_the_canonical_tree),

@@ -48,10 +48,11 @@ static ts_ws ws; // the CPU kernels' scratch (the GPU ignores it)
 // The emulated backend is linked into this test alone: libtessera.a of a
 // build without CUDA refuses --device cuda, so the table comes from
 // backend_cuda.cu's own setup.
-int ts_backend_cuda_init(int local_rank, ts_precision precision, const ts_backend **out);
+int ts_backend_cuda_init(int local_rank, int local_size, ts_precision precision,
+                         const ts_backend **out);
 int ts_cuda_emu_schedule(int reversed);
 static int get_cuda(ts_precision p, const ts_backend **out) {
-  return ts_backend_cuda_init(0, p, out);
+  return ts_backend_cuda_init(0, 1, p, out);
 }
 // Run r of an op: 0 the CPU, 1 the GPU, 2 the GPU again (reversed order).
 static void gpu_run(int r) { ts_cuda_emu_schedule(r == 2); }

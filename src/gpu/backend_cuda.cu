@@ -9,6 +9,8 @@
 static struct {
   int ready;
   int device;
+  int share; // the node's ranks on this device, this one included
+  size_t memory; // the device's, in bytes
   ts_precision precision;
   cudaStream_t stream;
   cublasHandle_t cublas;
@@ -88,7 +90,9 @@ static void cuda_free(void *ptr) {
   ts_cuda_check(cudaFree(p), "free");
 }
 
-extern "C" size_t ts_backend_cuda_peak_bytes(void) { return g.peak; }
+static size_t cuda_peak_bytes(void) { return g.peak; }
+
+static size_t cuda_memory_bytes(void) { return g.memory / (size_t)g.share; }
 
 // ---- the kernels (one file each) ---------------------------------------------------------------
 extern "C" {
@@ -175,10 +179,12 @@ static const ts_backend cuda_backend = {
     cuda_embedding_backward,
     cuda_sumsq_chunks,
     cuda_scale,
+    cuda_memory_bytes,
+    cuda_peak_bytes,
 };
 
 // ---- setup -----------------------------------------------------------------------------------
-extern "C" int ts_backend_cuda_init(int local_rank, ts_precision precision,
+extern "C" int ts_backend_cuda_init(int local_rank, int local_size, ts_precision precision,
                                     const ts_backend **out) {
   if (g.ready) { // set up already: only the precision may change (tests switch it)
     g.precision = precision;
@@ -193,6 +199,13 @@ extern "C" int ts_backend_cuda_init(int local_rank, ts_precision precision,
     return ts_fail(TS_ERUNTIME, "--device cuda: no usable CUDA device (%s)", why);
   }
   g.device = local_rank % n;
+  // ranks r < local_size with r % n == device
+  g.share = local_size > g.device ? (local_size - 1 - g.device) / n + 1 : 1;
+  cudaDeviceProp props;
+  if ((e = cudaGetDeviceProperties(&props, g.device)) != cudaSuccess)
+    return ts_fail(TS_ERUNTIME, "--device cuda: cannot query device %d (%s)", g.device,
+                   cudaGetErrorString(e));
+  g.memory = props.totalGlobalMem;
   if ((e = cudaSetDevice(g.device)) != cudaSuccess ||
       (e = cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking)) != cudaSuccess)
     return ts_fail(TS_ERUNTIME, "--device cuda: cannot use device %d (%s)", g.device,
@@ -211,6 +224,8 @@ extern "C" int ts_backend_cuda_init(int local_rank, ts_precision precision,
 }
 
 extern "C" int ts_backend_cuda_device(void) { return g.ready ? g.device : -1; }
+
+extern "C" int ts_backend_cuda_share(void) { return g.ready ? g.share : 0; }
 
 extern "C" int ts_backend_cuda_describe(char *buf, size_t cap) {
   int n = 0;

@@ -13,6 +13,14 @@
 // operation waits for it before returning: the host may read the result next.
 // The group keeps a duplicate of its MPI communicator for the barrier and for
 // agreeing on failures that would otherwise leave the other ranks waiting.
+//
+// Host memory cannot go through NCCL, and the trainer's host code passes
+// some (a loss on the stack, per-rank statistics): a collective with a host
+// buffer goes through the MPI communicator of the same ranks (comm_mpi.c),
+// whose results these equal bit for bit. Every rank takes the same path at
+// a collective, because every rank calls it from the same line with the
+// same kind of buffer. A send or receive (sendrecv) stages host memory on
+// the device instead: its two ends are different lines.
 #define MPICH_SKIP_MPICXX 1 // the C interface only
 #define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
@@ -34,7 +42,9 @@ typedef struct {
 typedef struct {
   MPI_Comm mpi;    // duplicate of the caller's communicator
   ncclComm_t nccl; // the same ranks, same order
-  dev_buf send, recv;
+  ts_comm *host;   // MPI over the same ranks, for host buffers
+  dev_buf send, recv; // the collectives' staging: grown on every rank at once
+  dev_buf p2p_send, p2p_recv; // sendrecv's, for host sides: grown by this rank alone
 } nccl_state;
 
 #define THREADS 256
@@ -79,18 +89,32 @@ static int launched(const char *what) {
   return e == cudaSuccess ? TS_OK : cuda_error(e, what);
 }
 
+// Whether the GPU can address p: device or managed memory (NULL: an absent
+// side, nothing to move).
+static int device_accessible(const void *p) {
+  if (!p) return 1;
+  cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError(); // older runtimes fail on plain host pointers: not sticky
+    return 0;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+// The MPI group when a or b is host memory, else NULL (NCCL moves the data).
+static ts_comm *host_path(ts_comm *c, const void *a, const void *b) {
+  return device_accessible(a) && device_accessible(b) ? NULL : state_of(c)->host;
+}
+
 static unsigned grid_for(size_t n) {
   unsigned b = ts_blocks((int64_t)n, THREADS);
   return b < MAX_BLOCKS ? (b ? b : 1) : MAX_BLOCKS;
 }
 
 // ---- staging buffers --------------------------------------------------------------------
-// Grows b to n floats. Every rank grows at the same call (the sizes asked for
-// depend only on n and the group size, the same everywhere), so the ranks
-// agree on the outcome here: one rank out of memory fails the operation on
-// all of them instead of leaving the others waiting inside NCCL.
-static int reserve(nccl_state *st, dev_buf *b, size_t n) {
-  if (n <= b->cap) return TS_OK;
+// Grows b to n floats, on this rank alone.
+static cudaError_t grow(dev_buf *b, size_t n) {
+  if (n <= b->cap) return cudaSuccess;
   // The old contents are never needed: the buffers are idle between operations.
   cudaFree(b->p);
   b->p = NULL;
@@ -99,17 +123,30 @@ static int reserve(nccl_state *st, dev_buf *b, size_t n) {
   if (e != cudaSuccess) {
     b->p = NULL;
     cudaGetLastError(); // out of memory is not sticky: clear it for later checks
+    return e;
   }
+  b->cap = n;
+  return cudaSuccess;
+}
+
+// Grows b to n floats in a collective operation. Every rank grows at the same
+// call (the sizes asked for depend only on n and the group size, the same
+// everywhere), so the ranks agree on the outcome here: one rank out of memory
+// fails the operation on all of them instead of leaving the others waiting
+// inside NCCL.
+static int reserve(nccl_state *st, dev_buf *b, size_t n) {
+  if (n <= b->cap) return TS_OK;
+  cudaError_t e = grow(b, n);
   int ok = e == cudaSuccess, all = 0;
   int rc = MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, st->mpi);
   if (rc != MPI_SUCCESS || !all) {
     cudaFree(b->p);
     b->p = NULL;
+    b->cap = 0;
     if (rc != MPI_SUCCESS) return mpi_error(rc, "agreement on a staging buffer");
     if (!ok) return cuda_error(e, "staging buffer");
     return ts_fail(TS_ERUNTIME, "CUDA staging buffer: %zu floats failed on another rank", n);
   }
-  b->cap = n;
   return TS_OK;
 }
 
@@ -161,6 +198,8 @@ static int nccl_barrier(ts_comm *c) {
 
 static int nccl_allgather(ts_comm *c, const void *send, void *recv, size_t bytes) {
   if (!bytes) return TS_OK;
+  ts_comm *h = host_path(c, send, recv);
+  if (h) return h->ops->allgather(h, send, recv, bytes);
   // NCCL takes send == recv + rank·bytes as in place, like MPI_IN_PLACE.
   ncclResult_t r = ncclAllGather(send, recv, bytes, ncclChar, state_of(c)->nccl, ts_cuda_stream());
   if (r != ncclSuccess) return nccl_error(r, "all-gather");
@@ -184,6 +223,8 @@ static ncclResult_t exchange_blocks(ts_comm *c, const void *send, void *recv, si
 
 static int nccl_alltoall(ts_comm *c, const void *send, void *recv, size_t bytes) {
   if (!bytes) return TS_OK;
+  ts_comm *h = host_path(c, send, recv);
+  if (h) return h->ops->alltoall(h, send, recv, bytes);
   ncclResult_t r = exchange_blocks(c, send, recv, bytes);
   if (r != ncclSuccess) return nccl_error(r, "all-to-all");
   return finish("all-to-all");
@@ -196,6 +237,8 @@ static int nccl_alltoall_2d(ts_comm *c, const float *send, const ts_block2d *s, 
   nccl_state *st = state_of(c);
   const size_t n = ts_block2d_floats(s), total = (size_t)c->size * n;
   if (!n) return TS_OK;
+  ts_comm *h = host_path(c, send, recv);
+  if (h) return h->ops->alltoall_2d(h, send, s, recv, r);
   int rc = reserve(st, &st->send, total);
   if (!rc) rc = reserve(st, &st->recv, total);
   if (rc) return rc;
@@ -211,22 +254,49 @@ static int nccl_alltoall_2d(ts_comm *c, const float *send, const ts_block2d *s, 
 // The two sides may differ in size; a side that is absent or empty posts
 // nothing (its peer posts nothing either: the byte counts must match, as NCCL
 // pairs a send with a receive of exactly the same count).
+//
+// Unlike a collective, the two ends of a transfer are different call sites
+// (a stage's output sent, the next stage's input received) whose buffers
+// may be of different kinds, so the MPI path for host memory could pair an
+// NCCL send with an MPI receive. A host side goes through device staging
+// instead, and the transfer is NCCL's whatever the peer holds.
 static int nccl_sendrecv(ts_comm *c, const void *send, size_t sbytes, int dst, void *recv,
                          size_t rbytes, int src) {
-  ncclComm_t comm = state_of(c)->nccl;
+  nccl_state *st = state_of(c);
   cudaStream_t s = ts_cuda_stream();
+  const bool sending = dst >= 0 && sbytes, receiving = src >= 0 && rbytes;
+  const void *from = send;
+  void *into = recv;
+  if (sending && !device_accessible(send)) {
+    cudaError_t e = grow(&st->p2p_send, (sbytes + sizeof(float) - 1) / sizeof(float));
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(st->p2p_send.p, send, sbytes, cudaMemcpyHostToDevice, s);
+    if (e != cudaSuccess) return cuda_error(e, "sendrecv staging");
+    from = st->p2p_send.p;
+  }
+  if (receiving && !device_accessible(recv)) {
+    cudaError_t e = grow(&st->p2p_recv, (rbytes + sizeof(float) - 1) / sizeof(float));
+    if (e != cudaSuccess) return cuda_error(e, "sendrecv staging");
+    into = st->p2p_recv.p;
+  }
   ncclResult_t r = ncclGroupStart();
   if (r == ncclSuccess) {
-    if (dst >= 0 && sbytes) r = ncclSend(send, sbytes, ncclChar, dst, comm, s);
-    if (r == ncclSuccess && src >= 0 && rbytes) r = ncclRecv(recv, rbytes, ncclChar, src, comm, s);
+    if (sending) r = ncclSend(from, sbytes, ncclChar, dst, st->nccl, s);
+    if (r == ncclSuccess && receiving) r = ncclRecv(into, rbytes, ncclChar, src, st->nccl, s);
     r = group_end(r);
   }
   if (r != ncclSuccess) return nccl_error(r, "sendrecv");
+  if (into != recv) {
+    cudaError_t e = cudaMemcpyAsync(recv, into, rbytes, cudaMemcpyDeviceToHost, s);
+    if (e != cudaSuccess) return cuda_error(e, "sendrecv staging");
+  }
   return finish("sendrecv");
 }
 
 static int nccl_bcast(ts_comm *c, void *buf, size_t bytes, int root) {
   if (!bytes) return TS_OK;
+  ts_comm *h = host_path(c, buf, NULL);
+  if (h) return h->ops->bcast(h, buf, bytes, root);
   ncclResult_t r =
       ncclBroadcast(buf, buf, bytes, ncclChar, root, state_of(c)->nccl, ts_cuda_stream());
   if (r != ncclSuccess) return nccl_error(r, "broadcast");
@@ -341,11 +411,15 @@ static int tree_allgather(ts_comm *c, float *buf, size_t n) {
 }
 
 static int nccl_reduce_scatter_tree(ts_comm *c, float *buf, size_t n) {
+  ts_comm *h = host_path(c, buf, NULL);
+  if (h) return h->ops->reduce_scatter_tree(h, buf, n);
   int rc = tree_reduce_scatter(c, buf, n);
   return rc ? rc : finish("reduce-scatter");
 }
 
 static int nccl_allreduce_tree(ts_comm *c, float *buf, size_t n) {
+  ts_comm *h = host_path(c, buf, NULL);
+  if (h) return h->ops->allreduce_tree(h, buf, n);
   int rc = tree_reduce_scatter(c, buf, n);
   if (!rc) rc = tree_allgather(c, buf, n);
   return rc ? rc : finish("all-reduce");
@@ -353,6 +427,8 @@ static int nccl_allreduce_tree(ts_comm *c, float *buf, size_t n) {
 
 static int nccl_allreduce_fast(ts_comm *c, float *buf, size_t n) {
   if (!n) return TS_OK;
+  ts_comm *h = host_path(c, buf, NULL);
+  if (h) return h->ops->allreduce_fast(h, buf, n);
   ncclResult_t r =
       ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, state_of(c)->nccl, ts_cuda_stream());
   if (r != ncclSuccess) return nccl_error(r, "all-reduce");
@@ -368,9 +444,12 @@ static void nccl_destroy(ts_comm *c) {
   (void)cudaStreamSynchronize(ts_cuda_stream());
   cudaFree(st->send.p);
   cudaFree(st->recv.p);
+  cudaFree(st->p2p_send.p);
+  cudaFree(st->p2p_recv.p);
   // ncclCommDestroy finalizes the communicator too; every rank calls it, as
   // every rank frees its groups.
   if (st->nccl) ncclCommDestroy(st->nccl);
+  if (st->host) ts_comm_free(st->host);
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Comm_free(&st->mpi);
@@ -441,7 +520,8 @@ extern "C" int ts_comm_nccl_create(const void *mpi_comm, ts_comm **out) {
   }
   MPI_Comm_rank(st->mpi, &c->rank);
   MPI_Comm_size(st->mpi, &c->size);
-  if ((rc = nccl_connect(st, c->rank, c->size))) {
+  if ((rc = ts_comm_mpi_create(mpi_comm, &st->host)) || (rc = nccl_connect(st, c->rank, c->size))) {
+    if (st->host) ts_comm_free(st->host);
     MPI_Comm_free(&st->mpi);
     free(c);
     free(st);

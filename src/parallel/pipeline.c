@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "parallel/shard.h"
 #include "util.h"
 #include "vq.h"
@@ -18,6 +19,7 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   pl->M = M;
   pl->mb = mb;
   pl->schedule = schedule;
+  pl->be = ts_backend_current();
   // what crosses a boundary: X (d floats a token), or under --compress Z
   // (r floats, or mapl-vq's codes) forward and dZ (r floats) back
   int t0, Tl; // a sequence-parallel stage holds T/N positions of its sequence
@@ -52,8 +54,8 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   free(t);
   for (int q = 0; q < pl->P; q++) pl->len[q] = pl->off[q + 1] - pl->off[q];
   pl->slots = schedule == 0 ? M : (pl->P - pl->s < M ? pl->P - pl->s : M);
-  pl->store = ts_alloc((size_t)pl->slots * pl->fwd_bytes);
-  pl->dy = ts_alloc(pl->bwd_bytes);
+  pl->store = pl->be->alloc((size_t)pl->slots * pl->fwd_bytes);
+  pl->dy = pl->be->alloc(pl->bwd_bytes);
   pl->lsums = calloc((size_t)M, sizeof(float));
   if (!pl->store || !pl->dy || !pl->lsums) return ts_fail(TS_ERUNTIME, "out of memory (pipeline buffers)");
   ts_tree_init(&pl->tree, ts_model_num_params(m));
@@ -61,8 +63,8 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   pl->wte_len = pl->tied ? (size_t)cfg->vocab * cfg->d : 0; // "wte" is the first tensor
   if (pl->tied && (pl->s == 0 || pl->s == pl->P - 1)) {
     const size_t d = (size_t)cfg->d, V = (size_t)cfg->vocab;
-    pl->tied_store = ts_alloc((size_t)M * pl->rows * d * sizeof(float));
-    if (pl->s == pl->P - 1) pl->wte_grad = ts_alloc(V * d * sizeof(float));
+    pl->tied_store = pl->be->alloc((size_t)M * pl->rows * d * sizeof(float));
+    if (pl->s == pl->P - 1) pl->wte_grad = pl->be->alloc(V * d * sizeof(float));
     if (!pl->tied_store || (pl->s == pl->P - 1 && !pl->wte_grad))
       return ts_fail(TS_ERUNTIME, "out of memory (tied head buffers)");
     ts_tree_init(&pl->wte_tree, V * d);
@@ -71,11 +73,13 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
 }
 
 void ts_pipeline_free(ts_pipeline *pl) {
-  ts_free(pl->store);
-  ts_free(pl->dy);
+  if (pl->be) { // NULL: never created, nothing allocated
+    pl->be->free(pl->store);
+    pl->be->free(pl->dy);
+    pl->be->free(pl->tied_store);
+    pl->be->free(pl->wte_grad);
+  }
   free(pl->lsums);
-  ts_free(pl->tied_store);
-  ts_free(pl->wte_grad);
   if (pl->tied_store) ts_tree_free(&pl->wte_tree);
   free(pl->off);
   free(pl->len);
@@ -233,7 +237,7 @@ static int tied_embedding(pass *ps) {
     return rc;
   }
   if (pl->s != pl->P - 1) return TS_OK;
-  float *demb = ts_alloc(rd * sizeof(float));
+  float *demb = pl->be->alloc(rd * sizeof(float));
   if (!demb) return ts_fail(TS_ERUNTIME, "out of memory (tied head)");
   ts_tree_reset(&pl->wte_tree, 0);
   for (int mu = 0; mu < pl->M && !rc; mu++) {
@@ -247,7 +251,7 @@ static int tied_embedding(pass *ps) {
       rc = ts_fail(TS_ERUNTIME, "out of memory (tied embedding tree)");
   }
   if (!rc && !pl->seq_grads) ts_tree_finish(&pl->wte_tree, ts_model_grads(m) + pl->wte_off);
-  ts_free(demb);
+  pl->be->free(demb);
   return rc;
 }
 

@@ -18,12 +18,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "comm.h"
 #include "tessera.h"
 #include "tree.h"
 
 typedef struct {
   ts_comm *pipe;        // the pipeline group, ordered by stage
+  const ts_backend *be; // allocates the buffers the model's kernels use (its backend)
   int P, s;             // stages, this stage
   int M, mb;            // microbatches, sequences per microbatch
   int schedule;         // 0 GPipe, 1 1F1B

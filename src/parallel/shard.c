@@ -4,12 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "tree.h"
 #include "util.h"
 
 int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *lay,
                     ts_shard *out) {
   ts_shard sh = {0};
+  sh.be = ts_backend_current();
   sh.fast = cfg->fast;
   sh.nb = cfg->batch / grid->dp;
   sh.b0 = grid->dp_rank * sh.nb;
@@ -51,10 +53,10 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
   free(t);
   if (sh.seq) {
     sh.lsums = calloc((size_t)sh.nb, sizeof(float));
-    sh.pack = ts_alloc((size_t)sh.nb * (sh.np - sh.wpe_len) * sizeof(float));
-    sh.wpe_full = ts_alloc(sh.wpe_len * sizeof(float));
-    sh.wpe_mine = ts_alloc((sh.wpe_len / (size_t)sh.T) * sh.Tl * sizeof(float) + 1);
-    if (sh.nb > 1) sh.slots = ts_alloc((size_t)sh.nb * sh.np * sizeof(float));
+    sh.pack = sh.be->alloc((size_t)sh.nb * (sh.np - sh.wpe_len) * sizeof(float));
+    sh.wpe_full = sh.be->alloc(sh.wpe_len * sizeof(float));
+    sh.wpe_mine = sh.be->alloc((sh.wpe_len / (size_t)sh.T) * sh.Tl * sizeof(float) + 1);
+    if (sh.nb > 1) sh.slots = sh.be->alloc((size_t)sh.nb * sh.np * sizeof(float));
     const size_t seqs = sh.pl ? (size_t)sh.nb : 1; // the pipeline takes them all at once
     sh.rows_in = malloc(seqs * sh.Tl * sizeof(int));
     sh.rows_tg = malloc(seqs * sh.Tl * sizeof(int));
@@ -77,10 +79,12 @@ void ts_shard_free(ts_shard *sh) {
   free(sh->pl);
   ts_model_free(sh->m);
   free(sh->lsums);
-  ts_free(sh->slots);
-  ts_free(sh->pack);
-  ts_free(sh->wpe_full);
-  ts_free(sh->wpe_mine);
+  if (sh->be) { // NULL: never created, nothing allocated
+    sh->be->free(sh->slots);
+    sh->be->free(sh->pack);
+    sh->be->free(sh->wpe_full);
+    sh->be->free(sh->wpe_mine);
+  }
   free(sh->rows_in);
   free(sh->rows_tg);
   memset(sh, 0, sizeof *sh);

@@ -22,6 +22,7 @@ typedef struct {
   ts_model *m;
   ts_comm *seq;        // the sequence group; NULL when sp = 1
   ts_pipeline *pl;     // the pipeline stage; NULL when pp = 1
+  const ts_backend *be; // allocates slots, pack and the wpe buffers (the model's backend)
   int fast;            // --fast: MPI's own sums
   int nb, b0;          // sequences
   int T, t0, Tl;       // positions

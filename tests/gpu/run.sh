@@ -37,6 +37,9 @@
 #   JOBS       make -j (default 16)
 #   NVCC_ARCH  nvcc -gencode flags given to configure (default sm_90 alone: the H100/H200)
 #   TESSERA    use this binary instead of building (the build step then only reports)
+#   REHEARSE   1: a rehearsal of this script without a GPU, on the emulated trainer of
+#              a plain build (TESSERA=build/tests/tessera_emu, docs/GPU.md): no
+#              nvidia-smi probe, the tiny presets in steps d and e, no benchmark
 #   PYTHON     the Python for bench/gpu.sh (default python3: the device's, with PyTorch)
 #   BENCH_STEPS  steps per benchmark run (default 3)
 #   KIT        folder made by tests/gpu/kit.sh on a machine that has the dependencies
@@ -318,7 +321,11 @@ if [ "$BUILT" = 1 ]; then
   logonly "tessera info: ${cuda_line:-no cuda line}"
 fi
 smi_why=""
-if ! have nvidia-smi; then
+REHEARSE=${REHEARSE:-0}
+if [ "$REHEARSE" = 1 ]; then
+  say "REHEARSE=1: no nvidia-smi probe; tiny presets in d and e; no benchmark"
+  mkdir -p "$WORK/logs" && echo "GPU 0: the emulated device of $TS (a rehearsal)" > "$WORK/logs/nvidia-smi.log"
+elif ! have nvidia-smi; then
   smi_why="nvidia-smi not found"
 else
   run nvidia-smi 30 nvidia-smi -L
@@ -448,8 +455,14 @@ twice() {
     fail "determinism/$label: $(head -n 3 "$WORK/logs/det-$label-cmp.log" | paste -sd' ' - | cut -c 1-300)"
   fi
 }
-twice small-fp32 --model small --seq 1024 --batch 4 --steps 5
-if [ "$HAVE_PREC" = 1 ]; then
+if [ "$REHEARSE" = 1 ]; then
+  twice tiny-fp32 --model tiny --batch 2 --steps 2
+else
+  twice small-fp32 --model small --seq 1024 --batch 4 --steps 5
+fi
+if [ "$HAVE_PREC" = 1 ] && [ "$REHEARSE" = 1 ]; then
+  twice llama-tiny-bf16 --model llama-tiny --batch 2 --steps 2 --precision bf16
+elif [ "$HAVE_PREC" = 1 ]; then
   twice llama-100m-bf16 --model llama-100m --seq 1024 --batch 1 --steps 3 --precision bf16
 else
   skip "determinism/llama-100m-bf16: this tessera has no --precision flag"
@@ -460,6 +473,7 @@ step "e. distributed: 2 ranks sharing the GPU"
 MPIEXEC=${MPIEXEC:-mpiexec}
 mpi_ok() { timeout 60 "$@" -n 2 true < /dev/null > /dev/null 2>&1; }
 DIST=(--device cuda --model small --seq 1024 --batch 4 --steps 3 --data "$DATA")
+[ "$REHEARSE" = 1 ] && DIST=(--device cuda --model tiny --batch 4 --steps 2 --data "$DATA")
 if ! have "${MPIEXEC%% *}"; then
   skip "distributed: no mpiexec ($MPIEXEC)"
 elif enough 45 "distributed"; then
@@ -494,7 +508,9 @@ fi
 
 # --- f. benchmark ------------------------------------------------------------------------------
 step "f. benchmark: bench/gpu.sh"
-if enough 45 "benchmark"; then
+if [ "$REHEARSE" = 1 ]; then
+  skip "benchmark: a rehearsal (REHEARSE=1) measures nothing"
+elif enough 45 "benchmark"; then
   budget=$(($(left) - 25))
   run bench $((budget + 20)) env TESSERA="$TS" PYTHON="${PYTHON:-python3}" STEPS="$BENCH_STEPS" \
     BUDGET_S="$budget" bash "$ROOT/bench/gpu.sh"

@@ -155,12 +155,26 @@ struct cudaDeviceProp {
   int major, minor;
 };
 
+enum cudaMemoryType {
+  cudaMemoryTypeUnregistered = 0,
+  cudaMemoryTypeHost = 1,
+  cudaMemoryTypeDevice = 2,
+  cudaMemoryTypeManaged = 3,
+};
+struct cudaPointerAttributes {
+  enum cudaMemoryType type;
+  int device;
+  void *devicePointer, *hostPointer;
+};
+
 cudaError_t cudaMalloc(void **p, size_t bytes);
 cudaError_t cudaMallocManaged(void **p, size_t bytes, unsigned flags = cudaMemAttachGlobal);
 cudaError_t cudaFree(void *p);
 cudaError_t cudaMemset(void *p, int value, size_t bytes);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                             cudaStream_t s = nullptr);
+// Plain host memory is cudaMemoryTypeUnregistered (CUDA 11 and later).
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p);
 cudaError_t cudaGetLastError(void);
 const char *cudaGetErrorString(cudaError_t e);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);

@@ -6,6 +6,11 @@
 // through the kernel's scheduler (the thread version took minutes for the
 // attention tests alone), the schedule is the same on every run, and a
 // barrier no thread can pass is detected instead of hanging.
+//
+// On x86-64 a switch is a few instructions of our own (stack_switch below):
+// ucontext's swapcontext saves the signal mask with a system call on every
+// switch, which was two thirds of an emulated training run's time. Other
+// machines use ucontext.
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -42,8 +47,49 @@ constexpr unsigned WARP = 32;
 
 enum State { READY, AT_SYNC, AT_SHFL, DONE }; // READY includes running
 
+#if defined(__x86_64__)
+#define TS_EMU_OWN_SWITCH 1
+// Saves the callee-saved registers and the SSE and x87 control words on the
+// running stack, stores its pointer in *from and continues on the stack
+// `to`, which was saved the same way (or laid out so by start_fiber).
+extern "C" void ts_emu_stack_switch(void **from, void *to);
+asm(".text\n"
+    ".globl ts_emu_stack_switch\n"
+    ".type ts_emu_stack_switch, @function\n"
+    "ts_emu_stack_switch:\n"
+    "  pushq %rbp\n"
+    "  pushq %rbx\n"
+    "  pushq %r12\n"
+    "  pushq %r13\n"
+    "  pushq %r14\n"
+    "  pushq %r15\n"
+    "  subq $8, %rsp\n"
+    "  stmxcsr (%rsp)\n"
+    "  fnstcw 4(%rsp)\n"
+    "  movq %rsp, (%rdi)\n"
+    "  movq %rsi, %rsp\n"
+    "  ldmxcsr (%rsp)\n"
+    "  fldcw 4(%rsp)\n"
+    "  addq $8, %rsp\n"
+    "  popq %r15\n"
+    "  popq %r14\n"
+    "  popq %r13\n"
+    "  popq %r12\n"
+    "  popq %rbx\n"
+    "  popq %rbp\n"
+    "  ret\n"
+    ".size ts_emu_stack_switch, .-ts_emu_stack_switch\n");
+struct Context {
+  void *sp; // where ts_emu_stack_switch saved it
+};
+#else
+struct Context {
+  ucontext_t uc;
+};
+#endif
+
 struct Fiber {
-  ucontext_t ctx;
+  Context ctx;
   char *stack; // STACK bytes above a guard page
   uint3 idx;
   unsigned lane, warp;
@@ -73,7 +119,7 @@ struct Runner {
   int cur = -1;           // the running fiber; -1: the launching code
   bool reversed;
   bool busy;
-  ucontext_t home; // the launching code, while fibers run
+  Context home; // the launching code, while fibers run
   void *home_fake;
   const void *home_bottom;
   size_t home_size;
@@ -117,8 +163,8 @@ int next_ready(void) {
 void switch_to(int to) {
   const int me = R.cur;
   Fiber *self = me >= 0 ? &R.fibers[me] : nullptr;
-  ucontext_t *from = self ? &self->ctx : &R.home;
-  ucontext_t *dest = to >= 0 ? &R.fibers[to].ctx : &R.home;
+  Context *from = self ? &self->ctx : &R.home;
+  Context *dest = to >= 0 ? &R.fibers[to].ctx : &R.home;
 #ifdef TS_EMU_ASAN
   // A fiber that ended passes no save slot: ASan drops its fake stack.
   void **save = self ? (self->state == DONE ? nullptr : &self->fake_stack) : &R.home_fake;
@@ -126,7 +172,11 @@ void switch_to(int to) {
   else __sanitizer_start_switch_fiber(save, R.home_bottom, R.home_size);
 #endif
   R.cur = to;
-  if (swapcontext(from, dest) != 0) die("swapcontext failed");
+#ifdef TS_EMU_OWN_SWITCH
+  ts_emu_stack_switch(&from->sp, dest->sp);
+#else
+  if (swapcontext(&from->uc, &dest->uc) != 0) die("swapcontext failed");
+#endif
 #ifdef TS_EMU_ASAN
   __sanitizer_finish_switch_fiber(self ? self->fake_stack : R.home_fake, nullptr, nullptr);
 #endif
@@ -176,22 +226,42 @@ char *new_stack(void) {
   return (char *)p + page;
 }
 
-// A fresh context for f on its stack, entering fiber_main. Apart from the
-// loop that calls it: getcontext returns twice, like setjmp.
+// A fresh context for f on its stack, entering fiber_main.
+#ifdef TS_EMU_OWN_SWITCH
+// The stack is laid out as ts_emu_stack_switch leaves one: from the top, a
+// null return address for fiber_main (which never returns), fiber_main's
+// address for the switch's `ret`, six zero registers and the control words
+// of the launching thread. fiber_main then starts as if called, with the
+// stack pointer 8 past a 16-byte boundary.
+void start_fiber(Fiber &f) {
+  uint64_t *top = (uint64_t *)(f.stack + STACK); // 16-byte aligned
+  uint64_t *sp = top - 9;
+  uint32_t mxcsr;
+  uint16_t fpucw;
+  asm volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr), "=m"(fpucw));
+  memset(sp, 0, 9 * sizeof *sp);
+  memcpy(sp, &mxcsr, 4);
+  memcpy((char *)sp + 4, &fpucw, 2);
+  sp[7] = (uint64_t)(uintptr_t)&fiber_main;
+  f.ctx.sp = sp;
+}
+#else
+// Apart from the loop that calls it: getcontext returns twice, like setjmp.
 __attribute__((noinline)) void start_fiber(Fiber &f) {
-  if (getcontext(&f.ctx) != 0) die("getcontext failed");
-  f.ctx.uc_stack.ss_sp = f.stack;
-  f.ctx.uc_stack.ss_size = STACK;
-  f.ctx.uc_link = nullptr;
-  makecontext(&f.ctx, fiber_main, 0);
+  if (getcontext(&f.ctx.uc) != 0) die("getcontext failed");
+  f.ctx.uc.uc_stack.ss_sp = f.stack;
+  f.ctx.uc.uc_stack.ss_size = STACK;
+  f.ctx.uc.uc_link = nullptr;
+  makecontext(&f.ctx.uc, fiber_main, 0);
   // The context has its stack now. ASan's swapcontext clears the shadow of the
   // whole stack a context names on every switch to it (most of a sanitizer
   // run's time); the switches tell ASan about the stacks instead (switch_to).
   // A fiber's frames are all popped when it ends, so its stack is clean for
   // the next block.
-  f.ctx.uc_stack.ss_sp = nullptr;
-  f.ctx.uc_stack.ss_size = 0;
+  f.ctx.uc.uc_stack.ss_sp = nullptr;
+  f.ctx.uc.uc_stack.ss_size = 0;
 }
+#endif
 
 void run_block(void) {
   const unsigned bx = ts_emu_block_dim.x, by = ts_emu_block_dim.y;
@@ -332,6 +402,14 @@ void ts_emu_run_grid(dim3 grid, dim3 block, void (*body)(void *), void *ctx) {
   }
   R.busy = false;
 }
+
+// TS_EMU_SCHEDULE=reversed starts a process with the reversed order, for
+// whole runs (tests/tessera_emu) that must log the same bits either way.
+static const bool schedule_from_env = [] {
+  const char *s = getenv("TS_EMU_SCHEDULE");
+  R.reversed = s && strcmp(s, "reversed") == 0;
+  return R.reversed;
+}();
 
 extern "C" int ts_cuda_emu_schedule(int reversed) {
   int was = R.reversed;

@@ -1,5 +1,5 @@
 // The CUDA runtime calls of src/gpu/ on host memory (cuda_emu.h): one
-// emulated device and one stream, whose work waits in a queue until the host
+// emulated device per process and one stream, whose work waits in a queue until the host
 // synchronizes, as on the device: host code that reads a result it did not
 // wait for gets stale data here too. Device allocations are recorded so that
 // launches and cuBLAS calls can refuse pointers the GPU could not use, and
@@ -20,19 +20,23 @@ struct ts_emu_stream {
 };
 
 namespace {
-std::map<uintptr_t, size_t> allocations; // base -> bytes
+struct allocation {
+  size_t bytes;
+  bool managed;
+};
+std::map<uintptr_t, allocation> allocations; // by base
 cudaError_t last_error = cudaSuccess;
 ts_emu_stream the_stream;
 std::vector<std::function<void()>> queue; // the stream's work, in order
 
-cudaError_t allocate(void **p, size_t bytes) {
+cudaError_t allocate(void **p, size_t bytes, bool managed) {
   if (!p) return cudaErrorInvalidValue;
   *p = nullptr;
   if (bytes == 0) return cudaSuccess;
   void *m = nullptr;
   if (posix_memalign(&m, 256, bytes) != 0) return cudaErrorMemoryAllocation;
   memset(m, 0xff, bytes); // NaN in every float
-  allocations[(uintptr_t)m] = bytes;
+  allocations[(uintptr_t)m] = {bytes, managed};
   *p = m;
   return cudaSuccess;
 }
@@ -49,13 +53,27 @@ void ts_emu_drain(void) {
   queue.clear();
 }
 
-bool ts_emu_is_device(const void *p, size_t bytes) {
+// The live allocation holding [p, p + bytes), or NULL.
+static const allocation *find(const void *p, size_t bytes) {
   uintptr_t a = (uintptr_t)p;
   auto it = allocations.upper_bound(a);
-  if (it == allocations.begin()) return false;
+  if (it == allocations.begin()) return nullptr;
   --it;
   // one past the end is a valid pointer for an empty range
-  return a >= it->first && bytes <= it->second && a - it->first <= it->second - bytes;
+  const allocation &m = it->second;
+  return a >= it->first && bytes <= m.bytes && a - it->first <= m.bytes - bytes ? &m : nullptr;
+}
+
+bool ts_emu_is_device(const void *p, size_t bytes) { return find(p, bytes) != nullptr; }
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p) {
+  if (!a) return cudaErrorInvalidValue;
+  memset(a, 0, sizeof *a);
+  const allocation *m = find(p, 0);
+  a->type = !m ? cudaMemoryTypeUnregistered : m->managed ? cudaMemoryTypeManaged : cudaMemoryTypeDevice;
+  a->devicePointer = m ? (void *)p : nullptr;
+  a->hostPointer = !m || m->managed ? (void *)p : nullptr;
+  return cudaSuccess;
 }
 
 void ts_emu_fail(cudaError_t e, const char *why) {
@@ -71,11 +89,11 @@ bool ts_emu_check_arg(const void *p, int i) {
   return false;
 }
 
-cudaError_t cudaMalloc(void **p, size_t bytes) { return allocate(p, bytes); }
+cudaError_t cudaMalloc(void **p, size_t bytes) { return allocate(p, bytes, false); }
 
 cudaError_t cudaMallocManaged(void **p, size_t bytes, unsigned flags) {
   (void)flags;
-  return allocate(p, bytes);
+  return allocate(p, bytes, true);
 }
 
 // Waits for the device first, as cudaFree does: queued work may use p.
@@ -160,18 +178,38 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
   return cudaSuccess;
 }
 
+// TS_EMU_DEVICES (1 to 64, default 1): how many devices the host appears to
+// have. Each process still emulates one device of its own; more than one lets
+// the ranks of one host take a device each, so the backend picks the NCCL
+// communicator (nccl.h) instead of MPI over managed memory.
+static int device_count(void) {
+  const char *s = getenv("TS_EMU_DEVICES");
+  int n = s ? atoi(s) : 1;
+  return n >= 1 && n <= 64 ? n : 1;
+}
+
+// TS_EMU_DEVICE_MIB (default 16384): the memory each device reports, for the
+// trainer's check that a model fits. Nothing enforces it.
+static size_t device_memory(void) {
+  const char *s = getenv("TS_EMU_DEVICE_MIB");
+  long long mib = s ? atoll(s) : 16384;
+  return (size_t)(mib > 0 ? mib : 16384) << 20;
+}
+
 cudaError_t cudaGetDeviceCount(int *n) {
-  *n = 1;
+  *n = device_count();
   return cudaSuccess;
 }
 
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaSetDevice(int device) {
+  return device >= 0 && device < device_count() ? cudaSuccess : cudaErrorInvalidValue;
+}
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int device) {
-  if (device != 0) return cudaErrorInvalidValue;
+  if (device < 0 || device >= device_count()) return cudaErrorInvalidValue;
   memset(p, 0, sizeof *p);
   snprintf(p->name, sizeof p->name, "emulated device (tests/gpu_emu)");
-  p->totalGlobalMem = 0;
+  p->totalGlobalMem = device_memory();
   p->major = 9; // the warp rules of sm_70 and later (independent thread scheduling)
   p->minor = 0;
   return cudaSuccess;
