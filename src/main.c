@@ -694,6 +694,11 @@ int main(int argc, char **argv) {
     ts_fail(TS_EUSAGE, "--out DIR is required");
     return usage_error(cmd);
   }
+  if (cmd->id == C_DUMP && c.cfg.fused_ce) {
+    ts_fail(TS_EUSAGE, "--fused-ce: a dump holds the logits, which --fused-ce never keeps; dump "
+                       "without it (on the CPU it gives the same bits)");
+    return usage_error(cmd);
+  }
   // a pipeline's stages are the compressed model's unless said otherwise
   if (c.cfg.compress != TS_COMPRESS_NONE && c.cfg.compress_stages == 0)
     c.cfg.compress_stages = c.lay.pp;

@@ -125,6 +125,29 @@ static int param_table(ts_model *m, pspec *out) {
 }
 
 // ---- creation ----------------------------------------------------------------------
+// Whether the backend sums gradients over rows with its own kernels (a GPU: it
+// has its own embedding scatter) instead of the CPU's canonical leaf trees;
+// then the leaf-at-a-time options run on it with its kernels too
+// (device_head_backward for --fused-ce, device_mlp_backward for --tiled-mlp).
+static int device_sums(const ts_model *m) { return m->be->embedding_backward != NULL; }
+
+// --fused-ce's scratch: on the CPU a leaf of logits per thread (of nthreads);
+// on a device one leaf of logits and one (V, C) partial of the head's weight
+// gradient.
+static size_t fused_ce_floats(const ts_model *m, int nthreads) {
+  const size_t leaf = (size_t)m->cfg.leaf, V = (size_t)m->V;
+  return device_sums(m) ? leaf * V + V * (size_t)m->C : (size_t)nthreads * leaf * V;
+}
+
+// --tiled-mlp's scratch: a leaf's four (leaf, d_ff) buffers per thread (of
+// nthreads) on the CPU; on a device one set, and one leaf's weight-gradient
+// partials [dW2 | db2 | dW1 | db1 | dW3].
+static size_t tiled_mlp_floats(const ts_model *m, int nthreads) {
+  const size_t leafF = (size_t)m->cfg.leaf * m->F, C = (size_t)m->C, F = (size_t)m->F;
+  if (!device_sums(m)) return (size_t)nthreads * 4 * leafF;
+  return 4 * leafF + 2 * C * F + C + F + (m->llama ? F * C : 0);
+}
+
 // Processes that share this machine's memory (ts_model_set_memory_share).
 static int memory_share = 1;
 
@@ -284,8 +307,8 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   // kernel's OOM killer (allocations succeed lazily under overcommit):
   // parameters, gradients and AdamW state, and these activations.
   double need = 16.0 * (double)total + 4.0 * (double)(nacts + boundary);
-  if (cfg->fused_ce) need += 4.0 * (double)omp_get_max_threads() * cfg->leaf * V;
-  if (cfg->tiled_mlp) need += 16.0 * (double)omp_get_max_threads() * cfg->leaf * m->F;
+  if (cfg->fused_ce) need += 4.0 * (double)fused_ce_floats(m, omp_get_max_threads());
+  if (cfg->tiled_mlp) need += 4.0 * (double)tiled_mlp_floats(m, omp_get_max_threads());
   // Every process makes this check for its own share of the memory its
   // buffers live in: the node's, which its ranks divide between them, or on
   // a GPU the device's, which the ranks sharing it divide (the backend
@@ -350,14 +373,14 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
     return ts_fail(TS_ERUNTIME, "out of memory allocating kernel workspace");
   }
   if (cfg->tiled_mlp) {
-    m->mlp_scratch = ts_alloc((size_t)m->ws.nthreads * 4 * cfg->leaf * F * sizeof(float));
+    m->mlp_scratch = m->be->alloc(tiled_mlp_floats(m, m->ws.nthreads) * sizeof(float));
     if (!m->mlp_scratch) {
       ts_model_free(m);
       return ts_fail(TS_ERUNTIME, "out of memory allocating the tiled MLP's scratch");
     }
   }
   if (cfg->fused_ce) {
-    m->ce_scratch = ts_alloc((size_t)m->ws.nthreads * cfg->leaf * V * sizeof(float));
+    m->ce_scratch = m->be->alloc(fused_ce_floats(m, m->ws.nthreads) * sizeof(float));
     if (!m->ce_scratch) {
       ts_model_free(m);
       return ts_fail(TS_ERUNTIME, "out of memory allocating the fused cross-entropy's scratch");
@@ -385,8 +408,8 @@ void ts_model_free(ts_model *m) {
     free(v->anchor); free(v->proj);
     free(v->vq_count); free(v->vq_sum); free(v->vq_codes); free(v->vq_recv);
   }
-  ts_free(m->ce_scratch);
-  ts_free(m->mlp_scratch);
+  m->be->free(m->ce_scratch);
+  m->be->free(m->mlp_scratch);
   ts_ws_free(&m->ws);
   m->be->free(m->params); m->be->free(m->grads); m->be->free(m->acts);
   m->be->free(m->inputs); m->be->free(m->targets);
@@ -564,9 +587,54 @@ static float *leaf_logits(const ts_model *m, int64_t li) {
   return lg;
 }
 
+// ---- the same on a device ----------------------------------------------------------------
+// A backend other than the CPU runs the head with its own kernels, a leaf of
+// rows at a time, its leaf of logits in device scratch (m->ce_scratch). The
+// head's weight gradient is the sum of the leaves' products in leaf order:
+// other bits than the unfused product's, within the GPU's tolerance tier.
+
+// dlogits of leaf li into the scratch: the logits, then the loss's gradient in place.
+static float *device_leaf_dlogits(ts_model *m, int64_t li) {
+  const int C = m->C, V = m->V, leaf = m->cfg.leaf;
+  const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
+  float *dl = m->ce_scratch;
+  m->be->linear_forward(dl, m->lnf + li * leaf * C, head, NULL, leaf, C, V, leaf);
+  m->be->crossentropy_backward(dl, dl, m->targets + li * leaf, 1.0f / (float)m->ntok_global,
+                               leaf, V);
+  return dl;
+}
+
+// The head's backward on a device: with dx, the rows of dx = dlogits · head
+// into m->dtmp; with dW, the head's weight gradient (V, C) into it.
+static int device_head_backward(ts_model *m, int with_dx, float *dW) {
+  const int C = m->C, V = m->V, leaf = m->cfg.leaf;
+  const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
+  float *part = m->ce_scratch + (size_t)leaf * V;
+  int rc = 0;
+  for (int64_t li = 0; li < m->ntok / leaf; li++) {
+    const float *dl = device_leaf_dlogits(m, li);
+    if (with_dx) m->be->linear_backward_input(m->dtmp + li * leaf * C, dl, head, leaf, C, V, leaf, 0);
+    if (!dW) continue;
+    rc |= m->be->linear_backward_weights(&m->ws, li ? part : dW, NULL, dl,
+                                         m->lnf + li * leaf * C, leaf, C, V);
+    if (li) m->be->add(dW, dW, part, (int64_t)V * C);
+  }
+  return rc;
+}
+
 static void fused_ce_forward(ts_model *m) {
   const int leaf = m->cfg.leaf;
   const int64_t nleaves = m->ntok / leaf;
+  if (device_sums(m)) {
+    const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
+    for (int64_t li = 0; li < nleaves; li++) {
+      m->be->linear_forward(m->ce_scratch, m->lnf + li * leaf * m->C, head, NULL, leaf, m->C,
+                            m->V, leaf);
+      m->be->crossentropy_forward(m->losses + li * leaf, m->ce_scratch, m->targets + li * leaf,
+                                  leaf, m->V);
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) num_threads(m->ws.nthreads)
   for (int64_t li = 0; li < nleaves; li++)
     crossentropy_forward(m->losses + li * leaf, leaf_logits(m, li), m->targets + li * leaf, leaf,
@@ -597,6 +665,7 @@ static void head_leaf(const void *vctx, int64_t li, float *out) {
 // the tied one's later with the embedding's (wte_leaf).
 static int fused_ce_backward(ts_model *m) {
   const int64_t nleaves = m->ntok / m->cfg.leaf;
+  if (device_sums(m)) return device_head_backward(m, 1, m->cfg.tied ? NULL : m->g.lm_head);
   if (!m->cfg.tied)
     return ts_leaf_tree_sum(&m->ws, m->g.lm_head, (size_t)m->V * m->C, nleaves, head_leaf, m);
 #pragma omp parallel for schedule(static) num_threads(m->ws.nthreads)
@@ -693,9 +762,86 @@ static float *mlp_leaf_hidden(const ts_model *m, const layer_params *w, int64_t 
   return h;
 }
 
+// ---- the same on a device ----------------------------------------------------------------
+// The leaves one after another with the backend's kernels (device_sums):
+// one leaf's buffers in device scratch, and the weight gradients the sums of
+// the leaves' products in leaf order (the GPU's tolerance tier).
+
+// The leaf's hidden activation (leaf, F) from m->ln_out, with the backend's
+// kernels into the scratch; g, u as mlp_leaf_hidden's.
+static float *device_mlp_hidden(const ts_model *m, const layer_params *w, int64_t li, float **g_out,
+                                float **u_out) {
+  const int C = m->C, F = m->F, leaf = m->cfg.leaf;
+  float *g = m->mlp_scratch, *u = g + (size_t)leaf * F, *h = u + (size_t)leaf * F;
+  const float *x = m->ln_out + li * leaf * C;
+  m->be->linear_forward(g, x, w->w1, w->b1, leaf, C, F, leaf);
+  if (m->llama) {
+    m->be->linear_forward(u, x, w->w3, NULL, leaf, C, F, leaf);
+    m->be->swiglu_forward(h, g, u, (int64_t)leaf * F);
+  } else {
+    m->be->gelu_forward(h, g, (int64_t)leaf * F);
+  }
+  *g_out = g;
+  *u_out = u;
+  return h;
+}
+
+static void device_mlp_forward(ts_model *m, const layer_params *w, float *y) {
+  const int C = m->C, F = m->F, leaf = m->cfg.leaf;
+  for (int64_t li = 0; li < m->ntok / leaf; li++) {
+    float *g, *u, *h = device_mlp_hidden(m, w, li, &g, &u);
+    m->be->linear_forward(y + li * leaf * C, h, w->w2, w->b2, leaf, F, C, leaf);
+  }
+}
+
+// dst (+)= the partial: the first leaf's products go straight into the gradient.
+static void add_partial(const ts_model *m, int64_t li, float *dst, const float *part, size_t n) {
+  if (dst && li) m->be->add(dst, dst, part, (int64_t)n);
+}
+
+static int device_mlp_backward(ts_model *m, const layer_params *w, layer_params *gr) {
+  const int C = m->C, F = m->F, leaf = m->cfg.leaf;
+  const size_t CF = (size_t)C * F;
+  float *p = m->mlp_scratch + 4 * (size_t)leaf * F; // partials of leaves after the first
+  float *pw2 = p, *pb2 = pw2 + CF, *pw1 = pb2 + C, *pb1 = pw1 + CF, *pw3 = pb1 + F;
+  ts_ws *ws = &m->ws;
+  int rc = 0;
+  for (int64_t li = 0; li < m->ntok / leaf; li++) {
+    float *g, *u, *h = device_mlp_hidden(m, w, li, &g, &u);
+    float *dh = h + (size_t)leaf * F;
+    const float *dy = m->dtmp + li * leaf * C, *x = m->ln_out + li * leaf * C;
+    rc |= m->be->linear_backward_weights(ws, li ? pw2 : gr->w2, gr->b2 ? (li ? pb2 : gr->b2) : NULL,
+                                         dy, h, leaf, F, C);
+    m->be->linear_backward_input(dh, dy, w->w2, leaf, F, C, leaf, 0);
+    if (m->llama) {
+      m->be->swiglu_backward(dh, h, g, u, dh, (int64_t)leaf * F); // d(gate), d(up) into h
+      rc |= m->be->linear_backward_weights(ws, li ? pw1 : gr->w1, NULL, dh, x, leaf, C, F);
+      rc |= m->be->linear_backward_weights(ws, li ? pw3 : gr->w3, NULL, h, x, leaf, C, F);
+    } else {
+      m->be->gelu_backward(dh, g, dh, (int64_t)leaf * F);
+      rc |= m->be->linear_backward_weights(ws, li ? pw1 : gr->w1,
+                                           gr->b1 ? (li ? pb1 : gr->b1) : NULL, dh, x, leaf, C, F);
+    }
+    add_partial(m, li, gr->w2, pw2, CF);
+    add_partial(m, li, gr->b2, pb2, (size_t)C);
+    add_partial(m, li, gr->w1, pw1, CF);
+    add_partial(m, li, gr->b1, pb1, (size_t)F);
+    if (m->llama) add_partial(m, li, gr->w3, pw3, CF);
+    // dx over the leaf's own rows of m->dtmp: its dy was read above
+    float *dx = m->dtmp + li * leaf * C;
+    m->be->linear_backward_input(dx, dh, w->w1, leaf, C, F, leaf, 0);
+    if (m->llama) m->be->linear_backward_input(dx, h, w->w3, leaf, C, F, leaf, 1);
+  }
+  return rc;
+}
+
 static void mlp_forward_tiled(ts_model *m, const layer_params *w, float *y) {
   const int C = m->C, F = m->F, leaf = m->cfg.leaf;
   const int64_t nleaves = m->ntok / leaf;
+  if (device_sums(m)) {
+    device_mlp_forward(m, w, y);
+    return;
+  }
 #pragma omp parallel for schedule(static) num_threads(m->ws.nthreads)
   for (int64_t li = 0; li < nleaves; li++) {
     float *g, *u, *h = mlp_leaf_hidden(m, w, li, &g, &u);
@@ -741,6 +887,7 @@ static void mlp_leaf(const void *vctx, int64_t li, float *out) {
 // Backward of the MLP from dy (m->dtmp) to d(norm output) in m->dtmp, with
 // m->ln_out the recomputed norm output.
 static int mlp_backward_tiled(ts_model *m, const layer_params *w, layer_params *g) {
+  if (device_sums(m)) return device_mlp_backward(m, w, g);
   const size_t C = (size_t)m->C, F = (size_t)m->F;
   const size_t n = 2 * C * F + C + F + (m->llama ? F * C : 0);
   mlp_leaf_ctx c = {m, w};
@@ -760,15 +907,14 @@ static int mlp_backward_tiled(ts_model *m, const layer_params *w, layer_params *
 // and their gradients (one leaf per thread with --tiled-mlp); the logits and
 // their gradient (one leaf per thread with --fused-ce).
 static size_t mlp_phase_bytes(const ts_model *m, int backward) {
-  const size_t nF = m->cfg.tiled_mlp ? (size_t)m->ws.nthreads * m->cfg.leaf * m->F
-                                     : (size_t)m->ntok * m->F;
-  if (m->cfg.tiled_mlp) return 4 * nF * sizeof(float);
+  const size_t nF = (size_t)m->ntok * m->F;
+  if (m->cfg.tiled_mlp) return tiled_mlp_floats(m, m->ws.nthreads) * sizeof(float);
   // fch (+ fup) and the hidden activation; backward also its gradient
   return ((m->llama ? 3 : 2) + (backward ? 1 : 0)) * nF * sizeof(float);
 }
 
 static size_t loss_phase_bytes(const ts_model *m) {
-  if (m->cfg.fused_ce) return (size_t)m->ws.nthreads * m->cfg.leaf * m->V * sizeof(float);
+  if (m->cfg.fused_ce) return fused_ce_floats(m, m->ws.nthreads) * sizeof(float);
   return 2 * (size_t)m->ntok * m->V * sizeof(float);
 }
 
@@ -905,9 +1051,11 @@ static void wte_leaf(const void *vctx, int64_t li, float *out) {
 static int wte_grad(ts_model *m, int with_head, float *out) {
   const int C = m->C, V = m->V;
   const int64_t N = m->ntok;
-  if (m->be->embedding_backward && !m->cfg.fused_ce) {
+  if (m->be->embedding_backward) {
     int rc = 0;
-    if (with_head)
+    if (with_head && m->cfg.fused_ce)
+      rc = device_head_backward(m, 0, out);
+    else if (with_head)
       rc = m->be->linear_backward_weights(&m->ws, out, NULL, m->dlogits, m->lnf, N, C, V);
     m->be->embedding_backward(out, m->dres, m->inputs, N, V, C, with_head);
     return rc;
@@ -1097,8 +1245,8 @@ int ts_model_runs(const ts_model *m, int *pos, int *len) {
 const ts_config *ts_model_config(const ts_model *m) { return &m->cfg; }
 size_t ts_model_activation_bytes(const ts_model *m) {
   size_t scratch = 0; // the memory options' per-thread leaves
-  if (m->cfg.fused_ce) scratch += (size_t)m->ws.nthreads * m->cfg.leaf * m->V;
-  if (m->cfg.tiled_mlp) scratch += (size_t)m->ws.nthreads * 4 * m->cfg.leaf * m->F;
+  if (m->cfg.fused_ce) scratch += fused_ce_floats(m, m->ws.nthreads);
+  if (m->cfg.tiled_mlp) scratch += tiled_mlp_floats(m, m->ws.nthreads);
   return (m->nacts + scratch) * sizeof(float) + megatron_bytes(m);
 }
 

@@ -72,6 +72,7 @@ expect_exit 2 "--ckpt: not a flag of 'tessera train'" "$T" train $NODATA --ckpt 
 expect_exit 2 "--ckpt FILE is required" "$T" eval $NODATA
 expect_exit 2 "--out DIR is required" "$T" dump $NODATA
 expect_exit 2 "--traj-steps -1" "$T" dump $NODATA --out "$TS_TMP/d" --traj-steps -1
+expect_exit 2 "^tessera dump: --fused-ce: a dump holds the logits" "$T" dump $NODATA --out "$TS_TMP/d" --fused-ce
 expect_exit 2 "unexpected argument" "$T" info extra
 [ -e "$TS_TMP/d" ] && fail "a refused dump created its output directory"
 

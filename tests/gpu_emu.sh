@@ -17,6 +17,10 @@
 #    device for all ranks) and over NCCL (TS_EMU_DEVICES: a device per
 #    rank), and the two communicators log identical results: comm_nccl.cu's
 #    tree reductions, staging and host-buffer paths give comm_mpi.c's bits;
+#  - options: --checkpoint, --fused-ce, --tiled-mlp, Muon, evaluation and the
+#    other compression modes against the CPU run with the same flags; a run
+#    resumed from a GPU checkpoint identical to the straight run; a CPU
+#    checkpoint evaluated on the GPU;
 #  - memory: a model too big for the (emulated) GPU is refused up front with
 #    one line, and the step record logs the device's peak.
 #
@@ -81,6 +85,56 @@ for name in llama-mqa-dropout gpt-dropout; do
   done
 done
 
+# --- options: each GPU run against the CPU run with the same flags ---------------------------
+ocommon="--batch 2 --steps 3 --warmup 1 --eval-batches 1 --data $DATA --quiet --threads 1"
+# option FLAGS
+option() {
+  C=$TS_TMP/opt-cpu.jsonl G=$TS_TMP/opt-gpu.jsonl
+  rm -f "$C" "$G"
+  # shellcheck disable=SC2086
+  expect_exit 0 "" "$T" train $1 $ocommon --log "$C" || return
+  # shellcheck disable=SC2086
+  expect_exit 0 "" timeout 180 "$EMU" train $1 $ocommon --device cuda --log "$G" || return
+  TS_CHECKS=$((TS_CHECKS + 1))
+  out=$("$T" compare --rtol 1e-4 "$C" "$G" 2>&1) && pass "$1: GPU against CPU: $out" ||
+    fail "$1: GPU against CPU: $out"
+}
+option "--model tiny --checkpoint"
+option "--model tiny --fused-ce"
+option "--model tiny --untied --fused-ce"
+option "--model llama-tiny --tiled-mlp"
+option "--model tiny --untied --tiled-mlp --fused-ce --dropout 0.1"
+option "--model tiny --optimizer muon"
+option "--model llama-tiny --optimizer muon-pe"
+option "--model tiny --eval-every 1"
+option "--model tiny --compress mapl-unconstrained --rank 16 --compress-stages 2"
+option "--model tiny --compress mapl-frozen --rank 16 --compress-stages 2"
+# recomputing a layer runs the same kernels: the same bits as keeping it
+P1=$TS_TMP/plain.jsonl P2=$TS_TMP/recomputed.jsonl
+expect_exit 0 "" "$EMU" train --model tiny $ocommon --device cuda --log "$P1" &&
+  expect_exit 0 "" "$EMU" train --model tiny $ocommon --device cuda --checkpoint --log "$P2" &&
+  expect_exit 0 "" "$T" compare "$P1" "$P2" && expect_stdout "^identical"
+# a GPU run resumed from a checkpoint logs what the straight run logged
+saved=$TESSERA_BIN
+TESSERA_BIN=$EMU
+expect_resume_identical 1 3 "" "" --model llama-tiny $ocommon --device cuda
+TESSERA_BIN=$saved
+
+# a CPU checkpoint evaluated on the GPU: the CPU's loss within fp32's 1e-5
+CK=$TS_TMP/eval-ck
+expect_exit 0 "" "$T" train --model llama-tiny $ocommon --ckpt-dir "$CK" &&
+  expect_exit 0 "" "$T" eval --ckpt "$CK/step-00000003.safetensors" --data "$DATA" &&
+  cpu=$(sed -n 's/.*val loss \([0-9.]*\) .*/\1/p' "$TS_OUT") &&
+  expect_exit 0 "" "$EMU" eval --device cuda --ckpt "$CK/step-00000003.safetensors" --data "$DATA" &&
+  gpu=$(sed -n 's/.*val loss \([0-9.]*\) .*/\1/p' "$TS_OUT") && {
+  TS_CHECKS=$((TS_CHECKS + 1))
+  if awk -v a="$cpu" -v b="$gpu" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-5 * a) }'; then
+    pass "eval of a CPU checkpoint: GPU $gpu, CPU $cpu"
+  else
+    fail "eval of a CPU checkpoint: GPU '$gpu' against CPU '$cpu' (relative bound 1e-5)"
+  fi
+}
+
 # --- memory: the fit check against the GPU's, and its peak in the log -----------------------
 # (TS_EMU_DEVICE_MIB sets what the emulated device reports)
 expect_exit 1 "but this rank's share of its GPU is 0\.2 GiB.*fewer ranks on this GPU" \
@@ -136,6 +190,7 @@ layout 2 "--model llama-tiny" "--sp 2 --sp-mode upipe --upipe-u 2"
 layout 2 "--model llama-tiny" "--sp 2 --sp-mode ring"
 layout 2 "--model tiny" "--pp 2 --microbatches 2"
 layout 2 "--model llama-tiny" "--pp 2 --microbatches 2 --schedule gpipe"
+layout 2 "--model tiny --fused-ce" "--pp 2 --microbatches 2"
 layout 2 "--model tiny --compress mapl --rank 16 --compress-stages 2" "--pp 2"
 layout 2 "--model tiny --compress mapl-vq --rank 16 --compress-stages 2" "--pp 2"
 layout 4 "--model llama-tiny" "--dp 2 --sp 2 --sp-mode ulysses"
