@@ -593,14 +593,20 @@ static float *leaf_logits(const ts_model *m, int64_t li) {
 // head's weight gradient is the sum of the leaves' products in leaf order:
 // other bits than the unfused product's, within the GPU's tolerance tier.
 
+// The logits of leaf li into the scratch.
+static float *device_leaf_logits(ts_model *m, int64_t li) {
+  const int C = m->C, leaf = m->cfg.leaf;
+  const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
+  m->be->linear_forward(m->ce_scratch, m->lnf + li * leaf * C, head, NULL, leaf, C, m->V, leaf);
+  return m->ce_scratch;
+}
+
 // dlogits of leaf li into the scratch: the logits, then the loss's gradient in place.
 static float *device_leaf_dlogits(ts_model *m, int64_t li) {
-  const int C = m->C, V = m->V, leaf = m->cfg.leaf;
-  const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
-  float *dl = m->ce_scratch;
-  m->be->linear_forward(dl, m->lnf + li * leaf * C, head, NULL, leaf, C, V, leaf);
+  const int leaf = m->cfg.leaf;
+  float *dl = device_leaf_logits(m, li);
   m->be->crossentropy_backward(dl, dl, m->targets + li * leaf, 1.0f / (float)m->ntok_global,
-                               leaf, V);
+                               leaf, m->V);
   return dl;
 }
 
@@ -626,13 +632,9 @@ static void fused_ce_forward(ts_model *m) {
   const int leaf = m->cfg.leaf;
   const int64_t nleaves = m->ntok / leaf;
   if (device_sums(m)) {
-    const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
-    for (int64_t li = 0; li < nleaves; li++) {
-      m->be->linear_forward(m->ce_scratch, m->lnf + li * leaf * m->C, head, NULL, leaf, m->C,
-                            m->V, leaf);
-      m->be->crossentropy_forward(m->losses + li * leaf, m->ce_scratch, m->targets + li * leaf,
-                                  leaf, m->V);
-    }
+    for (int64_t li = 0; li < nleaves; li++)
+      m->be->crossentropy_forward(m->losses + li * leaf, device_leaf_logits(m, li),
+                                  m->targets + li * leaf, leaf, m->V);
     return;
   }
 #pragma omp parallel for schedule(static) num_threads(m->ws.nthreads)
@@ -1051,7 +1053,7 @@ static void wte_leaf(const void *vctx, int64_t li, float *out) {
 static int wte_grad(ts_model *m, int with_head, float *out) {
   const int C = m->C, V = m->V;
   const int64_t N = m->ntok;
-  if (m->be->embedding_backward) {
+  if (device_sums(m)) {
     int rc = 0;
     if (with_head && m->cfg.fused_ce)
       rc = device_head_backward(m, 0, out);
