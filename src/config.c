@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "parallel/cp.h"
 #include "tessera.h"
 
 // ---------------------------------------------------------------------------
@@ -285,19 +286,17 @@ int ts_config_finalize(ts_config *cfg) {
 }
 
 // ---------------------------------------------------------------------------
-const char *const ts_sp_mode_names[TS_SP_NMODES] = {
-    "lss", "lss-fused", "lss-basic", "megatron", "ulysses", "upipe", "ring", "ring-zigzag"};
-
 int ts_sp_mode_parse(const char *name, ts_sp_mode *out) {
-  for (int i = 0; i < TS_SP_NMODES; i++)
+  char list[256] = "";
+  for (int i = 0; i < TS_SP_NMODES; i++) {
     if (strcmp(name, ts_sp_mode_names[i]) == 0) {
       *out = (ts_sp_mode)i;
       return TS_OK;
     }
-  return ts_fail(TS_EUSAGE,
-                 "--sp-mode %s: must be lss, lss-fused, lss-basic, megatron, ulysses, upipe, "
-                 "ring or ring-zigzag",
-                 name);
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+             i == 0 ? "" : i == TS_SP_NMODES - 1 ? " or " : ", ", ts_sp_mode_names[i]);
+  }
+  return ts_fail(TS_EUSAGE, "--sp-mode %s: must be %s", name, list);
 }
 
 // ---------------------------------------------------------------------------
@@ -306,49 +305,6 @@ int ts_sp_mode_parse(const char *name, ts_sp_mode *out) {
 // batch/dp whole sequences, i.e. (batch/dp)·(seq/leaf) leaves, and that count
 // and dp must be powers of two. --fast lets MPI sum, so it needs only whole
 // sequences per rank.
-// Head-parallel attention (Ulysses, UPipe; ulysses.h): heads and key/value
-// heads split over the group; UPipe's stages of U heads and their schedule.
-// Resolves the defaults in *lay.
-static int check_head_parallel(const ts_config *cfg, ts_layout *lay) {
-  const int N = lay->sp, H = cfg->n_head;
-  const int Hkv = cfg->n_kv_head > 0 ? cfg->n_kv_head : H, G = H / Hkv;
-  const char *mode = ts_sp_mode_names[lay->sp_mode];
-  if (N > 64 || H / N > 64)
-    return ts_fail(TS_EUSAGE, "--sp-mode %s: at most 64 ranks and 64 heads per rank", mode);
-  if (H % N != 0 || Hkv % N != 0)
-    return ts_fail(TS_EUSAGE,
-                   "--sp-mode %s with --sp %d: the %d heads and %d key/value heads must divide "
-                   "by %d (each rank takes whole heads)",
-                   mode, N, H, Hkv, N);
-  if (lay->sp_mode == TS_SP_ULYSSES) {
-    lay->upipe_u = H;
-    lay->upipe_sched = 0;
-    return TS_OK;
-  }
-  if (lay->upipe_sched < 0) lay->upipe_sched = G > 1 ? 1 : 0;
-  if (lay->upipe_sched == 1 && G == 1)
-    return ts_fail(TS_EUSAGE, "--upipe-schedule gqa: the model has no key/value groups "
-                              "(--kv-heads equals --heads)");
-  if (lay->upipe_u == 0) lay->upipe_u = N; // the smallest stages
-  const int U = lay->upipe_u, per = U / N;
-  if (U < 1 || U % N != 0)
-    return ts_fail(TS_EUSAGE, "--upipe-u %d: must be a multiple of --sp %d (every rank takes "
-                              "U/N heads of a stage)", U, N);
-  if (H % U != 0)
-    return ts_fail(TS_EUSAGE, "--upipe-u %d: must divide the %d heads", U, H);
-  if (lay->upipe_sched == 1 && Hkv % U != 0)
-    return ts_fail(TS_EUSAGE,
-                   "--upipe-u %d with --upipe-schedule gqa: must divide the %d key/value heads "
-                   "(a stage takes one query head of U groups)",
-                   U, Hkv);
-  if (lay->upipe_sched == 0 && per % G != 0 && G % per != 0)
-    return ts_fail(TS_EUSAGE,
-                   "--upipe-u %d with --sp %d: each rank's %d heads of a stage must be whole "
-                   "groups of %d or part of one",
-                   U, N, per, G);
-  return TS_OK;
-}
-
 int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
   if (lay->dp < 1) return ts_fail(TS_EUSAGE, "--dp %d: must be >= 1", lay->dp);
   if (lay->sp < 1) return ts_fail(TS_EUSAGE, "--sp %d: must be >= 1", lay->sp);
@@ -373,9 +329,6 @@ int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
       return ts_fail(TS_EUSAGE, "--pp %d with --sp %d: a microbatch is one sequence, so "
                      "--microbatches must be the %d sequences of each data rank (got %d)",
                      P, lay->sp, nb, M);
-    if (lay->sp > 1 && lay->sp_mode == TS_SP_MEGATRON)
-      return ts_fail(TS_EUSAGE, "--pp %d with --sp-mode megatron: the tensor-split baseline "
-                     "does not run in pipeline stages", P);
     if (nb % M != 0)
       return ts_fail(TS_EUSAGE, "--microbatches %d: must divide the %d sequences of each data rank",
                      M, nb);
@@ -407,28 +360,11 @@ int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
                      "of tiles (%d) and of leaves (%d), so that its sums are subtrees of the "
                      "serial trees",
                      T, N, T / N, cfg->tile, cfg->leaf);
-    if (lay->sp_mode == TS_SP_RING_ZIGZAG &&
-        (T % (2 * N) != 0 || (T / (2 * N)) % cfg->tile != 0 || (T / (2 * N)) % cfg->leaf != 0))
-      return ts_fail(TS_EUSAGE,
-                     "--sp-mode ring-zigzag with --sp %d: --seq %d must split into %d chunks of "
-                     "whole tiles (%d) and leaves (%d)",
-                     N, T, 2 * N, cfg->tile, cfg->leaf);
-    if (lay->sp_mode == TS_SP_ULYSSES || lay->sp_mode == TS_SP_UPIPE) {
-      int rc = check_head_parallel(cfg, lay);
-      if (rc) return rc;
-    }
-    if (lay->sp_mode == TS_SP_MEGATRON && (cfg->checkpoint || cfg->tiled_mlp))
-      return ts_fail(TS_EUSAGE, "--%s: not available with --sp-mode megatron (its layers keep "
-                     "their own buffers)", cfg->checkpoint ? "checkpoint" : "tiled-mlp");
-    if (lay->sp_mode == TS_SP_MEGATRON && cfg->variant != TS_GPT)
-      return ts_fail(TS_EUSAGE, "--sp-mode megatron: the baseline is built for the GPT variant "
-                                "(use lss, lss-fused or lss-basic with --model %s)",
-                     cfg->preset);
-    if (lay->sp_mode == TS_SP_MEGATRON && (cfg->n_head % N != 0 || cfg->d_ff % N != 0))
-      return ts_fail(TS_EUSAGE,
-                     "--sp-mode megatron with --sp %d: the %d heads and the MLP width %d must "
-                     "divide by %d (each rank holds a slice of both)",
-                     N, cfg->n_head, cfg->d_ff, N);
+    // the strategy's own rules (src/parallel/, cp.h)
+    const ts_cp *cp = ts_cp_get(lay->sp_mode);
+    int rc;
+    if (!cp) return ts_fail(TS_EUSAGE, "--sp-mode: no strategy %d", (int)lay->sp_mode);
+    if (cp->check && (rc = cp->check(cfg, lay))) return rc;
   }
   const int D = lay->dp;
   if (D == 1) return TS_OK;

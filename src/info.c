@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "parallel/cp.h"
 #include "tessera.h"
 
 #if defined(__clang__)
@@ -88,8 +89,17 @@ int ts_info(void) {
 
   printf("layouts (docs/DISTRIBUTED.md)\n");
   row("--dp", "data parallel: exact");
-  row("--sp-mode", "lss, lss-fused, lss-basic, ulysses, upipe: exact; megatron, ring, "
-                   "ring-zigzag: within tolerance");
+  { // the strategies, from the registry (src/parallel/strategies.def)
+    char tier[2][160] = {"", ""};
+    for (int i = 0; i < TS_SP_NMODES; i++) {
+      char *t = tier[ts_cp_get((ts_sp_mode)i)->exact ? 0 : 1];
+      snprintf(t + strlen(t), sizeof tier[0] - strlen(t), "%s%s", t[0] ? ", " : "",
+               ts_sp_mode_names[i]);
+    }
+    char buf[400];
+    snprintf(buf, sizeof buf, "%s: exact; %s: within tolerance", tier[0], tier[1]);
+    row("--sp-mode", buf);
+  }
   row("--pp", "GPipe, 1F1B: exact; composes with --dp and --sp");
   row("--compress", "ssn, mapl, mapl-unconstrained, mapl-vq, mapl-frozen: a model of its own, exact on "
                     "every --pp layout (docs/COMPRESSION.md)");

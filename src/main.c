@@ -22,6 +22,7 @@
 
 #include "backend.h"
 #include "compare.h"
+#include "parallel/cp.h"
 #include "parallel/grid.h"
 #include "tessera.h"
 
@@ -232,9 +233,7 @@ static const flag flags[] = {
      "sequence-parallel ranks: a power of two; --seq splits into N segments (mpiexec -n D*N)",
      NULL, TRAIN, G_PAR, check_parallel},
     {"--sp-mode", K_STR, AT(sp_mode), 0, "MODE",
-     "lss (2 collectives per layer), its ablations lss-fused (4) and lss-basic (6), megatron (8); "
-     "ulysses or upipe (head-parallel attention by all-to-alls); ring or ring-zigzag (within "
-     "tolerance)",
+     "how the sequence group shares a sequence: one of the strategies listed below",
      NULL, TRAIN, G_PAR, check_choice},
     {"--upipe-u", K_INT, AT(lay.upipe_u), 0, "U",
      "UPipe: heads per stage, a multiple of --sp dividing the heads", "--sp", TRAIN, G_PAR,
@@ -242,6 +241,10 @@ static const flag flags[] = {
     {"--upipe-schedule", K_STR, AT(upipe_schedule), 0, "NAME",
      "UPipe: natural (heads in order) or gqa (one head of each group per stage, key/value "
      "heads sent once per round)", "gqa with --kv-heads < --heads", TRAIN, G_PAR, check_choice},
+    {"--ulysses-degree", K_INT, AT(lay.ulysses_degree), 0, "U",
+     "usp: ranks of each head-parallel (Ulysses) group, dividing --sp and the key/value heads; "
+     "ring attention runs across the --sp/U groups",
+     "the largest such U below --sp", TRAIN, G_PAR, check_nonneg},
     {"--pp", K_INT, AT(lay.pp), 0, "P", "pipeline stages", NULL, TRAIN, G_PAR, check_parallel},
     {"--microbatches", K_INT, AT(lay.microbatches), 0, "M",
      "microbatches per step (pipeline): they split each data rank's sequences", NULL,
@@ -572,6 +575,14 @@ static void command_help(const command *cmd, FILE *out) {
       ts_config_preset(&c, *p);
       fprintf(out, "  %-8s d %d, layers %d, heads %d, d-ff %d, seq %d, batch %d\n", *p, c.d,
               c.n_layer, c.n_head, c.d_ff, c.seq, c.batch);
+    }
+  }
+  if (cmd->id == C_TRAIN) { // the registry's strategies (src/parallel/strategies.def)
+    fprintf(out, "\nsequence-parallel strategies (--sp-mode):\n");
+    for (int i = 0; i < TS_SP_NMODES; i++) {
+      const ts_cp *cp = ts_cp_get((ts_sp_mode)i);
+      fprintf(out, "  %-12s %s%s\n", ts_sp_mode_names[i], cp->summary,
+              cp->exact ? " [exact]" : " [tolerance]");
     }
   }
   fprintf(out, "\n  %-22s %s\n", "--help, -h", "show this help");

@@ -14,9 +14,7 @@
 #include "kernels.h"
 #include "mem.h"
 #include "model_impl.h"
-#include "parallel/megatron.h"
-#include "parallel/ring.h"
-#include "parallel/ulysses.h"
+#include "parallel/cp.h"
 #include "rng.h"
 #include "tessera.h"
 #include "util.h"
@@ -174,12 +172,15 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
     if (cfg->seq % nsp != 0 || Tl % cfg->leaf != 0 || Tl % cfg->tile != 0)
       return ts_fail(TS_EUSAGE, "--seq %d: not %d segments of whole leaves (%d) and tiles (%d)",
                      cfg->seq, nsp, cfg->leaf, cfg->tile);
-    if (sp->mode == TS_SP_MEGATRON && (cfg->n_head % nsp != 0 || cfg->d_ff % nsp != 0))
-      return ts_fail(TS_EUSAGE,
-                     "--sp-mode megatron: %d heads and MLP width %d must divide by --sp %d",
-                     cfg->n_head, cfg->d_ff, nsp);
-    if (sp->mode == TS_SP_MEGATRON && cfg->variant != TS_GPT)
-      return ts_fail(TS_EUSAGE, "--sp-mode megatron: the baseline is built for the GPT variant");
+  }
+  const ts_cp *cp = nsp > 1 ? ts_cp_get(sp->mode) : &ts_cp_local;
+  if (!cp) return ts_fail(TS_EUSAGE, "--sp-mode: no strategy %d", (int)sp->mode);
+  if (nsp > 1 && cp->check) { // the strategy's rules (ts_layout_check applies them too)
+    ts_layout lay = {.dp = 1, .sp = nsp, .pp = 1, .sp_mode = sp->mode, .upipe_u = sp->upipe_u,
+                     .upipe_sched = sp->upipe_sched, .microbatches = 1,
+                     .ulysses_degree = sp->ulysses_degree};
+    int rc = cp->check(cfg, &lay);
+    if (rc) return rc;
   }
   ts_model *m = calloc(1, sizeof *m);
   if (!m) return ts_fail(TS_ERUNTIME, "out of memory");
@@ -194,25 +195,16 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   m->Tl = m->T / nsp;
   m->t0 = nsp > 1 ? sp->comm->rank * m->Tl : 0;
   m->seq = nsp > 1 ? sp->comm : NULL;
-  m->sp_mode = sp ? sp->mode : TS_SP_LSS;
-  m->headpar = m->seq && (m->sp_mode == TS_SP_ULYSSES || m->sp_mode == TS_SP_UPIPE);
-  m->ring = m->seq && (m->sp_mode == TS_SP_RING || m->sp_mode == TS_SP_RING_ZIGZAG);
-  m->zigzag = m->seq && m->sp_mode == TS_SP_RING_ZIGZAG;
-  m->U = m->headpar && m->sp_mode == TS_SP_UPIPE ? sp->upipe_u : m->H;
-  m->usched = m->headpar && m->sp_mode == TS_SP_UPIPE ? sp->upipe_sched : 0;
+  m->cp = cp;
   m->ntok = (int64_t)m->B * m->Tl;
   m->l0 = 0;
   m->l1 = m->L;
-  m->nrun = 1;
-  m->run_len = m->Tl;
-  m->run_pos[0] = m->t0;
-  if (m->zigzag) { // chunks r and 2N-1-r of 2N
-    const int r = sp->comm->rank;
-    m->nrun = 2;
-    m->run_len = m->Tl / 2;
-    m->run_pos[0] = r * m->run_len;
-    m->run_pos[1] = (2 * nsp - 1 - r) * m->run_len;
-  }
+  ts_cp_runs runs = {.n = 1, .len = m->Tl, .pos = {m->t0}};
+  if (cp->positions) cp->positions(nsp, m->seq ? m->seq->rank : 0, m->T, &runs);
+  m->nrun = runs.n;
+  m->run_len = runs.len;
+  m->run_pos[0] = runs.pos[0];
+  m->run_pos[1] = runs.pos[1];
   m->ntok_global = (int64_t)m->Bg * m->T;
   m->p.layer = calloc((size_t)m->L, sizeof(layer_params));
   m->g.layer = calloc((size_t)m->L, sizeof(layer_params));
@@ -279,25 +271,20 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   }
   free(spec);
 
-  // activations; Nk rows of K and V (the whole sequence under --sp). The
-  // tensor-split layers (megatron) keep their own (megatron.c): Na = 0 rows
-  // of the attention and MLP buffers here.
-  // Head-parallel attention (ulysses.h) keeps no Q, K, V or lse between its
-  // forward and backward: Nq = 0 rows of them, and gradients of the rank's
-  // rows only.
-  const int tensor_split = m->seq && m->sp_mode == TS_SP_MEGATRON;
-  int64_t N = m->ntok, Na = tensor_split ? 0 : N, Nk = tensor_split ? 0 : (int64_t)m->B * m->T;
-  int64_t Nq = m->headpar ? 0 : Na, Nkd = Nk;
-  if (m->headpar) Nk = 0, Nkd = N;
-  if (m->ring) Nk = N, Nkd = N; // the rank's own K, V rows; the blocks travel
+  // activations: the rows of the attention buffers the strategy asks for
+  // (cp.h): Na of the attention output and MLP, Nq of Q and lse, Nk of K and
+  // V kept per layer, Nkd of the dK, dV scratch.
+  ts_cp_sizes cs;
+  cp->sizes(m, &cs);
+  const int64_t N = m->ntok, Na = cs.layer_rows, Nq = cs.q_rows, Nk = cs.kv_rows;
+  const int64_t Nkd = cs.dkv_rows;
   size_t C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V, Ckv = (size_t)m->Ckv;
   size_t BHT = (size_t)Nq * m->H, Fup = m->llama ? F : 0;
   if (cfg->tiled_mlp) F = Fup = 0; // no (rows, d_ff) buffers: one leaf per thread instead
   size_t per_layer = N * (C + 4) + Na * (C + F + Fup) + Nq * C + Nk * Ckv * 2 + BHT;
   const size_t NV = cfg->fused_ce ? 0 : (size_t)N * V; // logits and their gradient
   size_t top = N * (C + 2 + 1) + NV;
-  size_t scratch = N * C * 4 + NV + Na * (C * 2 + F * 2) + Nkd * Ckv * 2 + BHT +
-                   (m->seq && !tensor_split && !m->headpar && !m->ring ? Nk * C * 2 : 0);
+  size_t scratch = N * C * 4 + NV + Na * (C * 2 + F * 2) + Nkd * Ckv * 2 + BHT + cs.scratch;
   size_t rope = m->llama ? (size_t)m->T * m->dh : 0;
   const int kept = cfg->checkpoint ? 1 : m->L; // layers whose activations are kept at once
   size_t nacts = (size_t)(m->L + 1) * N * C + (size_t)kept * per_layer + top + scratch + rope;
@@ -356,7 +343,7 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   TAKE(m->dres, N * C); TAKE(m->dtmp, N * C); TAKE(m->dtmp2, N * C); TAKE(m->datt, Na * C);
   TAKE(m->dq, Na * C); TAKE(m->dk, Nkd * Ckv); TAKE(m->dv, Nkd * Ckv);
   TAKE(m->dfch, Na * F); TAKE(m->dlogits, NV); TAKE(m->dsum, BHT);
-  if (m->seq && !tensor_split && !m->headpar && !m->ring) TAKE(m->spbuf, Nk * C * 2);
+  if (cs.scratch) TAKE(m->spbuf, cs.scratch);
   TAKE(m->rope, rope);
 #undef TAKE
   if (m->llama) rope_table(m->rope, m->T, m->dh, (double)cfg->rope_theta);
@@ -387,7 +374,7 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
     }
   }
   int rc;
-  if (tensor_split && (rc = megatron_create(m))) {
+  if (cp->create && (rc = cp->create(m, sp))) {
     ts_model_free(m);
     return rc;
   }
@@ -401,7 +388,7 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
 
 void ts_model_free(ts_model *m) {
   if (!m) return;
-  megatron_free(m);
+  if (m->cp && m->cp->destroy) m->cp->destroy(m);
   compress_free(m);
   for (int k = 0; k < 2; k++) {
     param_views *v = k ? &m->g : &m->p;
@@ -456,8 +443,7 @@ static void dropout_rows(const ts_model *m, float *x, float p, uint32_t purpose,
                          purpose, step, row_base_at(m, l, m->run_pos[k]));
 }
 
-// RoPE (or its inverse) on the rank's rows of nh heads, row stride ld.
-static void rope_rows(const ts_model *m, float *x, int nh, int ld, int backward) {
+void ts_model_rope_rows(const ts_model *m, float *x, int nh, int ld, int backward) {
   if (!m->llama) return;
   for (int k = 0; k < m->nrun; k++) {
     float *xk = x + (size_t)k * m->run_len * ld;
@@ -470,106 +456,6 @@ static void rope_rows(const ts_model *m, float *x, int nh, int ld, int backward)
 
 uint64_t ts_model_attn_base(const ts_model *m, int l) {
   return ((uint64_t)l * m->Bg + (uint64_t)m->b0) * (uint64_t)m->H * (uint64_t)m->T * (uint64_t)m->T;
-}
-
-// ---- sequence-parallel attention (ALGORITHMS.md §2) ---------------------------------
-// Rank s of the sequence group holds positions [t0, t0 + Tl) of one sequence;
-// its queries attend to the whole sequence's keys. K and V are projected per
-// row block of whole leaves, so the rows are the serial bits whichever rank
-// computes them; the collectives only move rows.
-
-// K and V (Nk rows) from the norm output (the N local rows in m->ln_out).
-static int project_kv(ts_model *m, int l, const layer_params *w, layer_acts *a) {
-  const int C = m->C, Ckv = m->Ckv, dh = m->dh, rows = m->cfg.leaf;
-  const int64_t N = m->ntok, Nk = (int64_t)m->B * m->T;
-  const size_t bytes = (size_t)N * Ckv * sizeof(float);
-  int rc = TS_OK;
-  if (!m->seq || m->ring) { // the rank's own rows (ring: they travel later)
-    m->be->linear_forward_heads(a->k, m->ln_out, w->wk, w->bk, N, C, Ckv, dh, rows);
-    m->be->linear_forward_heads(a->v, m->ln_out, w->wv, w->bv, N, C, Ckv, dh, rows);
-    rope_rows(m, a->k, m->Hkv, Ckv, 0);
-  } else if (m->sp_mode == TS_SP_LSS_BASIC) {
-    // un-fused: the local K and V rows, gathered separately
-    m->be->linear_forward_heads(m->dtmp, m->ln_out, w->wk, w->bk, N, C, Ckv, dh, rows);
-    m->be->linear_forward_heads(m->dtmp2, m->ln_out, w->wv, w->bv, N, C, Ckv, dh, rows);
-    rope_rows(m, m->dtmp, m->Hkv, Ckv, 0);
-    if (!(rc = ts_comm_allgather(m->seq, m->dtmp, a->k, bytes, l)))
-      rc = ts_comm_allgather(m->seq, m->dtmp2, a->v, bytes, l);
-  } else {
-    // fused: one gather of the norm output, then K and V of every row
-    if (!(rc = ts_comm_allgather(m->seq, m->ln_out, m->spbuf, (size_t)N * C * sizeof(float), l))) {
-      m->be->linear_forward_heads(a->k, m->spbuf, w->wk, w->bk, Nk, C, Ckv, dh, rows);
-      m->be->linear_forward_heads(a->v, m->spbuf, w->wv, w->bv, Nk, C, Ckv, dh, rows);
-      if (m->llama) m->be->rope_forward(a->k, Nk, m->T, 0, m->Hkv, dh, Ckv, m->rope); // every row
-    }
-  }
-  return rc;
-}
-
-// The ablations concatenate the attention outputs of the group (an
-// all-gather) and go on from the concatenated rows; LSS proper skips this.
-static int uses_concat(const ts_model *m) {
-  return m->seq && (m->sp_mode == TS_SP_LSS_FUSED || m->sp_mode == TS_SP_LSS_BASIC);
-}
-
-static int concat_forward(ts_model *m, int l, float *att) {
-  const size_t n = (size_t)m->ntok * m->C;
-  int rc = ts_comm_allgather(m->seq, att, m->spbuf, n * sizeof(float), l);
-  if (!rc) memcpy(att, m->spbuf + (size_t)m->t0 * m->C, n * sizeof(float));
-  return rc;
-}
-
-// The concatenation's backward: each rank's gradient of the whole output
-// (its own rows; the others -0.0, the identity of addition) reduce-scattered,
-// so rank s receives the sum over ranks of its rows, bit for bit its own.
-static int concat_backward(ts_model *m, int l, float *datt) {
-  const size_t n = (size_t)m->ntok * m->C, nk = (size_t)m->B * m->T * m->C;
-  float *full = m->spbuf, *own = full + (size_t)m->t0 * m->C;
-  for (size_t i = 0; i < nk; i++) full[i] = -0.0f;
-  memcpy(own, datt, n * sizeof(float));
-  int rc = ts_comm_reduce_scatter_tree(m->seq, full, nk, l);
-  if (!rc) memcpy(datt, own, n * sizeof(float));
-  return rc;
-}
-
-// dK, dV of every key row (each rank's partial over its query tiles) to the
-// rows' owners, summed over the group in tree order (R3): one reduce-scatter
-// of the packed [dK | dV] (two separate ones for lss-basic). On return the
-// first N rows of m->dk, m->dv are this rank's rows, the serial bits.
-static int reduce_scatter_kv(ts_model *m, int l) {
-  const int Ckv = m->Ckv;
-  const int64_t N = m->ntok, Nk = (int64_t)m->B * m->T;
-  const size_t row = (size_t)Ckv * sizeof(float);
-  int rc;
-  if (!m->seq) return TS_OK;
-  if (m->sp_mode == TS_SP_LSS_BASIC) {
-    if ((rc = ts_comm_reduce_scatter_tree(m->seq, m->dk, (size_t)Nk * Ckv, l))) return rc;
-    if ((rc = ts_comm_reduce_scatter_tree(m->seq, m->dv, (size_t)Nk * Ckv, l))) return rc;
-    memmove(m->dk, m->dk + (size_t)m->t0 * Ckv, (size_t)N * row);
-    memmove(m->dv, m->dv + (size_t)m->t0 * Ckv, (size_t)N * row);
-    return TS_OK;
-  }
-  float *pack = m->spbuf; // (Nk, 2·Ckv)
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < Nk; t++) {
-    memcpy(pack + (size_t)t * 2 * Ckv, m->dk + (size_t)t * Ckv, row);
-    memcpy(pack + (size_t)t * 2 * Ckv + Ckv, m->dv + (size_t)t * Ckv, row);
-  }
-  if ((rc = ts_comm_reduce_scatter_tree(m->seq, pack, (size_t)Nk * 2 * Ckv, l))) return rc;
-  const float *own = pack + (size_t)m->t0 * 2 * Ckv;
-  for (int64_t t = 0; t < N; t++) {
-    memcpy(m->dk + (size_t)t * Ckv, own + (size_t)t * 2 * Ckv, row);
-    memcpy(m->dv + (size_t)t * Ckv, own + (size_t)t * 2 * Ckv + Ckv, row);
-  }
-  return TS_OK;
-}
-
-static ts_attn_shape attn_shape(const ts_model *m, int l, float p, uint64_t step) {
-  ts_attn_shape as = {.B = m->B, .T = m->T, .H = m->H, .dh = m->dh, .tile = m->cfg.tile,
-                      .dropout = p, .seed = m->cfg.seed, .step = step,
-                      .index_base = ts_model_attn_base(m, l), .Tq = m->Tl, .q0 = m->t0,
-                      .Tk = m->T, .Hkv = m->Hkv};
-  return as;
 }
 
 // ---- the LM head and the loss, one leaf at a time (--fused-ce) --------------------------
@@ -935,26 +821,14 @@ static int layer_forward(ts_model *m, int l, uint64_t step, float p) {
   const int C = m->C, F = m->F, rows = m->cfg.leaf;
   const int64_t N = m->ntok;
   int rc;
-  if (m->mt) return megatron_layer_forward(m, l, step, p); // tensor-split layers
+  if (m->cp->layer_forward) return m->cp->layer_forward(m, l, step, p); // tensor-split layers
   layer_params *w = &m->p.layer[l];
   layer_acts *a = ts_layer_acts(m, l);
   const float *x = m->res[l];
   float *y = m->res[l + 1];
   norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b);
-  if (m->headpar) {
-    if ((rc = headpar_forward(m, l, step, p))) return rc;
-  } else {
-    m->be->linear_forward_heads(a->q, m->ln_out, w->wq, w->bq, N, C, C, m->dh, rows);
-    rope_rows(m, a->q, m->H, C, 0);
-    if ((rc = project_kv(m, l, w, a))) return rc;
-    if (m->ring) {
-      if ((rc = ring_forward(m, l, step, p))) return rc;
-    } else {
-      ts_attn_shape as = attn_shape(m, l, p, step);
-      m->be->attention_forward(&m->ws, a->att, a->lse, a->q, a->k, a->v, &as);
-    }
-    if (uses_concat(m) && (rc = concat_forward(m, l, a->att))) return rc;
-  }
+  // the strategy: Q, K, V and attention, m->ln_out -> a->att (cp.h)
+  if ((rc = m->cp->attn_forward(m, l, step, p))) return rc;
   // res_mid = x + dropout(att · Woᵀ + bo)
   m->be->linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, rows);
   dropout_rows(m, a->res_mid, p, TS_RNG_DROPOUT_PROJ, step, l);
@@ -1099,8 +973,8 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     memcpy(m->dres, m->dy_in, (size_t)N * C * sizeof(float));
   }
   for (int l = m->l1 - 1; l >= m->l0; l--) {
-    if (m->mt) { // tensor-split layers
-      if ((crc = megatron_layer_backward(m, l, step))) return crc;
+    if (m->cp->layer_backward) { // tensor-split layers
+      if ((crc = m->cp->layer_backward(m, l, step))) return crc;
       continue;
     }
     layer_params *w = &m->p.layer[l], *g = &m->g.layer[l];
@@ -1124,20 +998,11 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     rc |= m->be->linear_backward_weights(ws, g->wo, g->bo, m->dtmp, a->att, N, C, C);
     m->be->linear_backward_input(m->datt, m->dtmp, w->wo, N, C, C, rows, 0);
     norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, m->res[l], w->ln1w, w->ln1b);
-    if (m->headpar) {
-      if ((crc = headpar_backward(m, l, step))) return crc;
-    } else if (m->ring) {
-      if ((crc = ring_backward(m, l, step))) return crc;
-    } else {
-      if (uses_concat(m) && (crc = concat_backward(m, l, m->datt))) return crc;
-      ts_attn_shape as = attn_shape(m, l, p, step);
-      rc |= m->be->attention_backward(ws, m->dq, m->dk, m->dv, m->dsum, m->datt, a->q, a->k, a->v,
-                               a->att, a->lse, &as);
-      if ((crc = reduce_scatter_kv(m, l))) return crc;
-    }
+    // the strategy: m->datt -> m->dq, m->dk, m->dv, the rank's rows (cp.h)
+    if ((crc = m->cp->attn_backward(m, l, step))) return crc;
     if (m->llama) { // back through the rotations (row-wise: after the reduce-scatter)
-      rope_rows(m, m->dq, m->H, C, 1);
-      rope_rows(m, m->dk, m->Hkv, Ckv, 1);
+      ts_model_rope_rows(m, m->dq, m->H, C, 1);
+      ts_model_rope_rows(m, m->dk, m->Hkv, Ckv, 1);
     }
     rc |= m->be->linear_backward_weights(ws, g->wq, g->bq, m->dq, m->ln_out, N, C, C);
     rc |= m->be->linear_backward_weights(ws, g->wk, g->bk, m->dk, m->ln_out, N, C, Ckv);
@@ -1249,7 +1114,7 @@ size_t ts_model_activation_bytes(const ts_model *m) {
   size_t scratch = 0; // the memory options' per-thread leaves
   if (m->cfg.fused_ce) scratch += fused_ce_floats(m, m->ws.nthreads);
   if (m->cfg.tiled_mlp) scratch += tiled_mlp_floats(m, m->ws.nthreads);
-  return (m->nacts + scratch) * sizeof(float) + megatron_bytes(m);
+  return (m->nacts + scratch) * sizeof(float) + (m->cp->bytes ? m->cp->bytes(m) : 0);
 }
 
 double ts_model_flops_per_token(const ts_model *m) {

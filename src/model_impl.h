@@ -1,6 +1,6 @@
-// The model's insides, shared by model.c and the layer strategies that run a
-// layer differently (src/parallel/megatron.c). Everything else goes through
-// tessera.h.
+// The model's insides, shared by model.c and the context-parallel strategies
+// (src/parallel/cp.h), which run a layer's attention (or, tensor-split, the
+// whole layer) on them. Everything else goes through tessera.h.
 #ifndef TS_MODEL_IMPL_H
 #define TS_MODEL_IMPL_H
 #include <stddef.h>
@@ -52,13 +52,12 @@ struct ts_model {
   // 0, T). Token-wise buffers hold B*Tl rows; K and V hold whole sequences.
   int t0, Tl;
   ts_comm *seq;                // the sequence group (NULL: serial)
-  ts_sp_mode sp_mode;
-  int headpar;                 // head-parallel attention (ulysses, upipe: ulysses.h)
-  int ring;                    // ring attention (ring.h)
-  int zigzag;                  // ring-zigzag: the rank holds chunks r and 2N-1-r of 2N
-  // The rank's rows as runs of consecutive positions: one run [t0, t0 + Tl)
-  // (of each of the B sequences when not sharded), or ring-zigzag's two
-  // chunks. Run k is rows [k·run_len, (k+1)·run_len).
+  const struct ts_cp *cp;      // how the group shares a sequence (cp.h; serial: ts_cp_local)
+  void *cp_state;              // the strategy's own (its create / destroy)
+  // The rank's rows as runs of consecutive positions (the strategy's
+  // `positions`): one run [t0, t0 + Tl) (of each of the B sequences when not
+  // sharded), or e.g. ring-zigzag's two chunks. Run k is rows
+  // [k·run_len, (k+1)·run_len).
   int nrun, run_len, run_pos[2];
   // Pipeline stage: layers [l0, l1) (the whole model: 0, L). Stages after the
   // first take their input from x_in, stages before the last their output's
@@ -66,8 +65,7 @@ struct ts_model {
   int l0, l1;
   const void *x_in;  // X (rows × d), or the compressed boundary's wire
   const float *dy_in;
-  int U, usched;               // its heads per stage and stage schedule
-  float *spbuf;                // 2*T*C: gathered rows, packed [dK|dV], full dE
+  float *spbuf;                // the strategy's scratch (ts_cp_sizes.scratch floats)
   int rc;                      // error of the last forward
   // parameters, gradients: one allocation each, same layout
   int ntens;
@@ -89,7 +87,6 @@ struct ts_model {
   int *inputs, *targets;
   ts_ws ws;
   float loss, loss_sum; // loss_sum: canonical-tree sum of the local token losses
-  struct megatron *mt;  // the tensor-split layers' buffers (--sp-mode megatron)
   struct compress *cmp; // stage-boundary compression (compress.h); NULL without
   float *ce_scratch;    // --fused-ce: one leaf of logits per thread
   float *mlp_scratch;   // --tiled-mlp: four leaves of d_ff floats per thread
@@ -107,4 +104,7 @@ static inline layer_acts *ts_layer_acts(ts_model *m, int l) {
 // probabilities of head 0.
 uint64_t ts_model_row_base(const ts_model *m, int l);
 uint64_t ts_model_attn_base(const ts_model *m, int l);
+// RoPE (backward: its inverse) on the rank's rows of nh heads, row stride ld,
+// run by run at the runs' positions; nothing for GPT.
+void ts_model_rope_rows(const ts_model *m, float *x, int nh, int ld, int backward);
 #endif

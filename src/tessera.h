@@ -105,19 +105,24 @@ extern const char *const ts_preset_names[];
 // The parallel layout: how many ranks share the work (world = dp × sp × pp).
 // It never changes the result, so it is not part of ts_config (nor of its
 // JSON form in logs and checkpoints: any layout resumes any other's).
-// How a sequence group shares one sequence (ALGORITHMS.md §2–§3).
+// How a sequence group shares one sequence (ALGORITHMS.md §2–§4): one
+// strategy per value, each in its own file of src/parallel/ (cp.h), listed
+// in src/parallel/strategies.def:
+//   lss          fused all-gather, distributed Q, gradient averaging: 2 per layer
+//   lss-fused    ablation: + concatenation of the attention outputs: 4 per layer
+//   lss-basic    ablation: K and V gathered separately + concatenation: 6 per layer
+//   megatron     tensor-split heads and MLP, sequence-split norms: 8 per layer
+//   ulysses      head-parallel attention by all-to-alls (DeepSpeed Ulysses)
+//   upipe        Ulysses in stages of U heads (UPipe)
+//   ring         ring attention: key/value blocks passed around (tolerance tier)
+//   ring-zigzag  ring attention on chunks r and 2N-1-r of 2N (balanced causal work)
 typedef enum {
-  TS_SP_LSS = 0,    // fused all-gather, distributed Q, gradient averaging: 2 per layer
-  TS_SP_LSS_FUSED,  // ablation: + concatenation of the attention outputs: 4 per layer
-  TS_SP_LSS_BASIC,  // ablation: K and V gathered separately + concatenation: 6 per layer
-  TS_SP_MEGATRON,   // tensor-split heads and MLP, sequence-split norms: 8 per layer
-  TS_SP_ULYSSES,    // head-parallel attention by all-to-alls (DeepSpeed Ulysses)
-  TS_SP_UPIPE,      // Ulysses in stages of U heads (UPipe)
-  TS_SP_RING,       // ring attention: key/value blocks passed around (tolerance tier)
-  TS_SP_RING_ZIGZAG, // ring attention on chunks r and 2N-1-r of 2N (balanced causal work)
+#define TS_CP(ID, NAME, TABLE) TS_SP_##ID,
+#include "parallel/strategies.def"
+#undef TS_CP
   TS_SP_NMODES
 } ts_sp_mode;
-// "lss", "lss-fused", "lss-basic", "megatron", "ulysses", "upipe", "ring", "ring-zigzag"
+// The --sp-mode names, in ts_sp_mode order.
 extern const char *const ts_sp_mode_names[TS_SP_NMODES];
 // TS_OK and *out, or TS_EUSAGE naming --sp-mode.
 int ts_sp_mode_parse(const char *name, ts_sp_mode *out);
@@ -131,6 +136,7 @@ typedef struct {
   int upipe_sched; // UPipe: 0 natural, 1 gqa, -1 gqa when the model has groups
   int microbatches; // pipeline: microbatches per step (M)
   int schedule;     // pipeline: 0 GPipe, 1 1F1B
+  int ulysses_degree; // hybrid strategies: ranks of the inner head-parallel group (0: default)
 } ts_layout;
 // Checks a layout against a finalized config (TS_EUSAGE naming the flag) and
 // fills in UPipe's defaults (upipe_u 0, upipe_sched -1).
@@ -181,6 +187,7 @@ typedef struct {
   struct ts_comm *comm;
   ts_sp_mode mode;
   int upipe_u, upipe_sched; // as in ts_layout (resolved by ts_layout_check)
+  int ulysses_degree;        // as in ts_layout
 } ts_seq_shard;
 int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
                         ts_model **out);

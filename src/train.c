@@ -31,6 +31,7 @@
 #include "log.h"
 #include "mem.h"
 #include "optim.h"
+#include "parallel/cp.h"
 #include "parallel/grid.h"
 #include "parallel/shard.h"
 #include "tessera.h"
@@ -323,7 +324,9 @@ static int injected_fault(const ts_grid *g, const char *path) {
 
 int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_config cfg = *cfg_in;
-  ts_layout lay = lay_in ? *lay_in : (ts_layout){1, 1, 1, TS_SP_LSS, 0, -1, 1, 1};
+  ts_layout lay = lay_in ? *lay_in
+                         : (ts_layout){.dp = 1, .sp = 1, .pp = 1, .sp_mode = TS_SP_LSS,
+                                       .upipe_sched = -1, .microbatches = 1};
   int rc;
   ts_grid *grid = NULL;
   ts_data *data = NULL;
@@ -389,9 +392,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     snprintf(layout, sizeof layout, "dp%d", D);
   else
     snprintf(layout, sizeof layout, "dp%d-sp%d-%s", D, grid->sp, ts_sp_mode_names[lay.sp_mode]);
-  if (grid->sp > 1 && lay.sp_mode == TS_SP_UPIPE)
-    snprintf(layout + strlen(layout), sizeof layout - strlen(layout), "-u%d-%s", lay.upipe_u,
-             lay.upipe_sched ? "gqa" : "natural");
+  if (grid->sp > 1 && ts_cp_get(lay.sp_mode)->describe) // the strategy's settings
+    ts_cp_get(lay.sp_mode)->describe(&lay, layout + strlen(layout), sizeof layout - strlen(layout));
   if (start == 0) {
     char cj[TS_CONFIG_JSON_MAX], line[TS_CONFIG_JSON_MAX + 512];
     if ((rc = ts_config_to_json(&cfg, cj, sizeof cj))) goto done;

@@ -1,10 +1,22 @@
-// Megatron-style sequence parallelism: tensor-split layers (megatron.h).
-#include "parallel/megatron.h"
-
+// The Megatron-style sequence-parallel baseline (ALGORITHMS.md §3; Korthikanti
+// et al. 2022): a tensor-parallel layer whose norms, dropout and residuals run
+// on the rank's sequence segment. Rank s of the N-rank group holds heads
+// [s·H/N, (s+1)·H/N) and MLP columns [s·F/N, (s+1)·F/N) of every layer:
+//   forward   all-gather ln1(x) · Q/K/V and attention of its heads on the
+//             whole sequence · partial output projection, reduce-scattered ·
+//             all-gather ln2 · its W1 columns, GeLU · partial W2, reduce-scattered
+//   backward  the mirror image: 4 all-gathers and 4 reduce-scatters.
+// 8 collectives per layer. The partial projections are summed across ranks,
+// so the result is not the serial bits: this mode is in the tolerance tier.
+//
+// Parameters stay replicated; a rank's weight gradients are complete for its
+// heads and columns and zero elsewhere, so the trainer's one sequence-group
+// all-reduce (shard.h) assembles them with the norms' partial sums.
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "parallel/cp.h"
 #include "rng.h"
 #include "util.h"
 
@@ -27,7 +39,10 @@ struct megatron {
   size_t nfloats;
 };
 
-int megatron_create(ts_model *m) {
+static void megatron_free(ts_model *m);
+
+static int megatron_create(ts_model *m, const ts_seq_shard *sp) {
+  (void)sp;
   struct megatron *mt = calloc(1, sizeof *mt);
   if (!mt) return ts_fail(TS_ERUNTIME, "out of memory");
   mt->N = m->seq->size;
@@ -43,9 +58,9 @@ int megatron_create(ts_model *m) {
   mt->nfloats = L * per_layer + T * C + 2 * T * Fl + 4 * T * Kl + HT;
   float ***lists[] = {&mt->X, &mt->X2, &mt->q, &mt->k, &mt->v, &mt->att, &mt->lse, &mt->fch};
   for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
-    if (!(*lists[i] = calloc(L, sizeof(float *)))) { m->mt = mt; megatron_free(m); return ts_fail(TS_ERUNTIME, "out of memory"); }
+    if (!(*lists[i] = calloc(L, sizeof(float *)))) { m->cp_state = mt; megatron_free(m); return ts_fail(TS_ERUNTIME, "out of memory"); }
   mt->mem = m->be->alloc(mt->nfloats * sizeof(float));
-  m->mt = mt;
+  m->cp_state = mt;
   if (!mt->mem) {
     megatron_free(m);
     return ts_fail(TS_ERUNTIME, "out of memory allocating %.1f MB of tensor-split activations",
@@ -65,17 +80,20 @@ int megatron_create(ts_model *m) {
   return TS_OK;
 }
 
-void megatron_free(ts_model *m) {
-  struct megatron *mt = m->mt;
+static void megatron_free(ts_model *m) {
+  struct megatron *mt = m->cp_state;
   if (!mt) return;
   m->be->free(mt->mem);
   free(mt->X); free(mt->X2); free(mt->q); free(mt->k); free(mt->v); free(mt->att);
   free(mt->lse); free(mt->fch);
   free(mt);
-  m->mt = NULL;
+  m->cp_state = NULL;
 }
 
-size_t megatron_bytes(const ts_model *m) { return m->mt ? m->mt->nfloats * sizeof(float) : 0; }
+static size_t megatron_bytes(const ts_model *m) {
+  const struct megatron *mt = m->cp_state;
+  return mt ? mt->nfloats * sizeof(float) : 0;
+}
 
 // ---- helpers ---------------------------------------------------------------------------
 // out (M, N; ldc) = op(A) · op(B) + beta·out, in blocks of 64 rows of out on
@@ -105,7 +123,7 @@ static void colsum(float *out, const float *x, int rows, int cols, int ld) {
 }
 
 static ts_attn_shape heads_shape(const ts_model *m, int l, float p, uint64_t step) {
-  const struct megatron *mt = m->mt;
+  const struct megatron *mt = m->cp_state;
   ts_attn_shape as = {.B = 1, .T = m->T, .H = mt->Hl, .dh = m->dh, .tile = m->cfg.tile,
                       .dropout = p, .seed = m->cfg.seed, .step = step,
                       .index_base = ts_model_attn_base(m, l), .h0 = mt->h0, .Hg = m->H,
@@ -115,7 +133,7 @@ static ts_attn_shape heads_shape(const ts_model *m, int l, float p, uint64_t ste
 
 // own (Tl, C) = this rank's rows of the group's sum of `full` (T, C) + bias.
 static int reduce_scatter_rows(ts_model *m, int l, float *own, const float *bias) {
-  struct megatron *mt = m->mt;
+  struct megatron *mt = m->cp_state;
   const size_t C = (size_t)m->C, n = (size_t)m->T * C;
   int rc = ts_comm_reduce_scatter_tree(m->seq, mt->full, n, l);
   if (rc) return rc;
@@ -127,8 +145,8 @@ static int reduce_scatter_rows(ts_model *m, int l, float *own, const float *bias
 }
 
 // ---- forward -----------------------------------------------------------------------
-int megatron_layer_forward(ts_model *m, int l, uint64_t step, float p) {
-  struct megatron *mt = m->mt;
+static int megatron_layer_forward(ts_model *m, int l, uint64_t step, float p) {
+  struct megatron *mt = m->cp_state;
   const int T = m->T, C = m->C, Tl = m->Tl, dh = m->dh, F = m->F, rows = m->cfg.leaf;
   const int Kl = mt->Kl, Fl = mt->Fl;
   const size_t hoff = (size_t)mt->h0 * dh, own = (size_t)Tl * C;
@@ -164,8 +182,8 @@ int megatron_layer_forward(ts_model *m, int l, uint64_t step, float p) {
 }
 
 // ---- backward ----------------------------------------------------------------------
-int megatron_layer_backward(ts_model *m, int l, uint64_t step) {
-  struct megatron *mt = m->mt;
+static int megatron_layer_backward(ts_model *m, int l, uint64_t step) {
+  struct megatron *mt = m->cp_state;
   const int T = m->T, C = m->C, Tl = m->Tl, dh = m->dh, F = m->F;
   const int Kl = mt->Kl, Fl = mt->Fl;
   const size_t hoff = (size_t)mt->h0 * dh, own = (size_t)Tl * C, f0 = (size_t)mt->f0;
@@ -228,3 +246,43 @@ int megatron_layer_backward(ts_model *m, int l, uint64_t step) {
   if (trc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
   return TS_OK;
 }
+
+// ---- the strategy (cp.h) ------------------------------------------------------------------
+static int megatron_check(const ts_config *cfg, ts_layout *lay) {
+  const int N = lay->sp;
+  if (lay->pp > 1)
+    return ts_fail(TS_EUSAGE, "--pp %d with --sp-mode megatron: the tensor-split baseline "
+                   "does not run in pipeline stages", lay->pp);
+  if (cfg->checkpoint || cfg->tiled_mlp)
+    return ts_fail(TS_EUSAGE, "--%s: not available with --sp-mode megatron (its layers keep "
+                   "their own buffers)", cfg->checkpoint ? "checkpoint" : "tiled-mlp");
+  if (cfg->variant != TS_GPT)
+    return ts_fail(TS_EUSAGE, "--sp-mode megatron: the baseline is built for the GPT variant "
+                              "(use lss, lss-fused or lss-basic with --model %s)",
+                   cfg->preset);
+  if (cfg->n_head % N != 0 || cfg->d_ff % N != 0)
+    return ts_fail(TS_EUSAGE,
+                   "--sp-mode megatron with --sp %d: the %d heads and the MLP width %d must "
+                   "divide by %d (each rank holds a slice of both)",
+                   N, cfg->n_head, cfg->d_ff, N);
+  return TS_OK;
+}
+
+// The layers keep their own buffers: none of the model's attention or MLP rows.
+static void megatron_sizes(const ts_model *m, ts_cp_sizes *out) {
+  (void)m;
+  *out = (ts_cp_sizes){0};
+}
+
+const ts_cp ts_cp_megatron = {
+    .name = "megatron",
+    .summary = "tensor-split heads and MLP, sequence-split norms: 8 collectives per layer",
+    .exact = 0,
+    .check = megatron_check,
+    .sizes = megatron_sizes,
+    .create = megatron_create,
+    .bytes = megatron_bytes,
+    .destroy = megatron_free,
+    .layer_forward = megatron_layer_forward,
+    .layer_backward = megatron_layer_backward,
+};

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "mem.h"
+#include "parallel/cp.h"
 
 void ring_merge(float *out, float *lse, const float *out_b, const float *lse_b, int rows, int H,
                 int dh, int ldo) {
@@ -34,7 +35,7 @@ void ring_merge(float *out, float *lse, const float *out_b, const float *lse_b, 
 // Position of run k of rank q (ring: one run; ring-zigzag: chunks q, 2N-1-q).
 static int run_at(const ts_model *m, int q, int k) {
   const int N = m->seq->size;
-  if (!m->zigzag) return q * m->Tl;
+  if (m->nrun == 1) return q * m->Tl;
   return (k ? 2 * N - 1 - q : q) * m->run_len;
 }
 
@@ -183,3 +184,56 @@ int ring_backward(ts_model *m, int l, uint64_t step) {
   ts_mem_phase(TS_PHASE_NONE);
   return rc;
 }
+
+// ---- the strategies (cp.h) ----------------------------------------------------------------
+// ring-zigzag: chunks r and 2N-1-r of 2N, so that every rank does the same
+// causal work.
+static void zigzag_positions(int n, int r, int T, ts_cp_runs *out) {
+  const int len = T / (2 * n);
+  *out = (ts_cp_runs){.n = 2, .len = len, .pos = {r * len, (2 * n - 1 - r) * len}};
+}
+
+static int zigzag_check(const ts_config *cfg, ts_layout *lay) {
+  const int N = lay->sp, T = cfg->seq;
+  if (T % (2 * N) != 0 || (T / (2 * N)) % cfg->tile != 0 || (T / (2 * N)) % cfg->leaf != 0)
+    return ts_fail(TS_EUSAGE,
+                   "--sp-mode ring-zigzag with --sp %d: --seq %d must split into %d chunks of "
+                   "whole tiles (%d) and leaves (%d)",
+                   N, T, 2 * N, cfg->tile, cfg->leaf);
+  return TS_OK;
+}
+
+// The rank's own rows of Q, K and V; the blocks travel through scratch of
+// their own (ts_mem_alloc, tracked).
+static void ring_sizes(const ts_model *m, ts_cp_sizes *out) {
+  const int64_t N = m->ntok;
+  *out = (ts_cp_sizes){.layer_rows = N, .q_rows = N, .kv_rows = N, .dkv_rows = N};
+}
+
+static int ring_attn_forward(ts_model *m, int l, uint64_t step, float p) {
+  const layer_params *w = &m->p.layer[l];
+  layer_acts *a = ts_layer_acts(m, l);
+  ts_cp_project_q(m, w, a->q);
+  ts_cp_project_kv(m, w, a->k, a->v);
+  return ring_forward(m, l, step, p);
+}
+
+const ts_cp ts_cp_ring = {
+    .name = "ring",
+    .summary = "ring attention: key/value blocks passed around the group",
+    .exact = 0,
+    .sizes = ring_sizes,
+    .attn_forward = ring_attn_forward,
+    .attn_backward = ring_backward,
+};
+
+const ts_cp ts_cp_ring_zigzag = {
+    .name = "ring-zigzag",
+    .summary = "ring attention on chunks r and 2N-1-r of 2N (balanced causal work)",
+    .exact = 0,
+    .check = zigzag_check,
+    .positions = zigzag_positions,
+    .sizes = ring_sizes,
+    .attn_forward = ring_attn_forward,
+    .attn_backward = ring_backward,
+};

@@ -20,7 +20,7 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
   int rc;
   const int mb = sh.nb / lay->microbatches; // a microbatch's sequences (--sp: one)
   if (sh.seq) {
-    ts_seq_shard sp = {sh.seq, lay->sp_mode, lay->upipe_u, lay->upipe_sched};
+    ts_seq_shard sp = {sh.seq, lay->sp_mode, lay->upipe_u, lay->upipe_sched, lay->ulysses_degree};
     rc = ts_model_create_seq(cfg, sh.b0, 1, &sp, &sh.m);
   } else if (grid->pp > 1) { // one microbatch at a time
     rc = ts_model_create_shard(cfg, sh.b0, mb, &sh.m);

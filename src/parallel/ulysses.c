@@ -1,10 +1,20 @@
 // Head-parallel attention: Ulysses and UPipe (ulysses.h).
 #include "parallel/ulysses.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mem.h"
+#include "parallel/cp.h"
+
+// The strategy's settings (m->cp_state): heads per stage (Ulysses: all H in
+// one stage) and UPipe's stage schedule.
+typedef struct {
+  int U, sched;
+} headpar;
+
+static const headpar *hp(const ts_model *m) { return m->cp_state; }
 
 // The heads rank c works on in one stage: nq query heads (global indices)
 // and the nkv key/value heads they read; kv_of[k] is query head k's index
@@ -14,16 +24,16 @@ typedef struct {
   int q[64], kv[64], kv_of[64];
 } stage_heads;
 
-static int n_stages(const ts_model *m) { return m->H / m->U; }
+static int n_stages(const ts_model *m) { return m->H / hp(m)->U; }
 
 // Forward stage s (natural or gqa schedule) for rank c.
 static void forward_heads(const ts_model *m, int s, int c, stage_heads *h) {
-  const int N = m->seq->size, U = m->U, G = m->H / m->Hkv, per = U / N;
+  const int N = m->seq->size, U = hp(m)->U, G = m->H / m->Hkv, per = U / N;
   h->nq = per;
   h->nkv = 0;
   for (int k = 0; k < per; k++) {
     int q;
-    if (m->usched == TS_UPIPE_GQA) {
+    if (hp(m)->sched == TS_UPIPE_GQA) {
       int round = s / G, g = s % G; // round: U groups; stage g: their g-th heads
       q = (round * U + c * per + k) * G + g;
     } else {
@@ -74,7 +84,7 @@ static ts_attn_shape shape(const ts_model *m, int l, float p, uint64_t step) {
 
 // ---- forward -----------------------------------------------------------------------------
 int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
-  const int N = m->seq->size, r = m->seq->rank, U = m->U, per = U / N, dh = m->dh;
+  const int N = m->seq->size, r = m->seq->rank, U = hp(m)->U, per = U / N, dh = m->dh;
   const int C = m->C, Tl = m->Tl, T = m->T, nu = n_stages(m), G = m->H / m->Hkv;
   const size_t w = (size_t)per * dh;
   layer_params *wt = &m->p.layer[l];
@@ -88,7 +98,7 @@ int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
     stage_heads mine, to[64];
     for (int c = 0; c < N; c++) forward_heads(m, s, c, &to[c]);
     mine = to[r];
-    const int send_kv = m->usched != TS_UPIPE_GQA || s % G == 0;
+    const int send_kv = hp(m)->sched != TS_UPIPE_GQA || s % G == 0;
     const int nkv = to[0].nkv; // the same count for every rank
     // 1. this rank's rows of the stage's query heads, chunk c for rank c
     float *qs = ts_mem_alloc((size_t)Tl * U * dh * sizeof(float));
@@ -102,7 +112,7 @@ int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
     ts_block2d sq = {(size_t)Tl, w, (size_t)U * dh, w, 1, 0};
     ts_block2d rq;
     float *slot;
-    if (m->usched == TS_UPIPE_GQA) {
+    if (hp(m)->sched == TS_UPIPE_GQA) {
       // the stage's heads (j·G + g) are G·dh apart in the output rows
       rq = (ts_block2d){(size_t)Tl, (size_t)dh, (size_t)C, (size_t)per * G * dh, (size_t)per,
                         (size_t)G * dh};
@@ -160,7 +170,7 @@ int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
       as.ldkv = (int)wkv;
       as.ldo = (int)w;
       float *oseg = o + (size_t)src * Tl * w;
-      if (m->usched == TS_UPIPE_GQA) { // my heads are G·dh apart in the slot: one call each
+      if (hp(m)->sched == TS_UPIPE_GQA) { // my heads are G·dh apart in the slot: one call each
         for (int k = 0; k < per; k++) {
           as.H = 1;
           as.Hkv = 1;
@@ -182,7 +192,7 @@ int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
     ts_block2d so = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0};
     rc = ts_comm_alltoall_2d(m->seq, o, &so, slot, &rq, l);
     ts_mem_free(o);
-    if (m->usched != TS_UPIPE_GQA || s % G == G - 1) {
+    if (hp(m)->sched != TS_UPIPE_GQA || s % G == G - 1) {
       ts_mem_free(kc);
       ts_mem_free(vc);
       kc = vc = NULL;
@@ -201,7 +211,7 @@ int headpar_backward(ts_model *m, int l, uint64_t step) {
   const int Tl = m->Tl, T = m->T, G = m->H / m->Hkv;
   const float p = m->cfg.dropout;
   // stages of whole groups on every rank
-  const int NG = N * G, Ub = m->U / gcd(m->U, NG) * NG;
+  const int NG = N * G, Ub = hp(m)->U / gcd(hp(m)->U, NG) * NG;
   const int per = Ub / N, nkv = per / G, nst = m->H / Ub;
   const size_t w = (size_t)per * dh, wk = (size_t)nkv * dh;
   layer_params *wt = &m->p.layer[l];
@@ -281,3 +291,101 @@ int headpar_backward(ts_model *m, int l, uint64_t step) {
   ts_mem_phase(TS_PHASE_NONE);
   return rc;
 }
+
+// ---- the strategies (cp.h) ----------------------------------------------------------------
+extern const ts_cp ts_cp_upipe;
+
+// Head-parallel attention (Ulysses, UPipe; ulysses.h): heads and key/value
+// heads split over the group; UPipe's stages of U heads and their schedule.
+// Resolves the defaults in *lay.
+static int headpar_check(const ts_config *cfg, ts_layout *lay) {
+  const int N = lay->sp, H = cfg->n_head;
+  const int Hkv = cfg->n_kv_head > 0 ? cfg->n_kv_head : H, G = H / Hkv;
+  const char *mode = ts_sp_mode_names[lay->sp_mode];
+  if (N > 64 || H / N > 64)
+    return ts_fail(TS_EUSAGE, "--sp-mode %s: at most 64 ranks and 64 heads per rank", mode);
+  if (H % N != 0 || Hkv % N != 0)
+    return ts_fail(TS_EUSAGE,
+                   "--sp-mode %s with --sp %d: the %d heads and %d key/value heads must divide "
+                   "by %d (each rank takes whole heads)",
+                   mode, N, H, Hkv, N);
+  if (lay->sp_mode == TS_SP_ULYSSES) {
+    lay->upipe_u = H;
+    lay->upipe_sched = 0;
+    return TS_OK;
+  }
+  if (lay->upipe_sched < 0) lay->upipe_sched = G > 1 ? 1 : 0;
+  if (lay->upipe_sched == 1 && G == 1)
+    return ts_fail(TS_EUSAGE, "--upipe-schedule gqa: the model has no key/value groups "
+                              "(--kv-heads equals --heads)");
+  if (lay->upipe_u == 0) lay->upipe_u = N; // the smallest stages
+  const int U = lay->upipe_u, per = U / N;
+  if (U < 1 || U % N != 0)
+    return ts_fail(TS_EUSAGE, "--upipe-u %d: must be a multiple of --sp %d (every rank takes "
+                              "U/N heads of a stage)", U, N);
+  if (H % U != 0)
+    return ts_fail(TS_EUSAGE, "--upipe-u %d: must divide the %d heads", U, H);
+  if (lay->upipe_sched == 1 && Hkv % U != 0)
+    return ts_fail(TS_EUSAGE,
+                   "--upipe-u %d with --upipe-schedule gqa: must divide the %d key/value heads "
+                   "(a stage takes one query head of U groups)",
+                   U, Hkv);
+  if (lay->upipe_sched == 0 && per % G != 0 && G % per != 0)
+    return ts_fail(TS_EUSAGE,
+                   "--upipe-u %d with --sp %d: each rank's %d heads of a stage must be whole "
+                   "groups of %d or part of one",
+                   U, N, per, G);
+  return TS_OK;
+}
+
+
+// No Q, K, V or lse kept between forward and backward: Q' lives in the
+// output's rows, the stage's K', V' in tracked scratch; the backward
+// recomputes. dK, dV come back as the rank's rows.
+static void headpar_sizes(const ts_model *m, ts_cp_sizes *out) {
+  *out = (ts_cp_sizes){.layer_rows = m->ntok, .dkv_rows = m->ntok};
+}
+
+static int headpar_create(ts_model *m, const ts_seq_shard *sp) {
+  headpar *h = malloc(sizeof *h);
+  if (!h) return ts_fail(TS_ERUNTIME, "out of memory");
+  const int upipe = m->cp == &ts_cp_upipe;
+  h->U = upipe ? sp->upipe_u : m->H;
+  h->sched = upipe ? sp->upipe_sched : 0;
+  m->cp_state = h;
+  return TS_OK;
+}
+
+static void headpar_destroy(ts_model *m) {
+  free(m->cp_state);
+  m->cp_state = NULL;
+}
+
+static void upipe_describe(const ts_layout *lay, char *buf, size_t cap) {
+  snprintf(buf, cap, "-u%d-%s", lay->upipe_u, lay->upipe_sched ? "gqa" : "natural");
+}
+
+const ts_cp ts_cp_ulysses = {
+    .name = "ulysses",
+    .summary = "head-parallel attention by all-to-alls (DeepSpeed Ulysses)",
+    .exact = 1,
+    .check = headpar_check,
+    .sizes = headpar_sizes,
+    .create = headpar_create,
+    .destroy = headpar_destroy,
+    .attn_forward = headpar_forward,
+    .attn_backward = headpar_backward,
+};
+
+const ts_cp ts_cp_upipe = {
+    .name = "upipe",
+    .summary = "Ulysses in stages of U heads (UPipe, Untied Ulysses)",
+    .exact = 1,
+    .check = headpar_check,
+    .sizes = headpar_sizes,
+    .create = headpar_create,
+    .destroy = headpar_destroy,
+    .attn_forward = headpar_forward,
+    .attn_backward = headpar_backward,
+    .describe = upipe_describe,
+};

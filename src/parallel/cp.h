@@ -1,0 +1,91 @@
+// The context-parallel strategy interface: how the N ranks of a sequence
+// group share one sequence. One table of operations per strategy, like the
+// communicator (comm.h) and backend (backend.h) tables; the model calls a
+// strategy at one seam, the attention core of a layer (or the whole layer,
+// for a tensor-split strategy), and never asks which strategy it runs.
+//
+// The seam. A layer's attention branch is
+//     a = norm1(x) · [strategy: Q, K, V projections and attention] · Wo
+// The model computes the norm into m->ln_out (the rank's rows) and the
+// output projection; the strategy turns m->ln_out into the layer's attention
+// output a->att (the rank's rows, all heads), keeping what its backward needs
+// in the layer's q, k, v, lse buffers (sized by `sizes`). Its backward turns
+// m->datt (the gradient of that output, the rank's rows) into m->dq, m->dk,
+// m->dv: the gradients of the rank's rows of Q, K and V with the rotations
+// (RoPE) still applied; the model then undoes the rotations and forms the
+// projections' weight gradients and dX exactly as the serial model does.
+// So every strategy's results enter the serial code at the same point, and
+// whatever the strategy moves, it moves rows or heads, not partial sums,
+// wherever it is in the exact tier.
+//
+// Adding a strategy: one file in src/parallel/ defining a `const ts_cp`, and
+// one line in src/parallel/strategies.def (docs/ARCHITECTURE.md).
+#ifndef TS_CP_H
+#define TS_CP_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model_impl.h"
+#include "tessera.h"
+
+// The positions a rank holds: runs of consecutive positions of its
+// sequence, in row order (run k is rows [k·len, (k+1)·len)).
+typedef struct {
+  int n, len, pos[2];
+} ts_cp_runs;
+
+// Rows of the model's buffers that the strategy needs, for the allocation,
+// the fit check and the memory report. N = the rank's rows (B·Tl).
+typedef struct {
+  int64_t layer_rows; // rows of the model's attention-output and MLP buffers (N; 0 when
+                      // the strategy runs the whole layer with buffers of its own)
+  int64_t q_rows;     // rows of Q and of the lse kept per layer (lse: × heads)
+  int64_t kv_rows;    // rows of K and V kept per layer
+  int64_t dkv_rows;   // rows of the dK, dV scratch
+  size_t scratch;     // floats of the strategy's own scratch in the model (m->spbuf)
+} ts_cp_sizes;
+
+typedef struct ts_cp {
+  const char *name;    // the --sp-mode name
+  const char *summary; // one line for --help and docs
+  int exact;           // 1: exact tier (bit for bit equal to serial); 0: tolerance tier
+  // Its layout rules for a group of lay->sp > 1 ranks, each refusal one line
+  // naming the flag (TS_EUSAGE); resolves the strategy's defaults in *lay.
+  // NULL: only the common rules of ts_layout_check.
+  int (*check)(const ts_config *cfg, ts_layout *lay);
+  // The runs rank r of n holds of a sequence of T positions. NULL: one run,
+  // [r·T/n, (r+1)·T/n).
+  void (*positions)(int n, int r, int T, ts_cp_runs *out);
+  // Its rows of the model's buffers (m: geometry set, nothing allocated).
+  void (*sizes)(const ts_model *m, ts_cp_sizes *out);
+  // Its own state (m->cp_state) after the model's buffers exist; its bytes
+  // for the memory report; free. Each NULL: none.
+  int (*create)(ts_model *m, const ts_seq_shard *sp);
+  size_t (*bytes)(const ts_model *m);
+  void (*destroy)(ts_model *m);
+  // The seam above, for layer l; p is the dropout probability.
+  int (*attn_forward)(ts_model *m, int l, uint64_t step, float p);
+  int (*attn_backward)(ts_model *m, int l, uint64_t step);
+  // A strategy that runs whole layers (a tensor split): res[l] -> res[l + 1],
+  // and back (m->dres in and out, the layer's gradients). NULL: the model's
+  // layer around attn_forward / attn_backward.
+  int (*layer_forward)(ts_model *m, int l, uint64_t step, float p);
+  int (*layer_backward)(ts_model *m, int l, uint64_t step);
+  // Appends the strategy's own settings to a layout's name ("-u4-gqa"). NULL: none.
+  void (*describe)(const ts_layout *lay, char *buf, size_t cap);
+} ts_cp;
+
+// The strategy of a --sp-mode; the serial model runs ts_cp_local.
+const ts_cp *ts_cp_get(ts_sp_mode mode);
+extern const ts_cp ts_cp_local;
+
+// ---- pieces several strategies share (cp.c) --------------------------------------------
+// Q of the rank's rows (all heads, one call per head per leaf) from m->ln_out
+// into q, rotated (LLaMA).
+void ts_cp_project_q(ts_model *m, const layer_params *w, float *q);
+// K and V of the rank's rows from m->ln_out into k, v; K rotated.
+void ts_cp_project_kv(ts_model *m, const layer_params *w, float *k, float *v);
+// The attention shape of the rank's query rows against the whole sequence's
+// keys (a segment [t0, t0 + Tl) of B sequences).
+ts_attn_shape ts_cp_attn_shape(const ts_model *m, int l, float p, uint64_t step);
+#endif
