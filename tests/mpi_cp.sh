@@ -149,6 +149,50 @@ for N in 2 4; do
     fail "ring N=$N: layer 0 counts '$got', expected $((2 * (2 * N - 1))) hops and $want bytes"
 done
 
+# --- USP: Ulysses inside groups, ring across them (tolerance tier) ------------------------
+# `--sp-mode usp --ulysses-degree U` (src/parallel/usp.c): the blocks of the N/U
+# groups merge by their log-sum-exp as in ring attention, so the same bound as
+# ring's holds: loss, gradient norm and validation loss within rtol 1e-5 of
+# serial at every step. The merge itself is held to the flash-attention
+# criterion against a double reference in tests/test_kernels.c. U = 1 is pure
+# ring attention, U = N pure Ulysses; LLaMA (Hkv 2) runs with GQA inside groups.
+for model in tiny llama-tiny; do
+  for drop in 0 0.1; do
+    S=$TS_TMP/usp-serial.jsonl
+    expect_exit 0 "" "$T" train --model $model $common --dropout $drop --log "$S" || continue
+    for run in 4:2:1 2:1:1 2:2:1 4:1:1 2:2:2; do
+      N=${run%%:*} UD=${run#*:}
+      U=${UD%:*} D=${UD#*:}
+      L=$TS_TMP/usp-$model-$N-$U-$D-$drop.jsonl
+      expect_exit 0 "" $RUN_MPI -n $((N * D)) "$T" train --model $model $common --dropout $drop \
+        --sp $N --dp $D --sp-mode usp --ulysses-degree $U --log "$L" || continue
+      expect_exit 0 "" "$T" compare --rtol 1e-5 "$S" "$L"
+      expect_stdout "^equal within rtol 1e-05"
+    done
+  done
+done
+# Messages of layer 0, tiny (H = Hkv = 4, dh 16, T 64), two sequences per rank:
+# per sequence, with Tl = T/N, Tb = U·Tl, wq = wk = w = (4/U)·16 floats a row,
+# each counted as sent + received:
+#   forward   U−1 exchanges of [Q|K|V] (Tl·3w), R−1 hops of [K|V] (Tb·2w),
+#             U−1 exchanges of O (Tl·w)
+#   backward  U−1 of [dO|O] (Tl·2w), R hops of [K|V|dK|dV] (Tb·4w; none when
+#             R = 1: the block never leaves), U−1 of [dQ|dK|dV] (Tl·3w)
+for c in "4 2" "4 1" "2 2"; do
+  set -- $c
+  N=$1 U=$2 R=$(($1 / $2)) Tl=$((64 / $1))
+  Tb=$((U * Tl)) w=$((64 / U)) hb=$R
+  [ $R -eq 1 ] && hb=0
+  calls=$((2 * (4 * (U - 1) + R - 1 + hb)))
+  floats=$(((U - 1) * Tl * 9 * w + (R - 1) * Tb * 2 * w + hb * Tb * 4 * w))
+  want="$calls $((2 * 2 * 4 * floats))"
+  L=$TS_TMP/usp-tiny-$N-$U-1-0.jsonl
+  got=$(grep '"type":"step"' "$L" | head -n 1 | sed -n 's/.*"layers":{"0":{"sendrecv":{"calls":\([0-9]*\),"bytes":\([0-9]*\)}.*/\1 \2/p')
+  TS_CHECKS=$((TS_CHECKS + 1))
+  [ "$got" = "$want" ] && pass "usp N=$N U=$U: layer 0 makes $got (messages, bytes)" ||
+    fail "usp N=$N U=$U: layer 0 counts '$got', expected '$want' (messages, bytes)"
+done
+
 # --- refused before any work ----------------------------------------------------------
 NOLOG=$TS_TMP/never.jsonl
 B="--model llama-tiny $common"
@@ -166,6 +210,10 @@ expect_exit 2 "--upipe-schedule zigzag: must be natural or gqa" \
   "$T" train $B --sp 2 --sp-mode upipe --upipe-schedule zigzag --log "$NOLOG"
 expect_exit 2 "--sp-mode ring-zigzag with --sp 8: --seq 64 must split into 16 chunks of whole tiles" \
   "$T" train --model tiny $common --sp 8 --sp-mode ring-zigzag --log "$NOLOG"
+expect_exit 2 "--ulysses-degree 3: must divide --sp 4" \
+  "$T" train --model tiny $common --sp 4 --sp-mode usp --ulysses-degree 3 --log "$NOLOG"
+expect_exit 2 "--sp-mode usp with --ulysses-degree 4: the 4 heads and 2 key/value heads must divide by 4" \
+  "$T" train $B --sp 4 --sp-mode usp --ulysses-degree 4 --log "$NOLOG"
 TS_CHECKS=$((TS_CHECKS + 1))
 [ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"
 done_testing

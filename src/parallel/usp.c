@@ -1,0 +1,309 @@
+// USP: head-parallel attention inside groups, ring attention across them
+// (ALGORITHMS.md §4; the UPipe paper's "Ulysses × ring" hybrid, after
+// Fang & Zhao's unified sequence parallelism).
+//
+// The N ranks of the sequence group form R = N/U Ulysses groups of U
+// neighbouring ranks: rank r = g·U + u is member u of group g. Rank r holds
+// positions [r·Tl, (r+1)·Tl), so group g holds the block [g·Tb, (g+1)·Tb)
+// of Tb = U·Tl positions.
+//   forward   Q, K, V of the rank's rows (every head, the serial shapes) ·
+//             one all-to-all inside the group: member u gets heads
+//             [u·H/U, (u+1)·H/U) (and their key/value heads) of the group's
+//             whole block · ring attention of those heads across the R groups
+//             (member u of group g talks to member u of groups g ± 1), the
+//             blocks' outputs merged by their log-sum-exp (ring.h) · the
+//             output back to the rank's rows by an all-to-all.
+//   backward  dO and O to heads · the ring backward: [K | V | dK | dV] goes
+//             round the groups and comes home with every group's dK, dV terms
+//             · dQ, dK, dV back to the rank's rows.
+// Per layer and sequence, in messages between pairs (sendrecv, counted):
+// forward 2(U−1) for the all-to-alls and R−1 ring hops, backward 2(U−1) and R.
+// The all-to-alls are exchanges of U−1 rounds over the sequence group
+// (round k: to member u+k, from member u−k), so no sub-communicator is made.
+//
+// U = N is Ulysses (one block, no merge), U = 1 is ring attention. Between
+// them the merge associates differently from the serial online softmax, so
+// USP is in the tolerance tier, like ring; the exchanges only move bytes.
+// What the rank keeps for backward is the size of its own rows' Q, K, V and
+// lse, held head-sharded: Q' (Tb rows × H/U heads) in the layer's q buffer,
+// K', V' in k, v.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mem.h"
+#include "parallel/cp.h"
+#include "parallel/ring.h"
+
+typedef struct {
+  int U, R;  // group size, groups
+  int g, u;  // this rank's group and place in it
+} usp;
+
+// The default degree: the largest U below N dividing N and the heads (so
+// both the head-parallel and the ring parts exist when they can).
+static int default_degree(int N, int H, int Hkv) {
+  for (int U = N / 2; U > 1; U--)
+    if (N % U == 0 && H % U == 0 && Hkv % U == 0) return U;
+  return 1;
+}
+
+static int usp_check(const ts_config *cfg, ts_layout *lay) {
+  const int N = lay->sp, H = cfg->n_head, Hkv = cfg->n_kv_head > 0 ? cfg->n_kv_head : H;
+  if (lay->ulysses_degree == 0) lay->ulysses_degree = default_degree(N, H, Hkv);
+  const int U = lay->ulysses_degree;
+  if (U < 1 || N % U != 0)
+    return ts_fail(TS_EUSAGE, "--ulysses-degree %d: must divide --sp %d (groups of U ranks)", U,
+                   N);
+  if (H % U != 0 || Hkv % U != 0)
+    return ts_fail(TS_EUSAGE,
+                   "--sp-mode usp with --ulysses-degree %d: the %d heads and %d key/value heads "
+                   "must divide by %d (each rank of a group takes whole heads)",
+                   U, H, Hkv, U);
+  return TS_OK;
+}
+
+static void usp_sizes(const ts_model *m, ts_cp_sizes *out) {
+  const int64_t N = m->ntok;
+  *out = (ts_cp_sizes){.layer_rows = N, .q_rows = N, .kv_rows = N, .dkv_rows = N};
+}
+
+static int usp_create(ts_model *m, const ts_seq_shard *sp) {
+  usp *s = malloc(sizeof *s);
+  if (!s) return ts_fail(TS_ERUNTIME, "out of memory");
+  const int N = m->seq->size;
+  s->U = sp->ulysses_degree > 0 ? sp->ulysses_degree : default_degree(N, m->H, m->Hkv);
+  s->R = N / s->U;
+  s->g = m->seq->rank / s->U;
+  s->u = m->seq->rank % s->U;
+  m->cp_state = s;
+  return TS_OK;
+}
+
+static void usp_destroy(ts_model *m) {
+  free(m->cp_state);
+  m->cp_state = NULL;
+}
+
+static void usp_describe(const ts_layout *lay, char *buf, size_t cap) {
+  snprintf(buf, cap, "-U%d", lay->ulysses_degree);
+}
+
+// ---- the all-to-all inside a group -----------------------------------------------------
+// One tensor of an exchange: `rows` is the rank's Tl rows (row stride ld),
+// member j's heads at columns [j·w, (j+1)·w); `heads` the group's Tb rows of
+// this member's w columns (row stride hld), member j's rows at [j·Tl, (j+1)·Tl).
+typedef struct {
+  float *rows;
+  int ld;
+  float *heads;
+  int hld, w;
+} part;
+
+enum { TO_HEADS, TO_ROWS };
+
+// Every part at once, packed row by row into one message per peer.
+static int exchange(ts_model *m, int l, part *pt, int np, int dir) {
+  const usp *s = m->cp_state;
+  const int Tl = m->Tl, base = m->seq->rank - s->u;
+  size_t W = 0;
+  for (int i = 0; i < np; i++) W += (size_t)pt[i].w;
+  float *sb = ts_mem_alloc((size_t)Tl * W * sizeof(float));
+  float *rb = ts_mem_alloc((size_t)Tl * W * sizeof(float));
+  int rc = !sb || !rb ? ts_fail(TS_ERUNTIME, "out of memory (USP exchange)") : TS_OK;
+  for (int k = 0; k < s->U && !rc; k++) {
+    const int to = (s->u + k) % s->U, from = (s->u + s->U - k) % s->U;
+    for (int64_t t = 0; t < Tl; t++) { // pack what `to` gets
+      float *dst = sb + (size_t)t * W;
+      for (int i = 0; i < np; i++) {
+        const part *p = &pt[i];
+        const float *src = dir == TO_HEADS ? p->rows + (size_t)t * p->ld + (size_t)to * p->w
+                                           : p->heads + ((size_t)to * Tl + t) * p->hld;
+        memcpy(dst, src, (size_t)p->w * sizeof(float));
+        dst += p->w;
+      }
+    }
+    const float *got = sb;
+    if (k > 0) {
+      const size_t bytes = (size_t)Tl * W * sizeof(float);
+      rc = ts_comm_sendrecv(m->seq, sb, bytes, base + to, rb, bytes, base + from, l);
+      got = rb;
+    }
+    for (int64_t t = 0; t < Tl && !rc; t++) { // unpack what `from` sent
+      const float *src = got + (size_t)t * W;
+      for (int i = 0; i < np; i++) {
+        const part *p = &pt[i];
+        float *dst = dir == TO_HEADS ? p->heads + ((size_t)from * Tl + t) * p->hld
+                                     : p->rows + (size_t)t * p->ld + (size_t)from * p->w;
+        memcpy(dst, src, (size_t)p->w * sizeof(float));
+        src += p->w;
+      }
+    }
+  }
+  ts_mem_free(sb);
+  ts_mem_free(rb);
+  return rc;
+}
+
+// ---- the ring across groups ------------------------------------------------------------
+// The shape of this member's heads of the group's queries against the keys
+// of group src's block; ldkv: the row stride of the travelling block.
+static ts_attn_shape block_shape(const ts_model *m, int l, float p, uint64_t step, int src,
+                                 int ldkv) {
+  const usp *s = m->cp_state;
+  const int Tb = s->U * m->Tl, Hu = m->H / s->U;
+  ts_attn_shape as = {.B = 1, .T = m->T, .H = Hu, .dh = m->dh, .tile = m->cfg.tile,
+                      .dropout = p, .seed = m->cfg.seed, .step = step,
+                      .index_base = ts_model_attn_base(m, l), .Tq = Tb, .q0 = s->g * Tb,
+                      .Tk = Tb, .k0 = src * Tb, .h0 = s->u * Hu, .Hg = m->H,
+                      .Hkv = m->Hkv / s->U, .ldq = Hu * m->dh, .ldkv = ldkv,
+                      .ldo = Hu * m->dh};
+  return as;
+}
+
+// One hop round the groups: to member u of group g+1, from group g−1.
+static int hop(ts_model *m, int l, float *send, float *recv, size_t floats) {
+  const usp *s = m->cp_state;
+  const int N = m->seq->size, r = m->seq->rank;
+  return ts_comm_sendrecv(m->seq, send, floats * sizeof(float), (r + s->U) % N, recv,
+                          floats * sizeof(float), (r + N - s->U) % N, l);
+}
+
+static int usp_attn_forward(ts_model *m, int l, uint64_t step, float p) {
+  const usp *s = m->cp_state;
+  const int Tl = m->Tl, C = m->C, Ckv = m->Ckv, dh = m->dh, Tb = s->U * Tl;
+  const int Hu = m->H / s->U, wq = Hu * dh, wk = (m->Hkv / s->U) * dh;
+  const layer_params *w = &m->p.layer[l];
+  layer_acts *a = ts_layer_acts(m, l);
+  ts_mem_phase(TS_PHASE_ATTN_FWD);
+  float *q = ts_mem_alloc((size_t)Tl * C * sizeof(float));
+  float *k = ts_mem_alloc((size_t)Tl * Ckv * sizeof(float));
+  float *v = ts_mem_alloc((size_t)Tl * Ckv * sizeof(float));
+  float *cur = ts_mem_alloc((size_t)Tb * 2 * wk * sizeof(float)); // the block: rows of [K' | V']
+  float *nxt = ts_mem_alloc((size_t)Tb * 2 * wk * sizeof(float));
+  float *o = ts_mem_alloc((size_t)Tb * wq * sizeof(float)); // O' (Tb, wq)
+  float *ob = ts_mem_alloc((size_t)Tb * wq * sizeof(float));
+  float *lb = ts_mem_alloc((size_t)Hu * Tb * sizeof(float));
+  int rc = !q || !k || !v || !cur || !nxt || !o || !ob || !lb
+               ? ts_fail(TS_ERUNTIME, "out of memory (USP attention)")
+               : TS_OK;
+  if (!rc) {
+    // the rank's rows, every head, as the serial model projects them
+    ts_cp_project_q(m, w, q);
+    ts_cp_project_kv(m, w, k, v);
+    // to heads: Q' kept in the layer's q, K', V' in its k, v and in the block
+    part pt[] = {{q, C, a->q, wq, wq}, {k, Ckv, cur, 2 * wk, wk}, {v, Ckv, cur + wk, 2 * wk, wk}};
+    rc = exchange(m, l, pt, 3, TO_HEADS);
+  }
+  if (!rc)
+    for (int64_t t = 0; t < Tb; t++) {
+      memcpy(a->k + (size_t)t * wk, cur + (size_t)t * 2 * wk, (size_t)wk * sizeof(float));
+      memcpy(a->v + (size_t)t * wk, cur + (size_t)t * 2 * wk + wk, (size_t)wk * sizeof(float));
+    }
+  // the ring: at hop i the block of group g − i, visible unless it wrapped
+  for (int i = 0; i < s->R && !rc; i++) {
+    const int src = (s->g + s->R - i) % s->R;
+    if (src <= s->g) {
+      ts_attn_shape as = block_shape(m, l, p, step, src, 2 * wk);
+      if (i == 0) {
+        m->be->attention_forward(&m->ws, o, a->lse, a->q, cur, cur + wk, &as);
+      } else {
+        m->be->attention_forward(&m->ws, ob, lb, a->q, cur, cur + wk, &as);
+        ring_merge(o, a->lse, ob, lb, Tb, Hu, dh, wq);
+      }
+    }
+    if (i < s->R - 1) {
+      rc = hop(m, l, cur, nxt, (size_t)Tb * 2 * wk);
+      float *t = cur;
+      cur = nxt;
+      nxt = t;
+    }
+  }
+  if (!rc) { // the output back to the rank's rows
+    part pt[] = {{a->att, C, o, wq, wq}};
+    rc = exchange(m, l, pt, 1, TO_ROWS);
+  }
+  ts_mem_free(q); ts_mem_free(k); ts_mem_free(v);
+  ts_mem_free(cur); ts_mem_free(nxt);
+  ts_mem_free(o); ts_mem_free(ob); ts_mem_free(lb);
+  ts_mem_phase(TS_PHASE_NONE);
+  return rc;
+}
+
+static int usp_attn_backward(ts_model *m, int l, uint64_t step) {
+  const usp *s = m->cp_state;
+  const int Tl = m->Tl, C = m->C, Ckv = m->Ckv, dh = m->dh, Tb = s->U * Tl;
+  const int Hu = m->H / s->U, wq = Hu * dh, wk = (m->Hkv / s->U) * dh, wb = 4 * wk;
+  layer_acts *a = ts_layer_acts(m, l);
+  ts_mem_phase(TS_PHASE_ATTN_BWD);
+  float *dO = ts_mem_alloc((size_t)Tb * wq * sizeof(float));
+  float *o = ts_mem_alloc((size_t)Tb * wq * sizeof(float));
+  float *dq = ts_mem_alloc((size_t)Tb * wq * sizeof(float));
+  float *dqb = ts_mem_alloc((size_t)Tb * wq * sizeof(float));
+  float *cur = ts_mem_alloc((size_t)Tb * wb * sizeof(float)); // rows of [K' | V' | dK' | dV']
+  float *nxt = ts_mem_alloc((size_t)Tb * wb * sizeof(float));
+  float *part_kv = ts_mem_alloc((size_t)Tb * wb * sizeof(float)); // a block's dK', dV' terms
+  float *dsum = ts_mem_alloc((size_t)Hu * Tb * sizeof(float));
+  int rc = !dO || !o || !dq || !dqb || !cur || !nxt || !part_kv || !dsum
+               ? ts_fail(TS_ERUNTIME, "out of memory (USP attention)")
+               : TS_OK;
+  if (!rc) { // dO' and O' (the forward's output, exchanged again rather than kept)
+    part pt[] = {{m->datt, C, dO, wq, wq}, {a->att, C, o, wq, wq}};
+    rc = exchange(m, l, pt, 2, TO_HEADS);
+  }
+  for (int64_t t = 0; t < Tb && !rc; t++) {
+    float *row = cur + (size_t)t * wb;
+    memcpy(row, a->k + (size_t)t * wk, (size_t)wk * sizeof(float));
+    memcpy(row + wk, a->v + (size_t)t * wk, (size_t)wk * sizeof(float));
+    memset(row + 2 * wk, 0, (size_t)2 * wk * sizeof(float));
+  }
+  if (!rc) memset(dq, 0, (size_t)Tb * wq * sizeof(float));
+  for (int i = 0; i < s->R && !rc; i++) {
+    const int src = (s->g + s->R - i) % s->R;
+    if (src <= s->g) {
+      ts_attn_shape as = block_shape(m, l, m->cfg.dropout, step, src, wb);
+      if (m->be->attention_backward(&m->ws, dqb, part_kv + 2 * wk, part_kv + 3 * wk, dsum, dO,
+                                    a->q, cur, cur + wk, o, a->lse, &as) != 0) {
+        rc = ts_fail(TS_ERUNTIME, "out of memory in attention backward");
+        break;
+      }
+#pragma omp parallel for schedule(static)
+      for (int64_t t = 0; t < Tb; t++) {
+        float *d = dq + (size_t)t * wq;
+        const float *db = dqb + (size_t)t * wq;
+        for (int c = 0; c < wq; c++) d[c] = d[c] + db[c];
+        float *acc = cur + (size_t)t * wb + 2 * wk;
+        const float *pp = part_kv + (size_t)t * wb + 2 * wk;
+        for (int c = 0; c < 2 * wk; c++) acc[c] = acc[c] + pp[c];
+      }
+    }
+    // R hops: the block visits every group and comes home (R = 1: it never left)
+    if (s->R == 1) break;
+    rc = hop(m, l, cur, nxt, (size_t)Tb * wb);
+    float *t = cur;
+    cur = nxt;
+    nxt = t;
+  }
+  if (!rc) { // dQ, dK, dV back to the rank's rows
+    part pt[] = {{m->dq, C, dq, wq, wq}, {m->dk, Ckv, cur + 2 * wk, wb, wk},
+                 {m->dv, Ckv, cur + 3 * wk, wb, wk}};
+    rc = exchange(m, l, pt, 3, TO_ROWS);
+  }
+  ts_mem_free(dO); ts_mem_free(o); ts_mem_free(dq); ts_mem_free(dqb);
+  ts_mem_free(cur); ts_mem_free(nxt); ts_mem_free(part_kv); ts_mem_free(dsum);
+  ts_mem_phase(TS_PHASE_NONE);
+  return rc;
+}
+
+const ts_cp ts_cp_usp = {
+    .name = "usp",
+    .summary = "Ulysses inside groups of --ulysses-degree ranks, ring attention across them",
+    .exact = 0,
+    .check = usp_check,
+    .sizes = usp_sizes,
+    .create = usp_create,
+    .destroy = usp_destroy,
+    .attn_forward = usp_attn_forward,
+    .attn_backward = usp_attn_backward,
+    .describe = usp_describe,
+};
