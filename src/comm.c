@@ -1,6 +1,7 @@
 // Backend-independent half of the communicator: the counting wrappers, the
 // group of one, the chunk layout of reductions and the counters' JSON form.
 #include "comm.h"
+#include "comm_tree.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,20 +44,15 @@ void ts_comm_chunk(size_t n, int P, int r, size_t *off, size_t *len) {
 }
 
 uint64_t ts_comm_tree_bytes(size_t n, int P, int r) {
-  // The schedule of the tree reduce-scatter (src/cpu/comm_mpi.c): at pair
-  // distance d rank r sends the chunks c = partner (mod 2d) and receives the
-  // chunks c = r (mod 2d) it keeps.
-  uint64_t bytes = 0;
-  for (int d = 1; d < P; d <<= 1) {
-    int p = r ^ d;
-    for (int c = 0; c < P; c++) {
-      size_t off, len;
-      ts_comm_chunk(n, P, c, &off, &len);
-      if (c % (2 * d) == p % (2 * d) || c % (2 * d) == r % (2 * d))
-        bytes += (uint64_t)len * sizeof(float);
-    }
+  // The reduce-scatter's rounds (comm_tree.h): each sends one set of chunks
+  // and receives another.
+  uint64_t floats = 0;
+  for (int k = 0; k < ts_comm_tree_nrounds(P, 0); k++) {
+    const ts_comm_round q = ts_comm_tree_round(P, r, k);
+    floats += ts_comm_tree_floats(n, P, q.send, q.stride);
+    floats += ts_comm_tree_floats(n, P, q.recv, q.stride);
   }
-  return bytes;
+  return floats * sizeof(float);
 }
 
 static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }

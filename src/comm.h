@@ -10,7 +10,8 @@
 //
 // Exactness (DESIGN.md R6): the float reductions come in two kinds.
 //   *_tree  the canonical tree over ranks (R3), done with this library's own
-//           additions; MPI only moves bytes. Group size must be a power of two.
+//           additions in the rounds of comm_tree.h; MPI (or NCCL) only moves
+//           bytes. Group size must be a power of two.
 //   *_fast  MPI's own reduction (--fast): unspecified association, checked
 //           within a tolerance only.
 #ifndef TS_COMM_H

@@ -1,14 +1,9 @@
 // The communicator over MPI (CPU). MPI moves bytes; the exact reductions do
-// their own additions in the canonical tree order (DESIGN.md R3, R6;
-// ALGORITHMS.md §2):
-//
-//   reduce-scatter, recursive halving with pair distance d = 1, 2, 4, ...:
-//   before step d rank r holds (partial sums of) the chunks c = r (mod d);
-//   it sends its partner p = r xor d the chunks c = p (mod 2d) and adds the
-//   partner's copies of the chunks c = r (mod 2d) it keeps, the lower rank's
-//   operand on the left. After log2(P) steps rank r holds chunk r summed as
-//   the perfect binary tree over ranks 0..P-1. An all-reduce is that
-//   reduce-scatter followed by the mirror-image all-gather (d = P/2 ... 1).
+// their own additions (ts_tree_add) in the canonical tree order (DESIGN.md
+// R3, R6; ALGORITHMS.md §2): the rounds of src/comm_tree.h, recursive
+// halving with pair distance d = 1, 2, 4, ... for the reduce-scatter, then
+// the mirror-image all-gather (d = P/2 ... 1) for an all-reduce. In each
+// round the rank swaps its packed chunks with its partner's (mpi_sendrecv).
 //
 // Messages over 1 GiB go in pieces: MPI counts are ints.
 #include <limits.h>
@@ -17,6 +12,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "comm_tree.h"
 #include "tree.h"
 #include "tessera.h"
 
@@ -130,67 +126,39 @@ static int mpi_bcast(ts_comm *c, void *buf, size_t bytes, int root) {
 
 // ---- exact reductions ------------------------------------------------------------------
 // Copies the chunks c = first (mod stride) of buf into out, in chunk order;
-// returns the floats copied (out NULL: only counts).
+// returns the floats copied.
 static size_t pack(float *out, const float *buf, size_t n, int P, int first, int stride) {
   size_t k = 0;
   for (int c = first; c < P; c += stride) {
     size_t off, len;
     ts_comm_chunk(n, P, c, &off, &len);
-    if (out) memcpy(out + k, buf + off, len * sizeof(float));
+    memcpy(out + k, buf + off, len * sizeof(float));
     k += len;
   }
   return k;
 }
 
-// The largest message of either phase: half the chunks, at distance 1.
-static int reserve_tree(mpi_state *s, size_t n, int P) {
-  size_t even = pack(NULL, NULL, n, P, 0, 2), odd = pack(NULL, NULL, n, P, 1, 2);
-  return reserve(s, (even > odd ? even : odd) + 1);
-}
-
-static int tree_reduce_scatter(ts_comm *c, float *buf, size_t n) {
+// Rounds 0 .. nrounds-1 of the tree schedule (comm_tree.h) on buf (n,): in
+// each, the chunks sent are packed into sendbuf, swapped with the partner's,
+// and the partner's land in their places, added (ours + theirs) or stored.
+static int tree_rounds(ts_comm *c, float *buf, size_t n, int nrounds) {
   mpi_state *s = c->state;
   const int P = c->size, r = c->rank;
-  int rc = reserve_tree(s, n, P);
+  int rc = reserve(s, ts_comm_tree_max_floats(n, P) + 1);
   if (rc) return rc;
-  for (int d = 1; d < P; d <<= 1) {
-    const int p = r ^ d;
-    size_t ns = pack(s->sendbuf, buf, n, P, p % (2 * d), 2 * d);
-    size_t nr = pack(NULL, buf, n, P, r % (2 * d), 2 * d);
-    if ((rc = mpi_sendrecv(c, s->sendbuf, ns * sizeof(float), p, s->recvbuf, nr * sizeof(float), p)))
-      return rc;
-    // The kept chunks: ours + theirs. IEEE addition is commutative, so the
-    // operand order cannot change a bit; the tree fixes the association
-    // (which subtrees combine at each distance), and that is what matters.
-    const float *in = s->recvbuf;
-    for (int ch = r % (2 * d); ch < P; ch += 2 * d) {
-      size_t off, len;
-      ts_comm_chunk(n, P, ch, &off, &len);
-      ts_tree_add(buf + off, in, len);
-      in += len;
-    }
-  }
-  return TS_OK;
-}
-
-// The mirror image: at distance d rank r holds the chunks c = r (mod 2d) and
-// swaps them for its partner's c = p (mod 2d); at the end every rank has all.
-static int tree_allgather(ts_comm *c, float *buf, size_t n) {
-  mpi_state *s = c->state;
-  const int P = c->size, r = c->rank;
-  int rc = reserve_tree(s, n, P);
-  if (rc) return rc;
-  for (int d = P / 2; d >= 1; d >>= 1) {
-    const int p = r ^ d;
-    size_t ns = pack(s->sendbuf, buf, n, P, r % (2 * d), 2 * d);
-    size_t nr = pack(NULL, buf, n, P, p % (2 * d), 2 * d);
-    if ((rc = mpi_sendrecv(c, s->sendbuf, ns * sizeof(float), p, s->recvbuf, nr * sizeof(float), p)))
+  for (int k = 0; k < nrounds; k++) {
+    const ts_comm_round q = ts_comm_tree_round(P, r, k);
+    size_t ns = pack(s->sendbuf, buf, n, P, q.send, q.stride);
+    size_t nr = ts_comm_tree_floats(n, P, q.recv, q.stride);
+    if ((rc = mpi_sendrecv(c, s->sendbuf, ns * sizeof(float), q.partner, s->recvbuf,
+                           nr * sizeof(float), q.partner)))
       return rc;
     const float *in = s->recvbuf;
-    for (int ch = p % (2 * d); ch < P; ch += 2 * d) {
+    for (int ch = q.recv; ch < P; ch += q.stride) {
       size_t off, len;
       ts_comm_chunk(n, P, ch, &off, &len);
-      memcpy(buf + off, in, len * sizeof(float));
+      if (q.add) ts_tree_add(buf + off, in, len);
+      else memcpy(buf + off, in, len * sizeof(float));
       in += len;
     }
   }
@@ -198,12 +166,11 @@ static int tree_allgather(ts_comm *c, float *buf, size_t n) {
 }
 
 static int mpi_reduce_scatter_tree(ts_comm *c, float *buf, size_t n) {
-  return tree_reduce_scatter(c, buf, n);
+  return tree_rounds(c, buf, n, ts_comm_tree_nrounds(c->size, 0));
 }
 
 static int mpi_allreduce_tree(ts_comm *c, float *buf, size_t n) {
-  int rc = tree_reduce_scatter(c, buf, n);
-  return rc ? rc : tree_allgather(c, buf, n);
+  return tree_rounds(c, buf, n, ts_comm_tree_nrounds(c->size, 1));
 }
 
 static int mpi_allreduce_fast(ts_comm *c, float *buf, size_t n) {

@@ -3,11 +3,10 @@
 // between the GPUs' buffers (device-accessible: managed or device memory).
 //
 // Exactness (DESIGN.md R3, R6) is kept the way comm_mpi.c keeps it: the tree
-// reductions use NCCL only to move bytes (ncclSend/ncclRecv) and do their
-// additions with the kernel below, at the same pair distances, on the same
-// chunks (ts_comm_chunk), in the same operand order (ours + theirs, as
-// ts_tree_add), so their bits equal the MPI version's. Only allreduce_fast
-// lets NCCL reduce.
+// reductions run the same rounds (src/comm_tree.h), use NCCL only to move
+// bytes (ncclSend/ncclRecv) and do their additions with the kernel below in
+// the same operand order (ours + theirs, as ts_tree_add), so their bits
+// equal the MPI version's. Only allreduce_fast lets NCCL reduce.
 //
 // Everything is queued on the backend's stream (ts_cuda_stream) and each
 // operation waits for it before returning: the host may read the result next.
@@ -31,6 +30,7 @@
 #include "gpu.h"
 extern "C" {
 #include "comm.h"
+#include "comm_tree.h"
 }
 
 // A device staging buffer, grown on demand (never shrunk).
@@ -304,22 +304,10 @@ static int nccl_bcast(ts_comm *c, void *buf, size_t bytes, int root) {
 }
 
 // ---- exact reductions ----------------------------------------------------------------------
-// The schedule is comm_mpi.c's (recursive halving at d = 1, 2, 4, ...; the
-// mirror-image all-gather at d = P/2 ... 1). Instead of packing the sent
-// chunks, each chunk goes as its own message: NCCL keeps the order of the
-// messages between two ranks within a group, so chunk k sent pairs with
-// chunk k received. Empty chunks (n < P) are skipped on both sides alike.
-
-// Floats in the chunks c = first (mod stride) of n.
-static size_t chunk_floats(size_t n, int P, int first, int stride) {
-  size_t k = 0;
-  for (int ch = first; ch < P; ch += stride) {
-    size_t off, len;
-    ts_comm_chunk(n, P, ch, &off, &len);
-    k += len;
-  }
-  return k;
-}
+// The rounds of comm_tree.h. Instead of packing the sent chunks, each chunk
+// goes as its own message: NCCL keeps the order of the messages between two
+// ranks within a group, so chunk k sent pairs with chunk k received. Empty
+// chunks (n < P) are skipped on both sides alike.
 
 // Queues sends of the chunks c = first (mod stride) of buf to peer, in chunk order.
 static ncclResult_t send_chunks(const float *buf, size_t n, int P, int first, int stride,
@@ -364,48 +352,30 @@ static int add_chunks(float *buf, const float *staging, size_t n, int P, int fir
   return launched("reduction additions");
 }
 
-// At distance d rank r sends its partner p = r xor d the chunks c = p (mod 2d)
-// and adds the partner's copies of the chunks c = r (mod 2d) it keeps. The
-// steps follow one another on the stream, so a step's sends read the sums the
-// previous step's additions wrote.
-static int tree_reduce_scatter(ts_comm *c, float *buf, size_t n) {
+// Rounds 0 .. nrounds-1 of the schedule on buf (n,). A round that adds
+// receives the partner's chunks into staging and then adds them; the chunks
+// sent and received differ, so the sends read buf meanwhile. A round that
+// stores (the all-gather) receives straight into buf: nothing is added. The
+// rounds follow one another on the stream, so a round's sends read the sums
+// the previous round's additions wrote.
+static int tree_rounds(ts_comm *c, float *buf, size_t n, int nrounds) {
   nccl_state *st = state_of(c);
   const int P = c->size, r = c->rank;
-  // The largest receive is the first: half the chunks.
-  size_t even = chunk_floats(n, P, 0, 2), odd = chunk_floats(n, P, 1, 2);
-  int rc = reserve(st, &st->recv, even > odd ? even : odd);
+  // staging for the largest receive that is added: round 0's, half the chunks
+  int rc = reserve(st, &st->recv, ts_comm_tree_max_floats(n, P));
   if (rc) return rc;
-  for (int d = 1; d < P; d <<= 1) {
-    const int p = r ^ d;
-    // The chunks sent and the chunks received differ (p != r mod 2d), so the
-    // sends read buf while the receives fill staging.
+  for (int k = 0; k < nrounds; k++) {
+    const ts_comm_round q = ts_comm_tree_round(P, r, k);
     ncclResult_t x = ncclGroupStart();
     if (x == ncclSuccess) {
-      x = send_chunks(buf, n, P, p % (2 * d), 2 * d, p, st->nccl);
-      if (x == ncclSuccess) x = recv_chunks(buf, st->recv.p, n, P, r % (2 * d), 2 * d, p, st->nccl);
+      x = send_chunks(buf, n, P, q.send, q.stride, q.partner, st->nccl);
+      if (x == ncclSuccess)
+        x = recv_chunks(buf, q.add ? st->recv.p : NULL, n, P, q.recv, q.stride, q.partner,
+                        st->nccl);
       x = group_end(x);
     }
-    if (x != ncclSuccess) return nccl_error(x, "reduce-scatter");
-    if ((rc = add_chunks(buf, st->recv.p, n, P, r % (2 * d), 2 * d))) return rc;
-  }
-  return TS_OK;
-}
-
-// The mirror image: at distance d rank r holds the chunks c = r (mod 2d) and
-// swaps them for its partner's c = p (mod 2d). Nothing is added, so the
-// chunks travel straight between the two ranks' bufs.
-static int tree_allgather(ts_comm *c, float *buf, size_t n) {
-  nccl_state *st = state_of(c);
-  const int P = c->size, r = c->rank;
-  for (int d = P / 2; d >= 1; d >>= 1) {
-    const int p = r ^ d;
-    ncclResult_t x = ncclGroupStart();
-    if (x == ncclSuccess) {
-      x = send_chunks(buf, n, P, r % (2 * d), 2 * d, p, st->nccl);
-      if (x == ncclSuccess) x = recv_chunks(buf, NULL, n, P, p % (2 * d), 2 * d, p, st->nccl);
-      x = group_end(x);
-    }
-    if (x != ncclSuccess) return nccl_error(x, "all-reduce (gather)");
+    if (x != ncclSuccess) return nccl_error(x, q.add ? "reduce-scatter" : "all-reduce (gather)");
+    if (q.add && (rc = add_chunks(buf, st->recv.p, n, P, q.recv, q.stride))) return rc;
   }
   return TS_OK;
 }
@@ -413,15 +383,14 @@ static int tree_allgather(ts_comm *c, float *buf, size_t n) {
 static int nccl_reduce_scatter_tree(ts_comm *c, float *buf, size_t n) {
   ts_comm *h = host_path(c, buf, NULL);
   if (h) return h->ops->reduce_scatter_tree(h, buf, n);
-  int rc = tree_reduce_scatter(c, buf, n);
+  int rc = tree_rounds(c, buf, n, ts_comm_tree_nrounds(c->size, 0));
   return rc ? rc : finish("reduce-scatter");
 }
 
 static int nccl_allreduce_tree(ts_comm *c, float *buf, size_t n) {
   ts_comm *h = host_path(c, buf, NULL);
   if (h) return h->ops->allreduce_tree(h, buf, n);
-  int rc = tree_reduce_scatter(c, buf, n);
-  if (!rc) rc = tree_allgather(c, buf, n);
+  int rc = tree_rounds(c, buf, n, ts_comm_tree_nrounds(c->size, 1));
   return rc ? rc : finish("all-reduce");
 }
 
