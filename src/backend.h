@@ -1,8 +1,8 @@
 // Where the model's kernels run: a backend is a table of the kernels.h
-// operations plus how to allocate the buffers they work in (ggml's backend
-// struct of function pointers). The model calls its kernels through the
-// table it was created with, so the same model code, every parallel strategy
-// included, runs on the CPU or on a GPU.
+// operations (listed in backend_ops.def) plus how to allocate the buffers they
+// work in (ggml's backend struct of function pointers). The model calls its
+// kernels through the table it was created with, so the same model code,
+// every parallel strategy included, runs on the CPU or on a GPU.
 //
 // The CUDA backend allocates the model's buffers as CUDA managed memory:
 // host code that touches them (the optimizer, the collectives, the
@@ -23,71 +23,10 @@ typedef struct ts_backend {
   const char *name; // "cpu", "cuda"
   void *(*alloc)(size_t bytes); // NULL when out of memory
   void (*free)(void *p);
-  // dst = a + b element-wise (dst may alias either); dst = src.
-  void (*add)(float *dst, const float *a, const float *b, int64_t n);
-  void (*copy)(void *dst, const void *src, size_t bytes);
-  // kernels.h, one for one
-  void (*encoder_forward)(float *out, const int *tokens, const float *wte, const float *wpe,
-                          int B, int T, int C);
-  int (*encoder_backward_wpe)(ts_ws *ws, float *dwpe, const float *dout, int B, int T, int C);
-  void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
-                            const float *w, const float *b, int64_t ntok, int C);
-  int (*layernorm_backward)(ts_ws *ws, float *dinp, float *dw, float *db, const float *dout,
-                            const float *inp, const float *w, const float *mean,
-                            const float *rstd, int64_t ntok, int C);
-  void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w,
-                          int64_t ntok, int C);
-  int (*rmsnorm_backward)(ts_ws *ws, float *dinp, float *dw, const float *dout,
-                          const float *inp, const float *w, const float *rstd, int64_t ntok,
-                          int C);
-  void (*linear_forward)(float *out, const float *inp, const float *W, const float *b,
-                         int64_t ntok, int C, int OC, int rows);
-  void (*linear_forward_heads)(float *out, const float *inp, const float *W, const float *b,
-                               int64_t ntok, int C, int OC, int hd, int rows);
-  void (*linear_forward_head_list)(float *out, int ld, const float *inp, const float *W,
-                                   const float *b, const int *heads, int n, int64_t ntok,
-                                   int C, int hd, int rows);
-  void (*linear_backward_input)(float *dinp, const float *dout, const float *W, int64_t ntok,
-                                int C, int OC, int rows, int accumulate);
-  int (*linear_backward_weights)(ts_ws *ws, float *dW, float *db, const float *dout,
-                                 const float *inp, int64_t ntok, int C, int OC);
-  void (*gelu_forward)(float *out, const float *inp, int64_t n);
-  void (*gelu_backward)(float *dinp, const float *inp, const float *dout, int64_t n);
-  void (*swiglu_forward)(float *h, const float *g, const float *u, int64_t n);
-  void (*swiglu_backward)(float *dg, float *du, const float *g, const float *u,
-                          const float *dh, int64_t n);
-  void (*rope_forward)(float *x, int64_t ntok, int T, int t0, int nh, int dh, int ld,
-                       const float *cs);
-  void (*rope_backward)(float *dx, int64_t ntok, int T, int t0, int nh, int dh, int ld,
-                        const float *cs);
-  void (*dropout_apply)(float *x, int64_t n, float p, uint64_t seed, uint32_t purpose,
-                        uint64_t step, uint64_t base);
-  void (*attention_forward)(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
-                            const float *v, const ts_attn_shape *s);
-  int (*attention_backward)(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
-                            const float *dout, const float *q, const float *k, const float *v,
-                            const float *out, const float *lse, const ts_attn_shape *s);
-  void (*crossentropy_forward)(float *losses, const float *logits, const int *targets,
-                               int64_t ntok, int V);
-  void (*crossentropy_backward)(float *dlogits, const float *logits, const int *targets,
-                                float scale, int64_t ntok, int V);
-  // AdamW on one tensor's n floats (optim.h, ts_adamw_elements)
-  void (*adamw)(float *p, const float *g, float *m, float *v, int64_t n, float decay,
-                float beta1, float beta2, float step_size, float bc2_sqrt, float eps);
-  // One Muon update of a 2-D weight (orthogonal.h, ts_muon_update); scratch is
-  // the CPU's (ts_ortho_scratch floats), unused by backends with their own.
-  void (*muon_update)(float *p, const float *g, float *buf, int rows, int cols, float lr,
-                      float wd, float beta, ts_ortho how, int steps, float *scratch);
-  // Optional (NULL: the model sums the token embedding's gradient with the
-  // CPU's canonical leaf tree, encoder_wte_leaf_scatter). dwte (V, C) (+)= the
-  // rows of dout (ntok, C) summed by token, each token's rows in row order.
-  void (*embedding_backward)(float *dwte, const float *dout, const int *tokens, int64_t ntok,
-                             int V, int C, int accumulate);
-  // Optional (NULL: the caller's host loops). part[c] = Σ g[i]² in double over
-  // chunk c = [c·chunk, min(n, (c+1)·chunk)), in index order: the CPU's bits
-  // (optim.c, the gradient norm). And x[i] *= by (the clip).
-  void (*sumsq_chunks)(double *part, const float *g, size_t n, size_t chunk);
-  void (*scale)(float *x, size_t n, float by);
+  // The operations, one member each, in the list's order (backend_ops.def:
+  // the one place to add one).
+#define TS_OP(op, cpu, ret, params) ret(*op) params;
+#include "backend_ops.def"
   // Optional (NULL: the buffers are in host memory, which the model measures
   // itself). This process's share of the memory its buffers live in (its
   // GPU's, divided among the ranks that share the GPU), and the peak of the

@@ -1,6 +1,7 @@
 // The CUDA backend against the CPU reference, op by op and on the whole
 // model (ggml's backend tests): the same inputs go through both tables of
-// backend.h, and the outputs are compared. Two programs:
+// backend.h, and the outputs are compared; every operation of
+// src/backend_ops.def has its test (op_test, at the end). Two programs:
 //  - tests/test_gpu (--enable-cuda): the kernels on the GPU; exits 77
 //    (skipped) with the reason when the machine has no usable GPU;
 //  - tests/test_gpu_emu (every build): the same sources of src/gpu/ compiled
@@ -116,31 +117,35 @@ static void test_linear(void **state) {
   fill(bias, OC, 3, 0.1f);
   fill(dy, NTOK * OC, 4, 1.0f);
   const ts_backend *be[2] = {&ts_backend_cpu, gpu};
-  float *y[3], *dx[3], *dw[3], *db[3];
+  float *y[3], *yh[3], *dx[3], *dw[3], *db[3];
   for (int r = 0; r < 3; r++) { // CPU, GPU, GPU again
     gpu_run(r);
     const ts_backend *b = be[r ? 1 : 0];
     float *X = take(b, x, NTOK * C), *W = take(b, w, OC * C), *Bb = take(b, bias, OC);
     float *DY = take(b, dy, NTOK * OC);
     y[r] = take(b, NULL, NTOK * OC);
+    yh[r] = take(b, NULL, NTOK * OC);
     dx[r] = take(b, NULL, NTOK * C);
     dw[r] = take(b, NULL, OC * C);
     db[r] = take(b, NULL, OC);
     b->linear_forward(y[r], X, W, Bb, NTOK, C, OC, 64);
+    b->linear_forward_heads(yh[r], X, W, Bb, NTOK, C, OC, DH, 64); // OC / DH = 5 heads
     b->linear_backward_input(dx[r], DY, W, NTOK, C, OC, 64, 0);
     assert_int_equal(b->linear_backward_weights(&ws, dw[r], db[r], DY, X, NTOK, C, OC), 0);
     b->free(X); b->free(W); b->free(Bb); b->free(DY);
   }
   check("linear forward", y[0], y[1], NTOK * OC, 1e-5);
+  check("linear forward heads", yh[0], yh[1], NTOK * OC, 1e-5);
   check("linear dinp", dx[0], dx[1], NTOK * C, 1e-5);
   check("linear dW", dw[0], dw[1], OC * C, 1e-5);
   check("linear db", db[0], db[1], OC, 1e-5);
   check_same_bits("linear forward", y[1], y[2], NTOK * OC);
+  check_same_bits("linear forward heads", yh[1], yh[2], NTOK * OC);
   check_same_bits("linear dW", dw[1], dw[2], OC * C);
   check_same_bits("linear db", db[1], db[2], OC);
   for (int r = 0; r < 3; r++) {
     const ts_backend *b = be[r ? 1 : 0];
-    b->free(y[r]); b->free(dx[r]); b->free(dw[r]); b->free(db[r]);
+    b->free(y[r]); b->free(yh[r]); b->free(dx[r]); b->free(dw[r]); b->free(db[r]);
   }
 }
 
@@ -217,26 +222,102 @@ static void test_elementwise(void **state) {
   fill(dh, N, 14, 1.0f);
   rope_table(cs, T, DH, 10000.0);
   const ts_backend *be[2] = {&ts_backend_cpu, gpu};
-  float *o[2][6];
+  float *o[2][7];
   for (int r = 0; r < 2; r++) {
     gpu_run(r);
     const ts_backend *b = be[r];
     float *G = take(b, g, N), *U = take(b, u, N), *D = take(b, dh, N), *CS = take(b, cs, T * DH);
-    for (int k = 0; k < 6; k++) o[r][k] = take(b, NULL, N);
+    for (int k = 0; k < 7; k++) o[r][k] = take(b, NULL, N);
     b->gelu_forward(o[r][0], G, N);
     b->gelu_backward(o[r][1], G, D, N);
     b->swiglu_forward(o[r][2], G, U, N);
     b->swiglu_backward(o[r][3], o[r][4], G, U, D, N);
     memcpy(o[r][5], g, sizeof g); // rows of 2 heads × DH, positions from 3
     b->rope_forward(o[r][5], N / (2 * DH), T, 3, 2, DH, 2 * DH, CS);
+    // the first of every row's two heads alone (the other one stays as it
+    // is), sequences of 16 rows from position 5
+    memcpy(o[r][6], dh, sizeof dh);
+    b->rope_backward(o[r][6], N / (2 * DH), 16, 5, 1, DH, 2 * DH, CS);
     b->dropout_apply(o[r][0], N, 0.25f, 17, TS_RNG_DROPOUT_MLP, 5, 1000);
     b->free(G); b->free(U); b->free(D); b->free(CS);
   }
-  const char *names[6] = {"gelu+dropout", "gelu backward", "swiglu", "swiglu dgate", "swiglu dup",
-                          "rope"};
-  for (int k = 0; k < 6; k++) check(names[k], o[0][k], o[1][k], N, 1e-6);
+  const char *names[7] = {"gelu+dropout", "gelu backward", "swiglu", "swiglu dgate", "swiglu dup",
+                          "rope",         "rope backward"};
+  for (int k = 0; k < 7; k++) check(names[k], o[0][k], o[1][k], N, 1e-6);
   for (int r = 0; r < 2; r++)
-    for (int k = 0; k < 6; k++) be[r]->free(o[r][k]);
+    for (int k = 0; k < 7; k++) be[r]->free(o[r][k]);
+}
+
+// The residual add, with dst aliasing either operand as the model calls it
+// (element-wise: 1e-6), and the copy, which must give the bytes it was given.
+static void test_add_copy(void **state) {
+  (void)state;
+  enum { N = 5000 };
+  float a[N], b_[N];
+  fill(a, N, 15, 1.0f);
+  fill(b_, N, 16, 1.0f);
+  const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+  float *o[2][3];
+  for (int r = 0; r < 2; r++) {
+    gpu_run(r);
+    const ts_backend *b = be[r];
+    float *A = take(b, a, N), *Bb = take(b, b_, N);
+    o[r][0] = take(b, a, N);
+    o[r][1] = take(b, b_, N);
+    o[r][2] = take(b, NULL, N);
+    b->add(o[r][0], o[r][0], Bb, N);
+    b->add(o[r][1], A, o[r][1], N);
+    b->copy(o[r][2], o[r][0], N * sizeof(float));
+    b->free(A); b->free(Bb);
+  }
+  check("add (dst = a)", o[0][0], o[1][0], N, 1e-6);
+  check("add (dst = b)", o[0][1], o[1][1], N, 1e-6);
+  if (memcmp(o[1][2], o[1][0], N * sizeof(float)) != 0) fail_msg("copy: not the bytes copied");
+  for (int r = 0; r < 2; r++)
+    for (int k = 0; k < 3; k++) be[r]->free(o[r][k]);
+}
+
+// The embeddings: a row gather and one add per element (1e-6), with the
+// positional table and without (LLaMA), and the positional gradient, a sum
+// over the batch's four sequences (sums over rows: 1e-5).
+static void test_encoder(void **state) {
+  (void)state;
+  enum { BE = 4 };
+  const size_t ntok = (size_t)BE * T;
+  float *wte = malloc((size_t)V * C * 4), *wpe = malloc((size_t)T * C * 4);
+  float *dout = malloc(ntok * C * 4);
+  int *tok = malloc(ntok * sizeof(int));
+  fill(wte, (size_t)V * C, 17, 1.0f);
+  fill(wpe, (size_t)T * C, 18, 0.1f);
+  fill(dout, ntok * C, 19, 1.0f);
+  for (size_t i = 0; i < ntok; i++) tok[i] = (int)ts_rng_below(3, 4, 5, (uint64_t)i, V);
+  const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+  float *out[3], *bare[3], *dwpe[3];
+  for (int r = 0; r < 3; r++) {
+    gpu_run(r);
+    const ts_backend *b = be[r ? 1 : 0];
+    float *E = take(b, wte, (size_t)V * C), *P = take(b, wpe, (size_t)T * C);
+    float *D = take(b, dout, ntok * C);
+    int *Tk = b->alloc(ntok * sizeof(int));
+    assert_non_null(Tk);
+    memcpy(Tk, tok, ntok * sizeof(int));
+    out[r] = take(b, NULL, ntok * C);
+    bare[r] = take(b, NULL, ntok * C);
+    dwpe[r] = take(b, NULL, (size_t)T * C);
+    b->encoder_forward(out[r], Tk, E, P, BE, T, C);
+    b->encoder_forward(bare[r], Tk, E, NULL, BE, T, C);
+    assert_int_equal(b->encoder_backward_wpe(&ws, dwpe[r], D, BE, T, C), 0);
+    b->free(E); b->free(P); b->free(D); b->free(Tk);
+  }
+  check("encoder forward", out[0], out[1], ntok * C, 1e-6);
+  check("encoder forward (no wpe)", bare[0], bare[1], ntok * C, 1e-6);
+  check("encoder backward wpe", dwpe[0], dwpe[1], (size_t)T * C, 1e-5);
+  check_same_bits("encoder backward wpe", dwpe[1], dwpe[2], (size_t)T * C);
+  for (int r = 0; r < 3; r++) {
+    const ts_backend *b = be[r ? 1 : 0];
+    b->free(out[r]); b->free(bare[r]); b->free(dwpe[r]);
+  }
+  free(wte); free(wpe); free(dout); free(tok);
 }
 
 // Attention on the CPU and twice on the GPU for shape s: every field of
@@ -474,6 +555,39 @@ static void test_embedding_backward(void **state) {
   free(want);
 }
 
+// The gradient norm's chunk sums, op by op: each chunk's Σ g² in double in
+// index order, which is the CPU's host loop (optim.c), so its bits. Chunks
+// that divide n, a partial last one, and one chunk longer than n.
+static void test_sumsq_chunks(void **state) {
+  (void)state;
+  assert_non_null(gpu->sumsq_chunks);
+  enum { N = 30001 };
+  static const size_t chunks[3] = {1000, 4096, 65536};
+  float *g = malloc(N * sizeof(float));
+  fill(g, N, 91, 0.5f);
+  float *G = take(gpu, g, N);
+  for (int k = 0; k < 3; k++) {
+    const size_t chunk = chunks[k], n = k ? N : 30000, nchunks = (n + chunk - 1) / chunk;
+    double *want = malloc(nchunks * sizeof(double)), *got = malloc(nchunks * sizeof(double));
+    for (size_t c = 0; c < nchunks; c++) {
+      double s = 0.0;
+      for (size_t i = c * chunk; i < n && i < (c + 1) * chunk; i++)
+        s += (double)g[i] * (double)g[i];
+      want[c] = s;
+    }
+    for (int r = 1; r <= 2; r++) {
+      gpu_run(r);
+      gpu->sumsq_chunks(got, G, n, chunk);
+      if (memcmp(got, want, nchunks * sizeof(double)) != 0)
+        fail_msg("sumsq_chunks (chunk %zu): not the CPU's bits", chunk);
+    }
+    free(want);
+    free(got);
+  }
+  gpu->free(G);
+  free(g);
+}
+
 // The gradient norm and the clip where the gradients are: the CPU's bits
 // (optim.c sums fixed chunks in double, in index order).
 static void test_grad_norm(void **state) {
@@ -609,24 +723,91 @@ static void test_model(void **state) {
   }
 }
 
+// ---- every operation, by construction ------------------------------------------------------
+// The operations of src/backend_ops.def, by index.
+enum {
+#define TS_OP(op, cpu, ret, params) OP_##op,
+#include "backend_ops.def"
+  NOPS
+};
+
+static const char *const op_names[NOPS] = {
+#define TS_OP(op, cpu, ret, params) #op,
+#include "backend_ops.def"
+};
+
+// The test that compares each operation of the list, device against CPU (a
+// test may cover several: a backward needs its forward's outputs). Indexed by
+// the list, so an entry for an operation it does not have does not compile,
+// and main refuses to run while an operation has no entry. The optional ones
+// are compared against the host path their callers take without them.
+static const struct CMUnitTest op_test[NOPS] = {
+    [OP_add] = cmocka_unit_test(test_add_copy),
+    [OP_copy] = cmocka_unit_test(test_add_copy),
+    [OP_encoder_forward] = cmocka_unit_test(test_encoder),
+    [OP_encoder_backward_wpe] = cmocka_unit_test(test_encoder),
+    [OP_layernorm_forward] = cmocka_unit_test(test_norms),
+    [OP_layernorm_backward] = cmocka_unit_test(test_norms),
+    [OP_rmsnorm_forward] = cmocka_unit_test(test_norms),
+    [OP_rmsnorm_backward] = cmocka_unit_test(test_norms),
+    [OP_linear_forward] = cmocka_unit_test(test_linear),
+    [OP_linear_forward_heads] = cmocka_unit_test(test_linear),
+    [OP_linear_forward_head_list] = cmocka_unit_test(test_linear_head_list),
+    [OP_linear_backward_input] = cmocka_unit_test(test_linear),
+    [OP_linear_backward_weights] = cmocka_unit_test(test_linear),
+    [OP_gelu_forward] = cmocka_unit_test(test_elementwise),
+    [OP_gelu_backward] = cmocka_unit_test(test_elementwise),
+    [OP_swiglu_forward] = cmocka_unit_test(test_elementwise),
+    [OP_swiglu_backward] = cmocka_unit_test(test_elementwise),
+    [OP_rope_forward] = cmocka_unit_test(test_elementwise),
+    [OP_rope_backward] = cmocka_unit_test(test_elementwise),
+    [OP_dropout_apply] = cmocka_unit_test(test_elementwise),
+    [OP_attention_forward] = cmocka_unit_test(test_attention),
+    [OP_attention_backward] = cmocka_unit_test(test_attention),
+    [OP_crossentropy_forward] = cmocka_unit_test(test_crossentropy),
+    [OP_crossentropy_backward] = cmocka_unit_test(test_crossentropy),
+    [OP_adamw] = cmocka_unit_test(test_adamw),
+    [OP_muon_update] = cmocka_unit_test(test_muon),
+    [OP_embedding_backward] = cmocka_unit_test(test_embedding_backward),
+    [OP_sumsq_chunks] = cmocka_unit_test(test_sumsq_chunks),
+    [OP_scale] = cmocka_unit_test(test_grad_norm),
+};
+
+// Beyond one test per operation: more shapes and layouts, bf16, the model.
+static const struct CMUnitTest more_tests[] = {
+    cmocka_unit_test(test_attention_layouts), cmocka_unit_test(test_attention_bf16),
+    cmocka_unit_test(test_linear_bf16),       cmocka_unit_test(test_model),
+};
+
 int main(void) {
+  // before the GPU is looked for: an operation without a test is a fault of
+  // the sources, on any machine
+  enum { NMORE = sizeof more_tests / sizeof more_tests[0] };
+  struct CMUnitTest tests[NOPS + NMORE];
+  size_t n = 0;
+  int missing = 0;
+  for (int op = 0; op < NOPS; op++) {
+    if (!op_test[op].test_func) {
+      fprintf(stderr, "test_gpu: no test compares the backend operation %s (src/backend_ops.def): "
+                      "add one to op_test in tests/test_gpu.c\n", op_names[op]);
+      missing = 1;
+      continue;
+    }
+    size_t k = 0; // each test once, where its first operation is
+    while (k < n && tests[k].test_func != op_test[op].test_func) k++;
+    if (k == n) tests[n++] = op_test[op];
+  }
+  if (missing) return 1;
+  for (size_t k = 0; k < NMORE; k++) tests[n++] = more_tests[k];
   if (get_cuda(TS_PRECISION_FP32, &gpu) != TS_OK) {
     printf("# SKIP: %s\n", ts_errmsg());
     return 77;
   }
   // leaf partials up to the embedding scatter's (V, C)
   if (ts_ws_init(&ws, 16, 64, (size_t)V * C, DH) != 0) return 1;
-  const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_linear),         cmocka_unit_test(test_linear_head_list),
-      cmocka_unit_test(test_norms),          cmocka_unit_test(test_elementwise),
-      cmocka_unit_test(test_attention),      cmocka_unit_test(test_attention_layouts),
-      cmocka_unit_test(test_attention_bf16), cmocka_unit_test(test_crossentropy),
-      cmocka_unit_test(test_linear_bf16),    cmocka_unit_test(test_adamw),
-      cmocka_unit_test(test_muon),           cmocka_unit_test(test_embedding_backward),
-      cmocka_unit_test(test_grad_norm),
-      cmocka_unit_test(test_model),
-  };
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  // the count is known at run time: cmocka_run_group_tests takes it from
+  // the array's type
+  int rc = _cmocka_run_group_tests("tests", tests, n, NULL, NULL);
   ts_ws_free(&ws);
   return rc;
 }

@@ -94,93 +94,17 @@ static size_t cuda_peak_bytes(void) { return g.peak; }
 
 static size_t cuda_memory_bytes(void) { return g.memory / (size_t)g.share; }
 
-// ---- the kernels (one file each) ---------------------------------------------------------------
-extern "C" {
-void cuda_add(float *dst, const float *a, const float *b, int64_t n);
-void cuda_copy(void *dst, const void *src, size_t bytes);
-void cuda_encoder_forward(float *out, const int *tokens, const float *wte, const float *wpe, int B,
-                          int T, int C);
-int cuda_encoder_backward_wpe(ts_ws *ws, float *dwpe, const float *dout, int B, int T, int C);
-void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                            const float *b, int64_t ntok, int C);
-int cuda_layernorm_backward(ts_ws *ws, float *dinp, float *dw, float *db, const float *dout,
-                            const float *inp, const float *w, const float *mean, const float *rstd,
-                            int64_t ntok, int C);
-void cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int64_t ntok,
-                          int C);
-int cuda_rmsnorm_backward(ts_ws *ws, float *dinp, float *dw, const float *dout, const float *inp,
-                          const float *w, const float *rstd, int64_t ntok, int C);
-void cuda_linear_forward(float *out, const float *inp, const float *W, const float *b, int64_t ntok,
-                         int C, int OC, int rows);
-void cuda_linear_forward_heads(float *out, const float *inp, const float *W, const float *b,
-                               int64_t ntok, int C, int OC, int hd, int rows);
-void cuda_linear_forward_head_list(float *out, int ld, const float *inp, const float *W,
-                                   const float *b, const int *heads, int n, int64_t ntok, int C,
-                                   int hd, int rows);
-void cuda_linear_backward_input(float *dinp, const float *dout, const float *W, int64_t ntok, int C,
-                                int OC, int rows, int accumulate);
-int cuda_linear_backward_weights(ts_ws *ws, float *dW, float *db, const float *dout,
-                                 const float *inp, int64_t ntok, int C, int OC);
-void cuda_gelu_forward(float *out, const float *inp, int64_t n);
-void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n);
-void cuda_swiglu_forward(float *h, const float *g, const float *u, int64_t n);
-void cuda_swiglu_backward(float *dg, float *du, const float *g, const float *u, const float *dh,
-                          int64_t n);
-void cuda_rope_forward(float *x, int64_t ntok, int T, int t0, int nh, int dh, int ld,
-                       const float *cs);
-void cuda_rope_backward(float *dx, int64_t ntok, int T, int t0, int nh, int dh, int ld,
-                        const float *cs);
-void cuda_dropout_apply(float *x, int64_t n, float p, uint64_t seed, uint32_t purpose,
-                        uint64_t step, uint64_t base);
-void cuda_crossentropy_forward(float *losses, const float *logits, const int *targets,
-                               int64_t ntok, int V);
-void cuda_crossentropy_backward(float *dlogits, const float *logits, const int *targets,
-                                float scale, int64_t ntok, int V);
-void cuda_adamw(float *p, const float *g, float *m, float *v, int64_t n, float decay, float beta1,
-                float beta2, float step_size, float bc2_sqrt, float eps);
-void cuda_muon_update(float *p, const float *g, float *buf, int rows, int cols, float lr, float wd,
-                      float beta, ts_ortho how, int steps, float *host_scratch);
-void cuda_embedding_backward(float *dwte, const float *dout, const int *tokens, int64_t ntok, int V,
-                             int C, int accumulate);
-void cuda_sumsq_chunks(double *part, const float *g, size_t n, size_t chunk);
-void cuda_scale(float *x, size_t n, float by);
-}
-
+// ---- the table --------------------------------------------------------------------------------
+// The kernels are cuda_<op> for every operation of the list, declared in gpu.h
+// and defined one file each.
 static const ts_backend cuda_backend = {
-    "cuda",
-    cuda_alloc,
-    cuda_free,
-    cuda_add,
-    cuda_copy,
-    cuda_encoder_forward,
-    cuda_encoder_backward_wpe,
-    cuda_layernorm_forward,
-    cuda_layernorm_backward,
-    cuda_rmsnorm_forward,
-    cuda_rmsnorm_backward,
-    cuda_linear_forward,
-    cuda_linear_forward_heads,
-    cuda_linear_forward_head_list,
-    cuda_linear_backward_input,
-    cuda_linear_backward_weights,
-    cuda_gelu_forward,
-    cuda_gelu_backward,
-    cuda_swiglu_forward,
-    cuda_swiglu_backward,
-    cuda_rope_forward,
-    cuda_rope_backward,
-    cuda_dropout_apply,
-    cuda_attention_forward,
-    cuda_attention_backward,
-    cuda_crossentropy_forward,
-    cuda_crossentropy_backward,
-    cuda_adamw,
-    cuda_muon_update,
-    cuda_embedding_backward,
-    cuda_sumsq_chunks,
-    cuda_scale,
-    cuda_memory_bytes,
-    cuda_peak_bytes,
+    .name = "cuda",
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+#define TS_OP(op, cpu, ret, params) .op = cuda_##op,
+#include "backend_ops.def"
+    .memory_bytes = cuda_memory_bytes,
+    .peak_bytes = cuda_peak_bytes,
 };
 
 // ---- setup -----------------------------------------------------------------------------------

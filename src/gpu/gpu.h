@@ -79,13 +79,12 @@ inline void ts_launch(void (*kernel)(K...), dim3 grid, dim3 block, size_t shmem,
 #endif
 }
 
-// The kernels, one file each, with the kernels.h signatures (extern "C" so the
-// table in backend_cuda.cu and the tests can name them).
+// The kernels, one file each: cuda_<op> for every operation of the list, with
+// its signature (extern "C" so the table in backend_cuda.cu and the tests can
+// name them). A definition whose parameters differ is a second C function of
+// the same name, which does not compile.
 extern "C" {
-void cuda_attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
-                            const float *v, const ts_attn_shape *s);
-int cuda_attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
-                            const float *dout, const float *q, const float *k, const float *v,
-                            const float *out, const float *lse, const ts_attn_shape *s);
+#define TS_OP(op, cpu, ret, params) ret cuda_##op params;
+#include "backend_ops.def"
 }
 #endif
