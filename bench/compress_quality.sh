@@ -1,5 +1,5 @@
 #!/bin/bash
-# Boundary compression's quality (ALGORITHMS.md §7): a small LLaMA trained on the
+# Boundary compression's quality (docs/ALGORITHMS.md §7): a small LLaMA trained on the
 # bundled corpus with the same token budget in every mode, its validation loss and the
 # gap to the uncompressed model, for none, ssn, mapl-frozen, mapl, mapl-unconstrained and mapl-vq at
 # 4x and 8x (r = d/4, d/8) with the model cut into P = 4 and P = 8 stages, and the bytes

@@ -8,7 +8,7 @@
 // the caller passes a layer tag (>= 0; -1 = not a layer's). A group of one
 // rank moves nothing and counts nothing.
 //
-// Exactness (DESIGN.md R6): the float reductions come in two kinds.
+// Exactness (docs/EXACTNESS.md R6): the float reductions come in two kinds.
 //   *_tree  the canonical tree over ranks (R3), done with this library's own
 //           additions in the rounds of comm_tree.h; MPI (or NCCL) only moves
 //           bytes. Group size must be a power of two.

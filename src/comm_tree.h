@@ -1,4 +1,4 @@
-// The schedule of the exact reductions over ranks (comm.h's *_tree; DESIGN.md
+// The schedule of the exact reductions over ranks (comm.h's *_tree; docs/EXACTNESS.md
 // R3, R6), written once: which rounds a rank goes through and, in each, the
 // partner it swaps with and the chunks (ts_comm_chunk) it sends and receives.
 // The communicators only move those bytes and add with their own addition in

@@ -1,4 +1,4 @@
-// `tessera compare`: compares two run logs (JSONL, DESIGN.md run contract) on
+// `tessera compare`: compares two run logs (JSONL, docs/RUN-LOG.md run contract) on
 // the fields that define the result (losses, gradient norms, learning rates,
 // the final parameter hash) and ignores timing and communication fields.
 #ifndef TS_COMPARE_H

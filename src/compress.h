@@ -1,4 +1,4 @@
-// Stage-boundary compression (ALGORITHMS.md §7, docs/COMPRESSION.md).
+// Stage-boundary compression (docs/ALGORITHMS.md §7, docs/COMPRESSION.md).
 //
 // With --compress the model is cut into S stages of L/S layers. At the
 // boundary p between stages p and p+1 the residual stream X (rows × d)

@@ -93,7 +93,7 @@ void ts_config_defaults(ts_config *cfg) {
 }
 
 // ---------------------------------------------------------------------------
-// Tile and leaf defaults depend on T alone (DESIGN.md), so a serial run and
+// Tile and leaf defaults depend on T alone (docs/EXACTNESS.md), so a serial run and
 // any layout of up to 8 ranks along the sequence agree without extra flags:
 // T/8 keeps at least one whole tile and leaf per rank.
 static int pow2_floor(int x) {
@@ -124,7 +124,7 @@ int ts_compress_learns_projector(int mode) {
   return mode == TS_COMPRESS_MAPL || mode == TS_COMPRESS_MAPL_UNC || mode == TS_COMPRESS_MAPL_VQ;
 }
 
-// Stage-boundary compression (ALGORITHMS.md §7): the defaults of its
+// Stage-boundary compression (docs/ALGORITHMS.md §7): the defaults of its
 // settings, and the refusals before any work.
 static int compress_finalize(ts_config *cfg) {
   if (cfg->compress < TS_COMPRESS_NONE || cfg->compress >= TS_COMPRESS_NMODES)
@@ -301,7 +301,7 @@ int ts_sp_mode_parse(const char *name, ts_sp_mode *out) {
 
 // ---------------------------------------------------------------------------
 // The layout. Data parallelism is exact when every rank's gradient leaves
-// form an aligned subtree of the serial tree (DESIGN.md R3): each rank holds
+// form an aligned subtree of the serial tree (docs/EXACTNESS.md R3): each rank holds
 // batch/dp whole sequences, i.e. (batch/dp)·(seq/leaf) leaves, and that count
 // and dp must be powers of two. --fast lets MPI sum, so it needs only whole
 // sequences per rank.
@@ -318,7 +318,7 @@ int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
     return ts_fail(TS_EUSAGE, "--compress %s with --sp %d: compression runs on the serial, data- "
                    "and pipeline-parallel layouts", ts_compress_names[cfg->compress], lay->sp);
   if (lay->pp > 1) {
-    // Pipeline parallelism (ALGORITHMS.md §6): stages of whole layers; the
+    // Pipeline parallelism (docs/ALGORITHMS.md §6): stages of whole layers; the
     // microbatches split each data rank's sequences, and each must be an
     // aligned power-of-two run of gradient leaves (a subtree).
     const int P = lay->pp, M = lay->microbatches, nb = cfg->batch / (lay->dp > 0 ? lay->dp : 1);
@@ -339,7 +339,7 @@ int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
                      M, nb / M, cfg->seq / cfg->leaf, leaves);
   }
   if (lay->sp > 1) {
-    // Sequence parallelism (ALGORITHMS.md §2): rank s holds positions
+    // Sequence parallelism (docs/ALGORITHMS.md §2): rank s holds positions
     // [s·T/N, (s+1)·T/N). Its gradient leaves and its query tiles must each
     // be an aligned power-of-two run, so that its sums (weights over leaves,
     // dK/dV over query tiles) are subtrees of the serial trees.

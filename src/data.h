@@ -1,7 +1,7 @@
 // Byte-level corpus: any file is a stream of tokens 0..255 (vocab 256), split
 // into a training part and a held-out validation tail. Windows are sampled by
 // a pure function of (seed, step, sequence index) so that every layout reads
-// the same windows (DESIGN.md R4).
+// the same windows (docs/EXACTNESS.md R4).
 #ifndef TS_DATA_H
 #define TS_DATA_H
 #include <stddef.h>

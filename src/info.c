@@ -104,7 +104,7 @@ int ts_info(void) {
   row("--compress", "ssn, mapl, mapl-unconstrained, mapl-vq, mapl-frozen: a model of its own, exact on "
                     "every --pp layout (docs/COMPRESSION.md)");
 
-  // The rule from DESIGN.md, with worked examples so a user can check a run.
+  // The rule from docs/EXACTNESS.md, with worked examples so a user can check a run.
   printf("exactness defaults (T = sequence length)\n");
   row("mode",
       "exact: every layout reproduces the serial run bit for bit (--fast: within tolerance)");

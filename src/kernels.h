@@ -1,5 +1,5 @@
 // CPU kernels of the reference model: forward/backward pairs, outputs first,
-// sizes last. Every kernel follows the exactness contract (DESIGN.md):
+// sizes last. Every kernel follows the exactness contract (docs/EXACTNESS.md):
 //   R1  row-wise work is done per block of rows (`rows`: the leaf for linear
 //       layers, the tile in attention) with BLAS calls whose shapes never
 //       depend on the layout; BLAS runs single-threaded inside an OpenMP loop;
@@ -94,7 +94,7 @@ void dropout_apply(float *x, int64_t n, float p, uint64_t seed, uint32_t purpose
 // q, out (B, Tq, H*dh) hold the query positions [q0, q0 + Tq); k, v (B, Tk, H*dh)
 // the key positions [0, Tk), with q0 + Tq <= Tk; lse (B, H, Tq). The serial
 // model has Tq = Tk = T, q0 = 0; a sequence-parallel rank holds a segment of
-// queries against the whole sequence's keys (ALGORITHMS.md §2). The H heads
+// queries against the whole sequence's keys (docs/ALGORITHMS.md §2). The H heads
 // here are heads [h0, h0 + H) of the model's Hg (tensor-split baselines).
 // Grouped-query attention: k, v hold Hkv heads (B, Tk, Hkv*dh) and query
 // head h reads key/value head h / (H/Hkv); h0 must then be a multiple of

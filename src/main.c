@@ -136,7 +136,7 @@ static const char *group_names[] = {"options",
                                     "data and evaluation",
                                     "run",
                                     "parallel layout (world = dp x sp x pp ranks, under mpiexec)",
-                                    "stage-boundary compression (ALGORITHMS.md section 7)",
+                                    "stage-boundary compression (docs/ALGORITHMS.md section 7)",
                                     "checkpoints and logs"};
 
 static const flag flags[] = {

@@ -895,7 +895,7 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
   }
   phase_end(loss_phase_bytes(m));
   // The shard's sum is an aligned subtree of the global loss tree; the
-  // trainer combines the shards' sums in tree order (DESIGN.md R3).
+  // trainer combines the shards' sums in tree order (docs/EXACTNESS.md R3).
   m->loss_sum = token_tree_sum(m->losses, N, m->cfg.leaf);
   m->loss = m->loss_sum / (float)m->ntok_global;
   return m->loss;
@@ -1031,7 +1031,7 @@ int ts_model_backward(ts_model *m, uint64_t step) {
   }
   // embeddings: dres is now the gradient of the encoder output
   if (m->g.wpe) {
-    // this shard's rows of wpe; the others get nothing from it (ALGORITHMS.md
+    // this shard's rows of wpe; the others get nothing from it (docs/ALGORITHMS.md
     // §2: rank s owns rows [t0, t0 + Tl))
     memset(m->g.wpe, 0, (size_t)T * C * sizeof(float));
     for (int k = 0; k < m->nrun; k++)

@@ -77,7 +77,7 @@ static int is_hidden_matrix(const ts_tensor *t) {
 enum { G_ADAMW = 0, G_MUON, G_PROJ, G_VQ };
 
 // Polar Express steps of the projectors' direction and retraction
-// (ALGORITHMS.md §8: fewer than 8 leave AᵀA − I at 1e-2 or worse).
+// (docs/ALGORITHMS.md §8: fewer than 8 leave AᵀA − I at 1e-2 or worse).
 #define SPEL_STEPS 10
 
 int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int ntens,

@@ -1,5 +1,5 @@
 // Orthogonalising iterations and the optimizers built on them
-// (ALGORITHMS.md §8): Muon's quintic Newton–Schulz, Polar Express, the Muon
+// (docs/ALGORITHMS.md §8): Muon's quintic Newton–Schulz, Polar Express, the Muon
 // update of a 2-D weight, and SPEL on the Stiefel manifold St(d, r).
 //
 // Every matrix product is one single-threaded sgemm of a fixed shape (the

@@ -1,6 +1,6 @@
 // Philox4x32-10 (Salmon et al., SC'11; constants from Random123), written
 // once for the host and the device so a dropout mask is the same function of
-// (seed, purpose, step, index) on both (DESIGN.md R4). rng.h is the API.
+// (seed, purpose, step, index) on both (docs/EXACTNESS.md R4). rng.h is the API.
 #ifndef TS_PHILOX_H
 #define TS_PHILOX_H
 #include <stdint.h>

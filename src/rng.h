@@ -1,4 +1,4 @@
-// Counter-based randomness (DESIGN.md R4): every random number is a pure
+// Counter-based randomness (docs/EXACTNESS.md R4): every random number is a pure
 // function of (seed, purpose, step, index), so it does not matter which rank
 // or thread draws it, or in what order.
 #ifndef TS_RNG_H

@@ -21,7 +21,7 @@ const char *ts_errmsg(void);
 // Configuration: the model (what is learned) and the run (how it is trained).
 typedef enum { TS_GPT = 0, TS_LLAMA = 1 } ts_variant;
 enum { TS_OPT_ADAMW = 0, TS_OPT_MUON = 1, TS_OPT_MUON_PE = 2 };
-// Stage-boundary compression (ALGORITHMS.md §7): part of the model, so the
+// Stage-boundary compression (docs/ALGORITHMS.md §7): part of the model, so the
 // serial run of a compressed model is the reference of its pipelined runs.
 typedef enum {
   TS_COMPRESS_NONE = 0,
@@ -105,7 +105,7 @@ extern const char *const ts_preset_names[];
 // The parallel layout: how many ranks share the work (world = dp × sp × pp).
 // It never changes the result, so it is not part of ts_config (nor of its
 // JSON form in logs and checkpoints: any layout resumes any other's).
-// How a sequence group shares one sequence (ALGORITHMS.md §2–§4): one
+// How a sequence group shares one sequence (docs/ALGORITHMS.md §2–§4): one
 // strategy per value, each in its own file of src/parallel/ (cp.h), listed
 // in src/parallel/strategies.def:
 //   lss          fused all-gather, distributed Q, gradient averaging: 2 per layer
@@ -142,7 +142,7 @@ typedef struct {
 // fills in UPipe's defaults (upipe_u 0, upipe_sched -1).
 int ts_layout_check(const ts_config *cfg, ts_layout *lay);
 
-// Default tile and leaf for a sequence length (DESIGN.md: min(64, T/8), min(256, T/8)).
+// Default tile and leaf for a sequence length (docs/EXACTNESS.md: min(64, T/8), min(256, T/8)).
 int ts_default_tile(int T);
 int ts_default_leaf(int T);
 
@@ -253,7 +253,7 @@ float ts_model_loss_sum(const ts_model *m);
 const ts_config *ts_model_config(const ts_model *m);
 // Bytes of activations and backward scratch: O(B·T·d) per layer, no T×T term.
 size_t ts_model_activation_bytes(const ts_model *m);
-// FLOPs per token (ALGORITHMS.md §9): 6 * non-embedding params + 6 * L * T * d.
+// FLOPs per token (docs/ALGORITHMS.md §9): 6 * non-embedding params + 6 * L * T * d.
 double ts_model_flops_per_token(const ts_model *m);
 
 // ---------------------------------------------------------------------------

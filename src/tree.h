@@ -1,4 +1,4 @@
-// Canonical tree reductions (DESIGN.md R3).
+// Canonical tree reductions (docs/EXACTNESS.md R3).
 //
 // A sum over leaves (runs of tokens, query tiles, batch elements) is the
 // perfect binary tree over leaf positions 0, 1, 2, ... in order, adjacent

@@ -1,5 +1,5 @@
 // Residual multi-codebook vector quantisation of a boundary's Z (mapl-vq,
-// ALGORITHMS.md §7).
+// docs/ALGORITHMS.md §7).
 //
 // Z (rows × r) splits into r/G groups of G coordinates. Each group is
 // quantised in R rounds, round j on what the rounds before left: code =

@@ -13,7 +13,7 @@
 #    the order the GPU happens to run threads in;
 #  - layouts: every parallel strategy on 2 (or 4) ranks with --device cuda
 #    equals the 1-rank GPU run within --rtol 1e-4 (on the GPU layouts are the
-#    tolerance tier: DESIGN.md), each both over MPI on managed memory (one
+#    tolerance tier: docs/EXACTNESS.md), each both over MPI on managed memory (one
 #    device for all ranks) and over NCCL (TS_EMU_DEVICES: a device per
 #    rank), and the two communicators log identical results: comm_nccl.cu's
 #    tree reductions, staging and host-buffer paths give comm_mpi.c's bits;

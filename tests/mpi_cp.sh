@@ -1,5 +1,5 @@
 #!/bin/sh
-# Context parallelism (ALGORITHMS.md §4). Head-parallel attention
+# Context parallelism (docs/ALGORITHMS.md §4). Head-parallel attention
 # (src/parallel/ulysses.h):
 # `--sp-mode ulysses` and `--sp-mode upipe --upipe-u U` equal the serial run
 # bit for bit (tessera compare says identical) for the GPT and for LLaMA with

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Pipeline parallelism (ALGORITHMS.md §6, src/parallel/pipeline.h):
+# Pipeline parallelism (docs/ALGORITHMS.md §6, src/parallel/pipeline.h):
 # `mpiexec -n P·D tessera train --pp P --microbatches M --schedule gpipe|1f1b`
 # equals the serial run of the same global batch bit for bit (tessera compare
 # says identical) for the GPT (tied and untied head) and LLaMA, any M dividing a data

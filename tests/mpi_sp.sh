@@ -1,5 +1,5 @@
 #!/bin/sh
-# Exact sequence parallelism (ALGORITHMS.md §2): `mpiexec -n D·N tessera train
+# Exact sequence parallelism (docs/ALGORITHMS.md §2): `mpiexec -n D·N tessera train
 # --sp N --dp D --sp-mode MODE` equals the serial run of the same global batch
 # bit for bit (tessera compare says identical, the final parameter hashes
 # match) for MODE lss, lss-fused, lss-basic, N in {1, 2, 4, 8}, D in {1, 2}

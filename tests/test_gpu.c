@@ -11,7 +11,7 @@
 //    runs; what only a GPU shows (timing, the real cuBLAS, the device's expf,
 //    FMA contraction) is left to tests/test_gpu.
 //
-// GPU against CPU is the tolerance tier (DESIGN.md): the two sum in different
+// GPU against CPU is the tolerance tier (docs/EXACTNESS.md): the two sum in different
 // orders (warp shuffles and cuBLAS's tiling against the CPU's row order and
 // leaf trees) and their expf differ by an ulp or two. The measure is the
 // normalised maximum error  max|gpu − cpu| / max|cpu|:

@@ -1,4 +1,4 @@
-// The invariances the exactness contract (DESIGN.md R1–R3) rests on, each
+// The invariances the exactness contract (docs/EXACTNESS.md R1–R3) rests on, each
 // checked bit for bit with memcmp:
 //   - a kernel's result does not depend on the OpenMP thread count;
 //   - a tile's result does not depend on which other tiles share the call;
@@ -463,7 +463,7 @@ static void test_attention_batch_vs_sequences(void **state) {
   free(o1); free(l1); free(dq1); free(dk1); free(dv1); free(ds1);
 }
 
-// Sequence parallelism's attention (ALGORITHMS.md §2): queries of a segment
+// Sequence parallelism's attention (docs/ALGORITHMS.md §2): queries of a segment
 // [q0, q0 + T/N) against the whole sequence's keys give the serial rows of
 // the output, lse and dQ; the segments' dK/dV partials (keys no local query
 // sees are -0.0), summed as the canonical tree over segments, are the serial

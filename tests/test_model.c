@@ -148,7 +148,7 @@ static void test_activation_memory_linear_in_T(void **state) {
   }
 }
 
-// The memory-saving options (ALGORITHMS.md §5) change no bit: three training
+// The memory-saving options (docs/ALGORITHMS.md §5) change no bit: three training
 // steps with each of them, and with all three, give the parameters of the
 // plain run; and each takes less activation memory.
 static void test_memory_options_change_no_bit(void **state) {

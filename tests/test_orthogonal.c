@@ -1,5 +1,5 @@
 // Newton–Schulz, Polar Express, Muon and SPEL (src/orthogonal.h,
-// ALGORITHMS.md §8).
+// docs/ALGORITHMS.md §8).
 //
 //  - Polar Express with 10 steps is a retraction: ‖XᵀX − I‖_F ≤ 1e-5 for a
 //    tall random X (r ≤ 128); Muon's 5 quintic Newton–Schulz steps are not
@@ -113,7 +113,7 @@ static void test_tangent_projection(void **state) {
   free(A); free(g); free(t); free(t2); free(S); free(scratch);
 }
 
-// Muon in double, straight from ALGORITHMS.md §8.
+// Muon in double, straight from docs/ALGORITHMS.md §8.
 static void muon_ref(double *p, const double *g, double *buf, int rows, int cols, double lr,
                      double wd, double beta) {
   const int tall = rows > cols, m = tall ? cols : rows, n = tall ? rows : cols;

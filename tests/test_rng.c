@@ -1,4 +1,4 @@
-// The counter-based generator of DESIGN.md R4: Philox4x32-10 known answers,
+// The counter-based generator of docs/EXACTNESS.md R4: Philox4x32-10 known answers,
 // the derived distributions, and the separation of streams by key.
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-// Double gradient averaging (ALGORITHMS.md §2, shard.h), run under mpiexec
+// Double gradient averaging (docs/ALGORITHMS.md §2, shard.h), run under mpiexec
 // on 4 ranks as dp 2 × sp 2 (tests/mpi_shard.sh).
 //
 // Each rank writes known gradients straight into the shard's buffer, calls

@@ -1,4 +1,4 @@
-// ts_tree, the canonical reduction of DESIGN.md R3: every result is compared
+// ts_tree, the canonical reduction of docs/EXACTNESS.md R3: every result is compared
 // bit for bit (memcmp) with a plain recursive implementation of the perfect
 // binary tree, in which an empty leaf or subtree is the identity.
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-// Causal multi-head attention in canonical order (DESIGN.md R2, R3).
+// Causal multi-head attention in canonical order (docs/EXACTNESS.md R2, R3).
 //
 // Forward: for each query tile, key tiles are visited from the diagonal down
 // to tile 0 with online softmax; nothing of size T x T is stored, only the

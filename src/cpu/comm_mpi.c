@@ -1,6 +1,6 @@
 // The communicator over MPI (CPU). MPI moves bytes; the exact reductions do
-// their own additions (ts_tree_add) in the canonical tree order (DESIGN.md
-// R3, R6; ALGORITHMS.md §2): the rounds of src/comm_tree.h, recursive
+// their own additions (ts_tree_add) in the canonical tree order (docs/EXACTNESS.md
+// R3, R6; docs/ALGORITHMS.md §2): the rounds of src/comm_tree.h, recursive
 // halving with pair distance d = 1, 2, 4, ... for the reduce-scatter, then
 // the mirror-image all-gather (d = P/2 ... 1) for an all-reduce. In each
 // round the rank swaps its packed chunks with its partner's (mpi_sendrecv).

@@ -1,6 +1,6 @@
 // Causal multi-head attention on the GPU: the semantics of attention_forward
 // and attention_backward in src/cpu/attention.c (kernels.h), agreeing with
-// them to fp32 rounding (the GPU is in DESIGN.md's tolerance tier).
+// them to fp32 rounding (the GPU is in docs/EXACTNESS.md's tolerance tier).
 //
 // Design. Each row of work (a query row in the forward and in dQ, a key row
 // in dK/dV) is owned by SPLIT adjacent lanes of one warp, each holding 32 of

@@ -2,7 +2,7 @@
 // with the same meaning as src/cpu/comm_mpi.c, with NCCL moving the bytes
 // between the GPUs' buffers (device-accessible: managed or device memory).
 //
-// Exactness (DESIGN.md R3, R6) is kept the way comm_mpi.c keeps it: the tree
+// Exactness (docs/EXACTNESS.md R3, R6) is kept the way comm_mpi.c keeps it: the tree
 // reductions run the same rounds (src/comm_tree.h), use NCCL only to move
 // bytes (ncclSend/ncclRecv) and do their additions with the kernel below in
 // the same operand order (ours + theirs, as ts_tree_add), so their bits

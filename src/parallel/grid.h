@@ -1,4 +1,4 @@
-// The process grid: world = dp × sp × pp ranks (DESIGN.md run contract).
+// The process grid: world = dp × sp × pp ranks (docs/RUN-LOG.md run contract).
 //
 // Rank layout, sequence index fastest: world rank = (pp·dp + d)·sp + s, so a
 // sequence group (the ranks that talk every layer) is a run of neighbouring

@@ -1,4 +1,4 @@
-// LSS sequence parallelism (ALGORITHMS.md §2; the LSS Transformer paper) and
+// LSS sequence parallelism (docs/ALGORITHMS.md §2; the LSS Transformer paper) and
 // its two ablations, as context-parallel strategies (cp.h).
 //
 // Rank s of the N-rank group holds positions [s·T/N, (s+1)·T/N) of one

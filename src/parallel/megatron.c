@@ -1,4 +1,4 @@
-// The Megatron-style sequence-parallel baseline (ALGORITHMS.md §3; Korthikanti
+// The Megatron-style sequence-parallel baseline (docs/ALGORITHMS.md §3; Korthikanti
 // et al. 2022): a tensor-parallel layer whose norms, dropout and residuals run
 // on the rank's sequence segment. Rank s of the N-rank group holds heads
 // [s·H/N, (s+1)·H/N) and MLP columns [s·F/N, (s+1)·F/N) of every layer:
@@ -97,7 +97,7 @@ static size_t megatron_bytes(const ts_model *m) {
 
 // ---- helpers ---------------------------------------------------------------------------
 // out (M, N; ldc) = op(A) · op(B) + beta·out, in blocks of 64 rows of out on
-// the OpenMP threads (BLAS itself runs single-threaded, DESIGN.md R1). op(A)
+// the OpenMP threads (BLAS itself runs single-threaded, docs/EXACTNESS.md R1). op(A)
 // is (M, K): A is (M, K) with lda, or (K, M) when transA.
 static void gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
                  const float *B, int ldb, float beta, float *out, int ldc) {

@@ -1,4 +1,4 @@
-// Pipeline parallelism (ALGORITHMS.md §6): stage s of P holds layers
+// Pipeline parallelism (docs/ALGORITHMS.md §6): stage s of P holds layers
 // [s·L/P, (s+1)·L/P) (the first also the embeddings, the last the final norm,
 // the head and the loss) and runs M microbatches of a data rank's sequences
 // through them, GPipe (all forwards, then all backwards) or 1F1B (after
@@ -73,7 +73,7 @@ int ts_pipeline_gather_grads(ts_pipeline *pl, ts_model *m);
 // After optimizer step `step` under --compress mapl*: each stage sends its
 // output boundary's projector A_s to the next stage, which decodes with it,
 // and under mapl-vq the step's streamed codes for the receiver's codebook
-// copy (ALGORITHMS.md §7). Every stage runs the same update on replicated
+// copy (docs/ALGORITHMS.md §7). Every stage runs the same update on replicated
 // parameters, so what arrives is what the receiver holds, bit for bit; the
 // transfer is the one a stage holding only its own parameters needs, and it
 // is counted as such: d·r floats, plus R·sync·r floats, per boundary per step.

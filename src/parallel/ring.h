@@ -1,4 +1,4 @@
-// Ring attention over a sequence group (ALGORITHMS.md §4; Liu et al. 2023).
+// Ring attention over a sequence group (docs/ALGORITHMS.md §4; Liu et al. 2023).
 //
 // Rank r holds positions [r·T/N, (r+1)·T/N) and its own rows of Q, K and V.
 // The key/value block travels around the ring (send to r+1, receive from

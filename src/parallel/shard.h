@@ -1,5 +1,5 @@
 // What one rank holds of the global batch, and how its loss and gradients
-// join those of its groups (ALGORITHMS.md §2, §6; DESIGN.md R3).
+// join those of its groups (docs/ALGORITHMS.md §2, §6; docs/EXACTNESS.md R3).
 //
 // A rank holds nb = batch/dp sequences [b0, b0 + nb) and, under --sp N,
 // positions [t0, t0 + T/N) of each (ring-zigzag: two chunks). With N > 1 the
@@ -51,7 +51,7 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
                   float *loss_sum);
 
 // After a training pass, the global batch's gradient into the model's
-// gradient buffer on every rank (double gradient averaging, ALGORITHMS.md §2):
+// gradient buffer on every rank (double gradient averaging, docs/ALGORITHMS.md §2):
 //   1. one all-reduce over the sequence group of every gradient but the
 //      positional embedding's, whose rows are owned, not replicated;
 //   2. the tree over the rank's sequences (when it holds several);

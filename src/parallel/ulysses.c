@@ -66,7 +66,7 @@ static void backward_heads(const ts_model *m, int Ub, int s, int c, stage_heads 
 static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
 
 // Projects heads `heads[0..n)` of the rank's rows into out at column k·dh for
-// head k (row stride ld) with the serial kernel's shapes (DESIGN.md R1);
+// head k (row stride ld) with the serial kernel's shapes (docs/EXACTNESS.md R1);
 // RoPE for LLaMA.
 static void project(const ts_model *m, float *out, int ld, const float *W, const float *b,
                     const int *heads, int n, int rotate, int nrot_heads) {

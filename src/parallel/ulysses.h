@@ -1,4 +1,4 @@
-// Head-parallel attention over a sequence group (ALGORITHMS.md §4):
+// Head-parallel attention over a sequence group (docs/ALGORITHMS.md §4):
 // DeepSpeed Ulysses and UPipe (Untied Ulysses).
 //
 // Rank r holds the positions [r·T/N, (r+1)·T/N) of one sequence, like LSS.
@@ -22,7 +22,7 @@
 //            heads once instead of one pair per query head, H + 2H/G
 //            head-transfers per layer instead of 3H (UPipe paper §3.3).
 //
-// Exactness (DESIGN.md): heads are projected one per call on the rank's
+// Exactness (docs/EXACTNESS.md): heads are projected one per call on the rank's
 // leaf-row blocks, and each head's attention runs on the whole sequence as in
 // the serial model, so the output is the serial bits. The backward runs in
 // stages of whole groups per rank (U_b = lcm(U, N·G) heads) in natural order,

@@ -1,5 +1,5 @@
 // USP: head-parallel attention inside groups, ring attention across them
-// (ALGORITHMS.md §4; the UPipe paper's "Ulysses × ring" hybrid, after
+// (docs/ALGORITHMS.md §4; the UPipe paper's "Ulysses × ring" hybrid, after
 // Fang & Zhao's unified sequence parallelism).
 //
 // The N ranks of the sequence group form R = N/U Ulysses groups of U

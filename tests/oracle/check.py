@@ -21,7 +21,7 @@ docs/MODEL.md (config.json's "variant": "gpt" or "llama"; for LLaMA also
            above 1e-3, 3e-6 above 1e-1). So 1e-3 would fail a correctly rounded implementation, and 1e-1
            leaves a margin of about 6. Smaller elements are not left unchecked: the
            flash criterion below bounds every element's error by about 1e-6 * max|t64|.
-  flash    (the flash-attention criterion of DESIGN.md) for the loss, the logits and
+  flash    (the flash-attention criterion of docs/EXACTNESS.md) for the loss, the logits and
            each gradient: err(tess) <= 2 * err(t32) + 2^-21, where err(x) =
            max|x - t64| / max|t64| over the tensor (|x - t64| / |t64| for the loss).
            The floor 2^-21 (4 float32 ulps of a value near its tensor's maximum) is

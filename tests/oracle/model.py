@@ -603,7 +603,7 @@ class TrainSettings:
         self.muon_lr = cfg.f32("muon_lr", 0.0)
 
 
-# ---- Muon for the layers' 2-D weights (docs/MODEL.md, ALGORITHMS.md section 8), written
+# ---- Muon for the layers' 2-D weights (docs/MODEL.md, docs/ALGORITHMS.md §8), written
 # from the formulas with torch matrix products: independent of src/orthogonal.c.
 
 NS_ABC = (3.4445, -4.7750, 2.0315)
