@@ -1,6 +1,6 @@
 // A strict JSON reader into a small tree, and a string escaper for writing.
 // Used for checkpoint headers (ckpt.c), run logs (compare.c) and the config
-// object (config.c), so that all three accept and refuse the same things.
+// object (config_json.c), so that all three accept and refuse the same things.
 #ifndef TS_JSON_H
 #define TS_JSON_H
 #include <stddef.h>

@@ -11,6 +11,7 @@
 
 #include "comm.h"
 #include "compress.h"
+#include "index.h"
 #include "kernels.h"
 #include "mem.h"
 #include "model_impl.h"
@@ -199,8 +200,8 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   m->ntok = (int64_t)m->B * m->Tl;
   m->l0 = 0;
   m->l1 = m->L;
-  ts_cp_runs runs = {.n = 1, .len = m->Tl, .pos = {m->t0}};
-  if (cp->positions) cp->positions(nsp, m->seq ? m->seq->rank : 0, m->T, &runs);
+  ts_cp_runs runs;
+  ts_cp_positions(cp, nsp, m->seq ? m->seq->rank : 0, m->T, &runs);
   m->nrun = runs.n;
   m->run_len = runs.len;
   m->run_pos[0] = runs.pos[0];
@@ -418,19 +419,16 @@ void ts_model_init(ts_model *m, uint64_t seed) {
 }
 
 // ---- forward -----------------------------------------------------------------------
-// Global dropout indices (docs/MODEL.md) of this shard's first element in
-// layer l: projection and MLP ((l·Bg + b0)·T + t0)·d (a sequence shard holds
-// one sequence, so its rows are contiguous), attention
-// (((l·Bg + b0)·H + h)·T + i)·T + j; the kernels add the local offsets.
-uint64_t ts_model_row_base(const ts_model *m, int l) {
-  return (((uint64_t)l * m->Bg + (uint64_t)m->b0) * (uint64_t)m->T + (uint64_t)m->t0) *
-         (uint64_t)m->C;
+// Global dropout indices (index.h) of this shard's first element in layer l:
+// projection and MLP rows from position t0 (a sequence shard holds one
+// sequence, so its rows are contiguous), attention from head 0, query 0,
+// key 0; the kernels add the local offsets.
+static uint64_t row_base_at(const ts_model *m, int l, int pos) {
+  return ts_index_row((uint64_t)l, (uint64_t)m->Bg, (uint64_t)m->b0, (uint64_t)m->T,
+                      (uint64_t)pos, (uint64_t)m->C);
 }
 
-static uint64_t row_base_at(const ts_model *m, int l, int pos) {
-  return (((uint64_t)l * m->Bg + (uint64_t)m->b0) * (uint64_t)m->T + (uint64_t)pos) *
-         (uint64_t)m->C;
-}
+uint64_t ts_model_row_base(const ts_model *m, int l) { return row_base_at(m, l, m->t0); }
 
 // Rows of run k: how many, at which row; the B sequences are one run.
 static int64_t run_rows(const ts_model *m) { return m->nrun == 1 ? m->ntok : m->run_len; }
@@ -455,7 +453,8 @@ void ts_model_rope_rows(const ts_model *m, float *x, int nh, int ld, int backwar
 }
 
 uint64_t ts_model_attn_base(const ts_model *m, int l) {
-  return ((uint64_t)l * m->Bg + (uint64_t)m->b0) * (uint64_t)m->H * (uint64_t)m->T * (uint64_t)m->T;
+  return ts_index_attn_layer((uint64_t)l, (uint64_t)m->Bg, (uint64_t)m->b0, (uint64_t)m->H,
+                             (uint64_t)m->T);
 }
 
 // ---- the LM head and the loss, one leaf at a time (--fused-ce) --------------------------

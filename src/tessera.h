@@ -257,7 +257,7 @@ size_t ts_model_activation_bytes(const ts_model *m);
 double ts_model_flops_per_token(const ts_model *m);
 
 // ---------------------------------------------------------------------------
-// Runs (train.c, eval.c, compare.c, info.c). Each returns TS_OK or an error code.
+// Runs (src/run/, compare.c, info.c). Each returns TS_OK or an error code.
 // lay NULL: the serial layout. Under MPI the world must be dp × sp × pp ranks.
 int ts_train(const ts_config *cfg, const ts_layout *lay);
 int ts_eval(const ts_config *cfg, const char *ckpt_path);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "fastexp.h"
+#include "index.h"
 #include "kernels.h"
 #include "rng.h"
 
@@ -21,8 +22,8 @@
 // Global dropout index of probability (b, local head h, global positions i, j).
 static inline uint64_t attn_index(const ts_attn_shape *s, int b, int h, int64_t i,
                                   int64_t j) {
-  return s->index_base +
-         (((uint64_t)b * s->Hg + (uint64_t)(s->h0 + h)) * s->T + (uint64_t)i) * s->T + (uint64_t)j;
+  return ts_index_attn(s->index_base, (uint64_t)b, (uint64_t)s->Hg, (uint64_t)(s->h0 + h),
+                       (uint64_t)s->T, (uint64_t)i, (uint64_t)j);
 }
 
 // S (tile, tile) = scale * Q_qt · K_ktᵀ with the causal mask on the diagonal.

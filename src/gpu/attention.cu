@@ -31,6 +31,7 @@
 #include <stdio.h>
 
 #include "gpu.h"
+#include "index.h"
 #include "philox.h"
 extern "C" {
 #include "rng.h"
@@ -55,8 +56,8 @@ struct attn_args {
 // the CPU's attn_index.
 __device__ __forceinline__ uint64_t attn_index(const ts_attn_shape &s, int b, int h, int64_t i,
                                                int64_t j) {
-  return s.index_base +
-         (((uint64_t)b * s.Hg + (uint64_t)(s.h0 + h)) * s.T + (uint64_t)i) * s.T + (uint64_t)j;
+  return ts_index_attn(s.index_base, (uint64_t)b, (uint64_t)s.Hg, (uint64_t)(s.h0 + h),
+                       (uint64_t)s.T, (uint64_t)i, (uint64_t)j);
 }
 
 // Sum over the SPLIT lanes of a row. Each level adds the same two values in

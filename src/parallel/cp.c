@@ -23,6 +23,14 @@ const ts_cp *ts_cp_get(ts_sp_mode mode) {
   return (int)mode >= 0 && mode < TS_SP_NMODES ? registry[mode] : NULL;
 }
 
+void ts_cp_positions(const ts_cp *cp, int n, int r, int T, ts_cp_runs *out) {
+  if (cp->positions) {
+    cp->positions(n, r, T, out);
+    return;
+  }
+  *out = (ts_cp_runs){.n = 1, .len = T / n, .pos = {r * (T / n)}};
+}
+
 void ts_cp_project_q(ts_model *m, const layer_params *w, float *q) {
   m->be->linear_forward_heads(q, m->ln_out, w->wq, w->bq, m->ntok, m->C, m->C, m->dh, m->cfg.leaf);
   ts_model_rope_rows(m, q, m->H, m->C, 0);

@@ -78,6 +78,9 @@ typedef struct ts_cp {
 // The strategy of a --sp-mode; the serial model runs ts_cp_local.
 const ts_cp *ts_cp_get(ts_sp_mode mode);
 extern const ts_cp ts_cp_local;
+// The runs rank r of n holds under cp (its `positions`, or one segment):
+// the one place the model, the strategies and the gradient sums take them from.
+void ts_cp_positions(const ts_cp *cp, int n, int r, int T, ts_cp_runs *out);
 
 // ---- pieces several strategies share (cp.c) --------------------------------------------
 // Q of the rank's rows (all heads, one call per head per leaf) from m->ln_out

@@ -6,7 +6,7 @@
 // go forward and their gradients backward by send/recv on the pipeline group.
 //
 // Exactness: a microbatch is an aligned run of the data rank's gradient leaves
-// (a subtree: config.c checks it), its stage computation is the serial
+// (a subtree: layout.c checks it), its stage computation is the serial
 // model's code on the same rows, and the stage pushes each microbatch's
 // gradient into a tree in microbatch order, so the sum is the serial tree. A
 // stage keeps only the input of each microbatch in flight and recomputes its

@@ -34,9 +34,9 @@ void ring_merge(float *out, float *lse, const float *out_b, const float *lse_b, 
 
 // Position of run k of rank q (ring: one run; ring-zigzag: chunks q, 2N-1-q).
 static int run_at(const ts_model *m, int q, int k) {
-  const int N = m->seq->size;
-  if (m->nrun == 1) return q * m->Tl;
-  return (k ? 2 * N - 1 - q : q) * m->run_len;
+  ts_cp_runs runs;
+  ts_cp_positions(m->cp, m->seq->size, q, m->T, &runs);
+  return runs.pos[k];
 }
 
 // Queries of this rank's run qi against keys of run kj of rank src.

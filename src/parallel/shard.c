@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "parallel/cp.h"
 #include "tree.h"
 #include "util.h"
 
@@ -21,6 +22,7 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
   const int mb = sh.nb / lay->microbatches; // a microbatch's sequences (--sp: one)
   if (sh.seq) {
     ts_seq_shard sp = {sh.seq, lay->sp_mode, lay->upipe_u, lay->upipe_sched, lay->ulysses_degree};
+    sh.cp = ts_cp_get(lay->sp_mode);
     rc = ts_model_create_seq(cfg, sh.b0, 1, &sp, &sh.m);
   } else if (grid->pp > 1) { // one microbatch at a time
     rc = ts_model_create_shard(cfg, sh.b0, mb, &sh.m);
@@ -204,14 +206,15 @@ int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group) {
     memcpy(mine + (size_t)k * run, wpe + (size_t)sh->run_pos[k] * row, run * sizeof(float));
   rc = ts_comm_allgather(sh->seq, mine, sh->wpe_full, (size_t)sh->Tl * row * sizeof(float), -1);
   if (rc) return rc;
-  // rank q's runs back to their positions: [q·Tl, (q+1)·Tl), or the chunks
-  // q and 2N-1-q under ring-zigzag
+  // rank q's runs back to their positions (the strategy's: [q·Tl, (q+1)·Tl),
+  // or e.g. the chunks q and 2N-1-q under ring-zigzag)
   const int N = sh->seq->size;
-  for (int q = 0; q < N; q++)
-    for (int k = 0; k < sh->nrun; k++) {
-      int pos = sh->nrun == 1 ? q * sh->Tl : (k ? 2 * N - 1 - q : q) * sh->run_len;
-      memcpy(wpe + (size_t)pos * row, sh->wpe_full + ((size_t)q * sh->nrun + k) * run,
+  for (int q = 0; q < N; q++) {
+    ts_cp_runs runs;
+    ts_cp_positions(sh->cp, N, q, sh->T, &runs);
+    for (int k = 0; k < sh->nrun; k++)
+      memcpy(wpe + (size_t)runs.pos[k] * row, sh->wpe_full + ((size_t)q * sh->nrun + k) * run,
              run * sizeof(float));
-    }
+  }
   return TS_OK;
 }

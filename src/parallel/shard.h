@@ -27,6 +27,7 @@ typedef struct {
   int nb, b0;          // sequences
   int T, t0, Tl;       // positions
   int nrun, run_len, run_pos[2]; // as runs (ring-zigzag: two chunks; ts_model_runs)
+  const struct ts_cp *cp;        // the sequence group's strategy (its positions; cp.h)
   int *rows_in, *rows_tg; // (Tl) this rank's tokens of one sequence, gathered from its runs
                           // (nb·Tl under --pp: every sequence's, for the pipeline)
   size_t np;           // parameters

@@ -1,0 +1,234 @@
+// The configuration's JSON form, written into run logs and checkpoints and
+// read back from them (ts_config_to_json, ts_config_from_json).
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "json.h"
+#include "tessera.h"
+
+// JSON form. One table drives both directions, so a field added to the table
+// is written and read back; floats are written twice, as "%.9g" for people and
+// as a "%a" string (key suffix _hex) that reads back bit for bit.
+typedef enum { F_INT, F_U64, F_FLOAT, F_STR, F_VARIANT } field_kind;
+
+typedef struct {
+  const char *key;
+  field_kind kind;
+  size_t off;
+  size_t size;  // strings: capacity of the char array
+  int required; // model fields: a checkpoint without them is damaged
+  int llama;    // written and required only for the LLaMA variant
+  int optional; // written only when not 0 (memory options: files stay as they were)
+} field;
+
+#define FLD(k, kind, member, req)                                                                  \
+  { k, kind, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), req, 0, 0 }
+#define FLD_LLAMA(k, kind, member)                                                                 \
+  { k, kind, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), 1, 1, 0 }
+#define FLD_OPT(k, member)                                                                         \
+  { k, F_INT, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), 0, 0, 1 }
+#define FLD_OPTF(k, member)                                                                        \
+  { k, F_FLOAT, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), 0, 0, 1 }
+
+static const field fields[] = {
+    FLD("preset", F_STR, preset, 0),
+    FLD("variant", F_VARIANT, variant, 1),
+    FLD("vocab", F_INT, vocab, 1),
+    FLD("d", F_INT, d, 1),
+    FLD("n_layer", F_INT, n_layer, 1),
+    FLD("n_head", F_INT, n_head, 1),
+    FLD_LLAMA("n_kv_head", F_INT, n_kv_head),
+    FLD_LLAMA("rope_theta", F_FLOAT, rope_theta),
+    FLD("d_ff", F_INT, d_ff, 1),
+    FLD("seq", F_INT, seq, 1),
+    FLD("tied", F_INT, tied, 1),
+    FLD("dropout", F_FLOAT, dropout, 1),
+    FLD("batch", F_INT, batch, 0),
+    FLD("steps", F_INT, steps, 0),
+    FLD("seed", F_U64, seed, 0),
+    FLD("tile", F_INT, tile, 0),
+    FLD("leaf", F_INT, leaf, 0),
+    FLD("lr", F_FLOAT, lr, 0),
+    FLD("min_lr_frac", F_FLOAT, min_lr_frac, 0),
+    FLD("weight_decay", F_FLOAT, weight_decay, 0),
+    FLD("beta1", F_FLOAT, beta1, 0),
+    FLD("beta2", F_FLOAT, beta2, 0),
+    FLD("eps", F_FLOAT, eps, 0),
+    FLD("grad_clip", F_FLOAT, grad_clip, 0),
+    FLD("warmup", F_INT, warmup, 0),
+    FLD("val_frac", F_FLOAT, val_frac, 0),
+    FLD("eval_every", F_INT, eval_every, 0),
+    FLD("eval_batches", F_INT, eval_batches, 0),
+    FLD("threads", F_INT, threads, 0),
+    FLD("fast", F_INT, fast, 0),
+    FLD_OPT("optimizer", optimizer),
+    FLD_OPTF("muon_lr", muon_lr),
+    FLD_OPT("checkpoint", checkpoint),
+    FLD_OPT("fused_ce", fused_ce),
+    FLD_OPT("tiled_mlp", tiled_mlp),
+    FLD_OPT("compress", compress),
+    FLD_OPT("compress_rank", compress_rank),
+    FLD_OPT("compress_stages", compress_stages),
+    FLD_OPTF("proj_lr", proj_lr),
+    FLD_OPT("vq_groups", vq_groups),
+    FLD_OPT("vq_rounds", vq_rounds),
+    FLD_OPT("vq_codes", vq_codes),
+    FLD_OPTF("vq_gamma", vq_gamma),
+    FLD_OPTF("vq_commit", vq_commit),
+    FLD_OPT("vq_sync_codes", vq_sync_codes),
+    FLD("data_path", F_STR, data_path, 0),
+    FLD("log_path", F_STR, log_path, 0),
+    FLD("ckpt_dir", F_STR, ckpt_dir, 0),
+    FLD("ckpt_every", F_INT, ckpt_every, 0),
+    FLD("resume", F_INT, resume, 0),
+    FLD("quiet", F_INT, quiet, 0),
+};
+#define N_FIELDS ((int)(sizeof fields / sizeof fields[0]))
+
+static const char *variant_names[] = {"gpt", "llama"};
+
+// Appends to buf at *len, tracking overflow in *len (> cap means truncated).
+static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t room = *len < cap ? cap - *len : 0;
+  int n = vsnprintf(room ? buf + *len : NULL, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) *len += (size_t)n;
+}
+
+static void put_string(char *buf, size_t cap, size_t *len, const char *s) {
+  size_t room = *len < cap ? cap - *len : 0;
+  *len += json_escape(room ? buf + *len : NULL, room, s);
+}
+
+int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap) {
+  size_t len = 0;
+  const char *base = (const char *)cfg;
+  put(buf, cap, &len, "{");
+  for (int i = 0; i < N_FIELDS; i++) {
+    const field *f = &fields[i];
+    const void *p = base + f->off;
+    if (f->llama && cfg->variant != TS_LLAMA) continue; // GPT files stay as they were
+    if (f->optional && (f->kind == F_FLOAT ? *(const float *)p == 0.0f : *(const int *)p == 0))
+      continue;
+    put(buf, cap, &len, "%s\"%s\":", i ? "," : "", f->key);
+    switch (f->kind) {
+    case F_INT: put(buf, cap, &len, "%d", *(const int *)p); break;
+    case F_U64: put(buf, cap, &len, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+    case F_FLOAT: {
+      double v = *(const float *)p;
+      put(buf, cap, &len, "%.9g,\"%s_hex\":\"%a\"", v, f->key, v);
+      break;
+    }
+    case F_STR: put_string(buf, cap, &len, (const char *)p); break;
+    case F_VARIANT: {
+      int v = (int)*(const ts_variant *)p;
+      put_string(buf, cap, &len, v >= 0 && v < 2 ? variant_names[v] : "unknown");
+      break;
+    }
+    }
+  }
+  put(buf, cap, &len, "}");
+  if (len >= cap)
+    return ts_fail(TS_ERUNTIME, "config JSON needs %zu bytes, buffer has %zu", len + 1, cap);
+  return TS_OK;
+}
+
+// ---------------------------------------------------------------------------
+// Reading back. Unknown keys are ignored whatever their values (other writers
+// may nest extra information there), so that newer files stay readable.
+static const field *find_field(const char *key, size_t len) {
+  for (int i = 0; i < N_FIELDS; i++)
+    if (strlen(fields[i].key) == len && strncmp(fields[i].key, key, len) == 0) return &fields[i];
+  return NULL;
+}
+
+// Parses a value into the field, from its text: exact integers (a seed above
+// 2^53 must not pass through a double) and floats. Floats: the _hex form wins
+// over the decimal one whichever comes first, so the round trip is exact.
+static int set_field(ts_config *cfg, const field *f, const json_value *jv, int from_hex,
+                     int *seen_hex) {
+  char *base = (char *)cfg;
+  void *p = base + f->off;
+  int is_string = jv->type == JSON_STRING, is_number = jv->type == JSON_NUMBER;
+  const char *text = jv->str;
+  char *end;
+  errno = 0;
+  switch (f->kind) {
+  case F_INT: {
+    if (!is_number) return -1;
+    long v = strtol(text, &end, 10);
+    if (*end || errno || v < -2147483647L - 1 || v > 2147483647L) return -1;
+    *(int *)p = (int)v;
+    return 0;
+  }
+  case F_U64: return is_number ? json_u64(jv, (uint64_t *)p) : -1;
+  case F_FLOAT: {
+    if (is_string != from_hex) return -1;
+    if (!from_hex && *seen_hex) return 0;
+    if (!is_string && !is_number) return -1;
+    // strtof reads both "%a" and "%.9g" exactly; overflow (ERANGE) is an
+    // error, but underflow to a subnormal is a legitimate value
+    float v = strtof(text, &end);
+    if (*end || end == text || (errno == ERANGE && isinf(v))) return -1;
+    *(float *)p = v;
+    if (from_hex) *seen_hex = 1;
+    return 0;
+  }
+  case F_STR:
+    if (!is_string || strlen(text) >= f->size) return -1;
+    memcpy(p, text, strlen(text) + 1);
+    return 0;
+  case F_VARIANT:
+    if (!is_string) return -1;
+    for (int v = 0; v < 2; v++)
+      if (strcmp(text, variant_names[v]) == 0) {
+        *(ts_variant *)p = (ts_variant)v;
+        return 0;
+      }
+    return -1;
+  }
+  return -1;
+}
+
+int ts_config_from_json(ts_config *cfg, const char *json) {
+  json_value obj;
+  json_error err;
+  // nan and inf: "%.9g" writes them for a float that is not finite
+  if (json_parse(&obj, json, strlen(json), JSON_NONFINITE | JSON_ANY_BYTES, &err) != 0)
+    return ts_fail(TS_ERUNTIME, "config JSON: malformed near byte %zu: %s", err.pos, err.msg);
+  if (obj.type != JSON_OBJECT) {
+    json_free(&obj);
+    return ts_fail(TS_ERUNTIME, "config JSON: not an object");
+  }
+  int seen[N_FIELDS] = {0}, seen_hex[N_FIELDS] = {0}, rc = TS_OK;
+  for (int i = 0; i < obj.n && rc == TS_OK; i++) {
+    const json_value *v = &obj.items[i];
+    size_t klen = strlen(v->key);
+    int from_hex = klen > 4 && strcmp(v->key + klen - 4, "_hex") == 0;
+    const field *f = find_field(v->key, from_hex ? klen - 4 : klen);
+    if (f == NULL || (from_hex && f->kind != F_FLOAT)) continue;
+    int k = (int)(f - fields);
+    if (set_field(cfg, f, v, from_hex, &seen_hex[k]) != 0)
+      rc = ts_fail(TS_ERUNTIME, "config JSON: bad value for \"%s%s\"", f->key,
+                   from_hex ? "_hex" : "");
+    seen[k] = 1;
+  }
+  json_free(&obj);
+  for (int i = 0; i < N_FIELDS && rc == TS_OK; i++)
+    if (fields[i].required && !seen[i] && (!fields[i].llama || cfg->variant == TS_LLAMA))
+      rc = ts_fail(TS_ERUNTIME, "config JSON: missing \"%s\"", fields[i].key);
+  if (rc == TS_OK && cfg->variant == TS_GPT) { // not in a GPT's JSON: the canonical values
+    cfg->n_kv_head = 0;
+    cfg->rope_theta = 0.0f;
+  }
+  return rc;
+}

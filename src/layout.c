@@ -1,0 +1,111 @@
+// The parallel layout (ts_layout, tessera.h): the --sp-mode names and the
+// rules a layout must follow to be exact; each strategy adds its own
+// (src/parallel/cp.h).
+#include <stdio.h>
+#include <string.h>
+
+#include "parallel/cp.h"
+#include "tessera.h"
+
+static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+int ts_sp_mode_parse(const char *name, ts_sp_mode *out) {
+  char list[256] = "";
+  for (int i = 0; i < TS_SP_NMODES; i++) {
+    if (strcmp(name, ts_sp_mode_names[i]) == 0) {
+      *out = (ts_sp_mode)i;
+      return TS_OK;
+    }
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s",
+             i == 0 ? "" : i == TS_SP_NMODES - 1 ? " or " : ", ", ts_sp_mode_names[i]);
+  }
+  return ts_fail(TS_EUSAGE, "--sp-mode %s: must be %s", name, list);
+}
+
+// ---------------------------------------------------------------------------
+// The layout. Data parallelism is exact when every rank's gradient leaves
+// form an aligned subtree of the serial tree (docs/EXACTNESS.md R3): each rank holds
+// batch/dp whole sequences, i.e. (batch/dp)·(seq/leaf) leaves, and that count
+// and dp must be powers of two. --fast lets MPI sum, so it needs only whole
+// sequences per rank.
+int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
+  if (lay->dp < 1) return ts_fail(TS_EUSAGE, "--dp %d: must be >= 1", lay->dp);
+  if (lay->sp < 1) return ts_fail(TS_EUSAGE, "--sp %d: must be >= 1", lay->sp);
+  if (lay->pp < 1) return ts_fail(TS_EUSAGE, "--pp %d: must be >= 1", lay->pp);
+  if (lay->microbatches < 1)
+    return ts_fail(TS_EUSAGE, "--microbatches %d: must be >= 1", lay->microbatches);
+  if (cfg->compress != TS_COMPRESS_NONE && lay->pp > 1 && lay->pp != cfg->compress_stages)
+    return ts_fail(TS_EUSAGE, "--pp %d with --compress-stages %d: a pipeline's stages are the "
+                   "compressed model's stages", lay->pp, cfg->compress_stages);
+  if (cfg->compress != TS_COMPRESS_NONE && lay->sp > 1)
+    return ts_fail(TS_EUSAGE, "--compress %s with --sp %d: compression runs on the serial, data- "
+                   "and pipeline-parallel layouts", ts_compress_names[cfg->compress], lay->sp);
+  if (lay->pp > 1) {
+    // Pipeline parallelism (docs/ALGORITHMS.md §6): stages of whole layers; the
+    // microbatches split each data rank's sequences, and each must be an
+    // aligned power-of-two run of gradient leaves (a subtree).
+    const int P = lay->pp, M = lay->microbatches, nb = cfg->batch / (lay->dp > 0 ? lay->dp : 1);
+    if (cfg->n_layer % P != 0)
+      return ts_fail(TS_EUSAGE, "--pp %d: the %d layers must divide into %d stages", P,
+                     cfg->n_layer, P);
+    if (lay->sp > 1 && M != nb)
+      return ts_fail(TS_EUSAGE, "--pp %d with --sp %d: a microbatch is one sequence, so "
+                     "--microbatches must be the %d sequences of each data rank (got %d)",
+                     P, lay->sp, nb, M);
+    if (nb % M != 0)
+      return ts_fail(TS_EUSAGE, "--microbatches %d: must divide the %d sequences of each data rank",
+                     M, nb);
+    long long leaves = (long long)(nb / M) * (cfg->seq / cfg->leaf);
+    if (!cfg->fast && (leaves & (leaves - 1)) != 0)
+      return ts_fail(TS_EUSAGE, "--microbatches %d: each microbatch holds %d sequences x %d "
+                                "leaves = %lld gradient leaves, not a power of two",
+                     M, nb / M, cfg->seq / cfg->leaf, leaves);
+  }
+  if (lay->sp > 1) {
+    // Sequence parallelism (docs/ALGORITHMS.md §2): rank s holds positions
+    // [s·T/N, (s+1)·T/N). Its gradient leaves and its query tiles must each
+    // be an aligned power-of-two run, so that its sums (weights over leaves,
+    // dK/dV over query tiles) are subtrees of the serial trees.
+    const int N = lay->sp, T = cfg->seq;
+    if (!cfg->fast && !is_pow2(N))
+      return ts_fail(TS_EUSAGE,
+                     "--sp %d: must be a power of two (exact sequence parallelism combines the "
+                     "segments as a binary tree; --fast lifts this)",
+                     N);
+    if (T % N != 0 || (T / N) % cfg->tile != 0 || (T / N) % cfg->leaf != 0)
+      return ts_fail(TS_EUSAGE,
+                     "--seq %d: must split into --sp %d segments of whole tiles (%d) and leaves "
+                     "(%d); T/N = %g",
+                     T, N, cfg->tile, cfg->leaf, (double)T / N);
+    if (!cfg->fast && (!is_pow2((T / N) / cfg->tile) || !is_pow2((T / N) / cfg->leaf)))
+      return ts_fail(TS_EUSAGE,
+                     "--seq %d with --sp %d: each segment of %d tokens must hold a power of two "
+                     "of tiles (%d) and of leaves (%d), so that its sums are subtrees of the "
+                     "serial trees",
+                     T, N, T / N, cfg->tile, cfg->leaf);
+    // the strategy's own rules (src/parallel/, cp.h)
+    const ts_cp *cp = ts_cp_get(lay->sp_mode);
+    int rc;
+    if (!cp) return ts_fail(TS_EUSAGE, "--sp-mode: no strategy %d", (int)lay->sp_mode);
+    if (cp->check && (rc = cp->check(cfg, lay))) return rc;
+  }
+  const int D = lay->dp;
+  if (D == 1) return TS_OK;
+  if (!cfg->fast && !is_pow2(D))
+    return ts_fail(TS_EUSAGE,
+                   "--dp %d: must be a power of two (exact data parallelism combines the ranks' "
+                   "gradients as a binary tree; --fast lifts this)",
+                   D);
+  if (cfg->batch % D != 0)
+    return ts_fail(TS_EUSAGE,
+                   "--batch %d: must be divisible by --dp %d (each rank holds whole sequences)",
+                   cfg->batch, D);
+  long long per_rank = (long long)(cfg->batch / D) * (cfg->seq / cfg->leaf);
+  if (!cfg->fast && (per_rank & (per_rank - 1)) != 0)
+    return ts_fail(TS_EUSAGE,
+                   "--batch %d with --dp %d: each rank holds %d sequences x %d leaves = %lld "
+                   "gradient leaves, not a power of two, so its sums are not a subtree of the "
+                   "serial tree; choose --batch so that batch/dp x seq/leaf is a power of two",
+                   cfg->batch, D, cfg->batch / D, cfg->seq / cfg->leaf, per_rank);
+  return TS_OK;
+}

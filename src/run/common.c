@@ -1,0 +1,108 @@
+// The pieces the run commands share (run.h).
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run/run.h"
+#include "tree.h"
+#include "util.h"
+
+// The exactness contract wants single-threaded BLAS inside OpenMP tile loops.
+// The thread count never changes a result; by default the ranks on one node
+// share its threads.
+void ts_run_setup_threads(const ts_config *cfg, int local_ranks) {
+  if (cfg->threads > 0) {
+    omp_set_num_threads(cfg->threads);
+  } else if (local_ranks > 1) {
+    int t = omp_get_max_threads() / local_ranks;
+    omp_set_num_threads(t > 0 ? t : 1);
+  }
+  openblas_set_num_threads(1);
+}
+
+// Measured roof for MFU: 1024^3 sgemm on all threads, one warm-up call (it
+// pays for page faults and thread start-up), then the best of eight.
+double ts_run_sgemm_roof(void) {
+  const int n = 1024;
+  float *a = ts_alloc((size_t)n * n * sizeof(float)), *b = ts_alloc((size_t)n * n * sizeof(float)),
+        *c = ts_alloc((size_t)n * n * sizeof(float));
+  if (!a || !b || !c) { ts_free(a); ts_free(b); ts_free(c); return 0.0; }
+  for (size_t i = 0; i < (size_t)n * n; i++) { a[i] = 1e-3f * (float)(i % 97); b[i] = 1e-3f * (float)(i % 89); }
+  openblas_set_num_threads(omp_get_max_threads());
+  double best = 0.0;
+  for (int r = 0; r < 9; r++) {
+    double t0 = ts_now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    double dt = ts_now() - t0;
+    double gf = 2.0 * n * n * (double)n / dt / 1e9;
+    if (r > 0 && gf > best) best = gf;
+  }
+  openblas_set_num_threads(1);
+  ts_free(a); ts_free(b); ts_free(c);
+  return best;
+}
+
+int ts_run_load_batch(const ts_data *data, int split, const ts_config *cfg, uint64_t step,
+                      int b0, int nb, int *inputs, int *targets) {
+  for (int j = 0; j < nb; j++) {
+    int rc = ts_data_window(data, split, cfg->seed, step, (uint64_t)(b0 + j), cfg->seq,
+                            inputs + (size_t)j * cfg->seq, targets + (size_t)j * cfg->seq);
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+
+// The global batch's loss from the shards' loss sums, each an aligned subtree
+// of the serial loss tree: the tree over the group's sums, divided by the
+// global token count exactly as the serial forward divides.
+int ts_run_combine_loss(ts_comm *group, const float *local, int n, int64_t ntok_global,
+                        float *out) {
+  int P = group ? group->size : 1;
+  float *all = malloc((size_t)P * n * sizeof(float)), *col = malloc((size_t)P * sizeof(float));
+  if (!all || !col) { free(all); free(col); return ts_fail(TS_ERUNTIME, "out of memory"); }
+  int rc = TS_OK;
+  if (group)
+    rc = ts_comm_allgather(group, local, all, (size_t)n * sizeof(float), -1); // all (P, n)
+  else
+    memcpy(all, local, (size_t)n * sizeof(float));
+  for (int i = 0; i < n && !rc; i++) {
+    for (int r = 0; r < P; r++) col[r] = all[(size_t)r * n + i];
+    out[i] = ts_tree_sum(col, (size_t)P) / (float)ntok_global;
+  }
+  free(all);
+  free(col);
+  return rc;
+}
+
+uint64_t ts_run_param_hash(ts_model *m) {
+  return ts_fnv1a64(TS_FNV_OFFSET, ts_model_params(m), ts_model_num_params(m) * sizeof(float));
+}
+
+// Mean validation loss over cfg->eval_batches batches (fixed windows). Each
+// rank (serial: the only one) evaluates its shard of every batch; the batch
+// losses are combined as in training, then averaged in order.
+int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_comm *group,
+                    int *inputs, int *targets, float *out) {
+  int E = cfg->eval_batches;
+  float *sums = calloc((size_t)E, sizeof(float)), *losses = calloc((size_t)E, sizeof(float));
+  if (!sums || !losses) { free(sums); free(losses); return ts_fail(TS_ERUNTIME, "out of memory"); }
+  int rc = TS_OK;
+  for (int i = 0; i < E && !rc; i++) {
+    rc = ts_run_load_batch(data, TS_SPLIT_VAL, cfg, TS_EVAL_STEP_BASE + (uint64_t)i, sh->b0, sh->nb,
+                    inputs, targets);
+    if (!rc) rc = ts_shard_pass(sh, inputs, targets, 0, 0, &sums[i]);
+  }
+  if (!rc) rc = ts_run_combine_loss(group, sums, E, (int64_t)cfg->batch * cfg->seq, losses);
+  if (!rc) {
+    float sum = 0.0f;
+    for (int i = 0; i < E; i++) sum += losses[i];
+    *out = sum / (float)E;
+  }
+  free(sums);
+  free(losses);
+  return rc;
+}

@@ -1,0 +1,48 @@
+// What the run commands share (src/run/): threads, the measured roof, batches,
+// the loss over a group, the parameter hash, evaluation, and checkpoints.
+// Internal to the runs; tessera.h has their public entry points (ts_train,
+// ts_eval, ts_dump).
+#ifndef TS_RUN_H
+#define TS_RUN_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "data.h"
+#include "optim.h"
+#include "parallel/shard.h"
+#include "tessera.h"
+
+// Validation windows are keyed by steps far above any training step.
+#define TS_EVAL_STEP_BASE (1ull << 39)
+
+// ---- common.c ---------------------------------------------------------------------------
+// OpenMP threads (the node's, shared by its local_ranks unless --threads) and
+// single-threaded BLAS inside them (docs/EXACTNESS.md R1).
+void ts_run_setup_threads(const ts_config *cfg, int local_ranks);
+// The machine's sgemm roof in GFLOP/s, for MFU (0 when it cannot be measured).
+double ts_run_sgemm_roof(void);
+// Sequences [b0, b0 + nb) of the batch of `step` from `split`: inputs, targets (nb, T).
+int ts_run_load_batch(const ts_data *data, int split, const ts_config *cfg, uint64_t step,
+                      int b0, int nb, int *inputs, int *targets);
+// out[i] = the tree over the group's local[i] (NULL group: this rank's), / ntok_global.
+int ts_run_combine_loss(ts_comm *group, const float *local, int n, int64_t ntok_global,
+                        float *out);
+// FNV-1a of every parameter in canonical order (the run log's param_hash).
+uint64_t ts_run_param_hash(ts_model *m);
+// The mean validation loss over cfg->eval_batches fixed batches.
+int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_comm *group,
+                    int *inputs, int *targets, float *out);
+
+// ---- checkpoint.c -----------------------------------------------------------------------
+int ts_run_mkdir_p(const char *dir);
+// step-<step>.safetensors in cfg->ckpt_dir: parameters, AdamW moments, config, step.
+int ts_run_save_checkpoint(ts_model *m, ts_adamw *opt, const ts_config *cfg, int64_t step);
+// The highest step-*.safetensors in dir (its step; 0 and path "" when none; -1: no dir).
+int64_t ts_run_latest_checkpoint(const char *dir, char *path, size_t cap);
+// Parameters, moments and the step from path, refusing a checkpoint of another run.
+int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_config *cfg, const char *path,
+                           int64_t *step_out);
+// The run log cut back to the records up to step `upto` (a resumed run's log).
+int ts_run_trim_log(const char *path, int64_t upto);
+#endif

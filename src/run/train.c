@@ -1,0 +1,282 @@
+// tessera train: the step loop, its JSONL log (docs/RUN-LOG.md) and its
+// checkpoints (checkpoint.c).
+//
+// Training runs serially or data-parallel (--dp D under mpiexec): rank d of
+// the data group holds sequences [d·B/D, (d+1)·B/D) of the global batch,
+// runs forward and backward on them, and the gradients are summed over the
+// group by the canonical tree (comm.h), which equals the serial tree because
+// every rank's leaves are an aligned power-of-two subtree (layout.c checks
+// it). The loss is combined the same way. Optimizer steps then run on every
+// rank identically; rank 0 alone prints, logs and writes checkpoints.
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "log.h"
+#include "mem.h"
+#include "parallel/cp.h"
+#include "parallel/grid.h"
+#include "run/run.h"
+#include "util.h"
+
+// A hidden hook for the tests of failure handling: the rank named by
+// TESSERA_FAULT_RANK fails as if its data file were unreadable, while the
+// others go on into the first collective. The run must still end at once.
+static int injected_fault(const ts_grid *g, const char *path) {
+  const char *v = getenv("TESSERA_FAULT_RANK");
+  if (!v || !*v || atoi(v) != g->world_rank) return TS_OK;
+  return ts_fail(TS_ERUNTIME, "cannot read %s: fault injected on this rank (TESSERA_FAULT_RANK)",
+                 path);
+}
+
+// The layout's name in the config record and the progress line:
+// "serial", "dp2", "dp1-sp4-lss", "dp1-pp2-m4-1f1b", "dp1-sp2-upipe-u2-gqa" …
+static void layout_name(const ts_grid *grid, const ts_layout *lay, char *buf, size_t cap) {
+  const int D = grid->dp;
+  if (grid->world_size == 1)
+    snprintf(buf, cap, "serial");
+  else if (grid->pp > 1)
+    snprintf(buf, cap, "dp%d-pp%d-m%d-%s", D, grid->pp, lay->microbatches,
+             lay->schedule ? "1f1b" : "gpipe");
+  else if (grid->sp == 1)
+    snprintf(buf, cap, "dp%d", D);
+  else
+    snprintf(buf, cap, "dp%d-sp%d-%s", D, grid->sp, ts_sp_mode_names[lay->sp_mode]);
+  if (grid->sp > 1 && ts_cp_get(lay->sp_mode)->describe) // the strategy's settings
+    ts_cp_get(lay->sp_mode)->describe(lay, buf + strlen(buf), cap - strlen(buf));
+}
+
+// --resume: the latest checkpoint of cfg->ckpt_dir into the model and the
+// optimizer (every rank reads it: parameters and moments are replicated),
+// and the log cut back to its step. *start: the steps already done.
+static int resume(ts_model *m, ts_adamw *opt, const ts_config *cfg, int root, int64_t *start) {
+  char path[4200];
+  int rc;
+  int64_t s = ts_run_latest_checkpoint(cfg->ckpt_dir, path, sizeof path);
+  if (s < 0) return ts_fail(TS_ERUNTIME, "--resume: cannot open checkpoint directory %s", cfg->ckpt_dir);
+  if (s == 0) return ts_fail(TS_ERUNTIME, "--resume: no checkpoint (step-*.safetensors) in %s", cfg->ckpt_dir);
+  if ((rc = ts_run_load_checkpoint(m, opt, cfg, path, start))) return rc;
+  if (root && cfg->log_path[0] && (rc = ts_run_trim_log(cfg->log_path, *start))) return rc;
+  if (root) printf("resumed from %s (step %" PRId64 ")\n", path, *start);
+  return TS_OK;
+}
+
+// The step record's tracked phase peaks (mem.h): ,"mem_peak_bytes":{…}. A
+// phase this layout does not track (the attention of the serial and LSS
+// layouts) is left out.
+static void phase_peaks_json(char *buf, size_t cap) {
+  int k = snprintf(buf, cap, ",\"mem_peak_bytes\":{"), first = 1;
+  for (int ph = 0; ph < TS_NPHASES; ph++) {
+    size_t b = ts_mem_peak((ts_phase)ph);
+    if (b == 0) continue;
+    k += snprintf(buf + k, cap - (size_t)k, "%s\"%s\":%zu", first ? "" : ",", ts_phase_names[ph], b);
+    first = 0;
+  }
+  snprintf(buf + k, cap - (size_t)k, "}");
+}
+
+// The pipeline's in-flight microbatches on this (the first) stage and the
+// bytes per token that cross a boundary, each way (X, Z or codes); "" without.
+static void pipeline_json(const ts_shard *sh, char *buf, size_t cap) {
+  buf[0] = 0;
+  if (!sh->pl) return;
+  snprintf(buf, cap,
+           ",\"pipeline\":{\"stages\":%d,\"microbatches\":%d,\"schedule\":\"%s\","
+           "\"peak_inflight\":%d,\"boundary_bytes_per_token\":{\"forward\":%d,"
+           "\"backward\":%d}}",
+           sh->pl->P, sh->pl->M, sh->pl->schedule ? "1f1b" : "gpipe", sh->pl->peak_inflight,
+           (int)ts_model_boundary_bytes(sh->m, 0), (int)ts_model_boundary_bytes(sh->m, 1));
+}
+
+// What a step measured, for its record and progress line.
+typedef struct {
+  uint64_t step;
+  float loss, norm, lr;
+  double tps, dt, comm_s, compute_max, mfu, rss, rss_max;
+} step_stats;
+
+// The step's record in the log and, unless quiet, its progress line.
+static void log_step(ts_log *log, const step_stats *st, const ts_config *cfg, const ts_shard *sh,
+                     const ts_grid *grid, const ts_backend *be) {
+  char comm_json[4096], mem_json[256], pipe_json[256], dev_json[64] = "";
+  if (ts_grid_counts_json(grid, comm_json, sizeof comm_json) < 0) snprintf(comm_json, sizeof comm_json, "{}");
+  phase_peaks_json(mem_json, sizeof mem_json);
+  pipeline_json(sh, pipe_json, sizeof pipe_json);
+  // a GPU's: the peak of the bytes its allocator handed out (this rank's)
+  const double dev_mb = be->peak_bytes ? (double)be->peak_bytes() / 1048576.0 : 0.0;
+  if (be->peak_bytes) snprintf(dev_json, sizeof dev_json, ",\"device_peak_mb\":%.1f", dev_mb);
+  char line[1024 + sizeof comm_json + sizeof mem_json + sizeof pipe_json + sizeof dev_json];
+  snprintf(line, sizeof line,
+           "{\"type\":\"step\",\"step\":%" PRIu64 ",\"loss\":%.9g,\"loss_hex\":\"%a\","
+           "\"grad_norm\":%.9g,\"grad_norm_hex\":\"%a\",\"lr\":%.9g,\"lr_hex\":\"%a\","
+           "\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"compute_ms_max\":%.3f,"
+           "\"mfu\":%.4f,\"peak_rss_mb\":%.1f,\"peak_rss_mb_max\":%.1f%s%s%s,\"comm\":%s}",
+           st->step, (double)st->loss, (double)st->loss, (double)st->norm, (double)st->norm,
+           (double)st->lr, (double)st->lr, st->tps, st->dt * 1e3, st->comm_s * 1e3,
+           st->compute_max * 1e3, st->mfu, st->rss, st->rss_max, dev_json, mem_json, pipe_json,
+           comm_json);
+  ts_log_line(log, line);
+  // memory: the process's peak, or on a GPU the device's
+  if (!cfg->quiet)
+    printf("step %5" PRIu64 "/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | MFU %4.1f%% | %6.0f MB%s\n",
+           st->step, cfg->steps, (double)st->loss, (double)st->lr, (double)st->norm, st->tps,
+           100.0 * st->mfu, be->peak_bytes ? dev_mb : st->rss, be->peak_bytes ? " GPU" : "");
+  fflush(stdout);
+}
+
+// The validation loss after `step`, its record and progress line.
+static int evaluate_and_log(ts_log *log, const ts_config *cfg, ts_shard *sh, const ts_data *data,
+                            ts_grid *grid, uint64_t step, int *inputs, int *targets) {
+  char comm_json[4096], line[4096 + 256];
+  float vl;
+  ts_grid_reset_counts(grid);
+  int rc = ts_run_evaluate(sh, data, cfg, grid->dp > 1 ? grid->data : NULL, inputs, targets, &vl);
+  if (rc) return rc;
+  if (ts_grid_counts_json(grid, comm_json, sizeof comm_json) < 0) snprintf(comm_json, sizeof comm_json, "{}");
+  snprintf(line, sizeof line,
+           "{\"type\":\"eval\",\"step\":%" PRIu64 ",\"val_loss\":%.9g,\"val_loss_hex\":\"%a\","
+           "\"comm\":%s}",
+           step, (double)vl, (double)vl, comm_json);
+  ts_log_line(log, line);
+  if (!cfg->quiet) printf("step %5" PRIu64 " | val loss %.4f\n", step, (double)vl);
+  return TS_OK;
+}
+
+int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
+  ts_config cfg = *cfg_in;
+  ts_layout lay = lay_in ? *lay_in
+                         : (ts_layout){.dp = 1, .sp = 1, .pp = 1, .sp_mode = TS_SP_LSS,
+                                       .upipe_sched = -1, .microbatches = 1};
+  int rc;
+  ts_grid *grid = NULL;
+  ts_data *data = NULL;
+  ts_shard sh = {0};
+  ts_model *m = NULL;
+  ts_adamw opt = {0};
+  ts_log log = {0};
+  int *inputs = NULL, *targets = NULL;
+  ts_tensor *pt = NULL, *gt = NULL;
+  if ((rc = ts_layout_check(&cfg, &lay)) || (rc = ts_grid_create(lay.dp, lay.sp, lay.pp, &grid)))
+    return rc;
+  ts_run_setup_threads(&cfg, grid->local_size);
+  ts_model_set_memory_share(grid->local_size); // the node's ranks share its memory
+  // rank 0 alone talks to people and files
+  const int root = grid->world_rank == 0;
+  if (!root) cfg.quiet = 1;
+  const int D = grid->dp, nb = cfg.batch / D, b0 = grid->dp_rank * nb;
+  ts_comm *dgroup = grid->data;
+  if ((rc = ts_data_open(cfg.data_path, cfg.val_frac, (size_t)cfg.seq + 1, &data))) goto done;
+  if ((rc = injected_fault(grid, cfg.data_path))) goto done;
+  if ((rc = ts_shard_create(&cfg, grid, &lay, &sh))) goto done;
+  m = sh.m;
+  ts_model_init(m, cfg.seed);
+  size_t np = ts_model_num_params(m);
+  if ((rc = ts_adamw_init(&opt, np))) goto done;
+  int nt = ts_model_num_tensors(m);
+  pt = calloc((size_t)nt, sizeof *pt);
+  gt = calloc((size_t)nt, sizeof *gt);
+  inputs = malloc((size_t)nb * cfg.seq * sizeof(int));
+  targets = malloc((size_t)nb * cfg.seq * sizeof(int));
+  if (!pt || !gt || !inputs || !targets) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
+  ts_model_tensors(m, pt, gt);
+
+  int64_t start = 0;
+  if (cfg.resume && (rc = resume(m, &opt, &cfg, root, &start))) goto done;
+
+  // MFU counts every rank's cores: the roof is one process's, times the world.
+  // On a GPU the roof is the device's, which is not measured here (0: no MFU
+  // in the log; bench/gpu.sh divides by the datasheet peak).
+  const ts_backend *be = ts_backend_current();
+  double roof = root && be == &ts_backend_cpu ? ts_run_sgemm_roof() : 0.0;
+  double fpt = ts_model_flops_per_token(m);
+  if (root && cfg.log_path[0]) {
+    log.f = fopen(cfg.log_path, start > 0 ? "a" : "w");
+    if (!log.f) { rc = ts_fail(TS_ERUNTIME, "cannot write log %s: %s", cfg.log_path, strerror(errno)); goto done; }
+  }
+  char layout[64];
+  layout_name(grid, &lay, layout, sizeof layout);
+  if (start == 0) {
+    char cj[TS_CONFIG_JSON_MAX], line[TS_CONFIG_JSON_MAX + 512];
+    if ((rc = ts_config_to_json(&cfg, cj, sizeof cj))) goto done;
+    snprintf(line, sizeof line,
+             "{\"type\":\"config\",\"version\":\"%s\",\"world\":%d,\"layout\":\"%s\","
+             "\"device\":\"%s\",\"precision\":\"%s\",\"comm\":\"%s\",\"params\":%zu,"
+             "\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"model\":%s}",
+             TS_VERSION_STRING, grid->world_size, layout, be->name, ts_backend_precision_name(),
+             grid->world_size == 1 ? "none" : ts_backend_uses_nccl() ? "nccl" : "mpi", np, fpt,
+             roof, cj);
+    ts_log_line(&log, line);
+  }
+  if (!cfg.quiet)
+    printf("tessera train: %s, %zu parameters, B=%d T=%d, %d steps, %s (%d rank%s x %d threads), "
+           "tile %d, leaf %d, sgemm roof %.0f GFLOP/s\n",
+           cfg.preset, np, cfg.batch, cfg.seq, cfg.steps, layout, grid->world_size,
+           grid->world_size == 1 ? "" : "s", omp_get_max_threads(), cfg.tile, cfg.leaf, roof);
+
+  const double tokens = (double)cfg.batch * cfg.seq;
+  const int64_t ntok_global = (int64_t)cfg.batch * cfg.seq;
+  for (int64_t s = start; s < cfg.steps; s++) {
+    uint64_t step = (uint64_t)s + 1;
+    double t0 = ts_now();
+    ts_grid_reset_counts(grid);
+    ts_mem_reset_peaks();
+    if ((rc = ts_run_load_batch(data, TS_SPLIT_TRAIN, &cfg, step, b0, nb, inputs, targets))) goto done;
+    // forward and backward over this rank's share, then the sums over the
+    // sequence group and the data group (shard.h)
+    float lsum, loss;
+    if ((rc = ts_shard_pass(&sh, inputs, targets, step, 1, &lsum))) goto done;
+    if ((rc = ts_shard_sync_grads(&sh, dgroup))) goto done;
+    if ((rc = ts_run_combine_loss(D > 1 ? dgroup : NULL, &lsum, 1, ntok_global, &loss))) goto done;
+    float norm = ts_grad_norm_trained(gt, nt, np);
+    if ((rc = ts_clip_trained(gt, nt, np, norm, cfg.grad_clip))) goto done;
+    float lr = ts_lr_at(&cfg, s);
+    if ((rc = ts_optimizer_step(&opt, pt, gt, nt, &cfg, s))) goto done;
+    if (sh.pl && (rc = ts_pipeline_sync_boundaries(sh.pl, m, step))) goto done;
+    double dt = ts_now() - t0;
+    double comm_s = ts_grid_comm_seconds(grid);
+    double tps = tokens / dt;
+    // the busiest rank's compute and the largest memory: with causal
+    // attention a sequence's later segments are the heavier ones
+    double compute_max = dt - comm_s, rss_max = ts_peak_rss_mb();
+    ts_mpi_max2(&compute_max, &rss_max);
+    double mfu = roof > 0 ? fpt * tps / (roof * 1e9 * grid->world_size) : 0.0;
+    double rss = ts_peak_rss_mb();
+    if (!isfinite(loss)) {
+      rc = ts_fail(TS_ERUNTIME, "step %" PRIu64 ": loss is %f (diverged); try a smaller --lr", step, (double)loss);
+      goto done;
+    }
+    const step_stats st = {step, loss, norm, lr, tps, dt, comm_s, compute_max, mfu, rss, rss_max};
+    log_step(&log, &st, &cfg, &sh, grid, be);
+    int last = step == (uint64_t)cfg.steps;
+    if ((cfg.eval_every > 0 && step % (uint64_t)cfg.eval_every == 0) || last) {
+      if ((rc = evaluate_and_log(&log, &cfg, &sh, data, grid, step, inputs, targets))) goto done;
+    }
+    if (root && cfg.ckpt_dir[0] && ((cfg.ckpt_every > 0 && step % (uint64_t)cfg.ckpt_every == 0) || last))
+      if ((rc = ts_run_save_checkpoint(m, &opt, &cfg, (int64_t)step))) goto done;
+  }
+  {
+    char line[256];
+    uint64_t hash = ts_run_param_hash(m);
+    snprintf(line, sizeof line, "{\"type\":\"final\",\"step\":%d,\"param_hash\":\"%016" PRIx64 "\"}",
+             cfg.steps, hash);
+    ts_log_line(&log, line);
+    if (!cfg.quiet) printf("done: parameter hash %016" PRIx64 "\n", hash);
+  }
+  rc = TS_OK;
+done:
+  if (log.f) fclose(log.f);
+  free(pt); free(gt); free(inputs); free(targets);
+  ts_adamw_free(&opt);
+  ts_shard_free(&sh);
+  ts_data_close(data);
+  ts_grid_free(grid);
+  return rc;
+}
