@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tessera.h"
 
@@ -62,6 +63,26 @@ int ts_config_preset(ts_config *cfg, const char *name) {
 
 // Run defaults. Model fields (set by the preset) are left alone so the order
 // preset -> defaults -> flags works.
+// The bundled corpus: data/ of the working directory (a checkout), where
+// `make install` put it, or the source tree this binary was built from, the
+// first that exists; else the checkout's path, for the error to name.
+static void default_corpus(char *buf, size_t cap) {
+  const char *where[] = {"data/corpus.txt",
+#ifdef TS_PKGDATADIR
+                         TS_PKGDATADIR "/corpus.txt",
+#endif
+#ifdef TS_SRCDATADIR
+                         TS_SRCDATADIR "/corpus.txt",
+#endif
+  };
+  snprintf(buf, cap, "%s", where[0]);
+  for (size_t i = 0; i < sizeof where / sizeof where[0]; i++)
+    if (access(where[i], R_OK) == 0) {
+      snprintf(buf, cap, "%s", where[i]);
+      return;
+    }
+}
+
 void ts_config_defaults(ts_config *cfg) {
   cfg->seed = 1337;
   cfg->steps = 100;
@@ -82,7 +103,7 @@ void ts_config_defaults(ts_config *cfg) {
   cfg->eval_batches = 4;
   cfg->threads = 0;
   cfg->fast = 0;
-  snprintf(cfg->data_path, sizeof cfg->data_path, "%s", "data/corpus.txt");
+  default_corpus(cfg->data_path, sizeof cfg->data_path);
   cfg->log_path[0] = '\0';
   cfg->ckpt_dir[0] = '\0';
   cfg->ckpt_every = 0;

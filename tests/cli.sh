@@ -124,4 +124,16 @@ if expect_exit 0 "" "$T" $RUN --log "$TS_TMP/r1.jsonl" &&
   fi
 fi
 
+# --- the bundled corpus is found from any working directory ----------------------
+# (the source tree's data/ for an uninstalled build, the installed copy after
+# make install), so --data can be left out wherever tessera runs
+ELSEWHERE=$TS_TMP/elsewhere
+mkdir -p "$ELSEWHERE"
+expect_exit 0 "" sh -c "cd '$ELSEWHERE' && '$T' train --model tiny --steps 1 --eval-batches 1 --quiet --log run.jsonl"
+TS_CHECKS=$((TS_CHECKS + 1))
+if grep -q '"data_path":"/[^"]*corpus.txt"' "$ELSEWHERE/run.jsonl" 2>/dev/null; then
+  pass "run from another directory read the bundled corpus by its full path"
+else
+  fail "run from another directory: no absolute corpus path in its config record"
+fi
 done_testing
