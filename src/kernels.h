@@ -140,6 +140,12 @@ void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const 
 int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
                        const float *dout, const float *q, const float *k, const float *v,
                        const float *out, const float *lse, const ts_attn_shape *s);
+// Ring attention's merge of two results over disjoint keys (attention_merge.c):
+// out (rows × H heads of dh, row stride ldo), lse (H × rows) ← the merge of
+// themselves with (out_b, lse_b) by their log-sum-exp, row by row and head by
+// head: out ← out − σ(lse_b − lse)·(out − out_b), lse ← log(e^lse + e^lse_b).
+void ring_merge(float *out, float *lse, const float *out_b, const float *lse_b, int rows, int H,
+                int dh, int ldo);
 
 // ---- RMSNorm (LLaMA) ------------------------------------------------------------------
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int64_t ntok,

@@ -277,6 +277,65 @@ static void test_add_copy(void **state) {
     for (int k = 0; k < 3; k++) be[r]->free(o[r][k]);
 }
 
+// The strided add the strategies accumulate partials with: rows of a wider
+// buffer, a bias row added to every row (ldb 0), and dst aliasing a as they
+// call it (element-wise: 1e-6).
+static void test_add_rows(void **state) {
+  (void)state;
+  enum { R = 70, W = 48, LD = 64 };
+  float a[R * LD], b_[R * LD];
+  fill(a, R * LD, 24, 1.0f);
+  fill(b_, R * LD, 25, 1.0f);
+  const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+  float *o[2][2];
+  for (int r = 0; r < 2; r++) {
+    gpu_run(r);
+    const ts_backend *b = be[r];
+    float *Bb = take(b, b_, R * LD);
+    o[r][0] = take(b, a, R * LD);
+    o[r][1] = take(b, NULL, R * W);
+    b->add_rows(o[r][0] + 8, LD, o[r][0] + 8, LD, Bb + 4, LD, R, W);
+    b->add_rows(o[r][1], W, o[r][0], LD, Bb, 0, R, W);
+    b->free(Bb);
+  }
+  check("add_rows (strided, dst = a)", o[0][0], o[1][0], R * LD, 1e-6);
+  check("add_rows (one row of b)", o[0][1], o[1][1], R * W, 1e-6);
+  for (int r = 0; r < 2; r++)
+    for (int k = 0; k < 2; k++) be[r]->free(o[r][k]);
+}
+
+// Ring attention's merge of a second block's output and log-sum-exp, rows
+// ldo apart with padding, the second block ahead in some rows and behind in
+// others (a few roundings of expf, log1pf and the blend: element-wise 1e-6).
+static void test_ring_merge(void **state) {
+  (void)state;
+  enum { R = 100, LDO = H * DH + 8 };
+  float out[R * LDO], ob[R * LDO], lse[H * R], lb[H * R];
+  fill(out, R * LDO, 26, 1.0f);
+  fill(ob, R * LDO, 27, 1.0f);
+  fill(lse, H * R, 28, 2.0f);
+  fill(lb, H * R, 29, 2.0f);
+  const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+  float *o[3], *l[3];
+  for (int r = 0; r < 3; r++) {
+    gpu_run(r);
+    const ts_backend *b = be[r ? 1 : 0];
+    float *OB = take(b, ob, R * LDO), *LB = take(b, lb, H * R);
+    o[r] = take(b, out, R * LDO);
+    l[r] = take(b, lse, H * R);
+    b->ring_merge(o[r], l[r], OB, LB, R, H, DH, LDO);
+    b->free(OB); b->free(LB);
+  }
+  check("ring_merge out", o[0], o[1], R * LDO, 1e-6);
+  check("ring_merge lse", l[0], l[1], H * R, 1e-6);
+  check_same_bits("ring_merge out", o[1], o[2], R * LDO);
+  check_same_bits("ring_merge lse", l[1], l[2], H * R);
+  for (int r = 0; r < 3; r++) {
+    const ts_backend *b = be[r ? 1 : 0];
+    b->free(o[r]); b->free(l[r]);
+  }
+}
+
 // The embeddings: a row gather and one add per element (1e-6), with the
 // positional table and without (LLaMA), and the positional gradient, a sum
 // over the batch's four sequences (sums over rows: 1e-5).
@@ -744,6 +803,7 @@ static const char *const op_names[NOPS] = {
 static const struct CMUnitTest op_test[NOPS] = {
     [OP_add] = cmocka_unit_test(test_add_copy),
     [OP_copy] = cmocka_unit_test(test_add_copy),
+    [OP_add_rows] = cmocka_unit_test(test_add_rows),
     [OP_encoder_forward] = cmocka_unit_test(test_encoder),
     [OP_encoder_backward_wpe] = cmocka_unit_test(test_encoder),
     [OP_layernorm_forward] = cmocka_unit_test(test_norms),
@@ -764,6 +824,7 @@ static const struct CMUnitTest op_test[NOPS] = {
     [OP_dropout_apply] = cmocka_unit_test(test_elementwise),
     [OP_attention_forward] = cmocka_unit_test(test_attention),
     [OP_attention_backward] = cmocka_unit_test(test_attention),
+    [OP_ring_merge] = cmocka_unit_test(test_ring_merge),
     [OP_crossentropy_forward] = cmocka_unit_test(test_crossentropy),
     [OP_crossentropy_backward] = cmocka_unit_test(test_crossentropy),
     [OP_adamw] = cmocka_unit_test(test_adamw),
