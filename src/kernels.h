@@ -80,6 +80,17 @@ int linear_backward_weights(ts_ws *ws, float *dW, float *db, const float *dout,
 void linear_weight_leaf(float *out, const float *dout, const float *inp, int64_t leaf_index,
                         int leaf, int C, int OC);
 
+// out (cols) (+)= x (rows, cols)'s rows summed in row order, column by column
+// (accumulate 0: from the first row; 1: onto out): the bias gradients' sums.
+void column_sum(float *out, const float *x, int64_t rows, int cols, int accumulate);
+
+// ---- general products (matmul.c) ----------------------------------------------------------
+// out (M, N; ldc) = op(A) · op(B) + beta·out, in blocks of 64 rows of out on the
+// OpenMP threads (BLAS itself single-threaded, R1). op(A) is (M, K): A is
+// (M, K) with lda, or (K, M) when transA; op(B) is (K, N) likewise.
+void matmul(int transA, int transB, int M, int N, int K, const float *A, int lda, const float *B,
+            int ldb, float beta, float *out, int ldc);
+
 // ---- GeLU (tanh form) -----------------------------------------------------------------
 void gelu_forward(float *out, const float *inp, int64_t n);
 void gelu_backward(float *dinp, const float *inp, const float *dout, int64_t n);

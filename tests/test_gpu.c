@@ -172,6 +172,65 @@ static void test_linear_head_list(void **state) {
   be[1]->free(y[1]);
 }
 
+// The general product in its four transpositions, with rows that are not a
+// whole number of the CPU's blocks of 64, slices of wider matrices (leading
+// dimensions past the columns used) and beta 1 onto what out holds (sums over
+// K = 96 features: 1e-5).
+static void test_matmul(void **state) {
+  (void)state;
+  enum { M = 100, N = 72, K = 96, LD = 112 };
+  float a[LD * LD], b_[LD * LD], o0[M * LD];
+  fill(a, LD * LD, 120, 1.0f);
+  fill(b_, LD * LD, 121, 0.1f);
+  fill(o0, M * LD, 122, 1.0f);
+  const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+  for (int t = 0; t < 8; t++) {
+    const int ta = t & 1, tb = (t >> 1) & 1;
+    const float beta = t & 4 ? 1.0f : 0.0f;
+    float *out[3];
+    for (int r = 0; r < 3; r++) {
+      gpu_run(r);
+      const ts_backend *b = be[r ? 1 : 0];
+      float *A = take(b, a, LD * LD), *Bm = take(b, b_, LD * LD);
+      out[r] = take(b, o0, M * LD);
+      b->matmul(ta, tb, M, N, K, A + 3, LD, Bm + 5, LD, beta, out[r] + 2, LD);
+      b->free(A);
+      b->free(Bm);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "matmul %c%c beta %g", ta ? 'T' : 'N', tb ? 'T' : 'N',
+             (double)beta);
+    check(what, out[0], out[1], M * LD, 1e-5);
+    check_same_bits(what, out[1], out[2], M * LD);
+    for (int r = 0; r < 3; r++) be[r ? 1 : 0]->free(out[r]);
+  }
+}
+
+// Column sums over more rows than one of the GPU's chunks (256), onto zeros
+// and onto what out holds (sums over rows: 1e-5).
+static void test_column_sum(void **state) {
+  (void)state;
+  enum { R = 300, W = 70 };
+  float x[R * W], o0[W];
+  fill(x, R * W, 123, 1.0f);
+  fill(o0, W, 124, 1.0f);
+  const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+  for (int acc = 0; acc < 2; acc++) {
+    float *out[3];
+    for (int r = 0; r < 3; r++) {
+      gpu_run(r);
+      const ts_backend *b = be[r ? 1 : 0];
+      float *X = take(b, x, R * W);
+      out[r] = take(b, o0, W);
+      b->column_sum(out[r], X, R, W, acc);
+      b->free(X);
+    }
+    check(acc ? "column_sum (+=)" : "column_sum", out[0], out[1], W, 1e-5);
+    check_same_bits("column_sum", out[1], out[2], W);
+    for (int r = 0; r < 3; r++) be[r ? 1 : 0]->free(out[r]);
+  }
+}
+
 static void test_norms(void **state) {
   (void)state;
   float x[NTOK * C], w[C], bias[C], dy[NTOK * C];
@@ -815,6 +874,8 @@ static const struct CMUnitTest op_test[NOPS] = {
     [OP_linear_forward_head_list] = cmocka_unit_test(test_linear_head_list),
     [OP_linear_backward_input] = cmocka_unit_test(test_linear),
     [OP_linear_backward_weights] = cmocka_unit_test(test_linear),
+    [OP_column_sum] = cmocka_unit_test(test_column_sum),
+    [OP_matmul] = cmocka_unit_test(test_matmul),
     [OP_gelu_forward] = cmocka_unit_test(test_elementwise),
     [OP_gelu_backward] = cmocka_unit_test(test_elementwise),
     [OP_swiglu_forward] = cmocka_unit_test(test_elementwise),

@@ -91,3 +91,13 @@ extern "C" int cuda_linear_backward_weights(ts_ws *ws, float *dW, float *db, con
   ts_cuda_finish("linear_backward_weights");
   return 0;
 }
+
+// out (M, N; ldc) = op(A) · op(B) + beta·out, row-major: column-major that is
+// outᵀ = op(B)ᵀ · op(A)ᵀ, each operand's bytes read as its transpose, so a
+// row-major operand taken as is (op N) is the column-major one transposed.
+extern "C" void cuda_matmul(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                            const float *B, int ldb, float beta, float *out, int ldc) {
+  gemm(transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, B, ldb, A,
+       lda, beta, out, ldc, "matmul");
+  ts_cuda_finish("matmul");
+}
