@@ -896,7 +896,7 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
   phase_end(loss_phase_bytes(m));
   // The shard's sum is an aligned subtree of the global loss tree; the
   // trainer combines the shards' sums in tree order (docs/EXACTNESS.md R3).
-  m->loss_sum = token_tree_sum(m->losses, N, m->cfg.leaf);
+  m->loss_sum = m->be->token_tree_sum(m->losses, N, m->cfg.leaf);
   m->loss = m->loss_sum / (float)m->ntok_global;
   return m->loss;
 }

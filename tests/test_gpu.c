@@ -673,6 +673,30 @@ static void test_embedding_backward(void **state) {
   free(want);
 }
 
+// The loss's sum: the GPU's leaf partials in row order under the CPU's tree:
+// the CPU's bits, for a few leaves and for more than the 4096 the CPU's
+// token_tree_sum takes at a time.
+static void test_token_tree_sum(void **state) {
+  (void)state;
+  enum { N = 15000 };
+  static const int cases[3][2] = {{NTOK, 64}, {N, 3}, {12288, 1}};
+  float *v = malloc(N * sizeof(float));
+  fill(v, N, 93, 1.0f);
+  float *G = take(gpu, v, N);
+  for (int k = 0; k < 3; k++) {
+    const float want = token_tree_sum(v, cases[k][0], cases[k][1]);
+    for (int r = 1; r <= 2; r++) {
+      gpu_run(r);
+      const float got = gpu->token_tree_sum(G, cases[k][0], cases[k][1]);
+      if (memcmp(&got, &want, sizeof got) != 0)
+        fail_msg("token_tree_sum (%d values, leaves of %d): GPU %a, CPU %a", cases[k][0],
+                 cases[k][1], (double)got, (double)want);
+    }
+  }
+  gpu->free(G);
+  free(v);
+}
+
 // The gradient norm's chunk sums, op by op: each chunk's Σ g² in double in
 // index order, which is the CPU's host loop (optim.c), so its bits. Chunks
 // that divide n, a partial last one, and one chunk longer than n.
@@ -888,6 +912,7 @@ static const struct CMUnitTest op_test[NOPS] = {
     [OP_ring_merge] = cmocka_unit_test(test_ring_merge),
     [OP_crossentropy_forward] = cmocka_unit_test(test_crossentropy),
     [OP_crossentropy_backward] = cmocka_unit_test(test_crossentropy),
+    [OP_token_tree_sum] = cmocka_unit_test(test_token_tree_sum),
     [OP_adamw] = cmocka_unit_test(test_adamw),
     [OP_muon_update] = cmocka_unit_test(test_muon),
     [OP_embedding_backward] = cmocka_unit_test(test_embedding_backward),
