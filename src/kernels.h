@@ -38,6 +38,13 @@ void ts_ws_free(ts_ws *ws);
 typedef void (*ts_leaf_fn)(const void *ctx, int64_t leaf_index, float *out);
 int ts_leaf_tree_sum(ts_ws *ws, float *sum, size_t n, int64_t nleaves, ts_leaf_fn fn,
                      const void *ctx);
+// The same as the backend's leaf_sum: fn's partial is pieces of len[0],
+// len[1], ... floats one after another, and piece k's sum goes to dst[k]
+// (NULL: dropped). nparts 0: fn(ctx, i, NULL) for every leaf, the leaves'
+// work alone. The leaves run on ws->nthreads threads at once; fn finds its
+// thread's scratch by omp_get_thread_num(). Returns 0, or -1 when out of memory.
+int ts_leaf_sum(ts_ws *ws, float *const *dst, const size_t *len, int nparts, int64_t nleaves,
+                ts_leaf_fn fn, const void *ctx);
 
 // ---- encoder -----------------------------------------------------------------------
 // out (ntok, C) = wte[tok] + wpe[pos]; tokens (B, T); wpe NULL: wte[tok] alone.
@@ -48,6 +55,11 @@ int encoder_backward_wpe(ts_ws *ws, float *dwpe, const float *dout, int B, int T
 // Adds, into leaf partial `out` (V, C), the scatter of dout rows of that leaf by token.
 void encoder_wte_leaf_scatter(float *out, const float *dout, const int *tokens,
                               int64_t leaf_index, int leaf, int C);
+// dwte (V, C) = dlogitsᵀ · x (the tied LM head's gradient; dlogits NULL: none)
+// plus dout's rows scattered by token: one canonical tree over leaves whose
+// partial is the leaf's product and then its scatter.
+int encoder_backward_wte(ts_ws *ws, float *dwte, const float *dout, const int *tokens,
+                         const float *dlogits, const float *x, int64_t ntok, int V, int C);
 
 // ---- layernorm ---------------------------------------------------------------------
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,

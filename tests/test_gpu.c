@@ -117,7 +117,7 @@ static void test_linear(void **state) {
   fill(bias, OC, 3, 0.1f);
   fill(dy, NTOK * OC, 4, 1.0f);
   const ts_backend *be[2] = {&ts_backend_cpu, gpu};
-  float *y[3], *yh[3], *dx[3], *dw[3], *db[3];
+  float *y[3], *yh[3], *dx[3], *dw[3], *db[3], *dwl[3];
   for (int r = 0; r < 3; r++) { // CPU, GPU, GPU again
     gpu_run(r);
     const ts_backend *b = be[r ? 1 : 0];
@@ -128,10 +128,12 @@ static void test_linear(void **state) {
     dx[r] = take(b, NULL, NTOK * C);
     dw[r] = take(b, NULL, OC * C);
     db[r] = take(b, NULL, OC);
+    dwl[r] = take(b, NULL, OC * C);
     b->linear_forward(y[r], X, W, Bb, NTOK, C, OC, 64);
     b->linear_forward_heads(yh[r], X, W, Bb, NTOK, C, OC, DH, 64); // OC / DH = 5 heads
     b->linear_backward_input(dx[r], DY, W, NTOK, C, OC, 64, 0);
     assert_int_equal(b->linear_backward_weights(&ws, dw[r], db[r], DY, X, NTOK, C, OC), 0);
+    b->linear_weight_leaf(dwl[r], DY, X, 2, 64, C, OC); // the third leaf of 64 rows
     b->free(X); b->free(W); b->free(Bb); b->free(DY);
   }
   check("linear forward", y[0], y[1], NTOK * OC, 1e-5);
@@ -139,6 +141,8 @@ static void test_linear(void **state) {
   check("linear dinp", dx[0], dx[1], NTOK * C, 1e-5);
   check("linear dW", dw[0], dw[1], OC * C, 1e-5);
   check("linear db", db[0], db[1], OC, 1e-5);
+  check("linear weight leaf", dwl[0], dwl[1], OC * C, 1e-5);
+  check_same_bits("linear weight leaf", dwl[1], dwl[2], OC * C);
   check_same_bits("linear forward", y[1], y[2], NTOK * OC);
   check_same_bits("linear forward heads", yh[1], yh[2], NTOK * OC);
   check_same_bits("linear dW", dw[1], dw[2], OC * C);
@@ -146,6 +150,7 @@ static void test_linear(void **state) {
   for (int r = 0; r < 3; r++) {
     const ts_backend *b = be[r ? 1 : 0];
     b->free(y[r]); b->free(yh[r]); b->free(dx[r]); b->free(dw[r]); b->free(db[r]);
+    b->free(dwl[r]);
   }
 }
 
@@ -624,8 +629,11 @@ static void test_muon(void **state) {
   }
 }
 
-// The token embedding's gradient: the GPU's ordered scatter against the
-// CPU's per-leaf scatter summed by the canonical tree (sums over rows: 1e-5).
+// The token embedding's gradient: the GPU's product and ordered scatter
+// against the CPU's per-leaf product and scatter summed by the canonical tree
+// (sums over rows: 1e-5), without the tied head's product and with it; the
+// CPU's without it is the tree of the scatter leaves, bit for bit. Then one
+// leaf's scatter (--fused-ce's leaves) onto what out holds, likewise.
 typedef struct {
   const float *dout;
   const int *tokens;
@@ -639,38 +647,110 @@ static void scatter_leaf(const void *vctx, int64_t li, float *out) {
 
 static void test_embedding_backward(void **state) {
   (void)state;
-  assert_non_null(gpu->embedding_backward);
   float *dout = malloc(NTOK * C * 4), *prior = malloc((size_t)V * C * 4);
+  float *dlogits = malloc(NTOK * V * 4), *x = malloc(NTOK * C * 4);
   int tok[NTOK];
   fill(dout, NTOK * C, 80, 1.0f);
   fill(prior, (size_t)V * C, 81, 1.0f);
+  fill(dlogits, NTOK * V, 82, 0.1f);
+  fill(x, NTOK * C, 83, 1.0f);
   for (int i = 0; i < NTOK; i++) tok[i] = (int)ts_rng_below(2, 3, 4, (uint64_t)i, 7); // repeats
   float *want = malloc((size_t)V * C * 4);
   scatter_ctx c = {dout, tok};
   assert_int_equal(ts_leaf_tree_sum(&ws, want, (size_t)V * C, NTOK / 64, scatter_leaf, &c), 0);
-  for (int acc = 0; acc < 2; acc++) {
-    float *got[2];
-    for (int r = 0; r < 2; r++) {
-      gpu_run(r + 1);
-      float *D = take(gpu, dout, NTOK * C);
-      int *T_ = gpu->alloc(sizeof tok);
+  const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+  for (int k = 0; k < 3; k++) { // no head, the tied head, one leaf's scatter
+    float *got[3];
+    for (int r = 0; r < 3; r++) {
+      gpu_run(r);
+      const ts_backend *b = be[r ? 1 : 0];
+      float *D = take(b, dout, NTOK * C), *DL = take(b, dlogits, NTOK * V);
+      float *X = take(b, x, NTOK * C);
+      int *T_ = b->alloc(sizeof tok);
+      assert_non_null(T_);
       memcpy(T_, tok, sizeof tok);
-      got[r] = take(gpu, prior, (size_t)V * C);
-      gpu->embedding_backward(got[r], D, T_, NTOK, V, C, acc);
-      gpu->free(D);
-      gpu->free(T_);
+      got[r] = take(b, prior, (size_t)V * C);
+      if (k < 2)
+        assert_int_equal(
+            b->embedding_backward(&ws, got[r], D, T_, k ? DL : NULL, X, NTOK, V, C), 0);
+      else
+        b->embedding_leaf_scatter(got[r], D, T_, 2, 64, C);
+      b->free(D); b->free(DL); b->free(X); b->free(T_);
     }
-    if (acc)
-      for (size_t i = 0; i < (size_t)V * C; i++) got[0][i] -= prior[i];
-    check(acc ? "embedding backward (+=)" : "embedding backward", want, got[0], (size_t)V * C,
-          1e-5);
-    if (!acc) check_same_bits("embedding backward", got[0], got[1], (size_t)V * C);
-    gpu->free(got[0]);
-    gpu->free(got[1]);
+    if (k == 0 && memcmp(got[0], want, (size_t)V * C * sizeof(float)) != 0)
+      fail_msg("embedding backward: the CPU's is not the canonical tree of its scatter leaves");
+    const char *names[3] = {"embedding backward", "embedding backward (tied head)",
+                            "embedding leaf scatter"};
+    check(names[k], got[0], got[1], (size_t)V * C, 1e-5);
+    check_same_bits(names[k], got[1], got[2], (size_t)V * C);
+    for (int r = 0; r < 3; r++) be[r ? 1 : 0]->free(got[r]);
   }
   free(dout);
   free(prior);
+  free(dlogits);
+  free(x);
   free(want);
+}
+
+// The leaves' sums (--fused-ce, --tiled-mlp): a leaf function made of the
+// backend's operations, whose partial is the leaf's weight product, a piece
+// whose sum is dropped (the leaf's first row of dy) and the leaf's column
+// sums; and with no pieces, the leaves' own rows of a product alone. The CPU
+// sums the canonical tree (its weight sum is linear_backward_weights', bit
+// for bit), the GPU the leaves in order (sums over rows: 1e-5).
+typedef struct {
+  const ts_backend *b;
+  const float *x, *dy, *w;
+  float *y;
+} leaves_ctx;
+
+static void sum_leaf(const void *vctx, int64_t li, float *out) {
+  const leaves_ctx *c = vctx;
+  const float *dy = c->dy + li * 64 * OC;
+  if (!out) { // the leaf's rows of y = x · Wᵀ
+    c->b->linear_forward(c->y + li * 64 * OC, c->x + li * 64 * C, c->w, NULL, 64, C, OC, 64);
+    return;
+  }
+  c->b->linear_weight_leaf(out, c->dy, c->x, li, 64, C, OC);
+  c->b->copy(out + OC * C, dy, OC * sizeof(float));
+  c->b->column_sum(out + OC * C + OC, dy, 64, OC, 0);
+}
+
+static void test_leaf_sum(void **state) {
+  (void)state;
+  float *x = malloc(NTOK * C * 4), *dy = malloc(NTOK * OC * 4), *w = malloc(OC * C * 4);
+  fill(x, NTOK * C, 84, 1.0f);
+  fill(dy, NTOK * OC, 85, 1.0f);
+  fill(w, OC * C, 86, 0.1f);
+  const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+  float *dw[3], *db[3], *y[3], *lw = malloc(OC * C * 4), *lb = malloc(OC * 4);
+  for (int r = 0; r < 3; r++) {
+    gpu_run(r);
+    const ts_backend *b = be[r ? 1 : 0];
+    float *X = take(b, x, NTOK * C), *DY = take(b, dy, NTOK * OC), *W = take(b, w, OC * C);
+    dw[r] = take(b, NULL, OC * C);
+    db[r] = take(b, NULL, OC);
+    y[r] = take(b, NULL, NTOK * OC);
+    leaves_ctx c = {b, X, DY, W, y[r]};
+    float *dst[3] = {dw[r], NULL, db[r]};
+    const size_t len[3] = {OC * C, OC, OC};
+    assert_int_equal(b->leaf_sum(&ws, dst, len, 3, NTOK / 64, sum_leaf, &c), 0);
+    assert_int_equal(b->leaf_sum(&ws, NULL, NULL, 0, NTOK / 64, sum_leaf, &c), 0);
+    if (r == 0) assert_int_equal(linear_backward_weights(&ws, lw, lb, DY, X, NTOK, C, OC), 0);
+    b->free(X); b->free(DY); b->free(W);
+  }
+  if (memcmp(lw, dw[0], OC * C * sizeof(float)) || memcmp(lb, db[0], OC * sizeof(float)))
+    fail_msg("leaf_sum: the CPU's is not linear_backward_weights' tree");
+  check("leaf_sum weights", dw[0], dw[1], OC * C, 1e-5);
+  check("leaf_sum column sums", db[0], db[1], OC, 1e-5);
+  check("leaf_sum leaves alone", y[0], y[1], NTOK * OC, 1e-5);
+  check_same_bits("leaf_sum weights", dw[1], dw[2], OC * C);
+  check_same_bits("leaf_sum column sums", db[1], db[2], OC);
+  for (int r = 0; r < 3; r++) {
+    const ts_backend *b = be[r ? 1 : 0];
+    b->free(dw[r]); b->free(db[r]); b->free(y[r]);
+  }
+  free(x); free(dy); free(w); free(lw); free(lb);
 }
 
 // The loss's sum: the GPU's leaf partials in row order under the CPU's tree:
@@ -889,6 +969,8 @@ static const struct CMUnitTest op_test[NOPS] = {
     [OP_add_rows] = cmocka_unit_test(test_add_rows),
     [OP_encoder_forward] = cmocka_unit_test(test_encoder),
     [OP_encoder_backward_wpe] = cmocka_unit_test(test_encoder),
+    [OP_embedding_backward] = cmocka_unit_test(test_embedding_backward),
+    [OP_embedding_leaf_scatter] = cmocka_unit_test(test_embedding_backward),
     [OP_layernorm_forward] = cmocka_unit_test(test_norms),
     [OP_layernorm_backward] = cmocka_unit_test(test_norms),
     [OP_rmsnorm_forward] = cmocka_unit_test(test_norms),
@@ -898,6 +980,7 @@ static const struct CMUnitTest op_test[NOPS] = {
     [OP_linear_forward_head_list] = cmocka_unit_test(test_linear_head_list),
     [OP_linear_backward_input] = cmocka_unit_test(test_linear),
     [OP_linear_backward_weights] = cmocka_unit_test(test_linear),
+    [OP_linear_weight_leaf] = cmocka_unit_test(test_linear),
     [OP_column_sum] = cmocka_unit_test(test_column_sum),
     [OP_matmul] = cmocka_unit_test(test_matmul),
     [OP_gelu_forward] = cmocka_unit_test(test_elementwise),
@@ -913,9 +996,9 @@ static const struct CMUnitTest op_test[NOPS] = {
     [OP_crossentropy_forward] = cmocka_unit_test(test_crossentropy),
     [OP_crossentropy_backward] = cmocka_unit_test(test_crossentropy),
     [OP_token_tree_sum] = cmocka_unit_test(test_token_tree_sum),
+    [OP_leaf_sum] = cmocka_unit_test(test_leaf_sum),
     [OP_adamw] = cmocka_unit_test(test_adamw),
     [OP_muon_update] = cmocka_unit_test(test_muon),
-    [OP_embedding_backward] = cmocka_unit_test(test_embedding_backward),
     [OP_sumsq_chunks] = cmocka_unit_test(test_sumsq_chunks),
     [OP_scale] = cmocka_unit_test(test_grad_norm),
 };
