@@ -33,6 +33,11 @@ typedef struct ts_backend {
   // bytes allocated with alloc so far.
   size_t (*memory_bytes)(void);
   size_t (*peak_bytes)(void);
+  // How many leaves leaf_sum computes at once, each with scratch of its
+  // caller's found by omp_get_thread_num(), which is below this: 0 for one
+  // per thread of the kernels' scratch (ts_ws.nthreads: the CPU's); a device
+  // runs them one after another with parallel kernels (1).
+  int leaf_slots;
 } ts_backend;
 
 // The CPU reference (src/cpu/backend_cpu.c): the kernels.h functions.

@@ -38,6 +38,13 @@ void ts_ws_free(ts_ws *ws);
 typedef void (*ts_leaf_fn)(const void *ctx, int64_t leaf_index, float *out);
 int ts_leaf_tree_sum(ts_ws *ws, float *sum, size_t n, int64_t nleaves, ts_leaf_fn fn,
                      const void *ctx);
+// The same as the backend's leaf_sum: fn's partial is pieces of len[0],
+// len[1], ... floats one after another, and piece k's sum goes to dst[k]
+// (NULL: dropped). nparts 0: fn(ctx, i, NULL) for every leaf, the leaves'
+// work alone. The leaves run on ws->nthreads threads at once; fn finds its
+// thread's scratch by omp_get_thread_num(). Returns 0, or -1 when out of memory.
+int ts_leaf_sum(ts_ws *ws, float *const *dst, const size_t *len, int nparts, int64_t nleaves,
+                ts_leaf_fn fn, const void *ctx);
 
 // ---- encoder -----------------------------------------------------------------------
 // out (ntok, C) = wte[tok] + wpe[pos]; tokens (B, T); wpe NULL: wte[tok] alone.
@@ -48,6 +55,11 @@ int encoder_backward_wpe(ts_ws *ws, float *dwpe, const float *dout, int B, int T
 // Adds, into leaf partial `out` (V, C), the scatter of dout rows of that leaf by token.
 void encoder_wte_leaf_scatter(float *out, const float *dout, const int *tokens,
                               int64_t leaf_index, int leaf, int C);
+// dwte (V, C) = dlogitsᵀ · x (the tied LM head's gradient; dlogits NULL: none)
+// plus dout's rows scattered by token: one canonical tree over leaves whose
+// partial is the leaf's product and then its scatter.
+int encoder_backward_wte(ts_ws *ws, float *dwte, const float *dout, const int *tokens,
+                         const float *dlogits, const float *x, int64_t ntok, int V, int C);
 
 // ---- layernorm ---------------------------------------------------------------------
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -79,6 +91,17 @@ int linear_backward_weights(ts_ws *ws, float *dW, float *db, const float *dout,
 // One leaf's weight-gradient partial: out (OC, C) = dout_leafᵀ · inp_leaf.
 void linear_weight_leaf(float *out, const float *dout, const float *inp, int64_t leaf_index,
                         int leaf, int C, int OC);
+
+// out (cols) (+)= x (rows, cols)'s rows summed in row order, column by column
+// (accumulate 0: from the first row; 1: onto out): the bias gradients' sums.
+void column_sum(float *out, const float *x, int64_t rows, int cols, int accumulate);
+
+// ---- general products (matmul.c) ----------------------------------------------------------
+// out (M, N; ldc) = op(A) · op(B) + beta·out, in blocks of 64 rows of out on the
+// OpenMP threads (BLAS itself single-threaded, R1). op(A) is (M, K): A is
+// (M, K) with lda, or (K, M) when transA; op(B) is (K, N) likewise.
+void matmul(int transA, int transB, int M, int N, int K, const float *A, int lda, const float *B,
+            int ldb, float beta, float *out, int ldc);
 
 // ---- GeLU (tanh form) -----------------------------------------------------------------
 void gelu_forward(float *out, const float *inp, int64_t n);
@@ -140,6 +163,12 @@ void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const 
 int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
                        const float *dout, const float *q, const float *k, const float *v,
                        const float *out, const float *lse, const ts_attn_shape *s);
+// Ring attention's merge of two results over disjoint keys (attention_merge.c):
+// out (rows × H heads of dh, row stride ldo), lse (H × rows) ← the merge of
+// themselves with (out_b, lse_b) by their log-sum-exp, row by row and head by
+// head: out ← out − σ(lse_b − lse)·(out − out_b), lse ← log(e^lse + e^lse_b).
+void ring_merge(float *out, float *lse, const float *out_b, const float *lse_b, int rows, int H,
+                int dh, int ldo);
 
 // ---- RMSNorm (LLaMA) ------------------------------------------------------------------
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int64_t ntok,

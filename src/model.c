@@ -1,7 +1,6 @@
 // The transformer family (GPT variant): parameters, forward, backward.
 // Parameters and gradients are each one allocation with named views in the
 // canonical order of docs/MODEL.md; activations likewise.
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -124,27 +123,20 @@ static int param_table(ts_model *m, pspec *out) {
 }
 
 // ---- creation ----------------------------------------------------------------------
-// Whether the backend sums gradients over rows with its own kernels (a GPU: it
-// has its own embedding scatter) instead of the CPU's canonical leaf trees;
-// then the leaf-at-a-time options run on it with its kernels too
-// (device_head_backward for --fused-ce, device_mlp_backward for --tiled-mlp).
-static int device_sums(const ts_model *m) { return m->be->embedding_backward != NULL; }
-
-// --fused-ce's scratch: on the CPU a leaf of logits per thread (of nthreads);
-// on a device one leaf of logits and one (V, C) partial of the head's weight
-// gradient.
-static size_t fused_ce_floats(const ts_model *m, int nthreads) {
-  const size_t leaf = (size_t)m->cfg.leaf, V = (size_t)m->V;
-  return device_sums(m) ? leaf * V + V * (size_t)m->C : (size_t)nthreads * leaf * V;
+// Leaves the backend's leaf_sum computes at once (of nthreads on the CPU),
+// each in its own slot of the leaf-at-a-time options' scratch (backend.h).
+static size_t leaf_slots(const ts_model *m, int nthreads) {
+  return (size_t)(m->be->leaf_slots ? m->be->leaf_slots : nthreads);
 }
 
-// --tiled-mlp's scratch: a leaf's four (leaf, d_ff) buffers per thread (of
-// nthreads) on the CPU; on a device one set, and one leaf's weight-gradient
-// partials [dW2 | db2 | dW1 | db1 | dW3].
+// --fused-ce's scratch: a leaf of logits per slot.
+static size_t fused_ce_floats(const ts_model *m, int nthreads) {
+  return leaf_slots(m, nthreads) * m->cfg.leaf * m->V;
+}
+
+// --tiled-mlp's scratch: a leaf's four (leaf, d_ff) buffers per slot.
 static size_t tiled_mlp_floats(const ts_model *m, int nthreads) {
-  const size_t leafF = (size_t)m->cfg.leaf * m->F, C = (size_t)m->C, F = (size_t)m->F;
-  if (!device_sums(m)) return (size_t)nthreads * 4 * leafF;
-  return 4 * leafF + 2 * C * F + C + F + (m->llama ? F * C : 0);
+  return leaf_slots(m, nthreads) * 4 * m->cfg.leaf * m->F;
 }
 
 // Processes that share this machine's memory (ts_model_set_memory_share).
@@ -458,74 +450,33 @@ uint64_t ts_model_attn_base(const ts_model *m, int l) {
 }
 
 // ---- the LM head and the loss, one leaf at a time (--fused-ce) --------------------------
-// The same per-leaf calls as the unfused code (an sgemm of `leaf` rows for the
-// logits, the row-wise cross-entropy, an sgemm per leaf for dx and for the
-// weight partial), so the same bits; only one leaf of logits per thread exists.
+// The same per-leaf calls as the unfused code (a product of `leaf` rows for
+// the logits, the row-wise cross-entropy, a product per leaf for dx and for
+// the weight partial), so the same bits; only one leaf of logits per slot of
+// the scratch exists. The backend runs the leaves (leaf_sum): the CPU on its
+// threads, the head's weight partials summed by its canonical tree; a device
+// one leaf after another, summed in leaf order (its tolerance tier).
 
-// Logits of leaf li into this thread's scratch.
+// Logits of leaf li into this slot's scratch.
 static float *leaf_logits(const ts_model *m, int64_t li) {
   const int C = m->C, V = m->V, leaf = m->cfg.leaf;
   float *lg = m->ce_scratch + (size_t)omp_get_thread_num() * leaf * V;
   const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, leaf, V, C, 1.0f, m->lnf + li * leaf * C, C,
-              head, C, 0.0f, lg, V);
+  m->be->linear_forward(lg, m->lnf + li * leaf * C, head, NULL, leaf, C, V, leaf);
   return lg;
 }
 
-// ---- the same on a device ----------------------------------------------------------------
-// A backend other than the CPU runs the head with its own kernels, a leaf of
-// rows at a time, its leaf of logits in device scratch (m->ce_scratch). The
-// head's weight gradient is the sum of the leaves' products in leaf order:
-// other bits than the unfused product's, within the GPU's tolerance tier.
-
-// The logits of leaf li into the scratch.
-static float *device_leaf_logits(ts_model *m, int64_t li) {
-  const int C = m->C, leaf = m->cfg.leaf;
-  const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
-  m->be->linear_forward(m->ce_scratch, m->lnf + li * leaf * C, head, NULL, leaf, C, m->V, leaf);
-  return m->ce_scratch;
-}
-
-// dlogits of leaf li into the scratch: the logits, then the loss's gradient in place.
-static float *device_leaf_dlogits(ts_model *m, int64_t li) {
+// The losses of leaf li (a leaf_sum with nothing to sum).
+static void loss_leaf(const void *vctx, int64_t li, float *out) {
+  const ts_model *m = vctx;
   const int leaf = m->cfg.leaf;
-  float *dl = device_leaf_logits(m, li);
-  m->be->crossentropy_backward(dl, dl, m->targets + li * leaf, 1.0f / (float)m->ntok_global,
-                               leaf, m->V);
-  return dl;
-}
-
-// The head's backward on a device: with dx, the rows of dx = dlogits · head
-// into m->dtmp; with dW, the head's weight gradient (V, C) into it.
-static int device_head_backward(ts_model *m, int with_dx, float *dW) {
-  const int C = m->C, V = m->V, leaf = m->cfg.leaf;
-  const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
-  float *part = m->ce_scratch + (size_t)leaf * V;
-  int rc = 0;
-  for (int64_t li = 0; li < m->ntok / leaf; li++) {
-    const float *dl = device_leaf_dlogits(m, li);
-    if (with_dx) m->be->linear_backward_input(m->dtmp + li * leaf * C, dl, head, leaf, C, V, leaf, 0);
-    if (!dW) continue;
-    rc |= m->be->linear_backward_weights(&m->ws, li ? part : dW, NULL, dl,
-                                         m->lnf + li * leaf * C, leaf, C, V);
-    if (li) m->be->add(dW, dW, part, (int64_t)V * C);
-  }
-  return rc;
+  (void)out;
+  m->be->crossentropy_forward(m->losses + li * leaf, leaf_logits(m, li), m->targets + li * leaf,
+                              leaf, m->V);
 }
 
 static void fused_ce_forward(ts_model *m) {
-  const int leaf = m->cfg.leaf;
-  const int64_t nleaves = m->ntok / leaf;
-  if (device_sums(m)) {
-    for (int64_t li = 0; li < nleaves; li++)
-      m->be->crossentropy_forward(m->losses + li * leaf, device_leaf_logits(m, li),
-                                  m->targets + li * leaf, leaf, m->V);
-    return;
-  }
-#pragma omp parallel for schedule(static) num_threads(m->ws.nthreads)
-  for (int64_t li = 0; li < nleaves; li++)
-    crossentropy_forward(m->losses + li * leaf, leaf_logits(m, li), m->targets + li * leaf, leaf,
-                         m->V);
+  m->be->leaf_sum(&m->ws, NULL, NULL, 0, m->ntok / m->cfg.leaf, loss_leaf, m);
 }
 
 // The head's weight-gradient partial of leaf li into out (V, C); with
@@ -533,14 +484,13 @@ static void fused_ce_forward(ts_model *m) {
 static void head_leaf_partial(const ts_model *m, int64_t li, float *out, int with_dx) {
   const int C = m->C, V = m->V, leaf = m->cfg.leaf;
   float *dl = leaf_logits(m, li);
-  crossentropy_backward(dl, dl, m->targets + li * leaf, 1.0f / (float)m->ntok_global, leaf, V);
-  if (out) // (V, C) = dlogitsᵀ (leaf, V) · lnf (leaf, C), as linear_weight_leaf
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, leaf, 1.0f, dl, V,
-                m->lnf + li * leaf * C, C, 0.0f, out, C);
-  if (with_dx) { // dx (leaf, C) = dlogits · head (V, C), as linear_backward_input
+  m->be->crossentropy_backward(dl, dl, m->targets + li * leaf, 1.0f / (float)m->ntok_global, leaf,
+                               V);
+  // (V, C) = dlogitsᵀ (leaf, V) · lnf (leaf, C)
+  if (out) m->be->linear_weight_leaf(out, dl, m->lnf + li * leaf * C, 0, leaf, C, V);
+  if (with_dx) { // dx (leaf, C) = dlogits · head (V, C)
     const float *head = m->cfg.tied ? m->p.wte : m->p.lm_head;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, leaf, C, V, 1.0f, dl, V, head, C, 0.0f,
-                m->dtmp + li * leaf * C, C);
+    m->be->linear_backward_input(m->dtmp + li * leaf * C, dl, head, leaf, C, V, leaf, 0);
   }
 }
 
@@ -548,16 +498,13 @@ static void head_leaf(const void *vctx, int64_t li, float *out) {
   head_leaf_partial((const ts_model *)vctx, li, out, 1);
 }
 
-// dx of the head into m->dtmp; the untied head's gradient by its tree now,
-// the tied one's later with the embedding's (wte_leaf).
+// dx of the head into m->dtmp; the untied head's gradient by the leaves' sum
+// now, the tied one's later with the embedding's (wte_leaf).
 static int fused_ce_backward(ts_model *m) {
   const int64_t nleaves = m->ntok / m->cfg.leaf;
-  if (device_sums(m)) return device_head_backward(m, 1, m->cfg.tied ? NULL : m->g.lm_head);
-  if (!m->cfg.tied)
-    return ts_leaf_tree_sum(&m->ws, m->g.lm_head, (size_t)m->V * m->C, nleaves, head_leaf, m);
-#pragma omp parallel for schedule(static) num_threads(m->ws.nthreads)
-  for (int64_t li = 0; li < nleaves; li++) head_leaf_partial(m, li, NULL, 1);
-  return 0;
+  float *dst[1] = {m->cfg.tied ? NULL : m->g.lm_head};
+  const size_t len[1] = {(size_t)m->V * m->C};
+  return m->be->leaf_sum(&m->ws, dst, len, m->cfg.tied ? 0 : 1, nleaves, head_leaf, m);
 }
 
 // ---- the variant's pieces -----------------------------------------------------------
@@ -615,15 +562,17 @@ static int mlp_backward(ts_model *m, const layer_params *w, layer_params *g, lay
 }
 
 // ---- the MLP one leaf at a time (--tiled-mlp) --------------------------------------------
-// Per leaf of rows, the calls of the untiled MLP on that leaf (sgemm shapes of
+// Per leaf of rows, the calls of the untiled MLP on that leaf (products of
 // `leaf` rows, element-wise activations, bias rows added after), so the same
-// bits; a leaf's hidden activations live in this thread's scratch only and the
-// backward recomputes them. The weight-gradient partials of a leaf go into one
-// vector [dW2 | db2 | dW1 | db1 | dW3] summed by one tree: element by element
-// the same trees as the untiled code's.
+// bits; a leaf's hidden activations live in its slot of the scratch only and
+// the backward recomputes them. The weight-gradient partials of a leaf are one
+// vector [dW2 | db2 | dW1 | db1 | dW3] summed by the backend's leaf_sum: on
+// the CPU element by element the same trees as the untiled code's; on a
+// device the leaves in order (its tolerance tier).
 typedef struct {
   ts_model *m;
   const layer_params *w;
+  float *y; // the forward's output
 } mlp_leaf_ctx;
 
 static float *mlp_scratch(const ts_model *m) {
@@ -637,30 +586,6 @@ static float *mlp_leaf_hidden(const ts_model *m, const layer_params *w, int64_t 
   const int C = m->C, F = m->F, leaf = m->cfg.leaf;
   float *g = mlp_scratch(m), *u = g + (size_t)leaf * F, *h = u + (size_t)leaf * F;
   const float *x = m->ln_out + li * leaf * C;
-  linear_forward(g, x, w->w1, w->b1, leaf, C, F, leaf);
-  if (m->llama) {
-    linear_forward(u, x, w->w3, NULL, leaf, C, F, leaf);
-    swiglu_forward(h, g, u, (int64_t)leaf * F);
-  } else {
-    gelu_forward(h, g, (int64_t)leaf * F);
-  }
-  *g_out = g;
-  *u_out = u;
-  return h;
-}
-
-// ---- the same on a device ----------------------------------------------------------------
-// The leaves one after another with the backend's kernels (device_sums):
-// one leaf's buffers in device scratch, and the weight gradients the sums of
-// the leaves' products in leaf order (the GPU's tolerance tier).
-
-// The leaf's hidden activation (leaf, F) from m->ln_out, with the backend's
-// kernels into the scratch; g, u as mlp_leaf_hidden's.
-static float *device_mlp_hidden(const ts_model *m, const layer_params *w, int64_t li, float **g_out,
-                                float **u_out) {
-  const int C = m->C, F = m->F, leaf = m->cfg.leaf;
-  float *g = m->mlp_scratch, *u = g + (size_t)leaf * F, *h = u + (size_t)leaf * F;
-  const float *x = m->ln_out + li * leaf * C;
   m->be->linear_forward(g, x, w->w1, w->b1, leaf, C, F, leaf);
   if (m->llama) {
     m->be->linear_forward(u, x, w->w3, NULL, leaf, C, F, leaf);
@@ -673,74 +598,19 @@ static float *device_mlp_hidden(const ts_model *m, const layer_params *w, int64_
   return h;
 }
 
-static void device_mlp_forward(ts_model *m, const layer_params *w, float *y) {
+// The leaf's rows of the output (a leaf_sum with nothing to sum).
+static void mlp_forward_leaf(const void *vctx, int64_t li, float *out) {
+  const mlp_leaf_ctx *c = vctx;
+  const ts_model *m = c->m;
   const int C = m->C, F = m->F, leaf = m->cfg.leaf;
-  for (int64_t li = 0; li < m->ntok / leaf; li++) {
-    float *g, *u, *h = device_mlp_hidden(m, w, li, &g, &u);
-    m->be->linear_forward(y + li * leaf * C, h, w->w2, w->b2, leaf, F, C, leaf);
-  }
-}
-
-// dst (+)= the partial: the first leaf's products go straight into the gradient.
-static void add_partial(const ts_model *m, int64_t li, float *dst, const float *part, size_t n) {
-  if (dst && li) m->be->add(dst, dst, part, (int64_t)n);
-}
-
-static int device_mlp_backward(ts_model *m, const layer_params *w, layer_params *gr) {
-  const int C = m->C, F = m->F, leaf = m->cfg.leaf;
-  const size_t CF = (size_t)C * F;
-  float *p = m->mlp_scratch + 4 * (size_t)leaf * F; // partials of leaves after the first
-  float *pw2 = p, *pb2 = pw2 + CF, *pw1 = pb2 + C, *pb1 = pw1 + CF, *pw3 = pb1 + F;
-  ts_ws *ws = &m->ws;
-  int rc = 0;
-  for (int64_t li = 0; li < m->ntok / leaf; li++) {
-    float *g, *u, *h = device_mlp_hidden(m, w, li, &g, &u);
-    float *dh = h + (size_t)leaf * F;
-    const float *dy = m->dtmp + li * leaf * C, *x = m->ln_out + li * leaf * C;
-    rc |= m->be->linear_backward_weights(ws, li ? pw2 : gr->w2, gr->b2 ? (li ? pb2 : gr->b2) : NULL,
-                                         dy, h, leaf, F, C);
-    m->be->linear_backward_input(dh, dy, w->w2, leaf, F, C, leaf, 0);
-    if (m->llama) {
-      m->be->swiglu_backward(dh, h, g, u, dh, (int64_t)leaf * F); // d(gate), d(up) into h
-      rc |= m->be->linear_backward_weights(ws, li ? pw1 : gr->w1, NULL, dh, x, leaf, C, F);
-      rc |= m->be->linear_backward_weights(ws, li ? pw3 : gr->w3, NULL, h, x, leaf, C, F);
-    } else {
-      m->be->gelu_backward(dh, g, dh, (int64_t)leaf * F);
-      rc |= m->be->linear_backward_weights(ws, li ? pw1 : gr->w1,
-                                           gr->b1 ? (li ? pb1 : gr->b1) : NULL, dh, x, leaf, C, F);
-    }
-    add_partial(m, li, gr->w2, pw2, CF);
-    add_partial(m, li, gr->b2, pb2, (size_t)C);
-    add_partial(m, li, gr->w1, pw1, CF);
-    add_partial(m, li, gr->b1, pb1, (size_t)F);
-    if (m->llama) add_partial(m, li, gr->w3, pw3, CF);
-    // dx over the leaf's own rows of m->dtmp: its dy was read above
-    float *dx = m->dtmp + li * leaf * C;
-    m->be->linear_backward_input(dx, dh, w->w1, leaf, C, F, leaf, 0);
-    if (m->llama) m->be->linear_backward_input(dx, h, w->w3, leaf, C, F, leaf, 1);
-  }
-  return rc;
+  (void)out;
+  float *g, *u, *h = mlp_leaf_hidden(m, c->w, li, &g, &u);
+  m->be->linear_forward(c->y + li * leaf * C, h, c->w->w2, c->w->b2, leaf, F, C, leaf);
 }
 
 static void mlp_forward_tiled(ts_model *m, const layer_params *w, float *y) {
-  const int C = m->C, F = m->F, leaf = m->cfg.leaf;
-  const int64_t nleaves = m->ntok / leaf;
-  if (device_sums(m)) {
-    device_mlp_forward(m, w, y);
-    return;
-  }
-#pragma omp parallel for schedule(static) num_threads(m->ws.nthreads)
-  for (int64_t li = 0; li < nleaves; li++) {
-    float *g, *u, *h = mlp_leaf_hidden(m, w, li, &g, &u);
-    linear_forward(y + li * leaf * C, h, w->w2, w->b2, leaf, F, C, leaf);
-  }
-}
-
-// Rows r of a leaf summed in order (the bias partial of weight_leaf).
-static void leaf_bias(float *db, const float *dy, int leaf, int n) {
-  for (int o = 0; o < n; o++) db[o] = dy[o];
-  for (int r = 1; r < leaf; r++)
-    for (int o = 0; o < n; o++) db[o] += dy[(size_t)r * n + o];
+  mlp_leaf_ctx c = {m, w, y};
+  m->be->leaf_sum(&m->ws, NULL, NULL, 0, m->ntok / m->cfg.leaf, mlp_forward_leaf, &c);
 }
 
 static void mlp_leaf(const void *vctx, int64_t li, float *out) {
@@ -753,39 +623,32 @@ static void mlp_leaf(const void *vctx, int64_t li, float *out) {
   const float *dy = m->dtmp + li * leaf * C, *x = m->ln_out + li * leaf * C;
   float *dW2 = out, *db2 = dW2 + (size_t)C * F, *dW1 = db2 + C, *db1 = dW1 + (size_t)F * C;
   float *dW3 = db1 + F;
-  linear_weight_leaf(dW2, dy, h, 0, leaf, F, C);
-  leaf_bias(db2, dy, leaf, C);
-  linear_backward_input(dh, dy, w->w2, leaf, F, C, leaf, 0);
+  m->be->linear_weight_leaf(dW2, dy, h, 0, leaf, F, C);
+  m->be->column_sum(db2, dy, leaf, C, 0);
+  m->be->linear_backward_input(dh, dy, w->w2, leaf, F, C, leaf, 0);
   if (m->llama) {
-    swiglu_backward(dh, h, g, u, dh, (int64_t)leaf * F); // d(gate) into dh, d(up) into h
-    linear_weight_leaf(dW1, dh, x, 0, leaf, C, F);
-    linear_weight_leaf(dW3, h, x, 0, leaf, C, F);
+    m->be->swiglu_backward(dh, h, g, u, dh, (int64_t)leaf * F); // d(gate) into dh, d(up) into h
+    m->be->linear_weight_leaf(dW1, dh, x, 0, leaf, C, F);
+    m->be->linear_weight_leaf(dW3, h, x, 0, leaf, C, F);
   } else {
-    gelu_backward(dh, g, dh, (int64_t)leaf * F);
-    linear_weight_leaf(dW1, dh, x, 0, leaf, C, F);
+    m->be->gelu_backward(dh, g, dh, (int64_t)leaf * F);
+    m->be->linear_weight_leaf(dW1, dh, x, 0, leaf, C, F);
   }
-  leaf_bias(db1, dh, leaf, F);
+  m->be->column_sum(db1, dh, leaf, F, 0);
   // dx over the leaf's own rows of m->dtmp: its dy was read above
   float *dx = m->dtmp + li * leaf * C;
-  linear_backward_input(dx, dh, w->w1, leaf, C, F, leaf, 0);
-  if (m->llama) linear_backward_input(dx, h, w->w3, leaf, C, F, leaf, 1);
+  m->be->linear_backward_input(dx, dh, w->w1, leaf, C, F, leaf, 0);
+  if (m->llama) m->be->linear_backward_input(dx, h, w->w3, leaf, C, F, leaf, 1);
 }
 
 // Backward of the MLP from dy (m->dtmp) to d(norm output) in m->dtmp, with
 // m->ln_out the recomputed norm output.
 static int mlp_backward_tiled(ts_model *m, const layer_params *w, layer_params *g) {
-  if (device_sums(m)) return device_mlp_backward(m, w, g);
   const size_t C = (size_t)m->C, F = (size_t)m->F;
-  const size_t n = 2 * C * F + C + F + (m->llama ? F * C : 0);
-  mlp_leaf_ctx c = {m, w};
-  float *sum = m->ws.sumbuf;
-  if (ts_leaf_tree_sum(&m->ws, sum, n, m->ntok / m->cfg.leaf, mlp_leaf, &c) != 0) return -1;
-  memcpy(g->w2, sum, C * F * sizeof(float));
-  if (g->b2) memcpy(g->b2, sum + C * F, C * sizeof(float));
-  memcpy(g->w1, sum + C * F + C, F * C * sizeof(float));
-  if (g->b1) memcpy(g->b1, sum + 2 * C * F + C, F * sizeof(float));
-  if (m->llama) memcpy(g->w3, sum + 2 * C * F + C + F, F * C * sizeof(float));
-  return 0;
+  float *dst[5] = {g->w2, g->b2, g->w1, g->b1, g->w3}; // the biases and w3 may be NULL
+  const size_t len[5] = {C * F, C, F * C, F, m->llama ? F * C : 0};
+  mlp_leaf_ctx c = {m, w, NULL};
+  return m->be->leaf_sum(&m->ws, dst, len, 5, m->ntok / m->cfg.leaf, mlp_leaf, &c);
 }
 
 // ---- memory per phase (mem.h) -----------------------------------------------------------
@@ -895,48 +758,34 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
   phase_end(loss_phase_bytes(m));
   // The shard's sum is an aligned subtree of the global loss tree; the
   // trainer combines the shards' sums in tree order (docs/EXACTNESS.md R3).
-  m->loss_sum = token_tree_sum(m->losses, N, m->cfg.leaf);
+  m->loss_sum = m->be->token_tree_sum(m->losses, N, m->cfg.leaf);
   m->loss = m->loss_sum / (float)m->ntok_global;
   return m->loss;
 }
 
 // ---- backward ----------------------------------------------------------------------
-typedef struct {
-  const ts_model *m;
-  int with_head;
-} wte_leaf_ctx;
-
-// Leaf partial of dwte: LM-head weight gradient (tied) plus the embedding scatter.
+// Leaf partial of dwte under --fused-ce: the tied head's weight gradient, from
+// the leaf's logits made again, plus the embedding scatter of the leaf.
 static void wte_leaf(const void *vctx, int64_t li, float *out) {
-  const wte_leaf_ctx *c = vctx;
-  const ts_model *m = c->m;
-  if (c->with_head && m->cfg.fused_ce)
-    head_leaf_partial(m, li, out, 0);
-  else if (c->with_head)
-    linear_weight_leaf(out, m->dlogits, m->lnf, li, m->cfg.leaf, m->C, m->V);
-  else
-    memset(out, 0, (size_t)m->V * m->C * sizeof(float));
-  encoder_wte_leaf_scatter(out, m->dres, m->inputs, li, m->cfg.leaf, m->C);
+  const ts_model *m = vctx;
+  head_leaf_partial(m, li, out, 0);
+  m->be->embedding_leaf_scatter(out, m->dres, m->inputs, li, m->cfg.leaf, m->C);
 }
 
 // The token embedding's gradient into out (V, C): the tied head's weight
 // gradient (with_head) plus the scatter of dres by input token. The CPU sums
-// both per leaf in the canonical tree; a backend with its own scatter (the
-// GPU) takes one product and one ordered scatter instead.
+// both per leaf in one canonical tree; a device takes its own order (the
+// backend's embedding_backward, or leaf_sum's leaves when --fused-ce makes
+// the logits leaf by leaf).
 static int wte_grad(ts_model *m, int with_head, float *out) {
-  const int C = m->C, V = m->V;
   const int64_t N = m->ntok;
-  if (device_sums(m)) {
-    int rc = 0;
-    if (with_head && m->cfg.fused_ce)
-      rc = device_head_backward(m, 0, out);
-    else if (with_head)
-      rc = m->be->linear_backward_weights(&m->ws, out, NULL, m->dlogits, m->lnf, N, C, V);
-    m->be->embedding_backward(out, m->dres, m->inputs, N, V, C, with_head);
-    return rc;
+  if (with_head && m->cfg.fused_ce) {
+    float *dst[1] = {out};
+    const size_t len[1] = {(size_t)m->V * m->C};
+    return m->be->leaf_sum(&m->ws, dst, len, 1, N / m->cfg.leaf, wte_leaf, m);
   }
-  wte_leaf_ctx wc = {m, with_head};
-  return ts_leaf_tree_sum(&m->ws, out, (size_t)V * C, N / m->cfg.leaf, wte_leaf, &wc);
+  return m->be->embedding_backward(&m->ws, out, m->dres, m->inputs, with_head ? m->dlogits : NULL,
+                                   m->lnf, N, m->V, m->C);
 }
 
 int ts_model_backward(ts_model *m, uint64_t step) {

@@ -88,8 +88,8 @@ struct ts_model {
   ts_ws ws;
   float loss, loss_sum; // loss_sum: canonical-tree sum of the local token losses
   struct compress *cmp; // stage-boundary compression (compress.h); NULL without
-  float *ce_scratch;    // --fused-ce: one leaf of logits per thread
-  float *mlp_scratch;   // --tiled-mlp: four leaves of d_ff floats per thread
+  float *ce_scratch;    // --fused-ce: one leaf of logits per slot of leaf_sum (backend.h)
+  float *mlp_scratch;   // --tiled-mlp: four leaves of d_ff floats per slot
 };
 
 // The activations layer l keeps for its backward: its own, or with per-layer

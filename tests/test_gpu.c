@@ -117,7 +117,7 @@ static void test_linear(void **state) {
   fill(bias, OC, 3, 0.1f);
   fill(dy, NTOK * OC, 4, 1.0f);
   const ts_backend *be[2] = {&ts_backend_cpu, gpu};
-  float *y[3], *yh[3], *dx[3], *dw[3], *db[3];
+  float *y[3], *yh[3], *dx[3], *dw[3], *db[3], *dwl[3];
   for (int r = 0; r < 3; r++) { // CPU, GPU, GPU again
     gpu_run(r);
     const ts_backend *b = be[r ? 1 : 0];
@@ -128,10 +128,12 @@ static void test_linear(void **state) {
     dx[r] = take(b, NULL, NTOK * C);
     dw[r] = take(b, NULL, OC * C);
     db[r] = take(b, NULL, OC);
+    dwl[r] = take(b, NULL, OC * C);
     b->linear_forward(y[r], X, W, Bb, NTOK, C, OC, 64);
     b->linear_forward_heads(yh[r], X, W, Bb, NTOK, C, OC, DH, 64); // OC / DH = 5 heads
     b->linear_backward_input(dx[r], DY, W, NTOK, C, OC, 64, 0);
     assert_int_equal(b->linear_backward_weights(&ws, dw[r], db[r], DY, X, NTOK, C, OC), 0);
+    b->linear_weight_leaf(dwl[r], DY, X, 2, 64, C, OC); // the third leaf of 64 rows
     b->free(X); b->free(W); b->free(Bb); b->free(DY);
   }
   check("linear forward", y[0], y[1], NTOK * OC, 1e-5);
@@ -139,6 +141,8 @@ static void test_linear(void **state) {
   check("linear dinp", dx[0], dx[1], NTOK * C, 1e-5);
   check("linear dW", dw[0], dw[1], OC * C, 1e-5);
   check("linear db", db[0], db[1], OC, 1e-5);
+  check("linear weight leaf", dwl[0], dwl[1], OC * C, 1e-5);
+  check_same_bits("linear weight leaf", dwl[1], dwl[2], OC * C);
   check_same_bits("linear forward", y[1], y[2], NTOK * OC);
   check_same_bits("linear forward heads", yh[1], yh[2], NTOK * OC);
   check_same_bits("linear dW", dw[1], dw[2], OC * C);
@@ -146,6 +150,7 @@ static void test_linear(void **state) {
   for (int r = 0; r < 3; r++) {
     const ts_backend *b = be[r ? 1 : 0];
     b->free(y[r]); b->free(yh[r]); b->free(dx[r]); b->free(dw[r]); b->free(db[r]);
+    b->free(dwl[r]);
   }
 }
 
@@ -170,6 +175,65 @@ static void test_linear_head_list(void **state) {
   check("linear head list", y[0], y[1], NTOK * ld, 1e-5);
   be[0]->free(y[0]);
   be[1]->free(y[1]);
+}
+
+// The general product in its four transpositions, with rows that are not a
+// whole number of the CPU's blocks of 64, slices of wider matrices (leading
+// dimensions past the columns used) and beta 1 onto what out holds (sums over
+// K = 96 features: 1e-5).
+static void test_matmul(void **state) {
+  (void)state;
+  enum { M = 100, N = 72, K = 96, LD = 112 };
+  float a[LD * LD], b_[LD * LD], o0[M * LD];
+  fill(a, LD * LD, 120, 1.0f);
+  fill(b_, LD * LD, 121, 0.1f);
+  fill(o0, M * LD, 122, 1.0f);
+  const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+  for (int t = 0; t < 8; t++) {
+    const int ta = t & 1, tb = (t >> 1) & 1;
+    const float beta = t & 4 ? 1.0f : 0.0f;
+    float *out[3];
+    for (int r = 0; r < 3; r++) {
+      gpu_run(r);
+      const ts_backend *b = be[r ? 1 : 0];
+      float *A = take(b, a, LD * LD), *Bm = take(b, b_, LD * LD);
+      out[r] = take(b, o0, M * LD);
+      b->matmul(ta, tb, M, N, K, A + 3, LD, Bm + 5, LD, beta, out[r] + 2, LD);
+      b->free(A);
+      b->free(Bm);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "matmul %c%c beta %g", ta ? 'T' : 'N', tb ? 'T' : 'N',
+             (double)beta);
+    check(what, out[0], out[1], M * LD, 1e-5);
+    check_same_bits(what, out[1], out[2], M * LD);
+    for (int r = 0; r < 3; r++) be[r ? 1 : 0]->free(out[r]);
+  }
+}
+
+// Column sums over more rows than one of the GPU's chunks (256), onto zeros
+// and onto what out holds (sums over rows: 1e-5).
+static void test_column_sum(void **state) {
+  (void)state;
+  enum { R = 300, W = 70 };
+  float x[R * W], o0[W];
+  fill(x, R * W, 123, 1.0f);
+  fill(o0, W, 124, 1.0f);
+  const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+  for (int acc = 0; acc < 2; acc++) {
+    float *out[3];
+    for (int r = 0; r < 3; r++) {
+      gpu_run(r);
+      const ts_backend *b = be[r ? 1 : 0];
+      float *X = take(b, x, R * W);
+      out[r] = take(b, o0, W);
+      b->column_sum(out[r], X, R, W, acc);
+      b->free(X);
+    }
+    check(acc ? "column_sum (+=)" : "column_sum", out[0], out[1], W, 1e-5);
+    check_same_bits("column_sum", out[1], out[2], W);
+    for (int r = 0; r < 3; r++) be[r ? 1 : 0]->free(out[r]);
+  }
 }
 
 static void test_norms(void **state) {
@@ -275,6 +339,65 @@ static void test_add_copy(void **state) {
   if (memcmp(o[1][2], o[1][0], N * sizeof(float)) != 0) fail_msg("copy: not the bytes copied");
   for (int r = 0; r < 2; r++)
     for (int k = 0; k < 3; k++) be[r]->free(o[r][k]);
+}
+
+// The strided add the strategies accumulate partials with: rows of a wider
+// buffer, a bias row added to every row (ldb 0), and dst aliasing a as they
+// call it (element-wise: 1e-6).
+static void test_add_rows(void **state) {
+  (void)state;
+  enum { R = 70, W = 48, LD = 64 };
+  float a[R * LD], b_[R * LD];
+  fill(a, R * LD, 24, 1.0f);
+  fill(b_, R * LD, 25, 1.0f);
+  const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+  float *o[2][2];
+  for (int r = 0; r < 2; r++) {
+    gpu_run(r);
+    const ts_backend *b = be[r];
+    float *Bb = take(b, b_, R * LD);
+    o[r][0] = take(b, a, R * LD);
+    o[r][1] = take(b, NULL, R * W);
+    b->add_rows(o[r][0] + 8, LD, o[r][0] + 8, LD, Bb + 4, LD, R, W);
+    b->add_rows(o[r][1], W, o[r][0], LD, Bb, 0, R, W);
+    b->free(Bb);
+  }
+  check("add_rows (strided, dst = a)", o[0][0], o[1][0], R * LD, 1e-6);
+  check("add_rows (one row of b)", o[0][1], o[1][1], R * W, 1e-6);
+  for (int r = 0; r < 2; r++)
+    for (int k = 0; k < 2; k++) be[r]->free(o[r][k]);
+}
+
+// Ring attention's merge of a second block's output and log-sum-exp, rows
+// ldo apart with padding, the second block ahead in some rows and behind in
+// others (a few roundings of expf, log1pf and the blend: element-wise 1e-6).
+static void test_ring_merge(void **state) {
+  (void)state;
+  enum { R = 100, LDO = H * DH + 8 };
+  float out[R * LDO], ob[R * LDO], lse[H * R], lb[H * R];
+  fill(out, R * LDO, 26, 1.0f);
+  fill(ob, R * LDO, 27, 1.0f);
+  fill(lse, H * R, 28, 2.0f);
+  fill(lb, H * R, 29, 2.0f);
+  const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+  float *o[3], *l[3];
+  for (int r = 0; r < 3; r++) {
+    gpu_run(r);
+    const ts_backend *b = be[r ? 1 : 0];
+    float *OB = take(b, ob, R * LDO), *LB = take(b, lb, H * R);
+    o[r] = take(b, out, R * LDO);
+    l[r] = take(b, lse, H * R);
+    b->ring_merge(o[r], l[r], OB, LB, R, H, DH, LDO);
+    b->free(OB); b->free(LB);
+  }
+  check("ring_merge out", o[0], o[1], R * LDO, 1e-6);
+  check("ring_merge lse", l[0], l[1], H * R, 1e-6);
+  check_same_bits("ring_merge out", o[1], o[2], R * LDO);
+  check_same_bits("ring_merge lse", l[1], l[2], H * R);
+  for (int r = 0; r < 3; r++) {
+    const ts_backend *b = be[r ? 1 : 0];
+    b->free(o[r]); b->free(l[r]);
+  }
 }
 
 // The embeddings: a row gather and one add per element (1e-6), with the
@@ -506,8 +629,11 @@ static void test_muon(void **state) {
   }
 }
 
-// The token embedding's gradient: the GPU's ordered scatter against the
-// CPU's per-leaf scatter summed by the canonical tree (sums over rows: 1e-5).
+// The token embedding's gradient: the GPU's product and ordered scatter
+// against the CPU's per-leaf product and scatter summed by the canonical tree
+// (sums over rows: 1e-5), without the tied head's product and with it; the
+// CPU's without it is the tree of the scatter leaves, bit for bit. Then one
+// leaf's scatter (--fused-ce's leaves) onto what out holds, likewise.
 typedef struct {
   const float *dout;
   const int *tokens;
@@ -521,38 +647,134 @@ static void scatter_leaf(const void *vctx, int64_t li, float *out) {
 
 static void test_embedding_backward(void **state) {
   (void)state;
-  assert_non_null(gpu->embedding_backward);
   float *dout = malloc(NTOK * C * 4), *prior = malloc((size_t)V * C * 4);
+  float *dlogits = malloc(NTOK * V * 4), *x = malloc(NTOK * C * 4);
   int tok[NTOK];
   fill(dout, NTOK * C, 80, 1.0f);
   fill(prior, (size_t)V * C, 81, 1.0f);
+  fill(dlogits, NTOK * V, 82, 0.1f);
+  fill(x, NTOK * C, 83, 1.0f);
   for (int i = 0; i < NTOK; i++) tok[i] = (int)ts_rng_below(2, 3, 4, (uint64_t)i, 7); // repeats
   float *want = malloc((size_t)V * C * 4);
   scatter_ctx c = {dout, tok};
   assert_int_equal(ts_leaf_tree_sum(&ws, want, (size_t)V * C, NTOK / 64, scatter_leaf, &c), 0);
-  for (int acc = 0; acc < 2; acc++) {
-    float *got[2];
-    for (int r = 0; r < 2; r++) {
-      gpu_run(r + 1);
-      float *D = take(gpu, dout, NTOK * C);
-      int *T_ = gpu->alloc(sizeof tok);
+  const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+  for (int k = 0; k < 3; k++) { // no head, the tied head, one leaf's scatter
+    float *got[3];
+    for (int r = 0; r < 3; r++) {
+      gpu_run(r);
+      const ts_backend *b = be[r ? 1 : 0];
+      float *D = take(b, dout, NTOK * C), *DL = take(b, dlogits, NTOK * V);
+      float *X = take(b, x, NTOK * C);
+      int *T_ = b->alloc(sizeof tok);
+      assert_non_null(T_);
       memcpy(T_, tok, sizeof tok);
-      got[r] = take(gpu, prior, (size_t)V * C);
-      gpu->embedding_backward(got[r], D, T_, NTOK, V, C, acc);
-      gpu->free(D);
-      gpu->free(T_);
+      got[r] = take(b, prior, (size_t)V * C);
+      if (k < 2)
+        assert_int_equal(
+            b->embedding_backward(&ws, got[r], D, T_, k ? DL : NULL, X, NTOK, V, C), 0);
+      else
+        b->embedding_leaf_scatter(got[r], D, T_, 2, 64, C);
+      b->free(D); b->free(DL); b->free(X); b->free(T_);
     }
-    if (acc)
-      for (size_t i = 0; i < (size_t)V * C; i++) got[0][i] -= prior[i];
-    check(acc ? "embedding backward (+=)" : "embedding backward", want, got[0], (size_t)V * C,
-          1e-5);
-    if (!acc) check_same_bits("embedding backward", got[0], got[1], (size_t)V * C);
-    gpu->free(got[0]);
-    gpu->free(got[1]);
+    if (k == 0 && memcmp(got[0], want, (size_t)V * C * sizeof(float)) != 0)
+      fail_msg("embedding backward: the CPU's is not the canonical tree of its scatter leaves");
+    const char *names[3] = {"embedding backward", "embedding backward (tied head)",
+                            "embedding leaf scatter"};
+    check(names[k], got[0], got[1], (size_t)V * C, 1e-5);
+    check_same_bits(names[k], got[1], got[2], (size_t)V * C);
+    for (int r = 0; r < 3; r++) be[r ? 1 : 0]->free(got[r]);
   }
   free(dout);
   free(prior);
+  free(dlogits);
+  free(x);
   free(want);
+}
+
+// The leaves' sums (--fused-ce, --tiled-mlp): a leaf function made of the
+// backend's operations, whose partial is the leaf's weight product, a piece
+// whose sum is dropped (the leaf's first row of dy) and the leaf's column
+// sums; and with no pieces, the leaves' own rows of a product alone. The CPU
+// sums the canonical tree (its weight sum is linear_backward_weights', bit
+// for bit), the GPU the leaves in order (sums over rows: 1e-5).
+typedef struct {
+  const ts_backend *b;
+  const float *x, *dy, *w;
+  float *y;
+} leaves_ctx;
+
+static void sum_leaf(const void *vctx, int64_t li, float *out) {
+  const leaves_ctx *c = vctx;
+  const float *dy = c->dy + li * 64 * OC;
+  if (!out) { // the leaf's rows of y = x · Wᵀ
+    c->b->linear_forward(c->y + li * 64 * OC, c->x + li * 64 * C, c->w, NULL, 64, C, OC, 64);
+    return;
+  }
+  c->b->linear_weight_leaf(out, c->dy, c->x, li, 64, C, OC);
+  c->b->copy(out + OC * C, dy, OC * sizeof(float));
+  c->b->column_sum(out + OC * C + OC, dy, 64, OC, 0);
+}
+
+static void test_leaf_sum(void **state) {
+  (void)state;
+  float *x = malloc(NTOK * C * 4), *dy = malloc(NTOK * OC * 4), *w = malloc(OC * C * 4);
+  fill(x, NTOK * C, 84, 1.0f);
+  fill(dy, NTOK * OC, 85, 1.0f);
+  fill(w, OC * C, 86, 0.1f);
+  const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+  float *dw[3], *db[3], *y[3], *lw = malloc(OC * C * 4), *lb = malloc(OC * 4);
+  for (int r = 0; r < 3; r++) {
+    gpu_run(r);
+    const ts_backend *b = be[r ? 1 : 0];
+    float *X = take(b, x, NTOK * C), *DY = take(b, dy, NTOK * OC), *W = take(b, w, OC * C);
+    dw[r] = take(b, NULL, OC * C);
+    db[r] = take(b, NULL, OC);
+    y[r] = take(b, NULL, NTOK * OC);
+    leaves_ctx c = {b, X, DY, W, y[r]};
+    float *dst[3] = {dw[r], NULL, db[r]};
+    const size_t len[3] = {OC * C, OC, OC};
+    assert_int_equal(b->leaf_sum(&ws, dst, len, 3, NTOK / 64, sum_leaf, &c), 0);
+    assert_int_equal(b->leaf_sum(&ws, NULL, NULL, 0, NTOK / 64, sum_leaf, &c), 0);
+    if (r == 0) assert_int_equal(linear_backward_weights(&ws, lw, lb, DY, X, NTOK, C, OC), 0);
+    b->free(X); b->free(DY); b->free(W);
+  }
+  if (memcmp(lw, dw[0], OC * C * sizeof(float)) || memcmp(lb, db[0], OC * sizeof(float)))
+    fail_msg("leaf_sum: the CPU's is not linear_backward_weights' tree");
+  check("leaf_sum weights", dw[0], dw[1], OC * C, 1e-5);
+  check("leaf_sum column sums", db[0], db[1], OC, 1e-5);
+  check("leaf_sum leaves alone", y[0], y[1], NTOK * OC, 1e-5);
+  check_same_bits("leaf_sum weights", dw[1], dw[2], OC * C);
+  check_same_bits("leaf_sum column sums", db[1], db[2], OC);
+  for (int r = 0; r < 3; r++) {
+    const ts_backend *b = be[r ? 1 : 0];
+    b->free(dw[r]); b->free(db[r]); b->free(y[r]);
+  }
+  free(x); free(dy); free(w); free(lw); free(lb);
+}
+
+// The loss's sum: the GPU's leaf partials in row order under the CPU's tree:
+// the CPU's bits, for a few leaves and for more than the 4096 the CPU's
+// token_tree_sum takes at a time.
+static void test_token_tree_sum(void **state) {
+  (void)state;
+  enum { N = 15000 };
+  static const int cases[3][2] = {{NTOK, 64}, {N, 3}, {12288, 1}};
+  float *v = malloc(N * sizeof(float));
+  fill(v, N, 93, 1.0f);
+  float *G = take(gpu, v, N);
+  for (int k = 0; k < 3; k++) {
+    const float want = token_tree_sum(v, cases[k][0], cases[k][1]);
+    for (int r = 1; r <= 2; r++) {
+      gpu_run(r);
+      const float got = gpu->token_tree_sum(G, cases[k][0], cases[k][1]);
+      if (memcmp(&got, &want, sizeof got) != 0)
+        fail_msg("token_tree_sum (%d values, leaves of %d): GPU %a, CPU %a", cases[k][0],
+                 cases[k][1], (double)got, (double)want);
+    }
+  }
+  gpu->free(G);
+  free(v);
 }
 
 // The gradient norm's chunk sums, op by op: each chunk's Σ g² in double in
@@ -744,8 +966,11 @@ static const char *const op_names[NOPS] = {
 static const struct CMUnitTest op_test[NOPS] = {
     [OP_add] = cmocka_unit_test(test_add_copy),
     [OP_copy] = cmocka_unit_test(test_add_copy),
+    [OP_add_rows] = cmocka_unit_test(test_add_rows),
     [OP_encoder_forward] = cmocka_unit_test(test_encoder),
     [OP_encoder_backward_wpe] = cmocka_unit_test(test_encoder),
+    [OP_embedding_backward] = cmocka_unit_test(test_embedding_backward),
+    [OP_embedding_leaf_scatter] = cmocka_unit_test(test_embedding_backward),
     [OP_layernorm_forward] = cmocka_unit_test(test_norms),
     [OP_layernorm_backward] = cmocka_unit_test(test_norms),
     [OP_rmsnorm_forward] = cmocka_unit_test(test_norms),
@@ -755,6 +980,9 @@ static const struct CMUnitTest op_test[NOPS] = {
     [OP_linear_forward_head_list] = cmocka_unit_test(test_linear_head_list),
     [OP_linear_backward_input] = cmocka_unit_test(test_linear),
     [OP_linear_backward_weights] = cmocka_unit_test(test_linear),
+    [OP_linear_weight_leaf] = cmocka_unit_test(test_linear),
+    [OP_column_sum] = cmocka_unit_test(test_column_sum),
+    [OP_matmul] = cmocka_unit_test(test_matmul),
     [OP_gelu_forward] = cmocka_unit_test(test_elementwise),
     [OP_gelu_backward] = cmocka_unit_test(test_elementwise),
     [OP_swiglu_forward] = cmocka_unit_test(test_elementwise),
@@ -764,11 +992,13 @@ static const struct CMUnitTest op_test[NOPS] = {
     [OP_dropout_apply] = cmocka_unit_test(test_elementwise),
     [OP_attention_forward] = cmocka_unit_test(test_attention),
     [OP_attention_backward] = cmocka_unit_test(test_attention),
+    [OP_ring_merge] = cmocka_unit_test(test_ring_merge),
     [OP_crossentropy_forward] = cmocka_unit_test(test_crossentropy),
     [OP_crossentropy_backward] = cmocka_unit_test(test_crossentropy),
+    [OP_token_tree_sum] = cmocka_unit_test(test_token_tree_sum),
+    [OP_leaf_sum] = cmocka_unit_test(test_leaf_sum),
     [OP_adamw] = cmocka_unit_test(test_adamw),
     [OP_muon_update] = cmocka_unit_test(test_muon),
-    [OP_embedding_backward] = cmocka_unit_test(test_embedding_backward),
     [OP_sumsq_chunks] = cmocka_unit_test(test_sumsq_chunks),
     [OP_scale] = cmocka_unit_test(test_grad_norm),
 };

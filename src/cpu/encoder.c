@@ -46,3 +46,25 @@ int encoder_backward_wpe(ts_ws *ws, float *dwpe, const float *dout, int B, int T
   }
   return 0;
 }
+
+typedef struct {
+  const float *dout, *dlogits, *x;
+  const int *tokens;
+  int leaf, V, C;
+} wte_leaf_ctx;
+
+// Leaf partial of dwte: the tied head's weight partial (or zeros), then the scatter.
+static void wte_leaf(const void *vctx, int64_t li, float *out) {
+  const wte_leaf_ctx *c = vctx;
+  if (c->dlogits)
+    linear_weight_leaf(out, c->dlogits, c->x, li, c->leaf, c->C, c->V);
+  else
+    memset(out, 0, (size_t)c->V * c->C * sizeof(float));
+  encoder_wte_leaf_scatter(out, c->dout, c->tokens, li, c->leaf, c->C);
+}
+
+int encoder_backward_wte(ts_ws *ws, float *dwte, const float *dout, const int *tokens,
+                         const float *dlogits, const float *x, int64_t ntok, int V, int C) {
+  wte_leaf_ctx c = {dout, dlogits, x, tokens, ws->leaf, V, C};
+  return ts_leaf_tree_sum(ws, dwte, (size_t)V * C, ntok / ws->leaf, wte_leaf, &c);
+}

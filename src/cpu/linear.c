@@ -66,6 +66,22 @@ void linear_weight_leaf(float *out, const float *dout, const float *inp, int64_t
               0.0f, out, C);
 }
 
+void column_sum(float *out, const float *x, int64_t rows, int cols, int accumulate) {
+  // each column's rows in order; blocks of columns on the threads when it pays
+  const int blk = 64, nblk = (cols + blk - 1) / blk;
+#pragma omp parallel for schedule(static) if (rows * cols >= 65536)
+  for (int b = 0; b < nblk; b++) {
+    const int c0 = b * blk, c1 = c0 + blk < cols ? c0 + blk : cols;
+    int64_t r = 0;
+    if (!accumulate) {
+      for (int c = c0; c < c1; c++) out[c] = x[c];
+      r = 1;
+    }
+    for (; r < rows; r++)
+      for (int c = c0; c < c1; c++) out[c] += x[r * cols + c];
+  }
+}
+
 typedef struct {
   const float *dout, *inp;
   int leaf, C, OC;
@@ -75,14 +91,9 @@ typedef struct {
 static void weight_leaf(const void *vctx, int64_t li, float *out) {
   const weight_leaf_ctx *c = vctx;
   linear_weight_leaf(out, c->dout, c->inp, li, c->leaf, c->C, c->OC);
-  if (c->with_bias) {
-    // bias partial: rows of the leaf summed in order, after the weight block
-    float *db = out + (size_t)c->OC * c->C;
-    const float *dy = c->dout + li * c->leaf * c->OC;
-    for (int o = 0; o < c->OC; o++) db[o] = dy[o];
-    for (int r = 1; r < c->leaf; r++)
-      for (int o = 0; o < c->OC; o++) db[o] += dy[(size_t)r * c->OC + o];
-  }
+  // bias partial: rows of the leaf summed in order, after the weight block
+  if (c->with_bias)
+    column_sum(out + (size_t)c->OC * c->C, c->dout + li * c->leaf * c->OC, c->leaf, c->OC, 0);
 }
 
 int linear_backward_weights(ts_ws *ws, float *dW, float *db, const float *dout,

@@ -60,3 +60,21 @@ int ts_leaf_tree_sum(ts_ws *ws, float *sum, size_t n, int64_t nleaves, ts_leaf_f
   ts_tree_finish(&ws->tree, sum);
   return 0;
 }
+
+int ts_leaf_sum(ts_ws *ws, float *const *dst, const size_t *len, int nparts, int64_t nleaves,
+                ts_leaf_fn fn, const void *ctx) {
+  if (nparts == 0) { // the leaves' work alone: nothing to sum, so any thread, any order
+#pragma omp parallel for schedule(static) num_threads(ws->nthreads)
+    for (int64_t li = 0; li < nleaves; li++) fn(ctx, li, NULL);
+    return 0;
+  }
+  size_t n = 0;
+  for (int k = 0; k < nparts; k++) n += len[k];
+  // one piece goes straight to its destination; several are split from sumbuf
+  if (nparts == 1 && dst[0]) return ts_leaf_tree_sum(ws, dst[0], n, nleaves, fn, ctx);
+  if (ts_leaf_tree_sum(ws, ws->sumbuf, n, nleaves, fn, ctx) != 0) return -1;
+  size_t off = 0;
+  for (int k = 0; k < nparts; off += len[k], k++)
+    if (dst[k]) memcpy(dst[k], ws->sumbuf + off, len[k] * sizeof(float));
+  return 0;
+}

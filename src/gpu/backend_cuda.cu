@@ -105,6 +105,7 @@ static const ts_backend cuda_backend = {
 #include "backend_ops.def"
     .memory_bytes = cuda_memory_bytes,
     .peak_bytes = cuda_peak_bytes,
+    .leaf_slots = 1, // leaf_sum runs the leaves one after another (leaves.cu)
 };
 
 // ---- setup -----------------------------------------------------------------------------------

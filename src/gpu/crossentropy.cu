@@ -1,6 +1,8 @@
 // Softmax cross-entropy on the GPU: a block per token row. The row's max and
 // sum are block reductions in a fixed order (per-thread strided sums, then a
 // shared-memory tree), so two runs agree bit for bit.
+#include <stdlib.h>
+
 #include "gpu.h"
 
 #define THREADS 256
@@ -76,4 +78,32 @@ extern "C" void cuda_crossentropy_backward(float *dlogits, const float *logits, 
   ts_launch(crossentropy_backward_kernel, (unsigned)ntok, THREADS, 0, dlogits, logits, targets,
             scale, V);
   ts_cuda_finish("crossentropy_backward");
+}
+
+// The loss's sum (kernels.h, token_tree_sum): one thread per leaf adds the
+// leaf's values in order, as the CPU does, and the tree over the leaves is
+// the CPU's own, on the host over the partials (token_tree_sum with leaves of
+// one value): the CPU's bits.
+__global__ void leaf_sums_kernel(float *partial, const float *vals, int64_t nleaves, int leaf) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= nleaves) return;
+  const float *v = vals + i * leaf;
+  float s = v[0];
+  for (int r = 1; r < leaf; r++) s += v[r];
+  partial[i] = s;
+}
+
+extern "C" float cuda_token_tree_sum(const float *vals, int64_t ntok, int leaf) {
+  const int64_t nl = ntok / leaf;
+  float *dev = (float *)ts_cuda_scratch((size_t)nl * sizeof(float));
+  float *host = (float *)malloc((size_t)nl * sizeof(float));
+  if (host == NULL) ts_cuda_check(cudaErrorMemoryAllocation, "token_tree_sum (host)");
+  ts_launch(leaf_sums_kernel, ts_blocks(nl, THREADS), THREADS, 0, dev, vals, nl, leaf);
+  ts_cuda_check(cudaMemcpyAsync(host, dev, (size_t)nl * sizeof(float), cudaMemcpyDeviceToHost,
+                                ts_cuda_stream()),
+                "token_tree_sum");
+  ts_cuda_finish("token_tree_sum");
+  float sum = token_tree_sum(host, nl, 1);
+  free(host);
+  return sum;
 }

@@ -181,6 +181,23 @@ extern "C" void cuda_add(float *dst, const float *a, const float *b, int64_t n) 
   ts_cuda_finish("add");
 }
 
+// dst = a + b on rows of cols floats, each one's rows ld_ apart (ldb 0: b is one row).
+__global__ void add_rows_kernel(float *dst, int ldd, const float *a, int lda, const float *b,
+                                int ldb, int64_t rows, int cols) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= rows * cols) return;
+  int64_t r = i / cols;
+  int c = (int)(i % cols);
+  dst[r * ldd + c] = a[r * lda + c] + b[r * ldb + c];
+}
+
+extern "C" void cuda_add_rows(float *dst, int ldd, const float *a, int lda, const float *b, int ldb,
+                              int64_t rows, int cols) {
+  ts_launch(add_rows_kernel, ts_blocks(rows * cols, THREADS), THREADS, 0, dst, ldd, a, lda, b, ldb,
+            rows, cols);
+  ts_cuda_finish("add_rows");
+}
+
 extern "C" void cuda_copy(void *dst, const void *src, size_t bytes) {
   ts_cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, ts_cuda_stream()), "copy");
   ts_cuda_finish("copy");

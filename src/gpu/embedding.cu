@@ -1,8 +1,10 @@
-// The token embedding's gradient on the GPU: dwte[v] (+)= Σ of dout over the
-// rows whose token is v. A scatter by token would need atomics; instead the
-// rows are grouped by token on the host (a stable counting sort, so each
-// group is in row order) and one thread per (token, feature) sums its group
-// in that order: the same bits every run.
+// The token embedding's gradient on the GPU: the tied head's product
+// (cuBLAS, when there is one), then dwte[v] += Σ of dout over the rows whose
+// token is v. A scatter by token would need atomics; instead the rows are
+// grouped by token on the host (a stable counting sort, so each group is in
+// row order) and one thread per (token, feature) sums its group in that
+// order: the same bits every run. One leaf's scatter (--fused-ce's leaves)
+// is one thread per feature going down the leaf's rows.
 #include <stdlib.h>
 
 #include "gpu.h"
@@ -20,8 +22,11 @@ __global__ void embedding_backward_kernel(float *dwte, const float *dout, const 
   dwte[i] = s;
 }
 
-extern "C" void cuda_embedding_backward(float *dwte, const float *dout, const int *tokens,
-                                        int64_t ntok, int V, int C, int accumulate) {
+extern "C" int cuda_embedding_backward(ts_ws *ws, float *dwte, const float *dout,
+                                       const int *tokens, const float *dlogits, const float *x,
+                                       int64_t ntok, int V, int C) {
+  const int accumulate = dlogits != NULL; // onto the head's gradient
+  if (dlogits) cuda_linear_backward_weights(ws, dwte, NULL, dlogits, x, ntok, C, V);
   // order (ntok) | start (V + 1), built on the host and copied over
   int *host = (int *)malloc(((size_t)ntok + 2 * ((size_t)V + 1)) * sizeof(int));
   if (host == NULL) ts_cuda_check(cudaErrorMemoryAllocation, "embedding_backward (host)");
@@ -40,4 +45,21 @@ extern "C" void cuda_embedding_backward(float *dwte, const float *dout, const in
             dev + ntok, V, C, accumulate);
   ts_cuda_finish("embedding_backward");
   free(host);
+  return 0;
+}
+
+// out[tokens[r], c] += dout[r, c] for the leaf's rows r in order: each
+// element's additions are the CPU's, in its order.
+__global__ void leaf_scatter_kernel(float *out, const float *dout, const int *tokens, int64_t r0,
+                                    int leaf, int C) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  for (int64_t t = r0; t < r0 + leaf; t++) out[(int64_t)tokens[t] * C + c] += dout[t * C + c];
+}
+
+extern "C" void cuda_embedding_leaf_scatter(float *out, const float *dout, const int *tokens,
+                                            int64_t leaf_index, int leaf, int C) {
+  ts_launch(leaf_scatter_kernel, ts_blocks(C, THREADS), THREADS, 0, out, dout, tokens,
+            leaf_index * leaf, leaf, C);
+  ts_cuda_finish("embedding_leaf_scatter");
 }

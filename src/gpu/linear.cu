@@ -91,3 +91,21 @@ extern "C" int cuda_linear_backward_weights(ts_ws *ws, float *dW, float *db, con
   ts_cuda_finish("linear_backward_weights");
   return 0;
 }
+
+// out (OC, C) = the leaf's dout rowsᵀ · its inp rows: linear_backward_weights' product on one leaf.
+extern "C" void cuda_linear_weight_leaf(float *out, const float *dout, const float *inp,
+                                        int64_t leaf_index, int leaf, int C, int OC) {
+  gemm(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, leaf, inp + leaf_index * leaf * C, C,
+       dout + leaf_index * leaf * OC, OC, 0.0f, out, C, "linear_weight_leaf");
+  ts_cuda_finish("linear_weight_leaf");
+}
+
+// out (M, N; ldc) = op(A) · op(B) + beta·out, row-major: column-major that is
+// outᵀ = op(B)ᵀ · op(A)ᵀ, each operand's bytes read as its transpose, so a
+// row-major operand taken as is (op N) is the column-major one transposed.
+extern "C" void cuda_matmul(int transA, int transB, int M, int N, int K, const float *A, int lda,
+                            const float *B, int ldb, float beta, float *out, int ldc) {
+  gemm(transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, B, ldb, A,
+       lda, beta, out, ldc, "matmul");
+  ts_cuda_finish("matmul");
+}

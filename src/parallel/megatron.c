@@ -12,7 +12,6 @@
 // Parameters stay replicated; a rank's weight gradients are complete for its
 // heads and columns and zero elsewhere, so the trainer's one sequence-group
 // all-reduce (shard.h) assembles them with the norms' partial sums.
-#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -96,32 +95,10 @@ static size_t megatron_bytes(const ts_model *m) {
 }
 
 // ---- helpers ---------------------------------------------------------------------------
-// out (M, N; ldc) = op(A) · op(B) + beta·out, in blocks of 64 rows of out on
-// the OpenMP threads (BLAS itself runs single-threaded, docs/EXACTNESS.md R1). op(A)
-// is (M, K): A is (M, K) with lda, or (K, M) when transA.
-static void gemm(int transA, int transB, int M, int N, int K, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *out, int ldc) {
-  const int blk = 64, nblk = (M + blk - 1) / blk;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int i = 0; i < nblk; i++) {
-    int m0 = i * blk, mb = M - m0 < blk ? M - m0 : blk;
-    const float *Ai = transA ? A + m0 : A + (size_t)m0 * lda;
-    cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
-                transB ? CblasTrans : CblasNoTrans, mb, N, K, 1.0f, Ai, lda, B, ldb, beta,
-                out + (size_t)m0 * ldc, ldc);
-  }
-}
-
-// out (cols) = Σ over rows of x (rows, cols; ld), rows in order.
-static void colsum(float *out, const float *x, int rows, int cols, int ld) {
-#pragma omp parallel for schedule(static)
-  for (int c = 0; c < cols; c++) {
-    float s = 0.0f;
-    for (int r = 0; r < rows; r++) s += x[(size_t)r * ld + c];
-    out[c] = s;
-  }
-}
-
+// The products go through the backend's matmul: out (M, N; ldc) = op(A) · op(B)
+// + beta·out, op(A) (M, K) being A (M, K) or, with transA, A (K, M)ᵀ; the CPU
+// takes them in blocks of 64 rows of out (docs/EXACTNESS.md R1). The bias
+// gradients are its column_sum onto zeroed slices: 0 + the rows in order.
 static ts_attn_shape heads_shape(const ts_model *m, int l, float p, uint64_t step) {
   const struct megatron *mt = m->cp_state;
   ts_attn_shape as = {.B = 1, .T = m->T, .H = mt->Hl, .dh = m->dh, .tile = m->cfg.tile,
@@ -137,10 +114,7 @@ static int reduce_scatter_rows(ts_model *m, int l, float *own, const float *bias
   const size_t C = (size_t)m->C, n = (size_t)m->T * C;
   int rc = ts_comm_reduce_scatter_tree(m->seq, mt->full, n, l);
   if (rc) return rc;
-  const float *mine = mt->full + (size_t)m->t0 * C;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < m->Tl; t++)
-    for (size_t c = 0; c < C; c++) own[t * C + c] = mine[t * C + c] + bias[c];
+  m->be->add_rows(own, (int)C, mt->full + (size_t)m->t0 * C, (int)C, bias, 0, m->Tl, (int)C);
   return TS_OK;
 }
 
@@ -165,19 +139,19 @@ static int megatron_layer_forward(ts_model *m, int l, uint64_t step, float p) {
   ts_attn_shape as = heads_shape(m, l, p, step);
   m->be->attention_forward(&m->ws, mt->att[l], mt->lse[l], mt->q[l], mt->k[l], mt->v[l], &as);
   // partial output projection over this rank's heads: att (T, Kl) · Wo[:, heads]ᵀ
-  gemm(0, 1, T, C, Kl, mt->att[l], Kl, w->wo + hoff, C, 0.0f, mt->full, C);
+  m->be->matmul(0, 1, T, C, Kl, mt->att[l], Kl, w->wo + hoff, C, 0.0f, mt->full, C);
   if ((rc = reduce_scatter_rows(m, l, a->res_mid, w->bo))) return rc;
   m->be->dropout_apply(a->res_mid, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
-  for (size_t i = 0; i < own; i++) a->res_mid[i] = x[i] + a->res_mid[i];
+  m->be->add(a->res_mid, x, a->res_mid, (int64_t)own);
   // MLP: gather ln2, this rank's columns of W1, partial W2
   m->be->layernorm_forward(m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b, Tl, C);
   if ((rc = ts_comm_allgather(m->seq, m->ln_out, mt->X2[l], own * sizeof(float), l))) return rc;
   m->be->linear_forward(mt->fch[l], mt->X2[l], w->w1 + (size_t)mt->f0 * C, w->b1 + mt->f0, T, C, Fl, rows);
   m->be->gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl);
-  gemm(0, 1, T, C, Fl, mt->gelu, Fl, w->w2 + mt->f0, F, 0.0f, mt->full, C);
+  m->be->matmul(0, 1, T, C, Fl, mt->gelu, Fl, w->w2 + mt->f0, F, 0.0f, mt->full, C);
   if ((rc = reduce_scatter_rows(m, l, y, w->b2))) return rc;
   m->be->dropout_apply(y, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
-  for (size_t i = 0; i < own; i++) y[i] = a->res_mid[i] + y[i];
+  m->be->add(y, a->res_mid, y, (int64_t)own);
   return TS_OK;
 }
 
@@ -197,52 +171,52 @@ static int megatron_layer_backward(ts_model *m, int l, uint64_t step) {
   memset(g->wq, 0, (size_t)C * C * sizeof(float)); memset(g->bq, 0, (size_t)C * sizeof(float));
   memset(g->wk, 0, (size_t)C * C * sizeof(float)); memset(g->bk, 0, (size_t)C * sizeof(float));
   memset(g->wv, 0, (size_t)C * C * sizeof(float)); memset(g->bv, 0, (size_t)C * sizeof(float));
-  memset(g->wo, 0, (size_t)C * C * sizeof(float));
+  memset(g->wo, 0, (size_t)C * C * sizeof(float)); memset(g->bo, 0, (size_t)C * sizeof(float));
   memset(g->w1, 0, (size_t)F * C * sizeof(float)); memset(g->b1, 0, (size_t)F * sizeof(float));
-  memset(g->w2, 0, (size_t)C * F * sizeof(float));
+  memset(g->w2, 0, (size_t)C * F * sizeof(float)); memset(g->b2, 0, (size_t)C * sizeof(float));
 
   // MLP: y = res_mid + dropout(RS(gelu · W2[:, cols]ᵀ) + b2)
-  memcpy(m->dtmp, m->dres, own * sizeof(float));
+  m->be->copy(m->dtmp, m->dres, own * sizeof(float));
   m->be->dropout_apply(m->dtmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
-  colsum(g->b2, m->dtmp, Tl, C, C);
+  m->be->column_sum(g->b2, m->dtmp, Tl, C, 1);
   if ((rc = ts_comm_allgather(m->seq, m->dtmp, mt->full, own * sizeof(float), l))) return rc;
   m->be->gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl); // recomputed
-  gemm(1, 0, C, Fl, T, mt->full, C, mt->gelu, Fl, 0.0f, g->w2 + f0, F);
-  gemm(0, 0, T, Fl, C, mt->full, C, w->w2 + f0, F, 0.0f, mt->dfch, Fl);
+  m->be->matmul(1, 0, C, Fl, T, mt->full, C, mt->gelu, Fl, 0.0f, g->w2 + f0, F);
+  m->be->matmul(0, 0, T, Fl, C, mt->full, C, w->w2 + f0, F, 0.0f, mt->dfch, Fl);
   m->be->gelu_backward(mt->dfch, mt->fch[l], mt->dfch, (int64_t)T * Fl);
-  gemm(1, 0, Fl, C, T, mt->dfch, Fl, mt->X2[l], C, 0.0f, g->w1 + f0 * C, C);
-  colsum(g->b1 + f0, mt->dfch, T, Fl, Fl);
-  gemm(0, 0, T, C, Fl, mt->dfch, Fl, w->w1 + f0 * C, C, 0.0f, mt->full, C);
+  m->be->matmul(1, 0, Fl, C, T, mt->dfch, Fl, mt->X2[l], C, 0.0f, g->w1 + f0 * C, C);
+  m->be->column_sum(g->b1 + f0, mt->dfch, T, Fl, 1);
+  m->be->matmul(0, 0, T, C, Fl, mt->dfch, Fl, w->w1 + f0 * C, C, 0.0f, mt->full, C);
   if ((rc = ts_comm_reduce_scatter_tree(m->seq, mt->full, (size_t)T * C, l))) return rc;
-  memcpy(m->dtmp, mt->full + (size_t)m->t0 * C, own * sizeof(float));
+  m->be->copy(m->dtmp, mt->full + (size_t)m->t0 * C, own * sizeof(float));
   trc |= m->be->layernorm_backward(ws, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, a->res_mid, w->ln2w,
                             a->ln2_mean, a->ln2_rstd, Tl, C);
-  for (size_t i = 0; i < own; i++) m->dres[i] = m->dres[i] + m->dtmp2[i];
+  m->be->add(m->dres, m->dres, m->dtmp2, (int64_t)own);
 
   // attention: res_mid = x + dropout(RS(att · Wo[:, heads]ᵀ) + bo)
-  memcpy(m->dtmp, m->dres, own * sizeof(float));
+  m->be->copy(m->dtmp, m->dres, own * sizeof(float));
   m->be->dropout_apply(m->dtmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
-  colsum(g->bo, m->dtmp, Tl, C, C);
+  m->be->column_sum(g->bo, m->dtmp, Tl, C, 1);
   if ((rc = ts_comm_allgather(m->seq, m->dtmp, mt->full, own * sizeof(float), l))) return rc;
-  gemm(1, 0, C, Kl, T, mt->full, C, mt->att[l], Kl, 0.0f, g->wo + hoff, C);
-  gemm(0, 0, T, Kl, C, mt->full, C, w->wo + hoff, C, 0.0f, mt->datt, Kl);
+  m->be->matmul(1, 0, C, Kl, T, mt->full, C, mt->att[l], Kl, 0.0f, g->wo + hoff, C);
+  m->be->matmul(0, 0, T, Kl, C, mt->full, C, w->wo + hoff, C, 0.0f, mt->datt, Kl);
   ts_attn_shape as = heads_shape(m, l, p, step);
   trc |= m->be->attention_backward(ws, mt->dq, mt->dk, mt->dv, mt->dsum, mt->datt, mt->q[l], mt->k[l],
                             mt->v[l], mt->att[l], mt->lse[l], &as);
-  gemm(1, 0, Kl, C, T, mt->dq, Kl, mt->X[l], C, 0.0f, g->wq + hoff * C, C);
-  gemm(1, 0, Kl, C, T, mt->dk, Kl, mt->X[l], C, 0.0f, g->wk + hoff * C, C);
-  gemm(1, 0, Kl, C, T, mt->dv, Kl, mt->X[l], C, 0.0f, g->wv + hoff * C, C);
-  colsum(g->bq + hoff, mt->dq, T, Kl, Kl);
-  colsum(g->bk + hoff, mt->dk, T, Kl, Kl);
-  colsum(g->bv + hoff, mt->dv, T, Kl, Kl);
-  gemm(0, 0, T, C, Kl, mt->dq, Kl, w->wq + hoff * C, C, 0.0f, mt->full, C);
-  gemm(0, 0, T, C, Kl, mt->dk, Kl, w->wk + hoff * C, C, 1.0f, mt->full, C);
-  gemm(0, 0, T, C, Kl, mt->dv, Kl, w->wv + hoff * C, C, 1.0f, mt->full, C);
+  m->be->matmul(1, 0, Kl, C, T, mt->dq, Kl, mt->X[l], C, 0.0f, g->wq + hoff * C, C);
+  m->be->matmul(1, 0, Kl, C, T, mt->dk, Kl, mt->X[l], C, 0.0f, g->wk + hoff * C, C);
+  m->be->matmul(1, 0, Kl, C, T, mt->dv, Kl, mt->X[l], C, 0.0f, g->wv + hoff * C, C);
+  m->be->column_sum(g->bq + hoff, mt->dq, T, Kl, 1);
+  m->be->column_sum(g->bk + hoff, mt->dk, T, Kl, 1);
+  m->be->column_sum(g->bv + hoff, mt->dv, T, Kl, 1);
+  m->be->matmul(0, 0, T, C, Kl, mt->dq, Kl, w->wq + hoff * C, C, 0.0f, mt->full, C);
+  m->be->matmul(0, 0, T, C, Kl, mt->dk, Kl, w->wk + hoff * C, C, 1.0f, mt->full, C);
+  m->be->matmul(0, 0, T, C, Kl, mt->dv, Kl, w->wv + hoff * C, C, 1.0f, mt->full, C);
   if ((rc = ts_comm_reduce_scatter_tree(m->seq, mt->full, (size_t)T * C, l))) return rc;
-  memcpy(m->dtmp, mt->full + (size_t)m->t0 * C, own * sizeof(float));
+  m->be->copy(m->dtmp, mt->full + (size_t)m->t0 * C, own * sizeof(float));
   trc |= m->be->layernorm_backward(ws, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, m->res[l], w->ln1w,
                             a->ln1_mean, a->ln1_rstd, Tl, C);
-  for (size_t i = 0; i < own; i++) m->dres[i] = m->dres[i] + m->dtmp2[i];
+  m->be->add(m->dres, m->dres, m->dtmp2, (int64_t)own);
   if (trc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
   return TS_OK;
 }

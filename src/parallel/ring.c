@@ -1,36 +1,11 @@
 // Ring attention (ring.h).
 #include "parallel/ring.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mem.h"
 #include "parallel/cp.h"
-
-void ring_merge(float *out, float *lse, const float *out_b, const float *lse_b, int rows, int H,
-                int dh, int ldo) {
-#pragma omp parallel for schedule(static)
-  for (int64_t x = 0; x < (int64_t)rows * H; x++) {
-    int h = (int)(x / rows), i = (int)(x % rows);
-    float la = lse[(size_t)h * rows + i], lb = lse_b[(size_t)h * rows + i];
-    // σ(lb − la) and the new log-sum-exp, both from exp of a non-positive number
-    float sig, lnew;
-    if (lb <= la) {
-      float e = expf(lb - la);
-      sig = e / (1.0f + e);
-      lnew = la + log1pf(e);
-    } else {
-      float e = expf(la - lb);
-      sig = 1.0f / (1.0f + e);
-      lnew = lb + log1pf(e);
-    }
-    float *o = out + (size_t)i * ldo + (size_t)h * dh;
-    const float *ob = out_b + (size_t)i * ldo + (size_t)h * dh;
-    for (int c = 0; c < dh; c++) o[c] = o[c] - sig * (o[c] - ob[c]);
-    lse[(size_t)h * rows + i] = lnew;
-  }
-}
 
 // Position of run k of rank q (ring: one run; ring-zigzag: chunks q, 2N-1-q).
 static int run_at(const ts_model *m, int q, int k) {
@@ -98,7 +73,7 @@ int ring_forward(ts_model *m, int l, uint64_t step, float p) {
           have[qi] = 1;
         } else {
           m->be->attention_forward(&m->ws, ob, lb, q, k, k + Ckv, &as);
-          ring_merge(out, lse, ob, lb, len, H, m->dh, C);
+          m->be->ring_merge(out, lse, ob, lb, len, H, m->dh, C);
         }
       }
     if (i < N - 1) {
@@ -154,15 +129,10 @@ int ring_backward(ts_model *m, int l, uint64_t step) {
           rc = ts_fail(TS_ERUNTIME, "out of memory in attention backward");
           break;
         }
-#pragma omp parallel for schedule(static)
-        for (int64_t t = 0; t < len; t++) {
-          float *dq = m->dq + qo + (size_t)t * C;
-          const float *d = dqb + (size_t)t * C;
-          for (int c = 0; c < C; c++) dq[c] = dq[c] + d[c];
-          float *acc = blk + (size_t)t * w + 2 * Ckv;
-          const float *pp = part + (size_t)t * w + 2 * Ckv;
-          for (int c = 0; c < 2 * Ckv; c++) acc[c] = acc[c] + pp[c];
-        }
+        // this pair's terms: dQ into the run's rows, dK, dV into the travelling block
+        m->be->add(m->dq + qo, m->dq + qo, dqb, (int64_t)len * C);
+        m->be->add_rows(blk + 2 * Ckv, (int)w, blk + 2 * Ckv, (int)w, part + 2 * Ckv, (int)w, len,
+                        2 * Ckv);
       }
     if (rc) break;
     // N hops: the block visits every rank and comes home

@@ -4,7 +4,8 @@
 // The key/value block travels around the ring (send to r+1, receive from
 // r−1); at step i rank r holds the block of rank r−i and, when those keys are
 // not in its future, attends its queries to them. Each block's output and
-// log-sum-exp are merged into the running ones in fp32:
+// log-sum-exp are merged into the running ones in fp32 (the backend's
+// ring_merge, kernels.h):
 //   out ← out − σ(lse_b − lse)·(out − out_b),  lse ← lse − log σ(lse − lse_b).
 // The backward sends [K | V | dK | dV] around once more: every rank adds its
 // queries' dK, dV terms to the travelling block, which comes home after N
@@ -26,9 +27,4 @@
 int ring_forward(ts_model *m, int l, uint64_t step, float p);
 // From m->datt into m->dq, m->dk, m->dv (the rank's rows).
 int ring_backward(ts_model *m, int l, uint64_t step);
-
-// out (rows × H heads of dh, row stride ldo), lse (H × rows) ← the merge of
-// themselves with (out_b, lse_b), row by row and head by head.
-void ring_merge(float *out, float *lse, const float *out_b, const float *lse_b, int rows, int H,
-                int dh, int ldo);
 #endif

@@ -209,7 +209,7 @@ static int usp_attn_forward(ts_model *m, int l, uint64_t step, float p) {
         m->be->attention_forward(&m->ws, o, a->lse, a->q, cur, cur + wk, &as);
       } else {
         m->be->attention_forward(&m->ws, ob, lb, a->q, cur, cur + wk, &as);
-        ring_merge(o, a->lse, ob, lb, Tb, Hu, dh, wq);
+        m->be->ring_merge(o, a->lse, ob, lb, Tb, Hu, dh, wq);
       }
     }
     if (i < s->R - 1) {
@@ -267,15 +267,9 @@ static int usp_attn_backward(ts_model *m, int l, uint64_t step) {
         rc = ts_fail(TS_ERUNTIME, "out of memory in attention backward");
         break;
       }
-#pragma omp parallel for schedule(static)
-      for (int64_t t = 0; t < Tb; t++) {
-        float *d = dq + (size_t)t * wq;
-        const float *db = dqb + (size_t)t * wq;
-        for (int c = 0; c < wq; c++) d[c] = d[c] + db[c];
-        float *acc = cur + (size_t)t * wb + 2 * wk;
-        const float *pp = part_kv + (size_t)t * wb + 2 * wk;
-        for (int c = 0; c < 2 * wk; c++) acc[c] = acc[c] + pp[c];
-      }
+      // this block's terms: dQ' summed over the blocks, dK', dV' into the travelling one
+      m->be->add(dq, dq, dqb, (int64_t)Tb * wq);
+      m->be->add_rows(cur + 2 * wk, wb, cur + 2 * wk, wb, part_kv + 2 * wk, wb, Tb, 2 * wk);
     }
     // R hops: the block visits every group and comes home (R = 1: it never left)
     if (s->R == 1) break;

@@ -1,0 +1,2 @@
+// src/gpu/attention_merge.cu compiled by g++ against the emulator (cuda_emu.h).
+#include "gpu/attention_merge.cu"
