@@ -198,14 +198,6 @@ size_t compress_wire_bytes(const ts_model *m, int backward) {
 void *compress_wire(const ts_model *m, int p) { return m->cmp->wire[p]; }
 float *compress_dz(const ts_model *m) { return m->cmp->dz; }
 
-int compress_is_projector(const char *name) {
-  return strncmp(name, "cmp.", 4) == 0 && strstr(name, ".proj") != NULL;
-}
-
-int compress_is_codebook(const char *name) {
-  return strncmp(name, "cmp.", 4) == 0 && strstr(name, ".vq.") != NULL;
-}
-
 // anc (rows × d) ← stage s's anchor rows of the model's tokens.
 static void anchor_rows(ts_model *m, int s) {
   struct compress *k = m->cmp;

@@ -64,9 +64,10 @@ int compress_decode_backward(ts_model *m, int p, const float *dx, float *dz);
 // the candidate rows).
 int compress_encode_backward(ts_model *m, int p, const float *dz, float *dx, uint64_t step);
 
-// Whether a tensor is a boundary projector A_p (the optimizer's SPEL group),
-// or one of mapl-vq's codebook tensors (updated by ts_vq_update from the
-// statistics in their gradient slots, outside the gradient norm).
-int compress_is_projector(const char *name);
-int compress_is_codebook(const char *name);
+// Whether a tensor's gradient slot holds statistics, not a gradient
+// (mapl-vq's codebooks, vq.h: ts_vq_update reads them; the gradient norm
+// and the clip leave them out).
+static inline int compress_is_statistics(ts_role role) {
+  return role >= TS_ROLE_VQ_COUNT && role <= TS_ROLE_VQ_RECV;
+}
 #endif

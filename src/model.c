@@ -28,26 +28,29 @@ typedef struct {
   float value; // constant init value
   float **view;
   float **gview;
+  ts_role role;
+  int index;
 } pspec;
 
 static int param_table(ts_model *m, pspec *out) {
   int n = 0, C = m->C, F = m->F, V = m->V;
   float s = 0.02f, sres = 0.02f / sqrtf(2.0f * m->L);
-#define ADD(NAME, ND, S0, S1, STD, VAL, FIELD)                                          \
+#define ADD(NAME, ND, S0, S1, STD, VAL, FIELD, ROLE, INDEX)                             \
   do {                                                                                  \
     if (out) {                                                                          \
       pspec *ps = &out[n];                                                              \
       snprintf(ps->name, sizeof ps->name, "%s", NAME);                                  \
       ps->ndim = ND; ps->shape[0] = S0; ps->shape[1] = S1;                              \
       ps->std = STD; ps->value = VAL; ps->view = &m->p.FIELD; ps->gview = &m->g.FIELD;  \
+      ps->role = ROLE; ps->index = INDEX;                                               \
     }                                                                                   \
     n++;                                                                                \
   } while (0)
-  ADD("wte", 2, V, C, s, 0, wte);
+  ADD("wte", 2, V, C, s, 0, wte, TS_ROLE_EMBEDDING, 0);
   char nm[64];
 #define LADD(SUFFIX, ND, S0, S1, STD, VAL, FIELD)                                       \
   snprintf(nm, sizeof nm, "h.%d.%s", l, SUFFIX);                                         \
-  ADD(nm, ND, S0, S1, STD, VAL, layer[l].FIELD)
+  ADD(nm, ND, S0, S1, STD, VAL, layer[l].FIELD, TS_ROLE_LAYER, l)
   // a learned boundary's tensors follow the last layer of their stage, so that
   // a pipeline stage's tensors stay one slice: stage s's anchor E_s (zero at
   // first) and the projector A_s of its output boundary (compress_init)
@@ -59,20 +62,20 @@ static int param_table(ts_model *m, pspec *out) {
   if (learned && ((l) + 1) % (m->L / cS) == 0) {                                        \
     const int st = ((l) + 1) / (m->L / cS) - 1;                                         \
     snprintf(nm, sizeof nm, "cmp.%d.anchor", st);                                       \
-    ADD(nm, 2, V, cr, 0, 0, anchor[st]);                                                \
+    ADD(nm, 2, V, cr, 0, 0, anchor[st], TS_ROLE_ANCHOR, st);                            \
     if (st < cS - 1) {                                                                  \
       snprintf(nm, sizeof nm, "cmp.%d.proj", st);                                       \
-      ADD(nm, 2, C, cr, 0, 0, proj[st]);                                                \
+      ADD(nm, 2, C, cr, 0, 0, proj[st], TS_ROLE_PROJECTOR, st);                         \
     }                                                                                   \
     if (st < cS - 1 && vq) { /* the codebooks of vq.h, in its order */                  \
       snprintf(nm, sizeof nm, "cmp.%d.vq.count", st);                                   \
-      ADD(nm, 1, ncode, 0, 0, 0, vq_count[st]);                                         \
+      ADD(nm, 1, ncode, 0, 0, 0, vq_count[st], TS_ROLE_VQ_COUNT, st);                   \
       snprintf(nm, sizeof nm, "cmp.%d.vq.sum", st);                                     \
-      ADD(nm, 2, ncode, m->cfg.vq_groups, 0, 0, vq_sum[st]);                            \
+      ADD(nm, 2, ncode, m->cfg.vq_groups, 0, 0, vq_sum[st], TS_ROLE_VQ_SUM, st);        \
       snprintf(nm, sizeof nm, "cmp.%d.vq.codes", st);                                   \
-      ADD(nm, 2, ncode, m->cfg.vq_groups, 0, 0, vq_codes[st]);                          \
+      ADD(nm, 2, ncode, m->cfg.vq_groups, 0, 0, vq_codes[st], TS_ROLE_VQ_CODES, st);    \
       snprintf(nm, sizeof nm, "cmp.%d.vq.recv", st);                                    \
-      ADD(nm, 2, ncode, m->cfg.vq_groups, 0, 0, vq_recv[st]);                           \
+      ADD(nm, 2, ncode, m->cfg.vq_groups, 0, 0, vq_recv[st], TS_ROLE_VQ_RECV, st);      \
     }                                                                                   \
   }
   if (m->llama) {
@@ -89,11 +92,11 @@ static int param_table(ts_model *m, pspec *out) {
       LADD("mlp.w2", 2, C, F, sres, 0, w2);
       BOUNDARY_ADD(l);
     }
-    ADD("rmsf.w", 1, C, 0, 0, 1, lnfw);
-    if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head);
+    ADD("rmsf.w", 1, C, 0, 0, 1, lnfw, TS_ROLE_FINAL_NORM, 0);
+    if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head, TS_ROLE_HEAD, 0);
     return n;
   }
-  ADD("wpe", 2, m->T, C, s, 0, wpe);
+  ADD("wpe", 2, m->T, C, s, 0, wpe, TS_ROLE_POSITIONAL, 0);
   for (int l = 0; l < m->L; l++) {
     LADD("ln1.w", 1, C, 0, 0, 1, ln1w);
     LADD("ln1.b", 1, C, 0, 0, 0, ln1b);
@@ -115,9 +118,9 @@ static int param_table(ts_model *m, pspec *out) {
   }
 #undef LADD
 #undef BOUNDARY_ADD
-  ADD("lnf.w", 1, C, 0, 0, 1, lnfw);
-  ADD("lnf.b", 1, C, 0, 0, 0, lnfb);
-  if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head);
+  ADD("lnf.w", 1, C, 0, 0, 1, lnfw, TS_ROLE_FINAL_NORM, 0);
+  ADD("lnf.b", 1, C, 0, 0, 0, lnfb, TS_ROLE_FINAL_NORM, 0);
+  if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head, TS_ROLE_HEAD, 0);
 #undef ADD
   return n;
 }
@@ -264,6 +267,8 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
       t->shape[0] = ps->shape[0];
       t->shape[1] = ps->shape[1];
       t->data = (k ? m->grads : m->params) + off;
+      t->role = ps->role;
+      t->index = ps->index;
     }
     m->stds[i] = ps->std;
     m->consts[i] = ps->value;

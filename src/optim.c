@@ -70,7 +70,7 @@ void ts_adamw_elements(float *p, const float *g, float *m, float *v, int64_t n, 
 }
 
 static int is_hidden_matrix(const ts_tensor *t) {
-  return t->ndim == 2 && strncmp(t->name, "h.", 2) == 0;
+  return t->ndim == 2 && t->role == TS_ROLE_LAYER;
 }
 
 // Which group a tensor's update belongs to.
@@ -89,8 +89,8 @@ int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nt
   int special = 0;
   for (int t = 0; t < ntens; t++) {
     if (cfg->optimizer != TS_OPT_ADAMW && is_hidden_matrix(&params[t])) group[t] = G_MUON;
-    else if (compress_is_projector(params[t].name)) group[t] = G_PROJ;
-    else if (compress_is_codebook(params[t].name)) group[t] = G_VQ;
+    else if (params[t].role == TS_ROLE_PROJECTOR) group[t] = G_PROJ;
+    else if (compress_is_statistics(params[t].role)) group[t] = G_VQ;
     else continue;
     special = 1;
     size_t k = ts_ortho_scratch((int)params[t].shape[0], (int)params[t].shape[1]);
@@ -127,13 +127,16 @@ int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nt
       ts_spel_step_unconstrained(p, g, buf, rows, cols, plr, 0.95f, SPEL_STEPS, opt->scratch);
     else if (group[t] == G_PROJ)
       ts_spel_step(p, g, buf, rows, cols, plr, 0.95f, SPEL_STEPS, opt->scratch);
-    else if (group[t] == G_VQ && strstr(params[t].name, ".vq.count")) {
+    else if (group[t] == G_VQ && params[t].role == TS_ROLE_VQ_COUNT) {
       // a boundary's four codebook tensors, in vq.h's order; the statistics
       // are the contiguous gradient slots of the first three
       ts_vq_shape q;
       ts_vq_shape_of(cfg, &q);
-      ts_vq_update(&q, cfg->seed, atoi(params[t].name + 4), (uint64_t)s + 1, p,
-                   params[t + 1].data, params[t + 2].data, params[t + 3].data, g);
+      const int b = params[t].index;
+#define BOOK(ROLE) params[ts_tensor_find(params, ntens, ROLE, b)].data
+      ts_vq_update(&q, cfg->seed, b, (uint64_t)s + 1, p, BOOK(TS_ROLE_VQ_SUM),
+                   BOOK(TS_ROLE_VQ_CODES), BOOK(TS_ROLE_VQ_RECV), g);
+#undef BOOK
     }
   }
   free(group);
@@ -151,13 +154,13 @@ typedef struct {
 static int statistic_spans(const ts_tensor *grads, int nt, span **out) {
   int ns = 0;
   *out = NULL;
-  for (int t = 0; t < nt; t++) ns += compress_is_codebook(grads[t].name);
+  for (int t = 0; t < nt; t++) ns += compress_is_statistics(grads[t].role);
   if (ns == 0) return 0;
   span *sp = malloc((size_t)ns * sizeof *sp);
   if (!sp) return -1;
   ns = 0;
   for (int t = 0; t < nt; t++)
-    if (compress_is_codebook(grads[t].name)) {
+    if (compress_is_statistics(grads[t].role)) {
       sp[ns].lo = (size_t)(grads[t].data - grads[0].data);
       sp[ns].hi = sp[ns].lo + (size_t)ts_tensor_numel(&grads[t]);
       ns++;

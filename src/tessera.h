@@ -148,13 +148,42 @@ int ts_default_leaf(int T);
 
 // ---------------------------------------------------------------------------
 // A named view of a float tensor (parameters, gradients, optimizer state).
+// The name is the checkpoint format; code that treats tensors by kind (the
+// optimizer's groups, a pipeline stage's slice, the boundary codecs) selects
+// them by role and index instead, which the model's views carry (a copy of a
+// view keeps them: optimizer state views have their parameter's).
+typedef enum {
+  TS_ROLE_NONE = 0,   // not a model parameter (a batch, the logits, a caller's own)
+  TS_ROLE_EMBEDDING,  // "wte": the token embedding (V × d), also the tied head
+  TS_ROLE_POSITIONAL, // "wpe": the positional embedding (T × d; GPT)
+  TS_ROLE_LAYER,      // "h.l.*": a tensor of layer l = index
+  TS_ROLE_FINAL_NORM, // "lnf.w", "lnf.b", "rmsf.w"
+  TS_ROLE_HEAD,       // "lm_head" (untied)
+  TS_ROLE_ANCHOR,     // "cmp.s.anchor": the anchor table E_s of stage s = index
+  TS_ROLE_PROJECTOR,  // "cmp.p.proj": the projector A_p of boundary p = index
+  TS_ROLE_VQ_COUNT,   // "cmp.p.vq.count", "cmp.p.vq.sum", "cmp.p.vq.codes",
+  TS_ROLE_VQ_SUM,     // "cmp.p.vq.recv": boundary p's codebooks (vq.h)
+  TS_ROLE_VQ_CODES,
+  TS_ROLE_VQ_RECV,
+} ts_role;
+
 #define TS_MAX_DIMS 4
 typedef struct {
   char name[64];
   int ndim;
   int64_t shape[TS_MAX_DIMS];
   float *data;
+  ts_role role; // what it is (TS_ROLE_NONE but for the model's views)
+  int index;    // the layer, stage or boundary of its role; 0 for the others
 } ts_tensor;
+
+// The position of the tensor of a role and index among nt (the first, in
+// canonical order), or −1.
+static inline int ts_tensor_find(const ts_tensor *t, int nt, ts_role role, int index) {
+  for (int i = 0; i < nt; i++)
+    if (t[i].role == role && t[i].index == index) return i;
+  return -1;
+}
 
 static inline int64_t ts_tensor_numel(const ts_tensor *t) {
   int64_t n = 1;

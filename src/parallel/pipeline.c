@@ -43,13 +43,8 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   const float *base = ts_model_params(m);
   pl->off[pl->P] = ts_model_num_params(m);
   for (int q = 1; q < pl->P; q++) {
-    char first[64];
-    snprintf(first, sizeof first, "h.%d.", q * per);
-    for (int i = 0; i < nt; i++)
-      if (strncmp(t[i].name, first, strlen(first)) == 0) {
-        pl->off[q] = (size_t)(t[i].data - base);
-        break;
-      }
+    const int i = ts_tensor_find(t, nt, TS_ROLE_LAYER, q * per);
+    if (i >= 0) pl->off[q] = (size_t)(t[i].data - base);
   }
   free(t);
   for (int q = 0; q < pl->P; q++) pl->len[q] = pl->off[q + 1] - pl->off[q];
@@ -277,12 +272,9 @@ int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, co
   return TS_OK;
 }
 
-static float *tensor_named(ts_tensor *t, int nt, const char *fmt, int p) {
-  char name[64];
-  snprintf(name, sizeof name, fmt, p);
-  for (int i = 0; i < nt; i++)
-    if (strcmp(t[i].name, name) == 0) return t[i].data;
-  return NULL;
+// Boundary p's tensor of a role.
+static float *tensor_of(ts_tensor *t, int nt, ts_role role, int p) {
+  return t[ts_tensor_find(t, nt, role, p)].data;
 }
 
 int ts_pipeline_sync_boundaries(ts_pipeline *pl, ts_model *m, uint64_t step) {
@@ -304,14 +296,14 @@ int ts_pipeline_sync_boundaries(ts_pipeline *pl, ts_model *m, uint64_t step) {
   int rc = TS_OK;
   const int in = pl->s - 1, out = pl->s < pl->P - 1 ? pl->s : -1;
   if (in >= 0) {
-    rc = ts_comm_recv(pl->pipe, tensor_named(t, nt, "cmp.%d.proj", in), abytes, in, -1);
+    rc = ts_comm_recv(pl->pipe, tensor_of(t, nt, TS_ROLE_PROJECTOR, in), abytes, in, -1);
     if (!rc && vq && !(rc = ts_comm_recv(pl->pipe, msg, sbytes, in, -1)))
-      ts_vq_stream_pack(&q, cfg->seed, in, step, tensor_named(t, nt, "cmp.%d.vq.recv", in), msg, 1);
+      ts_vq_stream_pack(&q, cfg->seed, in, step, tensor_of(t, nt, TS_ROLE_VQ_RECV, in), msg, 1);
   }
   if (!rc && out >= 0) {
-    rc = ts_comm_send(pl->pipe, tensor_named(t, nt, "cmp.%d.proj", out), abytes, pl->s + 1, -1);
+    rc = ts_comm_send(pl->pipe, tensor_of(t, nt, TS_ROLE_PROJECTOR, out), abytes, pl->s + 1, -1);
     if (!rc && vq) {
-      ts_vq_stream_pack(&q, cfg->seed, out, step, tensor_named(t, nt, "cmp.%d.vq.codes", out), msg,
+      ts_vq_stream_pack(&q, cfg->seed, out, step, tensor_of(t, nt, TS_ROLE_VQ_CODES, out), msg,
                         0);
       rc = ts_comm_send(pl->pipe, msg, sbytes, pl->s + 1, -1);
     }
