@@ -22,20 +22,18 @@ const char *ts_errmsg(void);
 typedef enum { TS_GPT = 0, TS_LLAMA = 1 } ts_variant;
 enum { TS_OPT_ADAMW = 0, TS_OPT_MUON = 1, TS_OPT_MUON_PE = 2 };
 // Stage-boundary compression (docs/ALGORITHMS.md §7): part of the model, so the
-// serial run of a compressed model is the reference of its pipelined runs.
+// serial run of a compressed model is the reference of its pipelined runs. One
+// codec per value, each in its file of src/boundary/ (boundary.h), listed in
+// src/boundary/codecs.def in this order (the order is the configuration's, so
+// checkpoints keep it): none, ssn, mapl, mapl-unconstrained, mapl-vq, mapl-frozen.
 typedef enum {
-  TS_COMPRESS_NONE = 0,
-  TS_COMPRESS_SSN,      // fixed shared basis U and frozen token table (Subspace Networks)
-  TS_COMPRESS_MAPL,     // per-boundary projector on St(d, r) by SPEL, factorized anchors
-  TS_COMPRESS_MAPL_UNC, // ablation: the projector by plain momentum steps, off the manifold
-  TS_COMPRESS_MAPL_VQ,  // mapl + residual vector quantisation of Z (streaming codebooks)
-  TS_COMPRESS_MAPL_FROZEN, // baseline: mapl's projector kept at its random start, anchors learned
+#define TS_BOUNDARY(ID, NAME, TABLE) TS_COMPRESS_##ID,
+#include "boundary/codecs.def"
+#undef TS_BOUNDARY
   TS_COMPRESS_NMODES
 } ts_compress_mode;
-// "none", "ssn", "mapl", "mapl-unconstrained", "mapl-vq", "mapl-frozen"
+// The --compress names, in ts_compress_mode order.
 extern const char *const ts_compress_names[TS_COMPRESS_NMODES];
-// Whether the mode updates its projectors (mapl, mapl-unconstrained, mapl-vq).
-int ts_compress_learns_projector(int mode);
 
 typedef struct {
   // model
