@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "boundary/boundary.h"
 #include "tessera.h"
 
 // ---------------------------------------------------------------------------
@@ -136,76 +137,6 @@ int ts_default_leaf(int T) {
 
 static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
-const char *const ts_compress_names[TS_COMPRESS_NMODES] = {
-    "none", "ssn", "mapl", "mapl-unconstrained", "mapl-vq", "mapl-frozen"};
-
-int ts_compress_learns_projector(int mode) {
-  return mode == TS_COMPRESS_MAPL || mode == TS_COMPRESS_MAPL_UNC || mode == TS_COMPRESS_MAPL_VQ;
-}
-
-// Stage-boundary compression (docs/ALGORITHMS.md §7): the defaults of its
-// settings, and the refusals before any work.
-static int compress_finalize(ts_config *cfg) {
-  if (cfg->compress < TS_COMPRESS_NONE || cfg->compress >= TS_COMPRESS_NMODES)
-    return ts_fail(TS_EUSAGE, "compress %d: unknown", cfg->compress);
-  // a setting the mode does not use is refused, not silently dropped
-  const char *vq_flag = cfg->vq_groups ? "--vq-group" : cfg->vq_rounds ? "--vq-rounds"
-                        : cfg->vq_codes ? "--vq-codes" : cfg->vq_sync_codes ? "--vq-sync-codes"
-                        : cfg->vq_gamma != 0.0f ? "--vq-gamma" : cfg->vq_commit != 0.0f ? "--vq-commit"
-                        : NULL;
-  if (cfg->compress != TS_COMPRESS_MAPL_VQ && vq_flag)
-    return ts_fail(TS_EUSAGE, "%s: only with --compress mapl-vq", vq_flag);
-  if (!ts_compress_learns_projector(cfg->compress) && cfg->proj_lr != 0.0f)
-    return ts_fail(TS_EUSAGE, "--proj-lr %g: only with a learned projector (--compress mapl, "
-                   "mapl-unconstrained or mapl-vq)", (double)cfg->proj_lr);
-  if (cfg->compress == TS_COMPRESS_NONE) {
-    if (cfg->compress_rank != 0)
-      return ts_fail(TS_EUSAGE, "--rank %d: only with --compress", cfg->compress_rank);
-    cfg->compress_stages = 0;
-    return TS_OK;
-  }
-  const char *name = ts_compress_names[cfg->compress];
-  const int r = cfg->compress_rank, S = cfg->compress_stages;
-  if (r < 1) return ts_fail(TS_EUSAGE, "--compress %s: needs --rank R, 1 <= R <= d (%d)", name, cfg->d);
-  if (r > cfg->d)
-    return ts_fail(TS_EUSAGE, "--rank %d: larger than the model width d = %d (nothing to compress)",
-                   r, cfg->d);
-  if (S < 2)
-    return ts_fail(TS_EUSAGE, "--compress %s: needs stage boundaries: --pp P or --compress-stages "
-                   "S >= 2 (got %d)", name, S);
-  if (cfg->n_layer % S != 0)
-    return ts_fail(TS_EUSAGE, "--compress-stages %d: the %d layers must divide into %d stages", S,
-                   cfg->n_layer, S);
-  if (ts_compress_learns_projector(cfg->compress)) {
-    if (cfg->proj_lr == 0.0f) cfg->proj_lr = 0.1f * (cfg->muon_lr > 0.0f ? cfg->muon_lr : 0.02f);
-    if (!(cfg->proj_lr > 0.0f && cfg->proj_lr < 10.0f))
-      return ts_fail(TS_EUSAGE, "--proj-lr %g: must be in (0, 10)", (double)cfg->proj_lr);
-  }
-  if (cfg->compress != TS_COMPRESS_MAPL_VQ) return TS_OK;
-  if (cfg->vq_groups == 0) cfg->vq_groups = 2;
-  if (cfg->vq_rounds == 0) cfg->vq_rounds = 2;
-  if (cfg->vq_codes == 0) cfg->vq_codes = 256;
-  if (cfg->vq_gamma == 0.0f) cfg->vq_gamma = 0.99f;
-  if (cfg->vq_commit == 0.0f) cfg->vq_commit = 1.0f;
-  if (cfg->vq_sync_codes == 0) cfg->vq_sync_codes = 1;
-  if (cfg->vq_groups < 1 || cfg->vq_groups > 64 || r % cfg->vq_groups != 0)
-    return ts_fail(TS_EUSAGE, "--vq-group %d: must divide --rank %d and be at most 64 (Z splits "
-                   "into groups of that many coordinates)", cfg->vq_groups, r);
-  if (cfg->vq_rounds < 1 || cfg->vq_rounds > 8)
-    return ts_fail(TS_EUSAGE, "--vq-rounds %d: must be in [1, 8]", cfg->vq_rounds);
-  if (cfg->vq_codes < 2 || cfg->vq_codes > 256)
-    return ts_fail(TS_EUSAGE, "--vq-codes %d: must be in [2, 256] (a code is one byte)",
-                   cfg->vq_codes);
-  if (!(cfg->vq_gamma > 0.0f && cfg->vq_gamma < 1.0f))
-    return ts_fail(TS_EUSAGE, "--vq-gamma %g: must be in (0, 1)", (double)cfg->vq_gamma);
-  if (!(cfg->vq_commit > 0.0f && isfinite(cfg->vq_commit)))
-    return ts_fail(TS_EUSAGE, "--vq-commit %g: must be > 0", (double)cfg->vq_commit);
-  if (cfg->vq_sync_codes < 1 || cfg->vq_sync_codes > cfg->vq_codes)
-    return ts_fail(TS_EUSAGE, "--vq-sync-codes %d: must be in [1, --vq-codes %d]",
-                   cfg->vq_sync_codes, cfg->vq_codes);
-  return TS_OK;
-}
-
 // Every check names the flag that sets the field, so a user knows what to fix.
 int ts_config_finalize(ts_config *cfg) {
   if (cfg->variant != TS_GPT && cfg->variant != TS_LLAMA)
@@ -264,7 +195,8 @@ int ts_config_finalize(ts_config *cfg) {
   if (cfg->optimizer != TS_OPT_ADAMW && cfg->muon_lr == 0.0f) cfg->muon_lr = 0.02f;
   if (!(cfg->muon_lr >= 0.0f && cfg->muon_lr < 10.0f))
     return ts_fail(TS_EUSAGE, "--muon-lr %g: must be in [0, 10)", (double)cfg->muon_lr);
-  int rc = compress_finalize(cfg);
+  // stage-boundary compression: the common rules, then the codec's (boundary.h)
+  int rc = ts_boundary_finalize(cfg);
   if (rc) return rc;
   // run; written as !(x ok) so that NaN fails too
   if (cfg->batch < 1) return ts_fail(TS_EUSAGE, "--batch %d: must be >= 1", cfg->batch);

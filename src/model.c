@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "boundary/boundary.h"
 #include "comm.h"
-#include "compress.h"
 #include "index.h"
 #include "kernels.h"
 #include "mem.h"
@@ -26,55 +26,49 @@ typedef struct {
   int64_t shape[2];
   float std;   // normal init; 0 = constant
   float value; // constant init value
-  float **view;
+  float **view;  // the model's own view (param_views), or NULL: a codec's, found by role
   float **gview;
+  ts_role role;
+  int index;
 } pspec;
+
+// Stage s's codec tensors (boundary.h) when layer l ends it: std 0, value 0.
+static int boundary_specs(const ts_model *m, int l, pspec *out) {
+  const int S = m->cfg.compress_stages;
+  if (!m->bd->tensors || S < 1 || (l + 1) % (m->L / S) != 0) return 0;
+  ts_tensor t[TS_BOUNDARY_TENSORS];
+  const int n = m->bd->tensors(&m->cfg, (l + 1) / (m->L / S) - 1, t);
+  for (int k = 0; out && k < n; k++) {
+    out[k] = (pspec){.ndim = t[k].ndim, .shape = {t[k].shape[0], t[k].shape[1]},
+                     .role = t[k].role, .index = t[k].index};
+    memcpy(out[k].name, t[k].name, sizeof out[k].name);
+  }
+  return n;
+}
 
 static int param_table(ts_model *m, pspec *out) {
   int n = 0, C = m->C, F = m->F, V = m->V;
   float s = 0.02f, sres = 0.02f / sqrtf(2.0f * m->L);
-#define ADD(NAME, ND, S0, S1, STD, VAL, FIELD)                                          \
+#define ADD(NAME, ND, S0, S1, STD, VAL, FIELD, ROLE, INDEX)                             \
   do {                                                                                  \
     if (out) {                                                                          \
       pspec *ps = &out[n];                                                              \
       snprintf(ps->name, sizeof ps->name, "%s", NAME);                                  \
       ps->ndim = ND; ps->shape[0] = S0; ps->shape[1] = S1;                              \
       ps->std = STD; ps->value = VAL; ps->view = &m->p.FIELD; ps->gview = &m->g.FIELD;  \
+      ps->role = ROLE; ps->index = INDEX;                                               \
     }                                                                                   \
     n++;                                                                                \
   } while (0)
-  ADD("wte", 2, V, C, s, 0, wte);
+  ADD("wte", 2, V, C, s, 0, wte, TS_ROLE_EMBEDDING, 0);
   char nm[64];
 #define LADD(SUFFIX, ND, S0, S1, STD, VAL, FIELD)                                       \
   snprintf(nm, sizeof nm, "h.%d.%s", l, SUFFIX);                                         \
-  ADD(nm, ND, S0, S1, STD, VAL, layer[l].FIELD)
-  // a learned boundary's tensors follow the last layer of their stage, so that
-  // a pipeline stage's tensors stay one slice: stage s's anchor E_s (zero at
-  // first) and the projector A_s of its output boundary (compress_init)
-  const int cS = m->cfg.compress_stages, cr = m->cfg.compress_rank;
-  const int learned = m->cfg.compress >= TS_COMPRESS_MAPL;
-  const int vq = m->cfg.compress == TS_COMPRESS_MAPL_VQ;
-  const int64_t ncode = vq ? (int64_t)m->cfg.vq_rounds * (cr / m->cfg.vq_groups) * m->cfg.vq_codes : 0;
-#define BOUNDARY_ADD(l)                                                                 \
-  if (learned && ((l) + 1) % (m->L / cS) == 0) {                                        \
-    const int st = ((l) + 1) / (m->L / cS) - 1;                                         \
-    snprintf(nm, sizeof nm, "cmp.%d.anchor", st);                                       \
-    ADD(nm, 2, V, cr, 0, 0, anchor[st]);                                                \
-    if (st < cS - 1) {                                                                  \
-      snprintf(nm, sizeof nm, "cmp.%d.proj", st);                                       \
-      ADD(nm, 2, C, cr, 0, 0, proj[st]);                                                \
-    }                                                                                   \
-    if (st < cS - 1 && vq) { /* the codebooks of vq.h, in its order */                  \
-      snprintf(nm, sizeof nm, "cmp.%d.vq.count", st);                                   \
-      ADD(nm, 1, ncode, 0, 0, 0, vq_count[st]);                                         \
-      snprintf(nm, sizeof nm, "cmp.%d.vq.sum", st);                                     \
-      ADD(nm, 2, ncode, m->cfg.vq_groups, 0, 0, vq_sum[st]);                            \
-      snprintf(nm, sizeof nm, "cmp.%d.vq.codes", st);                                   \
-      ADD(nm, 2, ncode, m->cfg.vq_groups, 0, 0, vq_codes[st]);                          \
-      snprintf(nm, sizeof nm, "cmp.%d.vq.recv", st);                                    \
-      ADD(nm, 2, ncode, m->cfg.vq_groups, 0, 0, vq_recv[st]);                           \
-    }                                                                                   \
-  }
+  ADD(nm, ND, S0, S1, STD, VAL, layer[l].FIELD, TS_ROLE_LAYER, l)
+  // a codec's tensors follow the last layer of their stage, so that a
+  // pipeline stage's tensors stay one slice (e.g. MAPL's: stage s's anchor
+  // E_s and the projector A_s of its output boundary)
+#define BOUNDARY_ADD(l) n += boundary_specs(m, l, out ? out + n : NULL)
   if (m->llama) {
     const int Ckv = m->Ckv;
     for (int l = 0; l < m->L; l++) {
@@ -89,11 +83,11 @@ static int param_table(ts_model *m, pspec *out) {
       LADD("mlp.w2", 2, C, F, sres, 0, w2);
       BOUNDARY_ADD(l);
     }
-    ADD("rmsf.w", 1, C, 0, 0, 1, lnfw);
-    if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head);
+    ADD("rmsf.w", 1, C, 0, 0, 1, lnfw, TS_ROLE_FINAL_NORM, 0);
+    if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head, TS_ROLE_HEAD, 0);
     return n;
   }
-  ADD("wpe", 2, m->T, C, s, 0, wpe);
+  ADD("wpe", 2, m->T, C, s, 0, wpe, TS_ROLE_POSITIONAL, 0);
   for (int l = 0; l < m->L; l++) {
     LADD("ln1.w", 1, C, 0, 0, 1, ln1w);
     LADD("ln1.b", 1, C, 0, 0, 0, ln1b);
@@ -115,9 +109,9 @@ static int param_table(ts_model *m, pspec *out) {
   }
 #undef LADD
 #undef BOUNDARY_ADD
-  ADD("lnf.w", 1, C, 0, 0, 1, lnfw);
-  ADD("lnf.b", 1, C, 0, 0, 0, lnfb);
-  if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head);
+  ADD("lnf.w", 1, C, 0, 0, 1, lnfw, TS_ROLE_FINAL_NORM, 0);
+  ADD("lnf.b", 1, C, 0, 0, 0, lnfb, TS_ROLE_FINAL_NORM, 0);
+  if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head, TS_ROLE_HEAD, 0);
 #undef ADD
   return n;
 }
@@ -175,10 +169,13 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
     int rc = cp->check(cfg, &lay);
     if (rc) return rc;
   }
+  const ts_boundary *bd = ts_boundary_get(cfg->compress);
+  if (!bd) return ts_fail(TS_EUSAGE, "--compress: no codec %d", cfg->compress);
   ts_model *m = calloc(1, sizeof *m);
   if (!m) return ts_fail(TS_ERUNTIME, "out of memory");
   m->cfg = *cfg;
   m->be = ts_backend_current();
+  m->bd = bd;
   m->B = b_count; m->b0 = b_begin; m->Bg = cfg->batch;
   m->T = cfg->seq; m->C = cfg->d; m->L = cfg->n_layer;
   m->H = cfg->n_head; m->dh = cfg->d / cfg->n_head; m->F = cfg->d_ff; m->V = cfg->vocab;
@@ -203,23 +200,6 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   m->g.layer = calloc((size_t)m->L, sizeof(layer_params));
   m->la = calloc((size_t)m->L, sizeof(layer_acts));
   m->res = calloc((size_t)m->L + 1, sizeof(float *));
-  if (cfg->compress >= TS_COMPRESS_MAPL) {
-    const size_t S = (size_t)cfg->compress_stages;
-    int bad = 0;
-    for (int k = 0; k < 2; k++) {
-      param_views *v = k ? &m->g : &m->p;
-      bad |= !(v->anchor = calloc(S, sizeof(float *))) | !(v->proj = calloc(S, sizeof(float *)));
-      if (cfg->compress == TS_COMPRESS_MAPL_VQ)
-        bad |= !(v->vq_count = calloc(S, sizeof(float *))) |
-               !(v->vq_sum = calloc(S, sizeof(float *))) |
-               !(v->vq_codes = calloc(S, sizeof(float *))) |
-               !(v->vq_recv = calloc(S, sizeof(float *)));
-    }
-    if (bad) {
-      ts_model_free(m);
-      return ts_fail(TS_ERUNTIME, "out of memory");
-    }
-  }
   m->ntens = param_table(m, NULL);
   pspec *spec = calloc((size_t)m->ntens, sizeof(pspec));
   m->ptens = calloc((size_t)m->ntens, sizeof(ts_tensor));
@@ -248,8 +228,10 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   for (int i = 0; i < m->ntens; i++) {
     pspec *ps = &spec[i];
     size_t n = (size_t)ps->shape[0] * (ps->ndim == 2 ? (size_t)ps->shape[1] : 1);
-    *ps->view = m->params + off;
-    *ps->gview = m->grads + off;
+    if (ps->view) {
+      *ps->view = m->params + off;
+      *ps->gview = m->grads + off;
+    }
     for (int k = 0; k < 2; k++) {
       ts_tensor *t = k ? &m->gtens[i] : &m->ptens[i];
       snprintf(t->name, sizeof t->name, "%s", ps->name);
@@ -257,6 +239,8 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
       t->shape[0] = ps->shape[0];
       t->shape[1] = ps->shape[1];
       t->data = (k ? m->grads : m->params) + off;
+      t->role = ps->role;
+      t->index = ps->index;
     }
     m->stds[i] = ps->std;
     m->consts[i] = ps->value;
@@ -282,7 +266,7 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   const int kept = cfg->checkpoint ? 1 : m->L; // layers whose activations are kept at once
   size_t nacts = (size_t)(m->L + 1) * N * C + (size_t)kept * per_layer + top + scratch + rope;
   m->nacts = nacts;
-  const size_t boundary = compress_activation_floats(m); // compress.c's own buffers
+  const size_t boundary = m->bd->activation_floats ? m->bd->activation_floats(m) : 0; // the codec's
   // Refuse up front what cannot fit, rather than be killed mid-run by the
   // kernel's OOM killer (allocations succeed lazily under overcommit):
   // parameters, gradients and AdamW state, and these activations.
@@ -347,7 +331,8 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
     leaf_cap = 2 * F * C + F + C + (m->llama ? F * C : 0);
   if (V * C > leaf_cap) leaf_cap = V * C;
   if ((size_t)cfg->leaf * C > leaf_cap) leaf_cap = (size_t)cfg->leaf * C;
-  if (compress_leaf_floats(cfg) > leaf_cap) leaf_cap = compress_leaf_floats(cfg);
+  const size_t bd_leaf = m->bd->leaf_floats ? m->bd->leaf_floats(cfg) : 0;
+  if (bd_leaf > leaf_cap) leaf_cap = bd_leaf;
   if (ts_ws_init(&m->ws, cfg->tile, cfg->leaf, leaf_cap, m->dh) != 0) {
     ts_model_free(m);
     return ts_fail(TS_ERUNTIME, "out of memory allocating kernel workspace");
@@ -371,7 +356,7 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
     ts_model_free(m);
     return rc;
   }
-  if (cfg->compress && (rc = compress_create(m))) {
+  if (m->bd->create && (rc = m->bd->create(m))) {
     ts_model_free(m);
     return rc;
   }
@@ -382,12 +367,7 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
 void ts_model_free(ts_model *m) {
   if (!m) return;
   if (m->cp && m->cp->destroy) m->cp->destroy(m);
-  compress_free(m);
-  for (int k = 0; k < 2; k++) {
-    param_views *v = k ? &m->g : &m->p;
-    free(v->anchor); free(v->proj);
-    free(v->vq_count); free(v->vq_sum); free(v->vq_codes); free(v->vq_recv);
-  }
+  if (m->bd && m->bd->destroy) m->bd->destroy(m);
   m->be->free(m->ce_scratch);
   m->be->free(m->mlp_scratch);
   ts_ws_free(&m->ws);
@@ -407,7 +387,7 @@ void ts_model_init(ts_model *m, uint64_t seed) {
     for (int64_t j = 0; j < n; j++)
       t->data[j] = std > 0 ? std * ts_rng_normal(seed, TS_RNG_INIT, (uint64_t)i, (uint64_t)j) : c;
   }
-  compress_init(m, seed);
+  if (m->bd->init) m->bd->init(m, seed);
 }
 
 // ---- forward -----------------------------------------------------------------------
@@ -728,21 +708,19 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
                       m->p.wpe ? m->p.wpe + (size_t)m->run_pos[k] * C : NULL,
                       m->nrun == 1 ? B : 1, m->run_len, C);
     }
-  } else if (m->cmp) { // a later pipeline stage: the previous stage's Z, decoded
-    compress_decode(m, compress_boundary_at(m, m->l0), m->x_in, m->res[m->l0]);
-  } else { // a later pipeline stage: the previous stage's output
-    memcpy(m->res[m->l0], m->x_in, (size_t)N * C * sizeof(float));
+  } else { // a later pipeline stage: the previous stage's output, decoded (boundary.h)
+    m->bd->decode(m, ts_boundary_at(m, m->l0), m->x_in, m->res[m->l0]);
   }
   for (int l = m->l0; l < m->l1; l++) {
     if ((m->rc = layer_forward(m, l, step, p))) return NAN;
-    const int b = compress_boundary_at(m, l + 1);
+    const int b = ts_boundary_at(m, l + 1);
     if (b >= 0 && l + 1 < m->l1) { // a boundary inside: encode and decode back to back
-      compress_encode(m, b, m->res[l + 1]);
-      compress_decode(m, b, compress_wire(m, b), m->res[l + 1]);
+      m->bd->encode(m, b, m->res[l + 1]);
+      m->bd->decode(m, b, m->bd->wire(m, b), m->res[l + 1]);
     }
   }
   if (m->l1 < m->L) { // an earlier pipeline stage: no loss here
-    if (m->cmp) compress_encode(m, compress_boundary_at(m, m->l1), m->res[m->l1]);
+    m->bd->encode(m, ts_boundary_at(m, m->l1), m->res[m->l1]);
     m->loss_sum = m->loss = 0.0f;
     return 0.0f;
   }
@@ -813,12 +791,9 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     phase_end(loss_phase_bytes(m));
     rc |= norm_backward(m, m->dres, m->g.lnfw, m->g.lnfb, m->dtmp, m->res[m->L], m->p.lnfw,
                         m->lnf_mean, m->lnf_rstd);
-  } else if (m->cmp) { // an earlier pipeline stage: the next stage's dZ
-    if ((crc = compress_encode_backward(m, compress_boundary_at(m, m->l1), m->dy_in, m->dres,
-                                        step)))
+  } else { // an earlier pipeline stage: the next stage's gradient of our output, encoded
+    if ((crc = m->bd->encode_backward(m, ts_boundary_at(m, m->l1), m->dy_in, m->dres, step)))
       return crc;
-  } else { // an earlier pipeline stage: the next stage's gradient of our output
-    memcpy(m->dres, m->dy_in, (size_t)N * C * sizeof(float));
   }
   for (int l = m->l1 - 1; l >= m->l0; l--) {
     if (m->cp->layer_backward) { // tensor-split layers
@@ -861,18 +836,17 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     rc |= norm_backward(m, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, m->res[l], w->ln1w, a->ln1_mean,
                         a->ln1_rstd);
     m->be->add(m->dres, m->dres, m->dtmp2, N * C);
-    const int b = compress_boundary_at(m, l);
+    const int b = ts_boundary_at(m, l);
     if (b >= 0 && l > m->l0) { // a boundary inside: its two backwards back to back
-      if ((crc = compress_decode_backward(m, b, m->dres, compress_dz(m))) ||
-          (crc = compress_encode_backward(m, b, compress_dz(m), m->dres, step)))
+      if ((crc = m->bd->decode_backward(m, b, m->dres, m->bd->dz(m))) ||
+          (crc = m->bd->encode_backward(m, b, m->bd->dz(m), m->dres, step)))
         return crc;
     }
   }
-  // a later pipeline stage ends here: dres is the gradient of its input (its
-  // dZ under compression)
+  // a later pipeline stage ends here: dres is the gradient of its input,
+  // which goes back as the codec's dz (boundary.h)
   if (m->l0 > 0) {
-    if (m->cmp && (crc = compress_decode_backward(m, compress_boundary_at(m, m->l0), m->dres,
-                                                   compress_dz(m))))
+    if ((crc = m->bd->decode_backward(m, ts_boundary_at(m, m->l0), m->dres, m->bd->dz(m))))
       return crc;
     if (rc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
     return TS_OK;
@@ -943,13 +917,11 @@ void ts_model_set_stage(ts_model *m, int l0, int l1) {
 void ts_model_set_stage_input(ts_model *m, const void *x) { m->x_in = x; }
 void ts_model_set_stage_grad(ts_model *m, const float *dy) { m->dy_in = dy; }
 const void *ts_model_stage_output(const ts_model *m) {
-  return m->cmp ? compress_wire(m, compress_boundary_at(m, m->l1)) : (const void *)m->res[m->l1];
+  return m->bd->wire(m, ts_boundary_at(m, m->l1));
 }
-const float *ts_model_stage_dinput(const ts_model *m) {
-  return m->cmp ? compress_dz(m) : m->dres;
-}
+const float *ts_model_stage_dinput(const ts_model *m) { return m->bd->dz(m); }
 size_t ts_model_boundary_bytes(const ts_model *m, int backward) {
-  return compress_wire_bytes(m, backward);
+  return m->bd->wire_bytes(&m->cfg, backward);
 }
 
 int ts_model_runs(const ts_model *m, int *pos, int *len) {

@@ -21,9 +21,6 @@ typedef struct {
 typedef struct {
   float *wte, *wpe, *lnfw, *lnfb, *lm_head; // lm_head NULL when tied
   layer_params *layer;
-  float **anchor; // --compress mapl*: stage s's anchor table E_s (V × r)
-  float **proj;   // --compress mapl*: boundary p's projector A_p (d × r)
-  float **vq_count, **vq_sum, **vq_codes, **vq_recv; // mapl-vq: boundary p's codebooks (vq.h)
 } param_views;
 
 // What a layer keeps for its backward. Norm outputs and the GeLU output are
@@ -54,6 +51,10 @@ struct ts_model {
   ts_comm *seq;                // the sequence group (NULL: serial)
   const struct ts_cp *cp;      // how the group shares a sequence (cp.h; serial: ts_cp_local)
   void *cp_state;              // the strategy's own (its create / destroy)
+  // How the stream crosses stage boundaries (boundary/boundary.h; without
+  // --compress the identity), and the codec's own state (its create / destroy).
+  const struct ts_boundary *bd;
+  void *bd_state;
   // The rank's rows as runs of consecutive positions (the strategy's
   // `positions`): one run [t0, t0 + Tl) (of each of the B sequences when not
   // sharded), or e.g. ring-zigzag's two chunks. Run k is rows
@@ -67,7 +68,8 @@ struct ts_model {
   const float *dy_in;
   float *spbuf;                // the strategy's scratch (ts_cp_sizes.scratch floats)
   int rc;                      // error of the last forward
-  // parameters, gradients: one allocation each, same layout
+  // parameters, gradients: one allocation each, same layout; the views
+  // carry each tensor's role (tessera.h)
   int ntens;
   ts_tensor *ptens, *gtens;
   float *stds; // init std per tensor (0 = constant)
@@ -87,7 +89,6 @@ struct ts_model {
   int *inputs, *targets;
   ts_ws ws;
   float loss, loss_sum; // loss_sum: canonical-tree sum of the local token losses
-  struct compress *cmp; // stage-boundary compression (compress.h); NULL without
   float *ce_scratch;    // --fused-ce: one leaf of logits per slot of leaf_sum (backend.h)
   float *mlp_scratch;   // --tiled-mlp: four leaves of d_ff floats per slot
 };

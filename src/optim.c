@@ -4,9 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compress.h"
+#include "boundary/boundary.h"
 #include "orthogonal.h"
-#include "vq.h"
 #include "util.h"
 
 int ts_adamw_init(ts_adamw *opt, size_t n) {
@@ -70,27 +69,24 @@ void ts_adamw_elements(float *p, const float *g, float *m, float *v, int64_t n, 
 }
 
 static int is_hidden_matrix(const ts_tensor *t) {
-  return t->ndim == 2 && strncmp(t->name, "h.", 2) == 0;
+  return t->ndim == 2 && t->role == TS_ROLE_LAYER;
 }
 
-// Which group a tensor's update belongs to.
-enum { G_ADAMW = 0, G_MUON, G_PROJ, G_VQ };
-
-// Polar Express steps of the projectors' direction and retraction
-// (docs/ALGORITHMS.md §8: fewer than 8 leave AᵀA − I at 1e-2 or worse).
-#define SPEL_STEPS 10
+// Which group a tensor's update belongs to: AdamW's, Muon's, or the boundary
+// codec's own (boundary.h: SPEL for projectors, the codebooks' EMA).
+enum { G_ADAMW = 0, G_MUON, G_CODEC };
 
 int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int ntens,
                       const ts_config *cfg, int64_t s) {
   const float lr = ts_lr_at(cfg, s);
+  const ts_boundary *bd = ts_boundary_get(cfg->compress);
   unsigned char *group = calloc((size_t)ntens, 1);
   if (!group) return ts_fail(TS_ERUNTIME, "out of memory");
   size_t need = 0;
   int special = 0;
   for (int t = 0; t < ntens; t++) {
     if (cfg->optimizer != TS_OPT_ADAMW && is_hidden_matrix(&params[t])) group[t] = G_MUON;
-    else if (compress_is_projector(params[t].name)) group[t] = G_PROJ;
-    else if (compress_is_codebook(params[t].name)) group[t] = G_VQ;
+    else if (bd->owns && bd->owns(params[t].role)) group[t] = G_CODEC;
     else continue;
     special = 1;
     size_t k = ts_ortho_scratch((int)params[t].shape[0], (int)params[t].shape[1]);
@@ -109,7 +105,7 @@ int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nt
                   cfg->eps, special ? group : NULL);
   // Muon and SPEL on AdamW's schedule: their peak rates scaled as AdamW's is
   const float sched = cfg->lr > 0.0f ? lr / cfg->lr : 0.0f;
-  const float mlr = cfg->muon_lr * sched, plr = cfg->proj_lr * sched;
+  const float mlr = cfg->muon_lr * sched;
   const ts_ortho how = cfg->optimizer == TS_OPT_MUON_PE ? TS_ORTHO_PE : TS_ORTHO_NS;
   size_t off = 0;
   for (int t = 0; t < ntens; t++) {
@@ -121,20 +117,8 @@ int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nt
     if (group[t] == G_MUON)
       opt->be->muon_update(p, g, buf, rows, cols, mlr, cfg->weight_decay, 0.95f, how, 5,
                            opt->scratch);
-    else if (group[t] == G_PROJ && !ts_compress_learns_projector(cfg->compress))
-      continue; // mapl-frozen: the projector stays where it started
-    else if (group[t] == G_PROJ && cfg->compress == TS_COMPRESS_MAPL_UNC)
-      ts_spel_step_unconstrained(p, g, buf, rows, cols, plr, 0.95f, SPEL_STEPS, opt->scratch);
-    else if (group[t] == G_PROJ)
-      ts_spel_step(p, g, buf, rows, cols, plr, 0.95f, SPEL_STEPS, opt->scratch);
-    else if (group[t] == G_VQ && strstr(params[t].name, ".vq.count")) {
-      // a boundary's four codebook tensors, in vq.h's order; the statistics
-      // are the contiguous gradient slots of the first three
-      ts_vq_shape q;
-      ts_vq_shape_of(cfg, &q);
-      ts_vq_update(&q, cfg->seed, atoi(params[t].name + 4), (uint64_t)s + 1, p,
-                   params[t + 1].data, params[t + 2].data, params[t + 3].data, g);
-    }
+    else if (group[t] == G_CODEC && bd->update) // NULL: they stay (mapl-frozen's projector)
+      bd->update(cfg, params, grads, ntens, t, buf, sched, (uint64_t)s + 1, opt->scratch);
   }
   free(group);
   return TS_OK;
@@ -151,13 +135,13 @@ typedef struct {
 static int statistic_spans(const ts_tensor *grads, int nt, span **out) {
   int ns = 0;
   *out = NULL;
-  for (int t = 0; t < nt; t++) ns += compress_is_codebook(grads[t].name);
+  for (int t = 0; t < nt; t++) ns += ts_boundary_statistics(grads[t].role);
   if (ns == 0) return 0;
   span *sp = malloc((size_t)ns * sizeof *sp);
   if (!sp) return -1;
   ns = 0;
   for (int t = 0; t < nt; t++)
-    if (compress_is_codebook(grads[t].name)) {
+    if (ts_boundary_statistics(grads[t].role)) {
       sp[ns].lo = (size_t)(grads[t].data - grads[0].data);
       sp[ns].hi = sp[ns].lo + (size_t)ts_tensor_numel(&grads[t]);
       ns++;

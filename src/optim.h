@@ -32,10 +32,11 @@ void ts_adamw_elements(float *p, const float *g, float *m, float *v, int64_t n, 
 
 // The run's optimizer step s (0-based) on every tensor: AdamW, or the hybrid
 // of the Muon papers (--optimizer muon, muon-pe): Muon, with Newton–Schulz or
-// Polar Express, for the layers' 2-D weights (tensors "h.*" of two
-// dimensions), AdamW for the rest (embeddings, head, norms, biases). Muon's
-// learning rate is --muon-lr on AdamW's schedule; its momentum lives in the
-// AdamW first moment of its tensors.
+// Polar Express, for the layers' 2-D weights (tensors of role TS_ROLE_LAYER
+// of two dimensions), AdamW for the rest (embeddings, head, norms, biases)
+// but the tensors the boundary codec updates itself (boundary.h: owns,
+// update). Muon's learning rate is --muon-lr on AdamW's schedule; its
+// momentum, and SPEL's, lives in the AdamW first moment of its tensors.
 int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int ntens,
                       const ts_config *cfg, int64_t s);
 

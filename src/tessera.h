@@ -22,20 +22,18 @@ const char *ts_errmsg(void);
 typedef enum { TS_GPT = 0, TS_LLAMA = 1 } ts_variant;
 enum { TS_OPT_ADAMW = 0, TS_OPT_MUON = 1, TS_OPT_MUON_PE = 2 };
 // Stage-boundary compression (docs/ALGORITHMS.md §7): part of the model, so the
-// serial run of a compressed model is the reference of its pipelined runs.
+// serial run of a compressed model is the reference of its pipelined runs. One
+// codec per value, each in its file of src/boundary/ (boundary.h), listed in
+// src/boundary/codecs.def in this order (the order is the configuration's, so
+// checkpoints keep it): none, ssn, mapl, mapl-unconstrained, mapl-vq, mapl-frozen.
 typedef enum {
-  TS_COMPRESS_NONE = 0,
-  TS_COMPRESS_SSN,      // fixed shared basis U and frozen token table (Subspace Networks)
-  TS_COMPRESS_MAPL,     // per-boundary projector on St(d, r) by SPEL, factorized anchors
-  TS_COMPRESS_MAPL_UNC, // ablation: the projector by plain momentum steps, off the manifold
-  TS_COMPRESS_MAPL_VQ,  // mapl + residual vector quantisation of Z (streaming codebooks)
-  TS_COMPRESS_MAPL_FROZEN, // baseline: mapl's projector kept at its random start, anchors learned
+#define TS_BOUNDARY(ID, NAME, TABLE) TS_COMPRESS_##ID,
+#include "boundary/codecs.def"
+#undef TS_BOUNDARY
   TS_COMPRESS_NMODES
 } ts_compress_mode;
-// "none", "ssn", "mapl", "mapl-unconstrained", "mapl-vq", "mapl-frozen"
+// The --compress names, in ts_compress_mode order.
 extern const char *const ts_compress_names[TS_COMPRESS_NMODES];
-// Whether the mode updates its projectors (mapl, mapl-unconstrained, mapl-vq).
-int ts_compress_learns_projector(int mode);
 
 typedef struct {
   // model
@@ -148,13 +146,42 @@ int ts_default_leaf(int T);
 
 // ---------------------------------------------------------------------------
 // A named view of a float tensor (parameters, gradients, optimizer state).
+// The name is the checkpoint format; code that treats tensors by kind (the
+// optimizer's groups, a pipeline stage's slice, the boundary codecs) selects
+// them by role and index instead, which the model's views carry (a copy of a
+// view keeps them: optimizer state views have their parameter's).
+typedef enum {
+  TS_ROLE_NONE = 0,   // not a model parameter (a batch, the logits, a caller's own)
+  TS_ROLE_EMBEDDING,  // "wte": the token embedding (V × d), also the tied head
+  TS_ROLE_POSITIONAL, // "wpe": the positional embedding (T × d; GPT)
+  TS_ROLE_LAYER,      // "h.l.*": a tensor of layer l = index
+  TS_ROLE_FINAL_NORM, // "lnf.w", "lnf.b", "rmsf.w"
+  TS_ROLE_HEAD,       // "lm_head" (untied)
+  TS_ROLE_ANCHOR,     // "cmp.s.anchor": the anchor table E_s of stage s = index
+  TS_ROLE_PROJECTOR,  // "cmp.p.proj": the projector A_p of boundary p = index
+  TS_ROLE_VQ_COUNT,   // "cmp.p.vq.count", "cmp.p.vq.sum", "cmp.p.vq.codes",
+  TS_ROLE_VQ_SUM,     // "cmp.p.vq.recv": boundary p's codebooks (vq.h)
+  TS_ROLE_VQ_CODES,
+  TS_ROLE_VQ_RECV,
+} ts_role;
+
 #define TS_MAX_DIMS 4
 typedef struct {
   char name[64];
   int ndim;
   int64_t shape[TS_MAX_DIMS];
   float *data;
+  ts_role role; // what it is (TS_ROLE_NONE but for the model's views)
+  int index;    // the layer, stage or boundary of its role; 0 for the others
 } ts_tensor;
+
+// The position of the tensor of a role and index among nt (the first, in
+// canonical order), or −1.
+static inline int ts_tensor_find(const ts_tensor *t, int nt, ts_role role, int index) {
+  for (int i = 0; i < nt; i++)
+    if (t[i].role == role && t[i].index == index) return i;
+  return -1;
+}
 
 static inline int64_t ts_tensor_numel(const ts_tensor *t) {
   int64_t n = 1;

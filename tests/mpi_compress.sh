@@ -1,5 +1,5 @@
 #!/bin/sh
-# Stage-boundary compression (docs/ALGORITHMS.md §7, src/compress.h): a compressed
+# Stage-boundary compression (docs/ALGORITHMS.md §7, src/boundary/boundary.h): a compressed
 # model is a model. `--compress MODE --rank R --compress-stages S` trains it
 # serially; `mpiexec -n P·D tessera train --pp P --compress MODE --rank R`
 # must equal that serial run bit for bit (tessera compare says identical),

@@ -1,4 +1,4 @@
-// Stage-boundary compression in the serial model (src/compress.h): the
+// Stage-boundary compression in the serial model (src/boundary/): the
 // backward is the gradient of the compressed model where the model is
 // differentiable through it, SPEL keeps every projector on St(d, r) over a
 // long run while the unconstrained ablation leaves it; and mapl-vq's

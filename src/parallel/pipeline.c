@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "backend.h"
+#include "boundary/boundary.h"
 #include "parallel/shard.h"
 #include "util.h"
-#include "vq.h"
 
 int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int schedule, int mb) {
   memset(pl, 0, sizeof *pl);
@@ -43,13 +43,8 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   const float *base = ts_model_params(m);
   pl->off[pl->P] = ts_model_num_params(m);
   for (int q = 1; q < pl->P; q++) {
-    char first[64];
-    snprintf(first, sizeof first, "h.%d.", q * per);
-    for (int i = 0; i < nt; i++)
-      if (strncmp(t[i].name, first, strlen(first)) == 0) {
-        pl->off[q] = (size_t)(t[i].data - base);
-        break;
-      }
+    const int i = ts_tensor_find(t, nt, TS_ROLE_LAYER, q * per);
+    if (i >= 0) pl->off[q] = (size_t)(t[i].data - base);
   }
   free(t);
   for (int q = 0; q < pl->P; q++) pl->len[q] = pl->off[q + 1] - pl->off[q];
@@ -277,47 +272,13 @@ int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, co
   return TS_OK;
 }
 
-static float *tensor_named(ts_tensor *t, int nt, const char *fmt, int p) {
-  char name[64];
-  snprintf(name, sizeof name, fmt, p);
-  for (int i = 0; i < nt; i++)
-    if (strcmp(t[i].name, name) == 0) return t[i].data;
-  return NULL;
-}
-
 int ts_pipeline_sync_boundaries(ts_pipeline *pl, ts_model *m, uint64_t step) {
-  const ts_config *cfg = ts_model_config(m);
-  if (!ts_compress_learns_projector(cfg->compress)) return TS_OK; // nothing changed
-  const size_t abytes = (size_t)cfg->d * cfg->compress_rank * sizeof(float);
-  const int nt = ts_model_num_tensors(m), vq = cfg->compress == TS_COMPRESS_MAPL_VQ;
-  ts_vq_shape q;
-  ts_vq_shape_of(cfg, &q);
-  const size_t sbytes = vq ? ts_vq_stream_floats(&q) * sizeof(float) : 0;
-  ts_tensor *t = calloc((size_t)nt, sizeof *t);
-  float *msg = vq ? malloc(sbytes) : NULL;
-  if (!t || (vq && !msg)) {
-    free(t);
-    return ts_fail(TS_ERUNTIME, "out of memory");
-  }
-  ts_model_tensors(m, t, NULL);
+  const ts_boundary *bd = ts_boundary_get(ts_model_config(m)->compress);
+  if (!bd->sync) return TS_OK; // nothing changed
   // down the chain: stage s receives boundary s−1's, then sends boundary s's
   int rc = TS_OK;
-  const int in = pl->s - 1, out = pl->s < pl->P - 1 ? pl->s : -1;
-  if (in >= 0) {
-    rc = ts_comm_recv(pl->pipe, tensor_named(t, nt, "cmp.%d.proj", in), abytes, in, -1);
-    if (!rc && vq && !(rc = ts_comm_recv(pl->pipe, msg, sbytes, in, -1)))
-      ts_vq_stream_pack(&q, cfg->seed, in, step, tensor_named(t, nt, "cmp.%d.vq.recv", in), msg, 1);
-  }
-  if (!rc && out >= 0) {
-    rc = ts_comm_send(pl->pipe, tensor_named(t, nt, "cmp.%d.proj", out), abytes, pl->s + 1, -1);
-    if (!rc && vq) {
-      ts_vq_stream_pack(&q, cfg->seed, out, step, tensor_named(t, nt, "cmp.%d.vq.codes", out), msg,
-                        0);
-      rc = ts_comm_send(pl->pipe, msg, sbytes, pl->s + 1, -1);
-    }
-  }
-  free(t);
-  free(msg);
+  if (pl->s > 0) rc = bd->sync(m, pl->pipe, pl->s - 1, pl->s - 1, 0, step);
+  if (!rc && pl->s < pl->P - 1) rc = bd->sync(m, pl->pipe, pl->s, pl->s + 1, 1, step);
   return rc;
 }
 

@@ -29,7 +29,7 @@ typedef struct {
   int P, s;             // stages, this stage
   int M, mb;            // microbatches, sequences per microbatch
   int schedule;         // 0 GPipe, 1 1F1B
-  size_t fwd_bytes;     // one microbatch's boundary activation (X, or Z or codes: compress.h)
+  size_t fwd_bytes;     // one microbatch's boundary activation (X, or Z or codes: boundary/boundary.h)
   size_t bwd_bytes;     // its gradient coming back (of X, or Z)
   unsigned char *store; // in-flight stage inputs: slots of fwd_bytes
   int slots;            // M (GPipe) or min(P − s, M) (1F1B)
@@ -70,10 +70,11 @@ int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, co
                      uint64_t step, int train, float *loss_sum);
 // Every stage's gradients to every stage (P broadcasts on the pipeline group).
 int ts_pipeline_gather_grads(ts_pipeline *pl, ts_model *m);
-// After optimizer step `step` under --compress mapl*: each stage sends its
-// output boundary's projector A_s to the next stage, which decodes with it,
-// and under mapl-vq the step's streamed codes for the receiver's codebook
-// copy (docs/ALGORITHMS.md §7). Every stage runs the same update on replicated
+// After optimizer step `step`, the boundary codec's sync (boundary.h): under
+// the mapl modes that learn it each stage sends its output boundary's
+// projector A_s to the next stage, which decodes with it, and under mapl-vq
+// the step's streamed codes for the receiver's codebook copy
+// (docs/ALGORITHMS.md §7). Every stage runs the same update on replicated
 // parameters, so what arrives is what the receiver holds, bit for bit; the
 // transfer is the one a stage holding only its own parameters needs, and it
 // is counted as such: d·r floats, plus R·sync·r floats, per boundary per step.

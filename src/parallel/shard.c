@@ -47,11 +47,11 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
   ts_tensor *t = calloc((size_t)nt, sizeof *t);
   if (!t) { ts_model_free(sh.m); return ts_fail(TS_ERUNTIME, "out of memory"); }
   ts_model_tensors(sh.m, t, NULL);
-  for (int i = 0; i < nt; i++)
-    if (strcmp(t[i].name, "wpe") == 0) {
-      sh.wpe_off = (size_t)(t[i].data - ts_model_params(sh.m));
-      sh.wpe_len = (size_t)ts_tensor_numel(&t[i]);
-    }
+  const int w = ts_tensor_find(t, nt, TS_ROLE_POSITIONAL, 0); // none: LLaMA
+  if (w >= 0) {
+    sh.wpe_off = (size_t)(t[w].data - ts_model_params(sh.m));
+    sh.wpe_len = (size_t)ts_tensor_numel(&t[w]);
+  }
   free(t);
   if (sh.seq) {
     sh.lsums = calloc((size_t)sh.nb, sizeof(float));

@@ -74,8 +74,9 @@ int ts_dump(const ts_config *cfg_in, const char *out_dir, int traj_steps) {
   snprintf(buf, sizeof buf, "{\"model\":%s}\n", cj);
   snprintf(path, sizeof path, "%s/config.json", out_dir);
   if ((rc = write_text_atomic(path, buf))) goto done;
-  ts_tensor extra[2] = {{"batch.inputs", 2, {cfg.batch, cfg.seq}, binp},
-                        {"batch.targets", 2, {cfg.batch, cfg.seq}, btgt}};
+  ts_tensor extra[2] = {
+      {.name = "batch.inputs", .ndim = 2, .shape = {cfg.batch, cfg.seq}, .data = binp},
+      {.name = "batch.targets", .ndim = 2, .shape = {cfg.batch, cfg.seq}, .data = btgt}};
   pt[nt] = extra[0];
   pt[nt + 1] = extra[1];
   ts_meta meta[] = {{"tessera.config", cj}};
@@ -86,7 +87,8 @@ int ts_dump(const ts_config *cfg_in, const char *out_dir, int traj_steps) {
   if ((rc = ts_model_backward(m, 1))) goto done;
   float norm = ts_grad_norm_trained(gt, nt, np);
   uint64_t lh = ts_fnv1a64(TS_FNV_OFFSET, ts_model_logits(m), ntok * cfg.vocab * sizeof(float));
-  ts_tensor lt = {"logits", 3, {cfg.batch, cfg.seq, cfg.vocab}, (float *)ts_model_logits(m)};
+  ts_tensor lt = {.name = "logits", .ndim = 3, .shape = {cfg.batch, cfg.seq, cfg.vocab},
+                  .data = (float *)ts_model_logits(m)};
   gt[nt] = lt;
   snprintf(path, sizeof path, "%s/grads.safetensors", out_dir);
   if ((rc = ts_ckpt_write(path, gt, nt + 1, meta, 1))) goto done;

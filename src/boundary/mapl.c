@@ -1,0 +1,260 @@
+// MAPL (--compress mapl) and its two ablations, which differ only in how the
+// projectors move after a step (mapl.h):
+//   mapl                SPEL: on St(d, r), by the Riemannian gradient's momentum
+//                       and a Polar Express retraction (docs/ALGORITHMS.md §8)
+//   mapl-unconstrained  the same momentum and direction without the tangent
+//                       projection and the retraction: A_p leaves the manifold
+//   mapl-frozen         not at all: A_p stays at its seeded start, the anchors learn
+#include "boundary/mapl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "orthogonal.h"
+
+// Polar Express steps of the projectors' direction and retraction
+// (docs/ALGORITHMS.md §8: fewer than 8 leave AᵀA − I at 1e-2 or worse).
+#define SPEL_STEPS 10
+
+// Stage s's anchor E_s (V × r) and boundary p's projector A_p (d × r), or
+// their gradients (grad 1).
+static float *anchor_table(const ts_model *m, int s, int grad) {
+  return ts_boundary_param(m, TS_ROLE_ANCHOR, s, grad);
+}
+static float *projector(const ts_model *m, int p, int grad) {
+  return ts_boundary_param(m, TS_ROLE_PROJECTOR, p, grad);
+}
+
+int ts_mapl_create(ts_model *m, ts_mapl *k) {
+  int rc = ts_boundary_buffers_create(m, &k->b);
+  if (rc) return rc;
+  const int S = k->b.S;
+  k->fixed = calloc((size_t)S, sizeof(float *));
+  k->arow = calloc((size_t)S, sizeof(float *));
+  if (!k->fixed || !k->arow) return ts_fail(TS_ERUNTIME, "out of memory");
+  const size_t N = (size_t)m->ntok, d = (size_t)m->C, r = (size_t)k->b.r;
+  int bad = 0;
+  for (int s = 0; s < S; s++) {
+    bad |= !(k->fixed[s] = m->be->alloc(r * d * sizeof(float)));
+    bad |= !(k->arow[s] = m->be->alloc(N * r * sizeof(float)));
+  }
+  bad |= !(k->gath = m->be->alloc(N * r * sizeof(float)));
+  bad |= !(k->dwt = m->be->alloc(r * d * sizeof(float)));
+  if (bad) return ts_fail(TS_ERUNTIME, "out of memory allocating the boundary buffers");
+  return TS_OK;
+}
+
+void ts_mapl_free(ts_model *m, ts_mapl *k) {
+  for (int s = 0; s < k->b.S; s++) {
+    if (k->fixed) m->be->free(k->fixed[s]);
+    if (k->arow) m->be->free(k->arow[s]);
+  }
+  free(k->fixed);
+  free(k->arow);
+  m->be->free(k->gath);
+  m->be->free(k->dwt);
+  ts_boundary_buffers_free(m, &k->b);
+}
+
+int ts_mapl_tensors(const ts_config *cfg, int s, ts_tensor *out) {
+  const int r = cfg->compress_rank;
+  int n = ts_boundary_declare(&out[0], "cmp.%d.anchor", s, cfg->vocab, r, TS_ROLE_ANCHOR);
+  if (s + 1 < cfg->compress_stages)
+    n += ts_boundary_declare(&out[n], "cmp.%d.proj", s, cfg->d, r, TS_ROLE_PROJECTOR);
+  return n;
+}
+
+void ts_mapl_init(ts_model *m, uint64_t seed) {
+  ts_mapl *k = m->bd_state;
+  const int d = m->C, r = k->b.r;
+  float *q = k->b.wt; // (d × r) scratch, transposed into place
+  for (int s = 0; s < k->b.S; s++) {
+    ts_boundary_orthonormal(q, k->b.qr, d, r, seed, TS_BASIS_FIXED + (uint64_t)s);
+    ts_boundary_transpose(k->fixed[s], q, d, r);
+  }
+  // the projectors start on St(d, r), each its own random point
+  for (int p = 0; p + 1 < k->b.S; p++)
+    ts_boundary_orthonormal(projector(m, p, 0), k->b.qr, d, r, seed, TS_BASIS_PROJ + (uint64_t)p);
+}
+
+// anc (rows × d) ← E_s[tok]·P_s.
+static void mapl_anchor(ts_model *m, int s) {
+  ts_mapl *k = m->bd_state;
+  const int64_t N = m->ntok;
+  const int d = m->C, r = k->b.r;
+  const float *E = anchor_table(m, s, 0);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; i++)
+    memcpy(k->gath + i * r, E + (size_t)m->inputs[i] * r, (size_t)r * sizeof(float));
+  // E_s[tok]·P_s: (rows × r)(r × d)
+  m->be->linear_backward_input(k->b.anc, k->gath, k->fixed[s], N, d, r, m->cfg.leaf, 0);
+}
+
+// wt ← A_pᵀ (r × d).
+static const float *mapl_basis(ts_model *m, int p) {
+  ts_mapl *k = m->bd_state;
+  ts_boundary_transpose(k->b.wt, projector(m, p, 0), m->C, k->b.r);
+  return k->b.wt;
+}
+
+const ts_boundary_affine ts_mapl_affine = {mapl_basis, mapl_anchor};
+
+static void mapl_encode(ts_model *m, int p, const float *x) {
+  ts_mapl *k = m->bd_state;
+  ts_boundary_affine_encode(m, &ts_mapl_affine, p, x, (float *)k->b.wire[p]); // Z is the wire
+}
+
+static void mapl_decode(ts_model *m, int p, const void *wire, float *x) {
+  ts_boundary_affine_decode(m, &ts_mapl_affine, p, wire, x);
+}
+
+typedef struct {
+  const ts_model *m;
+  const float *rows;
+} anchor_leaf_ctx;
+
+static void anchor_leaf(const void *vctx, int64_t li, float *out) {
+  const anchor_leaf_ctx *c = vctx;
+  const int r = c->m->cfg.compress_rank;
+  memset(out, 0, (size_t)c->m->V * r * sizeof(float));
+  encoder_wte_leaf_scatter(out, c->rows, c->m->inputs, li, c->m->cfg.leaf, r);
+}
+
+// Stage s's anchor gradient from its rows: the tree over leaves of their
+// scatter by token.
+static int anchor_grad(ts_model *m, int s) {
+  const ts_mapl *k = m->bd_state;
+  anchor_leaf_ctx c = {m, k->arow[s]};
+  if (ts_leaf_tree_sum(&m->ws, anchor_table(m, s, 1), (size_t)m->V * k->b.r,
+                       m->ntok / m->cfg.leaf, anchor_leaf, &c))
+    return ts_fail(TS_ERUNTIME, "out of memory (anchor gradient tree)");
+  return TS_OK;
+}
+
+int ts_mapl_decode_backward(ts_model *m, int p, const float *dx, float *dz) {
+  ts_mapl *k = m->bd_state;
+  const int64_t N = m->ntok;
+  const int d = m->C, r = k->b.r, s = p + 1;
+  m->be->linear_forward(dz, dx, mapl_basis(m, p), NULL, N, d, r, m->cfg.leaf); // G·A
+  // G·P_sᵀ: the receiving stage's anchor rows, after its output boundary's
+  float *a = k->arow[s];
+  if (s == k->b.S - 1) {
+    m->be->linear_forward(a, dx, k->fixed[s], NULL, N, d, r, m->cfg.leaf);
+  } else {
+    m->be->linear_forward(k->gath, dx, k->fixed[s], NULL, N, d, r, m->cfg.leaf);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N * r; i++) a[i] = a[i] + k->gath[i];
+  }
+  return anchor_grad(m, s);
+}
+
+int ts_mapl_encode_backward(ts_model *m, int p, const float *dz, float *dx, uint64_t step) {
+  (void)step;
+  ts_mapl *k = m->bd_state;
+  const int64_t N = m->ntok;
+  const int d = m->C, r = k->b.r;
+  m->be->linear_backward_input(dx, dz, mapl_basis(m, p), N, d, r, m->cfg.leaf, 0); // dZ·Aᵀ
+  // A_p's gradient Yᵀ·dZ, computed as (dZᵀ·Y)ᵀ by the weight-gradient tree
+  if (m->be->linear_backward_weights(&m->ws, k->dwt, NULL, dz, k->b.y[p], N, d, r))
+    return ts_fail(TS_ERUNTIME, "out of memory (projector gradient tree)");
+  ts_boundary_transpose(projector(m, p, 1), k->dwt, r, d);
+  // the sender subtracted its anchor: −dX·P_pᵀ
+  float *a = k->arow[p];
+  m->be->linear_forward(a, dx, k->fixed[p], NULL, N, d, r, m->cfg.leaf);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N * r; i++) a[i] = -a[i];
+  return p == 0 ? anchor_grad(m, 0) : TS_OK;
+}
+
+int ts_mapl_check(ts_config *cfg) {
+  int rc = ts_boundary_check_stages(cfg);
+  if (rc) return rc;
+  if (cfg->proj_lr == 0.0f) cfg->proj_lr = 0.1f * (cfg->muon_lr > 0.0f ? cfg->muon_lr : 0.02f);
+  if (!(cfg->proj_lr > 0.0f && cfg->proj_lr < 10.0f))
+    return ts_fail(TS_EUSAGE, "--proj-lr %g: must be in (0, 10)", (double)cfg->proj_lr);
+  return TS_OK;
+}
+
+int ts_mapl_owns(ts_role role) { return role == TS_ROLE_PROJECTOR; }
+
+// One step of a projector A (d × r) at the projectors' rate on the run's
+// schedule; the momentum lives in AdamW's first-moment slot.
+typedef void projector_step_fn(float *A, const float *g, float *m, int d, int r, float alpha,
+                               float beta, int steps, float *scratch);
+
+static void step_projector(projector_step_fn *step_fn, const ts_config *cfg, ts_tensor *A,
+                           const ts_tensor *g, float *moment, float sched, float *scratch) {
+  step_fn(A->data, g->data, moment, (int)A->shape[0], (int)A->shape[1], cfg->proj_lr * sched,
+          0.95f, SPEL_STEPS, scratch);
+}
+
+void ts_mapl_update(const ts_config *cfg, ts_tensor *params, const ts_tensor *grads, int nt, int t,
+                    float *moment, float sched, uint64_t step, float *scratch) {
+  (void)nt, (void)step;
+  step_projector(ts_spel_step, cfg, &params[t], &grads[t], moment, sched, scratch);
+}
+
+static void unconstrained_update(const ts_config *cfg, ts_tensor *params, const ts_tensor *grads,
+                                 int nt, int t, float *moment, float sched, uint64_t step,
+                                 float *scratch) {
+  (void)nt, (void)step;
+  step_projector(ts_spel_step_unconstrained, cfg, &params[t], &grads[t], moment, sched, scratch);
+}
+
+int ts_mapl_sync(ts_model *m, ts_comm *pipe, int p, int peer, int send, uint64_t step) {
+  (void)step;
+  float *A = projector(m, p, 0);
+  const size_t bytes = (size_t)m->C * m->cfg.compress_rank * sizeof(float);
+  return send ? ts_comm_send(pipe, A, bytes, peer, -1) : ts_comm_recv(pipe, A, bytes, peer, -1);
+}
+
+static int mapl_create(ts_model *m) {
+  ts_mapl *k = calloc(1, sizeof *k);
+  if (!k) return ts_fail(TS_ERUNTIME, "out of memory");
+  m->bd_state = k;
+  return ts_mapl_create(m, k);
+}
+
+static void mapl_destroy(ts_model *m) {
+  ts_mapl *k = m->bd_state;
+  if (!k) return;
+  ts_mapl_free(m, k);
+  free(k);
+  m->bd_state = NULL;
+}
+
+// What the three share: all but the projectors' step.
+#define MAPL_FAMILY                                                                        \
+  .wire_bytes = ts_boundary_float_wire, .tensors = ts_mapl_tensors,                        \
+  .activation_floats = ts_boundary_buffer_floats, .create = mapl_create,                   \
+  .destroy = mapl_destroy, .init = ts_mapl_init, .encode = mapl_encode,                    \
+  .wire = ts_boundary_buffers_wire, .decode = mapl_decode,                                 \
+  .decode_backward = ts_mapl_decode_backward, .encode_backward = ts_mapl_encode_backward,  \
+  .dz = ts_boundary_buffers_dz, .owns = ts_mapl_owns
+
+const ts_boundary ts_boundary_mapl = {
+    .name = "mapl",
+    .learns_projector = 1,
+    .check = ts_mapl_check,
+    .update = ts_mapl_update,
+    .sync = ts_mapl_sync,
+    MAPL_FAMILY,
+};
+
+const ts_boundary ts_boundary_mapl_unc = {
+    .name = "mapl-unconstrained",
+    .learns_projector = 1,
+    .check = ts_mapl_check,
+    .update = unconstrained_update,
+    .sync = ts_mapl_sync,
+    MAPL_FAMILY,
+};
+
+// The projector never changes: AdamW skips it (owns), nothing updates it,
+// and the receiver's copy needs no sync.
+const ts_boundary ts_boundary_mapl_frozen = {
+    .name = "mapl-frozen",
+    .check = ts_boundary_check_stages,
+    MAPL_FAMILY,
+};
