@@ -617,7 +617,7 @@ def main():
                                   fmt_T(round(t90)), fmt_ratio(est["T_accept"], t90)))
         md.append("- Under sequence parallelism each rank makes the same check for its own share of the work "
                   "against its share of the machine: the memory divided by the ranks on the machine "
-                  "(src/model.c), so N ranks together are admitted up to 90% of it. N ranks were not probed "
+                  "(src/model/params.c), so N ranks together are admitted up to 90% of it. N ranks were not probed "
                   "here: each needs the parameters' address space before the check, N times over.")
         md.append("")
 

@@ -292,7 +292,7 @@ def main():
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(a.warmup, a.steps, a.min_lr_frac))
 
     nparams = sum(p.numel() for p in params)
-    # tessera's formula (src/model.c ts_model_flops_per_token): everything but wte and
+    # tessera's formula (src/model/params.c ts_model_flops_per_token): everything but wte and
     # wpe is non-embedding; an untied head counts
     nonemb = nparams - a.vocab * a.d - (0 if a.variant == "llama" else a.seq * a.d)
     flops_per_token = 6 * nonemb + 6 * a.layers * a.seq * a.d

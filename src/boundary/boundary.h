@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 #include "comm.h"
-#include "model_impl.h"
+#include "model/model_impl.h"
 #include "tessera.h"
 
 // The most tensors a codec declares for one stage.

@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model_impl.h"
+#include "model/model_impl.h"
 #include "tessera.h"
 
 // The positions a rank holds: runs of consecutive positions of its

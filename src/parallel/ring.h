@@ -21,7 +21,7 @@
 #define TS_RING_H
 #include <stdint.h>
 
-#include "model_impl.h"
+#include "model/model_impl.h"
 
 // Layer l: from the layer's q, k, v (the rank's rows) into its att and lse.
 int ring_forward(ts_model *m, int l, uint64_t step, float p);

@@ -36,7 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model_impl.h"
+#include "model/model_impl.h"
 
 typedef enum { TS_UPIPE_NATURAL = 0, TS_UPIPE_GQA = 1 } ts_upipe_schedule;
 

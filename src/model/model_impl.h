@@ -1,6 +1,7 @@
-// The model's insides, shared by model.c and the context-parallel strategies
-// (src/parallel/cp.h), which run a layer's attention (or, tensor-split, the
-// whole layer) on them. Everything else goes through tessera.h.
+// The model's insides, shared by the files of src/model/ and by the
+// context-parallel strategies (src/parallel/cp.h) and stage-boundary codecs
+// (src/boundary/), which run a layer's attention (or, tensor-split, the whole
+// layer) and a stage's edges on them. Everything else goes through tessera.h.
 #ifndef TS_MODEL_IMPL_H
 #define TS_MODEL_IMPL_H
 #include <stddef.h>
@@ -9,6 +10,7 @@
 #include "backend.h"
 #include "comm.h"
 #include "kernels.h"
+#include "mem.h"
 #include "tessera.h"
 
 // A layer's tensors. LLaMA: ln1w, ln2w are the RMSNorm weights, w1 the gate,
@@ -108,4 +110,41 @@ uint64_t ts_model_attn_base(const ts_model *m, int l);
 // RoPE (backward: its inverse) on the rank's rows of nh heads, row stride ld,
 // run by run at the runs' positions; nothing for GPT.
 void ts_model_rope_rows(const ts_model *m, float *x, int nh, int ld, int backward);
+
+// ---- the pieces of src/model/ ---------------------------------------------------------
+// layer.c: res[l] -> res[l + 1]; and back (ts_layer_backward: a collective's
+// error at once, gradient-tree allocation failures or-ed into *oom).
+int ts_layer_forward(ts_model *m, int l, uint64_t step, float p);
+int ts_layer_backward(ts_model *m, int l, uint64_t step, int *oom);
+// layer.c: the variant's norm of the rank's rows: LayerNorm (GPT) or RMSNorm
+// (LLaMA: no mean, no bias); backward: dw, db by the canonical tree.
+void ts_model_norm_forward(const ts_model *m, float *out, float *mean, float *rstd, const float *x,
+                           const float *w, const float *b);
+int ts_model_norm_backward(ts_model *m, float *dinp, float *dw, float *db, const float *dout,
+                           const float *x, const float *w, const float *mean,
+                           const float *rstd);
+// mlp.c: y = the MLP of the norm output m->ln_out; back from dy in m->dtmp to
+// d(norm output) in m->dtmp, with layer l's weight gradients.
+void ts_mlp_forward(ts_model *m, const layer_params *w, layer_acts *a, float *y);
+int ts_mlp_backward(ts_model *m, const layer_params *w, layer_params *g, layer_acts *a);
+// head.c: the final norm, head and loss; the loss's backward into m->dres;
+// the embeddings' gradients from m->dres (non-zero: a tree's allocation failed).
+void ts_head_forward(ts_model *m);
+int ts_head_backward(ts_model *m);
+int ts_embedding_backward(ts_model *m);
+// params.c: the floats of the leaf-at-a-time options' scratch (one leaf per
+// slot of the backend's leaf_sum, of nthreads on the CPU).
+size_t ts_model_fused_ce_floats(const ts_model *m, int nthreads);
+size_t ts_model_tiled_mlp_floats(const ts_model *m, int nthreads);
+
+// A phase of the step for the memory tracker (mem.h), with the bytes of the
+// model's own buffers it works in held for its span.
+static inline void ts_phase_begin(ts_phase ph, size_t bytes) {
+  ts_mem_phase(ph);
+  ts_mem_hold(bytes);
+}
+static inline void ts_phase_end(size_t bytes) {
+  ts_mem_release(bytes);
+  ts_mem_phase(TS_PHASE_NONE);
+}
 #endif

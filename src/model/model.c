@@ -1,0 +1,93 @@
+// The transformer family (GPT and LLaMA variants): forward and backward of
+// the rank's rows through the layers of its stage, stage boundaries (codecs:
+// src/boundary/) included. The pieces are params.c (parameters and buffers),
+// layer.c (a layer around the strategy's attention, src/parallel/cp.h),
+// mlp.c, head.c (the head, the loss and the embeddings' gradients).
+#include <math.h>
+#include <string.h>
+
+#include "boundary/boundary.h"
+#include "model_impl.h"
+
+float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
+                       int training) {
+  const int B = m->B, C = m->C;
+  const int64_t N = m->ntok;
+  const float p = training ? m->cfg.dropout : 0.0f;
+  memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
+  memcpy(m->targets, targets, (size_t)N * sizeof(int));
+  m->rc = TS_OK;
+  if (m->l0 == 0) {
+    for (int k = 0; k < m->nrun; k++) {
+      const size_t row = (size_t)k * m->run_len;
+      m->be->encoder_forward(m->res[0] + row * C, m->inputs + row, m->p.wte,
+                      m->p.wpe ? m->p.wpe + (size_t)m->run_pos[k] * C : NULL,
+                      m->nrun == 1 ? B : 1, m->run_len, C);
+    }
+  } else { // a later pipeline stage: the previous stage's output, decoded (boundary.h)
+    m->bd->decode(m, ts_boundary_at(m, m->l0), m->x_in, m->res[m->l0]);
+  }
+  for (int l = m->l0; l < m->l1; l++) {
+    if ((m->rc = ts_layer_forward(m, l, step, p))) return NAN;
+    const int b = ts_boundary_at(m, l + 1);
+    if (b >= 0 && l + 1 < m->l1) { // a boundary inside: encode and decode back to back
+      m->bd->encode(m, b, m->res[l + 1]);
+      m->bd->decode(m, b, m->bd->wire(m, b), m->res[l + 1]);
+    }
+  }
+  if (m->l1 < m->L) { // an earlier pipeline stage: no loss here
+    m->bd->encode(m, ts_boundary_at(m, m->l1), m->res[m->l1]);
+    m->loss_sum = m->loss = 0.0f;
+    return 0.0f;
+  }
+  ts_head_forward(m);
+  m->loss = m->loss_sum / (float)m->ntok_global;
+  return m->loss;
+}
+
+// ---- backward ----------------------------------------------------------------------
+int ts_model_backward(ts_model *m, uint64_t step) {
+  int rc = 0, crc; // rc: allocation failures in the trees; crc: a collective's error
+  if (m->l1 == m->L) {
+    rc |= ts_head_backward(m);
+  } else { // an earlier pipeline stage: the next stage's gradient of our output, encoded
+    if ((crc = m->bd->encode_backward(m, ts_boundary_at(m, m->l1), m->dy_in, m->dres, step)))
+      return crc;
+  }
+  for (int l = m->l1 - 1; l >= m->l0; l--) {
+    if ((crc = ts_layer_backward(m, l, step, &rc))) return crc;
+    const int b = ts_boundary_at(m, l);
+    if (b >= 0 && l > m->l0) { // a boundary inside: its two backwards back to back
+      if ((crc = m->bd->decode_backward(m, b, m->dres, m->bd->dz(m))) ||
+          (crc = m->bd->encode_backward(m, b, m->bd->dz(m), m->dres, step)))
+        return crc;
+    }
+  }
+  // a later pipeline stage ends here: dres is the gradient of its input,
+  // which goes back as the codec's dz (boundary.h)
+  if (m->l0 > 0) {
+    if ((crc = m->bd->decode_backward(m, ts_boundary_at(m, m->l0), m->dres, m->bd->dz(m))))
+      return crc;
+    if (rc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
+    return TS_OK;
+  }
+  rc |= ts_embedding_backward(m);
+  if (rc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
+  return TS_OK;
+}
+
+// ---- pipeline stages ---------------------------------------------------------------
+void ts_model_set_stage(ts_model *m, int l0, int l1) {
+  m->l0 = l0;
+  m->l1 = l1;
+}
+void ts_model_set_stage_input(ts_model *m, const void *x) { m->x_in = x; }
+void ts_model_set_stage_grad(ts_model *m, const float *dy) { m->dy_in = dy; }
+const void *ts_model_stage_output(const ts_model *m) {
+  return m->bd->wire(m, ts_boundary_at(m, m->l1));
+}
+const float *ts_model_stage_dinput(const ts_model *m) { return m->bd->dz(m); }
+size_t ts_model_boundary_bytes(const ts_model *m, int backward) {
+  return m->bd->wire_bytes(&m->cfg, backward);
+}
+

@@ -1,0 +1,475 @@
+// The model's parameters and buffers: the parameter table (names, shapes,
+// initialisation, roles, in the canonical order of docs/MODEL.md), one
+// allocation each for parameters, gradients and activations with named
+// views, the fit check, initialisation and the accessors of tessera.h.
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "boundary/boundary.h"
+#include "model_impl.h"
+#include "parallel/cp.h"
+#include "rng.h"
+
+// ---- parameter table ---------------------------------------------------------------
+typedef struct {
+  char name[64];
+  int ndim;
+  int64_t shape[2];
+  float std;   // normal init; 0 = constant
+  float value; // constant init value
+  float **view;  // the model's own view (param_views), or NULL: a codec's, found by role
+  float **gview;
+  ts_role role;
+  int index;
+} pspec;
+
+// Stage s's codec tensors (boundary.h) when layer l ends it: std 0, value 0.
+static int boundary_specs(const ts_model *m, int l, pspec *out) {
+  const int S = m->cfg.compress_stages;
+  if (!m->bd->tensors || S < 1 || (l + 1) % (m->L / S) != 0) return 0;
+  ts_tensor t[TS_BOUNDARY_TENSORS];
+  const int n = m->bd->tensors(&m->cfg, (l + 1) / (m->L / S) - 1, t);
+  for (int k = 0; out && k < n; k++) {
+    out[k] = (pspec){.ndim = t[k].ndim, .shape = {t[k].shape[0], t[k].shape[1]},
+                     .role = t[k].role, .index = t[k].index};
+    memcpy(out[k].name, t[k].name, sizeof out[k].name);
+  }
+  return n;
+}
+
+static int param_table(ts_model *m, pspec *out) {
+  int n = 0, C = m->C, F = m->F, V = m->V;
+  float s = 0.02f, sres = 0.02f / sqrtf(2.0f * m->L);
+#define ADD(NAME, ND, S0, S1, STD, VAL, FIELD, ROLE, INDEX)                             \
+  do {                                                                                  \
+    if (out) {                                                                          \
+      pspec *ps = &out[n];                                                              \
+      snprintf(ps->name, sizeof ps->name, "%s", NAME);                                  \
+      ps->ndim = ND; ps->shape[0] = S0; ps->shape[1] = S1;                              \
+      ps->std = STD; ps->value = VAL; ps->view = &m->p.FIELD; ps->gview = &m->g.FIELD;  \
+      ps->role = ROLE; ps->index = INDEX;                                               \
+    }                                                                                   \
+    n++;                                                                                \
+  } while (0)
+  ADD("wte", 2, V, C, s, 0, wte, TS_ROLE_EMBEDDING, 0);
+  char nm[64];
+#define LADD(SUFFIX, ND, S0, S1, STD, VAL, FIELD)                                       \
+  snprintf(nm, sizeof nm, "h.%d.%s", l, SUFFIX);                                         \
+  ADD(nm, ND, S0, S1, STD, VAL, layer[l].FIELD, TS_ROLE_LAYER, l)
+  // a codec's tensors follow the last layer of their stage, so that a
+  // pipeline stage's tensors stay one slice (e.g. MAPL's: stage s's anchor
+  // E_s and the projector A_s of its output boundary)
+#define BOUNDARY_ADD(l) n += boundary_specs(m, l, out ? out + n : NULL)
+  if (m->llama) {
+    const int Ckv = m->Ckv;
+    for (int l = 0; l < m->L; l++) {
+      LADD("rms1.w", 1, C, 0, 0, 1, ln1w);
+      LADD("attn.wq", 2, C, C, s, 0, wq);
+      LADD("attn.wk", 2, Ckv, C, s, 0, wk);
+      LADD("attn.wv", 2, Ckv, C, s, 0, wv);
+      LADD("attn.wo", 2, C, C, sres, 0, wo);
+      LADD("rms2.w", 1, C, 0, 0, 1, ln2w);
+      LADD("mlp.w1", 2, F, C, s, 0, w1);
+      LADD("mlp.w3", 2, F, C, s, 0, w3);
+      LADD("mlp.w2", 2, C, F, sres, 0, w2);
+      BOUNDARY_ADD(l);
+    }
+    ADD("rmsf.w", 1, C, 0, 0, 1, lnfw, TS_ROLE_FINAL_NORM, 0);
+    if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head, TS_ROLE_HEAD, 0);
+    return n;
+  }
+  ADD("wpe", 2, m->T, C, s, 0, wpe, TS_ROLE_POSITIONAL, 0);
+  for (int l = 0; l < m->L; l++) {
+    LADD("ln1.w", 1, C, 0, 0, 1, ln1w);
+    LADD("ln1.b", 1, C, 0, 0, 0, ln1b);
+    LADD("attn.wq", 2, C, C, s, 0, wq);
+    LADD("attn.bq", 1, C, 0, 0, 0, bq);
+    LADD("attn.wk", 2, C, C, s, 0, wk);
+    LADD("attn.bk", 1, C, 0, 0, 0, bk);
+    LADD("attn.wv", 2, C, C, s, 0, wv);
+    LADD("attn.bv", 1, C, 0, 0, 0, bv);
+    LADD("attn.wo", 2, C, C, sres, 0, wo);
+    LADD("attn.bo", 1, C, 0, 0, 0, bo);
+    LADD("ln2.w", 1, C, 0, 0, 1, ln2w);
+    LADD("ln2.b", 1, C, 0, 0, 0, ln2b);
+    LADD("mlp.w1", 2, F, C, s, 0, w1);
+    LADD("mlp.b1", 1, F, 0, 0, 0, b1);
+    LADD("mlp.w2", 2, C, F, sres, 0, w2);
+    LADD("mlp.b2", 1, C, 0, 0, 0, b2);
+    BOUNDARY_ADD(l);
+  }
+#undef LADD
+#undef BOUNDARY_ADD
+  ADD("lnf.w", 1, C, 0, 0, 1, lnfw, TS_ROLE_FINAL_NORM, 0);
+  ADD("lnf.b", 1, C, 0, 0, 0, lnfb, TS_ROLE_FINAL_NORM, 0);
+  if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head, TS_ROLE_HEAD, 0);
+#undef ADD
+  return n;
+}
+
+// ---- creation ----------------------------------------------------------------------
+// Leaves the backend's leaf_sum computes at once (of nthreads on the CPU),
+// each in its own slot of the leaf-at-a-time options' scratch (backend.h).
+static size_t leaf_slots(const ts_model *m, int nthreads) {
+  return (size_t)(m->be->leaf_slots ? m->be->leaf_slots : nthreads);
+}
+
+// --fused-ce's scratch: a leaf of logits per slot.
+size_t ts_model_fused_ce_floats(const ts_model *m, int nthreads) {
+  return leaf_slots(m, nthreads) * m->cfg.leaf * m->V;
+}
+
+// --tiled-mlp's scratch: a leaf's four (leaf, d_ff) buffers per slot.
+size_t ts_model_tiled_mlp_floats(const ts_model *m, int nthreads) {
+  return leaf_slots(m, nthreads) * 4 * m->cfg.leaf * m->F;
+}
+
+// Processes that share this machine's memory (ts_model_set_memory_share).
+static int memory_share = 1;
+
+void ts_model_set_memory_share(int processes) { memory_share = processes > 1 ? processes : 1; }
+
+int ts_model_create(const ts_config *cfg, ts_model **out) {
+  return ts_model_create_seq(cfg, 0, cfg->batch, NULL, out);
+}
+
+int ts_model_create_shard(const ts_config *cfg, int b_begin, int b_count, ts_model **out) {
+  return ts_model_create_seq(cfg, b_begin, b_count, NULL, out);
+}
+
+// ---- creation, step by step ------------------------------------------------------------
+// The shard and the strategy's rules, before anything is allocated.
+static int check_shard(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
+                       int nsp, const ts_cp *cp) {
+  if (b_begin < 0 || b_count < 1 || b_begin > cfg->batch - b_count)
+    return ts_fail(TS_EUSAGE, "batch shard [%d, %d) outside the batch of %d sequences", b_begin,
+                   b_begin + b_count, cfg->batch);
+  if (nsp > 1) {
+    const int Tl = cfg->seq / nsp;
+    if (b_count != 1)
+      return ts_fail(TS_EUSAGE, "a sequence-parallel model holds one sequence, not %d", b_count);
+    if (cfg->seq % nsp != 0 || Tl % cfg->leaf != 0 || Tl % cfg->tile != 0)
+      return ts_fail(TS_EUSAGE, "--seq %d: not %d segments of whole leaves (%d) and tiles (%d)",
+                     cfg->seq, nsp, cfg->leaf, cfg->tile);
+  }
+  if (!cp) return ts_fail(TS_EUSAGE, "--sp-mode: no strategy %d", (int)sp->mode);
+  if (nsp > 1 && cp->check) { // the strategy's rules (ts_layout_check applies them too)
+    ts_layout lay = {.dp = 1, .sp = nsp, .pp = 1, .sp_mode = sp->mode, .upipe_u = sp->upipe_u,
+                     .upipe_sched = sp->upipe_sched, .microbatches = 1,
+                     .ulysses_degree = sp->ulysses_degree};
+    return cp->check(cfg, &lay);
+  }
+  return TS_OK;
+}
+
+// The model's shape, its shard of the batch and of the sequence (the runs of
+// positions its strategy gives it) and its stage (the whole model).
+static void set_geometry(ts_model *m, const ts_config *cfg, int b_begin, int b_count,
+                         const ts_seq_shard *sp, int nsp) {
+  m->cfg = *cfg;
+  m->be = ts_backend_current();
+  m->B = b_count; m->b0 = b_begin; m->Bg = cfg->batch;
+  m->T = cfg->seq; m->C = cfg->d; m->L = cfg->n_layer;
+  m->H = cfg->n_head; m->dh = cfg->d / cfg->n_head; m->F = cfg->d_ff; m->V = cfg->vocab;
+  m->llama = cfg->variant == TS_LLAMA;
+  m->Hkv = cfg->n_kv_head > 0 ? cfg->n_kv_head : cfg->n_head;
+  m->Ckv = m->Hkv * m->dh;
+  m->Tl = m->T / nsp;
+  m->t0 = nsp > 1 ? sp->comm->rank * m->Tl : 0;
+  m->seq = nsp > 1 ? sp->comm : NULL;
+  m->ntok = (int64_t)m->B * m->Tl;
+  m->l0 = 0;
+  m->l1 = m->L;
+  ts_cp_runs runs;
+  ts_cp_positions(m->cp, nsp, m->seq ? m->seq->rank : 0, m->T, &runs);
+  m->nrun = runs.n;
+  m->run_len = runs.len;
+  m->run_pos[0] = runs.pos[0];
+  m->run_pos[1] = runs.pos[1];
+  m->ntok_global = (int64_t)m->Bg * m->T;
+}
+
+// The parameter table into *spec (ntens entries) and m->nparams, with the
+// small per-tensor arrays; no parameter memory yet.
+static int make_table(ts_model *m, pspec **spec) {
+  m->p.layer = calloc((size_t)m->L, sizeof(layer_params));
+  m->g.layer = calloc((size_t)m->L, sizeof(layer_params));
+  m->la = calloc((size_t)m->L, sizeof(layer_acts));
+  m->res = calloc((size_t)m->L + 1, sizeof(float *));
+  m->ntens = param_table(m, NULL);
+  *spec = calloc((size_t)m->ntens, sizeof(pspec));
+  m->ptens = calloc((size_t)m->ntens, sizeof(ts_tensor));
+  m->gtens = calloc((size_t)m->ntens, sizeof(ts_tensor));
+  m->stds = calloc((size_t)m->ntens, sizeof(float));
+  m->consts = calloc((size_t)m->ntens, sizeof(float));
+  if (!m->p.layer || !m->g.layer || !m->la || !m->res || !*spec || !m->ptens || !m->gtens ||
+      !m->stds || !m->consts)
+    return ts_fail(TS_ERUNTIME, "out of memory");
+  param_table(m, *spec);
+  size_t total = 0;
+  for (int i = 0; i < m->ntens; i++)
+    total += (size_t)(*spec)[i].shape[0] * ((*spec)[i].ndim == 2 ? (size_t)(*spec)[i].shape[1] : 1);
+  m->nparams = total;
+  return TS_OK;
+}
+
+// Parameters and gradients: one allocation each, the table's views into them.
+static int alloc_params(ts_model *m, const pspec *spec) {
+  const size_t total = m->nparams;
+  m->params = m->be->alloc(total * sizeof(float));
+  m->grads = m->be->alloc(total * sizeof(float));
+  if (!m->params || !m->grads)
+    return ts_fail(TS_ERUNTIME, "out of memory allocating %zu parameters", total);
+  size_t off = 0;
+  for (int i = 0; i < m->ntens; i++) {
+    const pspec *ps = &spec[i];
+    size_t n = (size_t)ps->shape[0] * (ps->ndim == 2 ? (size_t)ps->shape[1] : 1);
+    if (ps->view) {
+      *ps->view = m->params + off;
+      *ps->gview = m->grads + off;
+    }
+    for (int k = 0; k < 2; k++) {
+      ts_tensor *t = k ? &m->gtens[i] : &m->ptens[i];
+      snprintf(t->name, sizeof t->name, "%s", ps->name);
+      t->ndim = ps->ndim;
+      t->shape[0] = ps->shape[0];
+      t->shape[1] = ps->shape[1];
+      t->data = (k ? m->grads : m->params) + off;
+      t->role = ps->role;
+      t->index = ps->index;
+    }
+    m->stds[i] = ps->std;
+    m->consts[i] = ps->value;
+    off += n;
+  }
+  return TS_OK;
+}
+
+// The rows of the activation buffers, from the strategy's sizes (cp.h): Na of
+// the attention output and MLP, Nq of Q and lse, Nk of K and V kept per
+// layer, Nkd of the dK, dV scratch; and the floats of each part.
+typedef struct {
+  int64_t N, Na, Nq, Nk, Nkd;
+  size_t F, Fup, BHT, NV, per_layer, top, scratch, strategy, rope;
+  int kept; // layers whose activations are kept at once
+} act_layout;
+
+static void activation_layout(ts_model *m, act_layout *al) {
+  const ts_config *cfg = &m->cfg;
+  ts_cp_sizes cs;
+  m->cp->sizes(m, &cs);
+  const int64_t N = m->ntok, Na = cs.layer_rows, Nq = cs.q_rows, Nk = cs.kv_rows;
+  const int64_t Nkd = cs.dkv_rows;
+  size_t C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V, Ckv = (size_t)m->Ckv;
+  size_t BHT = (size_t)Nq * m->H, Fup = m->llama ? F : 0;
+  if (cfg->tiled_mlp) F = Fup = 0; // no (rows, d_ff) buffers: one leaf per thread instead
+  const size_t NV = cfg->fused_ce ? 0 : (size_t)N * V; // logits and their gradient
+  *al = (act_layout){.N = N, .Na = Na, .Nq = Nq, .Nk = Nk, .Nkd = Nkd, .F = F, .Fup = Fup,
+                     .BHT = BHT, .NV = NV, .strategy = cs.scratch,
+                     .kept = cfg->checkpoint ? 1 : m->L};
+  al->per_layer = N * (C + 4) + Na * (C + F + Fup) + Nq * C + Nk * Ckv * 2 + BHT;
+  al->top = N * (C + 2 + 1) + NV;
+  al->scratch = N * C * 4 + NV + Na * (C * 2 + F * 2) + Nkd * Ckv * 2 + BHT + cs.scratch;
+  al->rope = m->llama ? (size_t)m->T * m->dh : 0;
+  m->nacts = (size_t)(m->L + 1) * N * C + (size_t)al->kept * al->per_layer + al->top +
+             al->scratch + al->rope;
+}
+
+// Refuse up front what cannot fit, rather than be killed mid-run by the
+// kernel's OOM killer (allocations succeed lazily under overcommit):
+// parameters, gradients and AdamW state, the activations, the codec's and
+// the memory options' buffers, estimated before any of them is allocated.
+static int fit_check(const ts_model *m) {
+  const ts_config *cfg = &m->cfg;
+  const size_t boundary = m->bd->activation_floats ? m->bd->activation_floats(m) : 0;
+  double need = 16.0 * (double)m->nparams + 4.0 * (double)(m->nacts + boundary);
+  if (cfg->fused_ce) need += 4.0 * (double)ts_model_fused_ce_floats(m, omp_get_max_threads());
+  if (cfg->tiled_mlp) need += 4.0 * (double)ts_model_tiled_mlp_floats(m, omp_get_max_threads());
+  // Every process makes this check for its own share of the memory its
+  // buffers live in: the node's, which its ranks divide between them, or on
+  // a GPU the device's, which the ranks sharing it divide (the backend
+  // knows). GPU buffers are managed memory, which would not fail but page
+  // to and from the host at every kernel.
+  const int on_gpu = m->be->memory_bytes != NULL;
+  double have = on_gpu ? (double)m->be->memory_bytes()
+                       : (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) /
+                             memory_share;
+  if (have > 0 && need > 0.9 * have) {
+    char share[64] = "";
+    if (!on_gpu && memory_share > 1)
+      snprintf(share, sizeof share, " (its share: 1 of %d ranks)", memory_share);
+    return ts_fail(TS_ERUNTIME,
+                   "this model needs about %.1f GiB (parameters, gradients, AdamW state, "
+                   "activations) but %s %.1f GiB%s; use a smaller --model, --seq or "
+                   "--batch, the memory options (--checkpoint, --fused-ce, --tiled-mlp), or "
+                   "fewer ranks on this %s",
+                   need / 1073741824.0, on_gpu ? "this rank's share of its GPU is" : "the machine has",
+                   have / 1073741824.0, share, on_gpu ? "GPU" : "machine");
+  }
+  return TS_OK;
+}
+
+// The activations: one allocation, its named views in a fixed order.
+static int alloc_activations(ts_model *m, const act_layout *al) {
+  const int64_t N = al->N, Na = al->Na, Nq = al->Nq, Nk = al->Nk, Nkd = al->Nkd;
+  const size_t C = (size_t)m->C, Ckv = (size_t)m->Ckv, F = al->F, Fup = al->Fup;
+  const size_t BHT = al->BHT, NV = al->NV;
+  m->acts = m->be->alloc(m->nacts * sizeof(float));
+  m->inputs = m->be->alloc((size_t)N * sizeof(int));
+  m->targets = m->be->alloc((size_t)N * sizeof(int));
+  if (!m->acts || !m->inputs || !m->targets)
+    return ts_fail(TS_ERUNTIME, "out of memory allocating %.1f MB of activations",
+                   m->nacts * 4.0 / 1e6);
+  float *a = m->acts;
+#define TAKE(PTR, COUNT) do { PTR = a; a += (COUNT); } while (0)
+  for (int l = 0; l <= m->L; l++) TAKE(m->res[l], N * C);
+  for (int l = 0; l < al->kept; l++) {
+    layer_acts *la = &m->la[l];
+    TAKE(la->ln1_mean, N); TAKE(la->ln1_rstd, N);
+    TAKE(la->q, Nq * C); TAKE(la->k, Nk * Ckv); TAKE(la->v, Nk * Ckv); TAKE(la->att, Na * C);
+    TAKE(la->lse, BHT); TAKE(la->res_mid, N * C);
+    TAKE(la->ln2_mean, N); TAKE(la->ln2_rstd, N);
+    TAKE(la->fch, Na * F); TAKE(la->fup, Na * Fup);
+  }
+  TAKE(m->lnf, N * C); TAKE(m->lnf_mean, N); TAKE(m->lnf_rstd, N);
+  TAKE(m->logits, NV); TAKE(m->losses, N);
+  TAKE(m->ln_out, N * C); TAKE(m->gelu_out, Na * F);
+  TAKE(m->dres, N * C); TAKE(m->dtmp, N * C); TAKE(m->dtmp2, N * C); TAKE(m->datt, Na * C);
+  TAKE(m->dq, Na * C); TAKE(m->dk, Nkd * Ckv); TAKE(m->dv, Nkd * Ckv);
+  TAKE(m->dfch, Na * F); TAKE(m->dlogits, NV); TAKE(m->dsum, BHT);
+  if (al->strategy) TAKE(m->spbuf, al->strategy);
+  TAKE(m->rope, al->rope);
+#undef TAKE
+  if (m->llama) rope_table(m->rope, m->T, m->dh, (double)m->cfg.rope_theta);
+  return TS_OK;
+}
+
+// The kernels' workspace (its leaf buffer as large as the largest leaf
+// partial) and the memory options' scratch.
+static int alloc_scratch(ts_model *m) {
+  const ts_config *cfg = &m->cfg;
+  const size_t C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V;
+  size_t leaf_cap = F * C + F;
+  if (cfg->tiled_mlp) // one vector [dW2 | db2 | dW1 | db1 | dW3] per leaf
+    leaf_cap = 2 * F * C + F + C + (m->llama ? F * C : 0);
+  if (V * C > leaf_cap) leaf_cap = V * C;
+  if ((size_t)cfg->leaf * C > leaf_cap) leaf_cap = (size_t)cfg->leaf * C;
+  const size_t bd_leaf = m->bd->leaf_floats ? m->bd->leaf_floats(cfg) : 0;
+  if (bd_leaf > leaf_cap) leaf_cap = bd_leaf;
+  if (ts_ws_init(&m->ws, cfg->tile, cfg->leaf, leaf_cap, m->dh) != 0)
+    return ts_fail(TS_ERUNTIME, "out of memory allocating kernel workspace");
+  if (cfg->tiled_mlp) {
+    m->mlp_scratch = m->be->alloc(ts_model_tiled_mlp_floats(m, m->ws.nthreads) * sizeof(float));
+    if (!m->mlp_scratch)
+      return ts_fail(TS_ERUNTIME, "out of memory allocating the tiled MLP's scratch");
+  }
+  if (cfg->fused_ce) {
+    m->ce_scratch = m->be->alloc(ts_model_fused_ce_floats(m, m->ws.nthreads) * sizeof(float));
+    if (!m->ce_scratch)
+      return ts_fail(TS_ERUNTIME, "out of memory allocating the fused cross-entropy's scratch");
+  }
+  return TS_OK;
+}
+
+int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
+                        ts_model **out) {
+  const int nsp = sp && sp->comm ? sp->comm->size : 1;
+  const ts_cp *cp = nsp > 1 ? ts_cp_get(sp->mode) : &ts_cp_local;
+  int rc = check_shard(cfg, b_begin, b_count, sp, nsp, cp);
+  if (rc) return rc;
+  const ts_boundary *bd = ts_boundary_get(cfg->compress);
+  if (!bd) return ts_fail(TS_EUSAGE, "--compress: no codec %d", cfg->compress);
+  ts_model *m = calloc(1, sizeof *m);
+  if (!m) return ts_fail(TS_ERUNTIME, "out of memory");
+  m->cp = cp;
+  m->bd = bd;
+  set_geometry(m, cfg, b_begin, b_count, sp, nsp);
+  pspec *spec = NULL;
+  act_layout al;
+  if (!(rc = make_table(m, &spec))) {
+    activation_layout(m, &al);
+    rc = fit_check(m);
+  }
+  if (!rc) rc = alloc_params(m, spec);
+  free(spec);
+  if (!rc) rc = alloc_activations(m, &al);
+  if (!rc) rc = alloc_scratch(m);
+  if (!rc && cp->create) rc = cp->create(m, sp);
+  if (!rc && m->bd->create) rc = m->bd->create(m);
+  if (rc) {
+    ts_model_free(m);
+    return rc;
+  }
+  *out = m;
+  return TS_OK;
+}
+
+void ts_model_free(ts_model *m) {
+  if (!m) return;
+  if (m->cp && m->cp->destroy) m->cp->destroy(m);
+  if (m->bd && m->bd->destroy) m->bd->destroy(m);
+  m->be->free(m->ce_scratch);
+  m->be->free(m->mlp_scratch);
+  ts_ws_free(&m->ws);
+  m->be->free(m->params); m->be->free(m->grads); m->be->free(m->acts);
+  m->be->free(m->inputs); m->be->free(m->targets);
+  free(m->p.layer); free(m->g.layer); free(m->la); free(m->res);
+  free(m->ptens); free(m->gtens); free(m->stds); free(m->consts);
+  free(m);
+}
+
+void ts_model_init(ts_model *m, uint64_t seed) {
+  for (int i = 0; i < m->ntens; i++) {
+    ts_tensor *t = &m->ptens[i];
+    int64_t n = ts_tensor_numel(t);
+    float std = m->stds[i], c = m->consts[i];
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < n; j++)
+      t->data[j] = std > 0 ? std * ts_rng_normal(seed, TS_RNG_INIT, (uint64_t)i, (uint64_t)j) : c;
+  }
+  if (m->bd->init) m->bd->init(m, seed);
+}
+
+// ---- accessors ---------------------------------------------------------------------
+int ts_model_num_tensors(const ts_model *m) { return m->ntens; }
+
+void ts_model_tensors(ts_model *m, ts_tensor *params, ts_tensor *grads) {
+  if (params) memcpy(params, m->ptens, (size_t)m->ntens * sizeof(ts_tensor));
+  if (grads) memcpy(grads, m->gtens, (size_t)m->ntens * sizeof(ts_tensor));
+}
+
+size_t ts_model_num_params(const ts_model *m) { return m->nparams; }
+float *ts_model_params(ts_model *m) { return m->params; }
+float *ts_model_grads(ts_model *m) { return m->grads; }
+const float *ts_model_logits(const ts_model *m) { return m->cfg.fused_ce ? NULL : m->logits; }
+float ts_model_loss_sum(const ts_model *m) { return m->loss_sum; }
+int ts_model_status(const ts_model *m) { return m->rc; }
+void ts_model_select_sequence(ts_model *m, int b_begin) { m->b0 = b_begin; }
+void ts_model_positions(const ts_model *m, int *t_begin, int *t_count) {
+  *t_begin = m->t0;
+  *t_count = m->Tl;
+}
+
+int ts_model_runs(const ts_model *m, int *pos, int *len) {
+  for (int k = 0; k < m->nrun; k++) pos[k] = m->run_pos[k];
+  *len = m->run_len;
+  return m->nrun;
+}
+const ts_config *ts_model_config(const ts_model *m) { return &m->cfg; }
+size_t ts_model_activation_bytes(const ts_model *m) {
+  size_t scratch = 0; // the memory options' per-thread leaves
+  if (m->cfg.fused_ce) scratch += ts_model_fused_ce_floats(m, m->ws.nthreads);
+  if (m->cfg.tiled_mlp) scratch += ts_model_tiled_mlp_floats(m, m->ws.nthreads);
+  return (m->nacts + scratch) * sizeof(float) + (m->cp->bytes ? m->cp->bytes(m) : 0);
+}
+
+double ts_model_flops_per_token(const ts_model *m) {
+  // non-embedding parameters: everything but wte and wpe (a tied head is the
+  // embedding; an untied head counts)
+  double nonemb = (double)m->nparams - (double)m->V * m->C - (m->llama ? 0.0 : (double)m->T * m->C);
+  return 6.0 * nonemb + 6.0 * m->L * (double)m->T * m->C;
+}
