@@ -118,16 +118,17 @@ static void anchor_leaf(const void *vctx, int64_t li, float *out) {
   const anchor_leaf_ctx *c = vctx;
   const int r = c->m->cfg.compress_rank;
   memset(out, 0, (size_t)c->m->V * r * sizeof(float));
-  encoder_wte_leaf_scatter(out, c->rows, c->m->inputs, li, c->m->cfg.leaf, r);
+  c->m->be->embedding_leaf_scatter(out, c->rows, c->m->inputs, li, c->m->cfg.leaf, r);
 }
 
-// Stage s's anchor gradient from its rows: the tree over leaves of their
-// scatter by token.
+// Stage s's anchor gradient from its rows: the sum over leaves of their
+// scatter by token (the backend's leaf_sum: on the CPU the canonical tree).
 static int anchor_grad(ts_model *m, int s) {
   const ts_mapl *k = m->bd_state;
   anchor_leaf_ctx c = {m, k->arow[s]};
-  if (ts_leaf_tree_sum(&m->ws, anchor_table(m, s, 1), (size_t)m->V * k->b.r,
-                       m->ntok / m->cfg.leaf, anchor_leaf, &c))
+  float *dst[1] = {anchor_table(m, s, 1)};
+  const size_t len[1] = {(size_t)m->V * k->b.r};
+  if (m->be->leaf_sum(&m->ws, dst, len, 1, m->ntok / m->cfg.leaf, anchor_leaf, &c))
     return ts_fail(TS_ERUNTIME, "out of memory (anchor gradient tree)");
   return TS_OK;
 }

@@ -177,6 +177,8 @@ static int vq_encode_backward(ts_model *m, int p, const float *dz, float *dx, ui
   ts_vq_candidates(&k->vq, m->cfg.seed, p, step, m->ntok_global, (int64_t)m->b0 * m->T, N,
                    k->cand);
   stats_leaf_ctx c = {k, codes, p, m->cfg.leaf};
+  // the statistics are host code (vq.c) on every backend, summed by the CPU's
+  // canonical tree, so that the counts and sums are the same bits everywhere
   if (ts_leaf_tree_sum(&m->ws, book(m, TS_ROLE_VQ_COUNT, p, 1), ts_vq_stat_floats(&k->vq),
                        N / m->cfg.leaf, stats_leaf, &c))
     return ts_fail(TS_ERUNTIME, "out of memory (codebook statistics tree)");
