@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/fastexp.h"
 #include "kernels.h"
 #include "parallel/ring.h"
 #include "rng.h"
@@ -303,6 +304,33 @@ static void test_gelu(void **state) {
   gelu_backward(inplace, x, inplace, (int64_t)n);
   assert_memory_equal(inplace, dx, n * sizeof(float));
   free(x); free(r); free(y); free(dx); free(a.x); free(a.r); free(yref); free(g); free(inplace);
+}
+
+// ---- exp ---------------------------------------------------------------------------
+// ts_expf on what a diverged run feeds it: NaN stays NaN (no undefined
+// conversion or shift on the way: the sanitizer build of CI traps on those),
+// -inf and anything below the range give 0, and the range itself is within
+// 2 ulp of libm.
+static void test_fastexp(void **state) {
+  const uint32_t nans[] = {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x7FC12345u};
+  for (size_t i = 0; i < sizeof nans / sizeof nans[0]; i++) {
+    float x;
+    memcpy(&x, &nans[i], sizeof x);
+    if (!isnan(ts_expf(x))) fail_msg("ts_expf(NaN 0x%08x) = %g, not NaN", nans[i], ts_expf(x));
+  }
+  assert_true(ts_expf(-INFINITY) == 0.0f);
+  assert_true(ts_expf(-100.0f) == 0.0f);
+  for (int i = 0; i <= 4000; i++) {
+    float x = -87.0f + 175.0f * (float)i / 4000.0f, y = ts_expf(x), want = expf(x);
+    if (!(fabsf(y - want) <= 2.4e-7f * want))
+      fail_msg("ts_expf(%a) = %a, libm %a", (double)x, (double)y, (double)want);
+  }
+  // and through a kernel that uses it: NaN in, NaN out
+  float in[16], out[16];
+  for (int i = 0; i < 16; i++) in[i] = i == 5 ? NAN : 0.25f * (float)i;
+  gelu_forward(out, in, 16);
+  assert_true(isnan(out[5]));
+  for (int i = 0; i < 16; i++) assert_true(i == 5 || isfinite(out[i]));
 }
 
 // ---- dropout ---------------------------------------------------------------------------
@@ -778,6 +806,7 @@ int main(void) {
       cmocka_unit_test(test_linear),
       cmocka_unit_test(test_linear_no_bias),
       cmocka_unit_test(test_gelu),
+      cmocka_unit_test(test_fastexp),
       cmocka_unit_test(test_dropout),
       cmocka_unit_test(test_attention),
       cmocka_unit_test(test_ring_attention),

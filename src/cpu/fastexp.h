@@ -38,7 +38,12 @@ static inline float ts_expf(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r2 + r + 1.0f;
-  int32_t e = ((int32_t)n + 127) << 23;
+  // The exponent bits 2^n. A NaN x has reached here unclamped, and converting
+  // a NaN to an integer (then shifting a negative) is undefined: it takes
+  // n = 0 instead, and p, which is NaN, makes the result NaN. A finite n is
+  // in [-126, 128], so n + 127 >= 1 and the bits are those of before.
+  float nn = n == n ? n : 0.0f;
+  uint32_t e = (uint32_t)((int32_t)nn + 127) << 23;
   float scale;
   memcpy(&scale, &e, sizeof scale);
   float y = p * scale;
