@@ -13,10 +13,49 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "compare.h"
 #include "json.h"
 #include "tessera.h"
+
+// ---------------------------------------------------------------------------
+// The results compared. A float result: its decimal field and its exact "%a" field.
+typedef struct {
+  const char *name, *hex;
+} result_field;
+
+static const result_field results[] = {
+    {"loss", "loss_hex"},
+    {"grad_norm", "grad_norm_hex"},
+    {"lr", "lr_hex"},
+    {"val_loss", "val_loss_hex"},
+};
+#define N_RESULTS ((int)(sizeof results / sizeof results[0]))
+
+// C's "%a" of a float, as printf and Python's float.hex write it:
+// [-]0xH[.H...]p[+-]D, or inf / nan. Anything else in a *_hex field is a
+// damaged log, not a value that could differ (strtod would also take "1.5").
+static int is_hex_float(const char *s) {
+  if (*s == '-' || *s == '+') s++;
+  if (!strcasecmp(s, "inf") || !strcasecmp(s, "infinity") || !strcasecmp(s, "nan")) return 1;
+  if (s[0] != '0' || (s[1] != 'x' && s[1] != 'X')) return 0;
+  s += 2;
+  size_t k = strspn(s, "0123456789abcdefABCDEF");
+  if (k == 0) return 0;
+  s += k;
+  if (*s == '.') s += 1 + strspn(s + 1, "0123456789abcdefABCDEF");
+  if (*s != 'p' && *s != 'P') return 0;
+  s++;
+  if (*s == '+' || *s == '-') s++;
+  k = strspn(s, "0123456789");
+  return k > 0 && s[k] == '\0';
+}
+
+// The parameter hash: 16 hex digits (docs/RUN-LOG.md).
+static int is_hash(const char *s) {
+  return strlen(s) == 16 && strspn(s, "0123456789abcdefABCDEF") == 16;
+}
 
 // ---------------------------------------------------------------------------
 // Log reader: yields the result records (step, eval, final) one at a time.
@@ -84,6 +123,27 @@ static int reader_next(reader *r) {
     if (step == NULL || step->type != JSON_NUMBER)
       return -ts_fail(TS_EUSAGE, "%s:%ld: %s record has no numeric \"step\"", r->path, r->lineno,
                       r->type);
+    // A repeated key or a result field of the wrong form is damage: the
+    // comparison would otherwise take the first copy, or report a divergence
+    // where there is only a broken line.
+    const json_value *dup = json_find_duplicate(&r->rec);
+    if (dup)
+      return -ts_fail(TS_EUSAGE, "%s:%ld: key \"%s\" appears twice (column %zu)", r->path,
+                      r->lineno, dup->key, dup->pos + 1);
+    for (int i = 0; i < N_RESULTS; i++) {
+      const json_value *h = json_get(&r->rec, results[i].hex);
+      const json_value *d = json_get(&r->rec, results[i].name);
+      if (h && (h->type != JSON_STRING || !is_hex_float(h->str)))
+        return -ts_fail(TS_EUSAGE, "%s:%ld: \"%s\" is not a C hex float (%%a) string", r->path,
+                        r->lineno, results[i].hex);
+      if (d && d->type != JSON_NUMBER)
+        return -ts_fail(TS_EUSAGE, "%s:%ld: \"%s\" is not a number", r->path, r->lineno,
+                        results[i].name);
+    }
+    const json_value *hash = json_get(&r->rec, "param_hash");
+    if (hash && (hash->type != JSON_STRING || !is_hash(hash->str)))
+      return -ts_fail(TS_EUSAGE, "%s:%ld: \"param_hash\" is not 16 hex digits", r->path,
+                      r->lineno);
     r->step = step->num;
     snprintf(r->step_text, sizeof r->step_text, "%s", step->str);
     if (strcmp(r->type, "step") == 0)
@@ -97,19 +157,6 @@ static int reader_next(reader *r) {
 
 // ---------------------------------------------------------------------------
 // Field comparison.
-
-// A float result: its decimal field and its exact "%a" field.
-typedef struct {
-  const char *name, *hex;
-} result_field;
-
-static const result_field results[] = {
-    {"loss", "loss_hex"},
-    {"grad_norm", "grad_norm_hex"},
-    {"lr", "lr_hex"},
-    {"val_loss", "val_loss_hex"},
-};
-#define N_RESULTS ((int)(sizeof results / sizeof results[0]))
 
 // Value of a float result as the mode sees it: from the hex field in bitwise
 // mode (exact), from the decimal field with --rtol (as documented), each

@@ -300,6 +300,17 @@ const json_value *json_get(const json_value *obj, const char *key) {
   return NULL;
 }
 
+const json_value *json_find_duplicate(const json_value *v) {
+  if (v->type != JSON_OBJECT && v->type != JSON_ARRAY) return NULL;
+  for (int i = 0; i < v->n; i++) {
+    for (int j = 0; v->type == JSON_OBJECT && j < i; j++)
+      if (!strcmp(v->items[j].key, v->items[i].key)) return &v->items[i];
+    const json_value *d = json_find_duplicate(&v->items[i]);
+    if (d) return d;
+  }
+  return NULL;
+}
+
 int json_u64(const json_value *v, uint64_t *out) {
   if (v->type != JSON_NUMBER) return -1;
   uint64_t x = 0;

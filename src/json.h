@@ -43,6 +43,11 @@ int json_parse(json_value *out, const char *s, size_t n, int flags, json_error *
 void json_free(json_value *v);
 // The first member of obj named key, or NULL (also when obj is not an object).
 const json_value *json_get(const json_value *obj, const char *key);
+// The first member, anywhere in the tree of v, whose key an earlier member of
+// the same object already has; NULL when every object's keys are distinct.
+// Readers for which a repeated key is damage (json_get would silently take
+// the first) refuse the document with it.
+const json_value *json_find_duplicate(const json_value *v);
 // 0 when v is a number written as a plain integer in 0..2^64-1 (exact, not via double).
 int json_u64(const json_value *v, uint64_t *out);
 // 1 when the NUL-terminated s is valid UTF-8 (no overlong forms or surrogates).

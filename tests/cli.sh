@@ -103,6 +103,11 @@ expect_stdout "^first divergence: step 2, loss: "
 expect_exit 0 "" "$T" compare "$TS_TMP/a.jsonl" "$TS_TMP/diff.jsonl" --rtol 1e-6
 expect_exit 2 "bad\.jsonl:1:" "$T" compare "$TS_TMP/a.jsonl" "$TS_TMP/bad.jsonl"
 expect_exit 2 "nope\.jsonl" "$T" compare "$TS_TMP/a.jsonl" "$TS_TMP/nope.jsonl"
+# a repeated key or a damaged hex field is a broken log (2), not a divergence (1)
+sed 's/"loss_hex":"0x1.5p+2"/"loss_hex":"0x1.5p+2","loss_hex":"0x1.6p+2"/' "$TS_TMP/a.jsonl" >"$TS_TMP/dup.jsonl"
+sed 's/0x1.5p+2/0x1.5q+2/' "$TS_TMP/a.jsonl" >"$TS_TMP/hex.jsonl"
+expect_exit 2 "dup\.jsonl:3: key \"loss_hex\" appears twice" "$T" compare "$TS_TMP/a.jsonl" "$TS_TMP/dup.jsonl"
+expect_exit 2 "hex\.jsonl:3: \"loss_hex\" is not a C hex float" "$T" compare "$TS_TMP/a.jsonl" "$TS_TMP/hex.jsonl"
 expect_exit 2 "--rtol -1" "$T" compare "$TS_TMP/a.jsonl" "$TS_TMP/a.jsonl" --rtol -1
 expect_exit 2 "needs two run logs" "$T" compare "$TS_TMP/a.jsonl"
 

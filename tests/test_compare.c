@@ -240,6 +240,57 @@ static void test_malformed_line(void **state) {
   free(la);
 }
 
+// A record that parses but cannot be trusted is a broken log (2), not a
+// divergence (1): a key given twice (which copy counts?), a result field of
+// the wrong form. Each case differs from the good line in that one thing, and
+// the good line itself compares identical.
+static void test_damaged_record(void **state) {
+  static const char good[] = "{\"type\":\"step\",\"step\":1,\"loss\":1,\"loss_hex\":\"0x1p+0\","
+                             "\"comm\":{\"a\":1,\"b\":2}}\n";
+  static const char *const bad[] = {
+      "{\"type\":\"step\",\"step\":1,\"loss\":1,\"loss_hex\":\"0x1p+0\",\"loss_hex\":\"0x1p+1\"}\n",
+      "{\"type\":\"step\",\"step\":1,\"step\":2,\"loss\":1,\"loss_hex\":\"0x1p+0\"}\n",
+      "{\"type\":\"step\",\"type\":\"eval\",\"step\":1,\"loss\":1,\"loss_hex\":\"0x1p+0\"}\n",
+      "{\"type\":\"step\",\"step\":1,\"loss\":1,\"loss_hex\":\"0x1p+0\",\"comm\":{\"a\":1,\"a\":2}}\n",
+      "{\"type\":\"step\",\"step\":1,\"loss\":1,\"loss_hex\":\"0x1q+0\"}\n",
+      "{\"type\":\"step\",\"step\":1,\"loss\":1,\"loss_hex\":\"1.0\"}\n",
+      "{\"type\":\"step\",\"step\":1,\"loss\":1,\"loss_hex\":\"0x1p\"}\n",
+      "{\"type\":\"step\",\"step\":1,\"loss\":1,\"loss_hex\":\"\"}\n",
+      "{\"type\":\"step\",\"step\":1,\"loss\":1,\"loss_hex\":1}\n",
+      "{\"type\":\"step\",\"step\":1,\"loss\":\"1\",\"loss_hex\":\"0x1p+0\"}\n",
+      "{\"type\":\"step\",\"step\":1,\"loss\":1,\"loss_hex\":\"0x1p+0\",\"grad_norm_hex\":\"0x\"}\n",
+      "{\"type\":\"final\",\"step\":1,\"param_hash\":\"0123456789abcdeg\"}\n",
+      "{\"type\":\"final\",\"step\":1,\"param_hash\":\"0123\"}\n",
+  };
+  const char *words[] = {"loss_hex", "step", "type", "\"a\"", "loss_hex", "loss_hex", "loss_hex",
+                         "loss_hex", "loss_hex", "loss", "grad_norm_hex", "param_hash",
+                         "param_hash"};
+  const char *a = write_file(0, "a.jsonl", good);
+  char out[1024];
+  assert_int_equal(run(a, a, 0.0, out, sizeof out), 0);
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    const char *b = write_file(1, "b.jsonl", bad[i]);
+    for (int k = 0; k < 2; k++) { // either side, bitwise or with --rtol
+      int rc = k ? run(b, a, 1e-3, out, sizeof out) : run(a, b, 0.0, out, sizeof out);
+      if (rc != TS_EUSAGE) fail_msg("case %zu (%s): exit %d, output %s", i, bad[i], rc, out);
+      char want[600];
+      snprintf(want, sizeof want, "%s:1:", b);
+      if (!strstr(ts_errmsg(), want) || !strstr(ts_errmsg(), words[i]))
+        fail_msg("case %zu: message '%s' lacks '%s' or '%s'", i, ts_errmsg(), want, words[i]);
+      assert_string_equal(out, "");
+    }
+  }
+  // the forms a writer may use are fine: printf's, Python's float.hex, non-finite
+  static const char *const hexes[] = {"0x1.8p+1", "-0x0p+0", "0x1.8000000000000p+1", "0X1.8P+1",
+                                      "inf", "-inf", "nan", "-nan"};
+  for (size_t i = 0; i < sizeof hexes / sizeof hexes[0]; i++) {
+    char line[256];
+    snprintf(line, sizeof line, "{\"type\":\"step\",\"step\":1,\"loss_hex\":\"%s\"}\n", hexes[i]);
+    const char *c = write_file(2, "c.jsonl", line);
+    if (run(c, c, 0.0, out, sizeof out) != 0) fail_msg("'%s' refused: %s", hexes[i], ts_errmsg());
+  }
+}
+
 static void test_missing_file(void **state) {
   char *la = make_log(5, 0, 1000.0, 0, "0123456789abcdef");
   const char *a = write_file(0, "a.jsonl", la);
@@ -308,6 +359,7 @@ int main(void) {
       cmocka_unit_test(test_length_mismatch),
       cmocka_unit_test(test_different_steps),
       cmocka_unit_test(test_malformed_line),
+      cmocka_unit_test(test_damaged_record),
       cmocka_unit_test(test_missing_file),
       cmocka_unit_test(test_no_records_and_bad_rtol),
       cmocka_unit_test(test_json_details),

@@ -76,6 +76,38 @@ static void test_document(void **state) {
   json_free(&v);
 }
 
+// json_find_duplicate: the first repeated key in document order, at any depth
+// (arrays of objects included), NULL when there is none.
+static void test_find_duplicate(void **state) {
+  static const struct {
+    const char *doc;
+    const char *key; // NULL: no duplicate
+    const char *at;  // the text the duplicate's value starts with
+  } cases[] = {
+      {"{\"a\":1,\"b\":2}", NULL, NULL},
+      {"[{\"a\":1},{\"a\":2}]", NULL, NULL}, // different objects
+      {"{\"a\":{\"a\":1}}", NULL, NULL},      // different depths
+      {"{\"a\":1,\"b\":2,\"a\":3}", "a", "3"},
+      {"{\"x\":{\"p\":1,\"p\":2},\"y\":1,\"y\":2}", "p", "2}"},
+      {"{\"x\":[1,{\"q\":true,\"r\":0,\"q\":false}]}", "q", "false"},
+      {"[[],[{\"\":1,\"\":2}]]", "", "2"},
+      {"\"s\"", NULL, NULL},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    json_value v;
+    parse_ok(&v, cases[i].doc, 0);
+    const json_value *d = json_find_duplicate(&v);
+    if (!cases[i].key) {
+      if (d) fail_msg("%s: duplicate '%s' found", cases[i].doc, d->key);
+    } else {
+      if (!d) fail_msg("%s: no duplicate found", cases[i].doc);
+      assert_string_equal(d->key, cases[i].key);
+      assert_int_equal(d->pos, strstr(cases[i].doc, cases[i].at) - cases[i].doc);
+    }
+    json_free(&v);
+  }
+}
+
 // Every way to be malformed: the byte offset and the words of the message.
 static void test_malformed(void **state) {
   static const struct {
@@ -342,7 +374,7 @@ int main(void) {
       cmocka_unit_test(test_length_bounded), cmocka_unit_test(test_nesting_limit),
       cmocka_unit_test(test_unescape),       cmocka_unit_test(test_escape),
       cmocka_unit_test(test_numbers),        cmocka_unit_test(test_nonfinite),
-      cmocka_unit_test(test_utf8_valid),
+      cmocka_unit_test(test_utf8_valid),     cmocka_unit_test(test_find_duplicate),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
