@@ -223,10 +223,21 @@ int ts_config_finalize(ts_config *cfg) {
     return ts_fail(TS_EUSAGE, "--eval-every %d: must be >= 0 (0 = never)", cfg->eval_every);
   if (cfg->eval_batches < 1)
     return ts_fail(TS_EUSAGE, "--eval-batches %d: must be >= 1", cfg->eval_batches);
-  if (cfg->threads < 0)
-    return ts_fail(TS_EUSAGE, "--threads %d: must be >= 0 (0 = all cores)", cfg->threads);
+  // libgomp gives every thread its own stack and crashes, not fails, when it
+  // cannot: a count no machine has is refused here instead
+  if (cfg->threads < 0 || cfg->threads > TS_MAX_THREADS)
+    return ts_fail(TS_EUSAGE, "--threads %d: must be in [0, %d] (0 = all cores)", cfg->threads,
+                   TS_MAX_THREADS);
   if (cfg->fast != 0 && cfg->fast != 1)
     return ts_fail(TS_EUSAGE, "fast %d: must be 0 or 1", cfg->fast);
+  // switches: a configuration read back from a file may hold anything
+  const struct { const char *name; int v; } sw[] = {
+      {"--checkpoint", cfg->checkpoint}, {"--fused-ce", cfg->fused_ce},
+      {"--tiled-mlp", cfg->tiled_mlp},   {"--resume", cfg->resume},
+      {"--quiet", cfg->quiet}};
+  for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++)
+    if (sw[i].v != 0 && sw[i].v != 1)
+      return ts_fail(TS_EUSAGE, "%s %d: a switch, 0 or 1", sw[i].name, sw[i].v);
   if (cfg->ckpt_every < 0)
     return ts_fail(TS_EUSAGE, "--ckpt-every %d: must be >= 0", cfg->ckpt_every);
   if (cfg->ckpt_every > 0 && cfg->ckpt_dir[0] == '\0')

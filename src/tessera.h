@@ -62,7 +62,7 @@ typedef struct {
   float val_frac;    // fraction of the corpus held out for validation
   int eval_every;    // 0 = never
   int eval_batches;
-  int threads;       // OpenMP threads; 0 = all
+  int threads;       // OpenMP threads; 0 = all, at most TS_MAX_THREADS
   int fast;          // 0 = exact (default)
   int checkpoint;    // recompute each layer's activations in backward (same bits, less memory)
   int fused_ce;      // LM head + cross-entropy per leaf of rows: no (B·T, V) logits (same bits)
@@ -83,6 +83,8 @@ typedef struct {
   int resume;
   int quiet;
 } ts_config;
+
+#define TS_MAX_THREADS 1024 // --threads above this is refused (ts_config_finalize)
 
 // Fills model fields from a preset name ("tiny", "small", "large", ...).
 int ts_config_preset(ts_config *cfg, const char *name);

@@ -65,6 +65,8 @@ expect_exit 2 "--device tpu: must be cpu or cuda" "$T" train $NODATA --device tp
 expect_exit 2 "--precision fp16: must be fp32 or bf16" "$T" train $NODATA --precision fp16
 expect_exit 2 "--precision bf16: needs --device cuda" "$T" train $NODATA --precision bf16
 expect_exit 2 "--fast: takes no value" "$T" train $NODATA --fast=yes
+expect_exit 2 "^tessera train: --threads 100000: must be in \[0, 1024\]" "$T" train $NODATA --threads 100000
+expect_exit 2 "^tessera eval: --threads 100000: must be in" "$T" eval $NODATA --ckpt x --threads 100000
 expect_exit 2 "--ckpt-every 5: needs --ckpt-dir" "$T" train $NODATA --ckpt-every 5
 expect_exit 2 "--resume: needs --ckpt-dir" "$T" train $NODATA --resume
 expect_exit 2 "unexpected argument 'extra'" "$T" train $NODATA extra

@@ -123,6 +123,10 @@ static void clip(ts_config *c) { c->grad_clip = -1.0f; }
 static void vf0(ts_config *c) { c->val_frac = 0.0f; }
 static void vf1(ts_config *c) { c->val_frac = 1.0f; }
 static void thr(ts_config *c) { c->threads = -1; }
+static void thr_big(ts_config *c) { c->threads = 100000; }
+static void thr_max(ts_config *c) { c->threads = TS_MAX_THREADS + 1; }
+static void sw_ckpt(ts_config *c) { c->checkpoint = 2; }
+static void sw_quiet(ts_config *c) { c->quiet = -1; }
 static void eb(ts_config *c) { c->eval_batches = 0; }
 static void ck(ts_config *c) { c->ckpt_every = -1; }
 static void ckdir(ts_config *c) { c->ckpt_every = 5; }
@@ -147,6 +151,10 @@ static void test_validation(void **state) {
   expect_usage(vf0, "--val-frac 0");
   expect_usage(vf1, "--val-frac 1");
   expect_usage(thr, "--threads -1");
+  expect_usage(thr_big, "--threads 100000: must be in [0, 1024]");
+  expect_usage(thr_max, "--threads 1025");
+  expect_usage(sw_ckpt, "--checkpoint 2: a switch");
+  expect_usage(sw_quiet, "--quiet -1: a switch");
   expect_usage(eb, "--eval-batches 0");
   expect_usage(ck, "--ckpt-every -1");
   expect_usage(ckdir, "--ckpt-every 5: needs --ckpt-dir");
@@ -158,6 +166,10 @@ static void test_validation(void **state) {
   c.tile = 16;
   assert_int_equal(ts_config_finalize(&c), TS_OK);
   assert_int_equal(c.leaf, 16);
+  // the largest thread count is valid
+  base(&c, "tiny");
+  c.threads = TS_MAX_THREADS;
+  assert_int_equal(ts_config_finalize(&c), TS_OK);
   // grad_clip 0 turns clipping off and is valid
   base(&c, "tiny");
   c.grad_clip = 0.0f;
