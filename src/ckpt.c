@@ -10,11 +10,16 @@
 //              the order given, contiguous; offsets are relative to its start
 //
 // Anything that reads safetensors (the PyTorch oracle parses it by hand with
-// struct + json) can read these files. tessera adds two metadata keys:
-// "tessera.format" = "1" and "tessera.data_crc32", the CRC-32 (zlib's) of the
-// data section as 8 lowercase hex digits, so that damaged data is refused
-// instead of silently resumed from. The header is not covered by the checksum;
-// a damaged header almost always fails the strict parse or the layout checks.
+// struct + json) can read these files. tessera adds metadata keys:
+// "tessera.format" and "tessera.data_crc32", the CRC-32 (zlib's) of the data
+// section as 8 lowercase hex digits, so that damaged data is refused instead
+// of silently resumed from. Format "2" (training checkpoints) also has
+// "tessera.header_crc32": the CRC-32 of the length word and the header with
+// its own 8 digits read as '0', so that every metadata value (the step, the
+// configuration) and every shape and offset is covered too: a flipped bit
+// there may parse and pass the layout checks. Format "1" (tessera dump's
+// golden files, older checkpoints) has the data checksum only; it is still
+// read, and the runs decide whether a format-1 file is enough for them.
 //
 // Writes are atomic (temp file in the same directory, fsync, rename, fsync of
 // the directory): a crash or a full disk leaves either the old file or the new
@@ -40,7 +45,7 @@ _Static_assert(sizeof(float) == 4, "F32 is 4 bytes");
 
 #define META_FORMAT "tessera.format"
 #define META_CRC "tessera.data_crc32"
-#define FORMAT_VERSION "1"
+#define META_HCRC "tessera.header_crc32"
 // The reference safetensors reader refuses headers above 100 MB; so do we, so
 // that a garbage length cannot make us allocate gigabytes.
 #define MAX_HEADER ((uint64_t)100000000)
@@ -165,7 +170,7 @@ static int check_inputs(const char *path, const ts_tensor *tensors, int n, const
   for (int i = 0; i < n_meta; i++) {
     const char *k = meta[i].key, *v = meta[i].value;
     if (!k || !v) return bad(path, "metadata pair %d has a NULL key or value", i);
-    if (!strcmp(k, META_FORMAT) || !strcmp(k, META_CRC))
+    if (!strcmp(k, META_FORMAT) || !strcmp(k, META_CRC) || !strcmp(k, META_HCRC))
       return bad(path, "metadata key '%s' is reserved (written by the checkpoint writer)", k);
     if (!json_utf8_valid(k) || !json_utf8_valid(v))
       return bad(path, "metadata key '%s' or its value is not valid UTF-8", k);
@@ -199,19 +204,43 @@ static int check_inputs(const char *path, const ts_tensor *tensors, int n, const
   return TS_OK;
 }
 
-// The JSON header, padded with spaces so 8 + its length is a multiple of 8.
+// The header checksum of format 2: the length word, then the header with the
+// 8 digits at hdr[at, at + 8) read as '0'.
+static uint32_t header_crc(const crc_tables *ct, const unsigned char len8[8], const char *hdr,
+                           size_t len, size_t at) {
+  uint32_t crc = crc_update(ct, 0, len8, 8);
+  crc = crc_update(ct, crc, hdr, at);
+  crc = crc_update(ct, crc, "00000000", 8);
+  return crc_update(ct, crc, hdr + at + 8, len - at - 8);
+}
+
+static void put_len8(unsigned char len8[8], uint64_t len) {
+  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(len >> (8 * i));
+}
+
+// The JSON header, padded with spaces so 8 + its length is a multiple of 8;
+// in format 2 with its header checksum filled in.
 static int build_header(const char *path, sbuf *h, const ts_tensor *tensors, int n,
-                        const uint64_t *bytes, const ts_meta *meta, int n_meta, uint32_t crc) {
-  char crc_hex[9];
+                        const uint64_t *bytes, const ts_meta *meta, int n_meta, uint32_t crc,
+                        int format, const crc_tables *ct) {
+  char crc_hex[9], fmt[2] = {(char)('0' + format), 0};
+  size_t hcrc_at = 0;
   snprintf(crc_hex, sizeof crc_hex, "%08x", (unsigned)crc);
   sb_str(h, "{\"__metadata__\":{");
   sb_json_string(h, META_FORMAT);
   sb_str(h, ":");
-  sb_json_string(h, FORMAT_VERSION);
+  sb_json_string(h, fmt);
   sb_str(h, ",");
   sb_json_string(h, META_CRC);
   sb_str(h, ":");
   sb_json_string(h, crc_hex);
+  if (format == 2) {
+    sb_str(h, ",");
+    sb_json_string(h, META_HCRC);
+    sb_str(h, ":\"");
+    hcrc_at = h->len;
+    sb_str(h, "00000000\"");
+  }
   for (int i = 0; i < n_meta; i++) {
     sb_str(h, ",");
     sb_json_string(h, meta[i].key);
@@ -234,6 +263,13 @@ static int build_header(const char *path, sbuf *h, const ts_tensor *tensors, int
   while ((8 + h->len) % 8) sb_str(h, " ");
   if (h->oom) return bad(path, "out of memory building the header");
   if (h->len > MAX_HEADER) return bad(path, "header of %zu bytes is too large", h->len);
+  if (format == 2) {
+    unsigned char len8[8];
+    put_len8(len8, h->len);
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", (unsigned)header_crc(ct, len8, h->p, h->len, hcrc_at));
+    memcpy(h->p + hcrc_at, hex, 8);
+  }
   return TS_OK;
 }
 
@@ -269,7 +305,7 @@ static int write_file(const char *path, const char *tmp, const sbuf *h, const ts
     return bad(path, "cannot create %s: %s", tmp, strerror(e));
   }
   unsigned char len8[8];
-  for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h->len >> (8 * i));
+  put_len8(len8, h->len);
   errno = 0;
   int ok = fwrite(len8, 1, 8, f) == 8 && fwrite(h->p, 1, h->len, f) == h->len;
   for (int i = 0; ok && i < n; i++)
@@ -284,8 +320,8 @@ static int write_file(const char *path, const char *tmp, const sbuf *h, const ts
   return TS_OK;
 }
 
-int ts_ckpt_write(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
-                  int n_meta) {
+static int write_format(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
+                        int n_meta, int format) {
   if (!path || !*path) return ts_fail(TS_ERUNTIME, "checkpoint: empty path");
   if (n < 0 || n_meta < 0 || (n && !tensors) || (n_meta && !meta))
     return bad(path, "bad tensor or metadata list");
@@ -301,8 +337,8 @@ int ts_ckpt_write(const char *path, const ts_tensor *tensors, int n, const ts_me
       crc_init(ct);
       uint32_t crc = 0;
       for (int i = 0; i < n; i++) crc = crc_update(ct, crc, tensors[i].data, bytes[i]);
+      rc = build_header(path, &h, tensors, n, bytes, meta, n_meta, crc, format, ct);
       free(ct);
-      rc = build_header(path, &h, tensors, n, bytes, meta, n_meta, crc);
     }
   }
   if (rc == TS_OK) {
@@ -326,6 +362,16 @@ int ts_ckpt_write(const char *path, const ts_tensor *tensors, int n, const ts_me
   return rc;
 }
 
+int ts_ckpt_write(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
+                  int n_meta) {
+  return write_format(path, tensors, n, meta, n_meta, 1);
+}
+
+int ts_ckpt_write_v2(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
+                     int n_meta) {
+  return write_format(path, tensors, n, meta, n_meta, 2);
+}
+
 // ---------------------------------------------------------------------------
 // Reading: the header is parsed strictly (json.c), then its members are read
 // into the checkpoint's tables in document order. Tensor names and metadata
@@ -340,6 +386,7 @@ typedef struct {
 struct ts_ckpt {
   char *path;
   int fd;
+  int format;          // 1 or 2 (tessera.format)
   uint64_t data_start; // 8 + N
   uint64_t data_len;
   json_value header;      // the parsed header, alive as long as the checkpoint
@@ -527,12 +574,43 @@ static int check_layout(ts_ckpt *ck) {
   return rc;
 }
 
-static int check_crc(ts_ckpt *ck) {
+static int check_format(ts_ckpt *ck) {
   const char *fmt = ts_ckpt_meta(ck, META_FORMAT);
-  const char *want = ts_ckpt_meta(ck, META_CRC);
   if (!fmt) return bad(ck->path, "metadata has no %s: not a tessera checkpoint", META_FORMAT);
-  if (strcmp(fmt, FORMAT_VERSION))
-    return bad(ck->path, "%s is '%s', this build reads '%s'", META_FORMAT, fmt, FORMAT_VERSION);
+  if (strcmp(fmt, "1") && strcmp(fmt, "2"))
+    return bad(ck->path, "%s is '%s', this build reads '1' and '2'", META_FORMAT, fmt);
+  ck->format = fmt[0] - '0';
+  return TS_OK;
+}
+
+// Format 2: the stored header checksum must be 8 hex digits written as such
+// (no escapes: the bytes are what was summed) and equal the recomputed one.
+static int check_header_crc(ts_ckpt *ck, const unsigned char len8[8], const char *hdr,
+                            size_t hlen) {
+  if (ck->format < 2) return TS_OK;
+  const json_value *v = ck->meta ? json_get(ck->meta, META_HCRC) : NULL;
+  if (!v)
+    return bad(ck->path, "metadata has no %s, which %s '2' requires", META_HCRC, META_FORMAT);
+  size_t at = v->pos + 1;
+  if (strlen(v->str) != 8 || strspn(v->str, "0123456789abcdef") != 8 || at + 9 > hlen ||
+      memcmp(hdr + at, v->str, 8) || hdr[at + 8] != '"')
+    return bad(ck->path, "%s is not 8 lowercase hex digits", META_HCRC);
+  crc_tables *ct = malloc(sizeof *ct);
+  if (!ct) return bad(ck->path, "out of memory");
+  crc_init(ct);
+  char got[9];
+  snprintf(got, sizeof got, "%08x", (unsigned)header_crc(ct, len8, hdr, hlen, at));
+  free(ct);
+  if (strcmp(v->str, got))
+    return bad(ck->path,
+               "header checksum mismatch (stored %s, computed %s): the header (metadata, "
+               "shapes or offsets) is damaged or was edited",
+               v->str, got);
+  return TS_OK;
+}
+
+static int check_crc(ts_ckpt *ck) {
+  const char *want = ts_ckpt_meta(ck, META_CRC);
   if (!want) return bad(ck->path, "metadata has no %s", META_CRC);
   unsigned char *buf = malloc(IO_CHUNK);
   crc_tables *ct = malloc(sizeof *ct);
@@ -593,11 +671,14 @@ static int open_checked(ts_ckpt *ck) {
   }
   json_error je;
   int bad_json = json_parse(&ck->header, hdr, (size_t)hlen, 0, &je);
-  free(hdr);
-  if (bad_json && je.oom) return bad(path, "out of memory parsing the header");
-  if (bad_json) return not_json(path, je.msg, je.pos);
-  int rc = read_header(ck);
+  int rc = TS_OK;
+  if (bad_json && je.oom) rc = bad(path, "out of memory parsing the header");
+  else if (bad_json) rc = not_json(path, je.msg, je.pos);
+  if (rc == TS_OK) rc = read_header(ck);
   if (rc == TS_OK) rc = check_layout(ck);
+  if (rc == TS_OK) rc = check_format(ck);
+  if (rc == TS_OK) rc = check_header_crc(ck, len8, hdr, (size_t)hlen);
+  free(hdr);
   if (rc == TS_OK) rc = check_crc(ck);
   return rc;
 }
@@ -636,21 +717,60 @@ const char *ts_ckpt_meta(const ts_ckpt *ck, const char *key) {
 
 int ts_ckpt_num_tensors(const ts_ckpt *ck) { return ck->n_tensors; }
 
-int ts_ckpt_load(const ts_ckpt *ck, ts_tensor *t) {
-  const entry *e = NULL;
-  for (int i = 0; i < ck->n_tensors && !e; i++)
-    if (!strcmp(ck->tensors[i].name, t->name)) e = &ck->tensors[i];
-  if (!e) return bad(ck->path, "no tensor '%s'", t->name);
+int ts_ckpt_format(const ts_ckpt *ck) { return ck->format; }
+
+const char *ts_ckpt_path(const ts_ckpt *ck) { return ck->path; }
+
+static const entry *find_entry(const ts_ckpt *ck, const char *name) {
+  for (int i = 0; i < ck->n_tensors; i++)
+    if (!strcmp(ck->tensors[i].name, name)) return &ck->tensors[i];
+  return NULL;
+}
+
+static int shape_mismatch(const ts_ckpt *ck, const entry *e, const ts_tensor *t) {
   int same = e->ndim == t->ndim;
   for (int d = 0; same && d < e->ndim; d++) same = e->shape[d] == t->shape[d];
-  if (!same) {
-    char have[128], want[128];
-    shape_str(have, sizeof have, e->ndim, e->shape);
-    shape_str(want, sizeof want, t->ndim < 0 ? 0 : t->ndim > TS_MAX_DIMS ? TS_MAX_DIMS : t->ndim,
-              t->shape);
-    return bad(ck->path, "tensor '%s' has shape %s in the file, expected %s", t->name, have,
-               want);
+  if (same) return TS_OK;
+  char have[128], want[128];
+  shape_str(have, sizeof have, e->ndim, e->shape);
+  shape_str(want, sizeof want, t->ndim < 0 ? 0 : t->ndim > TS_MAX_DIMS ? TS_MAX_DIMS : t->ndim,
+            t->shape);
+  return bad(ck->path, "tensor '%s' has shape %s in the file, expected %s", t->name, have, want);
+}
+
+// The header order is the data order (check_layout tiles the data, so the
+// offsets only need to follow each other); the first difference is named as
+// what it is: a tensor missing, one the model does not have, or the order.
+int ts_ckpt_expect(const ts_ckpt *ck, const ts_tensor *t, int n) {
+  uint64_t at = 0;
+  for (int i = 0; i < n || i < ck->n_tensors; i++) {
+    const entry *e = i < ck->n_tensors ? &ck->tensors[i] : NULL;
+    if (i < n && (!e || strcmp(e->name, t[i].name))) {
+      if (!find_entry(ck, t[i].name)) return bad(ck->path, "no tensor '%s'", t[i].name);
+      int known = 0;
+      for (int j = 0; e && j < n && !known; j++) known = !strcmp(t[j].name, e->name);
+      if (e && !known)
+        return bad(ck->path, "tensor '%s' is not one of this model's", e->name);
+      return bad(ck->path, "tensor %d is '%s', expected '%s' (tensors out of order)", i,
+                 e ? e->name : "(none)", t[i].name);
+    }
+    if (i >= n) return bad(ck->path, "tensor '%s' is not one of this model's", e->name);
+    int rc = shape_mismatch(ck, e, &t[i]);
+    if (rc) return rc;
+    if (e->begin != at)
+      return bad(ck->path,
+                 "tensor '%s' starts at data byte %llu, expected %llu (tensors out of order)",
+                 e->name, (unsigned long long)e->begin, (unsigned long long)at);
+    at = e->end;
   }
+  return TS_OK;
+}
+
+int ts_ckpt_load(const ts_ckpt *ck, ts_tensor *t) {
+  const entry *e = find_entry(ck, t->name);
+  if (!e) return bad(ck->path, "no tensor '%s'", t->name);
+  int rc = shape_mismatch(ck, e, t);
+  if (rc) return rc;
   uint64_t n = e->end - e->begin;
   if (n == 0) return TS_OK;
   if (!t->data) return bad(ck->path, "tensor '%s': no buffer to load into", t->name);

@@ -2,8 +2,9 @@
 // JSON header, raw little-endian F32 data), with tessera's metadata in the
 // header's "__metadata__" map (string -> string). Writes are atomic: temp file
 // in the same directory, fsync, rename, fsync of the directory. Damage
-// (truncation, a bad header, flipped data bytes) is detected on open: the
-// metadata carries a checksum of the data section ("tessera.data_crc32").
+// (truncation, a bad header, flipped bytes) is detected on open: the metadata
+// carries a checksum of the data section ("tessera.data_crc32") and, in
+// format 2, of the header ("tessera.header_crc32").
 #ifndef TS_CKPT_H
 #define TS_CKPT_H
 #include "tessera.h"
@@ -13,9 +14,15 @@ typedef struct {
   const char *value;
 } ts_meta;
 
-// Writes n tensors (dtype F32) in the given order plus n_meta metadata pairs.
+// Writes n tensors (dtype F32) in the given order plus n_meta metadata pairs,
+// in format 1: the data section checksummed ("tessera.data_crc32"). tessera
+// dump writes its golden files so.
 int ts_ckpt_write(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
                   int n_meta);
+// The same in format 2: the header (every metadata value, shape and offset)
+// checksummed too ("tessera.header_crc32"). Training checkpoints.
+int ts_ckpt_write_v2(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
+                     int n_meta);
 
 typedef struct ts_ckpt ts_ckpt;
 // Opens and fully validates a checkpoint (size, header, offsets, checksum).
@@ -25,6 +32,13 @@ void ts_ckpt_close(ts_ckpt *ck);
 // Metadata value or NULL when absent.
 const char *ts_ckpt_meta(const ts_ckpt *ck, const char *key);
 int ts_ckpt_num_tensors(const ts_ckpt *ck);
+// 1 or 2 (tessera.format; ts_ckpt_open refuses any other).
+int ts_ckpt_format(const ts_ckpt *ck);
+const char *ts_ckpt_path(const ts_ckpt *ck);
+// TS_OK when the file holds exactly the n tensors of t, in that order, with
+// their shapes (no tensor missing or extra, none moved); else an error naming
+// the first difference.
+int ts_ckpt_expect(const ts_ckpt *ck, const ts_tensor *t, int n);
 // Copies tensor t->name into t->data; its shape must equal t->shape (error otherwise).
 int ts_ckpt_load(const ts_ckpt *ck, ts_tensor *t);
 #endif
