@@ -137,6 +137,19 @@ int ts_default_leaf(int T) {
 
 static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
+// The weight matrices alone (embeddings, head, each layer's projections and
+// MLP): the biases, norms and compression tensors are left out, so that this
+// is a lower bound of the parameter count that needs no parameter table, and
+// in a double it cannot overflow whatever the sizes.
+double ts_config_param_floor(const ts_config *cfg) {
+  const double C = cfg->d, F = cfg->d_ff, V = cfg->vocab, L = cfg->n_layer;
+  const int hkv = cfg->n_kv_head > 0 ? cfg->n_kv_head : cfg->n_head;
+  const double Ckv = cfg->n_head > 0 ? (double)hkv * (cfg->d / cfg->n_head) : C;
+  const int llama = cfg->variant == TS_LLAMA;
+  double per_layer = 2.0 * C * C + 2.0 * Ckv * C + (llama ? 3.0 : 2.0) * C * F;
+  return V * C * (cfg->tied ? 1.0 : 2.0) + (llama ? 0.0 : (double)cfg->seq * C) + L * per_layer;
+}
+
 // Every check names the flag that sets the field, so a user knows what to fix.
 int ts_config_finalize(ts_config *cfg) {
   if (cfg->variant != TS_GPT && cfg->variant != TS_LLAMA)

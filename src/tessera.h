@@ -92,6 +92,9 @@ int ts_config_preset(ts_config *cfg, const char *name);
 void ts_config_defaults(ts_config *cfg);
 // Derives tile/leaf from T when 0 and validates the whole config (TS_EUSAGE).
 int ts_config_finalize(ts_config *cfg);
+// A lower bound of the model's parameter count from the config alone (its
+// weight matrices), for refusing a model that cannot fit before allocating it.
+double ts_config_param_floor(const ts_config *cfg);
 // Writes the config as one JSON object (no newline) into buf; TS_CONFIG_JSON_MAX
 // bytes always suffice.
 #define TS_CONFIG_JSON_MAX (3 * 6 * 4096 + 4096)

@@ -80,6 +80,10 @@ expect_exit 2 "unexpected argument" "$T" info extra
 
 # --- runtime errors: exit 1, naming the file --------------------------------------
 expect_exit 1 "missing-corpus\.txt" "$T" train --steps 1 --quiet --data "$TS_TMP/missing-corpus.txt"
+# a model that cannot fit is refused before anything is allocated (any size)
+expect_exit 1 "^tessera: the model's weight matrices alone need .*--layers 10000000" "$T" train --steps 1 --quiet --layers 10000000 --data "$TS_TMP/missing-corpus.txt"
+expect_exit 1 "^tessera: the model's weight matrices alone need .*--layers 10000000" "$T" dump --layers 10000000 --data "$TS_TMP/missing-corpus.txt" --out "$TS_TMP/nodump"
+[ -e "$TS_TMP/nodump" ] && fail "a refused dump created its output directory"
 
 # --- info ------------------------------------------------------------------------
 expect_exit 0 "" "$T" info

@@ -461,6 +461,31 @@ static void test_compress_rules(void **state) {
   assert_non_null(strstr(ts_errmsg(), "--compress mapl with --sp 2"));
 }
 
+// The parameter floor (the weight matrices alone) is a lower bound of the
+// model's parameter count and a close one (biases and norms are the rest),
+// for both variants, tied and untied; and it stays finite for any sizes.
+static void test_param_floor(void **state) {
+  static const char *const presets[] = {"tiny", "mini", "llama-tiny", "llama-mini"};
+  for (int i = 0; i < 4; i++)
+    for (int tied = 0; tied <= 1; tied++) {
+      ts_config c;
+      base(&c, presets[i]);
+      c.tied = tied;
+      assert_int_equal(ts_config_finalize(&c), TS_OK);
+      ts_model *m = NULL;
+      if (ts_model_create(&c, &m)) fail_msg("%s", ts_errmsg());
+      double floor = ts_config_param_floor(&c), n = (double)ts_model_num_params(m);
+      ts_model_free(m);
+      if (!(floor <= n && floor >= 0.95 * n))
+        fail_msg("%s tied %d: floor %.0f, parameters %.0f", presets[i], tied, floor, n);
+    }
+  ts_config c;
+  base(&c, "tiny");
+  c.n_layer = c.d = c.d_ff = c.vocab = 2147483647;
+  double f = ts_config_param_floor(&c);
+  assert_true(isfinite(f) && f > 1e28); // about L·6d²: no int product overflowed
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_presets),         cmocka_unit_test(test_defaults),
@@ -468,7 +493,7 @@ int main(void) {
       cmocka_unit_test(test_json_round_trip), cmocka_unit_test(test_json_errors),
       cmocka_unit_test(test_layout_rules),    cmocka_unit_test(test_sequence_layout_rules),
       cmocka_unit_test(test_sp_mode_names),   cmocka_unit_test(test_head_parallel_rules),
-      cmocka_unit_test(test_compress_rules),
+      cmocka_unit_test(test_compress_rules),  cmocka_unit_test(test_param_floor),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,9 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "backend.h"
 #include "run/run.h"
 #include "tree.h"
 #include "util.h"
@@ -80,6 +82,29 @@ int ts_run_combine_loss(ts_comm *group, const float *local, int n, int64_t ntok_
 
 uint64_t ts_run_param_hash(ts_model *m) {
   return ts_fnv1a64(TS_FNV_OFFSET, ts_model_params(m), ts_model_num_params(m) * sizeof(float));
+}
+
+// Every layout allocates all the parameters (and gradients, and moments) on
+// every rank, so the matrices' floor is each rank's; on a GPU they live in its
+// memory (the backend gives this rank's share), on the CPU in the node's.
+int ts_run_check_fit(const ts_config *cfg, int training, int share) {
+  const ts_backend *be = ts_backend_current();
+  const int on_gpu = be->memory_bytes != NULL;
+  double have = on_gpu ? (double)be->memory_bytes()
+                       : (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) /
+                             (share > 1 ? share : 1);
+  double np = ts_config_param_floor(cfg), need = np * (training ? 16.0 : 8.0);
+  if (!(have > 0) || need <= 0.9 * have) return TS_OK;
+  char note[64] = ""; // as model.c's full estimate says it
+  if (!on_gpu && share > 1) snprintf(note, sizeof note, " (its share: 1 of %d ranks)", share);
+  return ts_fail(TS_ERUNTIME,
+                 "the model's weight matrices alone need %.1f GiB (%.3g parameters: --layers %d, "
+                 "--d %d, --d-ff %d, vocab %d; values, gradients%s) but %s %.1f GiB%s; use a "
+                 "smaller --model, --layers, --d or --d-ff, or fewer ranks on this %s",
+                 need / 1073741824.0, np, cfg->n_layer, cfg->d, cfg->d_ff, cfg->vocab,
+                 training ? ", AdamW moments" : "",
+                 on_gpu ? "this rank's share of its GPU is" : "the machine has",
+                 have / 1073741824.0, note, on_gpu ? "GPU" : "machine");
 }
 
 // Mean validation loss over cfg->eval_batches batches (fixed windows). Each

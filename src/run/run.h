@@ -30,6 +30,11 @@ int ts_run_combine_loss(ts_comm *group, const float *local, int n, int64_t ntok_
                         float *out);
 // FNV-1a of every parameter in canonical order (the run log's param_hash).
 uint64_t ts_run_param_hash(ts_model *m);
+// Refuses (TS_ERUNTIME) a model whose weight matrices alone, with their
+// gradients and (training) the two AdamW moments, exceed 90% of the memory
+// they would live in, shared by `share` processes: before anything is
+// allocated (model.c's full estimate needs the parameters allocated first).
+int ts_run_check_fit(const ts_config *cfg, int training, int share);
 // The mean validation loss over cfg->eval_batches fixed batches.
 int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_comm *group,
                     int *inputs, int *targets, float *out);

@@ -173,6 +173,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   if (!root) cfg.quiet = 1;
   const int D = grid->dp, nb = cfg.batch / D, b0 = grid->dp_rank * nb;
   ts_comm *dgroup = grid->data;
+  // Before anything is allocated: a model that cannot fit.
+  if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size))) goto done;
   if ((rc = ts_data_open(cfg.data_path, cfg.val_frac, (size_t)cfg.seq + 1, &data))) goto done;
   if ((rc = injected_fault(grid, cfg.data_path))) goto done;
   if ((rc = ts_shard_create(&cfg, grid, &lay, &sh))) goto done;
