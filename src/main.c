@@ -13,12 +13,14 @@
 
 #include <errno.h>
 #include <float.h>
+#include <fnmatch.h>
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "backend.h"
 #include "compare.h"
@@ -604,6 +606,69 @@ static void main_help(FILE *out) {
 }
 
 // ---------------------------------------------------------------------------
+// Outputs that are inputs: the log is opened for writing (truncated) at the
+// start and checkpoints are written over step-*.safetensors, so an output
+// naming an input would destroy it. Refused before any work.
+
+// path's directory and its last component (dir "." for a bare name), with
+// trailing slashes dropped ("ck/" is "ck").
+static void split_path(const char *path, char *dir, size_t cap, char *base, size_t bcap) {
+  size_t n = strlen(path);
+  while (n > 1 && path[n - 1] == '/') n--;
+  const char *slash = memrchr(path, '/', n);
+  if (!slash) snprintf(dir, cap, ".");
+  else snprintf(dir, cap, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  const char *b = slash ? slash + 1 : path;
+  snprintf(base, bcap, "%.*s", (int)(path + n - b), b);
+}
+
+// Whether a and b name the same file or directory: the same inode when both
+// exist (hard links, symbolic links, "./x" and "x" included), else the same
+// last component in the same directory.
+static int same_file(const char *a, const char *b) {
+  struct stat sa, sb;
+  if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  char da[4096], db[4096], na[4096], nb[4096];
+  split_path(a, da, sizeof da, na, sizeof na);
+  split_path(b, db, sizeof db, nb, sizeof nb);
+  if (strcmp(na, nb) != 0) return 0;
+  if (stat(da, &sa) == 0 && stat(db, &sb) == 0)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  return strcmp(da, db) == 0;
+}
+
+// Whether path is, or would be, one of the files `names` (fnmatch) in dir.
+static int file_in(const char *path, const char *dir, const char *names) {
+  char d[4096], base[4096];
+  split_path(path, d, sizeof d, base, sizeof base);
+  return fnmatch(names, base, FNM_PERIOD) == 0 && same_file(d, dir);
+}
+
+static int check_outputs(const command *cmd, const cli *c) {
+  const ts_config *cfg = &c->cfg;
+  const char *data = cfg->data_path, *log = cfg->log_path, *ck = cfg->ckpt_dir;
+  if (cmd->id == C_TRAIN && log[0] && same_file(log, data))
+    return ts_fail(TS_EUSAGE, "--log %s: the --data file (it would be overwritten)", log);
+  if (cmd->id == C_TRAIN && log[0] && ck[0] && same_file(log, ck))
+    return ts_fail(TS_EUSAGE, "--log %s: the --ckpt-dir directory", log);
+  if (cmd->id == C_TRAIN && log[0] && ck[0] && file_in(log, ck, "step-*.safetensors*"))
+    return ts_fail(TS_EUSAGE, "--log %s: a checkpoint of --ckpt-dir %s (it would be overwritten)",
+                   log, ck);
+  if (cmd->id == C_TRAIN && ck[0] &&
+      (same_file(data, ck) || file_in(data, ck, "step-*.safetensors*")))
+    return ts_fail(TS_EUSAGE, "--data %s: a checkpoint of --ckpt-dir %s (it would be overwritten)",
+                   data, ck);
+  static const char *const dumped[] = {"config.json", "weights.safetensors", "grads.safetensors",
+                                       "result.json"}; // run/dump.c
+  for (int i = 0; cmd->id == C_DUMP && i < 4; i++)
+    if (same_file(data, c->out) || file_in(data, c->out, dumped[i]))
+      return ts_fail(TS_EUSAGE, "--data %s: a file tessera dump writes into --out %s", data,
+                     c->out);
+  return TS_OK;
+}
+
+// ---------------------------------------------------------------------------
 // Usage errors are the same on every rank: rank 0 says it once, all exit 2.
 static int usage_error(const command *cmd) {
   if (ts_mpi_world_rank() == 0) fprintf(stderr, "tessera %s: %s\n", cmd->name, ts_errmsg());
@@ -717,6 +782,7 @@ int main(int argc, char **argv) {
   rc = ts_config_finalize(&c.cfg);
   if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_layout_check(&c.cfg, &c.lay);
   if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_grid_check(c.lay.dp, c.lay.sp, c.lay.pp);
+  if (rc == TS_OK) rc = check_outputs(cmd, &c);
   if (rc != TS_OK) return usage_error(cmd);
   // After MPI is up, so that the ranks of a node take different GPUs.
   const ts_backend *be = NULL;

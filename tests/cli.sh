@@ -85,6 +85,38 @@ expect_exit 1 "^tessera: the model's weight matrices alone need .*--layers 10000
 expect_exit 1 "^tessera: the model's weight matrices alone need .*--layers 10000000" "$T" dump --layers 10000000 --data "$TS_TMP/missing-corpus.txt" --out "$TS_TMP/nodump"
 [ -e "$TS_TMP/nodump" ] && fail "a refused dump created its output directory"
 
+# --- outputs never overwrite inputs (exit 2, before any work), writes are checked (exit 1)
+make_corpus "$TS_TMP/in.txt" 32768
+cp "$TS_TMP/in.txt" "$TS_TMP/in.orig"
+ln -f "$TS_TMP/in.txt" "$TS_TMP/in-link.txt"
+expect_exit 2 "^tessera train: --log .*in\.txt: the --data file" "$T" train --data "$TS_TMP/in.txt" --log "$TS_TMP/in.txt"
+expect_exit 2 "^tessera train: --log .*: the --data file" "$T" train --data "$TS_TMP/in.txt" --log "$TS_TMP/./in.txt"
+expect_exit 2 "^tessera train: --log .*in-link\.txt: the --data file" "$T" train --data "$TS_TMP/in.txt" --log "$TS_TMP/in-link.txt"
+expect_exit 2 "^tessera train: --log .*: a checkpoint of --ckpt-dir" "$T" train --data "$TS_TMP/in.txt" --ckpt-dir "$TS_TMP/ck" --log "$TS_TMP/ck/step-00000001.safetensors"
+expect_exit 2 "^tessera train: --log .*: the --ckpt-dir directory" "$T" train --data "$TS_TMP/in.txt" --ckpt-dir "$TS_TMP/ck" --log "$TS_TMP/ck"
+expect_exit 2 "^tessera train: --data .*: a checkpoint of --ckpt-dir" "$T" train --data "$TS_TMP/ck/step-00000002.safetensors" --ckpt-dir "$TS_TMP/ck/"
+mkdir -p "$TS_TMP/dd" && cp "$TS_TMP/in.txt" "$TS_TMP/dd/config.json"
+expect_exit 2 "^tessera dump: --data .*config\.json: a file tessera dump writes into --out" "$T" dump --data "$TS_TMP/dd/config.json" --out "$TS_TMP/dd"
+cmp -s "$TS_TMP/in.txt" "$TS_TMP/in.orig" && pass "the corpus is untouched" || fail "the corpus was changed"
+[ -e "$TS_TMP/ck" ] && fail "a refused run created its checkpoint directory"
+# a log that cannot be written: at the first line, or when the disk fills mid-run
+if [ -w /dev/full ]; then
+  expect_exit 1 "^tessera: cannot write log /dev/full: " "$T" train --steps 2 --quiet --data "$TS_TMP/in.txt" --log /dev/full
+fi
+# (a pipe whose reader goes away after 3000 bytes fails a later write, as a
+# disk that fills mid-run does; SIGPIPE ignored, so that the write reports it)
+mkfifo "$TS_TMP/pipe.jsonl"
+head -c 3000 "$TS_TMP/pipe.jsonl" >/dev/null &
+reader=$!
+( trap '' PIPE; exec "$T" train --steps 8 --quiet --data "$TS_TMP/in.txt" --log "$TS_TMP/pipe.jsonl" ) \
+  >"$TS_OUT" 2>"$TS_ERR"
+rc=$?
+kill $reader 2>/dev/null # still waiting only if the run never opened the log
+wait
+[ $rc -eq 1 ] && grep -q "^tessera: cannot write log .*pipe\.jsonl: " "$TS_ERR" &&
+  pass "a log write failing mid-run ends the run (exit 1)" ||
+  fail "a log write failing mid-run: exit $rc, stderr $(head -c 300 "$TS_ERR")"
+
 # --- info ------------------------------------------------------------------------
 expect_exit 0 "" "$T" info
 expect_stdout "OpenBLAS"

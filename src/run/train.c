@@ -104,8 +104,8 @@ typedef struct {
 } step_stats;
 
 // The step's record in the log and, unless quiet, its progress line.
-static void log_step(ts_log *log, const step_stats *st, const ts_config *cfg, const ts_shard *sh,
-                     const ts_grid *grid, const ts_backend *be) {
+static int log_step(ts_log *log, const step_stats *st, const ts_config *cfg, const ts_shard *sh,
+                    const ts_grid *grid, const ts_backend *be) {
   char comm_json[4096], mem_json[256], pipe_json[256], dev_json[64] = "";
   if (ts_grid_counts_json(grid, comm_json, sizeof comm_json) < 0) snprintf(comm_json, sizeof comm_json, "{}");
   phase_peaks_json(mem_json, sizeof mem_json);
@@ -123,13 +123,14 @@ static void log_step(ts_log *log, const step_stats *st, const ts_config *cfg, co
            (double)st->lr, (double)st->lr, st->tps, st->dt * 1e3, st->comm_s * 1e3,
            st->compute_max * 1e3, st->mfu, st->rss, st->rss_max, dev_json, mem_json, pipe_json,
            comm_json);
-  ts_log_line(log, line);
+  int rc = ts_log_line(log, line);
   // memory: the process's peak, or on a GPU the device's
   if (!cfg->quiet)
     printf("step %5" PRIu64 "/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | MFU %4.1f%% | %6.0f MB%s\n",
            st->step, cfg->steps, (double)st->loss, (double)st->lr, (double)st->norm, st->tps,
            100.0 * st->mfu, be->peak_bytes ? dev_mb : st->rss, be->peak_bytes ? " GPU" : "");
   fflush(stdout);
+  return rc;
 }
 
 // The validation loss after `step`, its record and progress line.
@@ -145,7 +146,7 @@ static int evaluate_and_log(ts_log *log, const ts_config *cfg, ts_shard *sh, con
            "{\"type\":\"eval\",\"step\":%" PRIu64 ",\"val_loss\":%.9g,\"val_loss_hex\":\"%a\","
            "\"comm\":%s}",
            step, (double)vl, (double)vl, comm_json);
-  ts_log_line(log, line);
+  if ((rc = ts_log_line(log, line))) return rc;
   if (!cfg->quiet) printf("step %5" PRIu64 " | val loss %.4f\n", step, (double)vl);
   return TS_OK;
 }
@@ -199,10 +200,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   const ts_backend *be = ts_backend_current();
   double roof = root && be == &ts_backend_cpu ? ts_run_sgemm_roof() : 0.0;
   double fpt = ts_model_flops_per_token(m);
-  if (root && cfg.log_path[0]) {
-    log.f = fopen(cfg.log_path, start > 0 ? "a" : "w");
-    if (!log.f) { rc = ts_fail(TS_ERUNTIME, "cannot write log %s: %s", cfg.log_path, strerror(errno)); goto done; }
-  }
+  if ((rc = ts_log_open(&log, root ? cfg.log_path : NULL, start > 0))) goto done;
   char layout[64];
   layout_name(grid, &lay, layout, sizeof layout);
   if (start == 0) {
@@ -215,7 +213,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
              TS_VERSION_STRING, grid->world_size, layout, be->name, ts_backend_precision_name(),
              grid->world_size == 1 ? "none" : ts_backend_uses_nccl() ? "nccl" : "mpi", np, fpt,
              roof, cj);
-    ts_log_line(&log, line);
+    if ((rc = ts_log_line(&log, line))) goto done;
   }
   if (!cfg.quiet)
     printf("tessera train: %s, %zu parameters, B=%d T=%d, %d steps, %s (%d rank%s x %d threads), "
@@ -256,25 +254,28 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
       goto done;
     }
     const step_stats st = {step, loss, norm, lr, tps, dt, comm_s, compute_max, mfu, rss, rss_max};
-    log_step(&log, &st, &cfg, &sh, grid, be);
+    if ((rc = log_step(&log, &st, &cfg, &sh, grid, be))) goto done;
     int last = step == (uint64_t)cfg.steps;
     if ((cfg.eval_every > 0 && step % (uint64_t)cfg.eval_every == 0) || last) {
       if ((rc = evaluate_and_log(&log, &cfg, &sh, data, grid, step, inputs, targets))) goto done;
     }
-    if (root && cfg.ckpt_dir[0] && ((cfg.ckpt_every > 0 && step % (uint64_t)cfg.ckpt_every == 0) || last))
-      if ((rc = ts_run_save_checkpoint(m, &opt, &cfg, (int64_t)step))) goto done;
+    if (cfg.ckpt_dir[0] && ((cfg.ckpt_every > 0 && step % (uint64_t)cfg.ckpt_every == 0) || last)) {
+      // the log's records up to this step are on disk before the checkpoint is
+      if (root && (rc = ts_log_sync(&log))) goto done;
+      if (root && (rc = ts_run_save_checkpoint(m, &opt, &cfg, (int64_t)step))) goto done;
+    }
   }
   {
     char line[256];
     uint64_t hash = ts_run_param_hash(m);
     snprintf(line, sizeof line, "{\"type\":\"final\",\"step\":%d,\"param_hash\":\"%016" PRIx64 "\"}",
              cfg.steps, hash);
-    ts_log_line(&log, line);
+    if ((rc = ts_log_line(&log, line))) goto done;
     if (!cfg.quiet) printf("done: parameter hash %016" PRIx64 "\n", hash);
   }
-  rc = TS_OK;
+  rc = ts_log_close(&log);
 done:
-  if (log.f) fclose(log.f);
+  if (log.f) fclose(log.f); // open only after an error, which is the one reported
   free(pt); free(gt); free(inputs); free(targets);
   ts_adamw_free(&opt);
   ts_shard_free(&sh);
