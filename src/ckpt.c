@@ -150,15 +150,15 @@ static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape) {
 }
 
 // All checkpoint errors read "checkpoint <path>: <what>".
-static int bad(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int bad(const char *path, const char *fmt, ...) {
-  char what[768];
+int ts_ckpt_fail(const char *path, const char *fmt, ...) {
+  char what[900];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
   return ts_fail(TS_ERUNTIME, "checkpoint %s: %s", path, what);
 }
+#define bad ts_ckpt_fail
 
 // ---------------------------------------------------------------------------
 // Writing.

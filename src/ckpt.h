@@ -24,6 +24,10 @@ int ts_ckpt_write(const char *path, const ts_tensor *tensors, int n, const ts_me
 int ts_ckpt_write_v2(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
                      int n_meta);
 
+// TS_ERUNTIME with the message "checkpoint <path>: <what>", as every error
+// about a checkpoint file reads (its readers' too).
+int ts_ckpt_fail(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 typedef struct ts_ckpt ts_ckpt;
 // Opens and fully validates a checkpoint (size, header, offsets, checksum).
 // Errors are TS_ERUNTIME with a message naming the file and the damage.

@@ -65,4 +65,35 @@ expect_exit 2 "--lr" "$TESSERA_BIN" train $FLAGS --lr 0.002 --ckpt-dir "$TS_TMP/
 mkdir -p "$TS_TMP/empty"
 expect_exit 1 "no checkpoint" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/empty" --resume
 
+# --- the header is checksummed (format 2): edits that parse are refused too ---
+# one bit of tessera.step ("3" -> "2": a resume that would redo a step)
+cp "$TS_TMP/step3.bak" "$ck"
+at=$(grep -abo '"tessera.step":"3"' "$ck" | head -n 1 | cut -d: -f1)
+if [ -n "$at" ]; then
+  printf '2' | dd of="$ck" bs=1 seek=$((at + 16)) conv=notrunc 2>/dev/null
+  expect_exit 1 "checkpoint .*step-00000003.*header checksum mismatch" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/bad" --resume
+  expect_exit 1 "checkpoint .*step-00000003.*header checksum mismatch" "$TESSERA_BIN" eval --ckpt "$ck" --data "$DATA"
+else
+  fail "no \"tessera.step\":\"3\" in the checkpoint header"
+fi
+# a digit of the configuration (n_layer 2 -> 3)
+cp "$TS_TMP/step3.bak" "$ck"
+at=$(grep -abo 'n_layer\\":2' "$ck" | head -n 1 | cut -d: -f1)
+if [ -n "$at" ]; then
+  printf '3' | dd of="$ck" bs=1 seek=$((at + 10)) conv=notrunc 2>/dev/null
+  expect_exit 1 "checkpoint .*header checksum mismatch" "$TESSERA_BIN" eval --ckpt "$ck" --data "$DATA"
+else
+  fail "no n_layer in the checkpoint header"
+fi
+# a checkpoint renamed to another step
+cp "$TS_TMP/step3.bak" "$TS_TMP/bad/step-00000004.safetensors"
+expect_exit 1 "step-00000004.*tessera.step is 3 but the file is named for step 4" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/bad" --resume
+rm -f "$TS_TMP/bad/step-00000004.safetensors"
+# format 1 (tessera dump's, no header checksum) is not a run's checkpoint
+if expect_exit 0 "" "$TESSERA_BIN" dump --data "$DATA" --out "$TS_TMP/dump" --traj-steps 1; then
+  cp "$TS_TMP/dump/weights.safetensors" "$ck"
+  expect_exit 1 "checkpoint .*tessera.format 1 has no header checksum" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/bad" --resume
+  expect_exit 1 "checkpoint .*tessera.format 1 has no header checksum" "$TESSERA_BIN" eval --ckpt "$ck" --data "$DATA"
+fi
+
 done_testing

@@ -21,6 +21,8 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "optim.h"
+#include "run/run.h"
 
 static char tmpdir[4096];
 
@@ -531,7 +533,8 @@ static void test_v2_layout(void **state) {
   if (ts_ckpt_open(path, &ck) != TS_OK) fail_msg("%s", ts_errmsg());
   assert_int_equal(ts_ckpt_format(ck), 2);
   assert_string_equal(ts_ckpt_path(ck), path);
-  for (int i = 0; i < N_META; i++) assert_string_equal(ts_ckpt_meta(ck, tricky_meta[i].key), tricky_meta[i].value);
+  for (int i = 0; i < N_META; i++)
+    assert_string_equal(ts_ckpt_meta(ck, tricky_meta[i].key), tricky_meta[i].value);
   ts_ckpt_close(ck);
   // format 1 still reads, and says so
   write_good(path);
@@ -618,7 +621,8 @@ static void test_expect(void **state) {
   memcpy(sw, t, sizeof t);
   sw[0] = t[1], sw[1] = t[0];
   assert_int_equal(ts_ckpt_expect(ck, sw, 5), TS_ERUNTIME);
-  assert_non_null(strstr(ts_errmsg(), "tensor 0 is 'wte', expected 'h.0.ln1.b' (tensors out of order)"));
+  assert_non_null(
+      strstr(ts_errmsg(), "tensor 0 is 'wte', expected 'h.0.ln1.b' (tensors out of order)"));
   // a shape that differs
   ts_tensor sh[5];
   memcpy(sh, t, sizeof t);
@@ -772,6 +776,235 @@ static void test_failed_overwrite_keeps_old(void **state) {
   free(big);
 }
 
+// ---------------------------------------------------------------------------
+// A training checkpoint (src/run/checkpoint.c): everything in its header is
+// checked like a flag. The damaged files are written by ts_ckpt_write_v2, so
+// their checksums are right: these are the edits a checksum cannot catch
+// (or a hostile editor who fixed it up).
+
+typedef struct {
+  ts_config cfg;
+  ts_model *m;
+  ts_adamw opt;
+  char path[4200]; // the good checkpoint, step 2 of 4
+} run_fixture;
+
+static void run_setup(run_fixture *f) {
+  memset(f, 0, sizeof *f);
+  assert_int_equal(ts_config_preset(&f->cfg, "tiny"), TS_OK);
+  ts_config_defaults(&f->cfg);
+  f->cfg.steps = 4;
+  char dir[4200];
+  path_in(dir, sizeof dir, "run");
+  assert_true(strlen(dir) < sizeof f->cfg.ckpt_dir);
+  memcpy(f->cfg.ckpt_dir, dir, strlen(dir) + 1);
+  assert_int_equal(ts_config_finalize(&f->cfg), TS_OK);
+  if (ts_model_create(&f->cfg, &f->m)) fail_msg("%s", ts_errmsg());
+  ts_model_init(f->m, f->cfg.seed);
+  assert_int_equal(ts_adamw_init(&f->opt, ts_model_num_params(f->m)), TS_OK);
+  for (size_t i = 0; i < f->opt.n; i++) f->opt.m[i] = 1e-3f * (float)(i % 7), f->opt.v[i] = 1e-6f;
+  f->opt.step = 2;
+  if (ts_run_save_checkpoint(f->m, &f->opt, &f->cfg, 2)) fail_msg("%s", ts_errmsg());
+  snprintf(f->path, sizeof f->path, "%s/step-00000002.safetensors", f->cfg.ckpt_dir);
+}
+
+static void run_teardown(run_fixture *f) {
+  ts_adamw_free(&f->opt);
+  ts_model_free(f->m);
+}
+
+// s with its first `from` replaced by `to` (static buffer).
+static const char *replaced(const char *s, const char *from, const char *to) {
+  static char out[TS_CONFIG_JSON_MAX + 256];
+  const char *at = strstr(s, from);
+  if (!at) fail_msg("'%s' not in '%s'", from, s);
+  snprintf(out, sizeof out, "%.*s%s%s", (int)(at - s), s, to, at + strlen(from));
+  return out;
+}
+
+// Writes the fixture's tensors to path with the good file's metadata, `key`
+// set to `value` (NULL: left out), as format 2 (or 1).
+static void write_edited(run_fixture *f, const char *path, const char *key, const char *value,
+                         int format) {
+  static const char *const keys[] = {"tessera.config", "tessera.step", "tessera.adam_step",
+                                     "tessera.data_position", "tessera.rng"};
+  ts_ckpt *ck = NULL;
+  assert_int_equal(ts_ckpt_open(f->path, &ck), TS_OK);
+  ts_meta meta[5];
+  int n_meta = 0;
+  for (int i = 0; i < 5; i++) {
+    const char *v = !strcmp(keys[i], key) ? value : ts_ckpt_meta(ck, keys[i]);
+    if (v) meta[n_meta++] = (ts_meta){keys[i], strdup(v)};
+  }
+  ts_ckpt_close(ck);
+  ts_tensor *t;
+  int n = ts_run_ckpt_tensors(f->m, &f->opt, &t);
+  assert_true(n > 0);
+  int rc = format == 2 ? ts_ckpt_write_v2(path, t, n, meta, n_meta)
+                       : ts_ckpt_write(path, t, n, meta, n_meta);
+  if (rc) fail_msg("%s", ts_errmsg());
+  free(t);
+  for (int i = 0; i < n_meta; i++) free((char *)meta[i].value);
+}
+
+static void expect_run_refused(run_fixture *f, const char *path, const char *word) {
+  ts_run_ckpt ck;
+  int rc = ts_run_open_checkpoint(path, &f->cfg, 0, 1, &ck);
+  if (rc == TS_OK) {
+    ts_run_close_checkpoint(&ck);
+    fail_msg("accepted: %s (want '%s')", path, word);
+  }
+  assert_int_equal(rc, TS_ERUNTIME);
+  assert_null(ck.ck);
+  if (!strstr(ts_errmsg(), path) || !strstr(ts_errmsg(), word))
+    fail_msg("message lacks the file or '%s': %s", word, ts_errmsg());
+}
+
+static void test_run_header_checked(void **state) {
+  run_fixture f;
+  run_setup(&f);
+  ts_run_ckpt ck;
+  if (ts_run_open_checkpoint(f.path, &f.cfg, 0, 1, &ck)) fail_msg("%s", ts_errmsg());
+  assert_int_equal(ck.step, 2);
+  assert_int_equal(ck.adam_step, 2);
+  assert_int_equal(ck.cfg.n_layer, f.cfg.n_layer);
+  char js[TS_CONFIG_JSON_MAX];
+  snprintf(js, sizeof js, "%s", ts_ckpt_meta(ck.ck, "tessera.config"));
+  ts_run_close_checkpoint(&ck);
+
+  char bad[4200];
+  path_in(bad, sizeof bad, "run-bad.safetensors");
+  // a metadata value replaced (from NULL), or a piece of the configuration
+  // (tessera.config's text with `from` replaced): through ts_config_finalize,
+  // unchanged by it, fitting
+#define CFG "tessera.config"
+  static const struct {
+    const char *key, *from, *to, *word;
+  } cases[] = {
+      {"tessera.step", NULL, "abc", "tessera.step 'abc' is not a count"},
+      {"tessera.step", NULL, "-1", "tessera.step '-1' is not a count"},
+      {"tessera.step", NULL, "", "tessera.step '' is not a count"},
+      {"tessera.step", NULL, " 2", "is not a count"},
+      {"tessera.step", NULL, "02", "is not a count"},
+      {"tessera.step", NULL, "0", "tessera.step 0: a run of 4 steps"},
+      {"tessera.step", NULL, "99", "tessera.step 99: a run of 4 steps"},
+      {"tessera.step", NULL, "99999999999999999999",
+        "tessera.step 99999999999999999999 is out of range"},
+      {"tessera.step", NULL, "3", "tessera.adam_step 2 differs from tessera.step 3"},
+      {"tessera.step", NULL, NULL, "metadata has no tessera.step"},
+      {"tessera.adam_step", NULL, "1", "tessera.adam_step 1 differs"},
+      {"tessera.adam_step", NULL, "2x", "tessera.adam_step '2x'"},
+      {"tessera.data_position", NULL, "3", "tessera.data_position 3 differs"},
+      {"tessera.rng", NULL, "mt19937", "tessera.rng is 'mt19937'"},
+      {"tessera.config", NULL, NULL, "metadata has no tessera.config"},
+      {"tessera.config", NULL, "{", "tessera.config is not JSON"},
+      {CFG, "\"n_head\":4", "\"n_head\":0", "tessera.config: --heads 0"},
+      {CFG, "\"tile\":8", "\"tile\":0", "tessera.config: tile 0"},
+      {CFG, "\"leaf\":8", "\"leaf\":0", "tessera.config: leaf 0"},
+      {CFG, "\"tile\":8", "\"tile\":7", "tessera.config: --tile 7"},
+      {CFG, "\"leaf\":8", "\"leaf\":1", "tessera.config: --leaf 1"},
+      {CFG, "\"tied\":1", "\"tied\":2", "tessera.config: tied 2"},
+      {CFG, "\"batch\":4", "\"batch\":0", "tessera.config: --batch 0"},
+      {CFG, "\"n_layer\":2", "\"n_layer\":-1", "tessera.config: --layers -1"},
+      {CFG, "\"n_layer\":2", "\"n_layer\":200000000",
+       "tessera.config: the model's weight matrices alone need"},
+      {CFG, "\"d\":64", "\"d\":2147483647", "tessera.config: --heads 4: must divide"},
+      {CFG, "\"n_head\":4", "\"n_head\":4,\"compress\":99", "tessera.config: compress 99: unknown"},
+      {CFG, "\"threads\":0", "\"threads\":100000", "tessera.config: --threads 100000"},
+      {CFG, "\"n_head\":4", "\"n_head\":4,\"n_head\":0",
+        "tessera.config: \"n_head\" appears twice"},
+      {CFG, "\"n_head\":4", "\"n_head\":\"4\"", "bad value for \"n_head\""},
+      {CFG, "\"n_head\":4", "\"n_head\":4,\"optimizer\":1",
+        "\"muon_lr\" is not a value a run writes"},
+      {CFG, "\"n_head\":4", "\"n_head\":4,\"muon_lr\":0.5", "tessera.config: --muon-lr 0.5"},
+  };
+#undef CFG
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const char *v = cases[i].from ? replaced(js, cases[i].from, cases[i].to) : cases[i].to;
+    write_edited(&f, bad, cases[i].key, v, 2);
+    expect_run_refused(&f, bad, cases[i].word);
+  }
+  // format 1 (no header checksum) is not enough for a run
+  write_edited(&f, bad, "-", NULL, 1);
+  expect_run_refused(&f, bad, "tessera.format 1 has no header checksum");
+  // and the unedited rewrite is accepted (the edits above are what was refused)
+  write_edited(&f, bad, "-", NULL, 2);
+  assert_int_equal(ts_run_open_checkpoint(bad, &f.cfg, 0, 1, &ck), TS_OK);
+  ts_run_close_checkpoint(&ck);
+  run_teardown(&f);
+}
+
+// The file written from t (n tensors) opens as a run's checkpoint, and its
+// load into (m, opt) is refused naming the file and `word`.
+static void expect_load_refused(run_fixture *f, const char *path, const ts_tensor *t, int n,
+                                const ts_meta *meta, ts_model *m, ts_adamw *opt,
+                                const char *word) {
+  assert_int_equal(ts_ckpt_write_v2(path, t, n, meta, 5), TS_OK);
+  ts_run_ckpt ck;
+  if (ts_run_open_checkpoint(path, &f->cfg, opt != NULL, 1, &ck)) fail_msg("%s", ts_errmsg());
+  assert_int_equal(ts_run_load_checkpoint(m, opt, &ck), TS_ERUNTIME);
+  if (!strstr(ts_errmsg(), path) || !strstr(ts_errmsg(), word))
+    fail_msg("message lacks the file or '%s': %s", word, ts_errmsg());
+  ts_run_close_checkpoint(&ck);
+}
+
+// The tensors: exactly the model's, in its order.
+static void test_run_tensors_checked(void **state) {
+  run_fixture f;
+  run_setup(&f);
+  char bad[4200];
+  path_in(bad, sizeof bad, "run-tensors.safetensors");
+  ts_ckpt *ck0 = NULL;
+  assert_int_equal(ts_ckpt_open(f.path, &ck0), TS_OK);
+  ts_meta meta[5] = {{"tessera.config", NULL}, {"tessera.step", NULL}, {"tessera.adam_step", NULL},
+                     {"tessera.data_position", NULL}, {"tessera.rng", NULL}};
+  for (int i = 0; i < 5; i++) meta[i].value = strdup(ts_ckpt_meta(ck0, meta[i].key));
+  ts_ckpt_close(ck0);
+  ts_tensor *t;
+  int n = ts_run_ckpt_tensors(f.m, &f.opt, &t);
+
+  // a good load: the fresh model and optimizer get every bit back
+  ts_model *m2 = NULL;
+  ts_adamw opt2 = {0};
+  assert_int_equal(ts_model_create(&f.cfg, &m2), TS_OK);
+  assert_int_equal(ts_adamw_init(&opt2, ts_model_num_params(m2)), TS_OK);
+  ts_run_ckpt ck;
+  assert_int_equal(ts_run_open_checkpoint(f.path, &f.cfg, 1, 1, &ck), TS_OK);
+  if (ts_run_load_checkpoint(m2, &opt2, &ck)) fail_msg("%s", ts_errmsg());
+  ts_run_close_checkpoint(&ck);
+  assert_memory_equal(ts_model_params(m2), ts_model_params(f.m), f.opt.n * sizeof(float));
+  assert_memory_equal(opt2.v, f.opt.v, f.opt.n * sizeof(float));
+  assert_int_equal(opt2.step, 2);
+
+  // two same-size tensors swapped in the file (names and data move together:
+  // the file is self-consistent, its order is not the model's)
+  int a = -1, b = -1;
+  for (int i = 0; i < n && b < 0; i++)
+    if (!strcmp(t[i].name, "h.0.attn.bq")) a = i;
+    else if (!strcmp(t[i].name, "h.0.attn.bk")) b = i;
+  assert_true(a >= 0 && b > a && ts_tensor_numel(&t[a]) == ts_tensor_numel(&t[b]));
+  ts_tensor sw = t[a];
+  t[a] = t[b], t[b] = sw;
+  expect_load_refused(&f, bad, t, n, meta, m2, &opt2, "out of order");
+  t[b] = t[a], t[a] = sw;
+
+  // one tensor missing (the last moment), one extra (evaluation too)
+  expect_load_refused(&f, bad, t, n - 1, meta, m2, &opt2, "no tensor 'adam.v.lnf.b'");
+  ts_tensor *more = calloc((size_t)n + 1, sizeof *more);
+  memcpy(more, t, (size_t)n * sizeof *t);
+  float x = 1.0f;
+  more[n] = (ts_tensor){.name = "h.2.ln1.w", .ndim = 1, .shape = {1}, .data = &x};
+  expect_load_refused(&f, bad, more, n + 1, meta, m2, NULL,
+                      "'h.2.ln1.w' is not one of this model's");
+  free(more);
+
+  free(t);
+  for (int i = 0; i < 5; i++) free((char *)meta[i].value);
+  ts_adamw_free(&opt2);
+  ts_model_free(m2);
+  run_teardown(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_crc_reference),
@@ -790,6 +1023,8 @@ int main(void) {
       cmocka_unit_test(test_v2_every_header_bit),
       cmocka_unit_test(test_expect),
       cmocka_unit_test(test_v2_bad_checksum),
+      cmocka_unit_test(test_run_header_checked),
+      cmocka_unit_test(test_run_tensors_checked),
       cmocka_unit_test(test_bad_inputs),
       cmocka_unit_test(test_write_missing_directory),
       cmocka_unit_test(test_failed_rename_leaves_no_temp),

@@ -2,6 +2,12 @@
 // docs/CHECKPOINTS.md): parameters and AdamW moments in canonical order, the
 // run's configuration and step; a resumed run refuses a checkpoint of
 // another run and continues bit for bit.
+//
+// Everything read back is checked like a flag before it is used: the file is
+// format 2 (its header checksummed, ckpt.c), the counts are whole numbers in
+// range, the configuration passes ts_config_finalize unchanged and fits the
+// machine, and the tensors are exactly the model's, in order.
+// Each refusal is one line naming the file and the field (exit 1).
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -15,7 +21,15 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "json.h"
 #include "run/run.h"
+
+#define META_CONFIG "tessera.config"
+#define META_STEP "tessera.step"
+#define META_ADAM "tessera.adam_step"
+#define META_POSITION "tessera.data_position"
+#define META_RNG "tessera.rng"
+#define RNG_TEXT "philox4x32-10 counter-based, keyed by (seed, purpose, step, index)"
 
 int ts_run_mkdir_p(const char *dir) {
   char tmp[4096];
@@ -32,8 +46,7 @@ int ts_run_mkdir_p(const char *dir) {
   return TS_OK;
 }
 
-// Parameters, then the AdamW moments as "adam.m.<name>" / "adam.v.<name>".
-static int ckpt_tensors(ts_model *m, ts_adamw *opt, ts_tensor **out) {
+int ts_run_ckpt_tensors(ts_model *m, ts_adamw *opt, ts_tensor **out) {
   int n = ts_model_num_tensors(m);
   ts_tensor *t = calloc((size_t)3 * n, sizeof(ts_tensor));
   if (!t) return -1;
@@ -44,7 +57,7 @@ static int ckpt_tensors(ts_model *m, ts_adamw *opt, ts_tensor **out) {
       ts_tensor *s = &t[k * n + i];
       *s = t[i];
       snprintf(s->name, sizeof s->name, "adam.%c.%s", k == 1 ? 'm' : 'v', t[i].name);
-      s->data = (k == 1 ? opt->m : opt->v) + off;
+      s->data = opt ? (k == 1 ? opt->m : opt->v) + off : NULL;
     }
     off += (size_t)ts_tensor_numel(&t[i]);
   }
@@ -58,21 +71,21 @@ int ts_run_save_checkpoint(ts_model *m, ts_adamw *opt, const ts_config *cfg, int
   char cfgjson[TS_CONFIG_JSON_MAX], stepbuf[32], optbuf[32], path[4200];
   if ((rc = ts_config_to_json(cfg, cfgjson, sizeof cfgjson))) return rc;
   ts_tensor *t;
-  int n = ckpt_tensors(m, opt, &t);
+  int n = ts_run_ckpt_tensors(m, opt, &t);
   if (n < 0) return ts_fail(TS_ERUNTIME, "out of memory writing a checkpoint");
   snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
   snprintf(optbuf, sizeof optbuf, "%" PRIu64, opt->step);
   ts_meta meta[] = {
-      {"tessera.config", cfgjson},
-      {"tessera.step", stepbuf},
-      {"tessera.adam_step", optbuf},
+      {META_CONFIG, cfgjson},
+      {META_STEP, stepbuf},
+      {META_ADAM, optbuf},
       // Data windows and dropout masks are pure functions of (seed, step,
       // index): the step is the whole data position and generator state.
-      {"tessera.data_position", stepbuf},
-      {"tessera.rng", "philox4x32-10 counter-based, keyed by (seed, purpose, step, index)"},
+      {META_POSITION, stepbuf},
+      {META_RNG, RNG_TEXT},
   };
   snprintf(path, sizeof path, "%s/step-%08" PRId64 ".safetensors", cfg->ckpt_dir, step);
-  rc = ts_ckpt_write(path, t, n, meta, (int)(sizeof meta / sizeof meta[0]));
+  rc = ts_ckpt_write_v2(path, t, n, meta, (int)(sizeof meta / sizeof meta[0]));
   free(t);
   return rc;
 }
@@ -98,15 +111,8 @@ int64_t ts_run_latest_checkpoint(const char *dir, char *path, size_t cap) {
 }
 
 // The fields that must agree for a resumed run to continue the same run.
-static int check_resume_config(const ts_config *cfg, const char *json, const char *path) {
-  ts_config old = *cfg;
-  // the fields a config writes only when set: absent means 0, not this run's value
-  old.optimizer = 0, old.muon_lr = 0.0f;
-  old.compress = old.compress_rank = old.compress_stages = 0, old.proj_lr = 0.0f;
-  old.vq_groups = old.vq_rounds = old.vq_codes = old.vq_sync_codes = 0;
-  old.vq_gamma = old.vq_commit = 0.0f;
-  if (ts_config_from_json(&old, json) != TS_OK)
-    return ts_fail(TS_ERUNTIME, "checkpoint %s: unreadable configuration", path);
+static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, const char *path) {
+  const ts_config old = *ck_cfg;
 #define SAME_INT(F, FLAG)                                                                 \
   if (old.F != cfg->F)                                                                    \
     return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written with %s %lld, this run has %lld", \
@@ -138,29 +144,169 @@ static int check_resume_config(const ts_config *cfg, const char *json, const cha
   return TS_OK;
 }
 
-int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_config *cfg, const char *path,
-                           int64_t *step_out) {
-  ts_ckpt *ck;
-  int rc = ts_ckpt_open(path, &ck);
+// ---------------------------------------------------------------------------
+// Reading a checkpoint back.
+
+#define bad ts_ckpt_fail
+
+// The error just made by a check of `what`, restated as the file's.
+static int in_file(const char *path, const char *what) {
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", ts_errmsg()); // ts_fail writes the buffer it would read
+  return bad(path, "%s: %s", what, msg);
+}
+
+// A count as the writer prints it (%" PRId64 "): decimal digits, no sign, no
+// leading zero, no space, at most INT64_MAX. strtoll would take "abc" as 0
+// and "-1" as -1.
+static int meta_count(const ts_ckpt *ck, const char *key, int64_t *out) {
+  const char *path = ts_ckpt_path(ck), *s = ts_ckpt_meta(ck, key);
+  if (!s) return bad(path, "metadata has no %s", key);
+  size_t n = strlen(s);
+  if (n == 0 || strspn(s, "0123456789") != n || (s[0] == '0' && n > 1))
+    return bad(path, "%s '%s' is not a count (decimal digits, no sign, no leading zero)", key, s);
+  int64_t v = 0;
+  for (const char *c = s; *c; c++) {
+    if (v > (INT64_MAX - (*c - '0')) / 10) return bad(path, "%s %s is out of range", key, s);
+    v = v * 10 + (*c - '0');
+  }
+  *out = v;
+  return TS_OK;
+}
+
+// The JSON key of the first field in which two configurations' JSON forms
+// differ (both written by ts_config_to_json: same order, optional fields
+// present or not), or "" when they do not.
+static void first_difference(const char *a, const char *b, char *key, size_t cap) {
+  json_value va, vb;
+  json_error err;
+  key[0] = 0;
+  if (json_parse(&va, a, strlen(a), JSON_NONFINITE | JSON_ANY_BYTES, &err)) return;
+  if (json_parse(&vb, b, strlen(b), JSON_NONFINITE | JSON_ANY_BYTES, &err)) {
+    json_free(&va);
+    return;
+  }
+  for (int i = 0; i < va.n || i < vb.n; i++) {
+    const json_value *x = i < va.n ? &va.items[i] : NULL, *y = i < vb.n ? &vb.items[i] : NULL;
+    const char *sx = x && x->str ? x->str : "", *sy = y && y->str ? y->str : "";
+    if (x && y && !strcmp(x->key, y->key) && x->type == y->type && !strcmp(sx, sy)) continue;
+    // a field written by one side only (optional fields) shifts the rest: name it
+    const json_value *only = y && !json_get(&va, y->key) ? y : x ? x : y;
+    snprintf(key, cap, "%s", only->key);
+    break;
+  }
+  json_free(&va);
+  json_free(&vb);
+}
+
+// The configuration, read over base (the fields it lacks keep base's value;
+// those written only when set are 0 when absent) and validated like the
+// command line: it must be what ts_config_finalize leaves, unchanged (a run
+// writes its finalized configuration: a tile of 0, say, is no run's), and
+// fit this machine.
+static int read_config(const ts_ckpt *ck, const ts_config *base, int training, int share,
+                       ts_config *out) {
+  const char *path = ts_ckpt_path(ck), *js = ts_ckpt_meta(ck, META_CONFIG);
+  if (!js) return bad(path, "metadata has no %s", META_CONFIG);
+  json_value v;
+  json_error err;
+  if (json_parse(&v, js, strlen(js), JSON_NONFINITE | JSON_ANY_BYTES, &err))
+    return bad(path, "%s is not JSON: %s at byte %zu", META_CONFIG, err.msg, err.pos);
+  const json_value *dup = json_find_duplicate(&v);
+  char dup_key[64] = "";
+  if (dup) snprintf(dup_key, sizeof dup_key, "%s", dup->key);
+  json_free(&v);
+  if (dup) return bad(path, "%s: \"%s\" appears twice", META_CONFIG, dup_key);
+  *out = *base;
+  out->optimizer = 0, out->muon_lr = 0.0f;
+  out->checkpoint = out->fused_ce = out->tiled_mlp = 0;
+  out->compress = out->compress_rank = out->compress_stages = 0, out->proj_lr = 0.0f;
+  out->vq_groups = out->vq_rounds = out->vq_codes = out->vq_sync_codes = 0;
+  out->vq_gamma = out->vq_commit = 0.0f;
+  if (ts_config_from_json(out, js)) return in_file(path, META_CONFIG);
+  if (out->tile == 0 || out->leaf == 0)
+    return bad(path, "%s: %s 0: a run writes the one it used, never 0", META_CONFIG,
+               out->tile == 0 ? "tile" : "leaf");
+  ts_config fin = *out;
+  if (ts_config_finalize(&fin)) return in_file(path, META_CONFIG);
+  char a[TS_CONFIG_JSON_MAX], b[TS_CONFIG_JSON_MAX], key[64];
+  if (ts_config_to_json(out, a, sizeof a) || ts_config_to_json(&fin, b, sizeof b))
+    return in_file(path, META_CONFIG);
+  first_difference(a, b, key, sizeof key);
+  if (key[0])
+    return bad(path, "%s: \"%s\" is not a value a run writes (it is left for a default)",
+               META_CONFIG, key);
+  if (ts_run_check_fit(out, training, share)) return in_file(path, META_CONFIG);
+  return TS_OK;
+}
+
+int ts_run_open_checkpoint(const char *path, const ts_config *base, int training, int share,
+                           ts_run_ckpt *out) {
+  memset(out, 0, sizeof *out);
+  int rc = ts_ckpt_open(path, &out->ck);
   if (rc) return rc;
-  const char *js = ts_ckpt_meta(ck, "tessera.config");
-  const char *st = ts_ckpt_meta(ck, "tessera.step");
-  const char *os = ts_ckpt_meta(ck, "tessera.adam_step");
-  if (!js || !st || !os) {
-    ts_ckpt_close(ck);
-    return ts_fail(TS_ERUNTIME, "checkpoint %s: missing tessera metadata", path);
+  if (ts_ckpt_format(out->ck) < 2)
+    rc = bad(path, "tessera.format 1 has no header checksum (a file of tessera dump, or of an "
+                   "older tessera); a run reads format 2");
+  int64_t adam = 0, position = 0;
+  if (!rc) rc = read_config(out->ck, base, training, share, &out->cfg);
+  if (!rc) rc = meta_count(out->ck, META_STEP, &out->step);
+  if (!rc && (out->step < 1 || out->step > out->cfg.steps))
+    rc = bad(path, "%s %" PRId64 ": a run of %d steps writes checkpoints after steps 1..%d",
+             META_STEP, out->step, out->cfg.steps, out->cfg.steps);
+  // one AdamW update per optimizer step, and the data position is the step
+  if (!rc) rc = meta_count(out->ck, META_ADAM, &adam);
+  if (!rc && adam != out->step)
+    rc = bad(path, "%s %" PRId64 " differs from %s %" PRId64 " (one update per step)", META_ADAM,
+             adam, META_STEP, out->step);
+  if (!rc) rc = meta_count(out->ck, META_POSITION, &position);
+  if (!rc && position != out->step)
+    rc = bad(path, "%s %" PRId64 " differs from %s %" PRId64, META_POSITION, position, META_STEP,
+             out->step);
+  const char *rng = rc ? NULL : ts_ckpt_meta(out->ck, META_RNG);
+  if (!rc && (!rng || strcmp(rng, RNG_TEXT)))
+    rc = bad(path, "%s is '%s', this build's generator is '%s'", META_RNG, rng ? rng : "(none)",
+             RNG_TEXT);
+  if (rc) {
+    ts_run_close_checkpoint(out);
+    return rc;
   }
-  if ((rc = check_resume_config(cfg, js, path))) { ts_ckpt_close(ck); return rc; }
+  out->adam_step = (uint64_t)adam;
+  return TS_OK;
+}
+
+int ts_run_open_resume(const ts_config *cfg, int share, ts_run_ckpt *ck) {
+  char path[4200];
+  memset(ck, 0, sizeof *ck);
+  int64_t s = ts_run_latest_checkpoint(cfg->ckpt_dir, path, sizeof path);
+  if (s < 0)
+    return ts_fail(TS_ERUNTIME, "--resume: cannot open checkpoint directory %s", cfg->ckpt_dir);
+  if (s == 0)
+    return ts_fail(TS_ERUNTIME, "--resume: no checkpoint (step-*.safetensors) in %s",
+                   cfg->ckpt_dir);
+  int rc = ts_run_open_checkpoint(path, cfg, 1, share, ck);
+  if (!rc && ck->step != s)
+    rc = bad(path, "%s is %" PRId64 " but the file is named for step %" PRId64, META_STEP,
+             ck->step, s);
+  if (!rc) rc = check_resume_config(cfg, &ck->cfg, path);
+  if (rc) ts_run_close_checkpoint(ck);
+  return rc;
+}
+
+void ts_run_close_checkpoint(ts_run_ckpt *ck) {
+  ts_ckpt_close(ck->ck);
+  ck->ck = NULL;
+}
+
+int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_run_ckpt *ck) {
   ts_tensor *t;
-  int n = ckpt_tensors(m, opt, &t);
-  if (n < 0) { ts_ckpt_close(ck); return ts_fail(TS_ERUNTIME, "out of memory"); }
-  for (int i = 0; i < n && !rc; i++) rc = ts_ckpt_load(ck, &t[i]);
+  int n = ts_run_ckpt_tensors(m, opt, &t);
+  if (n < 0) return ts_fail(TS_ERUNTIME, "out of memory");
+  int rc = ts_ckpt_expect(ck->ck, t, n);
+  int nload = opt ? n : n / 3; // without an optimizer: the parameters
+  for (int i = 0; i < nload && !rc; i++) rc = ts_ckpt_load(ck->ck, &t[i]);
   free(t);
-  if (!rc) {
-    *step_out = strtoll(st, NULL, 10);
-    opt->step = strtoull(os, NULL, 10);
-  }
-  ts_ckpt_close(ck);
+  if (!rc && opt) opt->step = ck->adam_step;
   return rc;
 }
 

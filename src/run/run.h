@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ckpt.h"
 #include "comm.h"
 #include "data.h"
 #include "optim.h"
@@ -41,13 +42,37 @@ int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_
 
 // ---- checkpoint.c -----------------------------------------------------------------------
 int ts_run_mkdir_p(const char *dir);
-// step-<step>.safetensors in cfg->ckpt_dir: parameters, AdamW moments, config, step.
+// A checkpoint's tensors (*out, malloc'd; returns their number, -1 when out of
+// memory): the parameters, then the AdamW moments as "adam.m.<name>" and
+// "adam.v.<name>". opt NULL: the moments' names and shapes only (no data),
+// for a reader that loads the parameters alone but holds the file to all.
+int ts_run_ckpt_tensors(ts_model *m, ts_adamw *opt, ts_tensor **out);
+// step-<step>.safetensors in cfg->ckpt_dir: parameters, AdamW moments, config,
+// step (format 2).
 int ts_run_save_checkpoint(ts_model *m, ts_adamw *opt, const ts_config *cfg, int64_t step);
 // The highest step-*.safetensors in dir (its step; 0 and path "" when none; -1: no dir).
 int64_t ts_run_latest_checkpoint(const char *dir, char *path, size_t cap);
-// Parameters, moments and the step from path, refusing a checkpoint of another run.
-int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_config *cfg, const char *path,
-                           int64_t *step_out);
+// A checkpoint opened and checked (checkpoint.c): its configuration and step.
+typedef struct {
+  ts_ckpt *ck;
+  ts_config cfg;      // validated like the flags (ts_config_finalize leaves it unchanged)
+  int64_t step;       // optimizer steps done, in [1, cfg.steps]
+  uint64_t adam_step; // = step
+} ts_run_ckpt;
+// Opens path and checks everything in its header before anything is
+// allocated: format 2, the configuration (read over base, finalized, fitting
+// this machine for training or evaluation, share processes per node), the
+// step and the other counts. TS_ERUNTIME naming the file and the field.
+int ts_run_open_checkpoint(const char *path, const ts_config *base, int training, int share,
+                           ts_run_ckpt *out);
+// --resume: the latest checkpoint of cfg->ckpt_dir opened as above, its name's
+// step its own, and its configuration this run's (TS_EUSAGE naming the flag).
+int ts_run_open_resume(const ts_config *cfg, int share, ts_run_ckpt *out);
+void ts_run_close_checkpoint(ts_run_ckpt *ck);
+// The model's parameters and (opt not NULL) the AdamW moments and step from
+// the checkpoint, which must hold exactly the model's tensors.
+// opt NULL: the parameters only (evaluation).
+int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_run_ckpt *ck);
 // The run log cut back to the records up to step `upto` (a resumed run's log).
 int ts_run_trim_log(const char *path, int64_t upto);
 #endif

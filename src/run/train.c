@@ -54,18 +54,15 @@ static void layout_name(const ts_grid *grid, const ts_layout *lay, char *buf, si
     ts_cp_get(lay->sp_mode)->describe(lay, buf + strlen(buf), cap - strlen(buf));
 }
 
-// --resume: the latest checkpoint of cfg->ckpt_dir into the model and the
-// optimizer (every rank reads it: parameters and moments are replicated),
-// and the log cut back to its step. *start: the steps already done.
-static int resume(ts_model *m, ts_adamw *opt, const ts_config *cfg, int root, int64_t *start) {
-  char path[4200];
+// --resume, once the model and the optimizer exist: the checkpoint, opened
+// and checked before they were allocated, loaded into them (every rank reads
+// it: parameters and moments are replicated), and the log cut back to its step.
+static int resume(ts_model *m, ts_adamw *opt, const ts_run_ckpt *ck, const ts_config *cfg,
+                  int root) {
   int rc;
-  int64_t s = ts_run_latest_checkpoint(cfg->ckpt_dir, path, sizeof path);
-  if (s < 0) return ts_fail(TS_ERUNTIME, "--resume: cannot open checkpoint directory %s", cfg->ckpt_dir);
-  if (s == 0) return ts_fail(TS_ERUNTIME, "--resume: no checkpoint (step-*.safetensors) in %s", cfg->ckpt_dir);
-  if ((rc = ts_run_load_checkpoint(m, opt, cfg, path, start))) return rc;
-  if (root && cfg->log_path[0] && (rc = ts_run_trim_log(cfg->log_path, *start))) return rc;
-  if (root) printf("resumed from %s (step %" PRId64 ")\n", path, *start);
+  if ((rc = ts_run_load_checkpoint(m, opt, ck))) return rc;
+  if (root && cfg->log_path[0] && (rc = ts_run_trim_log(cfg->log_path, ck->step))) return rc;
+  if (root) printf("resumed from %s (step %" PRId64 ")\n", ts_ckpt_path(ck->ck), ck->step);
   return TS_OK;
 }
 
@@ -163,6 +160,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_model *m = NULL;
   ts_adamw opt = {0};
   ts_log log = {0};
+  ts_run_ckpt ck = {0};
   int *inputs = NULL, *targets = NULL;
   ts_tensor *pt = NULL, *gt = NULL;
   if ((rc = ts_layout_check(&cfg, &lay)) || (rc = ts_grid_create(lay.dp, lay.sp, lay.pp, &grid)))
@@ -174,8 +172,10 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   if (!root) cfg.quiet = 1;
   const int D = grid->dp, nb = cfg.batch / D, b0 = grid->dp_rank * nb;
   ts_comm *dgroup = grid->data;
-  // Before anything is allocated: a model that cannot fit.
+  // Before anything is allocated: a model that cannot fit, and on --resume
+  // everything in the checkpoint's header.
   if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size))) goto done;
+  if (cfg.resume && (rc = ts_run_open_resume(&cfg, grid->local_size, &ck))) goto done;
   if ((rc = ts_data_open(cfg.data_path, cfg.val_frac, (size_t)cfg.seq + 1, &data))) goto done;
   if ((rc = injected_fault(grid, cfg.data_path))) goto done;
   if ((rc = ts_shard_create(&cfg, grid, &lay, &sh))) goto done;
@@ -191,8 +191,9 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   if (!pt || !gt || !inputs || !targets) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
   ts_model_tensors(m, pt, gt);
 
-  int64_t start = 0;
-  if (cfg.resume && (rc = resume(m, &opt, &cfg, root, &start))) goto done;
+  const int64_t start = cfg.resume ? ck.step : 0;
+  if (cfg.resume && (rc = resume(m, &opt, &ck, &cfg, root))) goto done;
+  ts_run_close_checkpoint(&ck);
 
   // MFU counts every rank's cores: the roof is one process's, times the world.
   // On a GPU the roof is the device's, which is not measured here (0: no MFU
@@ -276,6 +277,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   rc = ts_log_close(&log);
 done:
   if (log.f) fclose(log.f); // open only after an error, which is the one reported
+  ts_run_close_checkpoint(&ck);
   free(pt); free(gt); free(inputs); free(targets);
   ts_adamw_free(&opt);
   ts_shard_free(&sh);
