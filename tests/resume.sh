@@ -96,4 +96,21 @@ if expect_exit 0 "" "$TESSERA_BIN" dump --data "$DATA" --out "$TS_TMP/dump" --tr
   expect_exit 1 "checkpoint .*tessera.format 1 has no header checksum" "$TESSERA_BIN" eval --ckpt "$ck" --data "$DATA"
 fi
 
+# --- a diverged run stops at that step (exit 1); what it kept is whole and loads ---
+expect_exit 1 "step [0-9]+: .*diverged" "$TESSERA_BIN" train $FLAGS --steps 30 --lr 1000 --grad-clip 0 --warmup 0 \
+  --ckpt-dir "$TS_TMP/div" --ckpt-every 1 --log "$TS_TMP/div.jsonl"
+n=0
+for f in "$TS_TMP"/div/step-*.safetensors; do
+  [ -e "$f" ] || continue
+  n=$((n + 1))
+  expect_exit 0 "" "$TESSERA_BIN" eval --ckpt "$f" --data "$DATA"
+done
+[ $n -gt 0 ] && pass "$n checkpoints kept" || fail "the diverged run kept no checkpoint"
+expect_exit 0 "" "$TESSERA_BIN" compare "$TS_TMP/div.jsonl" "$TS_TMP/div.jsonl" # every line whole
+# the log ends at the last checkpoint, or the step after it whose update overflowed
+last=$(grep -c '"type":"step"' "$TS_TMP/div.jsonl")
+[ "$last" -ge "$n" ] && [ "$last" -le $((n + 1)) ] && pass "the log ends where the run stopped" ||
+  fail "log has $last steps, $n checkpoints"
+grep -q '"type":"final"' "$TS_TMP/div.jsonl" && fail "a diverged run's log has a final record"
+
 done_testing

@@ -948,7 +948,7 @@ static void expect_load_refused(run_fixture *f, const char *path, const ts_tenso
   ts_run_close_checkpoint(&ck);
 }
 
-// The tensors: exactly the model's, in its order.
+// The tensors: exactly the model's, in its order, all finite.
 static void test_run_tensors_checked(void **state) {
   run_fixture f;
   run_setup(&f);
@@ -997,6 +997,22 @@ static void test_run_tensors_checked(void **state) {
   expect_load_refused(&f, bad, more, n + 1, meta, m2, NULL,
                       "'h.2.ln1.w' is not one of this model's");
   free(more);
+
+  // a NaN in the weights (evaluation) and an Inf in a moment: refused on load
+  float *w = ts_model_params(f.m), keep = w[5];
+  w[5] = NAN;
+  expect_load_refused(&f, bad, t, n, meta, m2, NULL, "'wte' holds nan at index 5");
+  w[5] = keep;
+  f.opt.v[7] = INFINITY;
+  expect_load_refused(&f, bad, t, n, meta, m2, &opt2, "'adam.v.wte' holds inf at index 7");
+  // and never written: the step is not checkpointed, the earlier file stays
+  assert_int_equal(ts_run_save_checkpoint(f.m, &f.opt, &f.cfg, 3), TS_ERUNTIME);
+  if (!strstr(ts_errmsg(), "step 3: the update left inf in 'adam.v.wte'"))
+    fail_msg("%s", ts_errmsg());
+  char p3[4200];
+  snprintf(p3, sizeof p3, "%s/step-00000003.safetensors", f.cfg.ckpt_dir);
+  assert_int_equal(access(p3, F_OK), -1);
+  assert_int_equal(count_temp_files(f.cfg.ckpt_dir), 0);
 
   free(t);
   for (int i = 0; i < 5; i++) free((char *)meta[i].value);

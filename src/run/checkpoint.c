@@ -6,7 +6,7 @@
 // Everything read back is checked like a flag before it is used: the file is
 // format 2 (its header checksummed, ckpt.c), the counts are whole numbers in
 // range, the configuration passes ts_config_finalize unchanged and fits the
-// machine, and the tensors are exactly the model's, in order.
+// machine, and the tensors are exactly the model's, in order, all finite.
 // Each refusal is one line naming the file and the field (exit 1).
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,20 @@ int ts_run_ckpt_tensors(ts_model *m, ts_adamw *opt, ts_tensor **out) {
   return 3 * n;
 }
 
+// The first non-finite value among n tensors: 0 when there is none, else 1
+// with its tensor and index.
+static int find_nonfinite(const ts_tensor *t, int n, int *which, int64_t *at) {
+  for (int k = 0; k < n; k++) {
+    const int64_t len = t[k].data ? ts_tensor_numel(&t[k]) : 0;
+    for (int64_t i = 0; i < len; i++)
+      if (!isfinite(t[k].data[i])) {
+        *which = k, *at = i;
+        return 1;
+      }
+  }
+  return TS_OK;
+}
+
 int ts_run_save_checkpoint(ts_model *m, ts_adamw *opt, const ts_config *cfg, int64_t step) {
   int rc = ts_run_mkdir_p(cfg->ckpt_dir);
   if (rc) return rc;
@@ -85,7 +100,16 @@ int ts_run_save_checkpoint(ts_model *m, ts_adamw *opt, const ts_config *cfg, int
       {META_RNG, RNG_TEXT},
   };
   snprintf(path, sizeof path, "%s/step-%08" PRId64 ".safetensors", cfg->ckpt_dir, step);
-  rc = ts_ckpt_write_v2(path, t, n, meta, (int)(sizeof meta / sizeof meta[0]));
+  // A finite loss and gradient norm can still leave an update that overflowed:
+  // that state is not kept, the previous checkpoint is.
+  int k;
+  int64_t at;
+  if (find_nonfinite(t, n, &k, &at))
+    rc = ts_fail(TS_ERUNTIME, "step %" PRId64 ": the update left %g in '%s' (diverged): not "
+                 "checkpointed, the previous checkpoint is kept; try a smaller --lr", step,
+                 (double)t[k].data[at], t[k].name);
+  else
+    rc = ts_ckpt_write_v2(path, t, n, meta, (int)(sizeof meta / sizeof meta[0]));
   free(t);
   return rc;
 }
@@ -299,12 +323,19 @@ void ts_run_close_checkpoint(ts_run_ckpt *ck) {
 }
 
 int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_run_ckpt *ck) {
+  const char *path = ts_ckpt_path(ck->ck);
   ts_tensor *t;
   int n = ts_run_ckpt_tensors(m, opt, &t);
   if (n < 0) return ts_fail(TS_ERUNTIME, "out of memory");
   int rc = ts_ckpt_expect(ck->ck, t, n);
   int nload = opt ? n : n / 3; // without an optimizer: the parameters
   for (int i = 0; i < nload && !rc; i++) rc = ts_ckpt_load(ck->ck, &t[i]);
+  // none is written with a NaN or Inf (ts_run_save_checkpoint): it is damage
+  int k;
+  int64_t at;
+  if (!rc && find_nonfinite(t, nload, &k, &at))
+    rc = bad(path, "tensor '%s' holds %g at index %" PRId64 " (a checkpoint holds finite values "
+                   "only)", t[k].name, (double)t[k].data[at], at);
   free(t);
   if (!rc && opt) opt->step = ck->adam_step;
   return rc;

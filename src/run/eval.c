@@ -4,6 +4,7 @@
 #include "config.h"
 #endif
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -36,6 +37,12 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   float vl;
   ts_shard whole = {.m = m, .nb = cfg.batch, .T = cfg.seq, .Tl = cfg.seq};
   if ((rc = ts_run_evaluate(&whole, data, &cfg, NULL, inputs, targets, &vl))) goto done;
+  // finite weights can still overflow on this data: a number, or an error
+  if (!isfinite(vl)) {
+    rc = ts_fail(TS_ERUNTIME, "checkpoint %s: validation loss is %g on %s", ckpt_path, (double)vl,
+                 cfg.data_path);
+    goto done;
+  }
   printf("checkpoint %s (step %" PRId64 "): val loss %.6f (%a) over %d batches of %dx%d\n",
          ckpt_path, ck.step, (double)vl, (double)vl, cfg.eval_batches, cfg.batch, cfg.seq);
 done:

@@ -48,7 +48,7 @@ int ts_run_mkdir_p(const char *dir);
 // for a reader that loads the parameters alone but holds the file to all.
 int ts_run_ckpt_tensors(ts_model *m, ts_adamw *opt, ts_tensor **out);
 // step-<step>.safetensors in cfg->ckpt_dir: parameters, AdamW moments, config,
-// step (format 2).
+// step (format 2); refused, the previous one kept, when a value is not finite.
 int ts_run_save_checkpoint(ts_model *m, ts_adamw *opt, const ts_config *cfg, int64_t step);
 // The highest step-*.safetensors in dir (its step; 0 and path "" when none; -1: no dir).
 int64_t ts_run_latest_checkpoint(const char *dir, char *path, size_t cap);
@@ -70,7 +70,7 @@ int ts_run_open_checkpoint(const char *path, const ts_config *base, int training
 int ts_run_open_resume(const ts_config *cfg, int share, ts_run_ckpt *out);
 void ts_run_close_checkpoint(ts_run_ckpt *ck);
 // The model's parameters and (opt not NULL) the AdamW moments and step from
-// the checkpoint, which must hold exactly the model's tensors.
+// the checkpoint, which must hold exactly the model's tensors, all finite.
 // opt NULL: the parameters only (evaluation).
 int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_run_ckpt *ck);
 // The run log cut back to the records up to step `upto` (a resumed run's log).

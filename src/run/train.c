@@ -224,6 +224,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
 
   const double tokens = (double)cfg.batch * cfg.seq;
   const int64_t ntok_global = (int64_t)cfg.batch * cfg.seq;
+  int64_t saved = start; // the latest checkpoint's step (0: none)
   for (int64_t s = start; s < cfg.steps; s++) {
     uint64_t step = (uint64_t)s + 1;
     double t0 = ts_now();
@@ -237,6 +238,17 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     if ((rc = ts_shard_sync_grads(&sh, dgroup))) goto done;
     if ((rc = ts_run_combine_loss(D > 1 ? dgroup : NULL, &lsum, 1, ntok_global, &loss))) goto done;
     float norm = ts_grad_norm_trained(gt, nt, np);
+    // A diverged step stops the run before its update: nothing non-finite is
+    // applied, logged or checkpointed (every rank has the same loss and norm).
+    if (!isfinite(loss) || !isfinite(norm)) {
+      char kept[64] = "no checkpoint was written";
+      if (saved > 0 && cfg.ckpt_dir[0])
+        snprintf(kept, sizeof kept, "the checkpoint of step %" PRId64 " is kept", saved);
+      rc = ts_fail(TS_ERUNTIME, "step %" PRIu64 ": loss %g, gradient norm %g (diverged): stopped "
+                   "before its update, %s; try a smaller --lr", step, (double)loss, (double)norm,
+                   kept);
+      goto done;
+    }
     if ((rc = ts_clip_trained(gt, nt, np, norm, cfg.grad_clip))) goto done;
     float lr = ts_lr_at(&cfg, s);
     if ((rc = ts_optimizer_step(&opt, pt, gt, nt, &cfg, s))) goto done;
@@ -250,10 +262,6 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     ts_mpi_max2(&compute_max, &rss_max);
     double mfu = roof > 0 ? fpt * tps / (roof * 1e9 * grid->world_size) : 0.0;
     double rss = ts_peak_rss_mb();
-    if (!isfinite(loss)) {
-      rc = ts_fail(TS_ERUNTIME, "step %" PRIu64 ": loss is %f (diverged); try a smaller --lr", step, (double)loss);
-      goto done;
-    }
     const step_stats st = {step, loss, norm, lr, tps, dt, comm_s, compute_max, mfu, rss, rss_max};
     if ((rc = log_step(&log, &st, &cfg, &sh, grid, be))) goto done;
     int last = step == (uint64_t)cfg.steps;
@@ -264,6 +272,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
       // the log's records up to this step are on disk before the checkpoint is
       if (root && (rc = ts_log_sync(&log))) goto done;
       if (root && (rc = ts_run_save_checkpoint(m, &opt, &cfg, (int64_t)step))) goto done;
+      saved = (int64_t)step;
     }
   }
   {
