@@ -28,6 +28,7 @@
 // compared with cmp).
 #include "ckpt.h"
 #include "json.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -347,7 +348,7 @@ static int write_format(const char *path, const ts_tensor *tensors, int n, const
     size_t cap = strlen(path) + 32;
     tmp = malloc(cap);
     if (!tmp) rc = bad(path, "out of memory");
-    else snprintf(tmp, cap, "%s.tmp.%ld", path, (long)getpid());
+    else ts_temp_path(tmp, cap, path);
   }
   if (rc == TS_OK) {
     rc = write_file(path, tmp, &h, tensors, n, bytes);

@@ -1,10 +1,17 @@
-// Small helpers shared by the runs: time, memory, hashing, aligned allocation.
+// Small helpers shared by the runs: time, memory, hashing, aligned allocation,
+// temporary files.
 #include "util.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fnmatch.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 // Monotonic so that step times never go backwards when the wall clock is
 // adjusted (NTP) in the middle of a long run.
@@ -48,3 +55,33 @@ void *ts_alloc(size_t bytes) {
 }
 
 void ts_free(void *p) { free(p); }
+
+int ts_temp_path(char *buf, size_t cap, const char *path) {
+  int n = snprintf(buf, cap, "%s.tmp.%ld", path, (long)getpid());
+  return n >= 0 && (size_t)n < cap ? 0 : -1;
+}
+
+// Only our own pattern, and only when its pid is not a live process: a temp
+// file of a run still writing (a second run on the same directory) stays.
+// A pid reused by an unrelated process keeps a stale file; it is removed on
+// a later start.
+int ts_remove_stale_temps(const char *dir, const char *name) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  char pattern[4200];
+  snprintf(pattern, sizeof pattern, "%s.tmp.*", name);
+  int removed = 0;
+  for (struct dirent *e; (e = readdir(d));) {
+    const char *tail = strrchr(e->d_name, '.');
+    if (!tail || fnmatch(pattern, e->d_name, FNM_PERIOD) != 0) continue;
+    char *end;
+    long pid = strtol(tail + 1, &end, 10);
+    if (tail[1] < '1' || tail[1] > '9' || *end || pid <= 0 || (pid_t)pid != pid) continue;
+    if (pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno == EPERM) continue; // alive
+    char path[4200];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= sizeof path) continue;
+    if (unlink(path) == 0) removed++;
+  }
+  closedir(d);
+  return removed;
+}

@@ -1,4 +1,4 @@
-// Small helpers shared by the runs: time, memory, hashing, number formatting.
+// Small helpers shared by the runs: time, memory, hashing, allocation, temp files.
 #ifndef TS_UTIL_H
 #define TS_UTIL_H
 #include <stddef.h>
@@ -11,4 +11,12 @@ uint64_t ts_fnv1a64(uint64_t h, const void *data, size_t n); // start with TS_FN
 // aligned zeroed allocation (64 bytes); NULL on failure
 void *ts_alloc(size_t bytes);
 void ts_free(void *p);
+// Files written whole go to a temporary name in the same directory first,
+// PATH.tmp.PID, and are renamed into place (atomic; the pid keeps concurrent
+// writers apart). buf gets that name; 0, or -1 when cap is too small.
+int ts_temp_path(char *buf, size_t cap, const char *path);
+// Removes the temporary files NAME.tmp.PID in dir whose NAME matches the
+// fnmatch pattern `name` and whose writer is gone (no such process): what a
+// killed run left. Returns how many were removed.
+int ts_remove_stale_temps(const char *dir, const char *name);
 #endif

@@ -96,6 +96,31 @@ if expect_exit 0 "" "$TESSERA_BIN" dump --data "$DATA" --out "$TS_TMP/dump" --tr
   expect_exit 1 "checkpoint .*tessera.format 1 has no header checksum" "$TESSERA_BIN" eval --ckpt "$ck" --data "$DATA"
 fi
 
+# --- a torn last log line (a run killed while writing it) is dropped on resume ---
+expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/torn" --ckpt-every 3 --log "$TS_TMP/torn.jsonl"
+rm -f "$TS_TMP/torn/step-00000006.safetensors" "$TS_TMP/torn/step-00000008.safetensors"
+# config and steps 1..4 whole, then the start of step 5's record, before its "step" key
+{ head -n 5 "$TS_TMP/torn.jsonl"; sed -n 6p "$TS_TMP/torn.jsonl" | head -c 12; } >"$TS_TMP/torn.cut"
+mv "$TS_TMP/torn.cut" "$TS_TMP/torn.jsonl"
+expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/torn" --ckpt-every 3 --resume --log "$TS_TMP/torn.jsonl"
+expect_exit 0 "" "$TESSERA_BIN" compare "$TS_TMP/straight.jsonl" "$TS_TMP/torn.jsonl"
+expect_stdout "^identical"
+
+# --- leftover temporary files: ours removed when their writer is gone ---
+sh -c 'exit 0' &
+dead=$!
+wait $dead
+mkdir -p "$TS_TMP/tmps"
+for f in step-00000003.safetensors.tmp.$dead step-00000003.safetensors.tmp.$$ other.tmp.$dead; do
+  : >"$TS_TMP/tmps/$f"
+done
+: >"$TS_TMP/tl.jsonl.tmp.$dead"
+expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --steps 1 --ckpt-dir "$TS_TMP/tmps" --log "$TS_TMP/tl.jsonl"
+[ ! -e "$TS_TMP/tmps/step-00000003.safetensors.tmp.$dead" ] && pass "a dead run's checkpoint temp removed" || fail "a dead run's checkpoint temp is still there"
+[ ! -e "$TS_TMP/tl.jsonl.tmp.$dead" ] && pass "a dead run's log temp removed" || fail "a dead run's log temp is still there"
+[ -e "$TS_TMP/tmps/step-00000003.safetensors.tmp.$$" ] && pass "a live writer's temp kept" || fail "a live writer's temp was removed"
+[ -e "$TS_TMP/tmps/other.tmp.$dead" ] && pass "a file of another pattern kept" || fail "a file of another pattern was removed"
+
 # --- a diverged run stops at that step (exit 1); what it kept is whole and loads ---
 expect_exit 1 "step [0-9]+: .*diverged" "$TESSERA_BIN" train $FLAGS --steps 30 --lr 1000 --grad-clip 0 --warmup 0 \
   --ckpt-dir "$TS_TMP/div" --ckpt-every 1 --log "$TS_TMP/div.jsonl"

@@ -24,6 +24,7 @@
 #include "ckpt.h"
 #include "json.h"
 #include "run/run.h"
+#include "util.h"
 
 #define META_CONFIG "tessera.config"
 #define META_STEP "tessera.step"
@@ -343,26 +344,65 @@ int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_run_ckpt *ck) {
 
 // On resume, the log keeps the records up to the checkpoint and continues,
 // so that a resumed run's log equals the log of the run done straight.
+// A last line without its newline is a record the killed run did not finish:
+// it is dropped, or the next record would be glued onto it.
 int ts_run_trim_log(const char *path, int64_t upto) {
   FILE *f = fopen(path, "r");
   if (!f) return TS_OK; // no old log: start a new one
   char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  if (ts_temp_path(tmp, sizeof tmp, path)) {
+    fclose(f);
+    return ts_fail(TS_ERUNTIME, "cannot rewrite log %s: path too long", path);
+  }
   FILE *o = fopen(tmp, "w");
   if (!o) { fclose(f); return ts_fail(TS_ERUNTIME, "cannot write %s: %s", tmp, strerror(errno)); }
   char *line = NULL;
   size_t cap = 0;
-  while (getline(&line, &cap, f) > 0) {
+  ssize_t len;
+  int ok = 1;
+  errno = 0;
+  while (ok && (len = getline(&line, &cap, f)) > 0) {
+    if (line[len - 1] != '\n') break; // torn
     const char *sp = strstr(line, "\"step\":");
     long long s = sp ? strtoll(sp + 7, NULL, 10) : 0;
     int is_final = strstr(line, "\"type\":\"final\"") != NULL;
-    if (!is_final && s <= upto) fputs(line, o);
+    if (!is_final && s <= upto) ok = fputs(line, o) >= 0;
   }
+  int err = ferror(f) || !ok ? (errno ? errno : EIO) : 0;
   free(line);
   fclose(f);
-  if (fclose(o) != 0 || rename(tmp, path) != 0) {
+  if (!err && (fflush(o) != 0 || fsync(fileno(o)) != 0)) err = errno;
+  if (fclose(o) != 0 && !err) err = errno;
+  if (!err && rename(tmp, path) != 0) err = errno;
+  if (err) {
     unlink(tmp);
-    return ts_fail(TS_ERUNTIME, "cannot rewrite log %s: %s", path, strerror(errno));
+    return ts_fail(TS_ERUNTIME, "cannot rewrite log %s: %s", path, strerror(err));
   }
   return TS_OK;
+}
+
+// fnmatch's special characters of s escaped, so that it matches itself.
+static void literal_pattern(char *out, size_t cap, const char *s) {
+  size_t k = 0;
+  for (; *s && k + 2 < cap; s++) {
+    if (strchr("*?[\\", *s)) out[k++] = '\\';
+    out[k++] = *s;
+  }
+  out[k] = 0;
+}
+
+int ts_run_remove_stale_temps(const ts_config *cfg) {
+  int n = 0;
+  if (cfg->ckpt_dir[0]) n += ts_remove_stale_temps(cfg->ckpt_dir, "step-*.safetensors");
+  if (cfg->log_path[0]) {
+    char dir[4096], name[8200];
+    const char *slash = strrchr(cfg->log_path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else
+      snprintf(dir, sizeof dir, "%.*s", slash == cfg->log_path ? 1 : (int)(slash - cfg->log_path),
+               cfg->log_path);
+    literal_pattern(name, sizeof name, slash ? slash + 1 : cfg->log_path);
+    n += ts_remove_stale_temps(dir, name);
+  }
+  return n;
 }

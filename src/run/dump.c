@@ -17,7 +17,7 @@
 
 static int write_text_atomic(const char *path, const char *text) {
   char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  if (ts_temp_path(tmp, sizeof tmp, path)) return ts_fail(TS_ERUNTIME, "%s: path too long", path);
   FILE *f = fopen(tmp, "w");
   if (!f) return ts_fail(TS_ERUNTIME, "cannot write %s: %s", tmp, strerror(errno));
   int bad = fputs(text, f) < 0;

@@ -73,6 +73,10 @@ void ts_run_close_checkpoint(ts_run_ckpt *ck);
 // the checkpoint, which must hold exactly the model's tensors, all finite.
 // opt NULL: the parameters only (evaluation).
 int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_run_ckpt *ck);
-// The run log cut back to the records up to step `upto` (a resumed run's log).
+// The run log cut back to the records up to step `upto` (a resumed run's
+// log), its torn last line, if any, dropped.
 int ts_run_trim_log(const char *path, int64_t upto);
+// Removes what a killed run left of its temporary files (util.h), in the
+// checkpoint directory and next to the log; how many.
+int ts_run_remove_stale_temps(const ts_config *cfg);
 #endif

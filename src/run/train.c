@@ -176,6 +176,11 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   // everything in the checkpoint's header.
   if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size))) goto done;
   if (cfg.resume && (rc = ts_run_open_resume(&cfg, grid->local_size, &ck))) goto done;
+  if (root) {
+    int gone = ts_run_remove_stale_temps(&cfg);
+    if (gone && !cfg.quiet) printf("removed %d temporary file%s a killed run left\n", gone,
+                                   gone == 1 ? "" : "s");
+  }
   if ((rc = ts_data_open(cfg.data_path, cfg.val_frac, (size_t)cfg.seq + 1, &data))) goto done;
   if ((rc = injected_fault(grid, cfg.data_path))) goto done;
   if ((rc = ts_shard_create(&cfg, grid, &lay, &sh))) goto done;
