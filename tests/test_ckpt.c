@@ -813,6 +813,8 @@ static void run_teardown(run_fixture *f) {
   ts_model_free(f->m);
 }
 
+#define CFG_KEY "tessera.config"
+
 // s with its first `from` replaced by `to` (static buffer).
 static const char *replaced(const char *s, const char *from, const char *to) {
   static char out[TS_CONFIG_JSON_MAX + 256];
@@ -877,7 +879,6 @@ static void test_run_header_checked(void **state) {
   // a metadata value replaced (from NULL), or a piece of the configuration
   // (tessera.config's text with `from` replaced): through ts_config_finalize,
   // unchanged by it, fitting
-#define CFG "tessera.config"
   static const struct {
     const char *key, *from, *to, *word;
   } cases[] = {
@@ -898,32 +899,47 @@ static void test_run_header_checked(void **state) {
       {"tessera.rng", NULL, "mt19937", "tessera.rng is 'mt19937'"},
       {"tessera.config", NULL, NULL, "metadata has no tessera.config"},
       {"tessera.config", NULL, "{", "tessera.config is not JSON"},
-      {CFG, "\"n_head\":4", "\"n_head\":0", "tessera.config: --heads 0"},
-      {CFG, "\"tile\":8", "\"tile\":0", "tessera.config: tile 0"},
-      {CFG, "\"leaf\":8", "\"leaf\":0", "tessera.config: leaf 0"},
-      {CFG, "\"tile\":8", "\"tile\":7", "tessera.config: --tile 7"},
-      {CFG, "\"leaf\":8", "\"leaf\":1", "tessera.config: --leaf 1"},
-      {CFG, "\"tied\":1", "\"tied\":2", "tessera.config: tied 2"},
-      {CFG, "\"batch\":4", "\"batch\":0", "tessera.config: --batch 0"},
-      {CFG, "\"n_layer\":2", "\"n_layer\":-1", "tessera.config: --layers -1"},
-      {CFG, "\"n_layer\":2", "\"n_layer\":200000000",
-       "tessera.config: the model's weight matrices alone need"},
-      {CFG, "\"d\":64", "\"d\":2147483647", "tessera.config: --heads 4: must divide"},
-      {CFG, "\"n_head\":4", "\"n_head\":4,\"compress\":99", "tessera.config: compress 99: unknown"},
-      {CFG, "\"threads\":0", "\"threads\":100000", "tessera.config: --threads 100000"},
-      {CFG, "\"n_head\":4", "\"n_head\":4,\"n_head\":0",
+      {CFG_KEY, "\"n_head\":4", "\"n_head\":0", "tessera.config: --heads 0"},
+      {CFG_KEY, "\"tile\":8", "\"tile\":0", "tessera.config: tile 0"},
+      {CFG_KEY, "\"leaf\":8", "\"leaf\":0", "tessera.config: leaf 0"},
+      {CFG_KEY, "\"tile\":8", "\"tile\":7", "tessera.config: --tile 7"},
+      {CFG_KEY, "\"leaf\":8", "\"leaf\":1", "tessera.config: --leaf 1"},
+      {CFG_KEY, "\"tied\":1", "\"tied\":2", "tessera.config: tied 2"},
+      {CFG_KEY, "\"batch\":4", "\"batch\":0", "tessera.config: --batch 0"},
+      {CFG_KEY, "\"n_layer\":2", "\"n_layer\":-1", "tessera.config: --layers -1"},
+      {CFG_KEY, "\"n_layer\":2", "\"n_layer\":200000000",
+        "tessera.config: the model's weight matrices alone need"},
+      {CFG_KEY, "\"d\":64", "\"d\":2147483647", "tessera.config: --heads 4: must divide"},
+      {CFG_KEY, "\"n_head\":4", "\"n_head\":4,\"compress\":99",
+        "tessera.config: compress 99: unknown"},
+      {CFG_KEY, "\"threads\":0", "\"threads\":100000", "tessera.config: --threads 100000"},
+      {CFG_KEY, "\"n_head\":4", "\"n_head\":4,\"n_head\":0",
         "tessera.config: \"n_head\" appears twice"},
-      {CFG, "\"n_head\":4", "\"n_head\":\"4\"", "bad value for \"n_head\""},
-      {CFG, "\"n_head\":4", "\"n_head\":4,\"optimizer\":1",
+      {CFG_KEY, "\"n_head\":4", "\"n_head\":\"4\"", "bad value for \"n_head\""},
+      {CFG_KEY, "\"n_head\":4", "\"n_head\":4,\"optimizer\":1",
         "\"muon_lr\" is not a value a run writes"},
-      {CFG, "\"n_head\":4", "\"n_head\":4,\"muon_lr\":0.5", "tessera.config: --muon-lr 0.5"},
+      {CFG_KEY, "\"n_head\":4", "\"n_head\":4,\"muon_lr\":0.5", "tessera.config: --muon-lr 0.5"},
   };
-#undef CFG
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const char *v = cases[i].from ? replaced(js, cases[i].from, cases[i].to) : cases[i].to;
     write_edited(&f, bad, cases[i].key, v, 2);
     expect_run_refused(&f, bad, cases[i].word);
   }
+  // a configuration that passes, but of a model too large to create: eval
+  // names the file (the data is read first, so a corpus is needed)
+  write_edited(&f, bad, CFG_KEY, replaced(js, "\"batch\":4", "\"batch\":1073741824"), 2);
+  ts_config ev = f.cfg;
+  char corpus_path[4200];
+  path_in(corpus_path, sizeof corpus_path, "corpus.txt");
+  assert_true(strlen(corpus_path) < sizeof ev.data_path);
+  memcpy(ev.data_path, corpus_path, strlen(corpus_path) + 1);
+  FILE *corpus = fopen(ev.data_path, "w");
+  assert_non_null(corpus);
+  for (int i = 0; i < 20000; i++) fputs("abcd", corpus);
+  assert_int_equal(fclose(corpus), 0);
+  assert_int_equal(ts_eval(&ev, bad), TS_ERUNTIME);
+  if (!strstr(ts_errmsg(), bad) || !strstr(ts_errmsg(), "tessera.config: this model needs"))
+    fail_msg("%s", ts_errmsg());
   // format 1 (no header checksum) is not enough for a run
   write_edited(&f, bad, "-", NULL, 1);
   expect_run_refused(&f, bad, "tessera.format 1 has no header checksum");

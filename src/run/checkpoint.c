@@ -174,8 +174,7 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, co
 
 #define bad ts_ckpt_fail
 
-// The error just made by a check of `what`, restated as the file's.
-static int in_file(const char *path, const char *what) {
+int ts_run_restate(const char *path, const char *what) {
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", ts_errmsg()); // ts_fail writes the buffer it would read
   return bad(path, "%s: %s", what, msg);
@@ -248,20 +247,20 @@ static int read_config(const ts_ckpt *ck, const ts_config *base, int training, i
   out->compress = out->compress_rank = out->compress_stages = 0, out->proj_lr = 0.0f;
   out->vq_groups = out->vq_rounds = out->vq_codes = out->vq_sync_codes = 0;
   out->vq_gamma = out->vq_commit = 0.0f;
-  if (ts_config_from_json(out, js)) return in_file(path, META_CONFIG);
+  if (ts_config_from_json(out, js)) return ts_run_restate(path, META_CONFIG);
   if (out->tile == 0 || out->leaf == 0)
     return bad(path, "%s: %s 0: a run writes the one it used, never 0", META_CONFIG,
                out->tile == 0 ? "tile" : "leaf");
   ts_config fin = *out;
-  if (ts_config_finalize(&fin)) return in_file(path, META_CONFIG);
+  if (ts_config_finalize(&fin)) return ts_run_restate(path, META_CONFIG);
   char a[TS_CONFIG_JSON_MAX], b[TS_CONFIG_JSON_MAX], key[64];
   if (ts_config_to_json(out, a, sizeof a) || ts_config_to_json(&fin, b, sizeof b))
-    return in_file(path, META_CONFIG);
+    return ts_run_restate(path, META_CONFIG);
   first_difference(a, b, key, sizeof key);
   if (key[0])
     return bad(path, "%s: \"%s\" is not a value a run writes (it is left for a default)",
                META_CONFIG, key);
-  if (ts_run_check_fit(out, training, share)) return in_file(path, META_CONFIG);
+  if (ts_run_check_fit(out, training, share)) return ts_run_restate(path, META_CONFIG);
   return TS_OK;
 }
 

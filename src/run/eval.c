@@ -29,7 +29,10 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   cfg.fused_ce = cfg_in->fused_ce;
   cfg.tiled_mlp = cfg_in->tiled_mlp;
   if ((rc = ts_data_open(cfg.data_path, cfg.val_frac, (size_t)cfg.seq + 1, &data))) goto done;
-  if ((rc = ts_model_create(&cfg, &m))) goto done;
+  if ((rc = ts_model_create(&cfg, &m))) { // the model is the checkpoint's: say which
+    rc = ts_run_restate(ckpt_path, "tessera.config");
+    goto done;
+  }
   inputs = malloc((size_t)cfg.batch * cfg.seq * sizeof(int));
   targets = malloc((size_t)cfg.batch * cfg.seq * sizeof(int));
   if (!inputs || !targets) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }

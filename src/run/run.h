@@ -69,6 +69,10 @@ int ts_run_open_checkpoint(const char *path, const ts_config *base, int training
 // step its own, and its configuration this run's (TS_EUSAGE naming the flag).
 int ts_run_open_resume(const ts_config *cfg, int share, ts_run_ckpt *out);
 void ts_run_close_checkpoint(ts_run_ckpt *ck);
+// The error just made by a check of what the checkpoint at path says about
+// `what` (a configuration that no model can be made of, say), restated as
+// the file's: "checkpoint PATH: WHAT: message", TS_ERUNTIME.
+int ts_run_restate(const char *path, const char *what);
 // The model's parameters and (opt not NULL) the AdamW moments and step from
 // the checkpoint, which must hold exactly the model's tensors, all finite.
 // opt NULL: the parameters only (evaluation).
