@@ -629,6 +629,53 @@ static void test_muon(void **state) {
   }
 }
 
+// SPEL, the mapl codecs' projector step, on and off St(d, r) (the CPU's A on
+// the manifold by ten steps of Polar Express), at mapl's ten steps. Its
+// direction and its retraction are Muon's Polar Express, so the bound of the
+// projector is Muon's 2e-4; the momentum holds the tangent projection, two
+// products of d and r terms, a sum's 1e-5 (off the manifold: the gradient
+// itself, element-wise 1e-6).
+static void test_spel(void **state) {
+  (void)state;
+  static const int shapes[2][2] = {{96, 16}, {40, 24}};
+  for (int k = 0; k < 4; k++) {
+    const int d = shapes[k % 2][0], r = shapes[k % 2][1], n = d * r, on = k < 2;
+    float *a = malloc((size_t)n * 4), *g = malloc((size_t)n * 4), *mom = malloc((size_t)n * 4);
+    float *scratch = malloc(ts_ortho_scratch(d, r) * sizeof(float));
+    fill(a, (size_t)n, 80 + k, 1.0f);
+    ts_polar_express(a, d, r, 10, scratch);
+    fill(g, (size_t)n, 90 + k, 0.1f);
+    fill(mom, (size_t)n, 100 + k, 0.01f);
+    const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+    float *A[3], *M[3];
+    for (int run = 0; run < 3; run++) {
+      gpu_run(run);
+      const ts_backend *b = be[run ? 1 : 0];
+      float *G = take(b, g, (size_t)n);
+      A[run] = take(b, a, (size_t)n);
+      M[run] = take(b, mom, (size_t)n);
+      if (on) b->spel_step(A[run], G, M[run], d, r, 0.1f, 0.95f, 10, scratch);
+      else b->spel_step_unconstrained(A[run], G, M[run], d, r, 0.1f, 0.95f, 10, scratch);
+      b->free(G);
+    }
+    const char *name = on ? "spel step" : "spel step unconstrained";
+    check(name, A[0], A[1], (size_t)n, 2e-4);
+    check(on ? "spel momentum" : "spel momentum unconstrained", M[0], M[1], (size_t)n,
+          on ? 1e-5 : 1e-6);
+    check_same_bits(name, A[1], A[2], (size_t)n);
+    check_same_bits(name, M[1], M[2], (size_t)n);
+    for (int run = 0; run < 3; run++) {
+      const ts_backend *b = be[run ? 1 : 0];
+      b->free(A[run]);
+      b->free(M[run]);
+    }
+    free(a);
+    free(g);
+    free(mom);
+    free(scratch);
+  }
+}
+
 // The token embedding's gradient: the GPU's product and ordered scatter
 // against the CPU's per-leaf product and scatter summed by the canonical tree
 // (sums over rows: 1e-5), without the tied head's product and with it; the
@@ -999,6 +1046,8 @@ static const struct CMUnitTest op_test[NOPS] = {
     [OP_leaf_sum] = cmocka_unit_test(test_leaf_sum),
     [OP_adamw] = cmocka_unit_test(test_adamw),
     [OP_muon_update] = cmocka_unit_test(test_muon),
+    [OP_spel_step] = cmocka_unit_test(test_spel),
+    [OP_spel_step_unconstrained] = cmocka_unit_test(test_spel),
     [OP_sumsq_chunks] = cmocka_unit_test(test_sumsq_chunks),
     [OP_scale] = cmocka_unit_test(test_grad_norm),
 };

@@ -180,7 +180,10 @@ int ts_mapl_check(ts_config *cfg) {
 int ts_mapl_owns(ts_role role) { return role == TS_ROLE_PROJECTOR; }
 
 // One step of a projector A (d × r) at the projectors' rate on the run's
-// schedule; the momentum lives in AdamW's first-moment slot.
+// schedule; the momentum lives in AdamW's first-moment slot. The step is the
+// backend's (spel_step or spel_step_unconstrained): A, g and the moment are
+// in its memory, and the update hook has no model, so the table is the
+// current one (the optimizer's too: ts_adamw_init takes ts_backend_current()).
 typedef void projector_step_fn(float *A, const float *g, float *m, int d, int r, float alpha,
                                float beta, int steps, float *scratch);
 
@@ -193,14 +196,16 @@ static void step_projector(projector_step_fn *step_fn, const ts_config *cfg, ts_
 void ts_mapl_update(const ts_config *cfg, ts_tensor *params, const ts_tensor *grads, int nt, int t,
                     float *moment, float sched, uint64_t step, float *scratch) {
   (void)nt, (void)step;
-  step_projector(ts_spel_step, cfg, &params[t], &grads[t], moment, sched, scratch);
+  step_projector(ts_backend_current()->spel_step, cfg, &params[t], &grads[t], moment, sched,
+                 scratch);
 }
 
 static void unconstrained_update(const ts_config *cfg, ts_tensor *params, const ts_tensor *grads,
                                  int nt, int t, float *moment, float sched, uint64_t step,
                                  float *scratch) {
   (void)nt, (void)step;
-  step_projector(ts_spel_step_unconstrained, cfg, &params[t], &grads[t], moment, sched, scratch);
+  step_projector(ts_backend_current()->spel_step_unconstrained, cfg, &params[t], &grads[t],
+                 moment, sched, scratch);
 }
 
 int ts_mapl_sync(ts_model *m, ts_comm *pipe, int p, int peer, int send, uint64_t step) {

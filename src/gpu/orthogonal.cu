@@ -1,5 +1,6 @@
-// Muon on the GPU (orthogonal.h): the momentum, the Newton–Schulz or Polar
-// Express iteration with cuBLAS products, and the update, with the CPU's
+// Muon and SPEL on the GPU (orthogonal.h): the momentum, the Newton–Schulz or
+// Polar Express iteration with cuBLAS products, and the update (SPEL's: the
+// tangent projection, the direction and the retraction), with the CPU's
 // orientation, coefficients and normalisation. The products are fp32 in
 // either --precision: the iteration amplifies rounding (its first steps
 // have coefficients near 8 and −24), so bf16 operands would not converge to
@@ -63,20 +64,25 @@ static void transpose(float *dst, const float *src, int rows, int cols) {
                   "muon transpose");
 }
 
-extern "C" void cuda_muon_update(float *p, const float *g, float *buf, int rows, int cols,
-                                 float lr, float wd, float beta, ts_ortho how, int steps,
-                                 float *host_scratch) {
-  (void)host_scratch;
+// The floats of device scratch iterate needs for an m × n (wide) matrix: W,
+// W', A, A2 and the norm.
+static size_t iterate_scratch(int rows, int cols) {
+  const size_t m = (size_t)(rows < cols ? rows : cols), n = (size_t)(rows < cols ? cols : rows);
+  return 2 * m * n + 2 * m * m + 1;
+}
+
+// X (rows × cols, row-major, on the device) in place ← `steps` steps of the
+// iteration `how` on X/(‖X‖_F·scale + 1e-7), on the wide orientation as the
+// CPU's iterate (src/cpu/orthogonal.c); scratch: iterate_scratch floats.
+static void iterate(float *X, int rows, int cols, int steps, ts_ortho how, float *scratch,
+                    const char *what) {
   const int tall = rows > cols, m = tall ? cols : rows, n = tall ? rows : cols;
   const int64_t mn = (int64_t)m * n, mm = (int64_t)m * m;
-  // u | W | W' | A | A2 | the norm
-  float *u = (float *)ts_cuda_scratch((size_t)(3 * mn + 2 * mm + 1) * sizeof(float));
-  float *W = u + mn, *Wn = W + mn, *A = Wn + mn, *A2 = A + mm, *inv = A2 + mm;
+  float *W = scratch, *Wn = W + mn, *A = Wn + mn, *A2 = A + mm, *inv = A2 + mm;
   cudaStream_t st = ts_cuda_stream();
-  ts_launch(muon_momentum_kernel, ts_blocks(mn, THREADS), THREADS, 0, u, buf, g, mn, beta);
-  // W (m × n, row-major) is the wide orientation of u
-  if (tall) transpose(W, u, rows, cols);
-  else ts_cuda_check(cudaMemcpyAsync(W, u, mn * sizeof(float), cudaMemcpyDeviceToDevice, st), "muon");
+  // W (m × n, row-major) is the wide orientation of X
+  if (tall) transpose(W, X, rows, cols);
+  else ts_cuda_check(cudaMemcpyAsync(W, X, mn * sizeof(float), cudaMemcpyDeviceToDevice, st), what);
   ts_launch(inverse_norm_kernel, 1, THREADS, 0, inv, W, mn, how == TS_ORTHO_PE ? 1.01 : 1.0);
   ts_launch(scale_kernel, ts_blocks(mn, THREADS), THREADS, 0, W, inv, mn);
   // Row-major W (m × n) is column-major M = Wᵀ (n × m): A = W·Wᵀ = MᵀM, and
@@ -88,18 +94,104 @@ extern "C" void cuda_muon_update(float *p, const float *g, float *buf, int rows,
     const float zero = 0.0f;
     ts_cublas_check(cublasSgeam(ts_cuda_cublas(), CUBLAS_OP_N, CUBLAS_OP_N, m, m, &b, A, m, &zero,
                                 A, m, A2, m),
-                    "muon");
+                    what);
     gemm(CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, c, A, m, A, m, 1.0f, A2, m);
-    ts_cuda_check(cudaMemcpyAsync(Wn, W, mn * sizeof(float), cudaMemcpyDeviceToDevice, st), "muon");
+    ts_cuda_check(cudaMemcpyAsync(Wn, W, mn * sizeof(float), cudaMemcpyDeviceToDevice, st), what);
     gemm(CUBLAS_OP_N, CUBLAS_OP_N, n, m, m, 1.0f, W, n, A2, m, a, Wn, n);
     float *t = W;
     W = Wn;
     Wn = t;
   }
-  if (tall) transpose(u, W, m, n);
-  else ts_cuda_check(cudaMemcpyAsync(u, W, mn * sizeof(float), cudaMemcpyDeviceToDevice, st), "muon");
+  if (tall) transpose(X, W, m, n);
+  else ts_cuda_check(cudaMemcpyAsync(X, W, mn * sizeof(float), cudaMemcpyDeviceToDevice, st), what);
+}
+
+extern "C" void cuda_muon_update(float *p, const float *g, float *buf, int rows, int cols,
+                                 float lr, float wd, float beta, ts_ortho how, int steps,
+                                 float *host_scratch) {
+  (void)host_scratch;
+  const int64_t mn = (int64_t)rows * cols;
+  // u | the iteration's
+  float *u = (float *)ts_cuda_scratch((mn + iterate_scratch(rows, cols)) * sizeof(float));
+  ts_launch(muon_momentum_kernel, ts_blocks(mn, THREADS), THREADS, 0, u, buf, g, mn, beta);
+  iterate(u, rows, cols, steps, how, u + mn, "muon");
   const float shape = sqrtf(rows > cols ? (float)rows / (float)cols : 1.0f);
   ts_launch(muon_apply_kernel, ts_blocks(mn, THREADS), THREADS, 0, p, u, mn, 1.0f - lr * wd, lr,
             shape);
   ts_cuda_finish("muon");
+}
+
+// ---- SPEL (the mapl codecs' projectors) ------------------------------------------------
+// The products fp32 as Muon's, for the same reason: two Polar Express
+// iterations a step, the second of them the retraction onto St(d, r).
+
+// m = β·m + (1−β)·D; D = m (D: the Riemannian or the Euclidean gradient).
+__global__ void spel_momentum_kernel(float *D, float *m, int64_t n, float beta) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float v = __fadd_rn(__fmul_rn(beta, m[i]), __fmul_rn(1.0f - beta, D[i]));
+  m[i] = v;
+  D[i] = v;
+}
+
+// A ← A − α·D.
+__global__ void spel_apply_kernel(float *A, const float *D, int64_t n, float alpha) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) A[i] = __fsub_rn(A[i], __fmul_rn(alpha, D[i]));
+}
+
+// S (r × r) ← sym(S) = (S + Sᵀ)/2 off the diagonal, the CPU's 0.5·(S_ij + S_ji);
+// out of place (from T), so no thread reads an element another has written.
+__global__ void symmetrise_kernel(float *S, const float *T, int r) {
+  int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= (int64_t)r * r) return;
+  const int i = (int)(k / r), j = (int)(k % r);
+  S[k] = i == j ? T[k] : __fmul_rn(0.5f, __fadd_rn(T[k], T[(int64_t)j * r + i]));
+}
+
+// out (d × r) = g − A·sym(Aᵀg), all row-major on the device; scratch: 2·r·r floats.
+static void stiefel_tangent(float *out, const float *A, const float *g, int d, int r,
+                            float *scratch) {
+  float *T = scratch, *S = T + (int64_t)r * r;
+  // Row-major A and g (d × r) are column-major Aᵀ and gᵀ (r × d): the
+  // column-major product gᵀ·(Aᵀ)ᵀ = gᵀA is (Aᵀg)ᵀ, which sym makes the same.
+  gemm(CUBLAS_OP_N, CUBLAS_OP_T, r, r, d, 1.0f, g, r, A, r, 0.0f, T, r);
+  ts_launch(symmetrise_kernel, ts_blocks((int64_t)r * r, THREADS), THREADS, 0, S, T, r);
+  ts_cuda_check(cudaMemcpyAsync(out, g, (size_t)d * r * sizeof(float), cudaMemcpyDeviceToDevice,
+                                ts_cuda_stream()),
+                "spel");
+  // column-major outᵀ (r × d) = gᵀ − S·Aᵀ (S symmetric)
+  gemm(CUBLAS_OP_N, CUBLAS_OP_N, r, d, r, -1.0f, S, r, A, r, 1.0f, out, r);
+}
+
+// Both steps: the direction D | the iteration's (which also holds the tangent's 2·r·r).
+static void spel(float *A, const float *g, float *m, int d, int r, float alpha, float beta,
+                 int steps, int constrained) {
+  const int64_t n = (int64_t)d * r;
+  size_t it = iterate_scratch(d, r);
+  if (it < 2 * (size_t)r * r) it = 2 * (size_t)r * r;
+  float *D = (float *)ts_cuda_scratch((n + it) * sizeof(float)), *scratch = D + n;
+  if (constrained) stiefel_tangent(D, A, g, d, r, scratch); // the Riemannian gradient
+  else
+    ts_cuda_check(cudaMemcpyAsync(D, g, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                  ts_cuda_stream()),
+                  "spel");
+  ts_launch(spel_momentum_kernel, ts_blocks(n, THREADS), THREADS, 0, D, m, n, beta);
+  iterate(D, d, r, steps, TS_ORTHO_PE, scratch, "spel"); // the direction
+  ts_launch(spel_apply_kernel, ts_blocks(n, THREADS), THREADS, 0, A, D, n, alpha);
+  if (constrained) iterate(A, d, r, steps, TS_ORTHO_PE, scratch, "spel"); // the retraction
+  ts_cuda_finish("spel");
+}
+
+extern "C" void cuda_spel_step(float *A, const float *g, float *m, int d, int r, float alpha,
+                               float beta, int steps, float *host_scratch) {
+  (void)host_scratch;
+  spel(A, g, m, d, r, alpha, beta, steps, 1);
+}
+
+extern "C" void cuda_spel_step_unconstrained(float *A, const float *g, float *m, int d, int r,
+                                             float alpha, float beta, int steps,
+                                             float *host_scratch) {
+  (void)host_scratch;
+  spel(A, g, m, d, r, alpha, beta, steps, 0);
 }

@@ -604,7 +604,7 @@ class TrainSettings:
 
 
 # ---- Muon for the layers' 2-D weights (docs/MODEL.md, docs/ALGORITHMS.md §8), written
-# from the formulas with torch matrix products: independent of src/orthogonal.c.
+# from the formulas with torch matrix products: independent of src/cpu/orthogonal.c.
 
 NS_ABC = (3.4445, -4.7750, 2.0315)
 PE_TABLE = [

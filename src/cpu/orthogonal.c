@@ -1,4 +1,5 @@
-// Newton–Schulz, Polar Express, Muon and SPEL (orthogonal.h).
+// Newton–Schulz, Polar Express, Muon and SPEL (orthogonal.h): the CPU backend's
+// muon_update, spel_step and spel_step_unconstrained, with host cblas.
 #include "orthogonal.h"
 
 #include <cblas.h>
