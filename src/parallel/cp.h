@@ -18,6 +18,15 @@
 // whatever the strategy moves, it moves rows or heads, not partial sums,
 // wherever it is in the exact tier.
 //
+// Gradients. Every strategy leaves each rank with replicated parameters and
+// its own partial gradients (its rows' share, or for a tensor split its
+// heads' and columns' share, zero elsewhere), so one synchronisation serves
+// them all (shard.h): the canonical-tree all-reduce over the sequence group
+// of everything but the positional embedding, whose rows each rank owns at
+// the positions its `positions` gives it, then the data group's, then the
+// gather of the owned rows. A strategy needs a hook here only once it shards
+// parameters as well (the partitioned-state work).
+//
 // Adding a strategy: one file in src/parallel/ defining a `const ts_cp`, and
 // one line in src/parallel/strategies.def (docs/ARCHITECTURE.md).
 #ifndef TS_CP_H
