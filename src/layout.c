@@ -28,12 +28,30 @@ int ts_sp_mode_parse(const char *name, ts_sp_mode *out) {
 // batch/dp whole sequences, i.e. (batch/dp)·(seq/leaf) leaves, and that count
 // and dp must be powers of two. --fast lets MPI sum, so it needs only whole
 // sequences per rank.
+// A strategy's own setting (its `own_flags`), given while another strategy
+// runs, is refused naming the strategies that take it.
+static int foreign_setting(const ts_layout *lay, const char *flag, int given) {
+  if (!given) return TS_OK;
+  const ts_cp *cp = lay->sp > 1 ? ts_cp_get(lay->sp_mode) : NULL;
+  if (cp && cp->own_flags && strstr(cp->own_flags, flag)) return TS_OK;
+  char owners[128] = "";
+  for (int i = 0; i < TS_SP_NMODES; i++) {
+    const ts_cp *o = ts_cp_get((ts_sp_mode)i);
+    if (o->own_flags && strstr(o->own_flags, flag))
+      snprintf(owners + strlen(owners), sizeof owners - strlen(owners), "%s%s",
+               owners[0] ? " or " : "", o->name);
+  }
+  return ts_fail(TS_EUSAGE, "%s: only with --sp N --sp-mode %s", flag, owners);
+}
+
 int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
   if (lay->dp < 1) return ts_fail(TS_EUSAGE, "--dp %d: must be >= 1", lay->dp);
   if (lay->sp < 1) return ts_fail(TS_EUSAGE, "--sp %d: must be >= 1", lay->sp);
   if (lay->pp < 1) return ts_fail(TS_EUSAGE, "--pp %d: must be >= 1", lay->pp);
   if (lay->microbatches < 1)
     return ts_fail(TS_EUSAGE, "--microbatches %d: must be >= 1", lay->microbatches);
+  int rc = foreign_setting(lay, "--ulysses-degree", lay->ulysses_degree != 0);
+  if (rc) return rc;
   if (cfg->compress != TS_COMPRESS_NONE && lay->pp > 1 && lay->pp != cfg->compress_stages)
     return ts_fail(TS_EUSAGE, "--pp %d with --compress-stages %d: a pipeline's stages are the "
                    "compressed model's stages", lay->pp, cfg->compress_stages);

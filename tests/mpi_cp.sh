@@ -210,6 +210,8 @@ expect_exit 2 "--upipe-schedule zigzag: must be natural or gqa" \
   "$T" train $B --sp 2 --sp-mode upipe --upipe-schedule zigzag --log "$NOLOG"
 expect_exit 2 "--sp-mode ring-zigzag with --sp 8: --seq 64 must split into 16 chunks of whole tiles" \
   "$T" train --model tiny $common --sp 8 --sp-mode ring-zigzag --log "$NOLOG"
+expect_exit 2 "--ulysses-degree: only with --sp N --sp-mode usp" \
+  "$T" train --model tiny $common --sp 2 --sp-mode ulysses --ulysses-degree 2 --log "$NOLOG"
 expect_exit 2 "--ulysses-degree 3: must divide --sp 4" \
   "$T" train --model tiny $common --sp 4 --sp-mode usp --ulysses-degree 3 --log "$NOLOG"
 expect_exit 2 "--sp-mode usp with --ulysses-degree 4: the 4 heads and 2 key/value heads must divide by 4" \

@@ -124,6 +124,10 @@ static void test_rules_through_layout_check(void **state) {
   assert_non_null(strstr(ts_errmsg(), "megatron"));
   lay.sp_mode = TS_SP_LSS;
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  // a strategy's own setting is refused with another strategy, naming its owner
+  lay.ulysses_degree = 2;
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--ulysses-degree: only with --sp N --sp-mode usp"));
 }
 
 int main(void) {

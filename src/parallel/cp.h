@@ -82,6 +82,9 @@ typedef struct ts_cp {
   int (*layer_backward)(ts_model *m, int l, uint64_t step);
   // Appends the strategy's own settings to a layout's name ("-u4-gqa"). NULL: none.
   void (*describe)(const ts_layout *lay, char *buf, size_t cap);
+  // The flags of settings only it reads, space-separated ("--ulysses-degree"):
+  // ts_layout_check refuses them with any other strategy. NULL: none.
+  const char *own_flags;
 } ts_cp;
 
 // The strategy of a --sp-mode; the serial model runs ts_cp_local.

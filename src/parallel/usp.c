@@ -300,4 +300,5 @@ const ts_cp ts_cp_usp = {
     .attn_forward = usp_attn_forward,
     .attn_backward = usp_attn_backward,
     .describe = usp_describe,
+    .own_flags = "--ulysses-degree",
 };
