@@ -50,8 +50,9 @@ static void layout_name(const ts_grid *grid, const ts_layout *lay, char *buf, si
     snprintf(buf, cap, "dp%d", D);
   else
     snprintf(buf, cap, "dp%d-sp%d-%s", D, grid->sp, ts_sp_mode_names[lay->sp_mode]);
-  if (grid->sp > 1 && ts_cp_get(lay->sp_mode)->describe) // the strategy's settings
-    ts_cp_get(lay->sp_mode)->describe(lay, buf + strlen(buf), cap - strlen(buf));
+  const ts_cp *cp = ts_cp_get(lay->sp_mode);
+  if (grid->sp > 1 && cp->describe) // the strategy's settings
+    cp->describe(lay, buf + strlen(buf), cap - strlen(buf));
 }
 
 // --resume, once the model and the optimizer exist: the checkpoint, opened
