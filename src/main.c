@@ -58,12 +58,16 @@ static const command commands[] = {
      "trajectory of a configuration into DIR (the files under golden/ and the\n"
      "PyTorch oracle's inputs).",
      "tessera dump --model tiny --out golden/tiny --traj-steps 10"},
-    {"compare", C_COMPARE, "A.jsonl B.jsonl [--rtol R]",
-     "compare two run logs, report the first divergence",
+    {"compare", C_COMPARE, "A.jsonl B.jsonl [--rtol R] | A.safetensors B.safetensors",
+     "compare two run logs (or two checkpoints), report the first divergence",
      "Compares two run logs record by record on their results (losses, gradient\n"
      "norms, learning rates, validation losses, the final parameter hash) and\n"
      "ignores timing, memory and communication. Prints \"identical\" or the first\n"
-     "divergence. Exit status: 0 equal, 1 different, 2 unreadable or malformed log.",
+     "divergence. Given two checkpoints, says whether they hold the same model\n"
+     "state: the same tensors and data byte for byte, step and configuration,\n"
+     "whatever layout wrote them (the run's own settings, paths and threads, may\n"
+     "differ); prints \"same model state\" or the first difference.\n"
+     "Exit status: 0 equal, 1 different, 2 unreadable or malformed input.",
      "tessera compare serial.jsonl sp4.jsonl"},
     {"info", C_INFO, "", "show the build: version, compiler, BLAS, MPI, backends",
      "Shows what this binary was built with and the exactness defaults.", "tessera info"},
@@ -249,6 +253,9 @@ static const flag flags[] = {
      "ring attention runs across the --sp/U groups",
      "the largest such U below --sp", TRAIN, G_PAR, check_nonneg},
     {"--pp", K_INT, AT(lay.pp), 0, "P", "pipeline stages", NULL, TRAIN, G_PAR, check_parallel},
+    {"--zero", K_INT, AT(lay.zero), 0, "S",
+     "ZeRO stage over the ranks that hold the same parameters (--dp x --sp): 1 shards the "
+     "AdamW moments (2 and 3 are not built yet)", "0", TRAIN, G_PAR, check_nonneg},
     {"--microbatches", K_INT, AT(lay.microbatches), 0, "M",
      "microbatches per step (pipeline): they split each data rank's sequences", NULL,
      TRAIN, G_PAR, check_parallel},
@@ -670,6 +677,12 @@ static int check_outputs(const command *cmd, const cli *c) {
 
 // ---------------------------------------------------------------------------
 // Usage errors are the same on every rank: rank 0 says it once, all exit 2.
+// A checkpoint, by its name (tessera compare takes two of them, or two logs).
+static int is_checkpoint(const char *path) {
+  const size_t n = strlen(path), k = strlen(".safetensors");
+  return n > k && strcmp(path + n - k, ".safetensors") == 0;
+}
+
 static int usage_error(const command *cmd) {
   if (ts_mpi_world_rank() == 0) fprintf(stderr, "tessera %s: %s\n", cmd->name, ts_errmsg());
   ts_mpi_finalize();
@@ -757,7 +770,11 @@ int main(int argc, char **argv) {
       ts_fail(TS_EUSAGE, "needs two run logs (tessera compare A.jsonl B.jsonl)");
       return usage_error(cmd);
     }
-    rc = ts_compare_logs(pos[0], pos[1], c.rtol, stdout);
+    if (is_checkpoint(pos[0]) && is_checkpoint(pos[1]))
+      rc = c.rtol != 0.0 ? ts_fail(TS_EUSAGE, "--rtol: checkpoints compare bit for bit")
+                         : ts_compare_checkpoints(pos[0], pos[1], stdout);
+    else
+      rc = ts_compare_logs(pos[0], pos[1], c.rtol, stdout);
     if (rc == 0 || rc == 1) return rc; // equal / different, already printed
     return usage_error(cmd);           // unreadable or malformed: exit 2, like diff(1)
   default: break;

@@ -157,7 +157,9 @@ int ts_embedding_backward(ts_model *m) {
                                  m->dres + (size_t)k * m->run_len * C, m->nrun == 1 ? B : 1,
                                  m->run_len, C);
   }
-  rc |= wte_grad(m, m->cfg.tied, m->g.wte);
+  // (a pipeline's first stage holds a tied embedding as a copy, without a
+  // gradient: the last stage computes all of it, ts_model_tied_embedding_grad)
+  if (m->g.wte) rc |= wte_grad(m, m->cfg.tied, m->g.wte);
   return rc;
 }
 

@@ -77,10 +77,6 @@ int ts_model_backward(ts_model *m, uint64_t step) {
 }
 
 // ---- pipeline stages ---------------------------------------------------------------
-void ts_model_set_stage(ts_model *m, int l0, int l1) {
-  m->l0 = l0;
-  m->l1 = l1;
-}
 void ts_model_set_stage_input(ts_model *m, const void *x) { m->x_in = x; }
 void ts_model_set_stage_grad(ts_model *m, const float *dy) { m->dy_in = dy; }
 const void *ts_model_stage_output(const ts_model *m) {

@@ -62,6 +62,13 @@ void ts_mpi_max2(double *a, double *b) {
   *b = v[1];
 }
 
+void ts_mpi_sum_max(double x, double *sum, double *max) {
+  *sum = *max = x;
+  if (ts_mpi_world_size() == 1) return;
+  MPI_Allreduce(&x, sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&x, max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+}
+
 // ---- the grid ----------------------------------------------------------------------------
 int ts_grid_check(int dp, int sp, int pp) {
   int world = ts_mpi_world_size();
@@ -111,7 +118,8 @@ int ts_grid_create(int dp, int sp, int pp, ts_grid **out) {
   g->pp_rank = g->world_rank / (sp * dp);
   if (g->world_size == 1) {
     if ((rc = ts_comm_serial(&g->data)) || (rc = ts_comm_serial(&g->seq)) ||
-        (rc = ts_comm_serial(&g->pipe))) {
+        (rc = ts_comm_serial(&g->pipe)) || (rc = ts_comm_serial(&g->replica)) ||
+        (rc = ts_comm_serial(&g->world))) {
       ts_grid_free(g);
       return rc;
     }
@@ -126,7 +134,9 @@ int ts_grid_create(int dp, int sp, int pp, ts_grid **out) {
   }
   if ((rc = split(g->pp_rank * sp + g->sp_rank, g->dp_rank, &g->data)) ||
       (rc = split(g->pp_rank * dp + g->dp_rank, g->sp_rank, &g->seq)) ||
-      (rc = split(g->dp_rank * sp + g->sp_rank, g->pp_rank, &g->pipe))) {
+      (rc = split(g->dp_rank * sp + g->sp_rank, g->pp_rank, &g->pipe)) ||
+      (rc = split(g->pp_rank, g->dp_rank * sp + g->sp_rank, &g->replica)) ||
+      (rc = split(0, g->world_rank, &g->world))) {
     ts_grid_free(g);
     return rc;
   }
@@ -139,6 +149,8 @@ void ts_grid_free(ts_grid *g) {
   ts_comm_free(g->data);
   ts_comm_free(g->seq);
   ts_comm_free(g->pipe);
+  ts_comm_free(g->replica);
+  ts_comm_free(g->world);
   free(g);
 }
 
@@ -146,13 +158,16 @@ void ts_grid_reset_counts(ts_grid *g) {
   ts_comm_reset_counts(g->data);
   ts_comm_reset_counts(g->seq);
   ts_comm_reset_counts(g->pipe);
+  ts_comm_reset_counts(g->replica);
+  ts_comm_reset_counts(g->world);
 }
 
 int ts_grid_counts_json(const ts_grid *g, char *buf, size_t cap) {
-  ts_comm *groups[3] = {g->seq, g->data, g->pipe};
-  return ts_comm_counts_json(groups, 3, buf, cap);
+  ts_comm *groups[5] = {g->seq, g->data, g->pipe, g->replica, g->world};
+  return ts_comm_counts_json(groups, 5, buf, cap);
 }
 
 double ts_grid_comm_seconds(const ts_grid *g) {
-  return ts_comm_seconds(g->seq) + ts_comm_seconds(g->data) + ts_comm_seconds(g->pipe);
+  return ts_comm_seconds(g->seq) + ts_comm_seconds(g->data) + ts_comm_seconds(g->pipe) +
+         ts_comm_seconds(g->replica) + ts_comm_seconds(g->world);
 }

@@ -9,6 +9,97 @@
 #include "tree.h"
 #include "util.h"
 
+// Under --zero, tensors whose update is not element-wise stay whole in one
+// shard: Muon's matrices (optim.h).
+static int must_stay_whole(const ts_config *cfg, const ts_tensor *t) {
+  return cfg->optimizer != TS_OPT_ADAMW && t->ndim == 2 && t->role == TS_ROLE_LAYER;
+}
+
+// The replica group's shards of the stage's owned elements t[0, nt) (np of
+// them): Z balanced cuts, each moved to the end of a tensor that must stay
+// whole when it falls inside one.
+static void zero_cuts(const ts_config *cfg, const ts_tensor *t, int nt, size_t np, int Z,
+                      size_t *cut) {
+  const float *base = nt > 0 ? t[0].data : NULL;
+  cut[0] = 0;
+  for (int q = 1; q <= Z; q++) {
+    size_t c = q == Z ? np : (size_t)((double)np * q / Z);
+    for (int i = 0; i < nt && q < Z; i++) {
+      const size_t a = (size_t)(t[i].data - base), b = a + (size_t)ts_tensor_numel(&t[i]);
+      if (a < c && c < b && must_stay_whole(cfg, &t[i])) c = b;
+    }
+    cut[q] = c < cut[q - 1] ? cut[q - 1] : c;
+  }
+}
+
+// The views of [lo, hi) of the owned tensors t[0, nt) (whole tensors, or a
+// part as a flat run: 1 × len for a matrix, so that weight decay applies as
+// to the whole); returns their number.
+static int shard_views(const ts_tensor *t, int nt, size_t lo, size_t hi, ts_tensor *out) {
+  const float *base = nt > 0 ? t[0].data : NULL;
+  int n = 0;
+  for (int i = 0; i < nt; i++) {
+    const size_t a = (size_t)(t[i].data - base), b = a + (size_t)ts_tensor_numel(&t[i]);
+    const size_t s = a > lo ? a : lo, e = b < hi ? b : hi;
+    if (s >= e) continue;
+    ts_tensor v = t[i];
+    v.data += s - a;
+    v.at += (int64_t)(s - a);
+    if (s != a || e != b) {
+      v.ndim = t[i].ndim >= 2 ? 2 : 1;
+      v.shape[0] = v.ndim == 2 ? 1 : (int64_t)(e - s);
+      v.shape[1] = v.ndim == 2 ? (int64_t)(e - s) : 0;
+    }
+    out[n++] = v;
+  }
+  return n;
+}
+
+// What this rank owns and updates (shard.h: owners, zero, the shard's views).
+static int plan_state(ts_shard *sh, const ts_config *cfg, const ts_grid *grid,
+                      const ts_layout *lay) {
+  ts_model *m = sh->m;
+  const int nt = ts_model_num_tensors(m);
+  const size_t np = ts_model_num_params(m);
+  sh->zero = lay->zero;
+  sh->replica = grid->replica;
+  const int Z = sh->zero ? grid->replica->size : 1, q = sh->zero ? grid->replica->rank : 0;
+  ts_tensor *p = calloc((size_t)nt + 1, sizeof *p), *g = calloc((size_t)nt + 1, sizeof *g);
+  sh->upd_p = calloc((size_t)nt + 1, sizeof *sh->upd_p);
+  sh->upd_g = calloc((size_t)nt + 1, sizeof *sh->upd_g);
+  sh->cut = calloc((size_t)Z + 1, sizeof *sh->cut);
+  int rc = p && g && sh->upd_p && sh->upd_g && sh->cut ? TS_OK
+                                                        : ts_fail(TS_ERUNTIME, "out of memory");
+  if (!rc) {
+    ts_model_tensors(m, p, g);
+    zero_cuts(cfg, p, nt, np, Z, sh->cut);
+    sh->own_lo = sh->cut[q];
+    sh->own_hi = sh->cut[q + 1];
+    sh->nupd = shard_views(p, nt, sh->own_lo, sh->own_hi, sh->upd_p);
+    shard_views(g, nt, sh->own_lo, sh->own_hi, sh->upd_g);
+    // the owners: the pipeline's stages (replicas fold each on their own),
+    // or under --zero every rank of the world its shard
+    ts_comm *group = sh->zero ? grid->world : grid->pp > 1 ? grid->pipe : NULL;
+    rc = ts_owners_create(group, sh->upd_p, sh->nupd, ts_model_params(m) + sh->own_lo,
+                          ts_model_canonical_params(m), &sh->owners);
+    sh->owners.param_offset = sh->own_lo;
+  }
+  free(p);
+  free(g);
+  return rc;
+}
+
+int ts_shard_gather_params(ts_shard *sh) {
+  if (!sh->zero) return TS_OK;
+  float *params = ts_model_params(sh->m);
+  for (int q = 0; q < sh->replica->size; q++) {
+    const size_t lo = sh->cut[q], n = sh->cut[q + 1] - lo;
+    int rc = n ? ts_comm_bcast(sh->replica, params + lo, n * sizeof(float), q, -1) : TS_OK;
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+
 int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *lay,
                     ts_shard *out) {
   ts_shard sh = {0};
@@ -20,14 +111,14 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
   sh.seq = grid->sp > 1 ? grid->seq : NULL;
   int rc;
   const int mb = sh.nb / lay->microbatches; // a microbatch's sequences (--sp: one)
+  // a pipeline stage's layers (pipeline.h), or all of them
+  const int per = cfg->n_layer / grid->pp, l0 = grid->pp_rank * per;
+  ts_seq_shard sp = {sh.seq, lay->sp_mode, lay->upipe_u, lay->upipe_sched, lay->ulysses_degree};
   if (sh.seq) {
-    ts_seq_shard sp = {sh.seq, lay->sp_mode, lay->upipe_u, lay->upipe_sched, lay->ulysses_degree};
     sh.cp = ts_cp_get(lay->sp_mode);
-    rc = ts_model_create_seq(cfg, sh.b0, 1, &sp, &sh.m);
-  } else if (grid->pp > 1) { // one microbatch at a time
-    rc = ts_model_create_shard(cfg, sh.b0, mb, &sh.m);
-  } else {
-    rc = ts_model_create_shard(cfg, sh.b0, sh.nb, &sh.m);
+    rc = ts_model_create_stage(cfg, sh.b0, 1, &sp, l0, l0 + per, &sh.m);
+  } else { // under --pp one microbatch at a time
+    rc = ts_model_create_stage(cfg, sh.b0, grid->pp > 1 ? mb : sh.nb, NULL, l0, l0 + per, &sh.m);
   }
   if (rc) return rc;
   if (grid->pp > 1) {
@@ -40,12 +131,19 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
       return rc;
     }
   }
+  if ((rc = plan_state(&sh, cfg, grid, lay))) {
+    ts_shard_free(&sh);
+    return rc;
+  }
   ts_model_positions(sh.m, &sh.t0, &sh.Tl);
   sh.nrun = ts_model_runs(sh.m, sh.run_pos, &sh.run_len);
   sh.np = ts_model_num_params(sh.m);
   int nt = ts_model_num_tensors(sh.m);
   ts_tensor *t = calloc((size_t)nt, sizeof *t);
-  if (!t) { ts_model_free(sh.m); return ts_fail(TS_ERUNTIME, "out of memory"); }
+  if (!t) {
+    ts_shard_free(&sh);
+    return ts_fail(TS_ERUNTIME, "out of memory");
+  }
   ts_model_tensors(sh.m, t, NULL);
   const int w = ts_tensor_find(t, nt, TS_ROLE_POSITIONAL, 0); // none: LLaMA
   if (w >= 0) {
@@ -76,7 +174,23 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
   return TS_OK;
 }
 
+size_t ts_shard_buffer_bytes(const ts_shard *sh) {
+  size_t b = 0;
+  if (sh->seq) {
+    b += (size_t)sh->nb * (sh->np - sh->wpe_len) + sh->wpe_len; // pack, wpe_full
+    b += (sh->wpe_len / (size_t)sh->T) * sh->Tl;                // wpe_mine
+    if (sh->nb > 1) b += (size_t)sh->nb * sh->np;               // slots
+    b *= sizeof(float);
+  }
+  if (sh->pl) b += ts_pipeline_buffer_bytes(sh->pl);
+  return b;
+}
+
 void ts_shard_free(ts_shard *sh) {
+  ts_owners_free(&sh->owners);
+  free(sh->cut);
+  free(sh->upd_p);
+  free(sh->upd_g);
   if (sh->pl) ts_pipeline_free(sh->pl);
   free(sh->pl);
   ts_model_free(sh->m);
@@ -189,10 +303,8 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
 int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group) {
   int rc;
   float *g = ts_model_grads(sh->m);
-  // the sequence group's sums first (each stage's own tensors; the others'
-  // slices are then overwritten by their owners' broadcasts)
+  // the sequence group's sums first (of a pipeline stage: its own tensors)
   if (sh->seq && (rc = reduce_segment_grads(sh))) return rc;
-  if (sh->pl && (rc = ts_pipeline_gather_grads(sh->pl, sh->m))) return rc;
   if (data_group && data_group->size > 1) {
     rc = sh->fast ? ts_comm_allreduce_fast(data_group, g, sh->np, -1)
                   : ts_comm_allreduce_tree(data_group, g, sh->np, -1);

@@ -15,6 +15,7 @@
 
 #include "comm.h"
 #include "parallel/grid.h"
+#include "parallel/owners.h"
 #include "parallel/pipeline.h"
 #include "tessera.h"
 
@@ -22,6 +23,19 @@ typedef struct {
   ts_model *m;
   ts_comm *seq;        // the sequence group; NULL when sp = 1
   ts_pipeline *pl;     // the pipeline stage; NULL when pp = 1
+  // Who owns which parts of the model state (owners.h): the pipeline group's
+  // stages, or under --zero every rank its shard of its stage's.
+  ts_owners owners;
+  // --zero 1: the stage's owned elements [0, np) cut into the replica
+  // group's shards (cut[q], cut[q+1]); this rank updates [own_lo, own_hi)
+  // with moments for that alone, upd_p, upd_g its views (whole tensors, or
+  // parts of them as flat runs), and after the step the shards' owners
+  // broadcast them (ts_shard_gather_params). zero 0: one shard of all.
+  int zero;
+  ts_comm *replica;
+  size_t *cut, own_lo, own_hi;
+  int nupd;
+  ts_tensor *upd_p, *upd_g;
   const ts_backend *be; // allocates slots, pack and the wpe buffers (the model's backend)
   int fast;            // --fast: MPI's own sums
   int nb, b0;          // sequences
@@ -42,6 +56,10 @@ typedef struct {
 int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *lay,
                     ts_shard *out);
 void ts_shard_free(ts_shard *sh);
+// Bytes of the shard's own buffers (the sequence group's packing and
+// gradient slots, the pipeline's stage buffers; not the gradient trees,
+// which grow with the pass).
+size_t ts_shard_buffer_bytes(const ts_shard *sh);
 
 // Forward, and backward when `train`, over the shard's sequences of one
 // batch: inputs, targets (nb, T) whole windows. *loss_sum is the shard's sum
@@ -62,6 +80,11 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
 //      embedding rows, so that the optimizer runs on identical replicas.
 // Exact mode sums by the canonical trees; --fast lets MPI sum (1 and 3).
 int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group);
+
+// After the optimizer step under --zero 1: each shard's owner broadcasts its
+// updated parameters to the replica group (one broadcast per shard), so that
+// every replica holds them all again. Nothing without --zero.
+int ts_shard_gather_params(ts_shard *sh);
 
 // The loss sum of nb sequences from each rank's segment sums lsums[nb]: one
 // all-gather over the sequence group, then per sequence the tree over its

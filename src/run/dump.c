@@ -49,7 +49,7 @@ int ts_dump(const ts_config *cfg_in, const char *out_dir, int traj_steps) {
   ts_tensor *pt = NULL, *gt = NULL;
   float *binp = NULL, *btgt = NULL;
   char *result = NULL;
-  if ((rc = ts_run_check_fit(&cfg, 1, 1))) return rc; // before the directory and the model
+  if ((rc = ts_run_check_fit(&cfg, 1, 1, 1))) return rc; // before the directory and the model
   if ((rc = ts_run_mkdir_p(out_dir))) return rc;
   if ((rc = ts_data_open(cfg_in->data_path, cfg.val_frac, (size_t)cfg.seq + 1, &data))) goto done;
   if ((rc = ts_model_create(&cfg, &m))) goto done;

@@ -17,7 +17,7 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   ts_data *data = NULL;
   ts_model *m = NULL;
   int *inputs = NULL, *targets = NULL;
-  int rc = ts_run_open_checkpoint(ckpt_path, cfg_in, 0, 1, &ck);
+  int rc = ts_run_open_checkpoint(ckpt_path, cfg_in, 0, 1, 1, &ck);
   if (rc) return rc;
   // the model comes from the checkpoint; data, batches and the memory
   // options (which change no bit) from the flags
@@ -36,7 +36,7 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   inputs = malloc((size_t)cfg.batch * cfg.seq * sizeof(int));
   targets = malloc((size_t)cfg.batch * cfg.seq * sizeof(int));
   if (!inputs || !targets) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
-  if ((rc = ts_run_load_checkpoint(m, NULL, &ck))) goto done;
+  if ((rc = ts_run_load_checkpoint(NULL, m, NULL, &ck))) goto done;
   float vl;
   ts_shard whole = {.m = m, .nb = cfg.batch, .T = cfg.seq, .Tl = cfg.seq};
   if ((rc = ts_run_evaluate(&whole, data, &cfg, NULL, inputs, targets, &vl))) goto done;
