@@ -35,6 +35,21 @@ typedef enum {
 // The --compress names, in ts_compress_mode order.
 extern const char *const ts_compress_names[TS_COMPRESS_NMODES];
 
+// How --data (and --val-data) files hold their tokens (src/data.h): bytes is 0,
+// so a configuration written without the field (every one before it) reads
+// bytes; TS_DATA_DETECT, "tell from the file", is what the flag leaves for
+// the run to resolve, and never what a run records.
+typedef enum {
+  TS_DATA_DETECT = -1,
+  TS_DATA_BYTES = 0, // each byte a token, vocabulary >= 256
+  TS_DATA_U16,       // raw little-endian uint16 ids (nanoGPT's .bin)
+  TS_DATA_U32,       // raw little-endian uint32 ids
+  TS_DATA_LLMC,      // llm.c's .bin: a 1024-byte header, then uint16 ids
+  TS_DATA_NFORMATS
+} ts_data_format;
+// The --data-format names, in ts_data_format order from TS_DATA_BYTES.
+extern const char *const ts_data_format_names[TS_DATA_NFORMATS];
+
 typedef struct {
   // model
   char preset[32];
