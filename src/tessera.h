@@ -91,7 +91,9 @@ typedef struct {
   float vq_gamma;       // EMA decay of the codebooks
   float vq_commit;      // commitment-loss weight
   int vq_sync_codes;    // codes per codebook the sender ships to the receiver after a step
+  int data_format;      // ts_data_format of data_path and val_path
   char data_path[4096];
+  char val_path[4096];  // validation file; "": the last val_frac of data_path
   char log_path[4096];
   char ckpt_dir[4096];
   int ckpt_every;
@@ -112,7 +114,7 @@ int ts_config_finalize(ts_config *cfg);
 double ts_config_param_floor(const ts_config *cfg);
 // Writes the config as one JSON object (no newline) into buf; TS_CONFIG_JSON_MAX
 // bytes always suffice.
-#define TS_CONFIG_JSON_MAX (3 * 6 * 4096 + 4096)
+#define TS_CONFIG_JSON_MAX (4 * 6 * 4096 + 4096) // four paths, each escaped at worst 6x
 int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap);
 // Reads a config written by ts_config_to_json; every field present is set
 // (floats bit-exact via their _hex form); the model fields are required.
