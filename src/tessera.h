@@ -36,6 +36,21 @@ typedef enum {
 // The --compress names, in ts_compress_mode order.
 extern const char *const ts_compress_names[TS_COMPRESS_NMODES];
 
+// How --data (and --val-data) files hold their tokens (src/data.h): bytes is 0,
+// so a configuration written without the field (every one before it) reads
+// bytes; TS_DATA_DETECT, "tell from the file", is what the flag leaves for
+// the run to resolve, and never what a run records.
+typedef enum {
+  TS_DATA_DETECT = -1,
+  TS_DATA_BYTES = 0, // each byte a token, vocabulary >= 256
+  TS_DATA_U16,       // raw little-endian uint16 ids (nanoGPT's .bin)
+  TS_DATA_U32,       // raw little-endian uint32 ids
+  TS_DATA_LLMC,      // llm.c's .bin: a 1024-byte header, then uint16 ids
+  TS_DATA_NFORMATS
+} ts_data_format;
+// The --data-format names, in ts_data_format order from TS_DATA_BYTES.
+extern const char *const ts_data_format_names[TS_DATA_NFORMATS];
+
 typedef struct {
   // model
   char preset[32];
@@ -77,7 +92,9 @@ typedef struct {
   float vq_gamma;       // EMA decay of the codebooks
   float vq_commit;      // commitment-loss weight
   int vq_sync_codes;    // codes per codebook the sender ships to the receiver after a step
+  int data_format;      // ts_data_format of data_path and val_path
   char data_path[4096];
+  char val_path[4096];  // validation file; "": the last val_frac of data_path
   char log_path[4096];
   char ckpt_dir[4096];
   int ckpt_every;
@@ -98,7 +115,7 @@ int ts_config_finalize(ts_config *cfg);
 double ts_config_param_floor(const ts_config *cfg);
 // Writes the config as one JSON object (no newline) into buf; TS_CONFIG_JSON_MAX
 // bytes always suffice.
-#define TS_CONFIG_JSON_MAX (3 * 6 * 4096 + 4096)
+#define TS_CONFIG_JSON_MAX (4 * 6 * 4096 + 4096) // four paths, each escaped at worst 6x
 int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap);
 // Reads a config written by ts_config_to_json; every field present is set
 // (floats bit-exact via their _hex form); the model fields are required.

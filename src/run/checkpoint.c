@@ -277,7 +277,7 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, co
   if (memcmp(&old.F, &cfg->F, sizeof(float)) != 0)                                         \
     return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written with %s %g, this run has %g", \
                    path, FLAG, (double)old.F, (double)cfg->F);
-  SAME_INT(vocab, "vocab") SAME_INT(d, "--d") SAME_INT(n_layer, "--layers")
+  SAME_INT(vocab, "--vocab") SAME_INT(d, "--d") SAME_INT(n_layer, "--layers")
   SAME_INT(n_head, "--heads") SAME_INT(d_ff, "--d-ff") SAME_INT(seq, "--seq")
   SAME_INT(tied, "--tied") SAME_INT(batch, "--batch") SAME_INT(steps, "--steps")
   SAME_INT(seed, "--seed") SAME_INT(tile, "--tile") SAME_INT(leaf, "--leaf")
@@ -295,6 +295,20 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, co
   SAME_INT(vq_groups, "--vq-group") SAME_INT(vq_rounds, "--vq-rounds")
   SAME_INT(vq_codes, "--vq-codes") SAME_INT(vq_sync_codes, "--vq-sync-codes")
   SAME_FLT(vq_gamma, "--vq-gamma") SAME_FLT(vq_commit, "--vq-commit")
+  // The data's paths may change (a file moved), not how its tokens are read
+  // nor where the training split ends: with a validation file the training
+  // split is all of --data, without one its head. (A run records the format
+  // it read; "detect" is a configuration no run resolved, and says nothing.)
+  if (old.data_format != cfg->data_format && old.data_format >= 0 &&
+      old.data_format < TS_DATA_NFORMATS && cfg->data_format >= 0 &&
+      cfg->data_format < TS_DATA_NFORMATS)
+    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written reading --data-format %s, "
+                   "this run reads %s", path, ts_data_format_names[old.data_format],
+                   ts_data_format_names[cfg->data_format]);
+  if (!old.val_path[0] != !cfg->val_path[0])
+    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written %s --val-data, this run has %s",
+                   path, old.val_path[0] ? "with" : "without",
+                   cfg->val_path[0] ? "one" : "none");
 #undef SAME_INT
 #undef SAME_FLT
   return TS_OK;
@@ -378,6 +392,8 @@ static int read_config(const ts_ckpt *ck, const ts_config *base, int training, i
   out->compress = out->compress_rank = out->compress_stages = 0, out->proj_lr = 0.0f;
   out->vq_groups = out->vq_rounds = out->vq_codes = out->vq_sync_codes = 0;
   out->vq_gamma = out->vq_commit = 0.0f;
+  out->data_format = TS_DATA_BYTES; // every file before the field read bytes
+  out->val_path[0] = '\0';
   if (ts_config_from_json(out, js)) return ts_run_restate(path, META_CONFIG);
   if (out->tile == 0 || out->leaf == 0)
     return bad(path, "%s: %s 0: a run writes the one it used, never 0", META_CONFIG,

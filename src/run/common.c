@@ -48,6 +48,16 @@ double ts_run_sgemm_roof(void) {
   return best;
 }
 
+int ts_run_open_data(const ts_config *cfg, const char *path, ts_data **out) {
+  const ts_data_spec spec = {.path = path,
+                             .val_path = cfg->val_path,
+                             .format = cfg->data_format,
+                             .vocab = cfg->vocab,
+                             .val_frac = cfg->val_frac,
+                             .min_len = (size_t)cfg->seq + 1};
+  return ts_data_open_spec(&spec, out);
+}
+
 int ts_run_load_batch(const ts_data *data, int split, const ts_config *cfg, uint64_t step,
                       int b0, int nb, int *inputs, int *targets) {
   for (int j = 0; j < nb; j++) {

@@ -24,6 +24,10 @@
 void ts_run_setup_threads(const ts_config *cfg, int local_ranks);
 // The machine's sgemm roof in GFLOP/s, for MFU (0 when it cannot be measured).
 double ts_run_sgemm_roof(void);
+// The run's data: path (NULL: cfg's validation file alone) and cfg's
+// validation file in cfg's format (resolved, or detected here), every token
+// id below cfg's vocabulary, each split at least one window of cfg->seq.
+int ts_run_open_data(const ts_config *cfg, const char *path, ts_data **out);
 // Sequences [b0, b0 + nb) of the batch of `step` from `split`: inputs, targets (nb, T).
 int ts_run_load_batch(const ts_data *data, int split, const ts_config *cfg, uint64_t step,
                       int b0, int nb, int *inputs, int *targets);

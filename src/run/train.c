@@ -200,13 +200,18 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   // Before anything is allocated: a model that cannot fit, and on --resume
   // everything in the checkpoint's header.
   if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size, grid->pp))) goto done;
+  // the format the files are read in, which the run records and a resumed
+  // run must share (a look at their first bytes; the whole files come later)
+  if ((rc = ts_data_resolve(cfg.data_path, cfg.val_path, cfg.data_format, &cfg.data_format)) ||
+      (rc = ts_data_check_vocab(cfg.data_format, cfg.vocab, cfg.data_path)))
+    goto done;
   if (cfg.resume && (rc = ts_run_open_resume(&cfg, grid->local_size, grid->pp, &ck))) goto done;
   if (root) {
     int gone = ts_run_remove_stale_temps(&cfg);
     if (gone && !cfg.quiet) printf("removed %d temporary file%s a killed run left\n", gone,
                                    gone == 1 ? "" : "s");
   }
-  if ((rc = ts_data_open(cfg.data_path, cfg.val_frac, (size_t)cfg.seq + 1, &data))) goto done;
+  if ((rc = ts_run_open_data(&cfg, cfg.data_path, &data))) goto done;
   if ((rc = injected_fault(grid, cfg.data_path))) goto done;
   if ((rc = ts_shard_create(&cfg, grid, &lay, &sh))) goto done;
   m = sh.m;
