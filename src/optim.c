@@ -243,10 +243,9 @@ typedef struct {
   int nt;
 } norm_ctx;
 
-static void norm_fold(void *state, uint64_t at, uint64_t len, uint64_t local, void *ctx) {
-  (void)local;
+static void norm_fold(void *state, const ts_owned_run *r, void *ctx) {
   const norm_ctx *c = ctx;
-  norm_tensors(state, c->grads, c->nt, NULL, at, at + len);
+  norm_tensors(state, c->grads, c->nt, NULL, r->at, r->at + r->len);
 }
 
 int ts_grad_norm_owned(const ts_owners *o, const ts_tensor *grads, int nt, float *out) {
@@ -269,6 +268,12 @@ void ts_clip(float *g, size_t n, float norm, float clip) {
   }
 #pragma omp parallel for schedule(static)
   for (size_t i = 0; i < n; i++) g[i] *= coef;
+}
+
+void ts_clip_tensors(const ts_tensor *grads, int nt, float norm, float clip) {
+  for (int t = 0; t < nt; t++)
+    if (!ts_boundary_statistics(grads[t].role))
+      ts_clip(grads[t].data, (size_t)ts_tensor_numel(&grads[t]), norm, clip);
 }
 
 int ts_clip_trained(const ts_tensor *grads, int nt, size_t n, float norm, float clip) {

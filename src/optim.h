@@ -58,6 +58,9 @@ float ts_grad_norm_trained(const ts_tensor *grads, int nt, size_t n);
 // rank of the group. A non-finite norm is returned, not an error.
 int ts_grad_norm_owned(const ts_owners *o, const ts_tensor *grads, int nt, float *out);
 int ts_clip_trained(const ts_tensor *grads, int nt, size_t n, float norm, float clip);
+// The clip of each tensor (or part) of grads[0, nt) but statistics, wherever
+// they lie (a partitioned model's: parallel/owners.h).
+void ts_clip_tensors(const ts_tensor *grads, int nt, float norm, float clip);
 // Learning rate for 0-based step s.
 float ts_lr_at(const ts_config *cfg, int64_t s);
 #endif

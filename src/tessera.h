@@ -226,6 +226,10 @@ typedef struct ts_model ts_model;
 // above 90% of the machine's memory divided by them, before it allocates the
 // activations.
 void ts_model_set_memory_share(int processes);
+// How many ranks shard the optimizer moments of a model's parameters (--zero
+// 1: the replica group; 1 by default): the estimate counts 8/shards bytes of
+// moments per parameter.
+void ts_model_set_moment_shards(int shards);
 // The whole batch: ts_model_create_shard(cfg, 0, cfg->batch, out).
 int ts_model_create(const ts_config *cfg, ts_model **out);
 // A data-parallel shard: sequences [b_begin, b_begin + b_count) of the global

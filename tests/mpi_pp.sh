@@ -153,6 +153,14 @@ expect_exit 2 "--pp 2 with --sp-mode megatron: the tensor-split baseline does no
 expect_exit 2 "--schedule zigzag: must be gpipe or 1f1b" "$T" train $B --pp 2 --schedule zigzag --log "$NOLOG"
 expect_exit 2 "--dp 1 --sp 1 --pp 2: needs dp x sp x pp = 2 ranks but the MPI world size is 1" \
   "$T" train $B --pp 2 --log "$NOLOG"
+# the fit check before allocation sizes one stage: half the layers' matrices each here
+# (every rank finds it and says so)
+if expect_exit 1 "" $RUN_MPI -n 2 "$T" train $B --layers 10000000 --pp 2 --log "$NOLOG"; then
+  TS_CHECKS=$((TS_CHECKS + 1))
+  grep -q "weight matrices alone need .*parameters (the largest of --pp 2 stages).*(--pp)" "$TS_ERR" &&
+    pass "the fit check sizes a stage and names --pp" ||
+    fail "the fit check's message: $(head -c 400 "$TS_ERR")"
+fi
 TS_CHECKS=$((TS_CHECKS + 1))
 [ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"
 

@@ -21,7 +21,8 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     for (int k = 0; k < m->nrun; k++) {
       const size_t row = (size_t)k * m->run_len;
       m->be->encoder_forward(m->res[0] + row * C, m->inputs + row, m->p.wte,
-                      m->p.wpe ? m->p.wpe + (size_t)m->run_pos[k] * C : NULL,
+                      m->p.wpe ? m->p.wpe + (m->wpe_rows ? row : (size_t)m->run_pos[k]) * C
+                               : NULL,
                       m->nrun == 1 ? B : 1, m->run_len, C);
     }
   } else { // a later pipeline stage: the previous stage's output, decoded (boundary.h)

@@ -78,7 +78,9 @@ struct ts_model {
   // carry each tensor's role and canonical offset.
   int ntens, nown;
   ts_tensor *ptens, *gtens;
-  int *key;    // per held tensor: its canonical index (the initialisation's key)
+  int *key;      // per held tensor: its canonical index (the initialisation's key)
+  size_t *elem0; // its first element within that tensor (a positional table's rows)
+  int wpe_rows;  // wpe holds the rank's rows alone, run after run (sequence parallel)
   float *stds; // init std per tensor (0 = constant)
   float *consts;
   size_t nparams, ncopy;

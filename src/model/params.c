@@ -135,6 +135,12 @@ static int memory_share = 1;
 
 void ts_model_set_memory_share(int processes) { memory_share = processes > 1 ? processes : 1; }
 
+// The ranks the optimizer's moments of these parameters are sharded over
+// (ts_model_set_moment_shards).
+static int moment_shards = 1;
+
+void ts_model_set_moment_shards(int shards) { moment_shards = shards > 1 ? shards : 1; }
+
 int ts_model_create(const ts_config *cfg, ts_model **out) {
   return ts_model_create_seq(cfg, 0, cfg->batch, NULL, out);
 }
@@ -201,13 +207,17 @@ static void set_geometry(ts_model *m, const ts_config *cfg, int b_begin, int b_c
 // gradient with the head's), the first holding a copy; a codec's tensors
 // follow their stage's last layer, and the next stage holds copies of those
 // it reads (all but the anchors, which are each stage's own).
-enum { HELD_NONE = 0, HELD_OWNED, HELD_COPY };
+// Under sequence parallelism the positional table is owned by rows: each
+// rank holds the rows of its positions alone (its runs: docs/ALGORITHMS.md
+// §2), one piece per run, after the other owned tensors.
+enum { HELD_NONE = 0, HELD_OWNED, HELD_ROWS, HELD_COPY };
 
 static int holding(const ts_model *m, const pspec *ps) {
   const int first = m->l0 == 0, last = m->l1 == m->L;
   if (ps->role == TS_ROLE_EMBEDDING && m->cfg.tied)
     return last ? HELD_OWNED : first ? HELD_COPY : HELD_NONE;
   if (ps->layer >= m->l0 && ps->layer < m->l1) return HELD_OWNED;
+  if (ps->role == TS_ROLE_POSITIONAL && m->seq) return first ? HELD_ROWS : HELD_NONE;
   if (ps->layer < 0) return first ? HELD_OWNED : HELD_NONE;
   if (ps->layer >= m->L) return last ? HELD_OWNED : HELD_NONE;
   if (ps->codec && ps->role != TS_ROLE_ANCHOR && ps->layer + 1 == m->l0) return HELD_COPY;
@@ -230,13 +240,15 @@ static int make_table(ts_model *m, pspec **spec, unsigned char **held) {
   *spec = calloc((size_t)n, sizeof(pspec));
   *held = calloc((size_t)n, 1);
   m->all = calloc((size_t)n, sizeof(ts_tensor));
-  m->ptens = calloc((size_t)n, sizeof(ts_tensor));
-  m->gtens = calloc((size_t)n, sizeof(ts_tensor));
-  m->key = calloc((size_t)n, sizeof(int));
-  m->stds = calloc((size_t)n, sizeof(float));
-  m->consts = calloc((size_t)n, sizeof(float));
+  // (a positional table by rows may be two pieces: one more entry)
+  m->ptens = calloc((size_t)n + 1, sizeof(ts_tensor));
+  m->gtens = calloc((size_t)n + 1, sizeof(ts_tensor));
+  m->key = calloc((size_t)n + 1, sizeof(int));
+  m->elem0 = calloc((size_t)n + 1, sizeof(size_t));
+  m->stds = calloc((size_t)n + 1, sizeof(float));
+  m->consts = calloc((size_t)n + 1, sizeof(float));
   if (!m->p.layer || !m->g.layer || !m->la || !m->res || !*spec || !*held || !m->all ||
-      !m->ptens || !m->gtens || !m->key || !m->stds || !m->consts)
+      !m->ptens || !m->gtens || !m->key || !m->elem0 || !m->stds || !m->consts)
     return ts_fail(TS_ERUNTIME, "out of memory");
   param_table(m, *spec);
   size_t at = 0;
@@ -252,16 +264,21 @@ static int make_table(ts_model *m, pspec **spec, unsigned char **held) {
     t->at = (int64_t)at;
     at += spec_numel(ps);
     (*held)[i] = (unsigned char)holding(m, ps);
-    if ((*held)[i] == HELD_OWNED) m->nown++, m->nparams += spec_numel(ps);
-    if ((*held)[i] == HELD_COPY) m->ncopy += spec_numel(ps);
-    if ((*held)[i] != HELD_NONE) m->ntens++;
+    if ((*held)[i] == HELD_OWNED) m->nown++, m->ntens++, m->nparams += spec_numel(ps);
+    if ((*held)[i] == HELD_COPY) m->ntens++, m->ncopy += spec_numel(ps);
+    if ((*held)[i] == HELD_ROWS) {
+      m->nown += m->nrun, m->ntens += m->nrun;
+      m->nparams += (size_t)m->nrun * m->run_len * (size_t)ps->shape[1];
+      m->wpe_rows = 1;
+    }
   }
   m->nall_params = at;
   return TS_OK;
 }
 
-// Parameters and gradients: one allocation each, the owned tensors first,
-// then the copies (parameters only); the table's views into them.
+// Parameters and gradients: one allocation each, the owned tensors first
+// (a positional table by rows last among them), then the copies (parameters
+// only); the table's views into them.
 static int alloc_params(ts_model *m, const pspec *spec, const unsigned char *held) {
   m->params = m->be->alloc((m->nparams + m->ncopy) * sizeof(float));
   m->grads = m->be->alloc((m->nparams ? m->nparams : 1) * sizeof(float));
@@ -274,19 +291,30 @@ static int alloc_params(ts_model *m, const pspec *spec, const unsigned char *hel
     for (int i = 0; i < m->nall; i++) {
       if (held[i] != pass) continue;
       const pspec *ps = &spec[i];
-      float *p = m->params + off, *g = pass == HELD_OWNED ? m->grads + off : NULL;
+      float *p = m->params + off, *g = pass != HELD_COPY ? m->grads + off : NULL;
       if (ps->view) {
         *ps->view = p;
         *ps->gview = g;
       }
-      m->ptens[k] = m->gtens[k] = m->all[i];
-      m->ptens[k].data = p;
-      m->gtens[k].data = g;
-      m->key[k] = i;
-      m->stds[k] = ps->std;
-      m->consts[k] = ps->value;
-      off += spec_numel(ps);
-      k++;
+      const int pieces = pass == HELD_ROWS ? m->nrun : 1;
+      for (int r = 0; r < pieces; r++, k++) {
+        m->ptens[k] = m->gtens[k] = m->all[i];
+        m->key[k] = i;
+        m->stds[k] = ps->std;
+        m->consts[k] = ps->value;
+        size_t n = spec_numel(ps);
+        if (pass == HELD_ROWS) { // rows [run_pos[r], run_pos[r] + run_len)
+          const size_t C = (size_t)ps->shape[1];
+          n = (size_t)m->run_len * C;
+          m->elem0[k] = (size_t)m->run_pos[r] * C;
+          m->ptens[k].shape[0] = m->gtens[k].shape[0] = m->run_len;
+          m->ptens[k].at = m->gtens[k].at = m->all[i].at + (int64_t)m->elem0[k];
+        }
+        m->ptens[k].data = m->params + off;
+        m->gtens[k].data = g ? m->grads + off : NULL;
+        off += n;
+      }
+      (void)p;
     }
   return TS_OK;
 }
@@ -330,7 +358,10 @@ static void activation_layout(ts_model *m, act_layout *al) {
 static int fit_check(const ts_model *m) {
   const ts_config *cfg = &m->cfg;
   const size_t boundary = m->bd->activation_floats ? m->bd->activation_floats(m) : 0;
-  double need = 16.0 * (double)m->nparams + 4.0 * (double)(m->ncopy + m->nacts + boundary);
+  // parameters and gradients, the AdamW moments (their shard under --zero),
+  // the copies, the activations
+  double need = (8.0 + 8.0 / moment_shards) * (double)m->nparams +
+                4.0 * (double)(m->ncopy + m->nacts + boundary);
   if (cfg->fused_ce) need += 4.0 * (double)ts_model_fused_ce_floats(m, omp_get_max_threads());
   if (cfg->tiled_mlp) need += 4.0 * (double)ts_model_tiled_mlp_floats(m, omp_get_max_threads());
   // Every process makes this check for its own share of the memory its
@@ -349,7 +380,8 @@ static int fit_check(const ts_model *m) {
     return ts_fail(TS_ERUNTIME,
                    "this model needs about %.1f GiB (parameters, gradients, AdamW state, "
                    "activations) but %s %.1f GiB%s; use a smaller --model, --seq or "
-                   "--batch, the memory options (--checkpoint, --fused-ce, --tiled-mlp), or "
+                   "--batch, the memory options (--checkpoint, --fused-ce, --tiled-mlp), "
+                   "more pipeline stages (--pp), sharded optimizer state (--zero 1), or "
                    "fewer ranks on this %s",
                    need / 1073741824.0, on_gpu ? "this rank's share of its GPU is" : "the machine has",
                    have / 1073741824.0, share, on_gpu ? "GPU" : "machine");
@@ -472,7 +504,7 @@ void ts_model_free(ts_model *m) {
   m->be->free(m->params); m->be->free(m->grads); m->be->free(m->acts);
   m->be->free(m->inputs); m->be->free(m->targets);
   free(m->p.layer); free(m->g.layer); free(m->la); free(m->res);
-  free(m->ptens); free(m->gtens); free(m->key); free(m->stds); free(m->consts);
+  free(m->ptens); free(m->gtens); free(m->key); free(m->elem0); free(m->stds); free(m->consts);
   free(m->all);
   free(m);
 }
@@ -482,10 +514,10 @@ void ts_model_init(ts_model *m, uint64_t seed) {
     ts_tensor *t = &m->ptens[i];
     int64_t n = ts_tensor_numel(t);
     float std = m->stds[i], c = m->consts[i];
-    const uint64_t key = (uint64_t)m->key[i];
+    const uint64_t key = (uint64_t)m->key[i], j0 = (uint64_t)m->elem0[i];
 #pragma omp parallel for schedule(static)
     for (int64_t j = 0; j < n; j++)
-      t->data[j] = std > 0 ? std * ts_rng_normal(seed, TS_RNG_INIT, key, (uint64_t)j) : c;
+      t->data[j] = std > 0 ? std * ts_rng_normal(seed, TS_RNG_INIT, key, j0 + (uint64_t)j) : c;
   }
   if (m->bd->init) m->bd->init(m, seed);
 }

@@ -119,7 +119,7 @@ int ts_grid_create(int dp, int sp, int pp, ts_grid **out) {
   if (g->world_size == 1) {
     if ((rc = ts_comm_serial(&g->data)) || (rc = ts_comm_serial(&g->seq)) ||
         (rc = ts_comm_serial(&g->pipe)) || (rc = ts_comm_serial(&g->replica)) ||
-        (rc = ts_comm_serial(&g->world))) {
+        (rc = ts_comm_serial(&g->world)) || (rc = ts_comm_serial(&g->model))) {
       ts_grid_free(g);
       return rc;
     }
@@ -136,7 +136,8 @@ int ts_grid_create(int dp, int sp, int pp, ts_grid **out) {
       (rc = split(g->pp_rank * dp + g->dp_rank, g->sp_rank, &g->seq)) ||
       (rc = split(g->dp_rank * sp + g->sp_rank, g->pp_rank, &g->pipe)) ||
       (rc = split(g->pp_rank, g->dp_rank * sp + g->sp_rank, &g->replica)) ||
-      (rc = split(0, g->world_rank, &g->world))) {
+      (rc = split(0, g->world_rank, &g->world)) ||
+      (rc = split(g->dp_rank, g->pp_rank * sp + g->sp_rank, &g->model))) {
     ts_grid_free(g);
     return rc;
   }
@@ -151,6 +152,7 @@ void ts_grid_free(ts_grid *g) {
   ts_comm_free(g->pipe);
   ts_comm_free(g->replica);
   ts_comm_free(g->world);
+  ts_comm_free(g->model);
   free(g);
 }
 
@@ -160,14 +162,15 @@ void ts_grid_reset_counts(ts_grid *g) {
   ts_comm_reset_counts(g->pipe);
   ts_comm_reset_counts(g->replica);
   ts_comm_reset_counts(g->world);
+  ts_comm_reset_counts(g->model);
 }
 
 int ts_grid_counts_json(const ts_grid *g, char *buf, size_t cap) {
-  ts_comm *groups[5] = {g->seq, g->data, g->pipe, g->replica, g->world};
-  return ts_comm_counts_json(groups, 5, buf, cap);
+  ts_comm *groups[6] = {g->seq, g->data, g->pipe, g->replica, g->world, g->model};
+  return ts_comm_counts_json(groups, 6, buf, cap);
 }
 
 double ts_grid_comm_seconds(const ts_grid *g) {
   return ts_comm_seconds(g->seq) + ts_comm_seconds(g->data) + ts_comm_seconds(g->pipe) +
-         ts_comm_seconds(g->replica) + ts_comm_seconds(g->world);
+         ts_comm_seconds(g->replica) + ts_comm_seconds(g->world) + ts_comm_seconds(g->model);
 }

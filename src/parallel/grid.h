@@ -22,10 +22,14 @@ typedef struct {
   ts_comm *seq;                 // the sequence-parallel group (size sp)
   ts_comm *pipe;                // the pipeline group (size pp), ordered by stage
   // The replica group: the dp·sp ranks of this rank's stage, which hold the
-  // same parameters, ordered by (data, sequence) index (--zero shards over it);
-  // and the world, ordered by world rank.
+  // same parameters (but for a sequence-parallel positional table's rows),
+  // ordered by (data, sequence) index (--zero shards over it); and the world,
+  // ordered by world rank.
   ts_comm *replica;
   ts_comm *world;
+  // The model group: the pp·sp ranks of this rank's data index, which hold
+  // one copy of the model between them, ordered by (stage, sequence) index.
+  ts_comm *model;
 } ts_grid;
 
 // MPI's lifetime, for main() only. Without mpiexec MPI starts as a world of

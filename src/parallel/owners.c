@@ -12,7 +12,7 @@ static int by_at(const void *a, const void *b) {
 }
 
 int ts_owners_create(ts_comm *group, const ts_tensor *t, int nt, const float *base,
-                     uint64_t total, ts_owners *out) {
+                     const uint64_t *mlocal, uint64_t total, ts_owners *out) {
   memset(out, 0, sizeof *out);
   out->group = group && group->size > 1 ? group : NULL;
   out->total = total;
@@ -23,13 +23,13 @@ int ts_owners_create(ts_comm *group, const ts_tensor *t, int nt, const float *ba
   int n = 0;
   for (int i = 0; i < nt; i++) {
     const uint64_t at = (uint64_t)t[i].at, len = (uint64_t)ts_tensor_numel(&t[i]);
-    const uint64_t local = (uint64_t)(t[i].data - base);
+    const uint64_t local = (uint64_t)(t[i].data - base), ml = mlocal ? mlocal[i] : local;
     if (n > 0 && mine[n - 1].at + mine[n - 1].len == at &&
-        mine[n - 1].local + mine[n - 1].len == local) {
+        mine[n - 1].local + mine[n - 1].len == local && mine[n - 1].mlocal + mine[n - 1].len == ml) {
       mine[n - 1].len += len;
       continue;
     }
-    mine[n++] = (ts_owned_run){at, len, local, me};
+    mine[n++] = (ts_owned_run){at, len, local, ml, me};
   }
   // every rank's: the counts, then the runs padded to the largest count
   int *counts = calloc((size_t)P, sizeof *counts), rc = TS_OK, most = 0;
@@ -94,7 +94,7 @@ int ts_owners_fold(const ts_owners *o, void *state, size_t bytes, ts_fold_fn *fn
     if (j > 0 && o->run[j - 1].rank != me)
       rc = ts_comm_recv(o->group, state, bytes, o->run[j - 1].rank, -1);
     if (rc) break;
-    fn(state, r->at, r->len, r->local, ctx);
+    fn(state, r, ctx);
     if (j + 1 < o->n && o->run[j + 1].rank != me)
       rc = ts_comm_send(o->group, state, bytes, o->run[j + 1].rank, -1);
   }

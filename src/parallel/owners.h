@@ -22,7 +22,8 @@
 
 typedef struct {
   uint64_t at, len; // canonical elements [at, at + len)
-  uint64_t local;   // its first element's offset in the owner's buffers
+  uint64_t local;   // its first element's offset in the owner's parameter buffer
+  uint64_t mlocal;  // and in its optimizer moments
   int rank;         // the owner, in the group
 } ts_owned_run;
 
@@ -31,22 +32,20 @@ typedef struct {
   int n;          // runs, by canonical offset
   ts_owned_run *run;
   uint64_t total; // the canonical vector's elements
-  // The offset of this rank's first owned element in its model's parameter
-  // buffer (a --zero shard's start; 0 otherwise): `local` counts from there.
-  size_t param_offset;
 } ts_owners;
 
-// The group's runs from each rank's owned tensors t[0, nt) (views into one
-// buffer starting at base, canonical offsets in `at`; views of a part of a
-// tensor have the part's): one all-gather over the group. TS_ERUNTIME when
+// The group's runs from each rank's owned tensors t[0, nt) (views into the
+// parameter buffer starting at base, canonical offsets in `at`; views of a
+// part of a tensor have the part's), their moments at mlocal[i] (NULL: at
+// their parameter offsets): one all-gather over the group. TS_ERUNTIME when
 // the runs do not tile [0, total) exactly.
 int ts_owners_create(ts_comm *group, const ts_tensor *t, int nt, const float *base,
-                     uint64_t total, ts_owners *out);
+                     const uint64_t *mlocal, uint64_t total, ts_owners *out);
 void ts_owners_free(ts_owners *o);
 
-// One step of a fold: the run [at, at + len) of the canonical vector, its
-// elements at `local` in the caller's buffers (ctx), into the state.
-typedef void ts_fold_fn(void *state, uint64_t at, uint64_t len, uint64_t local, void *ctx);
+// One step of a fold: the run r of the canonical vector (its elements at
+// r->local, r->mlocal in the caller's buffers, ctx) into the state.
+typedef void ts_fold_fn(void *state, const ts_owned_run *r, void *ctx);
 
 // Runs fn over every run of the group in canonical order, each on its owner;
 // the state (bytes) starts as given on every rank and ends, on every rank, as

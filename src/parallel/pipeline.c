@@ -121,11 +121,8 @@ static int backward(pass *ps, int mu) {
     memcpy(pl->tied_store + (size_t)mu * rd, ts_model_embedding_dgrad(ps->m), rd * sizeof(float));
   ps->holding = -1;
   pl->inflight--;
-  if (pl->seq_grads) { // the sequence's gradient, for the sequence group's sum first
-    const size_t np = ts_model_num_params(ps->m);
-    memcpy(pl->seq_grads + (size_t)mu * np, ts_model_grads(ps->m), np * sizeof(float));
-    return TS_OK;
-  }
+  // a sequence's gradient: the sequence group's sum first
+  if (pl->seq_grads && (rc = pl->seq_grads(pl->seq_ctx, ts_model_grads(ps->m)))) return rc;
   if (ts_tree_push(&pl->tree, ts_model_grads(ps->m)) != 0)
     return ts_fail(TS_ERUNTIME, "out of memory (gradient tree over microbatches)");
   return TS_OK;
@@ -219,7 +216,6 @@ static int tied_embedding(pass *ps) {
   ts_pipeline *pl = ps->pl;
   ts_model *m = ps->m;
   const size_t rd = pl->rows * (size_t)ts_model_config(m)->d;
-  const size_t np = ts_model_num_params(m);
   int rc = TS_OK;
   if (pl->s == 0) {
     for (int mu = 0; mu < pl->M && !rc; mu++)
@@ -234,14 +230,16 @@ static int tied_embedding(pass *ps) {
   for (int mu = 0; mu < pl->M && !rc; mu++) {
     if ((rc = ts_comm_recv(pl->pipe, demb, rd * sizeof(float), 0, -1))) break;
     ts_model_select_sequence(m, ps->b0 + mu * pl->mb);
-    float *out = pl->seq_grads ? pl->seq_grads + (size_t)mu * np + pl->wte_off : pl->wte_grad;
+    float *out = pl->wte_grad;
     rc = ts_model_tied_embedding_grad(m, ps->inputs + (size_t)mu * ps->seq_tokens,
                                       ps->targets + (size_t)mu * ps->seq_tokens,
                                       pl->tied_store + (size_t)mu * rd, demb, out);
-    if (!rc && !pl->seq_grads && ts_tree_push(&pl->wte_tree, out) != 0)
+    // a sequence's part: the sequence group's sum first
+    if (!rc && pl->seq_flat) rc = pl->seq_flat(pl->seq_ctx, out, pl->wte_len);
+    if (!rc && ts_tree_push(&pl->wte_tree, out) != 0)
       rc = ts_fail(TS_ERUNTIME, "out of memory (tied embedding tree)");
   }
-  if (!rc && !pl->seq_grads) ts_tree_finish(&pl->wte_tree, ts_model_grads(m) + pl->wte_off);
+  if (!rc) ts_tree_finish(&pl->wte_tree, ts_model_grads(m) + pl->wte_off);
   pl->be->free(demb);
   return rc;
 }
@@ -253,7 +251,7 @@ int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, co
   ts_tree_reset(&pl->tree, 0);
   int rc = train && pl->schedule == 1 ? one_f_one_b(&ps) : gpipe(&ps);
   if (rc) return rc;
-  if (train && !pl->seq_grads) ts_tree_finish(&pl->tree, ts_model_grads(m));
+  if (train) ts_tree_finish(&pl->tree, ts_model_grads(m));
   if (train && pl->tied && (rc = tied_embedding(&ps))) return rc;
   // the loss from the last stage to all: the tree over microbatches, or with
   // a sequence group first each sequence's tree over its segments

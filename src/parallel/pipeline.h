@@ -41,12 +41,15 @@ typedef struct {
   size_t d;             // the model's width
   ts_tree tree;         // the stage's gradients over microbatches
   // Under --sp N (one sequence per microbatch): the sequence group, whose
-  // segment loss sums the last stage combines, and when a data rank holds
-  // several sequences the per-sequence gradient slots (M × parameters) that
-  // take the microbatches' gradients instead of the tree (the shard sums the
-  // sequence group first, then the sequences: shard.h). NULL otherwise.
+  // segment loss sums the last stage combines, and the shard's sums of a
+  // sequence over it (shard.h), run on each microbatch's gradient before it
+  // enters the tree (seq_grads: the model's gradient layout; seq_flat: n
+  // floats, the tied embedding's): the sequence group first, then the
+  // sequences. NULL otherwise.
   ts_comm *seq;
-  float *seq_grads;
+  int (*seq_grads)(void *ctx, float *g);
+  int (*seq_flat)(void *ctx, float *buf, size_t n);
+  void *seq_ctx;
   // A tied head (--tied): the first stage keeps each microbatch's gradient of
   // the embedding output, the last its last residual (M × rows × d each);
   // after the pass the first sends them to the last, which computes the tied

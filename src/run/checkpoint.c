@@ -103,36 +103,38 @@ static int find_nonfinite(const ts_tensor *t, int n, int *which, int64_t *at) {
 }
 
 // Where the first non-finite value is among what m and opt hold (the
-// parameters, their copies, the moments of the elements from `offset` of
-// the owned ones: a --zero shard's), or NULL: "'NAME'" or "'adam.m.NAME'".
-static const char *nonfinite_state(ts_model *m, const ts_adamw *opt, size_t offset,
-                                   float *value) {
+// parameters, their copies, the moments of upd[0, nupd) in that order; NULL:
+// the owned tensors), or NULL: "'NAME'" or "'adam.m.NAME'".
+static const char *nonfinite_state(ts_model *m, const ts_adamw *opt, const ts_tensor *upd,
+                                   int nupd, float *value, int64_t *index) {
   static char what[96];
   const int nt = ts_model_num_tensors(m), nc = ts_model_num_copies(m);
   ts_tensor *h = calloc((size_t)(nt + nc) + 1, sizeof *h);
   if (!h) return NULL;
   ts_model_tensors(m, h, NULL);
   ts_model_copies(m, h + nt);
+  if (!upd) upd = h, nupd = nt;
   int k;
   int64_t at;
   const char *out = NULL;
   if (find_nonfinite(h, nt + nc, &k, &at)) {
     snprintf(what, sizeof what, "'%s'", h[k].name);
     *value = h[k].data[at];
+    *index = at;
     out = what;
   }
-  const float *base = ts_model_params(m);
-  for (size_t i = 0; !out && opt && i < opt->n; i++) {
-    const int in_m = !isfinite(opt->m[i]);
-    if (!in_m && isfinite(opt->v[i])) continue;
-    *value = in_m ? opt->m[i] : opt->v[i];
-    const char *name = "?";
-    for (int j = 0; j < nt; j++) // the owned tensor of element offset + i
-      if ((size_t)(h[j].data - base) <= offset + i &&
-          offset + i < (size_t)(h[j].data - base) + (size_t)ts_tensor_numel(&h[j]))
-        name = h[j].name;
-    snprintf(what, sizeof what, "'adam.%c.%s'", in_m ? 'm' : 'v', name);
-    out = what;
+  size_t first = 0; // the moments of upd[j] start there
+  for (int j = 0; !out && opt && j < nupd; j++) {
+    const size_t n = (size_t)ts_tensor_numel(&upd[j]);
+    for (size_t i = first; !out && i < first + n && i < opt->n; i++) {
+      const int in_m = !isfinite(opt->m[i]);
+      if (!in_m && isfinite(opt->v[i])) continue;
+      *value = in_m ? opt->m[i] : opt->v[i];
+      *index = (int64_t)(i - first);
+      snprintf(what, sizeof what, "'adam.%c.%s'", in_m ? 'm' : 'v', upd[j].name);
+      out = what;
+    }
+    first += n;
   }
   free(h);
   return out;
@@ -142,12 +144,14 @@ static const char *nonfinite_state(ts_model *m, const ts_adamw *opt, size_t offs
 // the parameters, then of each moment, all in canonical order.
 typedef struct {
   const float *base;
+  int moments; // base is a moment buffer: the runs' mlocal offsets
 } crc_ctx;
 
-static void crc_fold(void *state, uint64_t at, uint64_t len, uint64_t local, void *ctx) {
-  (void)at;
+static void crc_fold(void *state, const ts_owned_run *r, void *ctx) {
+  const crc_ctx *c = ctx;
   uint32_t *crc = state;
-  *crc = ts_ckpt_crc32(*crc, ((const crc_ctx *)ctx)->base + local, (size_t)len * sizeof(float));
+  *crc = ts_ckpt_crc32(*crc, c->base + (c->moments ? r->mlocal : r->local),
+                       (size_t)r->len * sizeof(float));
 }
 
 // The checkpoint's bytes into the temp file tmp, each rank of the owners'
@@ -167,16 +171,17 @@ static int write_sections(const ts_owners *o, ts_model *m, ts_adamw *opt, const 
   free(prefix);
   ts_pfile *f;
   if ((rc = ts_pfile_open(g, tmp, &f))) return rc;
-  const float *sec[3] = {ts_model_params(m) + o->param_offset, opt->m, opt->v};
+  const float *sec[3] = {ts_model_params(m), opt->m, opt->v};
   const uint64_t total = o->total;
   for (int k = 0; k < 3 && !rc; k++)
     for (int j = 0; j < o->n && !rc; j++)
       if (o->run[j].rank == me)
         rc = ts_pfile_write_at(f, plen + 4 * ((uint64_t)k * total + o->run[j].at),
-                               sec[k] + o->run[j].local, (size_t)o->run[j].len * sizeof(float));
+                               sec[k] + (k ? o->run[j].mlocal : o->run[j].local),
+                               (size_t)o->run[j].len * sizeof(float));
   uint32_t crc = 0;
   for (int k = 0; k < 3 && !rc; k++) {
-    crc_ctx c = {sec[k]};
+    crc_ctx c = {sec[k], k > 0};
     rc = ts_owners_fold(o, &crc, sizeof crc, crc_fold, &c);
   }
   if (!rc && me == 0 && !(rc = ts_ckpt_prefix(path, t, n, meta, n_meta, crc, &prefix, &plen))) {
@@ -189,7 +194,7 @@ static int write_sections(const ts_owners *o, ts_model *m, ts_adamw *opt, const 
 }
 
 int ts_run_save_checkpoint(const ts_owners *owners, ts_model *m, ts_adamw *opt,
-                           const ts_config *cfg, int64_t step) {
+                           const ts_tensor *upd, int nupd, const ts_config *cfg, int64_t step) {
   ts_owners whole = {0}; // without owners: this process owns the model
   const ts_owners *o = owners;
   int rc = TS_OK;
@@ -198,7 +203,8 @@ int ts_run_save_checkpoint(const ts_owners *owners, ts_model *m, ts_adamw *opt,
     ts_tensor *own = calloc((size_t)nt + 1, sizeof *own);
     if (!own) return ts_fail(TS_ERUNTIME, "out of memory writing a checkpoint");
     ts_model_tensors(m, own, NULL);
-    rc = ts_owners_create(NULL, own, nt, ts_model_params(m), ts_model_canonical_params(m), &whole);
+    rc = ts_owners_create(NULL, own, nt, ts_model_params(m), NULL, ts_model_canonical_params(m),
+                          &whole);
     free(own);
     if (rc) return rc;
     o = &whole;
@@ -228,7 +234,8 @@ int ts_run_save_checkpoint(const ts_owners *owners, ts_model *m, ts_adamw *opt,
   // what it holds; a refusal on one ends them all).
   const char *what = NULL;
   float bad_value = 0.0f;
-  if (!rc && (what = nonfinite_state(m, opt, o->param_offset, &bad_value)))
+  int64_t bad_index = 0;
+  if (!rc && (what = nonfinite_state(m, opt, upd, nupd, &bad_value, &bad_index)))
     rc = ts_fail(TS_ERUNTIME, "step %" PRId64 ": the update left %g in %s (diverged): not "
                  "checkpointed, the previous checkpoint is kept; try a smaller --lr", step,
                  (double)bad_value, what);
@@ -407,7 +414,7 @@ static int read_config(const ts_ckpt *ck, const ts_config *base, int training, i
   if (key[0])
     return bad(path, "%s: \"%s\" is not a value a run writes (it is left for a default)",
                META_CONFIG, key);
-  if (ts_run_check_fit(out, training, share, stages)) return ts_run_restate(path, META_CONFIG);
+  if (ts_run_check_fit(out, training, share, stages, 1)) return ts_run_restate(path, META_CONFIG);
   return TS_OK;
 }
 
@@ -469,38 +476,45 @@ void ts_run_close_checkpoint(ts_run_ckpt *ck) {
   ck->ck = NULL;
 }
 
-int ts_run_load_checkpoint(const ts_owners *o, ts_model *m, ts_adamw *opt,
+int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_tensor *upd, int nupd,
                            const ts_run_ckpt *ck) {
   const char *path = ts_ckpt_path(ck->ck);
   ts_tensor *t;
-  // the moments by tensor only for a whole model's optimizer; a part's by
-  // its owned runs, below
-  int n = ts_run_ckpt_tensors(m, o ? NULL : opt, &t);
+  int n = ts_run_ckpt_tensors(m, NULL, &t); // the canonical table, to check the file against
   if (n < 0) return ts_fail(TS_ERUNTIME, "out of memory");
   int rc = ts_ckpt_expect(ck->ck, t, n);
-  // what this model holds: its parameters (and copies), and with an
-  // optimizer its moments; the reads are of those byte ranges alone
-  int nload = opt ? n : n / 3;
-  for (int i = 0; i < nload && !rc; i++)
-    if (t[i].data) rc = ts_ckpt_load(ck->ck, &t[i]);
-  const int me = o && o->group ? o->group->rank : 0;
-  for (int k = 1; o && opt && k <= 2 && !rc; k++) // this rank's runs of moment section k
-    for (int j = 0; j < o->n && !rc; j++)
-      if (o->run[j].rank == me)
-        rc = ts_ckpt_read(ck->ck, 4 * ((uint64_t)k * o->total + o->run[j].at),
-                          (k == 1 ? opt->m : opt->v) + o->run[j].local,
-                          (size_t)o->run[j].len * sizeof(float));
-  // none is written with a NaN or Inf (ts_run_save_checkpoint): it is damage
-  int k;
-  int64_t at;
-  float value = 0.0f;
-  const char *what = NULL;
-  if (!rc && find_nonfinite(t, nload, &k, &at))
-    rc = bad(path, "tensor '%s' holds %g at index %" PRId64 " (a checkpoint holds finite values "
-                   "only)", t[k].name, (double)t[k].data[at], at);
-  else if (!rc && opt && (what = nonfinite_state(m, opt, o ? o->param_offset : 0, &value)))
-    rc = bad(path, "%s holds %g (a checkpoint holds finite values only)", what, (double)value);
   free(t);
+  // what this model holds, from those byte ranges alone: every tensor (or
+  // part) it holds, copies included, and with an optimizer the moments of
+  // those it updates, in their order (NULL: its owned tensors)
+  const int nt = ts_model_num_tensors(m), nc = ts_model_num_copies(m);
+  ts_tensor *h = calloc((size_t)(nt + nc) + 1, sizeof *h);
+  if (!rc && !h) rc = ts_fail(TS_ERUNTIME, "out of memory");
+  if (!rc) {
+    ts_model_tensors(m, h, NULL);
+    ts_model_copies(m, h + nt);
+    if (!upd) upd = h, nupd = nt;
+  }
+  const uint64_t total = ts_model_canonical_params(m);
+  for (int i = 0; i < nt + nc && !rc; i++)
+    rc = ts_ckpt_read(ck->ck, 4 * (uint64_t)h[i].at, h[i].data,
+                      (size_t)ts_tensor_numel(&h[i]) * sizeof(float));
+  size_t first = 0;
+  for (int j = 0; opt && j < nupd && !rc; j++) {
+    const size_t len = (size_t)ts_tensor_numel(&upd[j]);
+    for (int k = 1; k <= 2 && !rc; k++)
+      rc = ts_ckpt_read(ck->ck, 4 * ((uint64_t)k * total + (uint64_t)upd[j].at),
+                        (k == 1 ? opt->m : opt->v) + first, len * sizeof(float));
+    first += len;
+  }
+  // none is written with a NaN or Inf (ts_run_save_checkpoint): it is damage
+  float value = 0.0f;
+  int64_t index = 0;
+  const char *what = NULL;
+  if (!rc && (what = nonfinite_state(m, opt, upd, nupd, &value, &index)))
+    rc = bad(path, "tensor %s holds %g at index %" PRId64 " (a checkpoint holds finite values "
+                   "only)", what, (double)value, index);
+  free(h);
   if (!rc && opt) opt->step = ck->adam_step;
   return rc;
 }

@@ -90,15 +90,14 @@ int ts_run_combine_loss(ts_comm *group, const float *local, int n, int64_t ntok_
   return rc;
 }
 
-static void hash_fold(void *state, uint64_t at, uint64_t len, uint64_t local, void *ctx) {
-  (void)at;
+static void hash_fold(void *state, const ts_owned_run *r, void *ctx) {
   uint64_t *h = state;
-  *h = ts_fnv1a64(*h, (const float *)ctx + local, (size_t)len * sizeof(float));
+  *h = ts_fnv1a64(*h, (const float *)ctx + r->local, (size_t)r->len * sizeof(float));
 }
 
 int ts_run_param_hash(const ts_owners *o, ts_model *m, uint64_t *out) {
   uint64_t h = TS_FNV_OFFSET;
-  int rc = ts_owners_fold(o, &h, sizeof h, hash_fold, ts_model_params(m) + o->param_offset);
+  int rc = ts_owners_fold(o, &h, sizeof h, hash_fold, ts_model_params(m));
   if (!rc) *out = h;
   return rc;
 }
@@ -122,17 +121,18 @@ static double stage_floor(const ts_config *cfg, int stages, int s, double *copie
 // Each rank holds its stage's parameters (and gradients, and moments): the
 // largest stage's matrices are the floor; on a GPU they live in its memory
 // (the backend gives this rank's share), on the CPU in the node's.
-int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages) {
+int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, int shards) {
   const ts_backend *be = ts_backend_current();
   const int on_gpu = be->memory_bytes != NULL;
   double have = on_gpu ? (double)be->memory_bytes()
                        : (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) /
                              (share > 1 ? share : 1);
   if (stages < 1) stages = 1;
+  if (shards < 1) shards = 1;
   double np = 0.0, need = 0.0;
   for (int s = 0; s < stages; s++) {
     double copies, own = stage_floor(cfg, stages, s, &copies);
-    double b = own * (training ? 16.0 : 8.0) + 4.0 * copies;
+    double b = own * (training ? 8.0 + 8.0 / shards : 8.0) + 4.0 * copies;
     if (b > need) need = b, np = own + copies;
   }
   if (!(have > 0) || need <= 0.9 * have) return TS_OK;
@@ -142,8 +142,8 @@ int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages) 
   return ts_fail(TS_ERUNTIME,
                  "the model's weight matrices alone need %.1f GiB (%.3g parameters%s: --layers %d, "
                  "--d %d, --d-ff %d, vocab %d; values, gradients%s) but %s %.1f GiB%s; use a "
-                 "smaller --model, --layers, --d or --d-ff, more pipeline stages (--pp), or fewer "
-                 "ranks on this %s",
+                 "smaller --model, --layers, --d or --d-ff, more pipeline stages (--pp), sharded "
+                 "optimizer state (--zero 1), or fewer ranks on this %s",
                  need / 1073741824.0, np, stage, cfg->n_layer, cfg->d, cfg->d_ff, cfg->vocab,
                  training ? ", AdamW moments" : "",
                  on_gpu ? "this rank's share of its GPU is" : "the machine has",

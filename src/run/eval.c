@@ -47,7 +47,7 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   inputs = malloc((size_t)cfg.batch * cfg.seq * sizeof(int));
   targets = malloc((size_t)cfg.batch * cfg.seq * sizeof(int));
   if (!inputs || !targets) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
-  if ((rc = ts_run_load_checkpoint(NULL, m, NULL, &ck))) goto done;
+  if ((rc = ts_run_load_checkpoint(m, NULL, NULL, 0, &ck))) goto done;
   float vl;
   ts_shard whole = {.m = m, .nb = cfg.batch, .T = cfg.seq, .Tl = cfg.seq};
   if ((rc = ts_run_evaluate(&whole, data, &cfg, NULL, inputs, targets, &vl))) goto done;

@@ -40,9 +40,10 @@ int ts_run_param_hash(const ts_owners *o, ts_model *m, uint64_t *out);
 // Refuses (TS_ERUNTIME) a model whose weight matrices alone, with their
 // gradients and (training) the two AdamW moments, exceed 90% of the memory
 // they would live in, shared by `share` processes, on the largest of
-// `stages` pipeline stages (1: the whole model): before anything is
-// allocated (model.c's full estimate needs the parameters allocated first).
-int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages);
+// `stages` pipeline stages (1: the whole model), the moments sharded over
+// `shards` ranks (--zero 1; else 1): before anything is allocated (model.c's
+// full estimate needs the parameters allocated first).
+int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, int shards);
 // The mean validation loss over cfg->eval_batches fixed batches.
 int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_comm *group,
                     int *inputs, int *targets, float *out);
@@ -61,8 +62,10 @@ int ts_run_ckpt_tensors(ts_model *m, ts_adamw *opt, ts_tensor **out);
 // Collective over the owners' group (owners.h; NULL: m is the whole model):
 // each rank writes the byte ranges of what it owns into the one file
 // (MPI-IO), which is the same file whichever layout wrote it.
+// upd[0, nupd): what opt's moments are of, in order (NULL: m's owned
+// tensors), for the names in a refusal.
 int ts_run_save_checkpoint(const ts_owners *owners, ts_model *m, ts_adamw *opt,
-                           const ts_config *cfg, int64_t step);
+                           const ts_tensor *upd, int nupd, const ts_config *cfg, int64_t step);
 // The highest step-*.safetensors in dir (its step; 0 and path "" when none; -1: no dir).
 int64_t ts_run_latest_checkpoint(const char *dir, char *path, size_t cap);
 // A checkpoint opened and checked (checkpoint.c): its configuration and step.
@@ -89,11 +92,11 @@ void ts_run_close_checkpoint(ts_run_ckpt *ck);
 int ts_run_restate(const char *path, const char *what);
 // The model's parameters and (opt not NULL) the AdamW moments and step from
 // the checkpoint, which must hold exactly the canonical model's tensors, all
-// finite; of a part of the model (a pipeline stage), what it holds, read
-// from those byte ranges alone. opt NULL: the parameters only (evaluation).
-// With owners (owners.h; NULL: m is the whole model) the moments are this
-// rank's owned runs, read from their byte ranges (a --zero shard's).
-int ts_run_load_checkpoint(const ts_owners *owners, ts_model *m, ts_adamw *opt,
+// finite: every tensor (or part) m holds, its copies included, and the
+// moments of upd[0, nupd) in that order (what this rank updates: a
+// partitioned model's part, a --zero shard; NULL: m's owned tensors), each
+// read from its byte ranges alone. opt NULL: the parameters only (evaluation).
+int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_tensor *upd, int nupd,
                            const ts_run_ckpt *ck);
 // The run log cut back to the records up to step `upto` (a resumed run's
 // log), its torn last line, if any, dropped.

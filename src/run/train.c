@@ -58,10 +58,10 @@ static void layout_name(const ts_grid *grid, const ts_layout *lay, char *buf, si
 // --resume, once the model and the optimizer exist: the checkpoint, opened
 // and checked before they were allocated, loaded into them (every rank reads
 // what it holds: a pipeline stage its part), and the log cut back to its step.
-static int resume(const ts_owners *o, ts_model *m, ts_adamw *opt, const ts_run_ckpt *ck,
+static int resume(const ts_shard *sh, ts_adamw *opt, const ts_run_ckpt *ck,
                   const ts_config *cfg, int root) {
   int rc;
-  if ((rc = ts_run_load_checkpoint(o, m, opt, ck))) return rc;
+  if ((rc = ts_run_load_checkpoint(sh->m, opt, sh->upd_p, sh->nupd, ck))) return rc;
   if (root && cfg->log_path[0] && (rc = ts_run_trim_log(cfg->log_path, ck->step))) return rc;
   if (root) printf("resumed from %s (step %" PRId64 ")\n", ts_ckpt_path(ck->ck), ck->step);
   return TS_OK;
@@ -192,6 +192,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     return rc;
   ts_run_setup_threads(&cfg, grid->local_size);
   ts_model_set_memory_share(grid->local_size); // the node's ranks share its memory
+  const int shards = lay.zero ? grid->replica->size : 1; // --zero: the moments' shards
+  ts_model_set_moment_shards(shards);
   // rank 0 alone talks to people and files
   const int root = grid->world_rank == 0;
   if (!root) cfg.quiet = 1;
@@ -199,7 +201,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_comm *dgroup = grid->data;
   // Before anything is allocated: a model that cannot fit, and on --resume
   // everything in the checkpoint's header.
-  if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size, grid->pp))) goto done;
+  if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size, grid->pp, shards))) goto done;
   // the format the files are read in, which the run records and a resumed
   // run must share (a look at their first bytes; the whole files come later)
   if ((rc = ts_data_resolve(cfg.data_path, cfg.val_path, cfg.data_format, &cfg.data_format)) ||
@@ -219,8 +221,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   // this rank's parameters (a pipeline stage's), and the canonical model's
   // what this rank updates: its stage's tensors, or under --zero its shard of
   // them (shard.h), with moments for those alone; and the canonical model's size
-  const size_t nown = sh.own_hi - sh.own_lo, np_model = ts_model_canonical_params(m);
-  if ((rc = ts_adamw_init(&opt, nown))) goto done;
+  const size_t np_model = ts_model_canonical_params(m);
+  if ((rc = ts_adamw_init(&opt, sh.nupd_floats))) goto done;
   const int nt = sh.nupd;
   ts_tensor *pt = sh.upd_p, *gt = sh.upd_g;
   inputs = malloc((size_t)nb * cfg.seq * sizeof(int));
@@ -230,7 +232,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   char state[320];
   state_json(&sh, &opt, state, sizeof state);
   const int64_t start = cfg.resume ? ck.step : 0;
-  if (cfg.resume && (rc = resume(&sh.owners, m, &opt, &ck, &cfg, root))) goto done;
+  if (cfg.resume && (rc = resume(&sh, &opt, &ck, &cfg, root))) goto done;
   ts_run_close_checkpoint(&ck);
 
   // MFU counts every rank's cores: the roof is one process's, times the world.
@@ -288,7 +290,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
                    kept);
       goto done;
     }
-    if ((rc = ts_clip_trained(gt, nt, nown, norm, cfg.grad_clip))) goto done;
+    ts_clip_tensors(gt, nt, norm, cfg.grad_clip);
     float lr = ts_lr_at(&cfg, s);
     if ((rc = ts_optimizer_step(&opt, pt, gt, nt, &cfg, s))) goto done;
     if ((rc = ts_shard_gather_params(&sh))) goto done; // --zero: every shard to every replica
@@ -311,10 +313,11 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     if (cfg.ckpt_dir[0] && ((cfg.ckpt_every > 0 && step % (uint64_t)cfg.ckpt_every == 0) || last)) {
       // the log's records up to this step are on disk before the checkpoint is
       if (root && (rc = ts_log_sync(&log))) goto done;
-      // every owner writes its part (without --zero one replica's stages do:
-      // the others hold the same)
-      if ((sh.zero || (grid->dp_rank == 0 && grid->sp_rank == 0)) &&
-          (rc = ts_run_save_checkpoint(&sh.owners, m, &opt, &cfg, (int64_t)step)))
+      // every owner writes its part (without --zero the first data replica's
+      // stages and sequence ranks: the others hold the same)
+      if ((sh.zero || grid->dp_rank == 0) &&
+          (rc = ts_run_save_checkpoint(&sh.owners, m, &opt, sh.upd_p, sh.nupd, &cfg,
+                                       (int64_t)step)))
         goto done;
       saved = (int64_t)step;
     }
