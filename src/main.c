@@ -274,7 +274,8 @@ static const flag flags[] = {
      "ZeRO stage over the ranks that hold the same parameters (--dp x --sp): 1 shards the "
      "AdamW moments (2 and 3 are not built yet)", "0", TRAIN, G_PAR, check_nonneg},
     {"--microbatches", K_INT, AT(lay.microbatches), 0, "M",
-     "microbatches per step (pipeline): they split each data rank's sequences", NULL,
+     "microbatches per step: they split each data rank's sequences (the pipeline's; without "
+     "--pp, gradient accumulation: run one after another, the same bits as one pass)", NULL,
      TRAIN, G_PAR, check_parallel},
     {"--schedule", K_STR, AT(schedule), 0, "NAME", "pipeline schedule: gpipe or 1f1b", NULL, TRAIN,
      G_PAR, check_choice},
@@ -716,8 +717,17 @@ static int check_outputs(const command *cmd, const cli *c) {
 
 // ---------------------------------------------------------------------------
 // Usage errors are the same on every rank: rank 0 says it once, all exit 2.
-// A checkpoint, by its name (tessera compare takes two of them, or two logs).
+// A checkpoint (tessera compare takes two of them, or two logs): a file that
+// starts like safetensors (an 8-byte length, then the JSON header's '{'),
+// where a run log starts with '{'; unreadable, by its name.
 static int is_checkpoint(const char *path) {
+  unsigned char head[9];
+  FILE *f = fopen(path, "rb");
+  if (f) {
+    const size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    return got == sizeof head && head[0] != '{' && head[8] == '{';
+  }
   const size_t n = strlen(path), k = strlen(".safetensors");
   return n > k && strcmp(path + n - k, ".safetensors") == 0;
 }

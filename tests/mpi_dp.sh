@@ -6,8 +6,12 @@
 # The step records count the collectives: per step one tree all-reduce of the
 # N gradient floats, 16·N·(D-1)/D bytes on rank 0 (4N(D-1)/D sent and as many
 # received in each of its two phases), and one all-gather of the ranks' loss
-# sums, 8·(D-1) bytes. Layouts that cannot be exact, and a world of the wrong
-# size, are refused before any work; a failure on one rank ends every rank.
+# sums, 8·(D-1) bytes. Gradient accumulation (--microbatches M without --pp:
+# the rank's sequences M at a time, their gradients into one tree) is the
+# unaccumulated run bit for bit, serially and under --dp, and holds the
+# activations of one microbatch. Layouts that cannot be exact, and a world of
+# the wrong size, are refused before any work; a failure on one rank ends
+# every rank.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/mpi_lib.sh"
@@ -124,5 +128,27 @@ TS_CHECKS=$((TS_CHECKS + 1))
 
 # --- a failure on one rank ends every rank, at once, with the rank's message ----------
 expect_fault_ends_all "dp 2" 2 train $BASE --dp 2
+
+# gradient accumulation
+ACC="--model tiny --batch 8 --steps 3 --warmup 1 --eval-batches 1 --data $DATA --quiet --threads 1 --dropout 0.1"
+expect_exit 0 "" "$T" train $ACC --log "$TS_TMP/acc-1.jsonl"
+for M in 2 8; do
+  expect_exit 0 "" "$T" train $ACC --microbatches $M --log "$TS_TMP/acc-$M.jsonl"
+  expect_compare identical "--microbatches $M, against the unaccumulated run" \
+    "$TS_TMP/acc-1.jsonl" "$TS_TMP/acc-$M.jsonl"
+done
+expect_exit 0 "" $RUN_MPI -n 2 "$T" train $ACC --dp 2 --microbatches 2 --log "$TS_TMP/acc-dp.jsonl"
+expect_compare identical "--dp 2 --microbatches 2, against the unaccumulated serial run" \
+  "$TS_TMP/acc-1.jsonl" "$TS_TMP/acc-dp.jsonl"
+a1=$(sed -n 's/.*"state_bytes":{[^}]*"activations":\([0-9]*\).*/\1/p' "$TS_TMP/acc-1.jsonl" | head -n 1)
+a8=$(sed -n 's/.*"state_bytes":{[^}]*"activations":\([0-9]*\).*/\1/p' "$TS_TMP/acc-8.jsonl" | head -n 1)
+TS_CHECKS=$((TS_CHECKS + 1))
+[ -n "$a1" ] && [ -n "$a8" ] && [ $((a8 * 4)) -lt "$a1" ] &&
+  pass "--microbatches 8 holds $a8 bytes of activations, against $a1 in one pass" ||
+  fail "--microbatches 8: activations '$a8' bytes, not under a quarter of one pass's '$a1'"
+expect_exit 2 "--microbatches 3: must divide the 8 sequences of each data rank" \
+  "$T" train $ACC --microbatches 3 --log "$TS_TMP/never.jsonl"
+expect_exit 2 "--microbatches 2 with --sp 2: a microbatch is one sequence" \
+  "$T" train $ACC --sp 2 --microbatches 2 --log "$TS_TMP/never.jsonl"
 
 done_testing

@@ -38,7 +38,8 @@ static int injected_fault(const ts_grid *g, const char *path) {
 }
 
 // The layout's name in the config record and the progress line:
-// "serial", "dp2", "dp1-sp4-lss", "dp1-pp2-m4-1f1b", "dp1-sp2-upipe-u2-gqa" …
+// "serial", "dp2", "dp1-sp4-lss", "dp1-pp2-m4-1f1b", "dp1-sp2-upipe-u2-gqa",
+// "serial-m4" (accumulation), "dp4-zero1" …
 static void layout_name(const ts_grid *grid, const ts_layout *lay, char *buf, size_t cap) {
   const int D = grid->dp;
   if (grid->world_size == 1)
@@ -53,6 +54,9 @@ static void layout_name(const ts_grid *grid, const ts_layout *lay, char *buf, si
   const ts_cp *cp = ts_cp_get(lay->sp_mode);
   if (grid->sp > 1 && cp->describe) // the strategy's settings
     cp->describe(lay, buf + strlen(buf), cap - strlen(buf));
+  if (grid->pp == 1 && grid->sp == 1 && lay->microbatches > 1) // gradient accumulation
+    snprintf(buf + strlen(buf), cap - strlen(buf), "-m%d", lay->microbatches);
+  if (lay->zero) snprintf(buf + strlen(buf), cap - strlen(buf), "-zero%d", lay->zero);
 }
 
 // --resume, once the model and the optimizer exist: the checkpoint, opened
