@@ -732,8 +732,30 @@ static int is_checkpoint(const char *path) {
   return n > k && strcmp(path + n - k, ".safetensors") == 0;
 }
 
+// Under mpiexec a rank may refuse its command line while the others accept
+// theirs: every rank of a run takes part in one agreement (here, or just
+// before the run starts: ranks_accept), so that all exit 2 together.
 static int usage_error(const command *cmd) {
-  if (ts_mpi_world_rank() == 0) fprintf(stderr, "tessera %s: %s\n", cmd->name, ts_errmsg());
+  int first, n = ts_mpi_world_size();
+  const int bad = cmd->id == C_TRAIN && n > 1 && ts_mpi_active() ? ts_mpi_failed_ranks(1, &first)
+                                                                  : n;
+  if (bad == n) { // every rank: the same line from all, said once
+    if (ts_mpi_world_rank() == 0) fprintf(stderr, "tessera %s: %s\n", cmd->name, ts_errmsg());
+  } else {
+    fprintf(stderr, "tessera %s: rank %d: %s\n", cmd->name, ts_mpi_world_rank(), ts_errmsg());
+  }
+  ts_mpi_finalize();
+  return 2;
+}
+
+// The other side of usage_error's agreement, for the ranks that accepted
+// their command line: 0 when every rank did, else 2 (after saying so once).
+static int ranks_accept(const command *cmd) {
+  int first;
+  if (ts_mpi_world_size() == 1 || ts_mpi_failed_ranks(0, &first) == 0) return 0;
+  if (ts_mpi_world_rank() == 0)
+    fprintf(stderr, "tessera %s: rank %d refused its command line (its message above); no "
+                    "rank started\n", cmd->name, first);
   ts_mpi_finalize();
   return 2;
 }
@@ -742,6 +764,11 @@ static int usage_error(const command *cmd) {
 // than one rank an error may be this rank's alone while the others wait for
 // it in a collective: it is printed with the rank and ends the whole world.
 static int finish(const command *cmd, int rc) {
+  if (rc != TS_OK && ts_mpi_world_size() > 1 && ts_error_everywhere()) { // every rank's: once
+    if (ts_mpi_world_rank() == 0) fprintf(stderr, "tessera %s: %s\n", cmd->name, ts_errmsg());
+    ts_mpi_finalize();
+    return rc == TS_EUSAGE ? 2 : 1;
+  }
   if (rc != TS_OK && ts_mpi_world_size() > 1) {
     fprintf(stderr, "tessera: rank %d: %s\n", ts_mpi_world_rank(), ts_errmsg());
     fflush(stderr);
@@ -876,6 +903,7 @@ int main(int argc, char **argv) {
   if (rc == TS_EUSAGE) return usage_error(cmd);
   if (rc != TS_OK) return finish(cmd, rc);
   ts_backend_set(be);
+  if (cmd->id == C_TRAIN && (rc = ranks_accept(cmd))) return rc;
   switch (cmd->id) {
   case C_TRAIN: return finish(cmd, ts_train(&c.cfg, &c.lay));
   case C_EVAL: return finish(cmd, ts_eval(&c.cfg, c.ckpt));

@@ -219,6 +219,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   }
   if ((rc = ts_run_open_data(&cfg, cfg.data_path, &data))) goto done;
   if ((rc = injected_fault(grid, cfg.data_path))) goto done;
+  // every rank with the same computation, data and checkpoint, before any work
+  if ((rc = ts_run_agree(&cfg, &lay, data, &ck))) goto done;
   if ((rc = ts_shard_create(&cfg, grid, &lay, &sh))) goto done;
   m = sh.m;
   ts_model_init(m, cfg.seed);
