@@ -48,8 +48,9 @@ static const command commands[] = {
      "(docs/DATA.md: bytes, nanoGPT's uint16 .bin, raw uint32, llm.c's .bin).\n"
      "In exact mode (the default) any parallel layout reproduces the serial run bit\n"
      "for bit. --fast is for distributed layouts, where it lets MPI choose its own\n"
-     "summation order (checked within a tolerance); the serial reference computes\n"
-     "the same exact result either way.",
+     "summation order and ring attention merge its blocks by their log-sum-exp\n"
+     "(checked within a tolerance); the serial reference computes the same exact\n"
+     "result either way.",
      "tessera train --model mini --steps 200 --data data/corpus.txt --log run.jsonl"},
     {"eval", C_EVAL, "--ckpt FILE [flags]", "evaluate a checkpoint on the validation split",
      "Computes the mean validation loss of a checkpoint; the model comes from the\n"
@@ -230,8 +231,9 @@ static const flag flags[] = {
     // run
     {"--exact", K_SET, AT(cfg.fast), 0, NULL, "bitwise reproducible arithmetic", NULL, TD, G_RUN,
      NULL},
-    {"--fast", K_SET, AT(cfg.fast), 1, NULL, "library-chosen reduction order in distributed runs",
-     NULL, TD, G_RUN, NULL},
+    {"--fast", K_SET, AT(cfg.fast), 1, NULL,
+     "library-chosen reduction order in distributed runs; ring attention merges blocks by "
+     "log-sum-exp", NULL, TD, G_RUN, NULL},
     {"--device", K_STR, AT(device), 0, "cpu|cuda", "where to compute", NULL, TED, G_RUN,
      check_device},
     {"--precision", K_STR, AT(precision), 0, "fp32|bf16",

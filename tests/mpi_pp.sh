@@ -95,7 +95,7 @@ pp_sp() {
     --dp $D --sp-mode $mode --microbatches $((4 / D)) --schedule $sched --log "$L" || return
   TS_CHECKS=$((TS_CHECKS + 1))
   case $mode in
-  ring*) out=$("$T" compare --rtol 1e-5 "$S" "$L" 2>&1); want="equal within rtol 1e-05|identical" ;;
+  ring-zigzag) out=$("$T" compare --rtol 1e-5 "$S" "$L" 2>&1); want="equal within rtol 1e-05|identical" ;;
   *) out=$("$T" compare "$S" "$L" 2>&1); want=identical ;;
   esac
   echo "$out" | grep -Eq "^($want)" && pass "$flags | pp 2 sp 2 dp $D $mode $sched: $out" ||
@@ -105,6 +105,7 @@ pp_sp "--model tiny --untied" lss 1f1b 1
 pp_sp "--model llama-tiny --layers 4" ulysses gpipe 1
 pp_sp "--model llama-tiny --layers 4" upipe 1f1b 1
 pp_sp "--model llama-tiny --layers 4" ring-zigzag 1f1b 1
+pp_sp "--model tiny" ring gpipe 1
 pp_sp "--model llama-tiny --layers 4" lss gpipe 2
 pp_sp "--model tiny" ulysses 1f1b 1
 
