@@ -13,6 +13,7 @@ enum {
   TS_OK = 0,
   TS_ERUNTIME = 1, // bad file, I/O, allocation, numerical failure
   TS_EUSAGE = 2,   // bad flag or flag value
+  TS_ESTOPPED = 3, // ts_train stopped by a signal after a whole step (ts_train_stop_signal)
 };
 int ts_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *ts_errmsg(void);
@@ -291,7 +292,12 @@ double ts_model_flops_per_token(const ts_model *m);
 // ---------------------------------------------------------------------------
 // Runs (src/run/, compare.c, info.c). Each returns TS_OK or an error code.
 // lay NULL: the serial layout. Under MPI the world must be dp × sp × pp ranks.
+// SIGTERM, SIGINT or SIGHUP during ts_train: the step under way is finished,
+// checkpointed when cfg->ckpt_dir is set, and ts_train returns TS_ESTOPPED
+// with the message saying how to resume (docs/CHECKPOINTS.md, "Stopping").
 int ts_train(const ts_config *cfg, const ts_layout *lay);
+// The signal that stopped the last ts_train (TS_ESTOPPED), 0 when none.
+int ts_train_stop_signal(void);
 int ts_eval(const ts_config *cfg, const char *ckpt_path);
 int ts_info(void);
 // Writes the golden-file set of docs/GOLDEN.md for this config into out_dir.

@@ -23,6 +23,8 @@ expect_exit 0 "" "$T" train --help
 expect_stdout "--steps N .*default 100"
 expect_stdout "--fast"
 expect_stdout "exact"
+expect_stdout "^SIGTERM, SIGINT or SIGHUP stops the run after the step under way"
+expect_stdout "exits 128 \+ the signal's number \(143,"
 expect_exit 2 "" "$T" # no command: usage on stderr
 
 # --- usage errors: exit 2, one line naming the flag, before any work -------------

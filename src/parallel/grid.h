@@ -31,10 +31,11 @@ void ts_mpi_finalize(void);
 void ts_mpi_abort(int code);
 int ts_mpi_world_rank(void);
 int ts_mpi_world_size(void);
-// The maxima of two numbers over the world (the busiest rank's compute time,
-// the largest peak memory), for the run log: metrics, not part of the
-// training's communication, so not counted.
-void ts_mpi_max2(double *a, double *b);
+// The maxima of n numbers over the world, in place: the busiest rank's
+// compute time and the largest peak memory for the run log, and whether a
+// rank was asked to stop (train.c). Not part of the training's
+// communication, so not counted.
+void ts_mpi_max(double *v, int n);
 
 // TS_EUSAGE, naming --dp and the world size, unless dp × sp × pp ranks run.
 int ts_grid_check(int dp, int sp, int pp);

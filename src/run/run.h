@@ -83,4 +83,17 @@ int ts_run_trim_log(const char *path, int64_t upto);
 // Removes what a killed run left of its temporary files (util.h), in the
 // checkpoint directory and next to the log; how many.
 int ts_run_remove_stale_temps(const ts_config *cfg);
+
+// ---- stop.c -----------------------------------------------------------------------------
+// SIGTERM, SIGINT and SIGHUP, while a training run lasts: the first is
+// recorded (and, ack set, acknowledged on stderr) for the step loop to stop
+// after the step it is in; a second ends the process at once. A signal the
+// process was started with ignored stays ignored.
+void ts_run_stop_install(int ack);
+void ts_run_stop_restore(void);
+// The signal received since ts_run_stop_install, 0 when none (this rank's).
+int ts_run_stop_requested(void);
+// Records the signal the run stopped on, agreed by every rank (ts_train_stop_signal).
+void ts_run_stopped(int signo);
+const char *ts_run_signal_name(int signo); // "SIGTERM", "SIGINT", "SIGHUP"
 #endif
