@@ -8,7 +8,9 @@
 
 // ---------------------------------------------------------------------------
 // Errors. Library functions return TS_OK or an error code and leave a one-line
-// message in a thread-local buffer; only main() prints it and exits.
+// message in a thread-local buffer; only main() prints it and exits. Control
+// characters of what a message quotes (a name read from a file, a path) are
+// written as escapes (\n, \xNN), so that it stays one line.
 enum {
   TS_OK = 0,
   TS_ERUNTIME = 1, // bad file, I/O, allocation, numerical failure

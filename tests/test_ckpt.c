@@ -452,6 +452,12 @@ static void test_bad_header_content(void **state) {
        "no tessera.data_crc32", NULL},
       {"{\"__metadata__\": {\"tessera.format\": \"1\", \"tessera.data_crc32\": \"%s\", \"n\": 5}}",
        "not a string", "'n'"},
+      // control characters in what a message quotes are escaped: one line,
+      // no terminal control (the fuzzer found a name's newline printed as is)
+      {"{" META ", \"a\\nb\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 8]}}",
+       "'a\\nb'", "shape [3]"},
+      {"{" META ", \"x\": {\"dtype\": \"F\\u001b[2J\", \"shape\": [2], \"data_offsets\": [0, 8]}}",
+       "dtype F\\x1b[2J", "'x'"},
   };
 #undef META
   char path[4200];
@@ -460,6 +466,8 @@ static void test_bad_header_content(void **state) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     put_raw(path, cases[i].header, x, sizeof x);
     expect_refused(path, cases[i].word1, cases[i].word2, NULL);
+    for (const char *c = ts_errmsg(); *c; c++)
+      if ((unsigned char)*c < 0x20) fail_msg("control character %#x in: %s", *c, ts_errmsg());
   }
 }
 
