@@ -274,6 +274,12 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
 // Gradients of the global batch's mean loss with respect to the last forward's
 // tokens (for the whole batch: the full gradient) into the gradient buffer.
 int ts_model_backward(ts_model *m, uint64_t step);
+// The parameter tensors of the model cfg describes (names and shapes, data
+// NULL) in canonical order, without making the model: what a checkpoint of
+// it holds, checked before its memory is allocated. *out malloc'd; returns
+// their number, or -1 (out of memory, or a configuration ts_model_create
+// refuses; ts_errmsg says which).
+int ts_config_tensors(const ts_config *cfg, ts_tensor **out);
 // Named views in canonical order. grads may be NULL.
 int ts_model_num_tensors(const ts_model *m);
 void ts_model_tensors(ts_model *m, ts_tensor *params, ts_tensor *grads);

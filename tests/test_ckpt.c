@@ -917,6 +917,11 @@ static void test_run_header_checked(void **state) {
       {CFG_KEY, "\"n_layer\":2", "\"n_layer\":-1", "tessera.config: --layers -1"},
       {CFG_KEY, "\"n_layer\":2", "\"n_layer\":200000000",
         "tessera.config: the model's weight matrices alone need"},
+      // a model that fits but is not the file's: refused on open, before
+      // anything of it is allocated (the fuzzer found it allocated first)
+      {CFG_KEY, "\"d\":64", "\"d\":1024",
+        "tensor 'wte' has shape [256, 64] in the file, expected [256, 1024]"},
+      {CFG_KEY, "\"n_layer\":2", "\"n_layer\":200", "no tensor 'h.2.ln1.w'"},
       {CFG_KEY, "\"d\":64", "\"d\":2147483647", "tessera.config: --heads 4: must divide"},
       {CFG_KEY, "\"n_head\":4", "\"n_head\":4,\"compress\":99",
         "tessera.config: compress 99: unknown"},
@@ -956,6 +961,20 @@ static void test_run_header_checked(void **state) {
   assert_int_equal(ts_run_open_checkpoint(bad, &f.cfg, 0, 1, &ck), TS_OK);
   ts_run_close_checkpoint(&ck);
   run_teardown(&f);
+}
+
+// The file written from t (n tensors) is refused on open, before a model is
+// made, naming the file and `word`: its tensors are not its configuration's.
+static void expect_open_refused(run_fixture *f, const char *path, const ts_tensor *t, int n,
+                                const ts_meta *meta, const char *word) {
+  assert_int_equal(ts_ckpt_write_v2(path, t, n, meta, 5), TS_OK);
+  for (int training = 0; training <= 1; training++) {
+    ts_run_ckpt ck;
+    assert_int_equal(ts_run_open_checkpoint(path, &f->cfg, training, 1, &ck), TS_ERUNTIME);
+    assert_null(ck.ck);
+    if (!strstr(ts_errmsg(), path) || !strstr(ts_errmsg(), word))
+      fail_msg("message lacks the file or '%s': %s", word, ts_errmsg());
+  }
 }
 
 // The file written from t (n tensors) opens as a run's checkpoint, and its
@@ -1009,18 +1028,24 @@ static void test_run_tensors_checked(void **state) {
   assert_true(a >= 0 && b > a && ts_tensor_numel(&t[a]) == ts_tensor_numel(&t[b]));
   ts_tensor sw = t[a];
   t[a] = t[b], t[b] = sw;
-  expect_load_refused(&f, bad, t, n, meta, m2, &opt2, "out of order");
+  expect_open_refused(&f, bad, t, n, meta, "out of order");
   t[b] = t[a], t[a] = sw;
 
   // one tensor missing (the last moment), one extra (evaluation too)
-  expect_load_refused(&f, bad, t, n - 1, meta, m2, &opt2, "no tensor 'adam.v.lnf.b'");
+  expect_open_refused(&f, bad, t, n - 1, meta, "no tensor 'adam.v.lnf.b'");
   ts_tensor *more = calloc((size_t)n + 1, sizeof *more);
   memcpy(more, t, (size_t)n * sizeof *t);
   float x = 1.0f;
   more[n] = (ts_tensor){.name = "h.2.ln1.w", .ndim = 1, .shape = {1}, .data = &x};
-  expect_load_refused(&f, bad, more, n + 1, meta, m2, NULL,
-                      "'h.2.ln1.w' is not one of this model's");
+  expect_open_refused(&f, bad, more, n + 1, meta, "'h.2.ln1.w' is not one of this model's");
   free(more);
+  // a model whose tensors are the file's but not the run's: the load says so
+  ts_config other = f.cfg;
+  other.d_ff *= 2;
+  ts_model *m3 = NULL;
+  assert_int_equal(ts_model_create(&other, &m3), TS_OK);
+  expect_load_refused(&f, bad, t, n, meta, m3, NULL, "has shape");
+  ts_model_free(m3);
 
   // a NaN in the weights (evaluation) and an Inf in a moment: refused on load
   float *w = ts_model_params(f.m), keep = w[5];

@@ -48,11 +48,9 @@ int ts_run_mkdir_p(const char *dir) {
   return TS_OK;
 }
 
-int ts_run_ckpt_tensors(ts_model *m, ts_adamw *opt, ts_tensor **out) {
-  int n = ts_model_num_tensors(m);
-  ts_tensor *t = calloc((size_t)3 * n, sizeof(ts_tensor));
-  if (!t) return -1;
-  ts_model_tensors(m, t, NULL);
+// t[0, n) the parameters: t[n, 2n) and t[2n, 3n) become the moments' names
+// and shapes, their data in opt (or NULL).
+static void add_moments(ts_tensor *t, int n, const ts_adamw *opt) {
   size_t off = 0;
   for (int i = 0; i < n; i++) {
     for (int k = 1; k <= 2; k++) {
@@ -63,6 +61,14 @@ int ts_run_ckpt_tensors(ts_model *m, ts_adamw *opt, ts_tensor **out) {
     }
     off += (size_t)ts_tensor_numel(&t[i]);
   }
+}
+
+int ts_run_ckpt_tensors(ts_model *m, ts_adamw *opt, ts_tensor **out) {
+  int n = ts_model_num_tensors(m);
+  ts_tensor *t = calloc((size_t)3 * n, sizeof(ts_tensor));
+  if (!t) return -1;
+  ts_model_tensors(m, t, NULL);
+  add_moments(t, n, opt);
   *out = t;
   return 3 * n;
 }
@@ -264,6 +270,27 @@ static int read_config(const ts_ckpt *ck, const ts_config *base, int training, i
   return TS_OK;
 }
 
+// The file's tensors against those of the model its configuration makes
+// (names, shapes, order: ts_ckpt_expect), from the configuration alone: a
+// configuration edited to a larger model is refused for what it is before
+// that model's memory is allocated, not after.
+static int check_tensors(const ts_ckpt *ck, const ts_config *cfg) {
+  ts_tensor *p;
+  int n = ts_config_tensors(cfg, &p);
+  if (n < 0) return ts_run_restate(ts_ckpt_path(ck), META_CONFIG);
+  ts_tensor *t = calloc((size_t)3 * n + 1, sizeof *t);
+  if (!t) {
+    free(p);
+    return bad(ts_ckpt_path(ck), "out of memory");
+  }
+  memcpy(t, p, (size_t)n * sizeof *t);
+  free(p);
+  add_moments(t, n, NULL);
+  int rc = ts_ckpt_expect(ck, t, 3 * n);
+  free(t);
+  return rc;
+}
+
 int ts_run_open_checkpoint(const char *path, const ts_config *base, int training, int share,
                            ts_run_ckpt *out) {
   memset(out, 0, sizeof *out);
@@ -274,6 +301,7 @@ int ts_run_open_checkpoint(const char *path, const ts_config *base, int training
                    "older tessera); a run reads format 2");
   int64_t adam = 0, position = 0;
   if (!rc) rc = read_config(out->ck, base, training, share, &out->cfg);
+  if (!rc) rc = check_tensors(out->ck, &out->cfg);
   if (!rc) rc = meta_count(out->ck, META_STEP, &out->step);
   if (!rc && (out->step < 1 || out->step > out->cfg.steps))
     rc = bad(path, "%s %" PRId64 ": a run of %d steps writes checkpoints after steps 1..%d",

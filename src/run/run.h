@@ -62,7 +62,8 @@ typedef struct {
 // Opens path and checks everything in its header before anything is
 // allocated: format 2, the configuration (read over base, finalized, fitting
 // this machine for training or evaluation, share processes per node), the
-// step and the other counts. TS_ERUNTIME naming the file and the field.
+// tensors of its model (names, shapes, order), the step and the other
+// counts. TS_ERUNTIME naming the file and the field.
 int ts_run_open_checkpoint(const char *path, const ts_config *base, int training, int share,
                            ts_run_ckpt *out);
 // --resume: the latest checkpoint of cfg->ckpt_dir opened as above, its name's
