@@ -61,6 +61,16 @@ expect_exit 1 "checkpoint .*step-00000003" "$TESSERA_BIN" eval --ckpt "$ck" --da
 # a resume with a different configuration than the checkpoint's
 cp "$TS_TMP/step3.bak" "$ck"
 expect_exit 2 "--lr" "$TESSERA_BIN" train $FLAGS --lr 0.002 --ckpt-dir "$TS_TMP/bad" --resume
+# what no tensor shows: the LLaMA rotary base, the variant (a silently other
+# run before: the resume was accepted and continued with the flag's value)
+expect_exit 0 "" "$TESSERA_BIN" train --model llama-tiny --steps 2 --data "$DATA" --quiet \
+  --ckpt-dir "$TS_TMP/llck" --ckpt-every 1
+rm -f "$TS_TMP/llck/step-00000002.safetensors"
+expect_exit 2 "--resume: checkpoint .*step-00000001.safetensors was written with --rope-theta 10000, this run has 500000" \
+  "$TESSERA_BIN" train --model llama-tiny --steps 2 --data "$DATA" --quiet --rope-theta 500000 \
+  --ckpt-dir "$TS_TMP/llck" --resume
+expect_exit 2 "--resume: checkpoint .* was written by a LLaMA model, this run's --model tiny is GPT" \
+  "$TESSERA_BIN" train --model tiny --steps 2 --data "$DATA" --quiet --ckpt-dir "$TS_TMP/llck" --resume
 # nothing to resume from
 mkdir -p "$TS_TMP/empty"
 expect_exit 1 "no checkpoint" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/empty" --resume

@@ -152,8 +152,16 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, co
   if (memcmp(&old.F, &cfg->F, sizeof(float)) != 0)                                         \
     return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written with %s %g, this run has %g", \
                    path, FLAG, (double)old.F, (double)cfg->F);
+  // the variant first: the other fields' flags mean other tensors in the other
+  if (old.variant != cfg->variant && (old.variant == TS_GPT || old.variant == TS_LLAMA))
+    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written by a %s model, this run's "
+                   "--model %s is %s", path, old.variant == TS_LLAMA ? "LLaMA" : "GPT",
+                   cfg->preset, cfg->variant == TS_LLAMA ? "LLaMA" : "GPT");
+  SAME_INT(variant, "variant")
   SAME_INT(vocab, "vocab") SAME_INT(d, "--d") SAME_INT(n_layer, "--layers")
-  SAME_INT(n_head, "--heads") SAME_INT(d_ff, "--d-ff") SAME_INT(seq, "--seq")
+  SAME_INT(n_head, "--heads") SAME_INT(n_kv_head, "--kv-heads")
+  if (old.variant == TS_LLAMA) { SAME_FLT(rope_theta, "--rope-theta") } // a GPT has none
+  SAME_INT(d_ff, "--d-ff") SAME_INT(seq, "--seq")
   SAME_INT(tied, "--tied") SAME_INT(batch, "--batch") SAME_INT(steps, "--steps")
   SAME_INT(seed, "--seed") SAME_INT(tile, "--tile") SAME_INT(leaf, "--leaf")
   SAME_INT(warmup, "--warmup") SAME_INT(optimizer, "--optimizer")
