@@ -2,10 +2,11 @@
 # The mutation fuzzer of tessera's readers (tests/fuzz/fuzz.c, docs/FUZZING.md):
 #   tests/fuzz/run.sh [N [SEED]]
 # makes its seed files with tessera itself (two checkpoints of small runs, a
-# dump's format-1 weights, two run logs), then runs N cases (default 1000)
-# from SEED (default 1): mutated checkpoints, configurations and logs, each
-# read by the library in a child process and a sample by the binary. `make
-# check` runs the defaults; run it by hand for as long as you like, e.g.
+# dump's format-1 weights, two run logs), then runs N cases (default
+# $FUZZ_CASES, else 1000) from SEED (default 1): mutated checkpoints,
+# configurations and logs, each read by the library in a child process and
+# a sample by the binary. `make check` runs the defaults; run it by hand for
+# as long as you like, e.g.
 #   TESSERA_BIN=build/tessera tests/fuzz/run.sh 20000 7
 # (from the build directory, or with TESSERA_BIN and TESSERA_BUILDDIR set).
 # A failing case is kept in $FUZZ_KEEP (default ./fuzz-failures) and replayed
@@ -13,7 +14,7 @@
 TESSERA_SRCDIR=${TESSERA_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 . "$(dirname "$0")/../lib.sh"
 
-N=${1:-1000}
+N=${1:-${FUZZ_CASES:-1000}}
 SEED=${2:-1}
 FUZZ=${TESSERA_BUILDDIR:-$(dirname "$TESSERA_BIN")}/tests/fuzz/fuzz
 [ -x "$FUZZ" ] || { echo "ERROR: no fuzz program at $FUZZ (make check builds it)" >&2; exit 99; }
