@@ -167,7 +167,7 @@ int ts_ckpt_fail(const char *path, const char *fmt, ...) {
 // Checks what will go into the header and returns each tensor's byte count in
 // bytes[] (n entries). Everything here is refused before a file is touched.
 static int check_inputs(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
-                        int n_meta, uint64_t *bytes) {
+                        int n_meta, uint64_t *bytes, int need_data) {
   for (int i = 0; i < n_meta; i++) {
     const char *k = meta[i].key, *v = meta[i].value;
     if (!k || !v) return bad(path, "metadata pair %d has a NULL key or value", i);
@@ -199,7 +199,7 @@ static int check_inputs(const char *path, const ts_tensor *tensors, int n, const
         return bad(path, "tensor '%s' is too large", t->name);
       numel *= s;
     }
-    if (numel && !t->data) return bad(path, "tensor '%s' has no data", t->name);
+    if (numel && need_data && !t->data) return bad(path, "tensor '%s' has no data", t->name);
     bytes[i] = numel * 4;
   }
   return TS_OK;
@@ -330,7 +330,7 @@ static int write_format(const char *path, const ts_tensor *tensors, int n, const
   if (!bytes) return bad(path, "out of memory");
   sbuf h = {0};
   char *tmp = NULL;
-  int rc = check_inputs(path, tensors, n, meta, n_meta, bytes);
+  int rc = check_inputs(path, tensors, n, meta, n_meta, bytes, 1);
   if (rc == TS_OK) {
     crc_tables *ct = malloc(sizeof *ct);
     if (!ct) rc = bad(path, "out of memory");
@@ -361,6 +361,52 @@ static int write_format(const char *path, const ts_tensor *tensors, int n, const
   free(h.p);
   free(bytes);
   return rc;
+}
+
+uint32_t ts_ckpt_crc32(uint32_t crc, const void *data, size_t n) {
+  static crc_tables ct;
+  static int ready; // built once, by the main thread (the writers' callers)
+  if (!ready) crc_init(&ct), ready = 1;
+  return crc_update(&ct, crc, data, n);
+}
+
+int ts_ckpt_prefix(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
+                   int n_meta, uint32_t data_crc, unsigned char **out, size_t *len) {
+  *out = NULL;
+  *len = 0;
+  if (!path || !*path) return ts_fail(TS_ERUNTIME, "checkpoint: empty path");
+  if (n < 0 || n_meta < 0 || (n && !tensors) || (n_meta && !meta))
+    return bad(path, "bad tensor or metadata list");
+  uint64_t *bytes = calloc((size_t)n + 1, sizeof *bytes);
+  crc_tables *ct = malloc(sizeof *ct);
+  sbuf h = {0};
+  int rc = !bytes || !ct ? bad(path, "out of memory") : TS_OK;
+  if (!rc) rc = check_inputs(path, tensors, n, meta, n_meta, bytes, 0);
+  if (!rc) {
+    crc_init(ct);
+    rc = build_header(path, &h, tensors, n, bytes, meta, n_meta, data_crc, 2, ct);
+  }
+  unsigned char *buf = rc ? NULL : malloc(8 + h.len);
+  if (!rc && !buf) rc = bad(path, "out of memory");
+  if (!rc) {
+    put_len8(buf, h.len);
+    memcpy(buf + 8, h.p, h.len);
+    *out = buf;
+    *len = 8 + h.len;
+  }
+  free(h.p);
+  free(ct);
+  free(bytes);
+  return rc;
+}
+
+int ts_ckpt_commit(const char *tmp, const char *path) {
+  if (rename(tmp, path) != 0) {
+    int rc = bad(path, "cannot rename %s over it: %s", tmp, strerror(errno));
+    unlink(tmp); // the old file at path is untouched
+    return rc;
+  }
+  return sync_dir(path);
 }
 
 int ts_ckpt_write(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
@@ -744,6 +790,25 @@ static int shape_mismatch(const ts_ckpt *ck, const entry *e, const ts_tensor *t)
 // The header order is the data order (check_layout tiles the data, so the
 // offsets only need to follow each other); the first difference is named as
 // what it is: a tensor missing, one the model does not have, or the order.
+int ts_ckpt_read(const ts_ckpt *ck, uint64_t off, void *dst, size_t n) {
+  if (off > ck->data_len || n > ck->data_len - off)
+    return bad(ck->path, "bytes [%llu, %llu) are outside the data section of %llu bytes",
+               (unsigned long long)off, (unsigned long long)(off + n),
+               (unsigned long long)ck->data_len);
+  int err = read_full(ck->fd, dst, n, ck->data_start + off);
+  return err ? bad(ck->path, "reading the data failed: %s", strerror(err)) : TS_OK;
+}
+
+int ts_ckpt_tensor(const ts_ckpt *ck, int i, ts_tensor *out) {
+  memset(out, 0, sizeof *out);
+  if (i < 0 || i >= ck->n_tensors) return bad(ck->path, "no tensor %d", i);
+  const entry *e = &ck->tensors[i];
+  snprintf(out->name, sizeof out->name, "%s", e->name);
+  out->ndim = e->ndim;
+  for (int d = 0; d < e->ndim; d++) out->shape[d] = e->shape[d];
+  return TS_OK;
+}
+
 int ts_ckpt_expect(const ts_ckpt *ck, const ts_tensor *t, int n) {
   uint64_t at = 0;
   for (int i = 0; i < n || i < ck->n_tensors; i++) {

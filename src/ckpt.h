@@ -24,6 +24,19 @@ int ts_ckpt_write(const char *path, const ts_tensor *tensors, int n, const ts_me
 int ts_ckpt_write_v2(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
                      int n_meta);
 
+// For writers that place the data themselves (the ranks of a partitioned
+// model, each its own byte ranges): the file's first bytes in format 2, the
+// length word and the header, *len of them (malloc'd into *out), for tensors
+// whose data (in table order, no gaps; their data pointers unused) has the
+// CRC-32 data_crc. The length does not depend on data_crc.
+int ts_ckpt_prefix(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
+                   int n_meta, uint32_t data_crc, unsigned char **out, size_t *len);
+// The data section's CRC-32 continued over n more bytes (start with 0).
+uint32_t ts_ckpt_crc32(uint32_t crc, const void *data, size_t n);
+// The end of such a write: the finished temp file renamed over path and its
+// directory synced (on failure tmp is removed, the old path untouched).
+int ts_ckpt_commit(const char *tmp, const char *path);
+
 // TS_ERUNTIME with the message "checkpoint <path>: <what>", as every error
 // about a checkpoint file reads (its readers' too).
 int ts_ckpt_fail(const char *path, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -43,6 +56,11 @@ const char *ts_ckpt_path(const ts_ckpt *ck);
 // their shapes (no tensor missing or extra, none moved); else an error naming
 // the first difference.
 int ts_ckpt_expect(const ts_ckpt *ck, const ts_tensor *t, int n);
+// n bytes of the data section from byte off into dst (a reader of part of a
+// tensor: a --zero shard's moments).
+int ts_ckpt_read(const ts_ckpt *ck, uint64_t off, void *dst, size_t n);
+// Tensor i of the file in its order: name and shape (data NULL).
+int ts_ckpt_tensor(const ts_ckpt *ck, int i, ts_tensor *out);
 // Copies tensor t->name into t->data; its shape must equal t->shape (error otherwise).
 int ts_ckpt_load(const ts_ckpt *ck, ts_tensor *t);
 #endif

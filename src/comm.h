@@ -92,6 +92,7 @@ typedef struct {
 struct ts_comm {
   const ts_comm_ops *ops;
   void *state; // the backend's
+  const void *mpi; // the group's MPI_Comm (a pointer to it), for MPI-IO; NULL: a group of one
   int rank, size;
   ts_comm_count total[TS_COMM_NKINDS];
   ts_comm_count *layer; // nlayer * TS_COMM_NKINDS, grown on demand

@@ -45,7 +45,7 @@ int ts_config_preset(ts_config *cfg, const char *name) {
     cfg->variant = p->variant;
     cfg->n_kv_head = p->n_kv_head;
     cfg->rope_theta = p->variant == TS_LLAMA ? 10000.0f : 0.0f; // GPT: unused
-    cfg->vocab = 256; // byte-level tokens
+    cfg->vocab = 256; // byte-level tokens (--vocab for a file of token ids)
     cfg->d = p->d;
     cfg->n_layer = p->n_layer;
     cfg->n_head = p->n_head;
@@ -104,7 +104,9 @@ void ts_config_defaults(ts_config *cfg) {
   cfg->eval_batches = 4;
   cfg->threads = 0;
   cfg->fast = 0;
+  cfg->data_format = TS_DATA_DETECT; // the run asks the file (data.h)
   default_corpus(cfg->data_path, sizeof cfg->data_path);
+  cfg->val_path[0] = '\0';
   cfg->log_path[0] = '\0';
   cfg->ckpt_dir[0] = '\0';
   cfg->ckpt_every = 0;
@@ -154,7 +156,13 @@ double ts_config_param_floor(const ts_config *cfg) {
 int ts_config_finalize(ts_config *cfg) {
   if (cfg->variant != TS_GPT && cfg->variant != TS_LLAMA)
     return ts_fail(TS_EUSAGE, "variant %d: unknown", (int)cfg->variant);
-  if (cfg->vocab < 2) return ts_fail(TS_EUSAGE, "vocab %d: must be >= 2", cfg->vocab);
+  if (cfg->vocab < 2) return ts_fail(TS_EUSAGE, "--vocab %d: must be >= 2", cfg->vocab);
+  if (cfg->data_format < TS_DATA_DETECT || cfg->data_format >= TS_DATA_NFORMATS)
+    return ts_fail(TS_EUSAGE, "--data-format %d: unknown", cfg->data_format);
+  // a detected format is checked when the run resolves it (ts_data_open_spec)
+  if (cfg->data_format == TS_DATA_BYTES && cfg->vocab < 256)
+    return ts_fail(TS_EUSAGE, "--vocab %d: --data-format bytes has token ids 0..255, which "
+                   "needs --vocab >= 256", cfg->vocab);
   if (cfg->d < 1) return ts_fail(TS_EUSAGE, "--d %d: must be >= 1", cfg->d);
   if (cfg->n_layer < 1) return ts_fail(TS_EUSAGE, "--layers %d: must be >= 1", cfg->n_layer);
   if (cfg->n_head < 1) return ts_fail(TS_EUSAGE, "--heads %d: must be >= 1", cfg->n_head);

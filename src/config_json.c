@@ -14,7 +14,7 @@
 // JSON form. One table drives both directions, so a field added to the table
 // is written and read back; floats are written twice, as "%.9g" for people and
 // as a "%a" string (key suffix _hex) that reads back bit for bit.
-typedef enum { F_INT, F_U64, F_FLOAT, F_STR, F_VARIANT } field_kind;
+typedef enum { F_INT, F_U64, F_FLOAT, F_STR, F_VARIANT, F_DATA_FORMAT } field_kind;
 
 typedef struct {
   const char *key;
@@ -23,7 +23,7 @@ typedef struct {
   size_t size;  // strings: capacity of the char array
   int required; // model fields: a checkpoint without them is damaged
   int llama;    // written and required only for the LLaMA variant
-  int optional; // written only when not 0 (memory options: files stay as they were)
+  int optional; // written only when not 0 or "" (new options: files stay as they were)
 } field;
 
 #define FLD(k, kind, member, req)                                                                  \
@@ -34,6 +34,8 @@ typedef struct {
   { k, F_INT, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), 0, 0, 1 }
 #define FLD_OPTF(k, member)                                                                        \
   { k, F_FLOAT, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), 0, 0, 1 }
+#define FLD_OPTK(k, kind, member)                                                                  \
+  { k, kind, offsetof(ts_config, member), sizeof(((ts_config *)0)->member), 0, 0, 1 }
 
 static const field fields[] = {
     FLD("preset", F_STR, preset, 0),
@@ -81,7 +83,9 @@ static const field fields[] = {
     FLD_OPTF("vq_gamma", vq_gamma),
     FLD_OPTF("vq_commit", vq_commit),
     FLD_OPT("vq_sync_codes", vq_sync_codes),
+    FLD_OPTK("data_format", F_DATA_FORMAT, data_format), // bytes (0) is left out
     FLD("data_path", F_STR, data_path, 0),
+    FLD_OPTK("val_path", F_STR, val_path),
     FLD("log_path", F_STR, log_path, 0),
     FLD("ckpt_dir", F_STR, ckpt_dir, 0),
     FLD("ckpt_every", F_INT, ckpt_every, 0),
@@ -91,6 +95,19 @@ static const field fields[] = {
 #define N_FIELDS ((int)(sizeof fields / sizeof fields[0]))
 
 static const char *variant_names[] = {"gpt", "llama"};
+// A data format by name: the flag's names, and "detect" for a configuration
+// not yet run (a run writes the format it read).
+static const char *format_name(int v) {
+  if (v == TS_DATA_DETECT) return "detect";
+  return v >= 0 && v < TS_DATA_NFORMATS ? ts_data_format_names[v] : "unknown";
+}
+
+// Whether an optional field holds its "absent" value (0, 0.0 or "").
+static int is_absent(const field *f, const void *p) {
+  if (f->kind == F_FLOAT) return *(const float *)p == 0.0f;
+  if (f->kind == F_STR) return *(const char *)p == '\0';
+  return *(const int *)p == 0;
+}
 
 // Appends to buf at *len, tracking overflow in *len (> cap means truncated).
 static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
@@ -117,8 +134,7 @@ int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap) {
     const field *f = &fields[i];
     const void *p = base + f->off;
     if (f->llama && cfg->variant != TS_LLAMA) continue; // GPT files stay as they were
-    if (f->optional && (f->kind == F_FLOAT ? *(const float *)p == 0.0f : *(const int *)p == 0))
-      continue;
+    if (f->optional && is_absent(f, p)) continue;
     put(buf, cap, &len, "%s\"%s\":", i ? "," : "", f->key);
     switch (f->kind) {
     case F_INT: put(buf, cap, &len, "%d", *(const int *)p); break;
@@ -134,6 +150,7 @@ int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap) {
       put_string(buf, cap, &len, v >= 0 && v < 2 ? variant_names[v] : "unknown");
       break;
     }
+    case F_DATA_FORMAT: put_string(buf, cap, &len, format_name(*(const int *)p)); break;
     }
   }
   put(buf, cap, &len, "}");
@@ -192,6 +209,14 @@ static int set_field(ts_config *cfg, const field *f, const json_value *jv, int f
     for (int v = 0; v < 2; v++)
       if (strcmp(text, variant_names[v]) == 0) {
         *(ts_variant *)p = (ts_variant)v;
+        return 0;
+      }
+    return -1;
+  case F_DATA_FORMAT:
+    if (!is_string) return -1;
+    for (int v = TS_DATA_DETECT; v < TS_DATA_NFORMATS; v++)
+      if (strcmp(text, format_name(v)) == 0) {
+        *(int *)p = v;
         return 0;
       }
     return -1;

@@ -44,6 +44,25 @@ static int foreign_setting(const ts_layout *lay, const char *flag, int given) {
   return ts_fail(TS_EUSAGE, "%s: only with --sp N --sp-mode %s", flag, owners);
 }
 
+// --zero S (docs/ALGORITHMS.md §12): the state sharded over the replica
+// group, the dp·sp ranks of a stage that hold the same parameters.
+static int check_zero(const ts_config *cfg, const ts_layout *lay) {
+  if (lay->zero == 0) return TS_OK;
+  if (lay->zero < 0 || lay->zero > 3)
+    return ts_fail(TS_EUSAGE, "--zero %d: must be 0, 1, 2 or 3", lay->zero);
+  if (lay->zero > 1)
+    return ts_fail(TS_EUSAGE, "--zero %d: not in this build (stage 1 shards the optimizer "
+                   "moments; stages 2 and 3, the gradients and parameters, are not built yet)",
+                   lay->zero);
+  if (lay->dp * lay->sp < 2)
+    return ts_fail(TS_EUSAGE, "--zero %d: needs ranks that hold the same parameters to shard "
+                   "over (--dp or --sp above 1)", lay->zero);
+  if (cfg->compress != TS_COMPRESS_NONE)
+    return ts_fail(TS_EUSAGE, "--zero %d with --compress %s: not built (a codec updates its "
+                   "tensors together)", lay->zero, ts_compress_names[cfg->compress]);
+  return TS_OK;
+}
+
 int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
   if (lay->dp < 1) return ts_fail(TS_EUSAGE, "--dp %d: must be >= 1", lay->dp);
   if (lay->sp < 1) return ts_fail(TS_EUSAGE, "--sp %d: must be >= 1", lay->sp);
@@ -52,6 +71,7 @@ int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
     return ts_fail(TS_EUSAGE, "--microbatches %d: must be >= 1", lay->microbatches);
   int rc = foreign_setting(lay, "--ulysses-degree", lay->ulysses_degree != 0);
   if (rc) return rc;
+  if ((rc = check_zero(cfg, lay))) return rc;
   if (cfg->compress != TS_COMPRESS_NONE && lay->pp > 1 && lay->pp != cfg->compress_stages)
     return ts_fail(TS_EUSAGE, "--pp %d with --compress-stages %d: a pipeline's stages are the "
                    "compressed model's stages", lay->pp, cfg->compress_stages);

@@ -27,6 +27,7 @@
 
 #include "backend.h"
 #include "compare.h"
+#include "data.h"
 #include "parallel/cp.h"
 #include "parallel/grid.h"
 #include "tessera.h"
@@ -46,7 +47,8 @@ typedef struct {
 
 static const command commands[] = {
     {"train", C_TRAIN, "[flags]", "train a model, logging every step",
-     "Trains a GPT-style model on a byte-level corpus.\n"
+     "Trains a GPT-style model on a byte-level corpus or a file of token ids\n"
+     "(docs/DATA.md: bytes, nanoGPT's uint16 .bin, raw uint32, llm.c's .bin).\n"
      "In exact mode (the default) any parallel layout reproduces the serial run bit\n"
      "for bit. --fast is for distributed layouts, where it lets MPI choose its own\n"
      "summation order (checked within a tolerance); the serial reference computes\n"
@@ -57,19 +59,26 @@ static const command commands[] = {
      "tessera train --model mini --steps 200 --data data/corpus.txt --log run.jsonl"},
     {"eval", C_EVAL, "--ckpt FILE [flags]", "evaluate a checkpoint on the validation split",
      "Computes the mean validation loss of a checkpoint; the model comes from the\n"
-     "checkpoint, the data and the number of batches from the flags.",
+     "checkpoint, the data and the number of batches from the flags. Only the\n"
+     "validation split is read (--val-data, else the tail of --data); a .bin\n"
+     "without llm.c's header is read as the checkpoint's raw token ids unless\n"
+     "--data-format says otherwise.",
      "tessera eval --ckpt ckpt/step-00000200.safetensors --eval-batches 16"},
     {"dump", C_DUMP, "--out DIR [flags]", "write golden reference outputs for a configuration",
      "Writes the initial parameters, one forward/backward pass and a short training\n"
      "trajectory of a configuration into DIR (the files under golden/ and the\n"
      "PyTorch oracle's inputs).",
      "tessera dump --model tiny --out golden/tiny --traj-steps 10"},
-    {"compare", C_COMPARE, "A.jsonl B.jsonl [--rtol R]",
-     "compare two run logs, report the first divergence",
+    {"compare", C_COMPARE, "A.jsonl B.jsonl [--rtol R] | A.safetensors B.safetensors",
+     "compare two run logs (or two checkpoints), report the first divergence",
      "Compares two run logs record by record on their results (losses, gradient\n"
      "norms, learning rates, validation losses, the final parameter hash) and\n"
      "ignores timing, memory and communication. Prints \"identical\" or the first\n"
-     "divergence. Exit status: 0 equal, 1 different, 2 unreadable or malformed log.",
+     "divergence. Given two checkpoints, says whether they hold the same model\n"
+     "state: the same tensors and data byte for byte, step and configuration,\n"
+     "whatever layout wrote them (the run's own settings, paths and threads, may\n"
+     "differ); prints \"same model state\" or the first difference.\n"
+     "Exit status: 0 equal, 1 different, 2 unreadable or malformed input.",
      "tessera compare serial.jsonl sp4.jsonl"},
     {"info", C_INFO, "", "show the build: version, compiler, BLAS, MPI, backends",
      "Shows what this binary was built with and the exactness defaults.", "tessera info"},
@@ -84,6 +93,8 @@ typedef struct {
   char precision[8];
   ts_layout lay; // --dp, --sp, --pp
   char sp_mode[16], schedule[16], compress[24], upipe_schedule[16], optimizer[16];
+  char data_format[16];
+  int val_frac_given; // --val-frac on the command line (refused with --val-data)
   char ckpt[4096]; // eval
   char out[4096];  // dump
   int traj_steps;
@@ -135,6 +146,7 @@ static int check_choice(const flag *f, const char *raw, cli *c);
 static int check_compress(const flag *f, const char *raw, cli *c);
 static int check_rank(const flag *f, const char *raw, cli *c);
 static int check_nonneg(const flag *f, const char *raw, cli *c);
+static int check_data_format(const flag *f, const char *raw, cli *c);
 
 // Headings of --help, in this order.
 enum { G_CMD, G_MODEL, G_TRAIN, G_DATA, G_RUN, G_PAR, G_COMP, G_OUT };
@@ -172,6 +184,8 @@ static const flag flags[] = {
      "key/value heads, must divide --heads (LLaMA: grouped-query attention; 0 = --heads)",
      "preset", TD, G_MODEL, NULL},
     {"--d-ff", K_INT, AT(cfg.d_ff), 0, "F", "MLP inner width", "preset", TD, G_MODEL, NULL},
+    {"--vocab", K_INT, AT(cfg.vocab), 0, "V",
+     "vocabulary: token ids 0..V-1, V >= 2 (bytes need V >= 256)", "256", TD, G_MODEL, NULL},
     {"--rope-theta", K_FLOAT, AT(cfg.rope_theta), 0, "THETA", "rotary embedding base (LLaMA)",
      "10000", TD, G_MODEL, NULL},
     {"--tied", K_SET, AT(cfg.tied), 1, NULL, "LM head shares the token embedding",
@@ -204,10 +218,17 @@ static const flag flags[] = {
     {"--grad-clip", K_FLOAT, AT(cfg.grad_clip), 0, "C",
      "clip the global gradient norm at C, 0 = off", NULL, TD, G_TRAIN, NULL},
     // data and evaluation
-    {"--data", K_STR, AT(cfg.data_path), 0, "PATH", "corpus file (bytes are tokens)", NULL, TED,
-     G_DATA, NULL},
-    {"--val-frac", K_FLOAT, AT(cfg.val_frac), 0, "F", "tail of the corpus held out, in (0, 1)",
+    {"--data", K_STR, AT(cfg.data_path), 0, "PATH",
+     "training data: text (each byte a token) or a file of token ids", NULL, TED, G_DATA, NULL},
+    {"--data-format", K_STR, AT(data_format), 0, "FMT",
+     "bytes, u16 (raw uint16 ids), u32 (raw uint32 ids) or llmc (llm.c's .bin); a .bin without "
+     "llm.c's header must name it",
+     "detect: llm.c's header, else bytes", TED, G_DATA, check_data_format},
+    {"--val-frac", K_FLOAT, AT(cfg.val_frac), 0, "F", "tail of --data held out, in (0, 1)",
      NULL, TED, G_DATA, NULL},
+    {"--val-data", K_STR, AT(cfg.val_path), 0, "PATH",
+     "validation file, same format (then all of --data trains; not with --val-frac)",
+     "none: the tail of --data", TED, G_DATA, NULL},
     {"--eval-every", K_INT, AT(cfg.eval_every), 0, "N",
      "also evaluate every N steps, 0 = only at the end", NULL, TRAIN, G_DATA, NULL},
     {"--eval-batches", K_INT, AT(cfg.eval_batches), 0, "N", "validation batches per evaluation",
@@ -255,6 +276,9 @@ static const flag flags[] = {
      "ring attention runs across the --sp/U groups",
      "the largest such U below --sp", TRAIN, G_PAR, check_nonneg},
     {"--pp", K_INT, AT(lay.pp), 0, "P", "pipeline stages", NULL, TRAIN, G_PAR, check_parallel},
+    {"--zero", K_INT, AT(lay.zero), 0, "S",
+     "ZeRO stage over the ranks that hold the same parameters (--dp x --sp): 1 shards the "
+     "AdamW moments (2 and 3 are not built yet)", "0", TRAIN, G_PAR, check_nonneg},
     {"--microbatches", K_INT, AT(lay.microbatches), 0, "M",
      "microbatches per step (pipeline): they split each data rank's sequences", NULL,
      TRAIN, G_PAR, check_parallel},
@@ -424,6 +448,15 @@ static int check_rank(const flag *f, const char *raw, cli *c) {
   return TS_OK;
 }
 
+static int check_data_format(const flag *f, const char *raw, cli *c) {
+  for (int i = 0; i < TS_DATA_NFORMATS; i++)
+    if (strcmp(raw, ts_data_format_names[i]) == 0) {
+      c->cfg.data_format = i;
+      return TS_OK;
+    }
+  return ts_fail(TS_EUSAGE, "--data-format %s: must be bytes, u16, u32 or llmc", raw);
+}
+
 static int check_nonneg(const flag *f, const char *raw, cli *c) {
   const void *p = (const char *)c + f->off;
   double v = f->kind == K_INT ? *(const int *)p : *(const double *)p;
@@ -523,6 +556,7 @@ static int build(const parsed *p, int n, cli *c) {
   for (int i = 0; i < n; i++) {
     rc = store(p[i].f, p[i].value ? p[i].value : "", c);
     if (rc != TS_OK) return rc;
+    if (p[i].f->off == offsetof(cli, cfg.val_frac)) c->val_frac_given = 1;
   }
   return TS_OK;
 }
@@ -654,8 +688,16 @@ static int file_in(const char *path, const char *dir, const char *names) {
 static int check_outputs(const command *cmd, const cli *c) {
   const ts_config *cfg = &c->cfg;
   const char *data = cfg->data_path, *log = cfg->log_path, *ck = cfg->ckpt_dir;
+  const char *val = cfg->val_path;
   if (cmd->id == C_TRAIN && log[0] && same_file(log, data))
     return ts_fail(TS_EUSAGE, "--log %s: the --data file (it would be overwritten)", log);
+  if (cmd->id == C_TRAIN && log[0] && val[0] && same_file(log, val))
+    return ts_fail(TS_EUSAGE, "--log %s: the --val-data file (it would be overwritten)", log);
+  if (cmd->id == C_TRAIN && ck[0] && val[0] &&
+      (same_file(val, ck) || file_in(val, ck, "step-*.safetensors*")))
+    return ts_fail(TS_EUSAGE,
+                   "--val-data %s: a checkpoint of --ckpt-dir %s (it would be overwritten)", val,
+                   ck);
   if (cmd->id == C_TRAIN && log[0] && ck[0] && same_file(log, ck))
     return ts_fail(TS_EUSAGE, "--log %s: the --ckpt-dir directory", log);
   if (cmd->id == C_TRAIN && log[0] && ck[0] && file_in(log, ck, "step-*.safetensors*"))
@@ -667,15 +709,25 @@ static int check_outputs(const command *cmd, const cli *c) {
                    data, ck);
   static const char *const dumped[] = {"config.json", "weights.safetensors", "grads.safetensors",
                                        "result.json"}; // run/dump.c
-  for (int i = 0; cmd->id == C_DUMP && i < 4; i++)
+  for (int i = 0; cmd->id == C_DUMP && i < 4; i++) {
     if (same_file(data, c->out) || file_in(data, c->out, dumped[i]))
       return ts_fail(TS_EUSAGE, "--data %s: a file tessera dump writes into --out %s", data,
                      c->out);
+    if (val[0] && (same_file(val, c->out) || file_in(val, c->out, dumped[i])))
+      return ts_fail(TS_EUSAGE, "--val-data %s: a file tessera dump writes into --out %s", val,
+                     c->out);
+  }
   return TS_OK;
 }
 
 // ---------------------------------------------------------------------------
 // Usage errors are the same on every rank: rank 0 says it once, all exit 2.
+// A checkpoint, by its name (tessera compare takes two of them, or two logs).
+static int is_checkpoint(const char *path) {
+  const size_t n = strlen(path), k = strlen(".safetensors");
+  return n > k && strcmp(path + n - k, ".safetensors") == 0;
+}
+
 static int usage_error(const command *cmd) {
   if (ts_mpi_world_rank() == 0) fprintf(stderr, "tessera %s: %s\n", cmd->name, ts_errmsg());
   ts_mpi_finalize();
@@ -770,7 +822,11 @@ int main(int argc, char **argv) {
       ts_fail(TS_EUSAGE, "needs two run logs (tessera compare A.jsonl B.jsonl)");
       return usage_error(cmd);
     }
-    rc = ts_compare_logs(pos[0], pos[1], c.rtol, stdout);
+    if (is_checkpoint(pos[0]) && is_checkpoint(pos[1]))
+      rc = c.rtol != 0.0 ? ts_fail(TS_EUSAGE, "--rtol: checkpoints compare bit for bit")
+                         : ts_compare_checkpoints(pos[0], pos[1], stdout);
+    else
+      rc = ts_compare_logs(pos[0], pos[1], c.rtol, stdout);
     if (rc == 0 || rc == 1) return rc; // equal / different, already printed
     return usage_error(cmd);           // unreadable or malformed: exit 2, like diff(1)
   default: break;
@@ -789,6 +845,12 @@ int main(int argc, char **argv) {
                        "without it (on the CPU it gives the same bits)");
     return usage_error(cmd);
   }
+  // the validation file is the validation split: no fraction of --data is held out
+  if (c.cfg.val_path[0] && c.val_frac_given) {
+    ts_fail(TS_EUSAGE, "--val-frac: not with --val-data (that file is the validation split and "
+                       "all of --data trains)");
+    return usage_error(cmd);
+  }
   // a pipeline's stages are the compressed model's unless said otherwise
   if (c.cfg.compress != TS_COMPRESS_NONE && c.cfg.compress_stages == 0)
     c.cfg.compress_stages = c.lay.pp;
@@ -796,6 +858,19 @@ int main(int argc, char **argv) {
   if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_layout_check(&c.cfg, &c.lay);
   if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_grid_check(c.lay.dp, c.lay.sp, c.lay.pp);
   if (rc == TS_OK) rc = check_outputs(cmd, &c);
+  // The data's format where the files say it, or fail to (a .bin that does
+  // not): a usage error now, said once by rank 0. A file that cannot be read
+  // is the run's to report, in its order (eval: the checkpoint's format may
+  // decide, run/eval.c).
+  if (rc == TS_OK && cmd->id != C_EVAL) {
+    int format;
+    int drc = ts_data_resolve(c.cfg.data_path, c.cfg.val_path, c.cfg.data_format, &format);
+    if (drc == TS_EUSAGE) rc = drc;
+    if (drc == TS_OK) {
+      c.cfg.data_format = format;
+      rc = ts_data_check_vocab(format, c.cfg.vocab, c.cfg.data_path);
+    }
+  }
   if (rc != TS_OK) return usage_error(cmd);
   // After MPI is up, so that the ranks of a node take different GPUs.
   const ts_backend *be = NULL;

@@ -6,6 +6,7 @@
 
 #include "boundary/boundary.h"
 #include "orthogonal.h"
+#include "parallel/owners.h"
 #include "util.h"
 
 int ts_adamw_init(ts_adamw *opt, size_t n) {
@@ -150,41 +151,112 @@ static int statistic_spans(const ts_tensor *grads, int nt, span **out) {
   return ns;
 }
 
-// Σ g² over [lo, hi) outside the spans, in index order: the same bits as
-// the sum with zeros in the spans (adding +0 to a sum of squares is exact).
-static double chunk_sumsq(const float *g, size_t lo, size_t hi, const span *sp, int ns) {
-  double s = 0.0;
-  int k = 0;
-  for (size_t i = lo; i < hi;) {
-    while (k < ns && sp[k].hi <= i) k++;
-    size_t stop = k < ns && sp[k].lo < hi ? (sp[k].lo > i ? sp[k].lo : i) : hi;
-    for (; i < stop; i++) s += (double)g[i] * (double)g[i];
-    if (k < ns && sp[k].lo <= i && i < sp[k].hi) i = sp[k].hi < hi ? sp[k].hi : hi;
-  }
-  return s;
+// The norm as a fold over the vector (owners.h): chunk c's sum of squares is
+// a double sum over its elements in order, from 0, and the total the double
+// sum of the chunks' in order. Elements left out (statistics) add nothing.
+typedef struct {
+  double total, partial; // the finished chunks' sum; the current chunk's so far
+  int64_t chunk;         // the current chunk (−1: none yet)
+  int oom;
+} norm_state;
+
+static void norm_next_chunk(norm_state *st, int64_t c, double start) {
+  if (st->chunk >= 0) st->total += st->partial;
+  st->partial = start;
+  st->chunk = c;
 }
 
-static float norm_outside(const float *g, size_t n, const span *sp, int ns) {
-  size_t nchunks = (n + NORM_CHUNK - 1) / NORM_CHUNK;
-  double *part = malloc((nchunks ? nchunks : 1) * sizeof(double));
-  if (!part) return NAN;
-  const ts_backend *be = ts_backend_current();
-  if (ns == 0 && be->sumsq_chunks) { // where the gradients are (the same bits)
-    be->sumsq_chunks(part, g, n, NORM_CHUNK);
-  } else {
+// Elements g[0, n) at positions [at, at + n) into the fold: the parts of
+// chunks element by element, whole chunks at once (the backend's sumsq_chunks
+// where the gradients live, else threads over chunks: the same bits).
+static void norm_range(norm_state *st, const float *g, uint64_t at, uint64_t n) {
+  uint64_t i = 0;
+  while (i < n) {
+    const uint64_t pos = at + i;
+    const int64_t c = (int64_t)(pos / NORM_CHUNK);
+    if (pos % NORM_CHUNK == 0 && n - i >= NORM_CHUNK) {
+      const size_t k = (size_t)((n - i) / NORM_CHUNK);
+      double *part = malloc(k * sizeof(double));
+      if (!part) {
+        st->oom = 1;
+        return;
+      }
+      const ts_backend *be = ts_backend_current();
+      if (be->sumsq_chunks) {
+        be->sumsq_chunks(part, g + i, k * NORM_CHUNK, NORM_CHUNK);
+      } else {
+        const float *base = g + i;
 #pragma omp parallel for schedule(static)
-    for (size_t c = 0; c < nchunks; c++) {
-      size_t lo = c * NORM_CHUNK, hi = lo + NORM_CHUNK < n ? lo + NORM_CHUNK : n;
-      part[c] = chunk_sumsq(g, lo, hi, sp, ns);
+        for (size_t j = 0; j < k; j++) {
+          double s = 0.0;
+          for (size_t e = j * NORM_CHUNK; e < (j + 1) * NORM_CHUNK; e++)
+            s += (double)base[e] * (double)base[e];
+          part[j] = s;
+        }
+      }
+      for (size_t j = 0; j < k; j++) norm_next_chunk(st, c + (int64_t)j, part[j]);
+      free(part);
+      i += (uint64_t)k * NORM_CHUNK;
+      continue;
     }
+    if (c != st->chunk) norm_next_chunk(st, c, 0.0);
+    uint64_t stop = (uint64_t)(c + 1) * NORM_CHUNK - at;
+    if (stop > n) stop = n;
+    double s = st->partial;
+    for (; i < stop; i++) s += (double)g[i] * (double)g[i];
+    st->partial = s;
   }
-  double s = 0.0;
-  for (size_t c = 0; c < nchunks; c++) s += part[c];
-  free(part);
-  return (float)sqrt(s);
 }
 
-float ts_grad_norm(const float *g, size_t n) { return norm_outside(g, n, NULL, 0); }
+static float norm_finish(norm_state *st) {
+  if (st->oom) return NAN;
+  norm_next_chunk(st, -1, 0.0);
+  return (float)sqrt(st->total);
+}
+
+float ts_grad_norm(const float *g, size_t n) {
+  norm_state st = {0.0, 0.0, -1, 0};
+  norm_range(&st, g, 0, n);
+  return norm_finish(&st);
+}
+
+// The trained tensors among grads[0, nt) into the fold, at their offsets
+// from base (the model's buffer), or their canonical ones (base NULL) inside
+// [lo, hi).
+static void norm_tensors(norm_state *st, const ts_tensor *grads, int nt, const float *base,
+                         uint64_t lo, uint64_t hi) {
+  for (int t = 0; t < nt; t++) {
+    const uint64_t at = base ? (uint64_t)(grads[t].data - base) : (uint64_t)grads[t].at;
+    if (at < lo || at >= hi || ts_boundary_statistics(grads[t].role)) continue;
+    norm_range(st, grads[t].data, at, (uint64_t)ts_tensor_numel(&grads[t]));
+  }
+}
+
+float ts_grad_norm_trained(const ts_tensor *grads, int nt, size_t n) {
+  norm_state st = {0.0, 0.0, -1, 0};
+  if (nt > 0) norm_tensors(&st, grads, nt, grads[0].data, 0, n);
+  return norm_finish(&st);
+}
+
+typedef struct {
+  const ts_tensor *grads;
+  int nt;
+} norm_ctx;
+
+static void norm_fold(void *state, const ts_owned_run *r, void *ctx) {
+  const norm_ctx *c = ctx;
+  norm_tensors(state, c->grads, c->nt, NULL, r->at, r->at + r->len);
+}
+
+int ts_grad_norm_owned(const ts_owners *o, const ts_tensor *grads, int nt, float *out) {
+  norm_state st = {0.0, 0.0, -1, 0};
+  norm_ctx c = {grads, nt};
+  int rc = ts_owners_fold(o, &st, sizeof st, norm_fold, &c);
+  if (rc) return rc;
+  if (st.oom) return ts_fail(TS_ERUNTIME, "out of memory (gradient norm)");
+  *out = norm_finish(&st);
+  return TS_OK;
+}
 
 void ts_clip(float *g, size_t n, float norm, float clip) {
   if (clip <= 0.0f || !(norm > clip)) return;
@@ -198,13 +270,10 @@ void ts_clip(float *g, size_t n, float norm, float clip) {
   for (size_t i = 0; i < n; i++) g[i] *= coef;
 }
 
-float ts_grad_norm_trained(const ts_tensor *grads, int nt, size_t n) {
-  span *sp;
-  int ns = statistic_spans(grads, nt, &sp);
-  if (ns < 0) return NAN;
-  float norm = norm_outside(grads[0].data, n, sp, ns);
-  free(sp);
-  return norm;
+void ts_clip_tensors(const ts_tensor *grads, int nt, float norm, float clip) {
+  for (int t = 0; t < nt; t++)
+    if (!ts_boundary_statistics(grads[t].role))
+      ts_clip(grads[t].data, (size_t)ts_tensor_numel(&grads[t]), norm, clip);
 }
 
 int ts_clip_trained(const ts_tensor *grads, int nt, size_t n, float norm, float clip) {

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 // ---------------------------------------------------------------------------
 // Errors. Library functions return TS_OK or an error code and leave a one-line
@@ -37,6 +38,21 @@ typedef enum {
 } ts_compress_mode;
 // The --compress names, in ts_compress_mode order.
 extern const char *const ts_compress_names[TS_COMPRESS_NMODES];
+
+// How --data (and --val-data) files hold their tokens (src/data.h): bytes is 0,
+// so a configuration written without the field (every one before it) reads
+// bytes; TS_DATA_DETECT, "tell from the file", is what the flag leaves for
+// the run to resolve, and never what a run records.
+typedef enum {
+  TS_DATA_DETECT = -1,
+  TS_DATA_BYTES = 0, // each byte a token, vocabulary >= 256
+  TS_DATA_U16,       // raw little-endian uint16 ids (nanoGPT's .bin)
+  TS_DATA_U32,       // raw little-endian uint32 ids
+  TS_DATA_LLMC,      // llm.c's .bin: a 1024-byte header, then uint16 ids
+  TS_DATA_NFORMATS
+} ts_data_format;
+// The --data-format names, in ts_data_format order from TS_DATA_BYTES.
+extern const char *const ts_data_format_names[TS_DATA_NFORMATS];
 
 typedef struct {
   // model
@@ -79,7 +95,9 @@ typedef struct {
   float vq_gamma;       // EMA decay of the codebooks
   float vq_commit;      // commitment-loss weight
   int vq_sync_codes;    // codes per codebook the sender ships to the receiver after a step
+  int data_format;      // ts_data_format of data_path and val_path
   char data_path[4096];
+  char val_path[4096];  // validation file; "": the last val_frac of data_path
   char log_path[4096];
   char ckpt_dir[4096];
   int ckpt_every;
@@ -100,7 +118,7 @@ int ts_config_finalize(ts_config *cfg);
 double ts_config_param_floor(const ts_config *cfg);
 // Writes the config as one JSON object (no newline) into buf; TS_CONFIG_JSON_MAX
 // bytes always suffice.
-#define TS_CONFIG_JSON_MAX (3 * 6 * 4096 + 4096)
+#define TS_CONFIG_JSON_MAX (4 * 6 * 4096 + 4096) // four paths, each escaped at worst 6x
 int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap);
 // Reads a config written by ts_config_to_json; every field present is set
 // (floats bit-exact via their _hex form); the model fields are required.
@@ -143,6 +161,7 @@ typedef struct {
   int microbatches; // pipeline: microbatches per step (M)
   int schedule;     // pipeline: 0 GPipe, 1 1F1B
   int ulysses_degree; // hybrid strategies: ranks of the inner head-parallel group (0: default)
+  int zero;           // ZeRO stage over the replica group (0: none; 1: the optimizer moments sharded)
 } ts_layout;
 // Checks a layout against a finalized config (TS_EUSAGE naming the flag) and
 // fills in UPipe's defaults (upipe_u 0, upipe_sched -1).
@@ -181,6 +200,10 @@ typedef struct {
   float *data;
   ts_role role; // what it is (TS_ROLE_NONE but for the model's views)
   int index;    // the layer, stage or boundary of its role; 0 for the others
+  // A model view's first element in the canonical model's flat vector (the
+  // serial model's parameters in canonical order), whatever part of the
+  // model this process holds; 0 for the others.
+  int64_t at;
 } ts_tensor;
 
 // The position of the tensor of a role and index among nt (the first, in
@@ -206,6 +229,10 @@ typedef struct ts_model ts_model;
 // above 90% of the machine's memory divided by them, before it allocates the
 // activations.
 void ts_model_set_memory_share(int processes);
+// How many ranks shard the optimizer moments of a model's parameters (--zero
+// 1: the replica group; 1 by default): the estimate counts 8/shards bytes of
+// moments per parameter.
+void ts_model_set_moment_shards(int shards);
 // The whole batch: ts_model_create_shard(cfg, 0, cfg->batch, out).
 int ts_model_create(const ts_config *cfg, ts_model **out);
 // A data-parallel shard: sequences [b_begin, b_begin + b_count) of the global
@@ -234,13 +261,21 @@ void ts_model_positions(const ts_model *m, int *t_begin, int *t_count);
 // The positions as runs: returns their number (1, or 2 under ring-zigzag),
 // their first positions in pos[0..n) and their common length in *len.
 int ts_model_runs(const ts_model *m, int *pos, int *len);
-// Pipeline stages: the model runs layers [l0, l1) only. The first stage
-// (l0 = 0) also runs the embeddings; a later one takes its input (rows × d,
-// the previous stage's output) from the pointer given before each forward.
-// The last stage (l1 = L) runs the final norm, the head and the loss; an
-// earlier one takes the gradient of its output before each backward, and
-// returns loss 0. Only the stage's tensors get gradients.
-void ts_model_set_stage(ts_model *m, int l0, int l1);
+// A pipeline stage: the model of layers [l0, l1) only (0, L: the whole
+// model, as ts_model_create_seq). The first stage (l0 = 0) also runs the
+// embeddings; a later one takes its input (rows × d, the previous stage's
+// output) from the pointer given before each forward. The last stage
+// (l1 = L) runs the final norm, the head and the loss; an earlier one takes
+// the gradient of its output before each backward, and returns loss 0.
+//
+// A stage holds only its own tensors (parameters, gradients, and the
+// optimizer state sized by ts_model_num_params), its layers' activations, and
+// copies of the few tensors another stage owns but this one reads: a tied
+// embedding on the first stage (the last owns it), and a boundary codec's
+// tensors on the receiving stage (the sender owns them). Copies have no
+// gradient; the pipeline brings them up to date after each step.
+int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
+                          int l0, int l1, ts_model **out);
 void ts_model_set_stage_input(ts_model *m, const void *x);
 void ts_model_set_stage_grad(ts_model *m, const float *dy);
 const void *ts_model_stage_output(const ts_model *m); // after a forward
@@ -280,12 +315,24 @@ int ts_model_backward(ts_model *m, uint64_t step);
 // their number, or -1 (out of memory, or a configuration ts_model_create
 // refuses; ts_errmsg says which).
 int ts_config_tensors(const ts_config *cfg, ts_tensor **out);
-// Named views in canonical order. grads may be NULL.
+// Named views in canonical order of the tensors this model owns (a stage's,
+// or all): their parameters and gradients, one buffer each, the same layout.
+// grads may be NULL.
 int ts_model_num_tensors(const ts_model *m);
 void ts_model_tensors(ts_model *m, ts_tensor *params, ts_tensor *grads);
 size_t ts_model_num_params(const ts_model *m);
 float *ts_model_params(ts_model *m);
 float *ts_model_grads(ts_model *m);
+// The copies this model holds of tensors another stage owns (see
+// ts_model_create_stage): their number, and their views (parameters only).
+int ts_model_num_copies(const ts_model *m);
+void ts_model_copies(ts_model *m, ts_tensor *params);
+// The canonical model's table, whatever part of it this model holds: its
+// number of tensors and of parameters, and every tensor's name, shape, role
+// and offset (`at`) with data NULL.
+int ts_model_canonical_tensors(const ts_model *m);
+size_t ts_model_canonical_params(const ts_model *m);
+void ts_model_canonical_table(const ts_model *m, ts_tensor *out);
 // (B, T, V) of the last forward; NULL under --fused-ce, which keeps none.
 const float *ts_model_logits(const ts_model *m);
 // The canonical-tree sum of the last forward's token losses over the shard:
@@ -308,6 +355,13 @@ int ts_train(const ts_config *cfg, const ts_layout *lay);
 int ts_train_stop_signal(void);
 int ts_eval(const ts_config *cfg, const char *ckpt_path);
 int ts_info(void);
+// Whether two checkpoints hold the same model state (tessera compare on two
+// .safetensors files; src/run/checkpoint.c): the same tensors in order and shape, the same data
+// byte for byte, the same step, optimizer step and configuration but for the
+// run's own settings (paths, threads, logging, evaluation, checkpointing),
+// in which layouts of one run differ. Prints "same model state" or the first
+// difference to out; 0 same, 1 different, TS_EUSAGE (2) unreadable or damaged.
+int ts_compare_checkpoints(const char *path_a, const char *path_b, FILE *out);
 // Writes the golden-file set of docs/GOLDEN.md for this config into out_dir.
 int ts_dump(const ts_config *cfg, const char *out_dir, int traj_steps);
 

@@ -21,6 +21,9 @@ for cmd in train eval dump compare info; do
 done
 expect_exit 0 "" "$T" train --help
 expect_stdout "--steps N .*default 100"
+expect_stdout "--vocab V .*default 256"
+expect_stdout "--data-format FMT .*u16.*u32.*llmc"
+expect_stdout "--val-data PATH"
 expect_stdout "--fast"
 expect_stdout "exact"
 expect_stdout "^SIGTERM, SIGINT or SIGHUP stops the run after the step under way"
@@ -60,6 +63,11 @@ expect_exit 2 "--rank 65: larger than the model width d = 64" \
 expect_exit 2 "--rank x: " "$T" train $NODATA --compress ssn --rank x
 expect_exit 2 "--vq-sync-codes 0: must be >= 1" "$T" train $NODATA --vq-sync-codes 0
 expect_exit 2 "--optimizer sgd: must be adamw, muon or muon-pe" "$T" train $NODATA --optimizer sgd
+expect_exit 2 "--data-format u8: must be bytes, u16, u32 or llmc" "$T" train $NODATA --data-format u8
+expect_exit 2 "--vocab 1: must be >= 2" "$T" train $NODATA --vocab 1
+expect_exit 2 "--vocab 100: --data-format bytes has token ids 0..255" "$T" train $NODATA --vocab 100 --data-format bytes
+expect_exit 2 "^tessera train: --val-frac: not with --val-data" "$T" train $NODATA --val-data "$TS_TMP/v.bin" --val-frac 0.2
+expect_exit 2 "--vocab: not a flag of 'tessera eval'" "$T" eval $NODATA --ckpt x --vocab 300
 expect_exit 2 "--muon-lr 0.1: only with --optimizer muon or muon-pe" "$T" train $NODATA --muon-lr 0.1
 expect_exit 2 "--sp-mode zigzag" "$T" train $NODATA --sp-mode zigzag
 expect_exit 2 "--device cuda: " "$T" train $NODATA --device cuda
@@ -97,6 +105,7 @@ expect_exit 2 "^tessera train: --log .*in-link\.txt: the --data file" "$T" train
 expect_exit 2 "^tessera train: --log .*: a checkpoint of --ckpt-dir" "$T" train --data "$TS_TMP/in.txt" --ckpt-dir "$TS_TMP/ck" --log "$TS_TMP/ck/step-00000001.safetensors"
 expect_exit 2 "^tessera train: --log .*: the --ckpt-dir directory" "$T" train --data "$TS_TMP/in.txt" --ckpt-dir "$TS_TMP/ck" --log "$TS_TMP/ck"
 expect_exit 2 "^tessera train: --data .*: a checkpoint of --ckpt-dir" "$T" train --data "$TS_TMP/ck/step-00000002.safetensors" --ckpt-dir "$TS_TMP/ck/"
+expect_exit 2 "^tessera train: --log .*in\.txt: the --val-data file" "$T" train --data "$TS_TMP/in.orig" --val-data "$TS_TMP/in.txt" --log "$TS_TMP/in.txt"
 mkdir -p "$TS_TMP/dd" && cp "$TS_TMP/in.txt" "$TS_TMP/dd/config.json"
 expect_exit 2 "^tessera dump: --data .*config\.json: a file tessera dump writes into --out" "$T" dump --data "$TS_TMP/dd/config.json" --out "$TS_TMP/dd"
 cmp -s "$TS_TMP/in.txt" "$TS_TMP/in.orig" && pass "the corpus is untouched" || fail "the corpus was changed"
@@ -175,6 +184,65 @@ if expect_exit 0 "" "$T" $RUN --log "$TS_TMP/r1.jsonl" &&
     expect_exit 1 "" "$T" compare "$TS_TMP/r1.jsonl" "$TS_TMP/r3.jsonl"
     expect_stdout "^first divergence: step 1, "
   fi
+fi
+
+# --- token files (docs/DATA.md) ---------------------------------------------------
+write_ids "$TS_TMP/ids16.bin" 2 0 2000
+write_ids "$TS_TMP/ids32.bin" 4 0 2000
+write_ids "$TS_TMP/idsllmc.bin" 2 1 2000
+write_ids "$TS_TMP/val16.bin" 2 0 600
+sizes=$(wc -c <"$TS_TMP/ids16.bin")/$(wc -c <"$TS_TMP/ids32.bin")/$(wc -c <"$TS_TMP/idsllmc.bin")
+TS_CHECKS=$((TS_CHECKS + 1))
+[ "$sizes" = "4000/8000/5024" ] && pass "token files written ($sizes bytes)" ||
+  fail "token files have sizes $sizes, expected 4000/8000/5024"
+TOK="train --model tiny --steps 2 --warmup 1 --eval-batches 1 --quiet"
+# a raw .bin does not say how wide its ids are: refused asking for the flag
+# (a usage error, exit 2: the fix is --data-format), before any work
+expect_exit 2 "^tessera train: --data .*ids16\.bin: .*--data-format u16, u32" "$T" $TOK --data "$TS_TMP/ids16.bin" --vocab 300
+expect_exit 2 "^tessera train: --val-data .*val16\.bin: .*--data-format" "$T" $TOK --data "$TS_TMP/idsllmc.bin" --val-data "$TS_TMP/val16.bin" --vocab 300
+expect_exit 2 "^tessera dump: --data .*ids16\.bin: .*--data-format" "$T" dump --data "$TS_TMP/ids16.bin" --vocab 300 --out "$TS_TMP/tokdump"
+[ -e "$TS_TMP/tokdump" ] && fail "a refused dump created its output directory"
+# an id the vocabulary cannot hold: the file, the id and its byte offset (exit 1)
+expect_exit 1 "^tessera: .*ids16\.bin: token id 259 at byte offset 74 is out of range for --vocab 256" \
+  "$T" $TOK --data "$TS_TMP/ids16.bin" --data-format u16
+expect_exit 1 "^tessera: .*idsllmc\.bin: token id 259 at byte offset 1098 is out of range for --vocab 256" \
+  "$T" $TOK --data "$TS_TMP/idsllmc.bin"
+expect_exit 1 "^tessera: .*ids32\.bin: token id 259 at byte offset 148 " "$T" $TOK --data "$TS_TMP/ids32.bin" --data-format u32
+expect_exit 1 "^tessera: .*ids32\.bin: not an llm.c token file: it does not start with the magic 20240520" \
+  "$T" $TOK --data "$TS_TMP/ids32.bin" --data-format llmc --vocab 300
+# text cannot be read with fewer than 256 ids (the format was detected: exit 2)
+expect_exit 2 "^tessera train: --vocab 100: .*in\.orig is read as bytes" "$T" $TOK --data "$TS_TMP/in.orig" --vocab 100
+# the same ids in the three formats train the same run, bit for bit
+if expect_exit 0 "" "$T" $TOK --data "$TS_TMP/ids16.bin" --data-format u16 --vocab 300 --log "$TS_TMP/t16.jsonl" &&
+   expect_exit 0 "" "$T" $TOK --data "$TS_TMP/ids32.bin" --data-format u32 --vocab 300 --log "$TS_TMP/t32.jsonl" &&
+   expect_exit 0 "" "$T" $TOK --data "$TS_TMP/idsllmc.bin" --vocab 300 --log "$TS_TMP/tllmc.jsonl"; then
+  expect_exit 0 "" "$T" compare "$TS_TMP/t16.jsonl" "$TS_TMP/t32.jsonl"
+  expect_stdout "^identical$"
+  expect_exit 0 "" "$T" compare "$TS_TMP/t16.jsonl" "$TS_TMP/tllmc.jsonl"
+  expect_stdout "^identical$"
+  TS_CHECKS=$((TS_CHECKS + 1))
+  grep -q '"vocab":300,' "$TS_TMP/t16.jsonl" && grep -q '"data_format":"u16"' "$TS_TMP/t16.jsonl" &&
+    grep -q '"data_format":"llmc"' "$TS_TMP/tllmc.jsonl" &&
+    pass "the config records the vocabulary and the format read (llmc detected)" ||
+    fail "config records: $(head -c 400 "$TS_TMP/tllmc.jsonl")"
+fi
+# a validation file: recorded, and another validation loss than the tail's
+if expect_exit 0 "" "$T" $TOK --data "$TS_TMP/ids16.bin" --val-data "$TS_TMP/val16.bin" --data-format u16 --vocab 300 --log "$TS_TMP/tval.jsonl"; then
+  TS_CHECKS=$((TS_CHECKS + 1))
+  grep -q '"val_path":"[^"]*val16\.bin"' "$TS_TMP/tval.jsonl" && pass "the config records --val-data" ||
+    fail "no val_path in $(head -c 400 "$TS_TMP/tval.jsonl")"
+  expect_exit 1 "" "$T" compare "$TS_TMP/t16.jsonl" "$TS_TMP/tval.jsonl"
+fi
+# a checkpoint of a token-file run evaluates (a raw .bin read as its ids), and
+# resuming it in another format is refused
+if expect_exit 0 "" "$T" $TOK --data "$TS_TMP/ids16.bin" --data-format u16 --vocab 300 --ckpt-dir "$TS_TMP/tokck"; then
+  expect_exit 0 "" "$T" eval --ckpt "$TS_TMP/tokck/step-00000002.safetensors" --data "$TS_TMP/ids16.bin" --eval-batches 1
+  expect_stdout "^checkpoint .*step-00000002.safetensors \(step 2\): val loss [0-9.]+ "
+  expect_exit 0 "" "$T" eval --ckpt "$TS_TMP/tokck/step-00000002.safetensors" --val-data "$TS_TMP/val16.bin" --eval-batches 1
+  expect_exit 1 "ids16\.bin: token id [0-9]+ at byte offset 0 is out of range for --vocab 300" \
+    "$T" eval --ckpt "$TS_TMP/tokck/step-00000002.safetensors" --data "$TS_TMP/ids16.bin" --data-format u32
+  expect_exit 2 "^tessera train: --resume: checkpoint .*step-00000002.safetensors was written reading --data-format u16, this run reads u32" \
+    "$T" $TOK --data "$TS_TMP/ids32.bin" --data-format u32 --vocab 300 --ckpt-dir "$TS_TMP/tokck" --resume
 fi
 
 # --- the bundled corpus is found from any working directory ----------------------

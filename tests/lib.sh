@@ -101,6 +101,22 @@ make_corpus() {
   }' | head -c "$bytes" >"$file"
 }
 
+# write_ids FILE WIDTH LLMC N: N token ids (7i mod 300: 0..299, the first one
+# above 255 is id 259 at index 37) as WIDTH-byte little-endian words, after
+# llm.c's 1024-byte header when LLMC is 1. awk spells the bytes as octal
+# escapes and printf(1) writes them, so no other tool is needed.
+write_ids() {
+  awk -v w="$2" -v h="$3" -v n="$4" '
+    function le(v, k,   s, i) { s = ""; for (i = 0; i < k; i++) { s = s sprintf("\\%03o", v % 256); v = int(v / 256) }; return s }
+    BEGIN { s = ""
+      if (h) { s = le(20240520, 4) le(1, 4) le(n, 4); for (i = 3; i < 256; i++) s = s le(0, 4) }
+      for (i = 0; i < n; i++) s = s le((i * 7) % 300, w)
+      printf "%s", s }' >"$1.fmt"
+  # shellcheck disable=SC2059
+  printf "$(cat "$1.fmt")" >"$1"
+  rm -f "$1.fmt"
+}
+
 # done_testing: the script's exit status.
 done_testing() {
   echo "$TS_CHECKS checks, $TS_FAILS failed"

@@ -11,7 +11,9 @@
 # sent + received): M microbatches of Z forward (mb·T·r floats; mapl-vq:
 # mb·T·R·r/G one-byte codes) and M of dZ back (mb·T·r floats); after the step,
 # for the learned projectors (not ssn, not mapl-frozen), A_0 (d·r floats) and under mapl-vq the streamed
-# codes (R·sync·r floats) to stage 1. It reports the bytes per token each way.
+# codes (R·sync·r floats) to stage 1; and the gradient norm's 32-byte state,
+# folded over the stages' parts in canonical order (src/parallel/owners.h),
+# to stage 1. It reports the bytes per token each way.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/mpi_lib.sh"
@@ -53,7 +55,7 @@ equal() {
     case $mode in ssn|mapl-frozen) ;; *) sync=$((64 * R * 4)) ;; esac
     # G = 2, R = 2 rounds, one streamed code per codebook
     [ "$mode" = mapl-vq ] && fwd=$((2 * R / 2)) sync=$((sync + 2 * 1 * R * 4))
-    want=$((M * mb * 64 * (fwd + bwd) + sync))
+    want=$((M * mb * 64 * (fwd + bwd) + sync + 32))
     got=$(sendrecv_bytes "$L")
     TS_CHECKS=$((TS_CHECKS + 1))
     [ "$got" = "$want" ] && pass "$mode pp $P M $M: stage 0 moves $got bytes per step" ||

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Exact data parallelism: `mpiexec -n D tessera train --dp D` equals the serial
 # run of the same global batch bit for bit (tessera compare says identical,
-# the final parameter hashes match), with dropout off and on, for D = 2 and 4.
+# the final parameter hashes match), with dropout off and on, for D = 2 and 4,
+# and for D = 2 on a file of uint16 token ids.
 # The step records count the collectives: per step one tree all-reduce of the
 # N gradient floats, 16·N·(D-1)/D bytes on rank 0 (4N(D-1)/D sent and as many
 # received in each of its two phases), and one all-gather of the ranks' loss
@@ -147,6 +148,15 @@ elif [ $rc -eq 143 ] && [ -n "$k" ] && [ "${k% *}" = "${k#* }" ] && [ "$(grep -c
   expect_stdout "^identical"
 else
   fail "SIGTERM to rank 1 alone: exit $rc (expected 143), stderr: $(head -c 500 "$TS_ERR")"
+fi
+
+# --- a file of token ids (u16, vocabulary 300): the ranks read the same windows ---------
+write_ids "$TS_TMP/ids16.bin" 2 0 2000
+TOK="--model tiny --batch 4 --steps 2 --warmup 1 --eval-batches 1 --quiet --threads 1 --data $TS_TMP/ids16.bin --data-format u16 --vocab 300"
+if expect_exit 0 "" "$T" train $TOK --log "$TS_TMP/tok-serial.jsonl" &&
+   expect_exit 0 "" $RUN_MPI -n 2 "$T" train $TOK --dp 2 --log "$TS_TMP/tok-dp2.jsonl"; then
+  expect_exit 0 "" "$T" compare "$TS_TMP/tok-serial.jsonl" "$TS_TMP/tok-dp2.jsonl"
+  expect_stdout "^identical"
 fi
 
 # --- refused before any work: one line, exit 2, no log written ------------------------

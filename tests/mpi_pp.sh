@@ -13,7 +13,13 @@
 # microbatches in flight: M under GPipe, min(P, M) under 1F1B (stage i holds
 # at most P − i). With a tied head stage 0 also sends each microbatch's
 # gradient of the embedding output (mb·T·d floats) to the last stage, which
-# computes the tied embedding's gradient.
+# computes the tied embedding's gradient, owns the embedding, and after the
+# step sends it (V·d floats) to stage 0's copy. Each stage holds only its own
+# tensors, so the gradient norm is a fold over the stages' parts in canonical
+# order (src/parallel/owners.h): its 32-byte state goes from stage 0 to the
+# next (tied: first from the last stage, whose embedding comes first).
+# A checkpoint of a pipelined run holds the serial checkpoint's tensors and
+# data byte for byte, and each resumes under the other layout.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/mpi_lib.sh"
@@ -47,9 +53,13 @@ equal() {
       fail "$flags | pp $P dp $D M $M $sched | dropout $drop: $out"
     # stage 0's traffic and its microbatches in flight
     nb=$((4 / D)) mb=$((4 / D / M))
-    want=$((2 * M * mb * 64 * 64 * 4))
-    # a tied head: stage 0 also sends each microbatch's embedding-output gradient
-    case " $flags " in *" --untied "*|*llama*) ;; *) want=$((want + M * mb * 64 * 64 * 4)) ;; esac
+    want=$((2 * M * mb * 64 * 64 * 4 + 32))
+    # a tied head: stage 0 also sends each microbatch's embedding-output
+    # gradient, receives the updated embedding and the norm's state first
+    case " $flags " in
+    *" --untied "*|*llama*) ;;
+    *) want=$((want + M * mb * 64 * 64 * 4 + 256 * 64 * 4 + 32)) ;;
+    esac
     got=$(grep '"type":"step"' "$L" | head -n 1 | sed -n 's/.*"sendrecv":{"calls":[0-9]*,"bytes":\([0-9]*\)}.*/\1/p')
     TS_CHECKS=$((TS_CHECKS + 1))
     [ "$got" = "$want" ] && pass "pp $P M $M $sched: stage 0 moves $got boundary bytes per step" ||
@@ -102,6 +112,35 @@ pp_sp "--model tiny" ulysses 1f1b 1
 B="--model tiny --untied $common"
 expect_resume_identical 2 2 "" "--pp 2 --microbatches 2" $B
 
+# checkpoints hold the same model state whichever layout wrote them, and
+# resume under another: the serial run's and a pp 4 run's (tied head, whose
+# embedding the last stage owns) of step 2, each continued under the other
+same_checkpoint() { # A B WHAT: tessera compare says the same model state
+  TS_CHECKS=$((TS_CHECKS + 1))
+  out=$("$T" compare "$1" "$2" 2>&1)
+  [ "$out" = "same model state" ] && pass "$3: the checkpoints hold the same model state" ||
+    fail "$3: $out"
+}
+C="--model tiny --layers 4 $common --steps 3 --ckpt-every 2"
+rm -rf "$TS_TMP/cks" "$TS_TMP/ckp"
+expect_exit 0 "" "$T" train $C --ckpt-dir "$TS_TMP/cks" --log "$TS_TMP/cks.jsonl"
+expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 4 --microbatches 4 --ckpt-dir "$TS_TMP/ckp" \
+  --log "$TS_TMP/ckp.jsonl"
+same_checkpoint "$TS_TMP/cks/step-00000002.safetensors" "$TS_TMP/ckp/step-00000002.safetensors" \
+  "serial and pp 4"
+for d in cks ckp; do rm -f "$TS_TMP/$d/step-00000003.safetensors"; done
+# each continues under the other layout and ends where the straight runs did
+expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 4 --microbatches 4 --ckpt-dir "$TS_TMP/cks" \
+  --log "$TS_TMP/cks.jsonl" --resume
+expect_exit 0 "" "$T" train $C --ckpt-dir "$TS_TMP/ckp" --log "$TS_TMP/ckp.jsonl" --resume
+expect_exit 0 "" "$T" train $C --ckpt-dir "$TS_TMP/cko" --log "$TS_TMP/straight.jsonl"
+for d in cks ckp; do
+  TS_CHECKS=$((TS_CHECKS + 1))
+  out=$("$T" compare "$TS_TMP/straight.jsonl" "$TS_TMP/$d.jsonl" 2>&1)
+  [ "$out" = identical ] && pass "$d resumed under the other layout: identical to the straight run" ||
+    fail "$d resumed under the other layout: $out"
+done
+
 # --- refused before any work ----------------------------------------------------------
 NOLOG=$TS_TMP/never.jsonl
 expect_exit 2 "--pp 3: the 2 layers must divide into 3 stages" "$T" train $B --pp 3 --log "$NOLOG"
@@ -114,6 +153,14 @@ expect_exit 2 "--pp 2 with --sp-mode megatron: the tensor-split baseline does no
 expect_exit 2 "--schedule zigzag: must be gpipe or 1f1b" "$T" train $B --pp 2 --schedule zigzag --log "$NOLOG"
 expect_exit 2 "--dp 1 --sp 1 --pp 2: needs dp x sp x pp = 2 ranks but the MPI world size is 1" \
   "$T" train $B --pp 2 --log "$NOLOG"
+# the fit check before allocation sizes one stage: half the layers' matrices each here
+# (every rank finds it and says so)
+if expect_exit 1 "" $RUN_MPI -n 2 "$T" train $B --layers 10000000 --pp 2 --log "$NOLOG"; then
+  TS_CHECKS=$((TS_CHECKS + 1))
+  grep -q "weight matrices alone need .*parameters (the largest of --pp 2 stages).*(--pp)" "$TS_ERR" &&
+    pass "the fit check sizes a stage and names --pp" ||
+    fail "the fit check's message: $(head -c 400 "$TS_ERR")"
+fi
 TS_CHECKS=$((TS_CHECKS + 1))
 [ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"
 

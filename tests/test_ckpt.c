@@ -812,7 +812,7 @@ static void run_setup(run_fixture *f) {
   assert_int_equal(ts_adamw_init(&f->opt, ts_model_num_params(f->m)), TS_OK);
   for (size_t i = 0; i < f->opt.n; i++) f->opt.m[i] = 1e-3f * (float)(i % 7), f->opt.v[i] = 1e-6f;
   f->opt.step = 2;
-  if (ts_run_save_checkpoint(f->m, &f->opt, &f->cfg, 2)) fail_msg("%s", ts_errmsg());
+  if (ts_run_save_checkpoint(NULL, f->m, &f->opt, NULL, 0, &f->cfg, 2)) fail_msg("%s", ts_errmsg());
   snprintf(f->path, sizeof f->path, "%s/step-00000002.safetensors", f->cfg.ckpt_dir);
 }
 
@@ -859,7 +859,7 @@ static void write_edited(run_fixture *f, const char *path, const char *key, cons
 
 static void expect_run_refused(run_fixture *f, const char *path, const char *word) {
   ts_run_ckpt ck;
-  int rc = ts_run_open_checkpoint(path, &f->cfg, 0, 1, &ck);
+  int rc = ts_run_open_checkpoint(path, &f->cfg, 0, 1, 1, &ck);
   if (rc == TS_OK) {
     ts_run_close_checkpoint(&ck);
     fail_msg("accepted: %s (want '%s')", path, word);
@@ -874,7 +874,7 @@ static void test_run_header_checked(void **state) {
   run_fixture f;
   run_setup(&f);
   ts_run_ckpt ck;
-  if (ts_run_open_checkpoint(f.path, &f.cfg, 0, 1, &ck)) fail_msg("%s", ts_errmsg());
+  if (ts_run_open_checkpoint(f.path, &f.cfg, 0, 1, 1, &ck)) fail_msg("%s", ts_errmsg());
   assert_int_equal(ck.step, 2);
   assert_int_equal(ck.adam_step, 2);
   assert_int_equal(ck.cfg.n_layer, f.cfg.n_layer);
@@ -958,7 +958,7 @@ static void test_run_header_checked(void **state) {
   expect_run_refused(&f, bad, "tessera.format 1 has no header checksum");
   // and the unedited rewrite is accepted (the edits above are what was refused)
   write_edited(&f, bad, "-", NULL, 2);
-  assert_int_equal(ts_run_open_checkpoint(bad, &f.cfg, 0, 1, &ck), TS_OK);
+  assert_int_equal(ts_run_open_checkpoint(bad, &f.cfg, 0, 1, 1, &ck), TS_OK);
   ts_run_close_checkpoint(&ck);
   run_teardown(&f);
 }
@@ -970,7 +970,7 @@ static void expect_open_refused(run_fixture *f, const char *path, const ts_tenso
   assert_int_equal(ts_ckpt_write_v2(path, t, n, meta, 5), TS_OK);
   for (int training = 0; training <= 1; training++) {
     ts_run_ckpt ck;
-    assert_int_equal(ts_run_open_checkpoint(path, &f->cfg, training, 1, &ck), TS_ERUNTIME);
+    assert_int_equal(ts_run_open_checkpoint(path, &f->cfg, training, 1, 1, &ck), TS_ERUNTIME);
     assert_null(ck.ck);
     if (!strstr(ts_errmsg(), path) || !strstr(ts_errmsg(), word))
       fail_msg("message lacks the file or '%s': %s", word, ts_errmsg());
@@ -984,8 +984,8 @@ static void expect_load_refused(run_fixture *f, const char *path, const ts_tenso
                                 const char *word) {
   assert_int_equal(ts_ckpt_write_v2(path, t, n, meta, 5), TS_OK);
   ts_run_ckpt ck;
-  if (ts_run_open_checkpoint(path, &f->cfg, opt != NULL, 1, &ck)) fail_msg("%s", ts_errmsg());
-  assert_int_equal(ts_run_load_checkpoint(m, opt, &ck), TS_ERUNTIME);
+  if (ts_run_open_checkpoint(path, &f->cfg, opt != NULL, 1, 1, &ck)) fail_msg("%s", ts_errmsg());
+  assert_int_equal(ts_run_load_checkpoint(m, opt, NULL, 0, &ck), TS_ERUNTIME);
   if (!strstr(ts_errmsg(), path) || !strstr(ts_errmsg(), word))
     fail_msg("message lacks the file or '%s': %s", word, ts_errmsg());
   ts_run_close_checkpoint(&ck);
@@ -1012,8 +1012,8 @@ static void test_run_tensors_checked(void **state) {
   assert_int_equal(ts_model_create(&f.cfg, &m2), TS_OK);
   assert_int_equal(ts_adamw_init(&opt2, ts_model_num_params(m2)), TS_OK);
   ts_run_ckpt ck;
-  assert_int_equal(ts_run_open_checkpoint(f.path, &f.cfg, 1, 1, &ck), TS_OK);
-  if (ts_run_load_checkpoint(m2, &opt2, &ck)) fail_msg("%s", ts_errmsg());
+  assert_int_equal(ts_run_open_checkpoint(f.path, &f.cfg, 1, 1, 1, &ck), TS_OK);
+  if (ts_run_load_checkpoint(m2, &opt2, NULL, 0, &ck)) fail_msg("%s", ts_errmsg());
   ts_run_close_checkpoint(&ck);
   assert_memory_equal(ts_model_params(m2), ts_model_params(f.m), f.opt.n * sizeof(float));
   assert_memory_equal(opt2.v, f.opt.v, f.opt.n * sizeof(float));
@@ -1055,7 +1055,7 @@ static void test_run_tensors_checked(void **state) {
   f.opt.v[7] = INFINITY;
   expect_load_refused(&f, bad, t, n, meta, m2, &opt2, "'adam.v.wte' holds inf at index 7");
   // and never written: the step is not checkpointed, the earlier file stays
-  assert_int_equal(ts_run_save_checkpoint(f.m, &f.opt, &f.cfg, 3), TS_ERUNTIME);
+  assert_int_equal(ts_run_save_checkpoint(NULL, f.m, &f.opt, NULL, 0, &f.cfg, 3), TS_ERUNTIME);
   if (!strstr(ts_errmsg(), "step 3: the update left inf in 'adam.v.wte'"))
     fail_msg("%s", ts_errmsg());
   char p3[4200];

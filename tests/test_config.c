@@ -131,6 +131,9 @@ static void eb(ts_config *c) { c->eval_batches = 0; }
 static void ck(ts_config *c) { c->ckpt_every = -1; }
 static void ckdir(ts_config *c) { c->ckpt_every = 5; }
 static void resume(ts_config *c) { c->resume = 1; }
+static void vocab1(ts_config *c) { c->vocab = 1; }
+static void vocab_bytes(ts_config *c) { c->vocab = 255, c->data_format = TS_DATA_BYTES; }
+static void fmt_bad(ts_config *c) { c->data_format = TS_DATA_NFORMATS; }
 
 static void test_validation(void **state) {
   expect_usage(seq100, "--seq 100: must be a multiple of the tile (8)");
@@ -159,6 +162,9 @@ static void test_validation(void **state) {
   expect_usage(ck, "--ckpt-every -1");
   expect_usage(ckdir, "--ckpt-every 5: needs --ckpt-dir");
   expect_usage(resume, "--resume: needs --ckpt-dir");
+  expect_usage(vocab1, "--vocab 1: must be >= 2");
+  expect_usage(vocab_bytes, "--vocab 255: --data-format bytes has token ids 0..255");
+  expect_usage(fmt_bad, "--data-format 4: unknown");
 
   // an explicit tile larger than the default leaf pulls the leaf up with it
   ts_config c;
@@ -173,6 +179,14 @@ static void test_validation(void **state) {
   // grad_clip 0 turns clipping off and is valid
   base(&c, "tiny");
   c.grad_clip = 0.0f;
+  assert_int_equal(ts_config_finalize(&c), TS_OK);
+  // any vocabulary of two or more: a token file's ids need not be bytes, and
+  // a detected format is checked against it when the run resolves it
+  base(&c, "tiny");
+  c.vocab = 2;
+  assert_int_equal(c.data_format, TS_DATA_DETECT);
+  assert_int_equal(ts_config_finalize(&c), TS_OK);
+  c.data_format = TS_DATA_U16;
   assert_int_equal(ts_config_finalize(&c), TS_OK);
 }
 
@@ -218,7 +232,9 @@ static void awkward(ts_config *c) {
   c->proj_lr = 1.0f / 7.0f;
   c->vq_groups = 3, c->vq_rounds = 2, c->vq_codes = 200, c->vq_sync_codes = 9;
   c->vq_gamma = 0.97f, c->vq_commit = 0.1f;
+  c->data_format = TS_DATA_U32;
   snprintf(c->data_path, sizeof c->data_path, "/tmp/dir with spaces/\t\"quoted\"\n\x01.txt");
+  snprintf(c->val_path, sizeof c->val_path, "val\\\x02 \"x\".bin");
   snprintf(c->log_path, sizeof c->log_path, "caf\xc3\xa9/run.jsonl");
   snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "ckpt\\dir");
   c->ckpt_every = 17;
@@ -249,6 +265,24 @@ static void test_json_round_trip(void **state) {
   memset(&d, 0, sizeof d);
   assert_int_equal(ts_config_from_json(&d, json), TS_OK);
   assert_memory_equal(&c, &d, sizeof c);
+  assert_non_null(strstr(json, "\"data_format\":\"detect\"")); // a config no run resolved
+
+  // bytes and no validation file write nothing new (golden files stay as
+  // they were); every other format is written by its flag's name
+  c.data_format = TS_DATA_BYTES;
+  assert_int_equal(ts_config_to_json(&c, json, sizeof json), TS_OK);
+  assert_null(strstr(json, "data_format"));
+  assert_null(strstr(json, "val_path"));
+  for (int f = TS_DATA_U16; f < TS_DATA_NFORMATS; f++) {
+    c.data_format = f;
+    assert_int_equal(ts_config_to_json(&c, json, sizeof json), TS_OK);
+    char want[64];
+    snprintf(want, sizeof want, "\"data_format\":\"%s\"", ts_data_format_names[f]);
+    assert_non_null(strstr(json, want));
+    memset(&d, 0, sizeof d);
+    assert_int_equal(ts_config_from_json(&d, json), TS_OK);
+    assert_int_equal(d.data_format, f);
+  }
 }
 
 static void test_json_errors(void **state) {
@@ -273,6 +307,9 @@ static void test_json_errors(void **state) {
   assert_int_equal(ts_config_from_json(&b, "{\"d\":6.5}"), TS_ERUNTIME);
   assert_int_equal(ts_config_from_json(&b, "{\"seed\":-1}"), TS_ERUNTIME);
   assert_int_equal(ts_config_from_json(&b, "{\"variant\":\"rnn\"}"), TS_ERUNTIME);
+  assert_int_equal(ts_config_from_json(&b, "{\"data_format\":\"u8\"}"), TS_ERUNTIME);
+  assert_non_null(strstr(ts_errmsg(), "\"data_format\""));
+  assert_int_equal(ts_config_from_json(&b, "{\"data_format\":1}"), TS_ERUNTIME);
   assert_int_equal(ts_config_from_json(&b, "[1]"), TS_ERUNTIME);
   // order, whitespace, unknown and nested keys do not matter; hex wins
   const char *ok = " { \"extra\": {\"a\": [1, \"}\"]}, \"seq\": 64, \"vocab\": 256, \"d\": 64,"

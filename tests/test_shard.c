@@ -7,10 +7,10 @@
 // association (tree or MPI's own under --fast), and no proper subset of the
 // ranks sums to the whole: a gradient that missed the sequence group or the
 // data group is caught. The positional embedding's rows are owned: a rank
-// fills its own rows [t0, t0 + Tl) and poisons the others with a large
-// value, so summing wpe over the sequence group lets the poison into the
-// owners' rows, and leaving wpe out of the data all-reduce leaves one rank's
-// value where the data group's sum belongs.
+// holds only its rows [t0, t0 + Tl), the last of its owned tensors, with
+// values that depend on the sequence rank, so summing wpe over the sequence
+// group mixes two segments' rows, and leaving wpe out of the data all-reduce
+// leaves one rank's value where the data group's sum belongs.
 //
 // All collectives run before any assertion that can fail, so a failing check
 // on one rank cannot leave the others waiting in a collective.
@@ -99,37 +99,32 @@ static void check_sync(int batch, int fast) {
   ts_model_tensors(m, NULL, views);
   size_t w0 = np, wlen = 0, C = 0;
   for (int k = 0; k < nt; k++)
-    if (strcmp(views[k].name, "wpe") == 0) {
+    if (strcmp(views[k].name, "wpe") == 0) { // this rank's rows only
       assert_int_equal(views[k].ndim, 2);
-      assert_int_equal(views[k].shape[0], T);
+      assert_int_equal(views[k].shape[0], Tl);
       w0 = (size_t)(views[k].data - g);
       wlen = (size_t)ts_tensor_numel(&views[k]);
       C = (size_t)views[k].shape[1];
     }
   free(views);
-  assert_true(w0 < np && wlen == (size_t)T * C);
+  assert_true(w0 < np && wlen == (size_t)Tl * C && w0 + wlen == np);
   assert_int_equal(sh.wpe_off, w0);
   assert_int_equal(sh.wpe_len, wlen);
-  const size_t w1 = w0 + wlen, own0 = (size_t)sh.t0 * C, own1 = (size_t)(sh.t0 + Tl) * C;
+  const size_t w1 = w0 + wlen, own0 = (size_t)sh.t0 * C;
 
-  // Fill: with one sequence per rank the model's buffer is the input; with
-  // several, the per-sequence slots are (the buffer itself is overwritten).
-  for (int j = 0; j < nb; j++) {
-    float *dst = nb > 1 ? sh.slots + (size_t)j * np : g;
-    const float f = factor(R, j);
-    for (size_t i = 0; i < np; i++) {
-      if (i < w0 || i >= w1) dst[i] = f * base(i);
-      else {
-        size_t k = i - w0;
-        dst[i] = k >= own0 && k < own1 ? f * wpe_base(k) : poison(R);
-      }
-    }
-  }
-  if (nb > 1)
-    for (size_t i = 0; i < np; i++) g[i] = poison(R);
-
+  // Each sequence's gradient in the model's buffer in turn, handed on as
+  // its backward would (ts_shard_sequence_done), then the sync.
   ts_grid_reset_counts(grid);
-  int rc = ts_shard_sync_grads(&sh, grid->data);
+  int rc = TS_OK;
+  for (int j = 0; j < nb && !rc; j++) {
+    const float f = factor(R, j);
+    for (size_t i = 0; i < np; i++)
+      g[i] = i < w0 ? f * base(i) : f * wpe_base(own0 + (i - w0));
+    rc = ts_shard_sequence_done(&sh);
+  }
+  if (nb > 1) // the tree, not the buffer, holds the sum so far
+    for (size_t i = 0; i < np; i++) g[i] = poison(R);
+  if (!rc) rc = ts_shard_sync_grads(&sh, grid->data);
   ts_comm_count seq_ar = ts_comm_total(grid->seq, TS_COMM_ALLREDUCE);
   ts_comm_count seq_ag = ts_comm_total(grid->seq, TS_COMM_ALLGATHER);
   ts_comm_count data_ar = ts_comm_total(grid->data, TS_COMM_ALLREDUCE);
@@ -141,36 +136,33 @@ static void check_sync(int batch, int fast) {
   // ---- no collectives below this line ----
   assert_int_equal(rc, TS_OK);
   assert_int_equal(mpi_rc, MPI_SUCCESS);
-  // one all-reduce over each group, one all-gather of the owned rows
-  assert_int_equal(seq_ar.calls, 1);
-  assert_int_equal(seq_ag.calls, 1);
+  // one all-reduce over the sequence group per sequence, one over the data
+  // group; the owned rows stay where they are
+  assert_int_equal(seq_ar.calls, nb);
+  assert_int_equal(seq_ag.calls, 0);
   assert_int_equal(data_ar.calls, 1);
 
   // Every replicated gradient: the sum over all ranks and sequences.
   float fsum_all = 0.0f;
   for (int q = 0; q < P; q++)
     for (int j = 0; j < nb; j++) fsum_all += factor(q, j);
-  // wpe rows of segment s: the sum over the ranks with sequence index s (the
-  // data group of s) and their sequences; world rank q has s = q % SP.
-  float fsum_seg[SP] = {0};
+  // this rank's wpe rows: the sum over the ranks with its sequence index (its
+  // data group) and their sequences; world rank q has s = q % SP.
+  float fsum_seg = 0.0f;
   for (int q = 0; q < P; q++)
-    for (int j = 0; j < nb; j++) fsum_seg[q % SP] += factor(q, j);
+    for (int j = 0; j < nb; j++)
+      if (q % SP == grid->sp_rank) fsum_seg += factor(q, j);
 
   mismatches mm = {0};
   for (size_t i = 0; i < np; i++) {
-    float want;
-    if (i < w0 || i >= w1) want = fsum_all * base(i);
-    else {
-      size_t k = i - w0;
-      int s = (int)(k / C) / Tl; // the sequence rank owning row k / C
-      want = fsum_seg[s] * wpe_base(k);
-    }
+    const float want = i < w0 ? fsum_all * base(i) : fsum_seg * wpe_base(own0 + (i - w0));
     if (g[i] != want) note(&mm, i < w0 || i >= w1 ? "grad" : "grad(wpe)", i, g[i], want);
   }
   if (mm.bad) print_error("%zu of %zu gradient elements wrong; first: %s\n", mm.bad, np, mm.first);
   assert_int_equal(mm.bad, 0);
+  // replicas: the shared part on every rank, the rows within the data group
   for (int q = 0; q < P; q++)
-    if (memcmp(all + (size_t)q * np, g, np * sizeof(float)) != 0) {
+    if (memcmp(all + (size_t)q * np, g, (q % SP == grid->sp_rank ? np : w0) * sizeof(float))) {
       print_error("rank %d: gradient differs from rank %d's\n", R, q);
       fail();
     }

@@ -73,9 +73,11 @@ void ts_mapl_init(ts_model *m, uint64_t seed) {
     ts_boundary_orthonormal(q, k->b.qr, d, r, seed, TS_BASIS_FIXED + (uint64_t)s);
     ts_boundary_transpose(k->fixed[s], q, d, r);
   }
-  // the projectors start on St(d, r), each its own random point
+  // the projectors start on St(d, r), each its own random point (a
+  // pipeline stage's: those it holds)
   for (int p = 0; p + 1 < k->b.S; p++)
-    ts_boundary_orthonormal(projector(m, p, 0), k->b.qr, d, r, seed, TS_BASIS_PROJ + (uint64_t)p);
+    if (projector(m, p, 0))
+      ts_boundary_orthonormal(projector(m, p, 0), k->b.qr, d, r, seed, TS_BASIS_PROJ + (uint64_t)p);
 }
 
 // anc (rows × d) ← E_s[tok]·P_s.

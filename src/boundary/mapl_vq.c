@@ -134,8 +134,9 @@ static void vq_destroy(ts_model *m) {
 static void vq_init(ts_model *m, uint64_t seed) {
   vq_state *k = m->bd_state;
   ts_mapl_init(m, seed);
-  for (int p = 0; p + 1 < k->mapl.b.S; p++)
-    ts_vq_init(&k->vq, seed, p, book(m, TS_ROLE_VQ_COUNT, p, 0), book(m, TS_ROLE_VQ_SUM, p, 0),
+  for (int p = 0; p + 1 < k->mapl.b.S; p++) // (a pipeline stage's: those it holds)
+    if (book(m, TS_ROLE_VQ_CODES, p, 0))
+      ts_vq_init(&k->vq, seed, p, book(m, TS_ROLE_VQ_COUNT, p, 0), book(m, TS_ROLE_VQ_SUM, p, 0),
                book(m, TS_ROLE_VQ_CODES, p, 0), book(m, TS_ROLE_VQ_RECV, p, 0));
 }
 

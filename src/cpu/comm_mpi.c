@@ -228,6 +228,7 @@ int ts_comm_mpi_create(const void *mpi_comm, ts_comm **out) {
   MPI_Comm_size(s->comm, &c->size);
   c->ops = &mpi_ops;
   c->state = s;
+  c->mpi = &s->comm;
   *out = c;
   return TS_OK;
 }

@@ -498,6 +498,7 @@ extern "C" int ts_comm_nccl_create(const void *mpi_comm, ts_comm **out) {
   }
   c->ops = &nccl_ops;
   c->state = st;
+  c->mpi = &st->mpi;
   *out = c;
   return TS_OK;
 }

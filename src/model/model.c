@@ -21,7 +21,8 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     for (int k = 0; k < m->nrun; k++) {
       const size_t row = (size_t)k * m->run_len;
       m->be->encoder_forward(m->res[0] + row * C, m->inputs + row, m->p.wte,
-                      m->p.wpe ? m->p.wpe + (size_t)m->run_pos[k] * C : NULL,
+                      m->p.wpe ? m->p.wpe + (m->wpe_rows ? row : (size_t)m->run_pos[k]) * C
+                               : NULL,
                       m->nrun == 1 ? B : 1, m->run_len, C);
     }
   } else { // a later pipeline stage: the previous stage's output, decoded (boundary.h)
@@ -77,10 +78,6 @@ int ts_model_backward(ts_model *m, uint64_t step) {
 }
 
 // ---- pipeline stages ---------------------------------------------------------------
-void ts_model_set_stage(ts_model *m, int l0, int l1) {
-  m->l0 = l0;
-  m->l1 = l1;
-}
 void ts_model_set_stage_input(ts_model *m, const void *x) { m->x_in = x; }
 void ts_model_set_stage_grad(ts_model *m, const float *dy) { m->dy_in = dy; }
 const void *ts_model_stage_output(const ts_model *m) {

@@ -70,14 +70,25 @@ struct ts_model {
   const float *dy_in;
   float *spbuf;                // the strategy's scratch (ts_cp_sizes.scratch floats)
   int rc;                      // error of the last forward
-  // parameters, gradients: one allocation each, same layout; the views
-  // carry each tensor's role (tessera.h)
-  int ntens;
+  // The tensors this model holds (tessera.h): ptens[0, ntens), the nown it
+  // owns first, then the copies it reads of tensors another stage owns
+  // (ts_model_create_stage), whose gtens have no data. Parameters: one
+  // allocation, the owned ones' nparams floats then the copies' ncopy;
+  // gradients: one allocation of nparams, the owned ones' layout. The views
+  // carry each tensor's role and canonical offset.
+  int ntens, nown;
   ts_tensor *ptens, *gtens;
+  int *key;      // per held tensor: its canonical index (the initialisation's key)
+  size_t *elem0; // its first element within that tensor (a positional table's rows)
+  int wpe_rows;  // wpe holds the rank's rows alone, run after run (sequence parallel)
   float *stds; // init std per tensor (0 = constant)
   float *consts;
-  size_t nparams;
+  size_t nparams, ncopy;
   float *params, *grads;
+  // the canonical (serial) model's table: nall tensors, nall_params floats
+  int nall;
+  ts_tensor *all; // data NULL
+  size_t nall_params;
   param_views p, g;
   // activations
   float *acts;

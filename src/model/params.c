@@ -25,6 +25,8 @@ typedef struct {
   float **gview;
   ts_role role;
   int index;
+  int layer; // the layer whose stage holds it: −1 the embeddings, L the head
+  int codec; // a boundary codec's (it follows its stage's last layer)
 } pspec;
 
 // Stage s's codec tensors (boundary.h) when layer l ends it: std 0, value 0.
@@ -35,7 +37,7 @@ static int boundary_specs(const ts_model *m, int l, pspec *out) {
   const int n = m->bd->tensors(&m->cfg, (l + 1) / (m->L / S) - 1, t);
   for (int k = 0; out && k < n; k++) {
     out[k] = (pspec){.ndim = t[k].ndim, .shape = {t[k].shape[0], t[k].shape[1]},
-                     .role = t[k].role, .index = t[k].index};
+                     .role = t[k].role, .index = t[k].index, .layer = l, .codec = 1};
     memcpy(out[k].name, t[k].name, sizeof out[k].name);
   }
   return n;
@@ -44,22 +46,22 @@ static int boundary_specs(const ts_model *m, int l, pspec *out) {
 static int param_table(ts_model *m, pspec *out) {
   int n = 0, C = m->C, F = m->F, V = m->V;
   float s = 0.02f, sres = 0.02f / sqrtf(2.0f * m->L);
-#define ADD(NAME, ND, S0, S1, STD, VAL, FIELD, ROLE, INDEX)                             \
+#define ADD(NAME, ND, S0, S1, STD, VAL, FIELD, ROLE, INDEX, LAYER)                      \
   do {                                                                                  \
     if (out) {                                                                          \
       pspec *ps = &out[n];                                                              \
       snprintf(ps->name, sizeof ps->name, "%s", NAME);                                  \
       ps->ndim = ND; ps->shape[0] = S0; ps->shape[1] = S1;                              \
       ps->std = STD; ps->value = VAL; ps->view = &m->p.FIELD; ps->gview = &m->g.FIELD;  \
-      ps->role = ROLE; ps->index = INDEX;                                               \
+      ps->role = ROLE; ps->index = INDEX; ps->layer = LAYER; ps->codec = 0;             \
     }                                                                                   \
     n++;                                                                                \
   } while (0)
-  ADD("wte", 2, V, C, s, 0, wte, TS_ROLE_EMBEDDING, 0);
+  ADD("wte", 2, V, C, s, 0, wte, TS_ROLE_EMBEDDING, 0, -1);
   char nm[64];
 #define LADD(SUFFIX, ND, S0, S1, STD, VAL, FIELD)                                       \
   snprintf(nm, sizeof nm, "h.%d.%s", l, SUFFIX);                                         \
-  ADD(nm, ND, S0, S1, STD, VAL, layer[l].FIELD, TS_ROLE_LAYER, l)
+  ADD(nm, ND, S0, S1, STD, VAL, layer[l].FIELD, TS_ROLE_LAYER, l, l)
   // a codec's tensors follow the last layer of their stage, so that a
   // pipeline stage's tensors stay one slice (e.g. MAPL's: stage s's anchor
   // E_s and the projector A_s of its output boundary)
@@ -78,11 +80,11 @@ static int param_table(ts_model *m, pspec *out) {
       LADD("mlp.w2", 2, C, F, sres, 0, w2);
       BOUNDARY_ADD(l);
     }
-    ADD("rmsf.w", 1, C, 0, 0, 1, lnfw, TS_ROLE_FINAL_NORM, 0);
-    if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head, TS_ROLE_HEAD, 0);
+    ADD("rmsf.w", 1, C, 0, 0, 1, lnfw, TS_ROLE_FINAL_NORM, 0, m->L);
+    if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head, TS_ROLE_HEAD, 0, m->L);
     return n;
   }
-  ADD("wpe", 2, m->T, C, s, 0, wpe, TS_ROLE_POSITIONAL, 0);
+  ADD("wpe", 2, m->T, C, s, 0, wpe, TS_ROLE_POSITIONAL, 0, -1);
   for (int l = 0; l < m->L; l++) {
     LADD("ln1.w", 1, C, 0, 0, 1, ln1w);
     LADD("ln1.b", 1, C, 0, 0, 0, ln1b);
@@ -104,9 +106,9 @@ static int param_table(ts_model *m, pspec *out) {
   }
 #undef LADD
 #undef BOUNDARY_ADD
-  ADD("lnf.w", 1, C, 0, 0, 1, lnfw, TS_ROLE_FINAL_NORM, 0);
-  ADD("lnf.b", 1, C, 0, 0, 0, lnfb, TS_ROLE_FINAL_NORM, 0);
-  if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head, TS_ROLE_HEAD, 0);
+  ADD("lnf.w", 1, C, 0, 0, 1, lnfw, TS_ROLE_FINAL_NORM, 0, m->L);
+  ADD("lnf.b", 1, C, 0, 0, 0, lnfb, TS_ROLE_FINAL_NORM, 0, m->L);
+  if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head, TS_ROLE_HEAD, 0, m->L);
 #undef ADD
   return n;
 }
@@ -132,6 +134,12 @@ size_t ts_model_tiled_mlp_floats(const ts_model *m, int nthreads) {
 static int memory_share = 1;
 
 void ts_model_set_memory_share(int processes) { memory_share = processes > 1 ? processes : 1; }
+
+// The ranks the optimizer's moments of these parameters are sharded over
+// (ts_model_set_moment_shards).
+static int moment_shards = 1;
+
+void ts_model_set_moment_shards(int shards) { moment_shards = shards > 1 ? shards : 1; }
 
 int ts_model_create(const ts_config *cfg, ts_model **out) {
   return ts_model_create_seq(cfg, 0, cfg->batch, NULL, out);
@@ -167,9 +175,9 @@ static int check_shard(const ts_config *cfg, int b_begin, int b_count, const ts_
 }
 
 // The model's shape, its shard of the batch and of the sequence (the runs of
-// positions its strategy gives it) and its stage (the whole model).
+// positions its strategy gives it) and its stage.
 static void set_geometry(ts_model *m, const ts_config *cfg, int b_begin, int b_count,
-                         const ts_seq_shard *sp, int nsp) {
+                         const ts_seq_shard *sp, int nsp, int l0, int l1) {
   m->cfg = *cfg;
   m->be = ts_backend_current();
   m->B = b_count; m->b0 = b_begin; m->Bg = cfg->batch;
@@ -182,8 +190,8 @@ static void set_geometry(ts_model *m, const ts_config *cfg, int b_begin, int b_c
   m->t0 = nsp > 1 ? sp->comm->rank * m->Tl : 0;
   m->seq = nsp > 1 ? sp->comm : NULL;
   m->ntok = (int64_t)m->B * m->Tl;
-  m->l0 = 0;
-  m->l1 = m->L;
+  m->l0 = l0;
+  m->l1 = l1;
   ts_cp_runs runs;
   ts_cp_positions(m->cp, nsp, m->seq ? m->seq->rank : 0, m->T, &runs);
   m->nrun = runs.n;
@@ -193,59 +201,121 @@ static void set_geometry(ts_model *m, const ts_config *cfg, int b_begin, int b_c
   m->ntok_global = (int64_t)m->Bg * m->T;
 }
 
-// The parameter table into *spec (ntens entries) and m->nparams, with the
-// small per-tensor arrays; no parameter memory yet.
-static int make_table(ts_model *m, pspec **spec) {
+// Whether this model holds a tensor of the table, and how: a stage owns its
+// layers' tensors, the first the embeddings, the last the final norm and the
+// head; a tied embedding is the last stage's (it sums the embedding's
+// gradient with the head's), the first holding a copy; a codec's tensors
+// follow their stage's last layer, and the next stage holds copies of those
+// it reads (all but the anchors, which are each stage's own).
+// Under sequence parallelism the positional table is owned by rows: each
+// rank holds the rows of its positions alone (its runs: docs/ALGORITHMS.md
+// §2), one piece per run, after the other owned tensors.
+enum { HELD_NONE = 0, HELD_OWNED, HELD_ROWS, HELD_COPY };
+
+static int holding(const ts_model *m, const pspec *ps) {
+  const int first = m->l0 == 0, last = m->l1 == m->L;
+  if (ps->role == TS_ROLE_EMBEDDING && m->cfg.tied)
+    return last ? HELD_OWNED : first ? HELD_COPY : HELD_NONE;
+  if (ps->layer >= m->l0 && ps->layer < m->l1) return HELD_OWNED;
+  if (ps->role == TS_ROLE_POSITIONAL && m->seq) return first ? HELD_ROWS : HELD_NONE;
+  if (ps->layer < 0) return first ? HELD_OWNED : HELD_NONE;
+  if (ps->layer >= m->L) return last ? HELD_OWNED : HELD_NONE;
+  if (ps->codec && ps->role != TS_ROLE_ANCHOR && ps->layer + 1 == m->l0) return HELD_COPY;
+  return HELD_NONE;
+}
+
+static size_t spec_numel(const pspec *ps) {
+  return (size_t)ps->shape[0] * (ps->ndim == 2 ? (size_t)ps->shape[1] : 1);
+}
+
+// The parameter table into *spec (nall entries), the canonical table m->all,
+// what this model holds of it (m->ntens, m->nown, m->nparams, m->ncopy), and
+// the small per-tensor arrays; no parameter memory yet.
+static int make_table(ts_model *m, pspec **spec, unsigned char **held) {
   m->p.layer = calloc((size_t)m->L, sizeof(layer_params));
   m->g.layer = calloc((size_t)m->L, sizeof(layer_params));
   m->la = calloc((size_t)m->L, sizeof(layer_acts));
   m->res = calloc((size_t)m->L + 1, sizeof(float *));
-  m->ntens = param_table(m, NULL);
-  *spec = calloc((size_t)m->ntens, sizeof(pspec));
-  m->ptens = calloc((size_t)m->ntens, sizeof(ts_tensor));
-  m->gtens = calloc((size_t)m->ntens, sizeof(ts_tensor));
-  m->stds = calloc((size_t)m->ntens, sizeof(float));
-  m->consts = calloc((size_t)m->ntens, sizeof(float));
-  if (!m->p.layer || !m->g.layer || !m->la || !m->res || !*spec || !m->ptens || !m->gtens ||
-      !m->stds || !m->consts)
+  const int n = m->nall = param_table(m, NULL);
+  *spec = calloc((size_t)n, sizeof(pspec));
+  *held = calloc((size_t)n, 1);
+  m->all = calloc((size_t)n, sizeof(ts_tensor));
+  // (a positional table by rows may be two pieces: one more entry)
+  m->ptens = calloc((size_t)n + 1, sizeof(ts_tensor));
+  m->gtens = calloc((size_t)n + 1, sizeof(ts_tensor));
+  m->key = calloc((size_t)n + 1, sizeof(int));
+  m->elem0 = calloc((size_t)n + 1, sizeof(size_t));
+  m->stds = calloc((size_t)n + 1, sizeof(float));
+  m->consts = calloc((size_t)n + 1, sizeof(float));
+  if (!m->p.layer || !m->g.layer || !m->la || !m->res || !*spec || !*held || !m->all ||
+      !m->ptens || !m->gtens || !m->key || !m->elem0 || !m->stds || !m->consts)
     return ts_fail(TS_ERUNTIME, "out of memory");
   param_table(m, *spec);
-  size_t total = 0;
-  for (int i = 0; i < m->ntens; i++)
-    total += (size_t)(*spec)[i].shape[0] * ((*spec)[i].ndim == 2 ? (size_t)(*spec)[i].shape[1] : 1);
-  m->nparams = total;
+  size_t at = 0;
+  for (int i = 0; i < n; i++) {
+    const pspec *ps = &(*spec)[i];
+    ts_tensor *t = &m->all[i];
+    snprintf(t->name, sizeof t->name, "%s", ps->name);
+    t->ndim = ps->ndim;
+    t->shape[0] = ps->shape[0];
+    t->shape[1] = ps->shape[1];
+    t->role = ps->role;
+    t->index = ps->index;
+    t->at = (int64_t)at;
+    at += spec_numel(ps);
+    (*held)[i] = (unsigned char)holding(m, ps);
+    if ((*held)[i] == HELD_OWNED) m->nown++, m->ntens++, m->nparams += spec_numel(ps);
+    if ((*held)[i] == HELD_COPY) m->ntens++, m->ncopy += spec_numel(ps);
+    if ((*held)[i] == HELD_ROWS) {
+      m->nown += m->nrun, m->ntens += m->nrun;
+      m->nparams += (size_t)m->nrun * m->run_len * (size_t)ps->shape[1];
+      m->wpe_rows = 1;
+    }
+  }
+  m->nall_params = at;
   return TS_OK;
 }
 
-// Parameters and gradients: one allocation each, the table's views into them.
-static int alloc_params(ts_model *m, const pspec *spec) {
-  const size_t total = m->nparams;
-  m->params = m->be->alloc(total * sizeof(float));
-  m->grads = m->be->alloc(total * sizeof(float));
+// Parameters and gradients: one allocation each, the owned tensors first
+// (a positional table by rows last among them), then the copies (parameters
+// only); the table's views into them.
+static int alloc_params(ts_model *m, const pspec *spec, const unsigned char *held) {
+  m->params = m->be->alloc((m->nparams + m->ncopy) * sizeof(float));
+  m->grads = m->be->alloc((m->nparams ? m->nparams : 1) * sizeof(float));
   if (!m->params || !m->grads)
-    return ts_fail(TS_ERUNTIME, "out of memory allocating %zu parameters", total);
+    return ts_fail(TS_ERUNTIME, "out of memory allocating %zu parameters",
+                   m->nparams + m->ncopy);
   size_t off = 0;
-  for (int i = 0; i < m->ntens; i++) {
-    const pspec *ps = &spec[i];
-    size_t n = (size_t)ps->shape[0] * (ps->ndim == 2 ? (size_t)ps->shape[1] : 1);
-    if (ps->view) {
-      *ps->view = m->params + off;
-      *ps->gview = m->grads + off;
+  int k = 0;
+  for (int pass = HELD_OWNED; pass <= HELD_COPY; pass++)
+    for (int i = 0; i < m->nall; i++) {
+      if (held[i] != pass) continue;
+      const pspec *ps = &spec[i];
+      float *p = m->params + off, *g = pass != HELD_COPY ? m->grads + off : NULL;
+      if (ps->view) {
+        *ps->view = p;
+        *ps->gview = g;
+      }
+      const int pieces = pass == HELD_ROWS ? m->nrun : 1;
+      for (int r = 0; r < pieces; r++, k++) {
+        m->ptens[k] = m->gtens[k] = m->all[i];
+        m->key[k] = i;
+        m->stds[k] = ps->std;
+        m->consts[k] = ps->value;
+        size_t n = spec_numel(ps);
+        if (pass == HELD_ROWS) { // rows [run_pos[r], run_pos[r] + run_len)
+          const size_t C = (size_t)ps->shape[1];
+          n = (size_t)m->run_len * C;
+          m->elem0[k] = (size_t)m->run_pos[r] * C;
+          m->ptens[k].shape[0] = m->gtens[k].shape[0] = m->run_len;
+          m->ptens[k].at = m->gtens[k].at = m->all[i].at + (int64_t)m->elem0[k];
+        }
+        m->ptens[k].data = m->params + off;
+        m->gtens[k].data = g ? m->grads + off : NULL;
+        off += n;
+      }
+      (void)p;
     }
-    for (int k = 0; k < 2; k++) {
-      ts_tensor *t = k ? &m->gtens[i] : &m->ptens[i];
-      snprintf(t->name, sizeof t->name, "%s", ps->name);
-      t->ndim = ps->ndim;
-      t->shape[0] = ps->shape[0];
-      t->shape[1] = ps->shape[1];
-      t->data = (k ? m->grads : m->params) + off;
-      t->role = ps->role;
-      t->index = ps->index;
-    }
-    m->stds[i] = ps->std;
-    m->consts[i] = ps->value;
-    off += n;
-  }
   return TS_OK;
 }
 
@@ -267,15 +337,17 @@ static void activation_layout(ts_model *m, act_layout *al) {
   size_t C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V, Ckv = (size_t)m->Ckv;
   size_t BHT = (size_t)Nq * m->H, Fup = m->llama ? F : 0;
   if (cfg->tiled_mlp) F = Fup = 0; // no (rows, d_ff) buffers: one leaf per thread instead
-  const size_t NV = cfg->fused_ce ? 0 : (size_t)N * V; // logits and their gradient
+  // logits and their gradient: the last stage's
+  const size_t NV = cfg->fused_ce || m->l1 < m->L ? 0 : (size_t)N * V;
+  const int layers = m->l1 - m->l0; // the stage's: their inputs and outputs, and kept sets
   *al = (act_layout){.N = N, .Na = Na, .Nq = Nq, .Nk = Nk, .Nkd = Nkd, .F = F, .Fup = Fup,
                      .BHT = BHT, .NV = NV, .strategy = cs.scratch,
-                     .kept = cfg->checkpoint ? 1 : m->L};
+                     .kept = cfg->checkpoint ? 1 : layers};
   al->per_layer = N * (C + 4) + Na * (C + F + Fup) + Nq * C + Nk * Ckv * 2 + BHT;
   al->top = N * (C + 2 + 1) + NV;
   al->scratch = N * C * 4 + NV + Na * (C * 2 + F * 2) + Nkd * Ckv * 2 + BHT + cs.scratch;
   al->rope = m->llama ? (size_t)m->T * m->dh : 0;
-  m->nacts = (size_t)(m->L + 1) * N * C + (size_t)al->kept * al->per_layer + al->top +
+  m->nacts = (size_t)(layers + 1) * N * C + (size_t)al->kept * al->per_layer + al->top +
              al->scratch + al->rope;
 }
 
@@ -286,7 +358,10 @@ static void activation_layout(ts_model *m, act_layout *al) {
 static int fit_check(const ts_model *m) {
   const ts_config *cfg = &m->cfg;
   const size_t boundary = m->bd->activation_floats ? m->bd->activation_floats(m) : 0;
-  double need = 16.0 * (double)m->nparams + 4.0 * (double)(m->nacts + boundary);
+  // parameters and gradients, the AdamW moments (their shard under --zero),
+  // the copies, the activations
+  double need = (8.0 + 8.0 / moment_shards) * (double)m->nparams +
+                4.0 * (double)(m->ncopy + m->nacts + boundary);
   if (cfg->fused_ce) need += 4.0 * (double)ts_model_fused_ce_floats(m, omp_get_max_threads());
   if (cfg->tiled_mlp) need += 4.0 * (double)ts_model_tiled_mlp_floats(m, omp_get_max_threads());
   // Every process makes this check for its own share of the memory its
@@ -305,7 +380,8 @@ static int fit_check(const ts_model *m) {
     return ts_fail(TS_ERUNTIME,
                    "this model needs about %.1f GiB (parameters, gradients, AdamW state, "
                    "activations) but %s %.1f GiB%s; use a smaller --model, --seq or "
-                   "--batch, the memory options (--checkpoint, --fused-ce, --tiled-mlp), or "
+                   "--batch, the memory options (--checkpoint, --fused-ce, --tiled-mlp), "
+                   "more pipeline stages (--pp), sharded optimizer state (--zero 1), or "
                    "fewer ranks on this %s",
                    need / 1073741824.0, on_gpu ? "this rank's share of its GPU is" : "the machine has",
                    have / 1073741824.0, share, on_gpu ? "GPU" : "machine");
@@ -326,9 +402,9 @@ static int alloc_activations(ts_model *m, const act_layout *al) {
                    m->nacts * 4.0 / 1e6);
   float *a = m->acts;
 #define TAKE(PTR, COUNT) do { PTR = a; a += (COUNT); } while (0)
-  for (int l = 0; l <= m->L; l++) TAKE(m->res[l], N * C);
-  for (int l = 0; l < al->kept; l++) {
-    layer_acts *la = &m->la[l];
+  for (int l = m->l0; l <= m->l1; l++) TAKE(m->res[l], N * C);
+  for (int i = 0; i < al->kept; i++) { // ts_layer_acts: the first set, or layer l's
+    layer_acts *la = &m->la[m->cfg.checkpoint ? 0 : m->l0 + i];
     TAKE(la->ln1_mean, N); TAKE(la->ln1_rstd, N);
     TAKE(la->q, Nq * C); TAKE(la->k, Nk * Ckv); TAKE(la->v, Nk * Ckv); TAKE(la->att, Na * C);
     TAKE(la->lse, BHT); TAKE(la->res_mid, N * C);
@@ -377,25 +453,35 @@ static int alloc_scratch(ts_model *m) {
 
 int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
                         ts_model **out) {
+  return ts_model_create_stage(cfg, b_begin, b_count, sp, 0, cfg->n_layer, out);
+}
+
+int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
+                          int l0, int l1, ts_model **out) {
   const int nsp = sp && sp->comm ? sp->comm->size : 1;
   const ts_cp *cp = nsp > 1 ? ts_cp_get(sp->mode) : &ts_cp_local;
   int rc = check_shard(cfg, b_begin, b_count, sp, nsp, cp);
   if (rc) return rc;
+  if (l0 < 0 || l1 > cfg->n_layer || l0 >= l1)
+    return ts_fail(TS_EUSAGE, "pipeline stage of layers [%d, %d): not inside the %d layers", l0,
+                   l1, cfg->n_layer);
   const ts_boundary *bd = ts_boundary_get(cfg->compress);
   if (!bd) return ts_fail(TS_EUSAGE, "--compress: no codec %d", cfg->compress);
   ts_model *m = calloc(1, sizeof *m);
   if (!m) return ts_fail(TS_ERUNTIME, "out of memory");
   m->cp = cp;
   m->bd = bd;
-  set_geometry(m, cfg, b_begin, b_count, sp, nsp);
+  set_geometry(m, cfg, b_begin, b_count, sp, nsp, l0, l1);
   pspec *spec = NULL;
+  unsigned char *held = NULL;
   act_layout al;
-  if (!(rc = make_table(m, &spec))) {
+  if (!(rc = make_table(m, &spec, &held))) {
     activation_layout(m, &al);
     rc = fit_check(m);
   }
-  if (!rc) rc = alloc_params(m, spec);
+  if (!rc) rc = alloc_params(m, spec, held);
   free(spec);
+  free(held);
   if (!rc) rc = alloc_activations(m, &al);
   if (!rc) rc = alloc_scratch(m);
   if (!rc && cp->create) rc = cp->create(m, sp);
@@ -410,31 +496,27 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
 
 int ts_config_tensors(const ts_config *cfg, ts_tensor **out) {
   *out = NULL;
-  // the table of a model whose geometry is set and nothing allocated but the
-  // small per-tensor and per-layer arrays (the fit check has bounded the layers)
+  // the table of a whole model whose geometry is set and nothing allocated
+  // but the small per-tensor and per-layer arrays (the fit check has bounded
+  // the layers)
   const ts_boundary *bd = ts_boundary_get(cfg->compress);
   if (!bd) return ts_fail(TS_EUSAGE, "--compress: no codec %d", cfg->compress), -1;
   ts_model *m = calloc(1, sizeof *m);
   if (!m) return ts_fail(TS_ERUNTIME, "out of memory"), -1;
   m->cp = &ts_cp_local;
   m->bd = bd;
-  set_geometry(m, cfg, 0, cfg->batch, NULL, 1);
+  set_geometry(m, cfg, 0, cfg->batch, NULL, 1, 0, cfg->n_layer);
   pspec *spec = NULL;
-  int n = make_table(m, &spec) ? -1 : m->ntens;
+  unsigned char *held = NULL;
+  int n = make_table(m, &spec, &held) ? -1 : m->nall;
   ts_tensor *t = n >= 0 ? calloc((size_t)n + 1, sizeof *t) : NULL;
   if (n >= 0 && !t) {
     ts_fail(TS_ERUNTIME, "out of memory");
     n = -1;
   }
-  for (int i = 0; t && i < n; i++) {
-    memcpy(t[i].name, spec[i].name, sizeof t[i].name);
-    t[i].ndim = spec[i].ndim;
-    t[i].shape[0] = spec[i].shape[0];
-    t[i].shape[1] = spec[i].shape[1];
-    t[i].role = spec[i].role;
-    t[i].index = spec[i].index;
-  }
+  if (t) memcpy(t, m->all, (size_t)n * sizeof *t);
   free(spec);
+  free(held);
   ts_model_free(m);
   *out = t;
   return n;
@@ -450,28 +532,42 @@ void ts_model_free(ts_model *m) {
   m->be->free(m->params); m->be->free(m->grads); m->be->free(m->acts);
   m->be->free(m->inputs); m->be->free(m->targets);
   free(m->p.layer); free(m->g.layer); free(m->la); free(m->res);
-  free(m->ptens); free(m->gtens); free(m->stds); free(m->consts);
+  free(m->ptens); free(m->gtens); free(m->key); free(m->elem0); free(m->stds); free(m->consts);
+  free(m->all);
   free(m);
 }
 
 void ts_model_init(ts_model *m, uint64_t seed) {
-  for (int i = 0; i < m->ntens; i++) {
+  for (int i = 0; i < m->ntens; i++) { // keyed by the canonical index: a stage's are the model's
     ts_tensor *t = &m->ptens[i];
     int64_t n = ts_tensor_numel(t);
     float std = m->stds[i], c = m->consts[i];
+    const uint64_t key = (uint64_t)m->key[i], j0 = (uint64_t)m->elem0[i];
 #pragma omp parallel for schedule(static)
     for (int64_t j = 0; j < n; j++)
-      t->data[j] = std > 0 ? std * ts_rng_normal(seed, TS_RNG_INIT, (uint64_t)i, (uint64_t)j) : c;
+      t->data[j] = std > 0 ? std * ts_rng_normal(seed, TS_RNG_INIT, key, j0 + (uint64_t)j) : c;
   }
   if (m->bd->init) m->bd->init(m, seed);
 }
 
 // ---- accessors ---------------------------------------------------------------------
-int ts_model_num_tensors(const ts_model *m) { return m->ntens; }
+int ts_model_num_tensors(const ts_model *m) { return m->nown; }
 
 void ts_model_tensors(ts_model *m, ts_tensor *params, ts_tensor *grads) {
-  if (params) memcpy(params, m->ptens, (size_t)m->ntens * sizeof(ts_tensor));
-  if (grads) memcpy(grads, m->gtens, (size_t)m->ntens * sizeof(ts_tensor));
+  if (params) memcpy(params, m->ptens, (size_t)m->nown * sizeof(ts_tensor));
+  if (grads) memcpy(grads, m->gtens, (size_t)m->nown * sizeof(ts_tensor));
+}
+
+int ts_model_num_copies(const ts_model *m) { return m->ntens - m->nown; }
+
+void ts_model_copies(ts_model *m, ts_tensor *params) {
+  memcpy(params, m->ptens + m->nown, (size_t)(m->ntens - m->nown) * sizeof(ts_tensor));
+}
+
+int ts_model_canonical_tensors(const ts_model *m) { return m->nall; }
+size_t ts_model_canonical_params(const ts_model *m) { return m->nall_params; }
+void ts_model_canonical_table(const ts_model *m, ts_tensor *out) {
+  memcpy(out, m->all, (size_t)m->nall * sizeof(ts_tensor));
 }
 
 size_t ts_model_num_params(const ts_model *m) { return m->nparams; }
@@ -502,6 +598,6 @@ size_t ts_model_activation_bytes(const ts_model *m) {
 double ts_model_flops_per_token(const ts_model *m) {
   // non-embedding parameters: everything but wte and wpe (a tied head is the
   // embedding; an untied head counts)
-  double nonemb = (double)m->nparams - (double)m->V * m->C - (m->llama ? 0.0 : (double)m->T * m->C);
+  double nonemb = (double)m->nall_params - (double)m->V * m->C - (m->llama ? 0.0 : (double)m->T * m->C);
   return 6.0 * nonemb + 6.0 * m->L * (double)m->T * m->C;
 }

@@ -59,6 +59,13 @@ void ts_mpi_max(double *v, int n) {
   MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 }
 
+void ts_mpi_sum_max(double x, double *sum, double *max) {
+  *sum = *max = x;
+  if (ts_mpi_world_size() == 1) return;
+  MPI_Allreduce(&x, sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(&x, max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+}
+
 // ---- the grid ----------------------------------------------------------------------------
 int ts_grid_check(int dp, int sp, int pp) {
   int world = ts_mpi_world_size();
@@ -108,7 +115,8 @@ int ts_grid_create(int dp, int sp, int pp, ts_grid **out) {
   g->pp_rank = g->world_rank / (sp * dp);
   if (g->world_size == 1) {
     if ((rc = ts_comm_serial(&g->data)) || (rc = ts_comm_serial(&g->seq)) ||
-        (rc = ts_comm_serial(&g->pipe))) {
+        (rc = ts_comm_serial(&g->pipe)) || (rc = ts_comm_serial(&g->replica)) ||
+        (rc = ts_comm_serial(&g->world)) || (rc = ts_comm_serial(&g->model))) {
       ts_grid_free(g);
       return rc;
     }
@@ -123,7 +131,10 @@ int ts_grid_create(int dp, int sp, int pp, ts_grid **out) {
   }
   if ((rc = split(g->pp_rank * sp + g->sp_rank, g->dp_rank, &g->data)) ||
       (rc = split(g->pp_rank * dp + g->dp_rank, g->sp_rank, &g->seq)) ||
-      (rc = split(g->dp_rank * sp + g->sp_rank, g->pp_rank, &g->pipe))) {
+      (rc = split(g->dp_rank * sp + g->sp_rank, g->pp_rank, &g->pipe)) ||
+      (rc = split(g->pp_rank, g->dp_rank * sp + g->sp_rank, &g->replica)) ||
+      (rc = split(0, g->world_rank, &g->world)) ||
+      (rc = split(g->dp_rank, g->pp_rank * sp + g->sp_rank, &g->model))) {
     ts_grid_free(g);
     return rc;
   }
@@ -136,6 +147,9 @@ void ts_grid_free(ts_grid *g) {
   ts_comm_free(g->data);
   ts_comm_free(g->seq);
   ts_comm_free(g->pipe);
+  ts_comm_free(g->replica);
+  ts_comm_free(g->world);
+  ts_comm_free(g->model);
   free(g);
 }
 
@@ -143,13 +157,17 @@ void ts_grid_reset_counts(ts_grid *g) {
   ts_comm_reset_counts(g->data);
   ts_comm_reset_counts(g->seq);
   ts_comm_reset_counts(g->pipe);
+  ts_comm_reset_counts(g->replica);
+  ts_comm_reset_counts(g->world);
+  ts_comm_reset_counts(g->model);
 }
 
 int ts_grid_counts_json(const ts_grid *g, char *buf, size_t cap) {
-  ts_comm *groups[3] = {g->seq, g->data, g->pipe};
-  return ts_comm_counts_json(groups, 3, buf, cap);
+  ts_comm *groups[6] = {g->seq, g->data, g->pipe, g->replica, g->world, g->model};
+  return ts_comm_counts_json(groups, 6, buf, cap);
 }
 
 double ts_grid_comm_seconds(const ts_grid *g) {
-  return ts_comm_seconds(g->seq) + ts_comm_seconds(g->data) + ts_comm_seconds(g->pipe);
+  return ts_comm_seconds(g->seq) + ts_comm_seconds(g->data) + ts_comm_seconds(g->pipe) +
+         ts_comm_seconds(g->replica) + ts_comm_seconds(g->world) + ts_comm_seconds(g->model);
 }

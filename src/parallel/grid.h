@@ -21,6 +21,15 @@ typedef struct {
   ts_comm *data;                // the data-parallel group (size dp)
   ts_comm *seq;                 // the sequence-parallel group (size sp)
   ts_comm *pipe;                // the pipeline group (size pp), ordered by stage
+  // The replica group: the dp·sp ranks of this rank's stage, which hold the
+  // same parameters (but for a sequence-parallel positional table's rows),
+  // ordered by (data, sequence) index (--zero shards over it); and the world,
+  // ordered by world rank.
+  ts_comm *replica;
+  ts_comm *world;
+  // The model group: the pp·sp ranks of this rank's data index, which hold
+  // one copy of the model between them, ordered by (stage, sequence) index.
+  ts_comm *model;
 } ts_grid;
 
 // MPI's lifetime, for main() only. Without mpiexec MPI starts as a world of
@@ -36,6 +45,9 @@ int ts_mpi_world_size(void);
 // rank was asked to stop (train.c). Not part of the training's
 // communication, so not counted.
 void ts_mpi_max(double *v, int n);
+// The sum and the maximum of x over the world (each rank's model state, for
+// the run log's memory record; not counted either).
+void ts_mpi_sum_max(double x, double *sum, double *max);
 
 // TS_EUSAGE, naming --dp and the world size, unless dp × sp × pp ranks run.
 int ts_grid_check(int dp, int sp, int pp);

@@ -27,27 +27,8 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   pl->rows = (size_t)mb * Tl;
   pl->fwd_bytes = pl->rows * ts_model_boundary_bytes(m, 0);
   pl->bwd_bytes = pl->rows * ts_model_boundary_bytes(m, 1);
-  const int per = cfg->n_layer / pl->P, l0 = pl->s * per;
-  ts_model_set_stage(m, l0, l0 + per);
-  // every stage's slice: from the first tensor of its first layer (stage 0:
-  // from the start) to the next stage's
-  int nt = ts_model_num_tensors(m);
-  ts_tensor *t = calloc((size_t)nt, sizeof *t);
-  pl->off = calloc((size_t)pl->P + 1, sizeof(size_t));
-  pl->len = calloc((size_t)pl->P, sizeof(size_t));
-  if (!t || !pl->off || !pl->len) {
-    free(t);
-    return ts_fail(TS_ERUNTIME, "out of memory");
-  }
-  ts_model_tensors(m, t, NULL);
-  const float *base = ts_model_params(m);
-  pl->off[pl->P] = ts_model_num_params(m);
-  for (int q = 1; q < pl->P; q++) {
-    const int i = ts_tensor_find(t, nt, TS_ROLE_LAYER, q * per);
-    if (i >= 0) pl->off[q] = (size_t)(t[i].data - base);
-  }
-  free(t);
-  for (int q = 0; q < pl->P; q++) pl->len[q] = pl->off[q + 1] - pl->off[q];
+  if (pl->P > 1 && ts_model_num_params(m) == ts_model_canonical_params(m))
+    return ts_fail(TS_EUSAGE, "pipeline: the model must be a stage's (ts_model_create_stage)");
   pl->slots = schedule == 0 ? M : (pl->P - pl->s < M ? pl->P - pl->s : M);
   pl->store = pl->be->alloc((size_t)pl->slots * pl->fwd_bytes);
   pl->dy = pl->be->alloc(pl->bwd_bytes);
@@ -55,7 +36,17 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   if (!pl->store || !pl->dy || !pl->lsums) return ts_fail(TS_ERUNTIME, "out of memory (pipeline buffers)");
   ts_tree_init(&pl->tree, ts_model_num_params(m));
   pl->tied = cfg->tied;
-  pl->wte_len = pl->tied ? (size_t)cfg->vocab * cfg->d : 0; // "wte" is the first tensor
+  pl->wte_len = pl->tied ? (size_t)cfg->vocab * cfg->d : 0;
+  pl->d = (size_t)cfg->d;
+  if (pl->tied && pl->s == pl->P - 1) { // the embedding among the last stage's tensors
+    int nt = ts_model_num_tensors(m);
+    ts_tensor *t = calloc((size_t)nt, sizeof *t);
+    if (!t) return ts_fail(TS_ERUNTIME, "out of memory");
+    ts_model_tensors(m, t, NULL);
+    const int w = ts_tensor_find(t, nt, TS_ROLE_EMBEDDING, 0);
+    pl->wte_off = w >= 0 ? (size_t)(t[w].data - ts_model_params(m)) : 0;
+    free(t);
+  }
   if (pl->tied && (pl->s == 0 || pl->s == pl->P - 1)) {
     const size_t d = (size_t)cfg->d, V = (size_t)cfg->vocab;
     pl->tied_store = pl->be->alloc((size_t)M * pl->rows * d * sizeof(float));
@@ -67,6 +58,13 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   return TS_OK;
 }
 
+size_t ts_pipeline_buffer_bytes(const ts_pipeline *pl) {
+  size_t b = (size_t)pl->slots * pl->fwd_bytes + pl->bwd_bytes + (size_t)pl->M * sizeof(float);
+  if (pl->tied_store) b += (size_t)pl->M * pl->rows * pl->d * sizeof(float);
+  if (pl->wte_grad) b += pl->wte_len * sizeof(float);
+  return b;
+}
+
 void ts_pipeline_free(ts_pipeline *pl) {
   if (pl->be) { // NULL: never created, nothing allocated
     pl->be->free(pl->store);
@@ -76,8 +74,6 @@ void ts_pipeline_free(ts_pipeline *pl) {
   }
   free(pl->lsums);
   if (pl->tied_store) ts_tree_free(&pl->wte_tree);
-  free(pl->off);
-  free(pl->len);
   ts_tree_free(&pl->tree);
   memset(pl, 0, sizeof *pl);
 }
@@ -125,11 +121,8 @@ static int backward(pass *ps, int mu) {
     memcpy(pl->tied_store + (size_t)mu * rd, ts_model_embedding_dgrad(ps->m), rd * sizeof(float));
   ps->holding = -1;
   pl->inflight--;
-  if (pl->seq_grads) { // the sequence's gradient, for the sequence group's sum first
-    const size_t np = ts_model_num_params(ps->m);
-    memcpy(pl->seq_grads + (size_t)mu * np, ts_model_grads(ps->m), np * sizeof(float));
-    return TS_OK;
-  }
+  // a sequence's gradient: the sequence group's sum first
+  if (pl->seq_grads && (rc = pl->seq_grads(pl->seq_ctx, ts_model_grads(ps->m)))) return rc;
   if (ts_tree_push(&pl->tree, ts_model_grads(ps->m)) != 0)
     return ts_fail(TS_ERUNTIME, "out of memory (gradient tree over microbatches)");
   return TS_OK;
@@ -223,7 +216,6 @@ static int tied_embedding(pass *ps) {
   ts_pipeline *pl = ps->pl;
   ts_model *m = ps->m;
   const size_t rd = pl->rows * (size_t)ts_model_config(m)->d;
-  const size_t np = ts_model_num_params(m);
   int rc = TS_OK;
   if (pl->s == 0) {
     for (int mu = 0; mu < pl->M && !rc; mu++)
@@ -238,14 +230,16 @@ static int tied_embedding(pass *ps) {
   for (int mu = 0; mu < pl->M && !rc; mu++) {
     if ((rc = ts_comm_recv(pl->pipe, demb, rd * sizeof(float), 0, -1))) break;
     ts_model_select_sequence(m, ps->b0 + mu * pl->mb);
-    float *out = pl->seq_grads ? pl->seq_grads + (size_t)mu * np + pl->wte_off : pl->wte_grad;
+    float *out = pl->wte_grad;
     rc = ts_model_tied_embedding_grad(m, ps->inputs + (size_t)mu * ps->seq_tokens,
                                       ps->targets + (size_t)mu * ps->seq_tokens,
                                       pl->tied_store + (size_t)mu * rd, demb, out);
-    if (!rc && !pl->seq_grads && ts_tree_push(&pl->wte_tree, out) != 0)
+    // a sequence's part: the sequence group's sum first
+    if (!rc && pl->seq_flat) rc = pl->seq_flat(pl->seq_ctx, out, pl->wte_len);
+    if (!rc && ts_tree_push(&pl->wte_tree, out) != 0)
       rc = ts_fail(TS_ERUNTIME, "out of memory (tied embedding tree)");
   }
-  if (!rc && !pl->seq_grads) ts_tree_finish(&pl->wte_tree, ts_model_grads(m) + pl->wte_off);
+  if (!rc) ts_tree_finish(&pl->wte_tree, ts_model_grads(m) + pl->wte_off);
   pl->be->free(demb);
   return rc;
 }
@@ -257,7 +251,7 @@ int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, co
   ts_tree_reset(&pl->tree, 0);
   int rc = train && pl->schedule == 1 ? one_f_one_b(&ps) : gpipe(&ps);
   if (rc) return rc;
-  if (train && !pl->seq_grads) ts_tree_finish(&pl->tree, ts_model_grads(m));
+  if (train) ts_tree_finish(&pl->tree, ts_model_grads(m));
   if (train && pl->tied && (rc = tied_embedding(&ps))) return rc;
   // the loss from the last stage to all: the tree over microbatches, or with
   // a sequence group first each sequence's tree over its segments
@@ -272,27 +266,23 @@ int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, co
   return TS_OK;
 }
 
-int ts_pipeline_sync_boundaries(ts_pipeline *pl, ts_model *m, uint64_t step) {
-  const ts_boundary *bd = ts_boundary_get(ts_model_config(m)->compress);
-  if (!bd->sync) return TS_OK; // nothing changed
-  // down the chain: stage s receives boundary s−1's, then sends boundary s's
+int ts_pipeline_sync_copies(ts_pipeline *pl, ts_model *m, uint64_t step) {
   int rc = TS_OK;
-  if (pl->s > 0) rc = bd->sync(m, pl->pipe, pl->s - 1, pl->s - 1, 0, step);
-  if (!rc && pl->s < pl->P - 1) rc = bd->sync(m, pl->pipe, pl->s, pl->s + 1, 1, step);
-  return rc;
-}
-
-int ts_pipeline_gather_grads(ts_pipeline *pl, ts_model *m) {
-  float *g = ts_model_grads(m);
-  for (int q = 0; q < pl->P; q++) {
-    // a tied embedding's gradient is the last stage's, not the first's: the
-    // first stage's slice starts after it
-    const size_t skip = q == 0 ? pl->wte_len : 0;
-    int rc = ts_comm_bcast(pl->pipe, g + pl->off[q] + skip, (pl->len[q] - skip) * sizeof(float),
-                           q, -1);
-    if (rc) return rc;
+  const ts_boundary *bd = ts_boundary_get(ts_model_config(m)->compress);
+  if (bd->sync) { // down the chain: stage s receives boundary s−1's, then sends boundary s's
+    if (pl->s > 0) rc = bd->sync(m, pl->pipe, pl->s - 1, pl->s - 1, 0, step);
+    if (!rc && pl->s < pl->P - 1) rc = bd->sync(m, pl->pipe, pl->s, pl->s + 1, 1, step);
   }
-  if (pl->tied)
-    return ts_comm_bcast(pl->pipe, g + pl->wte_off, pl->wte_len * sizeof(float), pl->P - 1, -1);
+  if (rc || !pl->tied) return rc;
+  // the tied embedding, updated on the last stage, to the first stage's copy
+  if (pl->s == pl->P - 1)
+    return ts_comm_send(pl->pipe, ts_model_params(m) + pl->wte_off, pl->wte_len * sizeof(float),
+                        0, -1);
+  if (pl->s == 0) {
+    ts_tensor w;
+    if (ts_model_num_copies(m) < 1) return ts_fail(TS_ERUNTIME, "pipeline: no embedding copy");
+    ts_model_copies(m, &w); // the first copy: the embedding precedes every codec tensor
+    return ts_comm_recv(pl->pipe, w.data, pl->wte_len * sizeof(float), pl->P - 1, -1);
+  }
   return TS_OK;
 }

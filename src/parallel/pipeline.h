@@ -10,9 +10,12 @@
 // model's code on the same rows, and the stage pushes each microbatch's
 // gradient into a tree in microbatch order, so the sum is the serial tree. A
 // stage keeps only the input of each microbatch in flight and recomputes its
-// activations before the microbatch's backward (the same bits). After the
-// step every stage broadcasts its tensors' gradients (a contiguous slice of
-// the canonical order) to the others.
+// activations before the microbatch's backward (the same bits).
+//
+// A stage holds, updates and checkpoints only its own tensors (its model is
+// a stage's: ts_model_create_stage), so its gradients stay where they are;
+// after the step the stages bring each other's copies up to date
+// (ts_pipeline_sync_copies).
 #ifndef TS_PIPELINE_H
 #define TS_PIPELINE_H
 #include <stddef.h>
@@ -34,25 +37,28 @@ typedef struct {
   unsigned char *store; // in-flight stage inputs: slots of fwd_bytes
   int slots;            // M (GPipe) or min(P − s, M) (1F1B)
   float *dy;            // the next stage's gradient of our output
-  size_t *off, *len;    // every stage's slice of the parameters
   size_t rows;          // a microbatch's rows on this rank (mb·T, or mb·T/N under --sp)
+  size_t d;             // the model's width
   ts_tree tree;         // the stage's gradients over microbatches
   // Under --sp N (one sequence per microbatch): the sequence group, whose
-  // segment loss sums the last stage combines, and when a data rank holds
-  // several sequences the per-sequence gradient slots (M × parameters) that
-  // take the microbatches' gradients instead of the tree (the shard sums the
-  // sequence group first, then the sequences: shard.h). NULL otherwise.
+  // segment loss sums the last stage combines, and the shard's sums of a
+  // sequence over it (shard.h), run on each microbatch's gradient before it
+  // enters the tree (seq_grads: the model's gradient layout; seq_flat: n
+  // floats, the tied embedding's): the sequence group first, then the
+  // sequences. NULL otherwise.
   ts_comm *seq;
-  float *seq_grads;
+  int (*seq_grads)(void *ctx, float *g);
+  int (*seq_flat)(void *ctx, float *buf, size_t n);
+  void *seq_ctx;
   // A tied head (--tied): the first stage keeps each microbatch's gradient of
   // the embedding output, the last its last residual (M × rows × d each);
   // after the pass the first sends them to the last, which computes the tied
   // embedding's gradient per microbatch (ts_model_tied_embedding_grad) into
-  // its own tree, and broadcasts it with the other gradients.
+  // its own tree: the embedding is the last stage's, the first holds a copy.
   int tied;
   float *tied_store;
   float *wte_grad;      // (V × d) one microbatch's, on the last stage
-  size_t wte_off, wte_len; // the embedding inside the gradient (its first tensor: 0)
+  size_t wte_off, wte_len; // the embedding inside the last stage's parameters and gradient
   ts_tree wte_tree;
   float *lsums;         // (M) the last stage's microbatch loss sums
   int inflight, peak_inflight; // microbatches whose input is stored
@@ -61,6 +67,9 @@ typedef struct {
 // For a model already created with one microbatch (mb sequences).
 int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int schedule, int mb);
 void ts_pipeline_free(ts_pipeline *pl);
+// Bytes of the stage's buffers (inputs in flight, the gradient back, the
+// tied head's stores; not the gradient trees).
+size_t ts_pipeline_buffer_bytes(const ts_pipeline *pl);
 // Forward (and backward when `train`) of the M microbatches of one batch:
 // inputs, targets (M·mb, T) of this data rank (under --sp: each sequence's
 // T/N rows of this rank), sequences from b0. *loss_sum
@@ -68,15 +77,12 @@ void ts_pipeline_free(ts_pipeline *pl);
 // `train` the model's gradients are this stage's, summed over microbatches.
 int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, const int *targets,
                      uint64_t step, int train, float *loss_sum);
-// Every stage's gradients to every stage (P broadcasts on the pipeline group).
-int ts_pipeline_gather_grads(ts_pipeline *pl, ts_model *m);
-// After optimizer step `step`, the boundary codec's sync (boundary.h): under
-// the mapl modes that learn it each stage sends its output boundary's
-// projector A_s to the next stage, which decodes with it, and under mapl-vq
-// the step's streamed codes for the receiver's codebook copy
-// (docs/ALGORITHMS.md §7). Every stage runs the same update on replicated
-// parameters, so what arrives is what the receiver holds, bit for bit; the
-// transfer is the one a stage holding only its own parameters needs, and it
-// is counted as such: d·r floats, plus R·sync·r floats, per boundary per step.
-int ts_pipeline_sync_boundaries(ts_pipeline *pl, ts_model *m, uint64_t step);
+// After optimizer step `step`, the copies a stage holds of another stage's
+// tensors made equal to them again: the boundary codec's sync (boundary.h)
+// — under the mapl modes that learn it each stage sends its output
+// boundary's projector A_s to the next stage, which decodes with it, and
+// under mapl-vq the step's streamed codes for the receiver's codebook copy
+// (docs/ALGORITHMS.md §7): d·r floats, plus R·sync·r floats, per boundary
+// per step — and a tied embedding from the last stage to the first (V·d floats).
+int ts_pipeline_sync_copies(ts_pipeline *pl, ts_model *m, uint64_t step);
 #endif

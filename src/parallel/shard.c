@@ -9,6 +9,153 @@
 #include "tree.h"
 #include "util.h"
 
+// Under --zero, tensors whose update is not element-wise stay whole in one
+// shard: Muon's matrices (optim.h).
+static int must_stay_whole(const ts_config *cfg, const ts_tensor *t) {
+  return cfg->optimizer != TS_OPT_ADAMW && t->ndim == 2 && t->role == TS_ROLE_LAYER;
+}
+
+// The replica group's shards of the stage's owned elements t[0, nt) (np of
+// them): Z balanced cuts, each moved to the end of a tensor that must stay
+// whole when it falls inside one.
+static void zero_cuts(const ts_config *cfg, const ts_tensor *t, int nt, size_t np, int Z,
+                      size_t *cut) {
+  const float *base = nt > 0 ? t[0].data : NULL;
+  cut[0] = 0;
+  for (int q = 1; q <= Z; q++) {
+    size_t c = q == Z ? np : (size_t)((double)np * q / Z);
+    for (int i = 0; i < nt && q < Z; i++) {
+      const size_t a = (size_t)(t[i].data - base), b = a + (size_t)ts_tensor_numel(&t[i]);
+      if (a < c && c < b && must_stay_whole(cfg, &t[i])) c = b;
+    }
+    cut[q] = c < cut[q - 1] ? cut[q - 1] : c;
+  }
+}
+
+// The views of [lo, hi) of the owned tensors t[0, nt) (whole tensors, or a
+// part as a flat run: 1 × len for a matrix, so that weight decay applies as
+// to the whole); returns their number.
+static int shard_views(const ts_tensor *t, int nt, size_t lo, size_t hi, ts_tensor *out) {
+  const float *base = nt > 0 ? t[0].data : NULL;
+  int n = 0;
+  for (int i = 0; i < nt; i++) {
+    const size_t a = (size_t)(t[i].data - base), b = a + (size_t)ts_tensor_numel(&t[i]);
+    const size_t s = a > lo ? a : lo, e = b < hi ? b : hi;
+    if (s >= e) continue;
+    ts_tensor v = t[i];
+    v.data += s - a;
+    v.at += (int64_t)(s - a);
+    if (s != a || e != b) {
+      v.ndim = t[i].ndim >= 2 ? 2 : 1;
+      v.shape[0] = v.ndim == 2 ? 1 : (int64_t)(e - s);
+      v.shape[1] = v.ndim == 2 ? (int64_t)(e - s) : 0;
+    }
+    out[n++] = v;
+  }
+  return n;
+}
+
+// What this rank owns and updates (shard.h: owners, zero, the shard's views),
+// once the positional table's rows are known (wpe_off, wpe_len).
+static int plan_state(ts_shard *sh, const ts_config *cfg, const ts_grid *grid,
+                      const ts_layout *lay) {
+  ts_model *m = sh->m;
+  const int nt = ts_model_num_tensors(m);
+  const size_t np = ts_model_num_params(m);
+  // under --sp the positional table's rows are the last owned elements and
+  // every rank updates its own; the rest is the replicas' (shared, or sharded)
+  const size_t rows = sh->seq ? sh->wpe_len : 0, nz = np - rows;
+  sh->zero = lay->zero;
+  sh->replica = grid->replica;
+  const int Z = sh->zero ? grid->replica->size : 1, q = sh->zero ? grid->replica->rank : 0;
+  ts_tensor *p = calloc((size_t)nt + 1, sizeof *p), *g = calloc((size_t)nt + 1, sizeof *g);
+  ts_tensor *fold = calloc((size_t)2 * nt + 2, sizeof *fold);
+  uint64_t *mlocal = calloc((size_t)2 * nt + 2, sizeof *mlocal);
+  sh->upd_p = calloc((size_t)2 * nt + 2, sizeof *sh->upd_p);
+  sh->upd_g = calloc((size_t)2 * nt + 2, sizeof *sh->upd_g);
+  sh->cut = calloc((size_t)Z + 1, sizeof *sh->cut);
+  int rc = p && g && fold && mlocal && sh->upd_p && sh->upd_g && sh->cut
+               ? TS_OK : ts_fail(TS_ERUNTIME, "out of memory");
+  if (!rc && rows && sh->wpe_off != nz)
+    rc = ts_fail(TS_ERUNTIME, "model state: the positional rows are not the last owned tensors");
+  if (!rc) {
+    ts_model_tensors(m, p, g);
+    zero_cuts(cfg, p, nt, nz, Z, sh->cut);
+    sh->own_lo = sh->cut[q];
+    sh->own_hi = sh->cut[q + 1];
+    // what this rank updates: its shard, then its positional rows; the
+    // moments are theirs in that order
+    int n = shard_views(p, nt, sh->own_lo, sh->own_hi, sh->upd_p);
+    shard_views(g, nt, sh->own_lo, sh->own_hi, sh->upd_g);
+    const int nr = shard_views(p, nt, nz, np, sh->upd_p + n);
+    shard_views(g, nt, nz, np, sh->upd_g + n);
+    sh->nupd = n + nr;
+    sh->nupd_floats = (sh->own_hi - sh->own_lo) + rows;
+    // what it owns in the folds and the checkpoint: its shard under --zero,
+    // else the first sequence rank the shared part; its rows, under --zero
+    // those of the first data rank (the data group's ranks hold the same rows)
+    int nf = 0;
+    const float *base = ts_model_params(m);
+    for (int j = 0; j < sh->nupd; j++) {
+      const int is_row = j >= n;
+      const int mine = is_row ? (!sh->zero || grid->dp_rank == 0)
+                              : (sh->zero || grid->sp_rank == 0);
+      if (!mine) continue;
+      const size_t local = (size_t)(sh->upd_p[j].data - base);
+      mlocal[nf] = is_row ? (sh->own_hi - sh->own_lo) + (local - nz) : local - sh->own_lo;
+      fold[nf++] = sh->upd_p[j];
+    }
+    // the owners: under --zero every rank of the world; else the ranks that
+    // hold one copy of the model between them (a data replica's stages and
+    // sequence ranks; the data replicas fold each on their own)
+    ts_comm *group = sh->zero ? grid->world : grid->model->size > 1 ? grid->model : NULL;
+    rc = ts_owners_create(group, fold, nf, base, mlocal, ts_model_canonical_params(m),
+                          &sh->owners);
+  }
+  free(p);
+  free(g);
+  free(fold);
+  free(mlocal);
+  return rc;
+}
+
+int ts_shard_gather_params(ts_shard *sh) {
+  if (!sh->zero) return TS_OK;
+  float *params = ts_model_params(sh->m);
+  for (int q = 0; q < sh->replica->size; q++) {
+    const size_t lo = sh->cut[q], n = sh->cut[q + 1] - lo;
+    int rc = n ? ts_comm_bcast(sh->replica, params + lo, n * sizeof(float), q, -1) : TS_OK;
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+
+// The sequence group's sum of one sequence's gradient g (the model's
+// layout): one all-reduce of everything but the ends each rank sums itself,
+// the positional rows it owns (the last owned elements) and, on a pipeline's
+// last stage, a tied embedding (the first), which the pipeline sums apart.
+static int sum_sequence_group(ts_shard *sh, float *g) {
+  const size_t lo = sh->seq_skip, n = sh->np - sh->wpe_len - lo;
+  return sh->fast ? ts_comm_allreduce_fast(sh->seq, g + lo, n, -1)
+                  : ts_comm_allreduce_tree(sh->seq, g + lo, n, -1);
+}
+
+int ts_shard_sequence_done(ts_shard *sh) {
+  int rc = sum_sequence_group(sh, ts_model_grads(sh->m));
+  if (rc || sh->nb == 1) return rc;
+  if (ts_tree_push(&sh->seq_tree, ts_model_grads(sh->m)) != 0)
+    return ts_fail(TS_ERUNTIME, "out of memory (gradient tree over sequences)");
+  return TS_OK;
+}
+
+// The pipeline's hooks (pipeline.h): a microbatch is one sequence.
+static int pipeline_seq_grads(void *ctx, float *g) { return sum_sequence_group(ctx, g); }
+static int pipeline_seq_flat(void *ctx, float *buf, size_t n) {
+  ts_shard *sh = ctx;
+  return sh->fast ? ts_comm_allreduce_fast(sh->seq, buf, n, -1)
+                  : ts_comm_allreduce_tree(sh->seq, buf, n, -1);
+}
+
 int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *lay,
                     ts_shard *out) {
   ts_shard sh = {0};
@@ -20,14 +167,14 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
   sh.seq = grid->sp > 1 ? grid->seq : NULL;
   int rc;
   const int mb = sh.nb / lay->microbatches; // a microbatch's sequences (--sp: one)
+  // a pipeline stage's layers (pipeline.h), or all of them
+  const int per = cfg->n_layer / grid->pp, l0 = grid->pp_rank * per;
+  ts_seq_shard sp = {sh.seq, lay->sp_mode, lay->upipe_u, lay->upipe_sched, lay->ulysses_degree};
   if (sh.seq) {
-    ts_seq_shard sp = {sh.seq, lay->sp_mode, lay->upipe_u, lay->upipe_sched, lay->ulysses_degree};
     sh.cp = ts_cp_get(lay->sp_mode);
-    rc = ts_model_create_seq(cfg, sh.b0, 1, &sp, &sh.m);
-  } else if (grid->pp > 1) { // one microbatch at a time
-    rc = ts_model_create_shard(cfg, sh.b0, mb, &sh.m);
-  } else {
-    rc = ts_model_create_shard(cfg, sh.b0, sh.nb, &sh.m);
+    rc = ts_model_create_stage(cfg, sh.b0, 1, &sp, l0, l0 + per, &sh.m);
+  } else { // under --pp one microbatch at a time
+    rc = ts_model_create_stage(cfg, sh.b0, grid->pp > 1 ? mb : sh.nb, NULL, l0, l0 + per, &sh.m);
   }
   if (rc) return rc;
   if (grid->pp > 1) {
@@ -45,48 +192,62 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
   sh.np = ts_model_num_params(sh.m);
   int nt = ts_model_num_tensors(sh.m);
   ts_tensor *t = calloc((size_t)nt, sizeof *t);
-  if (!t) { ts_model_free(sh.m); return ts_fail(TS_ERUNTIME, "out of memory"); }
-  ts_model_tensors(sh.m, t, NULL);
-  const int w = ts_tensor_find(t, nt, TS_ROLE_POSITIONAL, 0); // none: LLaMA
-  if (w >= 0) {
-    sh.wpe_off = (size_t)(t[w].data - ts_model_params(sh.m));
-    sh.wpe_len = (size_t)ts_tensor_numel(&t[w]);
+  if (!t) {
+    ts_shard_free(&sh);
+    return ts_fail(TS_ERUNTIME, "out of memory");
   }
+  ts_model_tensors(sh.m, t, NULL);
+  // the positional table (none: LLaMA); under --sp the rank's rows, one
+  // piece per run, consecutive
+  for (int i = 0; i < nt; i++)
+    if (t[i].role == TS_ROLE_POSITIONAL) {
+      if (sh.wpe_len == 0) sh.wpe_off = (size_t)(t[i].data - ts_model_params(sh.m));
+      sh.wpe_len += (size_t)ts_tensor_numel(&t[i]);
+    }
   free(t);
+  if ((rc = plan_state(&sh, cfg, grid, lay))) {
+    ts_shard_free(&sh);
+    return rc;
+  }
   if (sh.seq) {
     sh.lsums = calloc((size_t)sh.nb, sizeof(float));
-    sh.pack = sh.be->alloc((size_t)sh.nb * (sh.np - sh.wpe_len) * sizeof(float));
-    sh.wpe_full = sh.be->alloc(sh.wpe_len * sizeof(float));
-    sh.wpe_mine = sh.be->alloc((sh.wpe_len / (size_t)sh.T) * sh.Tl * sizeof(float) + 1);
-    if (sh.nb > 1) sh.slots = sh.be->alloc((size_t)sh.nb * sh.np * sizeof(float));
+    ts_tree_init(&sh.seq_tree, sh.np);
+    sh.has_tree = 1;
     const size_t seqs = sh.pl ? (size_t)sh.nb : 1; // the pipeline takes them all at once
     sh.rows_in = malloc(seqs * sh.Tl * sizeof(int));
     sh.rows_tg = malloc(seqs * sh.Tl * sizeof(int));
-    if (!sh.lsums || !sh.pack || !sh.wpe_full || !sh.wpe_mine ||
-        (sh.nb > 1 && !sh.slots) || !sh.rows_in || !sh.rows_tg) {
+    if (!sh.lsums || !sh.rows_in || !sh.rows_tg) {
       ts_shard_free(&sh);
-      return ts_fail(TS_ERUNTIME, "out of memory (sequence-parallel gradient buffers)");
+      return ts_fail(TS_ERUNTIME, "out of memory (sequence-parallel buffers)");
     }
-    if (sh.pl) { // the stages' sequences: segment losses and per-sequence gradients
+    if (sh.pl) { // the stages' sequences: segment losses, each sequence's sums
       sh.pl->seq = sh.seq;
-      sh.pl->seq_grads = sh.slots;
+      sh.pl->seq_grads = pipeline_seq_grads;
+      sh.pl->seq_flat = pipeline_seq_flat;
+      sh.pl->seq_ctx = out; // the shard's final place (copied there below)
+      if (sh.pl->tied && grid->pp_rank == grid->pp - 1) sh.seq_skip = sh.pl->wte_len;
     }
   }
   *out = sh;
   return TS_OK;
 }
 
+size_t ts_shard_buffer_bytes(const ts_shard *sh) {
+  size_t b = 0;
+  if (sh->pl) b += ts_pipeline_buffer_bytes(sh->pl);
+  return b;
+}
+
 void ts_shard_free(ts_shard *sh) {
+  ts_owners_free(&sh->owners);
+  free(sh->cut);
+  free(sh->upd_p);
+  free(sh->upd_g);
   if (sh->pl) ts_pipeline_free(sh->pl);
   free(sh->pl);
   ts_model_free(sh->m);
   free(sh->lsums);
-  if (sh->be) { // NULL: never created, nothing allocated
-    sh->be->free(sh->slots);
-    sh->be->free(sh->pack);
-    sh->be->free(sh->wpe_full);
-    sh->be->free(sh->wpe_mine);
-  }
+  if (sh->has_tree) ts_tree_free(&sh->seq_tree);
   free(sh->rows_in);
   free(sh->rows_tg);
   memset(sh, 0, sizeof *sh);
@@ -108,40 +269,6 @@ int ts_segment_loss_sum(ts_comm *seq, const float *lsums, int nb, float *out) {
   free(all);
   free(col);
   free(seqsum);
-  return rc;
-}
-
-// One all-reduce over the sequence group of every sequence's gradient but
-// the positional embedding (packed), then the tree over the sequences.
-static int reduce_segment_grads(ts_shard *sh) {
-  const size_t np = sh->np, w0 = sh->wpe_off, w1 = sh->wpe_off + sh->wpe_len;
-  const size_t packed = np - sh->wpe_len;
-  float *grads = ts_model_grads(sh->m);
-  float *src = sh->nb > 1 ? sh->slots : grads;
-  for (int j = 0; j < sh->nb; j++) {
-    const float *g = src + (size_t)j * np;
-    float *p = sh->pack + (size_t)j * packed;
-    memcpy(p, g, w0 * sizeof(float));
-    memcpy(p + w0, g + w1, (np - w1) * sizeof(float));
-  }
-  size_t n = (size_t)sh->nb * packed;
-  int rc = sh->fast ? ts_comm_allreduce_fast(sh->seq, sh->pack, n, -1)
-                    : ts_comm_allreduce_tree(sh->seq, sh->pack, n, -1);
-  if (rc) return rc;
-  for (int j = 0; j < sh->nb; j++) {
-    float *g = src + (size_t)j * np;
-    const float *p = sh->pack + (size_t)j * packed;
-    memcpy(g, p, w0 * sizeof(float));
-    memcpy(g + w1, p + w0, (np - w1) * sizeof(float));
-  }
-  if (sh->nb == 1) return TS_OK;
-  ts_tree tree;
-  ts_tree_init(&tree, np);
-  for (int j = 0; j < sh->nb && !rc; j++)
-    if (ts_tree_push(&tree, src + (size_t)j * np) != 0)
-      rc = ts_fail(TS_ERUNTIME, "out of memory (gradient tree over sequences)");
-  if (!rc) ts_tree_finish(&tree, grads);
-  ts_tree_free(&tree);
   return rc;
 }
 
@@ -180,8 +307,7 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
     sh->lsums[j] = ts_model_loss_sum(m);
     if (!train) continue;
     if ((rc = ts_model_backward(m, step))) return rc;
-    if (sh->nb > 1)
-      memcpy(sh->slots + (size_t)j * sh->np, ts_model_grads(m), sh->np * sizeof(float));
+    if ((rc = ts_shard_sequence_done(sh))) return rc;
   }
   return ts_segment_loss_sum(sh->seq, sh->lsums, sh->nb, loss_sum);
 }
@@ -189,32 +315,13 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
 int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group) {
   int rc;
   float *g = ts_model_grads(sh->m);
-  // the sequence group's sums first (each stage's own tensors; the others'
-  // slices are then overwritten by their owners' broadcasts)
-  if (sh->seq && (rc = reduce_segment_grads(sh))) return rc;
-  if (sh->pl && (rc = ts_pipeline_gather_grads(sh->pl, sh->m))) return rc;
+  // the sequence group's sums came per sequence (ts_shard_sequence_done);
+  // the tree over the sequences (a pipeline keeps its own)
+  if (sh->seq && sh->nb > 1 && !sh->pl) ts_tree_finish(&sh->seq_tree, g);
   if (data_group && data_group->size > 1) {
     rc = sh->fast ? ts_comm_allreduce_fast(data_group, g, sh->np, -1)
                   : ts_comm_allreduce_tree(data_group, g, sh->np, -1);
     if (rc) return rc;
-  }
-  if (!sh->seq || sh->wpe_len == 0) return TS_OK; // LLaMA has no positional embedding
-  float *wpe = g + sh->wpe_off;
-  const size_t row = sh->wpe_len / (size_t)sh->T, run = (size_t)sh->run_len * row;
-  float *mine = sh->wpe_mine; // this rank's rows, run after run
-  for (int k = 0; k < sh->nrun; k++)
-    memcpy(mine + (size_t)k * run, wpe + (size_t)sh->run_pos[k] * row, run * sizeof(float));
-  rc = ts_comm_allgather(sh->seq, mine, sh->wpe_full, (size_t)sh->Tl * row * sizeof(float), -1);
-  if (rc) return rc;
-  // rank q's runs back to their positions (the strategy's: [q·Tl, (q+1)·Tl),
-  // or e.g. the chunks q and 2N-1-q under ring-zigzag)
-  const int N = sh->seq->size;
-  for (int q = 0; q < N; q++) {
-    ts_cp_runs runs;
-    ts_cp_positions(sh->cp, N, q, sh->T, &runs);
-    for (int k = 0; k < sh->nrun; k++)
-      memcpy(wpe + (size_t)runs.pos[k] * row, sh->wpe_full + ((size_t)q * sh->nrun + k) * run,
-             run * sizeof(float));
   }
   return TS_OK;
 }

@@ -15,13 +15,31 @@
 
 #include "comm.h"
 #include "parallel/grid.h"
+#include "parallel/owners.h"
 #include "parallel/pipeline.h"
 #include "tessera.h"
+#include "tree.h"
 
 typedef struct {
   ts_model *m;
   ts_comm *seq;        // the sequence group; NULL when sp = 1
   ts_pipeline *pl;     // the pipeline stage; NULL when pp = 1
+  // Who owns which parts of the model state (owners.h): the pipeline group's
+  // stages, or under --zero every rank its shard of its stage's.
+  ts_owners owners;
+  // --zero 1: the stage's owned elements [0, np) cut into the replica
+  // group's shards (cut[q], cut[q+1]); this rank updates [own_lo, own_hi)
+  // with moments for that alone, upd_p, upd_g its views (whole tensors, or
+  // parts of them as flat runs), and after the step the shards' owners
+  // broadcast them (ts_shard_gather_params). zero 0: one shard of all.
+  // Under --sp the positional table's rows are not shared: every rank
+  // updates its own (after its shard, in upd_*), nupd_floats in all.
+  int zero;
+  ts_comm *replica;
+  size_t *cut, own_lo, own_hi;
+  int nupd;
+  size_t nupd_floats;
+  ts_tensor *upd_p, *upd_g;
   const ts_backend *be; // allocates slots, pack and the wpe buffers (the model's backend)
   int fast;            // --fast: MPI's own sums
   int nb, b0;          // sequences
@@ -31,17 +49,26 @@ typedef struct {
   int *rows_in, *rows_tg; // (Tl) this rank's tokens of one sequence, gathered from its runs
                           // (nb·Tl under --pp: every sequence's, for the pipeline)
   size_t np;           // parameters
-  size_t wpe_off, wpe_len; // the positional embedding inside the gradient
+  size_t wpe_off, wpe_len; // the positional embedding inside the gradient (under --sp
+                           // the rank's rows: owned, not replicated; the last owned)
   float *lsums;        // (nb) segment loss sums
-  float *slots;        // (nb, np) per-sequence gradients when nb > 1
-  float *pack;         // (nb, np - wpe_len) the sequence all-reduce's buffer
-  float *wpe_full;     // (T, C) the gathered positional-embedding gradient
-  float *wpe_mine;     // (T/N, C) this rank's rows of it, run after run
+  // Each sequence's gradient is summed over the sequence group as soon as its
+  // backward is done, then pushed into the tree over the sequences (a
+  // binary-counter stack: O(log nb) gradient buffers, not nb). seq_skip:
+  // leading elements the group does not sum (a pipeline's tied embedding).
+  ts_tree seq_tree;
+  int has_tree;
+  size_t seq_skip;
 } ts_shard;
 
+// The shard must stay at *out (its pipeline keeps a pointer to it).
 int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *lay,
                     ts_shard *out);
 void ts_shard_free(ts_shard *sh);
+// Bytes of the shard's own buffers (the sequence group's packing and
+// gradient slots, the pipeline's stage buffers; not the gradient trees,
+// which grow with the pass).
+size_t ts_shard_buffer_bytes(const ts_shard *sh);
 
 // Forward, and backward when `train`, over the shard's sequences of one
 // batch: inputs, targets (nb, T) whole windows. *loss_sum is the shard's sum
@@ -51,17 +78,27 @@ void ts_shard_free(ts_shard *sh);
 int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t step, int train,
                   float *loss_sum);
 
+// Under --sp, after the backward of one of the rank's sequences (in the
+// model's gradient buffer; ts_shard_pass calls it): its sum over the
+// sequence group, every gradient but the positional rows the rank owns, and
+// its push into the tree over the rank's sequences.
+int ts_shard_sequence_done(ts_shard *sh);
+
 // After a training pass, the global batch's gradient into the model's
 // gradient buffer on every rank (double gradient averaging, docs/ALGORITHMS.md §2):
 //   1. one all-reduce over the sequence group of every gradient but the
-//      positional embedding's, whose rows are owned, not replicated;
+//      positional embedding's, whose rows are owned, not replicated (per
+//      sequence, as its backward ends: ts_shard_sequence_done);
 //   2. the tree over the rank's sequences (when it holds several);
 //   3. one all-reduce over the data group (NULL or size 1: none), positional
-//      embedding included;
-//   4. one all-gather over the sequence group of the owners' positional
-//      embedding rows, so that the optimizer runs on identical replicas.
+//      embedding included (its rows are each rank's own: docs/ALGORITHMS.md §12).
 // Exact mode sums by the canonical trees; --fast lets MPI sum (1 and 3).
 int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group);
+
+// After the optimizer step under --zero 1: each shard's owner broadcasts its
+// updated parameters to the replica group (one broadcast per shard), so that
+// every replica holds them all again. Nothing without --zero.
+int ts_shard_gather_params(ts_shard *sh);
 
 // The loss sum of nb sequences from each rank's segment sums lsums[nb]: one
 // all-gather over the sequence group, then per sequence the tree over its

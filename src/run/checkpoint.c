@@ -23,6 +23,7 @@
 
 #include "ckpt.h"
 #include "json.h"
+#include "parallel/pfile.h"
 #include "run/run.h"
 #include "util.h"
 
@@ -48,27 +49,41 @@ int ts_run_mkdir_p(const char *dir) {
   return TS_OK;
 }
 
-// t[0, n) the parameters: t[n, 2n) and t[2n, 3n) become the moments' names
-// and shapes, their data in opt (or NULL).
-static void add_moments(ts_tensor *t, int n, const ts_adamw *opt) {
-  size_t off = 0;
-  for (int i = 0; i < n; i++) {
-    for (int k = 1; k <= 2; k++) {
-      ts_tensor *s = &t[k * n + i];
-      *s = t[i];
-      snprintf(s->name, sizeof s->name, "adam.%c.%s", k == 1 ? 'm' : 'v', t[i].name);
-      s->data = opt ? (k == 1 ? opt->m : opt->v) + off : NULL;
-    }
-    off += (size_t)ts_tensor_numel(&t[i]);
-  }
-}
-
 int ts_run_ckpt_tensors(ts_model *m, ts_adamw *opt, ts_tensor **out) {
-  int n = ts_model_num_tensors(m);
+  const int n = ts_model_canonical_tensors(m), no = ts_model_num_tensors(m);
+  const int nc = ts_model_num_copies(m);
   ts_tensor *t = calloc((size_t)3 * n, sizeof(ts_tensor));
-  if (!t) return -1;
-  ts_model_tensors(m, t, NULL);
-  add_moments(t, n, opt);
+  ts_tensor *held = calloc((size_t)(no + nc) + 1, sizeof(ts_tensor));
+  if (!t || !held) {
+    free(t), free(held);
+    return -1;
+  }
+  ts_model_canonical_table(m, t);
+  ts_model_tensors(m, held, NULL);
+  ts_model_copies(m, held + no);
+  const float *base = ts_model_params(m);
+  // the tensors this model holds, found by their canonical offsets (both
+  // lists in canonical order: the owned, then the copies); moments: the owned
+  for (int part = 0; part < 2; part++) {
+    const ts_tensor *h = held + (part ? no : 0);
+    const int nh = part ? nc : no;
+    for (int i = 0, k = 0; i < n && k < nh; i++) {
+      if (t[i].at != h[k].at) continue;
+      t[i].data = h[k].data;
+      for (int j = 1; j <= 2 && part == 0; j++)
+        t[j * n + i].data = opt ? (j == 1 ? opt->m : opt->v) + (h[k].data - base) : NULL;
+      k++;
+    }
+  }
+  for (int i = 0; i < n; i++)
+    for (int j = 1; j <= 2; j++) {
+      ts_tensor *s = &t[j * n + i];
+      float *data = s->data;
+      *s = t[i];
+      s->data = data;
+      snprintf(s->name, sizeof s->name, "adam.%c.%s", j == 1 ? 'm' : 'v', t[i].name);
+    }
+  free(held);
   *out = t;
   return 3 * n;
 }
@@ -87,14 +102,121 @@ static int find_nonfinite(const ts_tensor *t, int n, int *which, int64_t *at) {
   return TS_OK;
 }
 
-int ts_run_save_checkpoint(ts_model *m, ts_adamw *opt, const ts_config *cfg, int64_t step) {
-  int rc = ts_run_mkdir_p(cfg->ckpt_dir);
+// Where the first non-finite value is among what m and opt hold (the
+// parameters, their copies, the moments of upd[0, nupd) in that order; NULL:
+// the owned tensors), or NULL: "'NAME'" or "'adam.m.NAME'".
+static const char *nonfinite_state(ts_model *m, const ts_adamw *opt, const ts_tensor *upd,
+                                   int nupd, float *value, int64_t *index) {
+  static char what[96];
+  const int nt = ts_model_num_tensors(m), nc = ts_model_num_copies(m);
+  ts_tensor *h = calloc((size_t)(nt + nc) + 1, sizeof *h);
+  if (!h) return NULL;
+  ts_model_tensors(m, h, NULL);
+  ts_model_copies(m, h + nt);
+  if (!upd) upd = h, nupd = nt;
+  int k;
+  int64_t at;
+  const char *out = NULL;
+  if (find_nonfinite(h, nt + nc, &k, &at)) {
+    snprintf(what, sizeof what, "'%s'", h[k].name);
+    *value = h[k].data[at];
+    *index = at;
+    out = what;
+  }
+  size_t first = 0; // the moments of upd[j] start there
+  for (int j = 0; !out && opt && j < nupd; j++) {
+    const size_t n = (size_t)ts_tensor_numel(&upd[j]);
+    for (size_t i = first; !out && i < first + n && i < opt->n; i++) {
+      const int in_m = !isfinite(opt->m[i]);
+      if (!in_m && isfinite(opt->v[i])) continue;
+      *value = in_m ? opt->m[i] : opt->v[i];
+      *index = (int64_t)(i - first);
+      snprintf(what, sizeof what, "'adam.%c.%s'", in_m ? 'm' : 'v', upd[j].name);
+      out = what;
+    }
+    first += n;
+  }
+  free(h);
+  return out;
+}
+
+// The data section's CRC-32 as a fold over the owned runs (owners.h): of
+// the parameters, then of each moment, all in canonical order.
+typedef struct {
+  const float *base;
+  int moments; // base is a moment buffer: the runs' mlocal offsets
+} crc_ctx;
+
+static void crc_fold(void *state, const ts_owned_run *r, void *ctx) {
+  const crc_ctx *c = ctx;
+  uint32_t *crc = state;
+  *crc = ts_ckpt_crc32(*crc, c->base + (c->moments ? r->mlocal : r->local),
+                       (size_t)r->len * sizeof(float));
+}
+
+// The checkpoint's bytes into the temp file tmp, each rank of the owners'
+// group writing its own runs of the three sections (parameters, then the
+// moments) and the group's first rank the header once their CRC is known.
+static int write_sections(const ts_owners *o, ts_model *m, ts_adamw *opt, const char *path,
+                          const char *tmp, const ts_tensor *t, int n, const ts_meta *meta,
+                          int n_meta) {
+  ts_comm *g = o->group;
+  const int me = g ? g->rank : 0;
+  unsigned char *prefix = NULL;
+  size_t plen = 0;
+  // the header's length does not depend on the checksum: every rank knows
+  // where the data starts
+  int rc = ts_ckpt_prefix(path, t, n, meta, n_meta, 0, &prefix, &plen);
   if (rc) return rc;
-  char cfgjson[TS_CONFIG_JSON_MAX], stepbuf[32], optbuf[32], path[4200];
-  if ((rc = ts_config_to_json(cfg, cfgjson, sizeof cfgjson))) return rc;
-  ts_tensor *t;
-  int n = ts_run_ckpt_tensors(m, opt, &t);
-  if (n < 0) return ts_fail(TS_ERUNTIME, "out of memory writing a checkpoint");
+  free(prefix);
+  ts_pfile *f;
+  if ((rc = ts_pfile_open(g, tmp, &f))) return rc;
+  const float *sec[3] = {ts_model_params(m), opt->m, opt->v};
+  const uint64_t total = o->total;
+  for (int k = 0; k < 3 && !rc; k++)
+    for (int j = 0; j < o->n && !rc; j++)
+      if (o->run[j].rank == me)
+        rc = ts_pfile_write_at(f, plen + 4 * ((uint64_t)k * total + o->run[j].at),
+                               sec[k] + (k ? o->run[j].mlocal : o->run[j].local),
+                               (size_t)o->run[j].len * sizeof(float));
+  uint32_t crc = 0;
+  for (int k = 0; k < 3 && !rc; k++) {
+    crc_ctx c = {sec[k], k > 0};
+    rc = ts_owners_fold(o, &crc, sizeof crc, crc_fold, &c);
+  }
+  if (!rc && me == 0 && !(rc = ts_ckpt_prefix(path, t, n, meta, n_meta, crc, &prefix, &plen))) {
+    rc = ts_pfile_write_at(f, 0, prefix, plen);
+    free(prefix);
+  }
+  // a failure here is told by ts_pfile_close to every rank
+  int crc2 = ts_pfile_close(f);
+  return rc ? rc : crc2;
+}
+
+int ts_run_save_checkpoint(const ts_owners *owners, ts_model *m, ts_adamw *opt,
+                           const ts_tensor *upd, int nupd, const ts_config *cfg, int64_t step) {
+  ts_owners whole = {0}; // without owners: this process owns the model
+  const ts_owners *o = owners;
+  int rc = TS_OK;
+  if (!o) {
+    const int nt = ts_model_num_tensors(m);
+    ts_tensor *own = calloc((size_t)nt + 1, sizeof *own);
+    if (!own) return ts_fail(TS_ERUNTIME, "out of memory writing a checkpoint");
+    ts_model_tensors(m, own, NULL);
+    rc = ts_owners_create(NULL, own, nt, ts_model_params(m), NULL, ts_model_canonical_params(m),
+                          &whole);
+    free(own);
+    if (rc) return rc;
+    o = &whole;
+  }
+  ts_comm *g = o->group;
+  const int lead = !g || g->rank == 0;
+  if (lead) rc = ts_run_mkdir_p(cfg->ckpt_dir);
+  char cfgjson[TS_CONFIG_JSON_MAX], stepbuf[32], optbuf[32], path[4200], tmp[4300] = "";
+  if (!rc) rc = ts_config_to_json(cfg, cfgjson, sizeof cfgjson);
+  ts_tensor *t = NULL;
+  int n = rc ? 0 : ts_run_ckpt_tensors(m, opt, &t);
+  if (n < 0) rc = ts_fail(TS_ERUNTIME, "out of memory writing a checkpoint");
   snprintf(stepbuf, sizeof stepbuf, "%" PRId64, step);
   snprintf(optbuf, sizeof optbuf, "%" PRIu64, opt->step);
   ts_meta meta[] = {
@@ -108,16 +230,26 @@ int ts_run_save_checkpoint(ts_model *m, ts_adamw *opt, const ts_config *cfg, int
   };
   snprintf(path, sizeof path, "%s/step-%08" PRId64 ".safetensors", cfg->ckpt_dir, step);
   // A finite loss and gradient norm can still leave an update that overflowed:
-  // that state is not kept, the previous checkpoint is.
-  int k;
-  int64_t at;
-  if (find_nonfinite(t, n, &k, &at))
-    rc = ts_fail(TS_ERUNTIME, "step %" PRId64 ": the update left %g in '%s' (diverged): not "
+  // that state is not kept, the previous checkpoint is (each rank checks
+  // what it holds; a refusal on one ends them all).
+  const char *what = NULL;
+  float bad_value = 0.0f;
+  int64_t bad_index = 0;
+  if (!rc && (what = nonfinite_state(m, opt, upd, nupd, &bad_value, &bad_index)))
+    rc = ts_fail(TS_ERUNTIME, "step %" PRId64 ": the update left %g in %s (diverged): not "
                  "checkpointed, the previous checkpoint is kept; try a smaller --lr", step,
-                 (double)t[k].data[at], t[k].name);
-  else
-    rc = ts_ckpt_write_v2(path, t, n, meta, (int)(sizeof meta / sizeof meta[0]));
+                 (double)bad_value, what);
+  // one temp name for the group (its first rank's), in the same directory
+  // as path so that the rename cannot cross filesystems
+  if (!rc && lead && ts_temp_path(tmp, sizeof tmp, path))
+    rc = ts_fail(TS_ERUNTIME, "checkpoint %s: path too long", path);
+  if (!rc && g) rc = ts_comm_bcast(g, tmp, sizeof tmp, 0, -1);
+  if (!rc) {
+    rc = write_sections(o, m, opt, path, tmp, t, n, meta, (int)(sizeof meta / sizeof meta[0]));
+    if (lead) rc = rc ? (unlink(tmp), rc) : ts_ckpt_commit(tmp, path);
+  }
   free(t);
+  ts_owners_free(&whole);
   return rc;
 }
 
@@ -158,7 +290,7 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, co
                    "--model %s is %s", path, old.variant == TS_LLAMA ? "LLaMA" : "GPT",
                    cfg->preset, cfg->variant == TS_LLAMA ? "LLaMA" : "GPT");
   SAME_INT(variant, "variant")
-  SAME_INT(vocab, "vocab") SAME_INT(d, "--d") SAME_INT(n_layer, "--layers")
+  SAME_INT(vocab, "--vocab") SAME_INT(d, "--d") SAME_INT(n_layer, "--layers")
   SAME_INT(n_head, "--heads") SAME_INT(n_kv_head, "--kv-heads")
   if (old.variant == TS_LLAMA) { SAME_FLT(rope_theta, "--rope-theta") } // a GPT has none
   SAME_INT(d_ff, "--d-ff") SAME_INT(seq, "--seq")
@@ -178,6 +310,20 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, co
   SAME_INT(vq_groups, "--vq-group") SAME_INT(vq_rounds, "--vq-rounds")
   SAME_INT(vq_codes, "--vq-codes") SAME_INT(vq_sync_codes, "--vq-sync-codes")
   SAME_FLT(vq_gamma, "--vq-gamma") SAME_FLT(vq_commit, "--vq-commit")
+  // The data's paths may change (a file moved), not how its tokens are read
+  // nor where the training split ends: with a validation file the training
+  // split is all of --data, without one its head. (A run records the format
+  // it read; "detect" is a configuration no run resolved, and says nothing.)
+  if (old.data_format != cfg->data_format && old.data_format >= 0 &&
+      old.data_format < TS_DATA_NFORMATS && cfg->data_format >= 0 &&
+      cfg->data_format < TS_DATA_NFORMATS)
+    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written reading --data-format %s, "
+                   "this run reads %s", path, ts_data_format_names[old.data_format],
+                   ts_data_format_names[cfg->data_format]);
+  if (!old.val_path[0] != !cfg->val_path[0])
+    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written %s --val-data, this run has %s",
+                   path, old.val_path[0] ? "with" : "without",
+                   cfg->val_path[0] ? "one" : "none");
 #undef SAME_INT
 #undef SAME_FLT
   return TS_OK;
@@ -243,7 +389,7 @@ static void first_difference(const char *a, const char *b, char *key, size_t cap
 // writes its finalized configuration: a tile of 0, say, is no run's), and
 // fit this machine.
 static int read_config(const ts_ckpt *ck, const ts_config *base, int training, int share,
-                       ts_config *out) {
+                       int stages, ts_config *out) {
   const char *path = ts_ckpt_path(ck), *js = ts_ckpt_meta(ck, META_CONFIG);
   if (!js) return bad(path, "metadata has no %s", META_CONFIG);
   json_value v;
@@ -261,6 +407,8 @@ static int read_config(const ts_ckpt *ck, const ts_config *base, int training, i
   out->compress = out->compress_rank = out->compress_stages = 0, out->proj_lr = 0.0f;
   out->vq_groups = out->vq_rounds = out->vq_codes = out->vq_sync_codes = 0;
   out->vq_gamma = out->vq_commit = 0.0f;
+  out->data_format = TS_DATA_BYTES; // every file before the field read bytes
+  out->val_path[0] = '\0';
   if (ts_config_from_json(out, js)) return ts_run_restate(path, META_CONFIG);
   if (out->tile == 0 || out->leaf == 0)
     return bad(path, "%s: %s 0: a run writes the one it used, never 0", META_CONFIG,
@@ -274,7 +422,7 @@ static int read_config(const ts_ckpt *ck, const ts_config *base, int training, i
   if (key[0])
     return bad(path, "%s: \"%s\" is not a value a run writes (it is left for a default)",
                META_CONFIG, key);
-  if (ts_run_check_fit(out, training, share)) return ts_run_restate(path, META_CONFIG);
+  if (ts_run_check_fit(out, training, share, stages, 1)) return ts_run_restate(path, META_CONFIG);
   return TS_OK;
 }
 
@@ -291,16 +439,25 @@ static int check_tensors(const ts_ckpt *ck, const ts_config *cfg) {
     free(p);
     return bad(ts_ckpt_path(ck), "out of memory");
   }
-  memcpy(t, p, (size_t)n * sizeof *t);
+  // the parameters, then their moments, named as ts_run_ckpt_tensors names them
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < 3; k++) {
+      ts_tensor *s = &t[k * n + i];
+      *s = p[i];
+      if (k) {
+        char name[sizeof s->name + 8];
+        snprintf(name, sizeof name, "adam.%c.%s", k == 1 ? 'm' : 'v', p[i].name);
+        snprintf(s->name, sizeof s->name, "%.*s", (int)sizeof s->name - 1, name);
+      }
+    }
   free(p);
-  add_moments(t, n, NULL);
   int rc = ts_ckpt_expect(ck, t, 3 * n);
   free(t);
   return rc;
 }
 
 int ts_run_open_checkpoint(const char *path, const ts_config *base, int training, int share,
-                           ts_run_ckpt *out) {
+                           int stages, ts_run_ckpt *out) {
   memset(out, 0, sizeof *out);
   int rc = ts_ckpt_open(path, &out->ck);
   if (rc) return rc;
@@ -308,7 +465,7 @@ int ts_run_open_checkpoint(const char *path, const ts_config *base, int training
     rc = bad(path, "tessera.format 1 has no header checksum (a file of tessera dump, or of an "
                    "older tessera); a run reads format 2");
   int64_t adam = 0, position = 0;
-  if (!rc) rc = read_config(out->ck, base, training, share, &out->cfg);
+  if (!rc) rc = read_config(out->ck, base, training, share, stages, &out->cfg);
   if (!rc) rc = check_tensors(out->ck, &out->cfg);
   if (!rc) rc = meta_count(out->ck, META_STEP, &out->step);
   if (!rc && (out->step < 1 || out->step > out->cfg.steps))
@@ -335,7 +492,7 @@ int ts_run_open_checkpoint(const char *path, const ts_config *base, int training
   return TS_OK;
 }
 
-int ts_run_open_resume(const ts_config *cfg, int share, ts_run_ckpt *ck) {
+int ts_run_open_resume(const ts_config *cfg, int share, int stages, ts_run_ckpt *ck) {
   char path[4200];
   memset(ck, 0, sizeof *ck);
   int64_t s = ts_run_latest_checkpoint(cfg->ckpt_dir, path, sizeof path);
@@ -344,7 +501,7 @@ int ts_run_open_resume(const ts_config *cfg, int share, ts_run_ckpt *ck) {
   if (s == 0)
     return ts_fail(TS_ERUNTIME, "--resume: no checkpoint (step-*.safetensors) in %s",
                    cfg->ckpt_dir);
-  int rc = ts_run_open_checkpoint(path, cfg, 1, share, ck);
+  int rc = ts_run_open_checkpoint(path, cfg, 1, share, stages, ck);
   if (!rc && ck->step != s)
     rc = bad(path, "%s is %" PRId64 " but the file is named for step %" PRId64, META_STEP,
              ck->step, s);
@@ -358,21 +515,45 @@ void ts_run_close_checkpoint(ts_run_ckpt *ck) {
   ck->ck = NULL;
 }
 
-int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_run_ckpt *ck) {
+int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_tensor *upd, int nupd,
+                           const ts_run_ckpt *ck) {
   const char *path = ts_ckpt_path(ck->ck);
   ts_tensor *t;
-  int n = ts_run_ckpt_tensors(m, opt, &t);
+  int n = ts_run_ckpt_tensors(m, NULL, &t); // the canonical table, to check the file against
   if (n < 0) return ts_fail(TS_ERUNTIME, "out of memory");
   int rc = ts_ckpt_expect(ck->ck, t, n);
-  int nload = opt ? n : n / 3; // without an optimizer: the parameters
-  for (int i = 0; i < nload && !rc; i++) rc = ts_ckpt_load(ck->ck, &t[i]);
-  // none is written with a NaN or Inf (ts_run_save_checkpoint): it is damage
-  int k;
-  int64_t at;
-  if (!rc && find_nonfinite(t, nload, &k, &at))
-    rc = bad(path, "tensor '%s' holds %g at index %" PRId64 " (a checkpoint holds finite values "
-                   "only)", t[k].name, (double)t[k].data[at], at);
   free(t);
+  // what this model holds, from those byte ranges alone: every tensor (or
+  // part) it holds, copies included, and with an optimizer the moments of
+  // those it updates, in their order (NULL: its owned tensors)
+  const int nt = ts_model_num_tensors(m), nc = ts_model_num_copies(m);
+  ts_tensor *h = calloc((size_t)(nt + nc) + 1, sizeof *h);
+  if (!rc && !h) rc = ts_fail(TS_ERUNTIME, "out of memory");
+  if (!rc) {
+    ts_model_tensors(m, h, NULL);
+    ts_model_copies(m, h + nt);
+    if (!upd) upd = h, nupd = nt;
+  }
+  const uint64_t total = ts_model_canonical_params(m);
+  for (int i = 0; i < nt + nc && !rc; i++)
+    rc = ts_ckpt_read(ck->ck, 4 * (uint64_t)h[i].at, h[i].data,
+                      (size_t)ts_tensor_numel(&h[i]) * sizeof(float));
+  size_t first = 0;
+  for (int j = 0; opt && j < nupd && !rc; j++) {
+    const size_t len = (size_t)ts_tensor_numel(&upd[j]);
+    for (int k = 1; k <= 2 && !rc; k++)
+      rc = ts_ckpt_read(ck->ck, 4 * ((uint64_t)k * total + (uint64_t)upd[j].at),
+                        (k == 1 ? opt->m : opt->v) + first, len * sizeof(float));
+    first += len;
+  }
+  // none is written with a NaN or Inf (ts_run_save_checkpoint): it is damage
+  float value = 0.0f;
+  int64_t index = 0;
+  const char *what = NULL;
+  if (!rc && (what = nonfinite_state(m, opt, upd, nupd, &value, &index)))
+    rc = bad(path, "tensor %s holds %g at index %" PRId64 " (a checkpoint holds finite values "
+                   "only)", what, (double)value, index);
+  free(h);
   if (!rc && opt) opt->step = ck->adam_step;
   return rc;
 }
@@ -440,4 +621,95 @@ int ts_run_remove_stale_temps(const ts_config *cfg) {
     n += ts_remove_stale_temps(dir, name);
   }
   return n;
+}
+
+// ---------------------------------------------------------------------------
+// Comparing two checkpoints' model state.
+
+// The settings of a run that are not its computation: where it reads and
+// writes, how often it logs, evaluates and checkpoints, its threads. Two
+// layouts of one run differ in them and hold the same model state.
+static void copy_run_settings(ts_config *to, const ts_config *from) {
+  to->threads = from->threads;
+  to->quiet = from->quiet;
+  to->resume = from->resume;
+  to->eval_every = from->eval_every;
+  to->eval_batches = from->eval_batches;
+  to->ckpt_every = from->ckpt_every;
+  memcpy(to->data_path, from->data_path, sizeof to->data_path);
+  memcpy(to->log_path, from->log_path, sizeof to->log_path);
+  memcpy(to->ckpt_dir, from->ckpt_dir, sizeof to->ckpt_dir);
+}
+
+static int compare_state(ts_ckpt *a, ts_ckpt *b, FILE *out) {
+  const char *pa = ts_ckpt_path(a), *pb = ts_ckpt_path(b);
+  const char *keys[] = {META_STEP, META_ADAM, META_POSITION};
+  for (int i = 0; i < 3; i++) {
+    const char *va = ts_ckpt_meta(a, keys[i]), *vb = ts_ckpt_meta(b, keys[i]);
+    if (!va || !vb || strcmp(va, vb)) {
+      fprintf(out, "different: %s is %s in %s, %s in %s\n", keys[i], va ? va : "(none)", pa,
+              vb ? vb : "(none)", pb);
+      return 1;
+    }
+  }
+  const char *ja = ts_ckpt_meta(a, META_CONFIG), *jb = ts_ckpt_meta(b, META_CONFIG);
+  ts_config ca, cb;
+  ts_config_defaults(&ca);
+  ts_config_defaults(&cb);
+  if (!ja || ts_config_from_json(&ca, ja)) return ts_fail(TS_EUSAGE, "%s: unreadable %s", pa, META_CONFIG);
+  if (!jb || ts_config_from_json(&cb, jb)) return ts_fail(TS_EUSAGE, "%s: unreadable %s", pb, META_CONFIG);
+  copy_run_settings(&cb, &ca);
+  char sa[TS_CONFIG_JSON_MAX], sb[TS_CONFIG_JSON_MAX], key[64];
+  if (ts_config_to_json(&ca, sa, sizeof sa) || ts_config_to_json(&cb, sb, sizeof sb))
+    return ts_fail(TS_EUSAGE, "%s: %s", pa, ts_errmsg());
+  first_difference(sa, sb, key, sizeof key);
+  if (key[0]) {
+    fprintf(out, "different: the configurations differ in \"%s\"\n", key);
+    return 1;
+  }
+  const int n = ts_ckpt_num_tensors(a);
+  if (n != ts_ckpt_num_tensors(b)) {
+    fprintf(out, "different: %d tensors in %s, %d in %s\n", n, pa, ts_ckpt_num_tensors(b), pb);
+    return 1;
+  }
+  int rc = 0;
+  for (int i = 0; i < n && rc == 0; i++) {
+    ts_tensor ta, tb;
+    if (ts_ckpt_tensor(a, i, &ta) || ts_ckpt_tensor(b, i, &tb)) return TS_EUSAGE;
+    if (strcmp(ta.name, tb.name) || ta.ndim != tb.ndim ||
+        memcmp(ta.shape, tb.shape, sizeof ta.shape)) {
+      fprintf(out, "different: tensor %d is '%s' in %s, '%s' (or another shape) in %s\n", i,
+              ta.name, pa, tb.name, pb);
+      return 1;
+    }
+    const int64_t len = ts_tensor_numel(&ta);
+    ta.data = malloc((size_t)(len ? len : 1) * sizeof(float));
+    tb.data = malloc((size_t)(len ? len : 1) * sizeof(float));
+    if (!ta.data || !tb.data) rc = ts_fail(TS_EUSAGE, "out of memory");
+    if (!rc && (ts_ckpt_load(a, &ta) || ts_ckpt_load(b, &tb))) rc = TS_EUSAGE;
+    for (int64_t k = 0; !rc && k < len; k++)
+      if (memcmp(&ta.data[k], &tb.data[k], sizeof(float))) {
+        fprintf(out, "different: tensor '%s' at index %" PRId64 ": %a in %s, %a in %s\n", ta.name,
+                k, (double)ta.data[k], pa, (double)tb.data[k], pb);
+        rc = 1;
+      }
+    free(ta.data);
+    free(tb.data);
+  }
+  if (rc == 0) fprintf(out, "same model state\n");
+  return rc;
+}
+
+int ts_compare_checkpoints(const char *path_a, const char *path_b, FILE *out) {
+  ts_ckpt *a = NULL, *b = NULL;
+  int rc = ts_ckpt_open(path_a, &a);
+  if (!rc) rc = ts_ckpt_open(path_b, &b);
+  if (!rc) rc = compare_state(a, b, out);
+  else rc = TS_EUSAGE; // unreadable or damaged: the message is ts_open's
+  ts_ckpt_close(a);
+  ts_ckpt_close(b);
+  if (rc != 0 && rc != 1) {
+    if (rc != TS_EUSAGE) rc = TS_EUSAGE;
+  }
+  return rc;
 }

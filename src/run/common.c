@@ -48,6 +48,16 @@ double ts_run_sgemm_roof(void) {
   return best;
 }
 
+int ts_run_open_data(const ts_config *cfg, const char *path, ts_data **out) {
+  const ts_data_spec spec = {.path = path,
+                             .val_path = cfg->val_path,
+                             .format = cfg->data_format,
+                             .vocab = cfg->vocab,
+                             .val_frac = cfg->val_frac,
+                             .min_len = (size_t)cfg->seq + 1};
+  return ts_data_open_spec(&spec, out);
+}
+
 int ts_run_load_batch(const ts_data *data, int split, const ts_config *cfg, uint64_t step,
                       int b0, int nb, int *inputs, int *targets) {
   for (int j = 0; j < nb; j++) {
@@ -80,28 +90,61 @@ int ts_run_combine_loss(ts_comm *group, const float *local, int n, int64_t ntok_
   return rc;
 }
 
-uint64_t ts_run_param_hash(ts_model *m) {
-  return ts_fnv1a64(TS_FNV_OFFSET, ts_model_params(m), ts_model_num_params(m) * sizeof(float));
+static void hash_fold(void *state, const ts_owned_run *r, void *ctx) {
+  uint64_t *h = state;
+  *h = ts_fnv1a64(*h, (const float *)ctx + r->local, (size_t)r->len * sizeof(float));
 }
 
-// Every layout allocates all the parameters (and gradients, and moments) on
-// every rank, so the matrices' floor is each rank's; on a GPU they live in its
-// memory (the backend gives this rank's share), on the CPU in the node's.
-int ts_run_check_fit(const ts_config *cfg, int training, int share) {
+int ts_run_param_hash(const ts_owners *o, ts_model *m, uint64_t *out) {
+  uint64_t h = TS_FNV_OFFSET;
+  int rc = ts_owners_fold(o, &h, sizeof h, hash_fold, ts_model_params(m));
+  if (!rc) *out = h;
+  return rc;
+}
+
+// A pipeline stage's weight matrices of `stages` (whole model: 1): its
+// layers', the first stage's embeddings, the last's head (the tied head's
+// embedding: the first holds a copy, values only, in *copies).
+static double stage_floor(const ts_config *cfg, int stages, int s, double *copies) {
+  const double C = cfg->d, V = cfg->vocab, per = ts_config_param_floor(cfg);
+  const double emb = V * C * (cfg->tied ? 1.0 : 2.0) + (cfg->variant == TS_LLAMA ? 0.0 : cfg->seq * C);
+  const double layers = (per - emb) / stages; // the layers' share
+  double own = layers;
+  *copies = 0.0;
+  if (s == 0) own += cfg->variant == TS_LLAMA ? 0.0 : cfg->seq * C; // wpe
+  if (s == 0 && !cfg->tied) own += V * C;                           // wte
+  if (s == stages - 1) own += V * C;                                // head, or the tied wte
+  if (s == 0 && cfg->tied && stages > 1) *copies = V * C;
+  return own;
+}
+
+// Each rank holds its stage's parameters (and gradients, and moments): the
+// largest stage's matrices are the floor; on a GPU they live in its memory
+// (the backend gives this rank's share), on the CPU in the node's.
+int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, int shards) {
   const ts_backend *be = ts_backend_current();
   const int on_gpu = be->memory_bytes != NULL;
   double have = on_gpu ? (double)be->memory_bytes()
                        : (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) /
                              (share > 1 ? share : 1);
-  double np = ts_config_param_floor(cfg), need = np * (training ? 16.0 : 8.0);
+  if (stages < 1) stages = 1;
+  if (shards < 1) shards = 1;
+  double np = 0.0, need = 0.0;
+  for (int s = 0; s < stages; s++) {
+    double copies, own = stage_floor(cfg, stages, s, &copies);
+    double b = own * (training ? 8.0 + 8.0 / shards : 8.0) + 4.0 * copies;
+    if (b > need) need = b, np = own + copies;
+  }
   if (!(have > 0) || need <= 0.9 * have) return TS_OK;
-  char note[64] = ""; // as model.c's full estimate says it
+  char note[64] = "", stage[64] = ""; // as model.c's full estimate says it
   if (!on_gpu && share > 1) snprintf(note, sizeof note, " (its share: 1 of %d ranks)", share);
+  if (stages > 1) snprintf(stage, sizeof stage, " (the largest of --pp %d stages)", stages);
   return ts_fail(TS_ERUNTIME,
-                 "the model's weight matrices alone need %.1f GiB (%.3g parameters: --layers %d, "
+                 "the model's weight matrices alone need %.1f GiB (%.3g parameters%s: --layers %d, "
                  "--d %d, --d-ff %d, vocab %d; values, gradients%s) but %s %.1f GiB%s; use a "
-                 "smaller --model, --layers, --d or --d-ff, or fewer ranks on this %s",
-                 need / 1073741824.0, np, cfg->n_layer, cfg->d, cfg->d_ff, cfg->vocab,
+                 "smaller --model, --layers, --d or --d-ff, more pipeline stages (--pp), sharded "
+                 "optimizer state (--zero 1), or fewer ranks on this %s",
+                 need / 1073741824.0, np, stage, cfg->n_layer, cfg->d, cfg->d_ff, cfg->vocab,
                  training ? ", AdamW moments" : "",
                  on_gpu ? "this rank's share of its GPU is" : "the machine has",
                  have / 1073741824.0, note, on_gpu ? "GPU" : "machine");

@@ -38,6 +38,8 @@ int ts_dump(const ts_config *cfg_in, const char *out_dir, int traj_steps) {
   // that a dump made elsewhere compares byte for byte.
   const char *base = strrchr(cfg_in->data_path, '/');
   snprintf(cfg.data_path, sizeof cfg.data_path, "%s", base ? base + 1 : cfg_in->data_path);
+  base = strrchr(cfg_in->val_path, '/');
+  snprintf(cfg.val_path, sizeof cfg.val_path, "%s", base ? base + 1 : cfg_in->val_path);
   cfg.log_path[0] = cfg.ckpt_dir[0] = 0;
   cfg.threads = 0;
   ts_run_setup_threads(&cfg, 1);
@@ -49,9 +51,16 @@ int ts_dump(const ts_config *cfg_in, const char *out_dir, int traj_steps) {
   ts_tensor *pt = NULL, *gt = NULL;
   float *binp = NULL, *btgt = NULL;
   char *result = NULL;
-  if ((rc = ts_run_check_fit(&cfg, 1, 1))) return rc; // before the directory and the model
+  if ((rc = ts_run_check_fit(&cfg, 1, 1, 1, 1))) return rc; // before the directory and the model
+  // the format config.json records, before the directory too
+  if ((rc = ts_data_resolve(cfg_in->data_path, cfg_in->val_path, cfg_in->data_format,
+                            &cfg.data_format)) ||
+      (rc = ts_data_check_vocab(cfg.data_format, cfg.vocab, cfg_in->data_path)))
+    return rc;
   if ((rc = ts_run_mkdir_p(out_dir))) return rc;
-  if ((rc = ts_data_open(cfg_in->data_path, cfg.val_frac, (size_t)cfg.seq + 1, &data))) goto done;
+  ts_config where = *cfg_in; // the files where they are
+  where.data_format = cfg.data_format;
+  if ((rc = ts_run_open_data(&where, cfg_in->data_path, &data))) goto done;
   if ((rc = ts_model_create(&cfg, &m))) goto done;
   ts_model_init(m, cfg.seed);
   size_t np = ts_model_num_params(m);

@@ -17,18 +17,29 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   ts_data *data = NULL;
   ts_model *m = NULL;
   int *inputs = NULL, *targets = NULL;
-  int rc = ts_run_open_checkpoint(ckpt_path, cfg_in, 0, 1, &ck);
+  int rc = ts_run_open_checkpoint(ckpt_path, cfg_in, 0, 1, 1, &ck);
   if (rc) return rc;
-  // the model comes from the checkpoint; data, batches and the memory
-  // options (which change no bit) from the flags
+  // the model (its vocabulary too) comes from the checkpoint; data, batches
+  // and the memory options (which change no bit) from the flags
   ts_config cfg = ck.cfg;
   snprintf(cfg.data_path, sizeof cfg.data_path, "%s", cfg_in->data_path);
+  snprintf(cfg.val_path, sizeof cfg.val_path, "%s", cfg_in->val_path);
   cfg.eval_batches = cfg_in->eval_batches;
   cfg.val_frac = cfg_in->val_frac;
   cfg.checkpoint = cfg_in->checkpoint;
   cfg.fused_ce = cfg_in->fused_ce;
   cfg.tiled_mlp = cfg_in->tiled_mlp;
-  if ((rc = ts_data_open(cfg.data_path, cfg.val_frac, (size_t)cfg.seq + 1, &data))) goto done;
+  // Only the validation split is read: with --val-data that file alone. Its
+  // format is the flag's, else what the file says; a .bin that says nothing
+  // is read as the checkpoint's raw ids if it was trained on raw ids.
+  const char *file = cfg.val_path[0] ? cfg.val_path : cfg.data_path;
+  cfg.data_format = cfg_in->data_format;
+  if (cfg.data_format == TS_DATA_DETECT && (rc = ts_data_detect(file, &cfg.data_format)))
+    goto done;
+  if (cfg.data_format == TS_DATA_DETECT &&
+      (ck.cfg.data_format == TS_DATA_U16 || ck.cfg.data_format == TS_DATA_U32))
+    cfg.data_format = ck.cfg.data_format;
+  if ((rc = ts_run_open_data(&cfg, cfg.val_path[0] ? NULL : cfg.data_path, &data))) goto done;
   if ((rc = ts_model_create(&cfg, &m))) { // the model is the checkpoint's: say which
     rc = ts_run_restate(ckpt_path, "tessera.config");
     goto done;
@@ -36,14 +47,14 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   inputs = malloc((size_t)cfg.batch * cfg.seq * sizeof(int));
   targets = malloc((size_t)cfg.batch * cfg.seq * sizeof(int));
   if (!inputs || !targets) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
-  if ((rc = ts_run_load_checkpoint(m, NULL, &ck))) goto done;
+  if ((rc = ts_run_load_checkpoint(m, NULL, NULL, 0, &ck))) goto done;
   float vl;
   ts_shard whole = {.m = m, .nb = cfg.batch, .T = cfg.seq, .Tl = cfg.seq};
   if ((rc = ts_run_evaluate(&whole, data, &cfg, NULL, inputs, targets, &vl))) goto done;
   // finite weights can still overflow on this data: a number, or an error
   if (!isfinite(vl)) {
     rc = ts_fail(TS_ERUNTIME, "checkpoint %s: validation loss is %g on %s", ckpt_path, (double)vl,
-                 cfg.data_path);
+                 file);
     goto done;
   }
   printf("checkpoint %s (step %" PRId64 "): val loss %.6f (%a) over %d batches of %dx%d\n",

@@ -11,6 +11,7 @@
 #include "comm.h"
 #include "data.h"
 #include "optim.h"
+#include "parallel/owners.h"
 #include "parallel/shard.h"
 #include "tessera.h"
 
@@ -23,19 +24,26 @@
 void ts_run_setup_threads(const ts_config *cfg, int local_ranks);
 // The machine's sgemm roof in GFLOP/s, for MFU (0 when it cannot be measured).
 double ts_run_sgemm_roof(void);
+// The run's data: path (NULL: cfg's validation file alone) and cfg's
+// validation file in cfg's format (resolved, or detected here), every token
+// id below cfg's vocabulary, each split at least one window of cfg->seq.
+int ts_run_open_data(const ts_config *cfg, const char *path, ts_data **out);
 // Sequences [b0, b0 + nb) of the batch of `step` from `split`: inputs, targets (nb, T).
 int ts_run_load_batch(const ts_data *data, int split, const ts_config *cfg, uint64_t step,
                       int b0, int nb, int *inputs, int *targets);
 // out[i] = the tree over the group's local[i] (NULL group: this rank's), / ntok_global.
 int ts_run_combine_loss(ts_comm *group, const float *local, int n, int64_t ntok_global,
                         float *out);
-// FNV-1a of every parameter in canonical order (the run log's param_hash).
-uint64_t ts_run_param_hash(ts_model *m);
+// FNV-1a of every parameter of the canonical model in canonical order (the
+// run log's param_hash), folded over the owners of its parts (owners.h).
+int ts_run_param_hash(const ts_owners *o, ts_model *m, uint64_t *out);
 // Refuses (TS_ERUNTIME) a model whose weight matrices alone, with their
 // gradients and (training) the two AdamW moments, exceed 90% of the memory
-// they would live in, shared by `share` processes: before anything is
-// allocated (model.c's full estimate needs the parameters allocated first).
-int ts_run_check_fit(const ts_config *cfg, int training, int share);
+// they would live in, shared by `share` processes, on the largest of
+// `stages` pipeline stages (1: the whole model), the moments sharded over
+// `shards` ranks (--zero 1; else 1): before anything is allocated (model.c's
+// full estimate needs the parameters allocated first).
+int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, int shards);
 // The mean validation loss over cfg->eval_batches fixed batches.
 int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_comm *group,
                     int *inputs, int *targets, float *out);
@@ -43,13 +51,21 @@ int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_
 // ---- checkpoint.c -----------------------------------------------------------------------
 int ts_run_mkdir_p(const char *dir);
 // A checkpoint's tensors (*out, malloc'd; returns their number, -1 when out of
-// memory): the parameters, then the AdamW moments as "adam.m.<name>" and
-// "adam.v.<name>". opt NULL: the moments' names and shapes only (no data),
-// for a reader that loads the parameters alone but holds the file to all.
+// memory): the canonical model's parameters, then the AdamW moments as
+// "adam.m.<name>" and "adam.v.<name>", whatever part of the model m holds;
+// data points to m's copy of those it holds (moments: those it owns), NULL
+// elsewhere. opt NULL: no moment has data (a reader of the parameters alone
+// that holds the file to all).
 int ts_run_ckpt_tensors(ts_model *m, ts_adamw *opt, ts_tensor **out);
 // step-<step>.safetensors in cfg->ckpt_dir: parameters, AdamW moments, config,
 // step (format 2); refused, the previous one kept, when a value is not finite.
-int ts_run_save_checkpoint(ts_model *m, ts_adamw *opt, const ts_config *cfg, int64_t step);
+// Collective over the owners' group (owners.h; NULL: m is the whole model):
+// each rank writes the byte ranges of what it owns into the one file
+// (MPI-IO), which is the same file whichever layout wrote it.
+// upd[0, nupd): what opt's moments are of, in order (NULL: m's owned
+// tensors), for the names in a refusal.
+int ts_run_save_checkpoint(const ts_owners *owners, ts_model *m, ts_adamw *opt,
+                           const ts_tensor *upd, int nupd, const ts_config *cfg, int64_t step);
 // The highest step-*.safetensors in dir (its step; 0 and path "" when none; -1: no dir).
 int64_t ts_run_latest_checkpoint(const char *dir, char *path, size_t cap);
 // A checkpoint opened and checked (checkpoint.c): its configuration and step.
@@ -61,23 +77,28 @@ typedef struct {
 } ts_run_ckpt;
 // Opens path and checks everything in its header before anything is
 // allocated: format 2, the configuration (read over base, finalized, fitting
-// this machine for training or evaluation, share processes per node), the
-// tensors of its model (names, shapes, order), the step and the other
-// counts. TS_ERUNTIME naming the file and the field.
+// this machine for training or evaluation, share processes per node, on the
+// largest of `stages` pipeline stages), the tensors of its model (names,
+// shapes, order), the step and the other counts. TS_ERUNTIME naming the file
+// and the field.
 int ts_run_open_checkpoint(const char *path, const ts_config *base, int training, int share,
-                           ts_run_ckpt *out);
+                           int stages, ts_run_ckpt *out);
 // --resume: the latest checkpoint of cfg->ckpt_dir opened as above, its name's
 // step its own, and its configuration this run's (TS_EUSAGE naming the flag).
-int ts_run_open_resume(const ts_config *cfg, int share, ts_run_ckpt *out);
+int ts_run_open_resume(const ts_config *cfg, int share, int stages, ts_run_ckpt *out);
 void ts_run_close_checkpoint(ts_run_ckpt *ck);
 // The error just made by a check of what the checkpoint at path says about
 // `what` (a configuration that no model can be made of, say), restated as
 // the file's: "checkpoint PATH: WHAT: message", TS_ERUNTIME.
 int ts_run_restate(const char *path, const char *what);
 // The model's parameters and (opt not NULL) the AdamW moments and step from
-// the checkpoint, which must hold exactly the model's tensors, all finite.
-// opt NULL: the parameters only (evaluation).
-int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_run_ckpt *ck);
+// the checkpoint, which must hold exactly the canonical model's tensors, all
+// finite: every tensor (or part) m holds, its copies included, and the
+// moments of upd[0, nupd) in that order (what this rank updates: a
+// partitioned model's part, a --zero shard; NULL: m's owned tensors), each
+// read from its byte ranges alone. opt NULL: the parameters only (evaluation).
+int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_tensor *upd, int nupd,
+                           const ts_run_ckpt *ck);
 // The run log cut back to the records up to step `upto` (a resumed run's
 // log), its torn last line, if any, dropped.
 int ts_run_trim_log(const char *path, int64_t upto);

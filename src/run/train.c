@@ -61,11 +61,11 @@ static void layout_name(const ts_grid *grid, const ts_layout *lay, char *buf, si
 
 // --resume, once the model and the optimizer exist: the checkpoint, opened
 // and checked before they were allocated, loaded into them (every rank reads
-// it: parameters and moments are replicated), and the log cut back to its step.
-static int resume(ts_model *m, ts_adamw *opt, const ts_run_ckpt *ck, const ts_config *cfg,
-                  int root) {
+// what it holds: a pipeline stage its part), and the log cut back to its step.
+static int resume(const ts_shard *sh, ts_adamw *opt, const ts_run_ckpt *ck,
+                  const ts_config *cfg, int root) {
   int rc;
-  if ((rc = ts_run_load_checkpoint(m, opt, ck))) return rc;
+  if ((rc = ts_run_load_checkpoint(sh->m, opt, sh->upd_p, sh->nupd, ck))) return rc;
   if (root && cfg->log_path[0] && (rc = ts_run_trim_log(cfg->log_path, ck->step))) return rc;
   if (root) printf("resumed from %s (step %" PRId64 ")\n", ts_ckpt_path(ck->ck), ck->step);
   return TS_OK;
@@ -105,9 +105,34 @@ typedef struct {
   double tps, dt, comm_s, compute_max, mfu, rss, rss_max;
 } step_stats;
 
+// What this rank holds, by kind, and the model state (parameters, their
+// copies, gradients, optimizer moments) summed and at most over the ranks:
+// ,"state_bytes":{"params":…,"grads":…,"optimizer":…,"activations":…,
+// "buffers":…,"model_sum":…,"model_max":…}. Collective over the world.
+static void state_json(const ts_shard *sh, const ts_adamw *opt, char *buf, size_t cap) {
+  ts_model *m = sh->m;
+  double params = 0.0;
+  const int nc = ts_model_num_copies(m);
+  ts_tensor *c = calloc((size_t)nc + 1, sizeof *c);
+  if (c) {
+    ts_model_copies(m, c);
+    for (int i = 0; i < nc; i++) params += (double)ts_tensor_numel(&c[i]);
+    free(c);
+  }
+  params = 4.0 * (params + (double)ts_model_num_params(m));
+  const double grads = 4.0 * (double)ts_model_num_params(m), moments = 8.0 * (double)opt->n;
+  double sum, max;
+  ts_mpi_sum_max(params + grads + moments, &sum, &max);
+  snprintf(buf, cap,
+           ",\"state_bytes\":{\"params\":%.0f,\"grads\":%.0f,\"optimizer\":%.0f,"
+           "\"activations\":%zu,\"buffers\":%zu,\"model_sum\":%.0f,\"model_max\":%.0f}",
+           params, grads, moments, ts_model_activation_bytes(m), ts_shard_buffer_bytes(sh), sum,
+           max);
+}
+
 // The step's record in the log and, unless quiet, its progress line.
 static int log_step(ts_log *log, const step_stats *st, const ts_config *cfg, const ts_shard *sh,
-                    const ts_grid *grid, const ts_backend *be) {
+                    const ts_grid *grid, const ts_backend *be, const char *state) {
   char comm_json[4096], mem_json[256], pipe_json[256], dev_json[64] = "";
   if (ts_grid_counts_json(grid, comm_json, sizeof comm_json) < 0) snprintf(comm_json, sizeof comm_json, "{}");
   phase_peaks_json(mem_json, sizeof mem_json);
@@ -115,16 +140,16 @@ static int log_step(ts_log *log, const step_stats *st, const ts_config *cfg, con
   // a GPU's: the peak of the bytes its allocator handed out (this rank's)
   const double dev_mb = be->peak_bytes ? (double)be->peak_bytes() / 1048576.0 : 0.0;
   if (be->peak_bytes) snprintf(dev_json, sizeof dev_json, ",\"device_peak_mb\":%.1f", dev_mb);
-  char line[1024 + sizeof comm_json + sizeof mem_json + sizeof pipe_json + sizeof dev_json];
+  char line[1024 + sizeof comm_json + sizeof mem_json + sizeof pipe_json + sizeof dev_json + 256];
   snprintf(line, sizeof line,
            "{\"type\":\"step\",\"step\":%" PRIu64 ",\"loss\":%.9g,\"loss_hex\":\"%a\","
            "\"grad_norm\":%.9g,\"grad_norm_hex\":\"%a\",\"lr\":%.9g,\"lr_hex\":\"%a\","
            "\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"compute_ms_max\":%.3f,"
-           "\"mfu\":%.4f,\"peak_rss_mb\":%.1f,\"peak_rss_mb_max\":%.1f%s%s%s,\"comm\":%s}",
+           "\"mfu\":%.4f,\"peak_rss_mb\":%.1f,\"peak_rss_mb_max\":%.1f%s%s%s%s,\"comm\":%s}",
            st->step, (double)st->loss, (double)st->loss, (double)st->norm, (double)st->norm,
            (double)st->lr, (double)st->lr, st->tps, st->dt * 1e3, st->comm_s * 1e3,
-           st->compute_max * 1e3, st->mfu, st->rss, st->rss_max, dev_json, mem_json, pipe_json,
-           comm_json);
+           st->compute_max * 1e3, st->mfu, st->rss, st->rss_max, dev_json, mem_json, state,
+           pipe_json, comm_json);
   int rc = ts_log_line(log, line);
   // memory: the process's peak, or on a GPU the device's
   if (!cfg->quiet)
@@ -184,11 +209,12 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_log log = {0};
   ts_run_ckpt ck = {0};
   int *inputs = NULL, *targets = NULL;
-  ts_tensor *pt = NULL, *gt = NULL;
   if ((rc = ts_layout_check(&cfg, &lay)) || (rc = ts_grid_create(lay.dp, lay.sp, lay.pp, &grid)))
     return rc;
   ts_run_setup_threads(&cfg, grid->local_size);
   ts_model_set_memory_share(grid->local_size); // the node's ranks share its memory
+  const int shards = lay.zero ? grid->replica->size : 1; // --zero: the moments' shards
+  ts_model_set_moment_shards(shards);
   // rank 0 alone talks to people and files
   const int root = grid->world_rank == 0;
   if (!root) cfg.quiet = 1;
@@ -198,30 +224,38 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_comm *dgroup = grid->data;
   // Before anything is allocated: a model that cannot fit, and on --resume
   // everything in the checkpoint's header.
-  if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size))) goto done;
-  if (cfg.resume && (rc = ts_run_open_resume(&cfg, grid->local_size, &ck))) goto done;
+  if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size, grid->pp, shards))) goto done;
+  // the format the files are read in, which the run records and a resumed
+  // run must share (a look at their first bytes; the whole files come later)
+  if ((rc = ts_data_resolve(cfg.data_path, cfg.val_path, cfg.data_format, &cfg.data_format)) ||
+      (rc = ts_data_check_vocab(cfg.data_format, cfg.vocab, cfg.data_path)))
+    goto done;
+  if (cfg.resume && (rc = ts_run_open_resume(&cfg, grid->local_size, grid->pp, &ck))) goto done;
   if (root) {
     int gone = ts_run_remove_stale_temps(&cfg);
     if (gone && !cfg.quiet) printf("removed %d temporary file%s a killed run left\n", gone,
                                    gone == 1 ? "" : "s");
   }
-  if ((rc = ts_data_open(cfg.data_path, cfg.val_frac, (size_t)cfg.seq + 1, &data))) goto done;
+  if ((rc = ts_run_open_data(&cfg, cfg.data_path, &data))) goto done;
   if ((rc = injected_fault(grid, cfg.data_path))) goto done;
   if ((rc = ts_shard_create(&cfg, grid, &lay, &sh))) goto done;
   m = sh.m;
   ts_model_init(m, cfg.seed);
-  size_t np = ts_model_num_params(m);
-  if ((rc = ts_adamw_init(&opt, np))) goto done;
-  int nt = ts_model_num_tensors(m);
-  pt = calloc((size_t)nt, sizeof *pt);
-  gt = calloc((size_t)nt, sizeof *gt);
+  // this rank's parameters (a pipeline stage's), and the canonical model's
+  // what this rank updates: its stage's tensors, or under --zero its shard of
+  // them (shard.h), with moments for those alone; and the canonical model's size
+  const size_t np_model = ts_model_canonical_params(m);
+  if ((rc = ts_adamw_init(&opt, sh.nupd_floats))) goto done;
+  const int nt = sh.nupd;
+  ts_tensor *pt = sh.upd_p, *gt = sh.upd_g;
   inputs = malloc((size_t)nb * cfg.seq * sizeof(int));
   targets = malloc((size_t)nb * cfg.seq * sizeof(int));
-  if (!pt || !gt || !inputs || !targets) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
-  ts_model_tensors(m, pt, gt);
+  if (!inputs || !targets) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
 
+  char state[320];
+  state_json(&sh, &opt, state, sizeof state);
   const int64_t start = cfg.resume ? ck.step : 0;
-  if (cfg.resume && (rc = resume(m, &opt, &ck, &cfg, root))) goto done;
+  if (cfg.resume && (rc = resume(&sh, &opt, &ck, &cfg, root))) goto done;
   ts_run_close_checkpoint(&ck);
 
   // MFU counts every rank's cores: the roof is one process's, times the world.
@@ -241,14 +275,14 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
              "\"device\":\"%s\",\"precision\":\"%s\",\"comm\":\"%s\",\"params\":%zu,"
              "\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"model\":%s}",
              TS_VERSION_STRING, grid->world_size, layout, be->name, ts_backend_precision_name(),
-             grid->world_size == 1 ? "none" : ts_backend_uses_nccl() ? "nccl" : "mpi", np, fpt,
+             grid->world_size == 1 ? "none" : ts_backend_uses_nccl() ? "nccl" : "mpi", np_model, fpt,
              roof, cj);
     if ((rc = ts_log_line(&log, line))) goto done;
   }
   if (!cfg.quiet)
     printf("tessera train: %s, %zu parameters, B=%d T=%d, %d steps, %s (%d rank%s x %d threads), "
            "tile %d, leaf %d, sgemm roof %.0f GFLOP/s\n",
-           cfg.preset, np, cfg.batch, cfg.seq, cfg.steps, layout, grid->world_size,
+           cfg.preset, np_model, cfg.batch, cfg.seq, cfg.steps, layout, grid->world_size,
            grid->world_size == 1 ? "" : "s", omp_get_max_threads(), cfg.tile, cfg.leaf, roof);
 
   const double tokens = (double)cfg.batch * cfg.seq;
@@ -266,7 +300,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     if ((rc = ts_shard_pass(&sh, inputs, targets, step, 1, &lsum))) goto done;
     if ((rc = ts_shard_sync_grads(&sh, dgroup))) goto done;
     if ((rc = ts_run_combine_loss(D > 1 ? dgroup : NULL, &lsum, 1, ntok_global, &loss))) goto done;
-    float norm = ts_grad_norm_trained(gt, nt, np);
+    float norm; // over the stages' parts in canonical order (owners.h): the serial bits
+    if ((rc = ts_grad_norm_owned(&sh.owners, gt, nt, &norm))) goto done;
     // A diverged step stops the run before its update: nothing non-finite is
     // applied, logged or checkpointed (every rank has the same loss and norm).
     if (!isfinite(loss) || !isfinite(norm)) {
@@ -278,10 +313,11 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
                    kept);
       goto done;
     }
-    if ((rc = ts_clip_trained(gt, nt, np, norm, cfg.grad_clip))) goto done;
+    ts_clip_tensors(gt, nt, norm, cfg.grad_clip);
     float lr = ts_lr_at(&cfg, s);
     if ((rc = ts_optimizer_step(&opt, pt, gt, nt, &cfg, s))) goto done;
-    if (sh.pl && (rc = ts_pipeline_sync_boundaries(sh.pl, m, step))) goto done;
+    if ((rc = ts_shard_gather_params(&sh))) goto done; // --zero: every shard to every replica
+    if (sh.pl && (rc = ts_pipeline_sync_copies(sh.pl, m, step))) goto done;
     double dt = ts_now() - t0;
     double comm_s = ts_grid_comm_seconds(grid);
     double tps = tokens / dt;
@@ -297,7 +333,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     double mfu = roof > 0 ? fpt * tps / (roof * 1e9 * grid->world_size) : 0.0;
     double rss = ts_peak_rss_mb();
     const step_stats st = {step, loss, norm, lr, tps, dt, comm_s, compute_max, mfu, rss, rss_max};
-    if ((rc = log_step(&log, &st, &cfg, &sh, grid, be))) goto done;
+    if ((rc = log_step(&log, &st, &cfg, &sh, grid, be, state))) goto done;
     int last = step == (uint64_t)cfg.steps;
     if ((cfg.eval_every > 0 && step % (uint64_t)cfg.eval_every == 0) || last) {
       if ((rc = evaluate_and_log(&log, &cfg, &sh, data, grid, step, inputs, targets))) goto done;
@@ -306,7 +342,12 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
         ((cfg.ckpt_every > 0 && step % (uint64_t)cfg.ckpt_every == 0) || last || stop)) {
       // the log's records up to this step are on disk before the checkpoint is
       if (root && (rc = ts_log_sync(&log))) goto done;
-      if (root && (rc = ts_run_save_checkpoint(m, &opt, &cfg, (int64_t)step))) goto done;
+      // every owner writes its part (without --zero the first data replica's
+      // stages and sequence ranks: the others hold the same)
+      if ((sh.zero || grid->dp_rank == 0) &&
+          (rc = ts_run_save_checkpoint(&sh.owners, m, &opt, sh.upd_p, sh.nupd, &cfg,
+                                       (int64_t)step)))
+        goto done;
       saved = (int64_t)step;
     }
     // After the last step the run is complete: nothing is left to resume.
@@ -317,7 +358,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   }
   {
     char line[256];
-    uint64_t hash = ts_run_param_hash(m);
+    uint64_t hash;
+    if ((rc = ts_run_param_hash(&sh.owners, m, &hash))) goto done;
     snprintf(line, sizeof line, "{\"type\":\"final\",\"step\":%d,\"param_hash\":\"%016" PRIx64 "\"}",
              cfg.steps, hash);
     if ((rc = ts_log_line(&log, line))) goto done;
@@ -328,7 +370,7 @@ done:
   ts_run_stop_restore();
   if (log.f) fclose(log.f); // open only after an error, which is the one reported
   ts_run_close_checkpoint(&ck);
-  free(pt); free(gt); free(inputs); free(targets);
+  free(inputs); free(targets);
   ts_adamw_free(&opt);
   ts_shard_free(&sh);
   ts_data_close(data);

@@ -636,11 +636,11 @@ static uint64_t digest_of(ts_model *m, const ts_adamw *opt) {
 // Loads a format-2 checkpoint the way --resume does, with cfg as the run's
 // flags: its model, moments, step. TS_OK or the reader's error.
 static int load_as_resume(const ts_config *cfg, ts_run_ckpt *ck, ts_model **m, ts_adamw *opt) {
-  int rc = ts_run_open_resume(cfg, 1, ck);
+  int rc = ts_run_open_resume(cfg, 1, 1, ck);
   if (rc) return rc;
   if ((rc = ts_model_create(cfg, m))) return rc;
   if ((rc = ts_adamw_init(opt, ts_model_num_params(*m)))) return rc;
-  return ts_run_load_checkpoint(*m, opt, ck);
+  return ts_run_load_checkpoint(*m, opt, NULL, 0, ck);
 }
 
 // The case's directory (the resume path reads the latest step-*.safetensors
@@ -677,7 +677,7 @@ static void load_seeds(world *w, const char *dir) {
     if (s->format == 2) {
       ts_run_ckpt rk;
       ts_config base = w->eval_base;
-      if (ts_run_open_checkpoint(s->path, &base, 1, 1, &rk)) die("seed %s: %s", s->path, ts_errmsg());
+      if (ts_run_open_checkpoint(s->path, &base, 1, 1, 1, &rk)) die("seed %s: %s", s->path, ts_errmsg());
       s->step = rk.step;
       s->cfg = rk.cfg;
       ts_run_close_checkpoint(&rk);
