@@ -991,6 +991,37 @@ static void expect_load_refused(run_fixture *f, const char *path, const ts_tenso
   ts_run_close_checkpoint(&ck);
 }
 
+// ts_compare_checkpoints: the same answer in either order, and a file
+// without a run's metadata unreadable (2), not "different" from itself. The
+// configurations were read over uninitialised fields: a field one file sets
+// and the other leaves out kept the previous call's value, so the second
+// order said "same model state".
+static void test_compare_checkpoints(void **state) {
+  run_fixture f;
+  run_setup(&f);
+  ts_ckpt *ck = NULL;
+  assert_int_equal(ts_ckpt_open(f.path, &ck), TS_OK);
+  char js[TS_CONFIG_JSON_MAX];
+  snprintf(js, sizeof js, "%s", ts_ckpt_meta(ck, CFG_KEY));
+  ts_ckpt_close(ck);
+  char other[4200];
+  path_in(other, sizeof other, "other-state.safetensors");
+  write_edited(&f, other, CFG_KEY, replaced(js, "\"n_head\":4", "\"n_head\":4,\"proj_lr\":16"), 2);
+  FILE *null = fopen("/dev/null", "w");
+  assert_non_null(null);
+  assert_int_equal(ts_compare_checkpoints(f.path, other, null), 1);
+  assert_int_equal(ts_compare_checkpoints(other, f.path, null), 1);
+  assert_int_equal(ts_compare_checkpoints(f.path, f.path, null), 0);
+  assert_int_equal(ts_compare_checkpoints(other, other, null), 0);
+  write_edited(&f, other, "tessera.step", NULL, 2);
+  assert_int_equal(ts_compare_checkpoints(other, other, null), TS_EUSAGE);
+  if (!strstr(ts_errmsg(), other) || !strstr(ts_errmsg(), "metadata has no tessera.step"))
+    fail_msg("%s", ts_errmsg());
+  assert_int_equal(ts_compare_checkpoints(f.path, other, null), TS_EUSAGE);
+  fclose(null);
+  run_teardown(&f);
+}
+
 // The tensors: exactly the model's, in its order, all finite.
 static void test_run_tensors_checked(void **state) {
   run_fixture f;
@@ -1090,6 +1121,7 @@ int main(void) {
       cmocka_unit_test(test_v2_bad_checksum),
       cmocka_unit_test(test_run_header_checked),
       cmocka_unit_test(test_run_tensors_checked),
+      cmocka_unit_test(test_compare_checkpoints),
       cmocka_unit_test(test_bad_inputs),
       cmocka_unit_test(test_write_missing_directory),
       cmocka_unit_test(test_failed_rename_leaves_no_temp),

@@ -644,16 +644,27 @@ static void copy_run_settings(ts_config *to, const ts_config *from) {
 static int compare_state(ts_ckpt *a, ts_ckpt *b, FILE *out) {
   const char *pa = ts_ckpt_path(a), *pb = ts_ckpt_path(b);
   const char *keys[] = {META_STEP, META_ADAM, META_POSITION};
+  // a file without them is no run's checkpoint (a dump's weights, or
+  // damage): unreadable, not "different", even from itself
+  for (int i = 0; i < 3; i++)
+    for (int k = 0; k < 2; k++)
+      if (!ts_ckpt_meta(k ? b : a, keys[i]))
+        return ts_fail(TS_EUSAGE, "%s: metadata has no %s (not a training run's checkpoint)",
+                       k ? pb : pa, keys[i]);
   for (int i = 0; i < 3; i++) {
     const char *va = ts_ckpt_meta(a, keys[i]), *vb = ts_ckpt_meta(b, keys[i]);
-    if (!va || !vb || strcmp(va, vb)) {
-      fprintf(out, "different: %s is %s in %s, %s in %s\n", keys[i], va ? va : "(none)", pa,
-              vb ? vb : "(none)", pb);
+    if (strcmp(va, vb)) {
+      fprintf(out, "different: %s is %s in %s, %s in %s\n", keys[i], va, pa, vb, pb);
       return 1;
     }
   }
   const char *ja = ts_ckpt_meta(a, META_CONFIG), *jb = ts_ckpt_meta(b, META_CONFIG);
+  // Read over zeros, as a run reads its checkpoint (read_config): the fields
+  // written only when set are 0 when absent, and none is left uninitialised
+  // (which made the answer depend on the stack, and differ with the order).
   ts_config ca, cb;
+  memset(&ca, 0, sizeof ca);
+  memset(&cb, 0, sizeof cb);
   ts_config_defaults(&ca);
   ts_config_defaults(&cb);
   if (!ja || ts_config_from_json(&ca, ja)) return ts_fail(TS_EUSAGE, "%s: unreadable %s", pa, META_CONFIG);

@@ -798,8 +798,9 @@ static void child_ckpt(const world *w, const ckpt_seed *s, const char *path, con
   clear_error();
   int rc = ts_ckpt_open(path, &ck);
   expect_clean("ts_ckpt_open", rc, 1u << TS_ERUNTIME, path);
+  int fmt = 0;
   if (!rc) {
-    int fmt = ts_ckpt_format(ck);
+    fmt = ts_ckpt_format(ck);
     if (fmt != 1 && fmt != 2) broken("ts_ckpt_open accepted format %d", fmt);
     (void)ts_ckpt_num_tensors(ck);
     ts_ckpt_close(ck);
@@ -833,7 +834,28 @@ static void child_ckpt(const world *w, const ckpt_seed *s, const char *path, con
     ts_model_free(m);
     ts_adamw_free(&opt);
   }
-  // 3. tessera eval (in this process; the parent may run the binary too)
+  // 3. tessera compare on two checkpoints: symmetric, never "different" from itself
+  {
+    FILE *null = fopen("/dev/null", "w");
+    clear_error();
+    int r1 = ts_compare_checkpoints(s->path, path, null);
+    if (r1 != 0 && r1 != 1 && r1 != TS_EUSAGE) broken("compare of checkpoints: return code %d", r1);
+    if (r1 == TS_EUSAGE) {
+      expect_clean("compare of checkpoints", r1, 1u << TS_EUSAGE, NULL);
+      if (!strstr(ts_errmsg(), path) && !strstr(ts_errmsg(), s->path) &&
+          !strstr(ts_errmsg(), "out of memory"))
+        broken("compare of checkpoints: the message names neither file: %s", ts_errmsg());
+    }
+    int r2 = ts_compare_checkpoints(path, s->path, null);
+    if (r2 != r1) broken("compare of checkpoints: A B says %d, B A says %d", r1, r2);
+    int r3 = ts_compare_checkpoints(path, path, null);
+    if (r3 == 1) broken("a checkpoint is a different model state from itself");
+    // (a format edited to 1 is the same state, in a file no run reads)
+    if (!fixed && s->format == 2 && r1 == 0 && !resumed && fmt != 1)
+      broken("compare says the seed's model state, --resume refuses the file");
+    fclose(null);
+  }
+  // 4. tessera eval (in this process; the parent may run the binary too)
   child_report rep = {0};
   int out = open("/dev/null", O_WRONLY);
   int saved = dup(STDOUT_FILENO);
