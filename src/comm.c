@@ -195,11 +195,30 @@ int ts_comm_reduce_scatter_tree(ts_comm *c, float *buf, size_t n, int layer) {
   TIMED(c, rc, c->ops->reduce_scatter_tree(c, buf, n));
 }
 
+// An all-reduce sums each element over the ranks by the same tree whatever
+// the vector around it, so a long one goes to the backend in pieces: the same
+// bits, and packing space (the backends' own) for one piece instead of a
+// gradient-sized copy kept for the whole run. One call, its bytes summed.
+size_t ts_comm_allreduce_piece = (size_t)1 << 24;
+
+static int allreduce_pieces(ts_comm *c, float *buf, size_t n) {
+  int rc = TS_OK;
+  for (size_t o = 0; o < n && !rc; o += ts_comm_allreduce_piece)
+    rc = c->ops->allreduce_tree(c, buf + o, n - o < ts_comm_allreduce_piece
+                                                ? n - o : ts_comm_allreduce_piece);
+  return rc;
+}
+
 int ts_comm_allreduce_tree(ts_comm *c, float *buf, size_t n, int layer) {
   if (c->size == 1) return TS_OK;
   int rc = tree_size_ok(c, "all-reduce");
-  if (!rc) rc = count(c, TS_COMM_ALLREDUCE, 2 * ts_comm_tree_bytes(n, c->size, c->rank), layer);
-  TIMED(c, rc, c->ops->allreduce_tree(c, buf, n));
+  uint64_t bytes = 0;
+  for (size_t o = 0; o < n; o += ts_comm_allreduce_piece)
+    bytes += 2 * ts_comm_tree_bytes(n - o < ts_comm_allreduce_piece ? n - o
+                                                                    : ts_comm_allreduce_piece,
+                                    c->size, c->rank);
+  if (!rc) rc = count(c, TS_COMM_ALLREDUCE, bytes, layer);
+  TIMED(c, rc, allreduce_pieces(c, buf, n));
 }
 
 int ts_comm_allreduce_fast(ts_comm *c, float *buf, size_t n, int layer) {

@@ -131,6 +131,9 @@ int ts_comm_send(ts_comm *c, const void *buf, size_t bytes, int dst, int layer);
 int ts_comm_recv(ts_comm *c, void *buf, size_t bytes, int src, int layer);
 int ts_comm_bcast(ts_comm *c, void *buf, size_t bytes, int root, int layer);
 int ts_comm_reduce_scatter_tree(ts_comm *c, float *buf, size_t n, int layer);
+// (in pieces of ts_comm_allreduce_piece floats, 2^24 unless a test sets it:
+// the same sums, bounded scratch)
+extern size_t ts_comm_allreduce_piece;
 int ts_comm_allreduce_tree(ts_comm *c, float *buf, size_t n, int layer);
 int ts_comm_allreduce_fast(ts_comm *c, float *buf, size_t n, int layer);
 

@@ -114,6 +114,19 @@ void ts_config_defaults(ts_config *cfg) {
   cfg->quiet = 0;
 }
 
+void ts_config_drop_run_settings(ts_config *cfg) {
+  cfg->threads = 0;
+  cfg->quiet = 0;
+  cfg->resume = 0;
+  cfg->eval_every = 0;
+  cfg->eval_batches = 4;
+  cfg->ckpt_every = 0;
+  cfg->data_path[0] = '\0';
+  cfg->val_path[0] = '\0';
+  cfg->log_path[0] = '\0';
+  cfg->ckpt_dir[0] = '\0';
+}
+
 // ---------------------------------------------------------------------------
 // Tile and leaf defaults depend on T alone (docs/EXACTNESS.md), so a serial run and
 // any layout of up to 8 ranks along the sequence agree without extra flags:

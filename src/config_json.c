@@ -257,3 +257,28 @@ int ts_config_from_json(ts_config *cfg, const char *json) {
   }
   return rc;
 }
+
+// The JSON key of the first field in which two configurations' JSON forms
+// differ (both written by ts_config_to_json: same order, optional fields
+// present or not), or "" when they do not.
+void ts_config_json_difference(const char *a, const char *b, char *key, size_t cap) {
+  json_value va, vb;
+  json_error err;
+  key[0] = 0;
+  if (json_parse(&va, a, strlen(a), JSON_NONFINITE | JSON_ANY_BYTES, &err)) return;
+  if (json_parse(&vb, b, strlen(b), JSON_NONFINITE | JSON_ANY_BYTES, &err)) {
+    json_free(&va);
+    return;
+  }
+  for (int i = 0; i < va.n || i < vb.n; i++) {
+    const json_value *x = i < va.n ? &va.items[i] : NULL, *y = i < vb.n ? &vb.items[i] : NULL;
+    const char *sx = x && x->str ? x->str : "", *sy = y && y->str ? y->str : "";
+    if (x && y && !strcmp(x->key, y->key) && x->type == y->type && !strcmp(sx, sy)) continue;
+    // a field written by one side only (optional fields) shifts the rest: name it
+    const json_value *only = y && !json_get(&va, y->key) ? y : x ? x : y;
+    snprintf(key, cap, "%s", only->key);
+    break;
+  }
+  json_free(&va);
+  json_free(&vb);
+}

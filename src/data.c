@@ -15,6 +15,7 @@
 
 #include "rng.h"
 #include "tessera.h"
+#include "util.h"
 
 const char *const ts_data_format_names[TS_DATA_NFORMATS] = {"bytes", "u16", "u32", "llmc"};
 
@@ -316,6 +317,16 @@ void ts_data_close(ts_data *data) {
 }
 
 int ts_data_format_of(const ts_data *data) { return data->format; }
+
+uint64_t ts_data_digest(const ts_data *data) {
+  uint64_t h = ts_fnv1a64(TS_FNV_OFFSET, &data->format, sizeof data->format);
+  for (int k = 0; k < 2; k++) {
+    const uint64_t n = data->split[k];
+    h = ts_fnv1a64(h, &n, sizeof n);
+    if (n) h = ts_fnv1a64(h, data->base[k], (size_t)n * (size_t)data->width);
+  }
+  return h;
+}
 
 size_t ts_data_split_len(const ts_data *data, int split) {
   if (split != TS_SPLIT_TRAIN && split != TS_SPLIT_VAL) return 0;

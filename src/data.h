@@ -60,6 +60,9 @@ int ts_data_open(const char *path, double val_frac, size_t min_len, ts_data **ou
 void ts_data_close(ts_data *data);
 // The format the data was read in (never TS_DATA_DETECT).
 int ts_data_format_of(const ts_data *data);
+// FNV-1a of the format and of both splits' tokens (their lengths first):
+// what two ranks compare to know they read the same data.
+uint64_t ts_data_digest(const ts_data *data);
 // Tokens in a split.
 size_t ts_data_split_len(const ts_data *data, int split);
 

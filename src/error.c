@@ -4,6 +4,7 @@
 #include "tessera.h"
 
 static _Thread_local char errbuf[1024];
+static _Thread_local int everywhere; // the last error is every rank's (ts_fail_everywhere)
 
 // Messages quote what they were given (a tensor name, a metadata value, a
 // path), which may hold any byte: a control character is written as an
@@ -33,7 +34,21 @@ int ts_fail(int code, const char *fmt, ...) {
   vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
   put_printable(errbuf, sizeof errbuf, raw);
+  everywhere = 0;
   return code;
 }
+
+int ts_fail_everywhere(int code, const char *fmt, ...) {
+  char raw[sizeof errbuf];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(raw, sizeof raw, fmt, ap);
+  va_end(ap);
+  put_printable(errbuf, sizeof errbuf, raw);
+  everywhere = 1;
+  return code;
+}
+
+int ts_error_everywhere(void) { return everywhere; }
 
 const char *ts_errmsg(void) { return errbuf[0] ? errbuf : "unknown error"; }

@@ -135,6 +135,10 @@ typedef struct {
                           // dout (0: H*dh, Hkv*dh and ldq, i.e. packed rows)
   int k0;                 // k, v hold key positions [k0, k0 + Tk) (ring attention's
                           // blocks; 0 otherwise). Queries see only those keys.
+  int dq_acc;             // backward: dq already holds the terms of the keys after
+                          // k0 + Tk (the blocks of an exact ring before this one),
+                          // and this block's terms are added to it in the serial
+                          // order; 0: dq is overwritten
 } ts_attn_shape;
 // The shape with its defaults filled in (fields left 0 take the serial
 // values); every backend's attention starts from it.
@@ -151,7 +155,20 @@ static inline ts_attn_shape ts_attn_resolved(const ts_attn_shape *in) {
 }
 void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
                        const float *v, const ts_attn_shape *s);
-// dq overwritten; dk, dv overwritten for every key row. Under GQA the leaf
+// attention_forward one block of keys at a time (exact ring attention,
+// src/parallel/ring.h): calls for the blocks [k0, k0 + Tk) of a descending
+// walk (each block's keys before the previous block's) carry each query
+// row's online-softmax state from one to the next exactly as the serial
+// kernel carries it from one key tile to the next, so the last call leaves
+// the serial out and lse. The state: acc (B, Tq, ldo), the unnormalised
+// output, and m, l (B, H, Tq), the running max and sum. first: start it
+// afresh (acc, m, l are not read); otherwise continue it. last: finish it,
+// acc becoming the output and m the lse; otherwise leave it for the next
+// block (l is not used when first and last are both set).
+void attention_forward_block(ts_ws *ws, float *acc, float *m, float *l, const float *q,
+                             const float *k, const float *v, const ts_attn_shape *s, int first,
+                             int last);
+// dq overwritten (s->dq_acc: added to); dk, dv overwritten for every key row. Under GQA the leaf
 // of key tile kt's tree at query tile qt is the sum over the group's query
 // heads, in head order, of their (qt, kt) terms; the tree then runs over
 // query tiles. Rows that no local

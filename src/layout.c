@@ -78,18 +78,20 @@ int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
   if (cfg->compress != TS_COMPRESS_NONE && lay->sp > 1)
     return ts_fail(TS_EUSAGE, "--compress %s with --sp %d: compression runs on the serial, data- "
                    "and pipeline-parallel layouts", ts_compress_names[cfg->compress], lay->sp);
-  if (lay->pp > 1) {
+  if (lay->pp > 1 || lay->microbatches > 1) {
     // Pipeline parallelism (docs/ALGORITHMS.md §6): stages of whole layers; the
     // microbatches split each data rank's sequences, and each must be an
-    // aligned power-of-two run of gradient leaves (a subtree).
+    // aligned power-of-two run of gradient leaves (a subtree). Without --pp
+    // they are gradient accumulation: the same microbatches one after another.
     const int P = lay->pp, M = lay->microbatches, nb = cfg->batch / (lay->dp > 0 ? lay->dp : 1);
     if (cfg->n_layer % P != 0)
       return ts_fail(TS_EUSAGE, "--pp %d: the %d layers must divide into %d stages", P,
                      cfg->n_layer, P);
-    if (lay->sp > 1 && M != nb)
-      return ts_fail(TS_EUSAGE, "--pp %d with --sp %d: a microbatch is one sequence, so "
-                     "--microbatches must be the %d sequences of each data rank (got %d)",
-                     P, lay->sp, nb, M);
+    if (lay->sp > 1 && M != nb && (P > 1 || M > 1))
+      return ts_fail(TS_EUSAGE, "--microbatches %d with --sp %d: a microbatch is one sequence "
+                     "(a sequence-parallel rank runs its sequences one at a time), so "
+                     "--microbatches must be the %d sequences of each data rank%s",
+                     M, lay->sp, nb, P > 1 ? "" : ", or 1");
     if (nb % M != 0)
       return ts_fail(TS_EUSAGE, "--microbatches %d: must divide the %d sequences of each data rank",
                      M, nb);

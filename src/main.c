@@ -51,8 +51,9 @@ static const command commands[] = {
      "(docs/DATA.md: bytes, nanoGPT's uint16 .bin, raw uint32, llm.c's .bin).\n"
      "In exact mode (the default) any parallel layout reproduces the serial run bit\n"
      "for bit. --fast is for distributed layouts, where it lets MPI choose its own\n"
-     "summation order (checked within a tolerance); the serial reference computes\n"
-     "the same exact result either way.\n"
+     "summation order and ring attention merge its blocks by their log-sum-exp\n"
+     "(checked within a tolerance); the serial reference computes the same exact\n"
+     "result either way.\n"
      "SIGTERM, SIGINT or SIGHUP stops the run after the step under way, writes that\n"
      "step's checkpoint (with --ckpt-dir) and exits 128 + the signal's number (143,\n"
      "130, 129), saying how to --resume; a second signal exits at once.",
@@ -236,8 +237,9 @@ static const flag flags[] = {
     // run
     {"--exact", K_SET, AT(cfg.fast), 0, NULL, "bitwise reproducible arithmetic", NULL, TD, G_RUN,
      NULL},
-    {"--fast", K_SET, AT(cfg.fast), 1, NULL, "library-chosen reduction order in distributed runs",
-     NULL, TD, G_RUN, NULL},
+    {"--fast", K_SET, AT(cfg.fast), 1, NULL,
+     "library-chosen reduction order in distributed runs; ring attention merges blocks by "
+     "log-sum-exp", NULL, TD, G_RUN, NULL},
     {"--device", K_STR, AT(device), 0, "cpu|cuda", "where to compute", NULL, TED, G_RUN,
      check_device},
     {"--precision", K_STR, AT(precision), 0, "fp32|bf16",
@@ -280,7 +282,8 @@ static const flag flags[] = {
      "ZeRO stage over the ranks that hold the same parameters (--dp x --sp): 1 shards the "
      "AdamW moments (2 and 3 are not built yet)", "0", TRAIN, G_PAR, check_nonneg},
     {"--microbatches", K_INT, AT(lay.microbatches), 0, "M",
-     "microbatches per step (pipeline): they split each data rank's sequences", NULL,
+     "microbatches per step: they split each data rank's sequences (the pipeline's; without "
+     "--pp, gradient accumulation: run one after another, the same bits as one pass)", NULL,
      TRAIN, G_PAR, check_parallel},
     {"--schedule", K_STR, AT(schedule), 0, "NAME", "pipeline schedule: gpipe or 1f1b", NULL, TRAIN,
      G_PAR, check_choice},
@@ -722,14 +725,45 @@ static int check_outputs(const command *cmd, const cli *c) {
 
 // ---------------------------------------------------------------------------
 // Usage errors are the same on every rank: rank 0 says it once, all exit 2.
-// A checkpoint, by its name (tessera compare takes two of them, or two logs).
+// A checkpoint (tessera compare takes two of them, or two logs): a file that
+// starts like safetensors (an 8-byte length, then the JSON header's '{'),
+// where a run log starts with '{'; unreadable, by its name.
 static int is_checkpoint(const char *path) {
+  unsigned char head[9];
+  FILE *f = fopen(path, "rb");
+  if (f) {
+    const size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    return got == sizeof head && head[0] != '{' && head[8] == '{';
+  }
   const size_t n = strlen(path), k = strlen(".safetensors");
   return n > k && strcmp(path + n - k, ".safetensors") == 0;
 }
 
+// Under mpiexec a rank may refuse its command line while the others accept
+// theirs: every rank of a run takes part in one agreement (here, or just
+// before the run starts: ranks_accept), so that all exit 2 together.
 static int usage_error(const command *cmd) {
-  if (ts_mpi_world_rank() == 0) fprintf(stderr, "tessera %s: %s\n", cmd->name, ts_errmsg());
+  int first, n = ts_mpi_world_size();
+  const int bad = cmd->id == C_TRAIN && n > 1 && ts_mpi_active() ? ts_mpi_failed_ranks(1, &first)
+                                                                  : n;
+  if (bad == n) { // every rank: the same line from all, said once
+    if (ts_mpi_world_rank() == 0) fprintf(stderr, "tessera %s: %s\n", cmd->name, ts_errmsg());
+  } else {
+    fprintf(stderr, "tessera %s: rank %d: %s\n", cmd->name, ts_mpi_world_rank(), ts_errmsg());
+  }
+  ts_mpi_finalize();
+  return 2;
+}
+
+// The other side of usage_error's agreement, for the ranks that accepted
+// their command line: 0 when every rank did, else 2 (after saying so once).
+static int ranks_accept(const command *cmd) {
+  int first;
+  if (ts_mpi_world_size() == 1 || ts_mpi_failed_ranks(0, &first) == 0) return 0;
+  if (ts_mpi_world_rank() == 0)
+    fprintf(stderr, "tessera %s: rank %d refused its command line (its message above); no "
+                    "rank started\n", cmd->name, first);
   ts_mpi_finalize();
   return 2;
 }
@@ -744,6 +778,11 @@ static int finish(const command *cmd, int rc) {
     if (ts_mpi_world_rank() == 0) fprintf(stderr, "tessera: %s\n", ts_errmsg());
     ts_mpi_finalize();
     return 128 + ts_train_stop_signal();
+  }
+  if (rc != TS_OK && ts_mpi_world_size() > 1 && ts_error_everywhere()) { // every rank's: once
+    if (ts_mpi_world_rank() == 0) fprintf(stderr, "tessera %s: %s\n", cmd->name, ts_errmsg());
+    ts_mpi_finalize();
+    return rc == TS_EUSAGE ? 2 : 1;
   }
   if (rc != TS_OK && ts_mpi_world_size() > 1) {
     fprintf(stderr, "tessera: rank %d: %s\n", ts_mpi_world_rank(), ts_errmsg());
@@ -879,6 +918,7 @@ int main(int argc, char **argv) {
   if (rc == TS_EUSAGE) return usage_error(cmd);
   if (rc != TS_OK) return finish(cmd, rc);
   ts_backend_set(be);
+  if (cmd->id == C_TRAIN && (rc = ranks_accept(cmd))) return rc;
   switch (cmd->id) {
   case C_TRAIN: return finish(cmd, ts_train(&c.cfg, &c.lay));
   case C_EVAL: return finish(cmd, ts_eval(&c.cfg, c.ckpt));

@@ -20,6 +20,11 @@ enum {
 };
 int ts_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *ts_errmsg(void);
+// The same, for an error every rank finds at once with the same message (the
+// ranks' agreement at start-up): said once, by rank 0, and no rank is killed.
+int ts_fail_everywhere(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// Whether the last error was made so.
+int ts_error_everywhere(void);
 
 // ---------------------------------------------------------------------------
 // Configuration: the model (what is learned) and the run (how it is trained).
@@ -111,6 +116,11 @@ typedef struct {
 int ts_config_preset(ts_config *cfg, const char *name);
 // Run defaults (seed, optimizer, schedule) on top of a preset.
 void ts_config_defaults(ts_config *cfg);
+// The run's own settings (threads, the files it reads and writes, how often it
+// logs, evaluates and checkpoints) set to fixed values, so that what is left
+// is the computation: two layouts of one run, or its ranks, must agree on it.
+// The data's content is not in it (its paths are): compare that apart.
+void ts_config_drop_run_settings(ts_config *cfg);
 // Derives tile/leaf from T when 0 and validates the whole config (TS_EUSAGE).
 int ts_config_finalize(ts_config *cfg);
 // A lower bound of the model's parameter count from the config alone (its
@@ -123,6 +133,9 @@ int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap);
 // Reads a config written by ts_config_to_json; every field present is set
 // (floats bit-exact via their _hex form); the model fields are required.
 int ts_config_from_json(ts_config *cfg, const char *json);
+// The JSON key of the first field in which two configurations' JSON forms
+// (ts_config_to_json's) differ, into key; "" when they do not.
+void ts_config_json_difference(const char *a, const char *b, char *key, size_t cap);
 // Names of the presets, NULL-terminated.
 extern const char *const ts_preset_names[];
 

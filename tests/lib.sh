@@ -87,6 +87,15 @@ expect_stdout() {
   fi
 }
 
+# expect_compare WANT LABEL A B: `tessera compare A B` prints exactly WANT
+# ("identical" for two logs, "same model state" for two checkpoints).
+expect_compare() {
+  local want=$1 label=$2 out
+  TS_CHECKS=$((TS_CHECKS + 1))
+  out=$("$TESSERA_BIN" compare "$3" "$4" 2>&1)
+  if [ "$out" = "$want" ]; then pass "$label: $want"; else fail "$label: $out"; fi
+}
+
 # make_corpus FILE [BYTES]: deterministic text, enough for small test runs.
 make_corpus() {
   local file=$1 bytes=${2:-65536}

@@ -6,8 +6,12 @@
 # The step records count the collectives: per step one tree all-reduce of the
 # N gradient floats, 16·N·(D-1)/D bytes on rank 0 (4N(D-1)/D sent and as many
 # received in each of its two phases), and one all-gather of the ranks' loss
-# sums, 8·(D-1) bytes. Layouts that cannot be exact, and a world of the wrong
-# size, are refused before any work; a failure on one rank ends every rank.
+# sums, 8·(D-1) bytes. Gradient accumulation (--microbatches M without --pp:
+# the rank's sequences M at a time, their gradients into one tree) is the
+# unaccumulated run bit for bit, serially and under --dp, and holds the
+# activations of one microbatch. Layouts that cannot be exact, and a world of
+# the wrong size, are refused before any work; a failure on one rank ends
+# every rank.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/mpi_lib.sh"
@@ -178,5 +182,67 @@ TS_CHECKS=$((TS_CHECKS + 1))
 
 # --- a failure on one rank ends every rank, at once, with the rank's message ----------
 expect_fault_ends_all "dp 2" 2 train $BASE --dp 2
+
+# gradient accumulation
+ACC="--model tiny --batch 8 --steps 3 --warmup 1 --eval-batches 1 --data $DATA --quiet --threads 1 --dropout 0.1"
+expect_exit 0 "" "$T" train $ACC --log "$TS_TMP/acc-1.jsonl"
+for M in 2 8; do
+  expect_exit 0 "" "$T" train $ACC --microbatches $M --log "$TS_TMP/acc-$M.jsonl"
+  expect_compare identical "--microbatches $M, against the unaccumulated run" \
+    "$TS_TMP/acc-1.jsonl" "$TS_TMP/acc-$M.jsonl"
+done
+expect_exit 0 "" $RUN_MPI -n 2 "$T" train $ACC --dp 2 --microbatches 2 --log "$TS_TMP/acc-dp.jsonl"
+expect_compare identical "--dp 2 --microbatches 2, against the unaccumulated serial run" \
+  "$TS_TMP/acc-1.jsonl" "$TS_TMP/acc-dp.jsonl"
+a1=$(sed -n 's/.*"state_bytes":{[^}]*"activations":\([0-9]*\).*/\1/p' "$TS_TMP/acc-1.jsonl" | head -n 1)
+a8=$(sed -n 's/.*"state_bytes":{[^}]*"activations":\([0-9]*\).*/\1/p' "$TS_TMP/acc-8.jsonl" | head -n 1)
+TS_CHECKS=$((TS_CHECKS + 1))
+[ -n "$a1" ] && [ -n "$a8" ] && [ $((a8 * 4)) -lt "$a1" ] &&
+  pass "--microbatches 8 holds $a8 bytes of activations, against $a1 in one pass" ||
+  fail "--microbatches 8: activations '$a8' bytes, not under a quarter of one pass's '$a1'"
+expect_exit 2 "--microbatches 3: must divide the 8 sequences of each data rank" \
+  "$T" train $ACC --microbatches 3 --log "$TS_TMP/never.jsonl"
+expect_exit 2 "--microbatches 2 with --sp 2: a microbatch is one sequence" \
+  "$T" train $ACC --sp 2 --microbatches 2 --log "$TS_TMP/never.jsonl"
+
+# Ranks agree before they work: ranks started with different flags, data, a
+# usage error or different checkpoints all stop at once (exit 2), the message
+# naming the rank and what differs, once; none hangs, none trains.
+AG="--model tiny --batch 4 --warmup 1 --eval-batches 1 --quiet --threads 1 --dp 2 --steps 3"
+head -c 30000 "$DATA" > "$TS_TMP/short.txt"
+disagree() { # LABEL PATTERN RANK0_FLAGS -- RANK1_FLAGS
+  label=$1 pattern=$2 f0=$3 f1=$4
+  # word lists on purpose
+  # shellcheck disable=SC2086
+  expect_exit 2 "$pattern" $RUN_MPI -n 1 "$T" train $AG $f0 : -n 1 "$T" train $AG $f1 &&
+    pass "$label: every rank stopped with one line"
+}
+disagree "different --steps" "^tessera train: rank 1 disagrees with rank 0 on the configuration: \"steps\" differs" \
+  "--data $DATA" "--data $DATA --steps 4"
+disagree "different --seed" "rank 1 disagrees with rank 0 on the configuration: \"seed\" differs" \
+  "--data $DATA --seed 1" "--data $DATA --seed 2"
+disagree "different data" "rank 1 disagrees with rank 0 on the data: rank 0 read [0-9]+ \\+ [0-9]+ tokens" \
+  "--data $DATA" "--data $TS_TMP/short.txt"
+disagree "different --sp-mode" "rank 1 disagrees with rank 0 on the layout: --sp-mode" \
+  "--data $DATA --dp 1 --sp 2" "--data $DATA --dp 1 --sp 2 --sp-mode ulysses"
+# a usage error on one rank: that rank says it, rank 0 says that it did
+TS_CHECKS=$((TS_CHECKS + 1))
+$RUN_MPI -n 1 "$T" train $AG --data "$DATA" : -n 1 "$T" train $AG --data "$DATA" --steps -1 \
+  >"$TS_OUT" 2>"$TS_ERR"
+rc=$?
+if [ "$rc" = 2 ] && grep -q "^tessera train: rank 1: --steps -1: must be >= 1" "$TS_ERR" &&
+  grep -q "^tessera train: rank 1 refused its command line" "$TS_ERR"; then
+  pass "a usage error on rank 1 alone: exit 2, both lines"
+else
+  fail "a usage error on rank 1 alone: exit $rc: $(head -c 400 "$TS_ERR")"
+fi
+# node-local checkpoint directories that hold different steps
+rm -rf "$TS_TMP/ra" "$TS_TMP/rb"
+expect_exit 0 "" "$T" train $AG --dp 1 --data "$DATA" --ckpt-dir "$TS_TMP/ra" --ckpt-every 1
+cp -r "$TS_TMP/ra" "$TS_TMP/rb"
+rm -f "$TS_TMP"/ra/step-00000003.safetensors "$TS_TMP"/rb/step-0000000[23].safetensors
+disagree "different checkpoints" \
+  "rank 1 disagrees with rank 0 on the checkpoint to resume from: rank 0 found step 2 .*, rank 1 step 1" \
+  "--data $DATA --ckpt-dir $TS_TMP/ra --resume" "--data $DATA --ckpt-dir $TS_TMP/rb --resume"
 
 done_testing

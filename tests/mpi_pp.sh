@@ -95,7 +95,7 @@ pp_sp() {
     --dp $D --sp-mode $mode --microbatches $((4 / D)) --schedule $sched --log "$L" || return
   TS_CHECKS=$((TS_CHECKS + 1))
   case $mode in
-  ring*) out=$("$T" compare --rtol 1e-5 "$S" "$L" 2>&1); want="equal within rtol 1e-05|identical" ;;
+  ring-zigzag) out=$("$T" compare --rtol 1e-5 "$S" "$L" 2>&1); want="equal within rtol 1e-05|identical" ;;
   *) out=$("$T" compare "$S" "$L" 2>&1); want=identical ;;
   esac
   echo "$out" | grep -Eq "^($want)" && pass "$flags | pp 2 sp 2 dp $D $mode $sched: $out" ||
@@ -105,6 +105,7 @@ pp_sp "--model tiny --untied" lss 1f1b 1
 pp_sp "--model llama-tiny --layers 4" ulysses gpipe 1
 pp_sp "--model llama-tiny --layers 4" upipe 1f1b 1
 pp_sp "--model llama-tiny --layers 4" ring-zigzag 1f1b 1
+pp_sp "--model tiny" ring gpipe 1
 pp_sp "--model llama-tiny --layers 4" lss gpipe 2
 pp_sp "--model tiny" ulysses 1f1b 1
 
@@ -115,19 +116,13 @@ expect_resume_identical 2 2 "" "--pp 2 --microbatches 2" $B
 # checkpoints hold the same model state whichever layout wrote them, and
 # resume under another: the serial run's and a pp 4 run's (tied head, whose
 # embedding the last stage owns) of step 2, each continued under the other
-same_checkpoint() { # A B WHAT: tessera compare says the same model state
-  TS_CHECKS=$((TS_CHECKS + 1))
-  out=$("$T" compare "$1" "$2" 2>&1)
-  [ "$out" = "same model state" ] && pass "$3: the checkpoints hold the same model state" ||
-    fail "$3: $out"
-}
 C="--model tiny --layers 4 $common --steps 3 --ckpt-every 2"
 rm -rf "$TS_TMP/cks" "$TS_TMP/ckp"
 expect_exit 0 "" "$T" train $C --ckpt-dir "$TS_TMP/cks" --log "$TS_TMP/cks.jsonl"
 expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 4 --microbatches 4 --ckpt-dir "$TS_TMP/ckp" \
   --log "$TS_TMP/ckp.jsonl"
-same_checkpoint "$TS_TMP/cks/step-00000002.safetensors" "$TS_TMP/ckp/step-00000002.safetensors" \
-  "serial and pp 4"
+expect_compare "same model state" "the serial and pp 4 checkpoints" \
+  "$TS_TMP/cks/step-00000002.safetensors" "$TS_TMP/ckp/step-00000002.safetensors"
 for d in cks ckp; do rm -f "$TS_TMP/$d/step-00000003.safetensors"; done
 # each continues under the other layout and ends where the straight runs did
 expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 4 --microbatches 4 --ckpt-dir "$TS_TMP/cks" \
@@ -135,10 +130,8 @@ expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 4 --microbatches 4 --ckpt-dir 
 expect_exit 0 "" "$T" train $C --ckpt-dir "$TS_TMP/ckp" --log "$TS_TMP/ckp.jsonl" --resume
 expect_exit 0 "" "$T" train $C --ckpt-dir "$TS_TMP/cko" --log "$TS_TMP/straight.jsonl"
 for d in cks ckp; do
-  TS_CHECKS=$((TS_CHECKS + 1))
-  out=$("$T" compare "$TS_TMP/straight.jsonl" "$TS_TMP/$d.jsonl" 2>&1)
-  [ "$out" = identical ] && pass "$d resumed under the other layout: identical to the straight run" ||
-    fail "$d resumed under the other layout: $out"
+  expect_compare identical "$d resumed under the other layout, against the straight run" \
+    "$TS_TMP/straight.jsonl" "$TS_TMP/$d.jsonl"
 done
 
 # --- refused before any work ----------------------------------------------------------
@@ -146,7 +139,7 @@ NOLOG=$TS_TMP/never.jsonl
 expect_exit 2 "--pp 3: the 2 layers must divide into 3 stages" "$T" train $B --pp 3 --log "$NOLOG"
 expect_exit 2 "--microbatches 3: must divide the 4 sequences of each data rank" \
   "$T" train $B --pp 2 --microbatches 3 --log "$NOLOG"
-expect_exit 2 "--pp 2 with --sp 2: a microbatch is one sequence, so --microbatches must be the 4 sequences" \
+expect_exit 2 "--microbatches 2 with --sp 2: a microbatch is one sequence .*, so --microbatches must be the 4 sequences" \
   "$T" train $B --pp 2 --sp 2 --microbatches 2 --log "$NOLOG"
 expect_exit 2 "--pp 2 with --sp-mode megatron: the tensor-split baseline does not run in pipeline stages" \
   "$T" train $B --pp 2 --sp 2 --microbatches 4 --sp-mode megatron --log "$NOLOG"

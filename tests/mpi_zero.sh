@@ -30,9 +30,7 @@ equal() {
   rm -f "$S" "$L"
   expect_exit 0 "" "$T" train $flags $common --log "$S" || return
   expect_exit 0 "" $RUN_MPI -n "$n" "$T" train $flags $common $lay --log "$L" || return
-  TS_CHECKS=$((TS_CHECKS + 1))
-  out=$("$T" compare "$S" "$L" 2>&1)
-  [ "$out" = identical ] && pass "$flags | $lay: identical to serial" || fail "$flags | $lay: $out"
+  expect_compare identical "$flags | $lay, against serial" "$S" "$L"
 }
 
 state() { # FILE KEY: the first step record's state_bytes KEY
@@ -69,10 +67,8 @@ expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --dp 2 --sp 2 --zero 1 --ckpt-dir "
 expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 2 --dp 2 --microbatches 2 --zero 1 \
   --ckpt-dir "$TS_TMP/k2" --log "$TS_TMP/k2.jsonl"
 for k in k1 k2; do
-  TS_CHECKS=$((TS_CHECKS + 1))
-  out=$("$T" compare "$TS_TMP/k0/step-00000002.safetensors" "$TS_TMP/$k/step-00000002.safetensors" 2>&1)
-  [ "$out" = "same model state" ] && pass "$k: its checkpoint holds the serial run's model state" ||
-    fail "$k: $out"
+  expect_compare "same model state" "$k's checkpoint against the serial run's" \
+    "$TS_TMP/k0/step-00000002.safetensors" "$TS_TMP/$k/step-00000002.safetensors"
   rm -f "$TS_TMP/$k/step-00000003.safetensors"
 done
 expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 2 --dp 2 --microbatches 2 --zero 1 \
@@ -80,10 +76,8 @@ expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 2 --dp 2 --microbatches 2 --ze
 expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --dp 4 --zero 1 --ckpt-dir "$TS_TMP/k2" \
   --log "$TS_TMP/k2.jsonl" --resume
 for k in k1 k2; do
-  TS_CHECKS=$((TS_CHECKS + 1))
-  out=$("$T" compare "$TS_TMP/k0.jsonl" "$TS_TMP/$k.jsonl" 2>&1)
-  [ "$out" = identical ] && pass "$k resumed under another layout: identical to the straight run" ||
-    fail "$k resumed under another layout: $out"
+  expect_compare identical "$k resumed under another layout, against the straight run" \
+    "$TS_TMP/k0.jsonl" "$TS_TMP/$k.jsonl"
 done
 
 # --- refused before any work ----------------------------------------------------------

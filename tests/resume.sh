@@ -37,6 +37,18 @@ expect_exit 0 "" "$TESSERA_BIN" compare "$TS_TMP/straight.jsonl" "$TS_TMP/resume
 expect_exit 0 "" "$TESSERA_BIN" eval --ckpt "$TS_TMP/ck/step-00000008.safetensors" --data "$DATA"
 expect_stdout "val loss"
 
+# tessera compare on two checkpoints: the resumed run's step 6 is the first run's (the
+# step-3 file copied away above is not); the run's own settings (here --log) may differ
+expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/ck2" --ckpt-every 3 \
+  --log "$TS_TMP/again.jsonl" --threads 1
+expect_compare "same model state" "a second run's checkpoint of step 6" \
+  "$TS_TMP/ck/step-00000006.safetensors" "$TS_TMP/ck2/step-00000006.safetensors"
+expect_exit 1 "" "$TESSERA_BIN" compare "$TS_TMP/step3.bak" "$TS_TMP/ck2/step-00000006.safetensors"
+expect_stdout "^different: tessera.step is 3 in .*, 6 in "
+expect_exit 2 "cannot open" "$TESSERA_BIN" compare "$TS_TMP/step3.bak" "$TS_TMP/none.safetensors"
+expect_exit 2 "--rtol: checkpoints compare bit for bit" "$TESSERA_BIN" compare --rtol 1e-5 \
+  "$TS_TMP/step3.bak" "$TS_TMP/ck2/step-00000006.safetensors"
+
 # Damage: each kind refused with exit 1 and a one-line message naming the file.
 mkdir -p "$TS_TMP/bad"
 ck=$TS_TMP/bad/step-00000003.safetensors

@@ -101,6 +101,38 @@ static void test_allreduce_tree_is_the_canonical_tree(void **state) {
   ts_comm_free(c);
 }
 
+// In pieces (ts_comm_allreduce_piece, here a few floats instead of 2^24):
+// the same bits as the canonical tree of the whole vector, the same bytes.
+static void test_allreduce_tree_in_pieces(void **state) {
+  (void)state;
+  ts_comm *c = world_comm();
+  const size_t n = 1000, saved = ts_comm_allreduce_piece;
+  float *all = inputs_of_all(n, 29);
+  float *buf = buf_alloc(n * sizeof(float)), *ref = malloc(n * sizeof(float));
+  assert_non_null(buf);
+  assert_non_null(ref);
+  ref_tree(ref, all, NULL, (size_t)P, n, 0, (size_t)P);
+  for (size_t piece = 7; piece <= 256; piece *= 6) {
+    memcpy(buf, all + (size_t)R * n, n * sizeof(float));
+    ts_comm_allreduce_piece = piece;
+    ts_comm_reset_counts(c);
+    int rc = ts_comm_allreduce_tree(c, buf, n, -1);
+    ts_comm_allreduce_piece = saved;
+    assert_int_equal(rc, TS_OK);
+    assert_memory_equal(buf, ref, n * sizeof(float));
+    ts_comm_count k = ts_comm_total(c, TS_COMM_ALLREDUCE);
+    assert_int_equal(k.calls, 1);
+    uint64_t want = 0;
+    for (size_t o = 0; o < n; o += piece)
+      want += 2 * ts_comm_tree_bytes(n - o < piece ? n - o : piece, P, R);
+    assert_int_equal(k.bytes, want);
+  }
+  free(all);
+  buf_free(buf);
+  free(ref);
+  ts_comm_free(c);
+}
+
 static void test_reduce_scatter_tree_gives_each_rank_its_chunk(void **state) {
   (void)state;
   ts_comm *c = world_comm();
@@ -377,6 +409,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_chunks_cover_in_rank_order),
       cmocka_unit_test(test_allreduce_tree_is_the_canonical_tree),
+      cmocka_unit_test(test_allreduce_tree_in_pieces),
       cmocka_unit_test(test_reduce_scatter_tree_gives_each_rank_its_chunk),
       cmocka_unit_test(test_fast_allreduce_within_tolerance),
       cmocka_unit_test(test_refuses_groups_not_a_power_of_two),

@@ -12,11 +12,15 @@
 
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "parallel/cp.h"
+#include "parallel/ring.h"
 #include "tessera.h"
+#include "tree.h"
 
 static void test_registry_complete(void **state) {
   (void)state;
@@ -101,6 +105,57 @@ static void test_zigzag_balanced(void **state) {
   }
 }
 
+// Exact ring attention's travelling tree (src/parallel/ring.h): the block of
+// place c collects the partials of places c … n−1 in that order on a stack of
+// planes that moves from place to place. At every place the stack holds one
+// plane per occupied level (ring_tree_levels), never more than log2 n, and
+// what leaves place n−1 is one plane: the canonical tree over places with
+// the places before c empty (ts_tree, started at c), bit for bit. Leaves of
+// mixed magnitudes, so that another association would show (it does: the
+// plain sum in place order differs somewhere).
+static void test_ring_tree(void **state) {
+  (void)state;
+  enum { LEN = 37, MAXN = 16 };
+  float *x = malloc((size_t)MAXN * LEN * sizeof(float)), *want = malloc(LEN * sizeof(float));
+  float *planes = malloc((size_t)(MAXN + 1) * LEN * sizeof(float));
+  assert_true(x && want && planes);
+  uint64_t st = 12345;
+  for (int i = 0; i < MAXN * LEN; i++) {
+    st = st * 6364136223846793005ull + 1442695040888963407ull;
+    const double u = (double)(st >> 11) / 9007199254740992.0 - 0.5;
+    x[i] = (float)ldexp(u, (int)((st >> 5) % 24) - 12);
+  }
+  ts_tree tree;
+  ts_tree_init(&tree, LEN);
+  int differs = 0;
+  for (int n = 1; n <= MAXN; n *= 2) {
+    int log2n = 0;
+    while ((1 << log2n) < n) log2n++;
+    for (int c = 0; c < n; c++) {
+      ts_tree_reset(&tree, (uint64_t)c);
+      for (int p = c; p < n; p++) assert_int_equal(ts_tree_push(&tree, x + (size_t)p * LEN), 0);
+      ts_tree_finish(&tree, want);
+      int d = 0;
+      for (int p = c; p < n; p++) {
+        memcpy(planes + (size_t)d * LEN, x + (size_t)p * LEN, LEN * sizeof(float));
+        d = ring_tree_push(&ts_backend_cpu, planes, LEN, c, p);
+        assert_int_equal(d, __builtin_popcount(ring_tree_levels(c, p + 1)));
+        assert_true(d >= 1 && d <= (log2n > 0 ? log2n : 1));
+      }
+      assert_int_equal(d, 1);
+      assert_memory_equal(planes, want, LEN * sizeof(float));
+      for (int i = 0; i < LEN && n > 2; i++) {
+        float seq = x[(size_t)c * LEN + i];
+        for (int p = c + 1; p < n; p++) seq += x[(size_t)p * LEN + i];
+        differs |= seq != want[i];
+      }
+    }
+  }
+  assert_true(differs);
+  ts_tree_free(&tree);
+  free(x); free(want); free(planes);
+}
+
 // The strategies' own rules come through ts_layout_check, and a strategy
 // without rules of its own accepts what the common rules accept.
 static void test_rules_through_layout_check(void **state) {
@@ -135,6 +190,7 @@ int main(void) {
       cmocka_unit_test(test_registry_complete),
       cmocka_unit_test(test_positions_partition),
       cmocka_unit_test(test_zigzag_balanced),
+      cmocka_unit_test(test_ring_tree),
       cmocka_unit_test(test_rules_through_layout_check),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

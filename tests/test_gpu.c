@@ -543,6 +543,86 @@ static void test_attention_layouts(void **state) {
   attention_shape("tensor split", s, 1.0f, gpu, 1e-5);
 }
 
+// Exact ring attention's calls (src/parallel/ring.h): the last segment of
+// queries walks four blocks of keys in descending order, the online-softmax
+// state carried from block to block (attention_forward_block), and the
+// backward adds each block's dQ terms to the previous blocks' (dq_acc), with
+// k and v rows interleaved as in the travelling block. The walk with one
+// block in one call is attention_forward's, on either backend.
+static void test_attention_block(void **state) {
+  (void)state;
+  enum { NB = 4, TB = T / NB, KV = 2 * HKV * DH }; // blocks of TB keys; rows of [K | V]
+  const int ldq = H * DH;
+  const size_t nq = (size_t)TB * ldq, nkv = (size_t)T * KV, ns = (size_t)H * TB;
+  ts_attn_shape s = {.B = 1, .T = T, .H = H, .dh = DH, .tile = 16, .dropout = 0.1f, .seed = 4,
+                     .step = 3, .index_base = 777, .Tq = TB, .q0 = T - TB, .Tk = TB,
+                     .Hkv = HKV, .ldkv = KV};
+  float *q = malloc(nq * 4), *kv = malloc(nkv * 4), *dout = malloc(nq * 4);
+  fill(q, nq, 30, 1.0f);
+  fill(kv, nkv, 31, 1.0f);
+  fill(dout, nq, 32, 1.0f);
+  ts_ws aws;
+  assert_int_equal(ts_ws_init(&aws, s.tile, 64, 1, s.dh), 0);
+  const ts_backend *be[2] = {&ts_backend_cpu, gpu};
+  float *out[3], *lse[3], *dq[3], *dkv[3], *one[3], *onel[3];
+  for (int r = 0; r < 3; r++) {
+    gpu_run(r);
+    const ts_backend *b = be[r ? 1 : 0];
+    float *Q = take(b, q, nq), *KVb = take(b, kv, nkv), *D = take(b, dout, nq);
+    float *lsum = take(b, NULL, ns), *dsum = take(b, NULL, ns);
+    out[r] = take(b, NULL, nq);
+    lse[r] = take(b, NULL, ns);
+    dq[r] = take(b, NULL, nq);
+    dkv[r] = take(b, NULL, nkv);
+    one[r] = take(b, NULL, nq);
+    onel[r] = take(b, NULL, ns);
+    for (int c = NB - 1; c >= 0; c--) {
+      ts_attn_shape bs = s;
+      bs.k0 = c * TB;
+      const float *k = KVb + (size_t)c * TB * KV;
+      b->attention_forward_block(&aws, out[r], lse[r], lsum, Q, k, k + HKV * DH, &bs,
+                                 c == NB - 1, c == 0);
+    }
+    for (int c = NB - 1; c >= 0; c--) {
+      ts_attn_shape bs = s;
+      bs.k0 = c * TB;
+      bs.dq_acc = c < NB - 1;
+      const float *k = KVb + (size_t)c * TB * KV;
+      float *dk = dkv[r] + (size_t)c * TB * KV;
+      assert_int_equal(b->attention_backward(&aws, dq[r], dk, dk + HKV * DH, dsum, D, Q, k,
+                                             k + HKV * DH, out[r], lse[r], &bs),
+                       0);
+    }
+    // the diagonal block alone: first and last at once is attention_forward
+    ts_attn_shape ds = s;
+    ds.k0 = T - TB;
+    const float *k = KVb + (size_t)(NB - 1) * TB * KV;
+    b->attention_forward_block(&aws, one[r], onel[r], NULL, Q, k, k + HKV * DH, &ds, 1, 1);
+    float *o2 = take(b, NULL, nq), *l2 = take(b, NULL, ns);
+    b->attention_forward(&aws, o2, l2, Q, k, k + HKV * DH, &ds);
+    check_same_bits("attention_forward_block first+last out", one[r], o2, nq);
+    check_same_bits("attention_forward_block first+last lse", onel[r], l2, ns);
+    b->free(o2); b->free(l2);
+    b->free(Q); b->free(KVb); b->free(D); b->free(lsum); b->free(dsum);
+  }
+  const char *parts[4] = {"out", "lse", "dq", "dkv"};
+  float **got[4] = {out, lse, dq, dkv};
+  const size_t len[4] = {nq, ns, nq, nkv};
+  char what[64];
+  for (int i = 0; i < 4; i++) {
+    snprintf(what, sizeof what, "attention blocks %s", parts[i]);
+    check(what, got[i][0], got[i][1], len[i], 1e-5);
+    check_same_bits(what, got[i][1], got[i][2], len[i]);
+  }
+  for (int r = 0; r < 3; r++) {
+    const ts_backend *b = be[r ? 1 : 0];
+    b->free(out[r]); b->free(lse[r]); b->free(dq[r]); b->free(dkv[r]); b->free(one[r]);
+    b->free(onel[r]);
+  }
+  ts_ws_free(&aws);
+  free(q); free(kv); free(dout);
+}
+
 // bf16 attention: q, k, v and dO rounded to 8 bits as the kernels read them.
 static void test_attention_bf16(void **state) {
   (void)state;
@@ -1039,6 +1119,7 @@ static const struct CMUnitTest op_test[NOPS] = {
     [OP_dropout_apply] = cmocka_unit_test(test_elementwise),
     [OP_attention_forward] = cmocka_unit_test(test_attention),
     [OP_attention_backward] = cmocka_unit_test(test_attention),
+    [OP_attention_forward_block] = cmocka_unit_test(test_attention_block),
     [OP_ring_merge] = cmocka_unit_test(test_ring_merge),
     [OP_crossentropy_forward] = cmocka_unit_test(test_crossentropy),
     [OP_crossentropy_backward] = cmocka_unit_test(test_crossentropy),

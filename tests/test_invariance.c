@@ -6,7 +6,8 @@
 //     any subset of heads can be projected alone;
 //   - tree sums over aligned power-of-two sub-ranges combine to the whole
 //     (and naive left-to-right summation does not: the check can fail);
-//   - attention over a batch equals attention per sequence.
+//   - attention over a batch equals attention per sequence;
+//   - attention walked block by block (exact ring attention) equals one walk.
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -535,6 +536,85 @@ static void test_attention_segments_and_heads(void **state) {
   free(os); free(ls); free(dqs); free(dss); free(dks); free(dvs); free(sum);
 }
 
+// Exact ring attention (src/parallel/ring.h): rank r of N holds queries
+// [r·T/N, (r+1)·T/N) and visits the key blocks r, r−1, …, 0 one call each,
+// carrying the online-softmax state (attention_forward_block): its output and
+// lse are the serial rows. Its backward adds dQ block by block (dq_acc): the
+// serial dQ rows. Block c's dK/dV partials of the ranks c … N−1, pushed in
+// rank order into a tree started at position c (the ranks before c see none
+// of its keys), are the serial dK/dV rows. Keys and values interleaved as the
+// travelling block holds them; GQA; dropout off and on.
+static void test_attention_ring_blocks(void **state) {
+  omp_set_num_threads(2);
+  const int T = 64, H = 4, Hkv = 2, dh = 16, tile = 8, C = H * dh, Ckv = Hkv * dh, W = 2 * Ckv;
+  const size_t n = (size_t)T * C, nkv = (size_t)T * Ckv, nl = (size_t)H * T;
+  float *q = falloc(n), *k = falloc(nkv), *v = falloc(nkv), *dout = falloc(n);
+  fill(q, n, 80, 2.0f); fill(k, nkv, 81, 2.0f); fill(v, nkv, 82, 1.0f); fill(dout, n, 83, 1.0f);
+  float *kv = falloc((size_t)T * W); // rows of [K | V]
+  for (int t = 0; t < T; t++) {
+    memcpy(kv + (size_t)t * W, k + (size_t)t * Ckv, Ckv * sizeof(float));
+    memcpy(kv + (size_t)t * W + Ckv, v + (size_t)t * Ckv, Ckv * sizeof(float));
+  }
+  ts_ws ws;
+  assert_int_equal(ts_ws_init(&ws, tile, tile, 64, dh), 0);
+  float *o = falloc(n), *l = falloc(nl), *dq = falloc(n), *dk = falloc(nkv), *dv = falloc(nkv),
+        *ds = falloc(nl);
+  float *os = falloc(n), *ls = falloc(nl), *lsum = falloc(nl), *dqs = falloc(n), *dss = falloc(nl);
+  float *part = falloc(8 * (size_t)T * W), *sum = falloc((size_t)T * W);
+  ts_tree tree;
+  for (int d = 0; d < 2; d++) {
+    const float p = d ? 0.15f : 0.0f;
+    ts_attn_shape s = {.B = 1, .T = T, .H = H, .dh = dh, .tile = tile, .dropout = p, .seed = 21,
+                       .step = 6, .index_base = 5000, .Hkv = Hkv};
+    attention_forward(&ws, o, l, q, k, v, &s);
+    assert_int_equal(attention_backward(&ws, dq, dk, dv, ds, dout, q, k, v, o, l, &s), 0);
+    for (int N = 2; N <= 8; N *= 2) {
+      const int Tq = T / N;
+      const size_t blk = (size_t)Tq * W; // floats of a block, or of a partial
+      for (int r = 0; r < N; r++) {
+        const size_t off = (size_t)r * Tq * C;
+        ts_attn_shape sr = s;
+        sr.Tq = Tq, sr.q0 = r * Tq, sr.Tk = Tq, sr.ldkv = W;
+        for (int c = r; c >= 0; c--) {
+          sr.k0 = c * Tq;
+          const float *kb = kv + (size_t)c * blk;
+          attention_forward_block(&ws, os, ls, lsum, q + off, kb, kb + Ckv, &sr, c == r, c == 0);
+        }
+        assert_memory_equal(os, o + off, (size_t)Tq * C * sizeof(float));
+        for (int h = 0; h < H; h++)
+          assert_memory_equal(ls + (size_t)h * Tq, l + (size_t)h * T + (size_t)r * Tq,
+                              (size_t)Tq * sizeof(float));
+        for (int c = r; c >= 0; c--) {
+          sr.k0 = c * Tq;
+          sr.dq_acc = c < r;
+          const float *kb = kv + (size_t)c * blk;
+          float *pt = part + ((size_t)c * N + r) * blk; // block c's partial from rank r
+          assert_int_equal(attention_backward(&ws, dqs, pt, pt + Ckv, dss, dout + off, q + off,
+                                              kb, kb + Ckv, os, ls, &sr), 0);
+        }
+        sr.dq_acc = 0;
+        assert_memory_equal(dqs, dq + off, (size_t)Tq * C * sizeof(float));
+      }
+      ts_tree_init(&tree, blk);
+      for (int c = 0; c < N; c++) {
+        ts_tree_reset(&tree, (uint64_t)c);
+        for (int r = c; r < N; r++)
+          assert_int_equal(ts_tree_push(&tree, part + ((size_t)c * N + r) * blk), 0);
+        ts_tree_finish(&tree, sum);
+        for (int t = 0; t < Tq; t++) {
+          const size_t row = (size_t)c * Tq + t;
+          assert_memory_equal(sum + (size_t)t * W, dk + row * Ckv, Ckv * sizeof(float));
+          assert_memory_equal(sum + (size_t)t * W + Ckv, dv + row * Ckv, Ckv * sizeof(float));
+        }
+      }
+      ts_tree_free(&tree);
+    }
+  }
+  ts_ws_free(&ws);
+  free(q); free(k); free(v); free(dout); free(kv); free(o); free(l); free(dq); free(dk); free(dv);
+  free(ds); free(os); free(ls); free(lsum); free(dqs); free(dss); free(part); free(sum);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_thread_count),
@@ -544,6 +624,7 @@ int main(void) {
       cmocka_unit_test(test_weight_gradients_split),
       cmocka_unit_test(test_attention_batch_vs_sequences),
       cmocka_unit_test(test_attention_segments_and_heads),
+      cmocka_unit_test(test_attention_ring_blocks),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,12 +2,15 @@
 //
 // Forward: for each query tile, key tiles are visited from the diagonal down
 // to tile 0 with online softmax; nothing of size T x T is stored, only the
-// output and the per-row log-sum-exp.
+// output and the per-row log-sum-exp. The walk may be cut into blocks of
+// keys, one call each, carrying the softmax state between them (exact ring
+// attention) with the same bits.
 // Backward: one pass per (sequence, head) that recomputes the probabilities
 // from lse, sums dQ over key tiles in the forward's order, and dK, dV over
 // query tiles as a canonical tree (query tiles before the key tile are empty
 // leaves), so a rank that holds only some query tiles computes an aligned
-// subtree.
+// subtree. dQ too may be summed block by block (dq_acc): each call adds its
+// key tiles' terms to what the calls for later keys left, in the same order.
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
@@ -80,8 +83,16 @@ static void drop_tile(float *P, const ts_attn_shape *s, int b, int h, int qt, in
     }
 }
 
-void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
-                       const float *v, const ts_attn_shape *shape) {
+// The forward's walk over key tiles for every query tile. Each task keeps
+// its tile's online-softmax state (acc, m, l) in the thread's scratch: it
+// starts it afresh (first) or loads what a previous call over later keys left
+// (attention_forward_block), visits the key tiles it holds from the highest
+// visible one down, then finishes it into out and lse (last) or stores it
+// back. A whole walk in one call (attention_forward) and the same walk cut
+// into blocks do the same operations on the same values in the same order.
+static void forward_walk(ts_ws *ws, float *out, float *lse, float *lsum, const float *q,
+                         const float *k, const float *v, const ts_attn_shape *shape, int first,
+                         int last) {
   const ts_attn_shape sh = ts_attn_resolved(shape), *s = &sh;
   const int Tq = s->Tq, Tk = s->Tk, H = s->H, dh = s->dh, tile = s->tile, C = s->ldq, Co = s->ldo;
   const int Ckv = s->ldkv, G = H / s->Hkv;      // row strides, heads per group
@@ -100,8 +111,19 @@ void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const 
     float *m = acc + (size_t)tile * dh, *l = m + tile;
     const size_t rowq = ((size_t)b * Tq + (size_t)lq * tile) * C + (size_t)h * dh;
     const float *Q = q + rowq;
-    for (int i = 0; i < tile; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
-    memset(acc, 0, (size_t)tile * dh * sizeof(float));
+    float *O = out + ((size_t)b * Tq + (size_t)lq * tile) * Co + (size_t)h * dh;
+    float *L = lse + ((size_t)b * H + h) * Tq + (size_t)lq * tile;
+    float *Ls = lsum ? lsum + ((size_t)b * H + h) * Tq + (size_t)lq * tile : NULL;
+    if (first) {
+      for (int i = 0; i < tile; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
+      memset(acc, 0, (size_t)tile * dh * sizeof(float));
+    } else { // the state the blocks of later keys left
+      for (int i = 0; i < tile; i++) {
+        memcpy(acc + (size_t)i * dh, O + (size_t)i * Co, (size_t)dh * sizeof(float));
+        m[i] = L[i];
+        l[i] = Ls[i];
+      }
+    }
     for (int kt = qt < kb - 1 ? qt : kb - 1; kt >= ka; kt--) {
       const size_t rowk = ((size_t)b * Tk + (size_t)(kt - ka) * tile) * Ckv + (size_t)(h / G) * dh;
       scores(S, Q, C, k + rowk, Ckv, tile, dh, scale, kt == qt);
@@ -111,13 +133,30 @@ void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const 
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, dh, tile, 1.0f, P, tile,
                   v + rowk, Ckv, 1.0f, acc, dh);
     }
-    float *O = out + ((size_t)b * Tq + (size_t)lq * tile) * Co + (size_t)h * dh;
-    float *L = lse + ((size_t)b * H + h) * Tq + (size_t)lq * tile;
-    for (int i = 0; i < tile; i++) {
-      for (int c = 0; c < dh; c++) O[(size_t)i * Co + c] = acc[(size_t)i * dh + c] / l[i];
-      L[i] = m[i] + logf(l[i]);
+    if (last) {
+      for (int i = 0; i < tile; i++) {
+        for (int c = 0; c < dh; c++) O[(size_t)i * Co + c] = acc[(size_t)i * dh + c] / l[i];
+        L[i] = m[i] + logf(l[i]);
+      }
+    } else { // for the block of earlier keys
+      for (int i = 0; i < tile; i++) {
+        memcpy(O + (size_t)i * Co, acc + (size_t)i * dh, (size_t)dh * sizeof(float));
+        L[i] = m[i];
+        Ls[i] = l[i];
+      }
     }
   }
+}
+
+void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
+                       const float *v, const ts_attn_shape *shape) {
+  forward_walk(ws, out, lse, NULL, q, k, v, shape, 1, 1);
+}
+
+void attention_forward_block(ts_ws *ws, float *acc, float *m, float *l, const float *q,
+                             const float *k, const float *v, const ts_attn_shape *shape, int first,
+                             int last) {
+  forward_walk(ws, acc, m, l, q, k, v, shape, first, last);
 }
 
 // dS = P ∘ (dP − D) · scale, where dP = (dO · Vᵀ) masked like the forward.
@@ -195,7 +234,7 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
     float *leaf = part + (size_t)2 * tile * dh;      // the group's sum (G > 1)
     ts_tree *tree = &ws->attntree[th];
     const size_t khead = (size_t)b * Tk * Ckv + (size_t)j * dh;
-    for (int g = 0; g < G; g++) {
+    for (int g = 0; g < G && !s->dq_acc; g++) {
       const size_t qhead = (size_t)b * Tq * C + (size_t)(j * G + g) * dh;
       for (int r = 0; r < Tq; r++) memset(dq + qhead + (size_t)r * C, 0, (size_t)dh * sizeof(float));
     }

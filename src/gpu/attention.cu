@@ -14,9 +14,12 @@
 //    highest visible one down to 0 (the CPU's order, R2), online softmax per
 //    tile: running max, running sum of undropped probabilities, accumulator
 //    rescaled only when the max grows. Output = acc / l, lse = m + log l.
+//    attention_forward_block runs the same walk over one block of keys,
+//    carrying (acc, m, l) in and out through memory between the calls.
 //  - backward, kernel 1 (dQ): the same blocks; each row first writes
 //    dsum = rowsum(dO ∘ O), then visits its visible keys, tiles descending,
-//    recomputing P = exp(S - lse).
+//    recomputing P = exp(S - lse). With dq_acc it starts from the dQ the
+//    calls for later blocks of keys left instead of 0.
 //  - backward, kernel 2 (dK, dV): one block per (64 key rows, kv head,
 //    batch); each key row visits the query rows that see it, tiles
 //    ascending, and within a tile the group's query heads in head order
@@ -49,6 +52,8 @@ struct attn_args {
   float scale; // 1/sqrt(dh), as on the CPU
   int G;       // query heads per key/value head
   int bf16;    // round q, k, v, dout to bf16 when reading them
+  int first;   // forward: start the online softmax afresh (else: load the state)
+  int last;    // forward: finish into out and lse (else: store the state)
 };
 
 
@@ -118,6 +123,17 @@ __device__ __forceinline__ void load_row(float *x, const float *row, bool valid,
   }
 }
 
+// Loads this lane's features of a row as they are (an accumulator: no operand
+// rounding; zero past dh or for a missing row).
+template <int SPLIT>
+__device__ __forceinline__ void load_acc(float *x, const float *row, bool valid, int dh, int sub) {
+#pragma unroll
+  for (int n = 0; n < ATTN_CHUNK; n++) {
+    int c = lane_feature<SPLIT>(n, sub);
+    x[n] = valid && c < dh ? row[c] : 0.0f;
+  }
+}
+
 // Stores this lane's features of a row (features past dh are padding).
 template <int SPLIT>
 __device__ __forceinline__ void store_row(float *row, const float *x, int dh, int sub) {
@@ -167,7 +183,9 @@ __device__ __forceinline__ int last_key(const ts_attn_shape &s, int r) {
 }
 
 // ---- forward ---------------------------------------------------------------------------
-// out (B, Tq, ldo), lse (B, H, Tq); q (B, Tq, ldq); k, v (B, Tk, ldkv).
+// out (B, Tq, ldo), lse (B, H, Tq); q (B, Tq, ldq); k, v (B, Tk, ldkv). Between
+// the calls of a block walk, out holds acc, lse the running max and lsum
+// (B, H, Tq) the running sum.
 // Grid (query tiles, H, B), ATTN_ROWS * SPLIT threads: lanes [SPLIT*i, SPLIT*i + SPLIT)
 // own query row r0 + i. The last query tiles (most keys) get the first blocks.
 // A query row's loop over key tiles (forward and dQ): stages key/value tile
@@ -195,8 +213,8 @@ __device__ __forceinline__ uint32_t stage_key_tile(float4 *Ks, float4 *Vs, const
 
 template <int SPLIT>
 __global__ void __launch_bounds__(ATTN_ROWS * SPLIT)
-attn_forward_kernel(float *out, float *lse, const float *q, const float *k, const float *v,
-                    attn_args a) {
+attn_forward_kernel(float *out, float *lse, float *lsum, const float *q, const float *k,
+                    const float *v, attn_args a) {
   constexpr int DP = ATTN_CHUNK * SPLIT;
   __shared__ float4 Ks[ATTN_TILE * DP / 4], Vs[ATTN_TILE * DP / 4];
   const ts_attn_shape &s = a.s;
@@ -207,13 +225,20 @@ attn_forward_kernel(float *out, float *lse, const float *q, const float *k, cons
   const int rend = (r0 + ATTN_ROWS < s.Tq ? r0 + ATTN_ROWS : s.Tq) - 1;
   const int blast = last_key(s, rend);          // the block's (uniform across the block)
   const size_t kvoff = (size_t)b * s.Tk * s.ldkv + (size_t)kvh * s.dh;
+  const size_t orow = ((size_t)b * s.Tq + r) * s.ldo + (size_t)h * s.dh;
+  const size_t srow = ((size_t)b * s.H + h) * s.Tq + r; // lse, lsum
 
   float qr[ATTN_CHUNK], acc[ATTN_CHUNK];
   load_row<SPLIT>(qr, q + ((size_t)b * s.Tq + r) * s.ldq + (size_t)h * s.dh, valid, s.dh, sub,
                   a.bf16);
-#pragma unroll
-  for (int n = 0; n < ATTN_CHUNK; n++) acc[n] = 0.0f;
   float m = -INFINITY, l = 0.0f; // running max and sum (of undropped probabilities)
+  if (a.first) {
+#pragma unroll
+    for (int n = 0; n < ATTN_CHUNK; n++) acc[n] = 0.0f;
+  } else { // what the blocks of later keys left
+    load_acc<SPLIT>(acc, out + orow, valid, s.dh, sub);
+    if (valid) m = lse[srow], l = lsum[srow];
+  }
   const float keep_scale = s.dropout > 0.0f ? 1.0f / (1.0f - s.dropout) : 1.0f;
 
   for (int t0 = blast >= 0 ? blast / ATTN_TILE * ATTN_TILE : -1; t0 >= 0; t0 -= ATTN_TILE) {
@@ -247,16 +272,21 @@ attn_forward_kernel(float *out, float *lse, const float *q, const float *k, cons
     for (int j = 0; j < ATTN_TILE; j++) axpy<SPLIT>(acc, sc[j], Vs + j * (DP / 4), sub);
   }
   if (!valid) return;
+  if (!a.last) { // for the block of earlier keys
+    store_row<SPLIT>(out + orow, acc, s.dh, sub);
+    if (sub == 0) lse[srow] = m, lsum[srow] = l;
+    return;
+  }
   // A row that sees no key (possible only with k0 > its position) gets what
   // the CPU gives it: 0/0 = NaN and lse = -inf + log 0 = -inf.
 #pragma unroll
   for (int n = 0; n < ATTN_CHUNK; n++) acc[n] = acc[n] / l;
-  store_row<SPLIT>(out + ((size_t)b * s.Tq + r) * s.ldo + (size_t)h * s.dh, acc, s.dh, sub);
-  if (sub == 0) lse[((size_t)b * s.H + h) * s.Tq + r] = m + logf(l);
+  store_row<SPLIT>(out + orow, acc, s.dh, sub);
+  if (sub == 0) lse[srow] = m + logf(l);
 }
 
 // ---- backward: dsum and dQ ---------------------------------------------------------------
-// dq (B, Tq, ldq) overwritten; dsum (B, H, Tq) = rowsum(dO ∘ O); dout, out (B, Tq, ldo).
+// dq (B, Tq, ldq) overwritten (dq_acc: added to); dsum (B, H, Tq) = rowsum(dO ∘ O); dout, out (B, Tq, ldo).
 // Same grid and ownership as the forward. For each visible key j, in the
 // forward's tile order: dS = P (dP~ - D) scale, dQ += dS K_j, with
 // P = exp(S - lse) undropped and dP~ = dO · V_j masked and scaled like P~.
@@ -290,6 +320,8 @@ attn_dq_kernel(float *dq, float *dsum, const float *dout, const float *q, const 
     if (valid && c < s.dh) D += gr[n] * out[orow + c];
     acc[n] = 0.0f;
   }
+  const size_t qrow = ((size_t)b * s.Tq + r) * s.ldq + (size_t)h * s.dh;
+  if (s.dq_acc) load_acc<SPLIT>(acc, dq + qrow, valid, s.dh, sub); // later blocks' terms
   D = row_sum<SPLIT>(D);
   if (valid && sub == 0) dsum[srow] = D;
   const float L = valid ? lse[srow] : 0.0f;
@@ -309,8 +341,7 @@ attn_dq_kernel(float *dq, float *dsum, const float *dout, const float *q, const 
       axpy<SPLIT>(acc, ds, Ks + j * (DP / 4), sub);
     }
   }
-  if (valid)
-    store_row<SPLIT>(dq + ((size_t)b * s.Tq + r) * s.ldq + (size_t)h * s.dh, acc, s.dh, sub);
+  if (valid) store_row<SPLIT>(dq + qrow, acc, s.dh, sub);
 }
 
 // ---- backward: dK and dV -----------------------------------------------------------------
@@ -416,6 +447,7 @@ static attn_args attn_make_args(const ts_attn_shape *shape) {
   a.scale = 1.0f / sqrtf((float)a.s.dh);
   a.G = a.s.H / a.s.Hkv;
   a.bf16 = ts_cuda_bf16();
+  a.first = a.last = 1;
   return a;
 }
 
@@ -426,17 +458,31 @@ static void launch_split(int split, K k1, K k2, K k4, dim3 grid, A... args) {
   ts_launch(split == 1 ? k1 : split == 2 ? k2 : k4, grid, ATTN_ROWS * split, 0, args...);
 }
 
-void cuda_attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
-                            const float *v, const ts_attn_shape *shape) {
-  (void)ws; // no host scratch on the GPU
-  const attn_args a = attn_make_args(shape);
-  const int split = attn_split(a.s.dh, "attention_forward");
+static void forward_walk(float *out, float *lse, float *lsum, const float *q, const float *k,
+                         const float *v, const attn_args &a, const char *what) {
+  const int split = attn_split(a.s.dh, what);
   if (a.s.B > 0 && a.s.Tq > 0 && a.s.H > 0) {
     dim3 grid(ts_blocks(a.s.Tq, ATTN_ROWS), a.s.H, a.s.B);
     launch_split(split, attn_forward_kernel<1>, attn_forward_kernel<2>, attn_forward_kernel<4>,
-                 grid, out, lse, q, k, v, a);
+                 grid, out, lse, lsum, q, k, v, a);
   }
-  ts_cuda_finish("attention_forward");
+  ts_cuda_finish(what);
+}
+
+void cuda_attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
+                            const float *v, const ts_attn_shape *shape) {
+  (void)ws; // no host scratch on the GPU
+  forward_walk(out, lse, NULL, q, k, v, attn_make_args(shape), "attention_forward");
+}
+
+void cuda_attention_forward_block(ts_ws *ws, float *acc, float *m, float *l, const float *q,
+                                  const float *k, const float *v, const ts_attn_shape *shape,
+                                  int first, int last) {
+  (void)ws;
+  attn_args a = attn_make_args(shape);
+  a.first = first;
+  a.last = last;
+  forward_walk(acc, m, l, q, k, v, a, "attention_forward_block");
 }
 
 int cuda_attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,

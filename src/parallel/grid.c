@@ -3,8 +3,10 @@
 
 #include "parallel/grid.h"
 
+#include <limits.h>
 #include <mpi.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "backend.h"
@@ -64,6 +66,31 @@ void ts_mpi_sum_max(double x, double *sum, double *max) {
   if (ts_mpi_world_size() == 1) return;
   MPI_Allreduce(&x, sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   MPI_Allreduce(&x, max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+}
+
+int ts_mpi_allgather_raw(const void *send, void *recv, size_t bytes) {
+  if (ts_mpi_world_size() == 1) {
+    memcpy(recv, send, bytes);
+    return TS_OK;
+  }
+  if (bytes > (size_t)INT_MAX) return ts_fail(TS_ERUNTIME, "agreement: %zu bytes", bytes);
+  int rc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD);
+  return rc == MPI_SUCCESS ? TS_OK : ts_fail(TS_ERUNTIME, "MPI_Allgather failed (code %d)", rc);
+}
+
+int ts_mpi_failed_ranks(int failed, int *first) {
+  const int n = ts_mpi_world_size();
+  *first = failed ? ts_mpi_world_rank() : -1;
+  if (n == 1) return failed != 0;
+  int *all = calloc((size_t)n, sizeof *all), bad = 0;
+  if (!all || MPI_Allgather(&failed, 1, MPI_INT, all, 1, MPI_INT, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    free(all);
+    return failed != 0; // no agreement possible: this rank's own view
+  }
+  for (int q = n - 1; q >= 0; q--)
+    if (all[q]) bad++, *first = q;
+  free(all);
+  return bad;
 }
 
 // ---- the grid ----------------------------------------------------------------------------

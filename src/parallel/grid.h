@@ -48,6 +48,11 @@ void ts_mpi_max(double *v, int n);
 // The sum and the maximum of x over the world (each rank's model state, for
 // the run log's memory record; not counted either).
 void ts_mpi_sum_max(double x, double *sum, double *max);
+// Start-up agreement over the world, not counted (nothing of the training):
+// every rank's `bytes` into recv (world size × bytes, in rank order); and how
+// many ranks say `failed`, the first of them in *first (-1: none).
+int ts_mpi_allgather_raw(const void *send, void *recv, size_t bytes);
+int ts_mpi_failed_ranks(int failed, int *first);
 
 // TS_EUSAGE, naming --dp and the world size, unless dp × sp × pp ranks run.
 int ts_grid_check(int dp, int sp, int pp);

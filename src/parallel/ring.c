@@ -7,6 +7,155 @@
 #include "mem.h"
 #include "parallel/cp.h"
 
+// ---- exact ring attention ----------------------------------------------------------------
+
+static int popcount(unsigned x) {
+  int n = 0;
+  for (; x; x &= x - 1) n++;
+  return n;
+}
+
+unsigned ring_tree_levels(int c, int p) {
+  // ts_tree_push_owned's counter (tree.c) without the data: pushing at
+  // position q combines the levels below q's lowest 0 bit into that level.
+  unsigned occ = 0;
+  for (int q = c; q < p; q++) {
+    int k = 0;
+    for (; (q >> k) & 1; k++) occ &= ~(1u << k);
+    occ |= 1u << k;
+  }
+  return occ;
+}
+
+int ring_tree_push(const ts_backend *be, float *planes, size_t n, int c, int p) {
+  const unsigned occ = ring_tree_levels(c, p);
+  int top = popcount(occ); // the plane that holds the carry
+  // the occupied levels below p's lowest 0 bit are the stack's last planes,
+  // lowest level last: each takes the carry as its right operand
+  for (int k = 0; (p >> k) & 1; k++)
+    if ((occ >> k) & 1u) {
+      float *left = planes + (size_t)(top - 1) * n;
+      be->add(left, left, planes + (size_t)top * n, (int64_t)n);
+      top--;
+    }
+  return top + 1;
+}
+
+// Chunk (the block of place c) that place `at` holds at step i.
+static int chunk_at(const ring_geom *g, int at, int i) { return ((at - i) % g->n + g->n) % g->n; }
+
+// Planes (rows · 2·wk floats each) that place `from` sends after step i:
+// its block's [K | V] and tree while places after it still need them, then
+// the finished [dK | dV] alone on its way home.
+static int sent_planes(const ring_geom *g, int from, int i) {
+  const int c = chunk_at(g, from, i);
+  if (c > from || from == g->n - 1) return 1;
+  return 1 + popcount(ring_tree_levels(c, from + 1));
+}
+
+// Planes a message buffer needs: the largest message, and room for the
+// partial pushed onto the tree it brings.
+static int buffer_planes(const ring_geom *g) {
+  int most = 1;
+  for (int from = 0; from < g->n; from++)
+    for (int i = 0; i < g->n; i++) {
+      const int k = sent_planes(g, from, i);
+      most = k > most ? k : most;
+    }
+  return most + 1;
+}
+
+static int ring_hop(ts_model *m, int l, const ring_geom *g, const float *send, size_t sfloats,
+                    float *recv, size_t rfloats) {
+  return ts_comm_sendrecv(m->seq, send, sfloats * sizeof(float), g->next, recv,
+                          rfloats * sizeof(float), g->prev, l);
+}
+
+int ring_exact_forward(ts_model *m, int l, const ring_geom *g, const float *q, float *blk[2],
+                       float *out, float *lse) {
+  const size_t nblk = (size_t)g->rows * 2 * g->wk;
+  float *cur = blk[0], *nxt = blk[1];
+  // the running sum of the online softmax (the accumulator lives in out and
+  // the running max in lse until the last block finishes them)
+  float *lsum = ts_mem_alloc((size_t)g->as.H * g->rows * sizeof(float));
+  int rc = lsum ? TS_OK : ts_fail(TS_ERUNTIME, "out of memory (ring attention)");
+  for (int i = 0; i < g->n && !rc; i++) {
+    const int c = chunk_at(g, g->at, i);
+    if (c <= g->at) { // blocks at, at − 1, …, 0: the serial order of key tiles
+      ts_attn_shape as = g->as;
+      as.k0 = c * g->rows;
+      as.ldkv = 2 * g->wk;
+      m->be->attention_forward_block(&m->ws, out, lse, lsum, q, cur, cur + g->wk, &as, i == 0,
+                                     c == 0);
+    }
+    if (i < g->n - 1) {
+      rc = ring_hop(m, l, g, cur, nblk, nxt, nblk);
+      float *t = cur;
+      cur = nxt;
+      nxt = t;
+    }
+  }
+  ts_mem_free(lsum);
+  return rc;
+}
+
+// The backward's message is a run of planes, each rows · 2·wk floats laid
+// out as rows of [K | V] or [dK | dV]: plane 0 the block's keys and values,
+// then the stack of its travelling tree, highest level first; a finished
+// block is its one plane of [dK | dV].
+int ring_exact_backward(ts_model *m, int l, const ring_geom *g, const float *dout,
+                        const float *q, const float *out, const float *lse, const float *k,
+                        const float *v, float *dq, float *dk, float *dv, int ldd) {
+  const int wk = g->wk, rows = g->rows, nb = buffer_planes(g);
+  const size_t P = (size_t)rows * 2 * wk; // floats of a plane
+  float *cur = ts_mem_alloc(nb * P * sizeof(float)), *nxt = ts_mem_alloc(nb * P * sizeof(float));
+  float *dsum = ts_mem_alloc((size_t)g->as.H * rows * sizeof(float));
+  int rc = cur && nxt && dsum ? TS_OK : ts_fail(TS_ERUNTIME, "out of memory (ring attention)");
+  for (int64_t t = 0; t < rows && !rc; t++) { // plane 0: the own block
+    memcpy(cur + (size_t)t * 2 * wk, k + (size_t)t * wk, (size_t)wk * sizeof(float));
+    memcpy(cur + (size_t)t * 2 * wk + wk, v + (size_t)t * wk, (size_t)wk * sizeof(float));
+  }
+  const float *home = cur; // where the finished own block ends up
+  for (int i = 0; i < g->n && !rc; i++) {
+    const int c = chunk_at(g, g->at, i);
+    const float *send = cur;
+    if (c <= g->at) { // this place's queries see block c: add their terms
+      const int d = popcount(ring_tree_levels(c, g->at));
+      float *stack = cur + P, *part = stack + (size_t)d * P;
+      ts_attn_shape as = g->as;
+      as.k0 = c * rows;
+      as.ldkv = 2 * wk;
+      as.dq_acc = i > 0; // dQ: block at first, then at − 1, …, 0 (the forward's order)
+      if (m->be->attention_backward(&m->ws, dq, part, part + wk, dsum, dout, q, cur, cur + wk,
+                                    out, lse, &as) != 0) {
+        rc = ts_fail(TS_ERUNTIME, "out of memory in attention backward");
+        break;
+      }
+      ring_tree_push(m->be, stack, P, c, g->at);
+      if (g->at == g->n - 1) send = stack; // the tree is complete: [dK | dV] alone
+      home = stack;
+    }
+    if (g->n == 1) break; // one place: the block never leaves
+    // n hops: every block visits every place and comes home
+    const int prev_at = (g->at + g->n - 1) % g->n;
+    rc = ring_hop(m, l, g, send, (size_t)sent_planes(g, g->at, i) * P, nxt,
+                  (size_t)sent_planes(g, prev_at, i) * P);
+    float *t = cur;
+    cur = nxt;
+    nxt = t;
+    home = cur;
+  }
+  for (int64_t t = 0; t < rows && !rc; t++) { // the own rows' finished dK, dV
+    memcpy(dk + (size_t)t * ldd, home + (size_t)t * 2 * wk, (size_t)wk * sizeof(float));
+    memcpy(dv + (size_t)t * ldd, home + (size_t)t * 2 * wk + wk, (size_t)wk * sizeof(float));
+  }
+  ts_mem_free(cur);
+  ts_mem_free(nxt);
+  ts_mem_free(dsum);
+  return rc;
+}
+
+// ---- tolerance ring attention (--fast, ring-zigzag) --------------------------------------
 // Position of run k of rank q (ring: one run; ring-zigzag: chunks q, 2N-1-q).
 static int run_at(const ts_model *m, int q, int k) {
   ts_cp_runs runs;
@@ -180,21 +329,83 @@ static void ring_sizes(const ts_model *m, ts_cp_sizes *out) {
   *out = (ts_cp_sizes){.layer_rows = N, .q_rows = N, .kv_rows = N, .dkv_rows = N};
 }
 
-static int ring_attn_forward(ts_model *m, int l, uint64_t step, float p) {
+// The ring of the sequence group for exact ring attention: place r is rank r.
+static ring_geom ring_geometry(const ts_model *m, int l, uint64_t step, float p) {
+  const int N = m->seq->size, r = m->seq->rank;
+  ring_geom g = {.n = N, .at = r, .next = (r + 1) % N, .prev = (r + N - 1) % N, .rows = m->Tl,
+                 .wk = m->Ckv,
+                 .as = {.B = 1, .T = m->T, .H = m->H, .dh = m->dh, .tile = m->cfg.tile,
+                        .dropout = p, .seed = m->cfg.seed, .step = step,
+                        .index_base = ts_model_attn_base(m, l), .Tq = m->Tl, .q0 = m->t0,
+                        .Tk = m->Tl, .Hkv = m->Hkv}};
+  return g;
+}
+
+static int exact_forward(ts_model *m, int l, uint64_t step, float p) {
+  const int Tl = m->Tl, Ckv = m->Ckv;
+  layer_acts *a = ts_layer_acts(m, l);
+  const ring_geom g = ring_geometry(m, l, step, p);
+  ts_mem_phase(TS_PHASE_ATTN_FWD);
+  ts_mem_hold(own_bytes(m));
+  const size_t nblk = (size_t)Tl * 2 * Ckv;
+  float *blk[2] = {ts_mem_alloc(nblk * sizeof(float)), ts_mem_alloc(nblk * sizeof(float))};
+  int rc = blk[0] && blk[1] ? TS_OK : ts_fail(TS_ERUNTIME, "out of memory (ring attention)");
+  for (int64_t t = 0; t < Tl && !rc; t++) { // the block: rows of [K | V]
+    memcpy(blk[0] + (size_t)t * 2 * Ckv, a->k + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
+    memcpy(blk[0] + (size_t)t * 2 * Ckv + Ckv, a->v + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
+  }
+  if (!rc) rc = ring_exact_forward(m, l, &g, a->q, blk, a->att, a->lse);
+  ts_mem_free(blk[0]);
+  ts_mem_free(blk[1]);
+  ts_mem_release(own_bytes(m));
+  ts_mem_phase(TS_PHASE_NONE);
+  return rc;
+}
+
+static int exact_backward(ts_model *m, int l, uint64_t step) {
+  layer_acts *a = ts_layer_acts(m, l);
+  // and the gradients: of the output in, of Q, K, V out
+  const size_t held = own_bytes(m) + ((size_t)2 * m->C + 2 * (size_t)m->Ckv) * m->Tl * sizeof(float);
+  const ring_geom g = ring_geometry(m, l, step, m->cfg.dropout);
+  ts_mem_phase(TS_PHASE_ATTN_BWD);
+  ts_mem_hold(held);
+  int rc = ring_exact_backward(m, l, &g, m->datt, a->q, a->att, a->lse, a->k, a->v, m->dq, m->dk,
+                               m->dv, m->Ckv);
+  ts_mem_release(held);
+  ts_mem_phase(TS_PHASE_NONE);
+  return rc;
+}
+
+static void project(ts_model *m, int l) {
   const layer_params *w = &m->p.layer[l];
   layer_acts *a = ts_layer_acts(m, l);
   ts_cp_project_q(m, w, a->q);
   ts_cp_project_kv(m, w, a->k, a->v);
+}
+
+// ring: exact; --fast keeps the log-sum-exp merge (the tolerance tier).
+static int ring_attn_forward(ts_model *m, int l, uint64_t step, float p) {
+  project(m, l);
+  return m->cfg.fast ? ring_forward(m, l, step, p) : exact_forward(m, l, step, p);
+}
+
+static int ring_attn_backward(ts_model *m, int l, uint64_t step) {
+  return m->cfg.fast ? ring_backward(m, l, step) : exact_backward(m, l, step);
+}
+
+// ring-zigzag: the merge.
+static int zigzag_attn_forward(ts_model *m, int l, uint64_t step, float p) {
+  project(m, l);
   return ring_forward(m, l, step, p);
 }
 
 const ts_cp ts_cp_ring = {
     .name = "ring",
-    .summary = "ring attention: key/value blocks passed around the group",
-    .exact = 0,
+    .summary = "ring attention: key/value blocks passed around the group in the serial order",
+    .exact = 1,
     .sizes = ring_sizes,
     .attn_forward = ring_attn_forward,
-    .attn_backward = ring_backward,
+    .attn_backward = ring_attn_backward,
 };
 
 const ts_cp ts_cp_ring_zigzag = {
@@ -204,6 +415,6 @@ const ts_cp ts_cp_ring_zigzag = {
     .check = zigzag_check,
     .positions = zigzag_positions,
     .sizes = ring_sizes,
-    .attn_forward = ring_attn_forward,
+    .attn_forward = zigzag_attn_forward,
     .attn_backward = ring_backward,
 };

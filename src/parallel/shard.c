@@ -173,8 +173,11 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
   if (sh.seq) {
     sh.cp = ts_cp_get(lay->sp_mode);
     rc = ts_model_create_stage(cfg, sh.b0, 1, &sp, l0, l0 + per, &sh.m);
-  } else { // under --pp one microbatch at a time
-    rc = ts_model_create_stage(cfg, sh.b0, grid->pp > 1 ? mb : sh.nb, NULL, l0, l0 + per, &sh.m);
+  } else { // under --pp, or accumulating (--microbatches without it), one microbatch at a time
+    sh.M = grid->pp == 1 ? lay->microbatches : 1;
+    sh.mb = mb;
+    rc = ts_model_create_stage(cfg, sh.b0, grid->pp > 1 || sh.M > 1 ? mb : sh.nb, NULL, l0,
+                               l0 + per, &sh.m);
   }
   if (rc) return rc;
   if (grid->pp > 1) {
@@ -208,6 +211,15 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
   if ((rc = plan_state(&sh, cfg, grid, lay))) {
     ts_shard_free(&sh);
     return rc;
+  }
+  if (sh.M > 1) { // accumulation: the microbatches' loss sums and gradient tree
+    sh.lsums = calloc((size_t)sh.M, sizeof(float));
+    ts_tree_init(&sh.seq_tree, sh.np);
+    sh.has_tree = 1;
+    if (!sh.lsums) {
+      ts_shard_free(&sh);
+      return ts_fail(TS_ERUNTIME, "out of memory");
+    }
   }
   if (sh.seq) {
     sh.lsums = calloc((size_t)sh.nb, sizeof(float));
@@ -292,6 +304,21 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
     return ts_pipeline_pass(sh->pl, m, sh->b0, sh->rows_in, sh->rows_tg, step, train, loss_sum);
   }
   if (sh->pl) return ts_pipeline_pass(sh->pl, m, sh->b0, inputs, targets, step, train, loss_sum);
+  if (sh->M > 1) { // accumulation: each microbatch's gradient into the tree, in order
+    const size_t tokens = (size_t)sh->mb * sh->T;
+    for (int mu = 0; mu < sh->M; mu++) {
+      ts_model_select_sequence(m, sh->b0 + mu * sh->mb);
+      ts_model_forward(m, inputs + mu * tokens, targets + mu * tokens, step, train);
+      if ((rc = ts_model_status(m))) return rc;
+      sh->lsums[mu] = ts_model_loss_sum(m);
+      if (!train) continue;
+      if ((rc = ts_model_backward(m, step))) return rc;
+      if (ts_tree_push(&sh->seq_tree, ts_model_grads(m)) != 0)
+        return ts_fail(TS_ERUNTIME, "out of memory (gradient tree over microbatches)");
+    }
+    *loss_sum = ts_tree_sum(sh->lsums, (size_t)sh->M);
+    return TS_OK;
+  }
   if (!sh->seq) {
     ts_model_forward(m, inputs, targets, step, train);
     if ((rc = ts_model_status(m))) return rc;
@@ -317,7 +344,7 @@ int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group) {
   float *g = ts_model_grads(sh->m);
   // the sequence group's sums came per sequence (ts_shard_sequence_done);
   // the tree over the sequences (a pipeline keeps its own)
-  if (sh->seq && sh->nb > 1 && !sh->pl) ts_tree_finish(&sh->seq_tree, g);
+  if ((sh->seq && sh->nb > 1 && !sh->pl) || sh->M > 1) ts_tree_finish(&sh->seq_tree, g);
   if (data_group && data_group->size > 1) {
     rc = sh->fast ? ts_comm_allreduce_fast(data_group, g, sh->np, -1)
                   : ts_comm_allreduce_tree(data_group, g, sh->np, -1);

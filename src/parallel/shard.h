@@ -59,6 +59,10 @@ typedef struct {
   ts_tree seq_tree;
   int has_tree;
   size_t seq_skip;
+  // Gradient accumulation (--microbatches M without --pp): the model holds mb
+  // sequences and the rank runs its M microbatches one after another, their
+  // gradients into the same tree (seq_tree) and their loss sums into lsums.
+  int M, mb;
 } ts_shard;
 
 // The shard must stay at *out (its pipeline keeps a pointer to it).

@@ -9,21 +9,25 @@
 //   forward   Q, K, V of the rank's rows (every head, the serial shapes) ·
 //             one all-to-all inside the group: member u gets heads
 //             [u·H/U, (u+1)·H/U) (and their key/value heads) of the group's
-//             whole block · ring attention of those heads across the R groups
-//             (member u of group g talks to member u of groups g ± 1), the
-//             blocks' outputs merged by their log-sum-exp (ring.h) · the
-//             output back to the rank's rows by an all-to-all.
-//   backward  dO and O to heads · the ring backward: [K | V | dK | dV] goes
-//             round the groups and comes home with every group's dK, dV terms
-//             · dQ, dK, dV back to the rank's rows.
+//             whole block · exact ring attention of those heads across the R
+//             groups (member u of group g talks to member u of groups g ± 1;
+//             ring.h): the group's queries walk the blocks g, g − 1, …, 0
+//             carrying the online softmax · the output back to the rank's
+//             rows by an all-to-all.
+//   backward  dO and O to heads · the ring backward: the blocks go round the
+//             groups again with the travelling tree of their dK, dV, and come
+//             home finished · dQ, dK, dV back to the rank's rows.
 // Per layer and sequence, in messages between pairs (sendrecv, counted):
-// forward 2(U−1) for the all-to-alls and R−1 ring hops, backward 2(U−1) and R.
+// forward 2(U−1) for the all-to-alls and R−1 ring hops, backward 2(U−1) and R
+// (ring.h's messages: [K | V] forward; backward [K | V] and the tree while
+// groups ahead still need them, then the finished [dK | dV]).
 // The all-to-alls are exchanges of U−1 rounds over the sequence group
 // (round k: to member u+k, from member u−k), so no sub-communicator is made.
 //
-// U = N is Ulysses (one block, no merge), U = 1 is ring attention. Between
-// them the merge associates differently from the serial online softmax, so
-// USP is in the tolerance tier, like ring; the exchanges only move bytes.
+// U = N is Ulysses (one block), U = 1 is ring attention. The exchanges only
+// move bytes and the ring part is exact ring attention, so USP is in the
+// exact tier, like both; --fast merges the groups' blocks by their
+// log-sum-exp instead (ring's tolerance version).
 // What the rank keeps for backward is the size of its own rows' Q, K, V and
 // lse, held head-sharded: Q' (Tb rows × H/U heads) in the layer's q buffer,
 // K', V' in k, v.
@@ -161,6 +165,17 @@ static ts_attn_shape block_shape(const ts_model *m, int l, float p, uint64_t ste
   return as;
 }
 
+// The ring across the groups for exact ring attention (ring.h): place g is
+// group g, and this member talks to member u of the groups g ± 1.
+static ring_geom group_ring(const ts_model *m, int l, float p, uint64_t step) {
+  const usp *s = m->cp_state;
+  const int N = m->seq->size, r = m->seq->rank;
+  ring_geom g = {.n = s->R, .at = s->g, .next = (r + s->U) % N, .prev = (r + N - s->U) % N,
+                 .rows = s->U * m->Tl, .wk = (m->Hkv / s->U) * m->dh,
+                 .as = block_shape(m, l, p, step, 0, 0)};
+  return g;
+}
+
 // One hop round the groups: to member u of group g+1, from group g−1.
 static int hop(ts_model *m, int l, float *send, float *recv, size_t floats) {
   const usp *s = m->cp_state;
@@ -182,9 +197,11 @@ static int usp_attn_forward(ts_model *m, int l, uint64_t step, float p) {
   float *cur = ts_mem_alloc((size_t)Tb * 2 * wk * sizeof(float)); // the block: rows of [K' | V']
   float *nxt = ts_mem_alloc((size_t)Tb * 2 * wk * sizeof(float));
   float *o = ts_mem_alloc((size_t)Tb * wq * sizeof(float)); // O' (Tb, wq)
-  float *ob = ts_mem_alloc((size_t)Tb * wq * sizeof(float));
-  float *lb = ts_mem_alloc((size_t)Hu * Tb * sizeof(float));
-  int rc = !q || !k || !v || !cur || !nxt || !o || !ob || !lb
+  // --fast: a block's own output and lse, merged into o's
+  const int fast = m->cfg.fast;
+  float *ob = fast ? ts_mem_alloc((size_t)Tb * wq * sizeof(float)) : NULL;
+  float *lb = fast ? ts_mem_alloc((size_t)Hu * Tb * sizeof(float)) : NULL;
+  int rc = !q || !k || !v || !cur || !nxt || !o || (fast && (!ob || !lb))
                ? ts_fail(TS_ERUNTIME, "out of memory (USP attention)")
                : TS_OK;
   if (!rc) {
@@ -200,8 +217,13 @@ static int usp_attn_forward(ts_model *m, int l, uint64_t step, float p) {
       memcpy(a->k + (size_t)t * wk, cur + (size_t)t * 2 * wk, (size_t)wk * sizeof(float));
       memcpy(a->v + (size_t)t * wk, cur + (size_t)t * 2 * wk + wk, (size_t)wk * sizeof(float));
     }
-  // the ring: at hop i the block of group g − i, visible unless it wrapped
-  for (int i = 0; i < s->R && !rc; i++) {
+  if (!rc && !fast) { // the ring across the groups, exact (ring.h)
+    const ring_geom rg = group_ring(m, l, p, step);
+    float *blk[2] = {cur, nxt};
+    rc = ring_exact_forward(m, l, &rg, a->q, blk, o, a->lse);
+  }
+  // --fast: at hop i the block of group g − i, visible unless it wrapped, merged
+  for (int i = 0; i < s->R && !rc && fast; i++) {
     const int src = (s->g + s->R - i) % s->R;
     if (src <= s->g) {
       ts_attn_shape as = block_shape(m, l, p, step, src, 2 * wk);
@@ -239,18 +261,36 @@ static int usp_attn_backward(ts_model *m, int l, uint64_t step) {
   float *dO = ts_mem_alloc((size_t)Tb * wq * sizeof(float));
   float *o = ts_mem_alloc((size_t)Tb * wq * sizeof(float));
   float *dq = ts_mem_alloc((size_t)Tb * wq * sizeof(float));
+  int rc = !dO || !o || !dq ? ts_fail(TS_ERUNTIME, "out of memory (USP attention)") : TS_OK;
+  if (!rc) { // dO' and O' (the forward's output, exchanged again rather than kept)
+    part pt[] = {{m->datt, C, dO, wq, wq}, {a->att, C, o, wq, wq}};
+    rc = exchange(m, l, pt, 2, TO_HEADS);
+  }
+  if (!m->cfg.fast) { // the ring across the groups, exact (ring.h), then dQ, dK, dV to rows
+    float *dkv = ts_mem_alloc((size_t)Tb * 2 * wk * sizeof(float)); // rows of [dK' | dV']
+    if (!rc && !dkv) rc = ts_fail(TS_ERUNTIME, "out of memory (USP attention)");
+    if (!rc) {
+      const ring_geom rg = group_ring(m, l, m->cfg.dropout, step);
+      rc = ring_exact_backward(m, l, &rg, dO, a->q, o, a->lse, a->k, a->v, dq, dkv, dkv + wk,
+                               2 * wk);
+    }
+    if (!rc) {
+      part pt[] = {{m->dq, C, dq, wq, wq}, {m->dk, Ckv, dkv, 2 * wk, wk},
+                   {m->dv, Ckv, dkv + wk, 2 * wk, wk}};
+      rc = exchange(m, l, pt, 3, TO_ROWS);
+    }
+    ts_mem_free(dO); ts_mem_free(o); ts_mem_free(dq); ts_mem_free(dkv);
+    ts_mem_phase(TS_PHASE_NONE);
+    return rc;
+  }
+  // --fast: [K' | V' | dK' | dV'] round the groups, the blocks' terms added as they come
   float *dqb = ts_mem_alloc((size_t)Tb * wq * sizeof(float));
   float *cur = ts_mem_alloc((size_t)Tb * wb * sizeof(float)); // rows of [K' | V' | dK' | dV']
   float *nxt = ts_mem_alloc((size_t)Tb * wb * sizeof(float));
   float *part_kv = ts_mem_alloc((size_t)Tb * wb * sizeof(float)); // a block's dK', dV' terms
   float *dsum = ts_mem_alloc((size_t)Hu * Tb * sizeof(float));
-  int rc = !dO || !o || !dq || !dqb || !cur || !nxt || !part_kv || !dsum
-               ? ts_fail(TS_ERUNTIME, "out of memory (USP attention)")
-               : TS_OK;
-  if (!rc) { // dO' and O' (the forward's output, exchanged again rather than kept)
-    part pt[] = {{m->datt, C, dO, wq, wq}, {a->att, C, o, wq, wq}};
-    rc = exchange(m, l, pt, 2, TO_HEADS);
-  }
+  if (!rc && (!dqb || !cur || !nxt || !part_kv || !dsum))
+    rc = ts_fail(TS_ERUNTIME, "out of memory (USP attention)");
   for (int64_t t = 0; t < Tb && !rc; t++) {
     float *row = cur + (size_t)t * wb;
     memcpy(row, a->k + (size_t)t * wk, (size_t)wk * sizeof(float));
@@ -292,7 +332,7 @@ static int usp_attn_backward(ts_model *m, int l, uint64_t step) {
 const ts_cp ts_cp_usp = {
     .name = "usp",
     .summary = "Ulysses inside groups of --ulysses-degree ranks, ring attention across them",
-    .exact = 0,
+    .exact = 1,
     .check = usp_check,
     .sizes = usp_sizes,
     .create = usp_create,

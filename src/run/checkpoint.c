@@ -358,31 +358,6 @@ static int meta_count(const ts_ckpt *ck, const char *key, int64_t *out) {
   return TS_OK;
 }
 
-// The JSON key of the first field in which two configurations' JSON forms
-// differ (both written by ts_config_to_json: same order, optional fields
-// present or not), or "" when they do not.
-static void first_difference(const char *a, const char *b, char *key, size_t cap) {
-  json_value va, vb;
-  json_error err;
-  key[0] = 0;
-  if (json_parse(&va, a, strlen(a), JSON_NONFINITE | JSON_ANY_BYTES, &err)) return;
-  if (json_parse(&vb, b, strlen(b), JSON_NONFINITE | JSON_ANY_BYTES, &err)) {
-    json_free(&va);
-    return;
-  }
-  for (int i = 0; i < va.n || i < vb.n; i++) {
-    const json_value *x = i < va.n ? &va.items[i] : NULL, *y = i < vb.n ? &vb.items[i] : NULL;
-    const char *sx = x && x->str ? x->str : "", *sy = y && y->str ? y->str : "";
-    if (x && y && !strcmp(x->key, y->key) && x->type == y->type && !strcmp(sx, sy)) continue;
-    // a field written by one side only (optional fields) shifts the rest: name it
-    const json_value *only = y && !json_get(&va, y->key) ? y : x ? x : y;
-    snprintf(key, cap, "%s", only->key);
-    break;
-  }
-  json_free(&va);
-  json_free(&vb);
-}
-
 // The configuration, read over base (the fields it lacks keep base's value;
 // those written only when set are 0 when absent) and validated like the
 // command line: it must be what ts_config_finalize leaves, unchanged (a run
@@ -418,7 +393,7 @@ static int read_config(const ts_ckpt *ck, const ts_config *base, int training, i
   char a[TS_CONFIG_JSON_MAX], b[TS_CONFIG_JSON_MAX], key[64];
   if (ts_config_to_json(out, a, sizeof a) || ts_config_to_json(&fin, b, sizeof b))
     return ts_run_restate(path, META_CONFIG);
-  first_difference(a, b, key, sizeof key);
+  ts_config_json_difference(a, b, key, sizeof key);
   if (key[0])
     return bad(path, "%s: \"%s\" is not a value a run writes (it is left for a default)",
                META_CONFIG, key);
@@ -626,21 +601,6 @@ int ts_run_remove_stale_temps(const ts_config *cfg) {
 // ---------------------------------------------------------------------------
 // Comparing two checkpoints' model state.
 
-// The settings of a run that are not its computation: where it reads and
-// writes, how often it logs, evaluates and checkpoints, its threads. Two
-// layouts of one run differ in them and hold the same model state.
-static void copy_run_settings(ts_config *to, const ts_config *from) {
-  to->threads = from->threads;
-  to->quiet = from->quiet;
-  to->resume = from->resume;
-  to->eval_every = from->eval_every;
-  to->eval_batches = from->eval_batches;
-  to->ckpt_every = from->ckpt_every;
-  memcpy(to->data_path, from->data_path, sizeof to->data_path);
-  memcpy(to->log_path, from->log_path, sizeof to->log_path);
-  memcpy(to->ckpt_dir, from->ckpt_dir, sizeof to->ckpt_dir);
-}
-
 static int compare_state(ts_ckpt *a, ts_ckpt *b, FILE *out) {
   const char *pa = ts_ckpt_path(a), *pb = ts_ckpt_path(b);
   const char *keys[] = {META_STEP, META_ADAM, META_POSITION};
@@ -669,11 +629,12 @@ static int compare_state(ts_ckpt *a, ts_ckpt *b, FILE *out) {
   ts_config_defaults(&cb);
   if (!ja || ts_config_from_json(&ca, ja)) return ts_fail(TS_EUSAGE, "%s: unreadable %s", pa, META_CONFIG);
   if (!jb || ts_config_from_json(&cb, jb)) return ts_fail(TS_EUSAGE, "%s: unreadable %s", pb, META_CONFIG);
-  copy_run_settings(&cb, &ca);
+  ts_config_drop_run_settings(&ca);
+  ts_config_drop_run_settings(&cb);
   char sa[TS_CONFIG_JSON_MAX], sb[TS_CONFIG_JSON_MAX], key[64];
   if (ts_config_to_json(&ca, sa, sizeof sa) || ts_config_to_json(&cb, sb, sizeof sb))
     return ts_fail(TS_EUSAGE, "%s: %s", pa, ts_errmsg());
-  first_difference(sa, sb, key, sizeof key);
+  ts_config_json_difference(sa, sb, key, sizeof key);
   if (key[0]) {
     fprintf(out, "different: the configurations differ in \"%s\"\n", key);
     return 1;

@@ -75,6 +75,15 @@ typedef struct {
   int64_t step;       // optimizer steps done, in [1, cfg.steps]
   uint64_t adam_step; // = step
 } ts_run_ckpt;
+
+// ---- agree.c ----------------------------------------------------------------------------
+// Every rank's computation (the configuration but its run settings, the
+// layout), its data (token counts and digest) and on --resume its checkpoint
+// (step and header checksum; ck NULL or closed: none) compared with rank 0's
+// over the world before any work. A difference: TS_EUSAGE on every rank
+// alike (ts_fail_everywhere), naming the first rank that differs and in what.
+int ts_run_agree(const ts_config *cfg, const ts_layout *lay, const ts_data *data,
+                 const ts_run_ckpt *ck);
 // Opens path and checks everything in its header before anything is
 // allocated: format 2, the configuration (read over base, finalized, fitting
 // this machine for training or evaluation, share processes per node, on the

@@ -42,7 +42,8 @@ static int injected_fault(const ts_grid *g, const char *path) {
 }
 
 // The layout's name in the config record and the progress line:
-// "serial", "dp2", "dp1-sp4-lss", "dp1-pp2-m4-1f1b", "dp1-sp2-upipe-u2-gqa" …
+// "serial", "dp2", "dp1-sp4-lss", "dp1-pp2-m4-1f1b", "dp1-sp2-upipe-u2-gqa",
+// "serial-m4" (accumulation), "dp4-zero1" …
 static void layout_name(const ts_grid *grid, const ts_layout *lay, char *buf, size_t cap) {
   const int D = grid->dp;
   if (grid->world_size == 1)
@@ -57,6 +58,9 @@ static void layout_name(const ts_grid *grid, const ts_layout *lay, char *buf, si
   const ts_cp *cp = ts_cp_get(lay->sp_mode);
   if (grid->sp > 1 && cp->describe) // the strategy's settings
     cp->describe(lay, buf + strlen(buf), cap - strlen(buf));
+  if (grid->pp == 1 && grid->sp == 1 && lay->microbatches > 1) // gradient accumulation
+    snprintf(buf + strlen(buf), cap - strlen(buf), "-m%d", lay->microbatches);
+  if (lay->zero) snprintf(buf + strlen(buf), cap - strlen(buf), "-zero%d", lay->zero);
 }
 
 // --resume, once the model and the optimizer exist: the checkpoint, opened
@@ -238,6 +242,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   }
   if ((rc = ts_run_open_data(&cfg, cfg.data_path, &data))) goto done;
   if ((rc = injected_fault(grid, cfg.data_path))) goto done;
+  // every rank with the same computation, data and checkpoint, before any work
+  if ((rc = ts_run_agree(&cfg, &lay, data, &ck))) goto done;
   if ((rc = ts_shard_create(&cfg, grid, &lay, &sh))) goto done;
   m = sh.m;
   ts_model_init(m, cfg.seed);

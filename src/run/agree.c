@@ -1,0 +1,99 @@
+// Ranks agree before they work (run.h): every rank compares what it was given
+// and what it found with rank 0's, so that ranks started with different
+// flags, data or checkpoints stop at once with one line saying which rank
+// differs and in what, instead of hanging in a collective that does not
+// match or finishing with a silently different result.
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "parallel/grid.h"
+#include "run/run.h"
+#include "util.h"
+
+#define AGREE_CONFIG 8192 // the configuration without its paths fits
+
+// What a rank says about itself.
+typedef struct {
+  char config[AGREE_CONFIG];   // the computation (ts_config_drop_run_settings), as JSON
+  int layout[10];              // the layout's settings, in layout_flags' order
+  uint64_t data_tokens[2], data_digest;
+  int64_t ckpt_step;           // --resume: the checkpoint's step (0: none)
+  char ckpt_crc[12];           // and its header's checksum
+} statement;
+
+static const char *const layout_flags[10] = {
+    "--dp", "--sp", "--pp", "--sp-mode", "--upipe-u", "--upipe-schedule", "--microbatches",
+    "--schedule", "--ulysses-degree", "--zero"};
+
+static int state(statement *st, const ts_config *cfg, const ts_layout *lay, const ts_data *data,
+                 const ts_run_ckpt *ck) {
+  memset(st, 0, sizeof *st);
+  ts_config comp = *cfg;
+  ts_config_drop_run_settings(&comp);
+  int rc = ts_config_to_json(&comp, st->config, sizeof st->config);
+  if (rc) return rc;
+  const int l[10] = {lay->dp, lay->sp, lay->pp, (int)lay->sp_mode, lay->upipe_u, lay->upipe_sched,
+                     lay->microbatches, lay->schedule, lay->ulysses_degree, lay->zero};
+  memcpy(st->layout, l, sizeof l);
+  st->data_tokens[0] = ts_data_split_len(data, TS_SPLIT_TRAIN);
+  st->data_tokens[1] = ts_data_split_len(data, TS_SPLIT_VAL);
+  st->data_digest = ts_data_digest(data);
+  if (ck && ck->ck) {
+    const char *crc = ts_ckpt_meta(ck->ck, "tessera.header_crc32");
+    st->ckpt_step = ck->step;
+    snprintf(st->ckpt_crc, sizeof st->ckpt_crc, "%s", crc ? crc : "");
+  }
+  return TS_OK;
+}
+
+// The first way rank q's statement differs from rank 0's, into what; 0: none.
+static int differs(const statement *a, const statement *b, int q, char *what, size_t cap) {
+  char key[64];
+  if (strcmp(a->config, b->config)) {
+    ts_config_json_difference(a->config, b->config, key, sizeof key);
+    snprintf(what, cap, "the configuration: \"%s\" differs", key[0] ? key : "?");
+    return 1;
+  }
+  for (int i = 0; i < 10; i++)
+    if (a->layout[i] != b->layout[i]) {
+      snprintf(what, cap, "the layout: %s", layout_flags[i]);
+      return 1;
+    }
+  if (memcmp(a->data_tokens, b->data_tokens, sizeof a->data_tokens) ||
+      a->data_digest != b->data_digest) {
+    snprintf(what, cap, "the data: rank 0 read %" PRIu64 " + %" PRIu64 " tokens (digest %016" PRIx64
+             "), rank %d %" PRIu64 " + %" PRIu64 " (digest %016" PRIx64 ")",
+             a->data_tokens[0], a->data_tokens[1], a->data_digest, q, b->data_tokens[0],
+             b->data_tokens[1], b->data_digest);
+    return 1;
+  }
+  if (a->ckpt_step != b->ckpt_step || strcmp(a->ckpt_crc, b->ckpt_crc)) {
+    snprintf(what, cap, "the checkpoint to resume from: rank 0 found step %" PRId64 " (header %s), "
+             "rank %d step %" PRId64 " (header %s)", a->ckpt_step, a->ckpt_crc, q, b->ckpt_step,
+             b->ckpt_crc);
+    return 1;
+  }
+  return 0;
+}
+
+int ts_run_agree(const ts_config *cfg, const ts_layout *lay, const ts_data *data,
+                 const ts_run_ckpt *ck) {
+  const int n = ts_mpi_world_size();
+  if (n == 1) return TS_OK;
+  statement *mine = malloc(sizeof *mine), *all = malloc((size_t)n * sizeof *all);
+  int rc = mine && all ? state(mine, cfg, lay, data, ck) : ts_fail(TS_ERUNTIME, "out of memory");
+  // a rank that cannot say must still take part: its statement then differs
+  if (rc && mine) memset(mine, 0xff, sizeof *mine);
+  int arc = mine && all ? ts_mpi_allgather_raw(mine, all, sizeof *mine) : rc;
+  if (!rc) rc = arc;
+  char what[512];
+  for (int q = 1; q < n && !rc; q++)
+    if (differs(&all[0], &all[q], q, what, sizeof what))
+      rc = ts_fail_everywhere(TS_EUSAGE, "rank %d disagrees with rank 0 on %s: every rank must "
+                              "be started with the same flags, data and checkpoints", q, what);
+  free(mine);
+  free(all);
+  return rc;
+}
