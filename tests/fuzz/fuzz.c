@@ -326,8 +326,8 @@ static const char *const config_keys[] = {
     "tile", "leaf", "lr", "lr_hex", "min_lr_frac", "min_lr_frac_hex", "weight_decay", "beta1",
     "beta2_hex", "eps_hex", "grad_clip", "warmup", "val_frac_hex", "eval_every", "eval_batches",
     "threads", "fast", "optimizer", "muon_lr", "checkpoint", "fused_ce", "tiled_mlp", "compress",
-    "compress_rank", "compress_stages", "proj_lr", "vq_groups", "vq_codes", "data_path",
-    "log_path", "ckpt_dir", "ckpt_every", "resume", "quiet"};
+    "compress_rank", "compress_stages", "proj_lr", "vq_groups", "vq_codes", "data_format",
+    "data_path", "val_path", "log_path", "ckpt_dir", "ckpt_every", "resume", "quiet"};
 static const char *const number_values[] = {
     "0", "1", "2", "3", "4", "7", "8", "16", "64", "-1", "-2147483648", "2147483647",
     "2147483648", "200000000", "99999999999999999999", "18446744073709551615",
@@ -740,18 +740,15 @@ static void expect_clean(const char *who, int rc, unsigned allowed, const char *
 }
 
 // The configuration fields a resume may change (they change no result, or
-// name files): any other difference between an accepted checkpoint's
-// configuration and the run's means another run was resumed.
-static const char *const resume_may_differ[] = {"preset", "data_path", "log_path", "ckpt_dir",
-                                                "ckpt_every", "resume", "quiet", "threads",
-                                                "eval_every", "eval_batches", "checkpoint",
-                                                "fused_ce", "tiled_mlp", "fast"};
-
+// name files) are blanked in both: any other difference between an accepted
+// checkpoint's configuration and the run's means another run was resumed.
 static void same_run(const ts_config *ran, const ts_config *ck) {
   char a[TS_CONFIG_JSON_MAX], b[TS_CONFIG_JSON_MAX];
   ts_config x = *ran, y = *ck;
-  // blank the fields a resume may change, then the rest must agree
   x.data_path[0] = y.data_path[0] = x.log_path[0] = y.log_path[0] = 0;
+  // a --val-data file's path may change, not whether there is one (DATA.md)
+  snprintf(x.val_path, sizeof x.val_path, "%s", x.val_path[0] ? "set" : "");
+  snprintf(y.val_path, sizeof y.val_path, "%s", y.val_path[0] ? "set" : "");
   x.ckpt_dir[0] = y.ckpt_dir[0] = 0;
   snprintf(x.preset, sizeof x.preset, "-");
   snprintf(y.preset, sizeof y.preset, "-");
@@ -759,7 +756,6 @@ static void same_run(const ts_config *ran, const ts_config *ck) {
   x.threads = y.threads = x.eval_every = y.eval_every = x.eval_batches = y.eval_batches = 0;
   x.checkpoint = y.checkpoint = x.fused_ce = y.fused_ce = x.tiled_mlp = y.tiled_mlp = 0;
   x.fast = y.fast = 0;
-  (void)resume_may_differ;
   if (ts_config_to_json(&x, a, sizeof a) || ts_config_to_json(&y, b, sizeof b))
     broken("config to JSON failed: %s", ts_errmsg());
   if (strcmp(a, b)) {
