@@ -511,23 +511,27 @@ static int read_tensor(const char *path, const json_value *t, entry *e) {
 }
 
 // "__metadata__": {"key": "value", ...}, string to string only.
+// Repeated keys are found by sorting (json_object_duplicate), not pairwise: a
+// header of a million entries must not take hours to refuse. Each is
+// reported where the member-by-member reading reaches it.
 static int read_meta(const char *path, const json_value *m) {
   if (m->type != JSON_OBJECT) return bad(path, "__metadata__ is not an object");
+  const json_value *dup;
+  if (json_object_duplicate(m, &dup)) return bad(path, "out of memory");
   for (int i = 0; i < m->n; i++) {
     const char *key = m->items[i].key;
     if (m->items[i].type != JSON_STRING)
       return bad(path, "metadata value of '%s' is not a string", key);
-    for (int j = 0; j < i; j++)
-      if (!strcmp(m->items[j].key, key)) return bad(path, "metadata key '%s' appears twice", key);
+    if (&m->items[i] == dup) return bad(path, "metadata key '%s' appears twice", key);
   }
   return TS_OK;
 }
 
 static int read_header(ts_ckpt *ck) {
-  const json_value *h = &ck->header;
+  const json_value *h = &ck->header, *dup;
   if (h->type != JSON_OBJECT) return not_json(ck->path, "expected '{'", h->pos);
   ck->tensors = calloc((size_t)h->n + 1, sizeof *ck->tensors);
-  if (!ck->tensors) return bad(ck->path, "out of memory");
+  if (!ck->tensors || json_object_duplicate(h, &dup)) return bad(ck->path, "out of memory");
   for (int i = 0; i < h->n; i++) {
     const json_value *v = &h->items[i];
     int rc;
@@ -536,9 +540,7 @@ static int read_header(ts_ckpt *ck) {
       ck->meta = v;
       rc = read_meta(ck->path, v);
     } else {
-      for (int j = 0; j < ck->n_tensors; j++)
-        if (!strcmp(ck->tensors[j].name, v->key))
-          return bad(ck->path, "tensor '%s' appears twice", v->key);
+      if (v == dup) return bad(ck->path, "tensor '%s' appears twice", v->key);
       entry *e = &ck->tensors[ck->n_tensors++];
       e->name = v->key;
       rc = read_tensor(ck->path, v, e);

@@ -6,20 +6,45 @@
 static _Thread_local char errbuf[1024];
 static _Thread_local int everywhere; // the last error is every rank's (ts_fail_everywhere)
 
+// Messages quote what they were given (a tensor name, a metadata value, a
+// path), which may hold any byte: a control character is written as an
+// escape (\n, \t, \xNN), so that every message stays one line and cannot
+// move a terminal's cursor.
+static void put_printable(char *dst, size_t cap, const char *src) {
+  size_t k = 0;
+  for (const unsigned char *c = (const unsigned char *)src; *c && k + 1 < cap; c++) {
+    char esc[8];
+    if (*c >= 0x20 && *c != 0x7f) {
+      dst[k++] = (char)*c;
+      continue;
+    }
+    if (*c == '\n') snprintf(esc, sizeof esc, "\\n");
+    else if (*c == '\r') snprintf(esc, sizeof esc, "\\r");
+    else if (*c == '\t') snprintf(esc, sizeof esc, "\\t");
+    else snprintf(esc, sizeof esc, "\\x%02x", *c);
+    for (const char *e = esc; *e && k + 1 < cap; e++) dst[k++] = *e;
+  }
+  dst[k] = '\0';
+}
+
 int ts_fail(int code, const char *fmt, ...) {
+  char raw[sizeof errbuf];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+  vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
+  put_printable(errbuf, sizeof errbuf, raw);
   everywhere = 0;
   return code;
 }
 
 int ts_fail_everywhere(int code, const char *fmt, ...) {
+  char raw[sizeof errbuf];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+  vsnprintf(raw, sizeof raw, fmt, ap);
   va_end(ap);
+  put_printable(errbuf, sizeof errbuf, raw);
   everywhere = 1;
   return code;
 }

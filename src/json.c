@@ -300,11 +300,42 @@ const json_value *json_get(const json_value *obj, const char *key) {
   return NULL;
 }
 
+// Members by key, then by position: equal keys end up adjacent, in
+// document order.
+static int by_key(const void *a, const void *b) {
+  const json_value *x = *(const json_value *const *)a, *y = *(const json_value *const *)b;
+  int c = strcmp(x->key, y->key);
+  return c ? c : (x > y) - (x < y);
+}
+
+// Sorted, not pairwise: a damaged or crafted file may hold an object of a
+// million members, whose pairwise check would take hours.
+int json_object_duplicate(const json_value *obj, const json_value **dup) {
+  *dup = NULL;
+  if (obj->type != JSON_OBJECT || obj->n < 2) return 0;
+  const json_value **m = malloc((size_t)obj->n * sizeof *m);
+  if (!m) return -1;
+  for (int i = 0; i < obj->n; i++) m[i] = &obj->items[i];
+  qsort(m, (size_t)obj->n, sizeof *m, by_key);
+  // of each run of one key, its second member; the first of those in the document
+  for (int i = 1; i < obj->n; i++)
+    if (!strcmp(m[i - 1]->key, m[i]->key) && (i < 2 || strcmp(m[i - 2]->key, m[i]->key)) &&
+        (!*dup || m[i] < *dup))
+      *dup = m[i];
+  free(m);
+  return 0;
+}
+
 const json_value *json_find_duplicate(const json_value *v) {
   if (v->type != JSON_OBJECT && v->type != JSON_ARRAY) return NULL;
+  const json_value *here = NULL;
+  // out of memory: pairwise after all (slow, but never a wrong answer)
+  if (v->type == JSON_OBJECT && json_object_duplicate(v, &here) != 0)
+    for (int i = 1; i < v->n && !here; i++)
+      for (int j = 0; j < i && !here; j++)
+        if (!strcmp(v->items[j].key, v->items[i].key)) here = &v->items[i];
   for (int i = 0; i < v->n; i++) {
-    for (int j = 0; v->type == JSON_OBJECT && j < i; j++)
-      if (!strcmp(v->items[j].key, v->items[i].key)) return &v->items[i];
+    if (&v->items[i] == here) return here;
     const json_value *d = json_find_duplicate(&v->items[i]);
     if (d) return d;
   }

@@ -48,6 +48,10 @@ const json_value *json_get(const json_value *obj, const char *key);
 // Readers for which a repeated key is damage (json_get would silently take
 // the first) refuse the document with it.
 const json_value *json_find_duplicate(const json_value *v);
+// Of obj's own members (not recursing), the first whose key an earlier one
+// has, into *dup (NULL when none, or obj is not an object); O(n log n).
+// Returns 0, or -1 when out of memory.
+int json_object_duplicate(const json_value *obj, const json_value **dup);
 // 0 when v is a number written as a plain integer in 0..2^64-1 (exact, not via double).
 int json_u64(const json_value *v, uint64_t *out);
 // 1 when the NUL-terminated s is valid UTF-8 (no overlong forms or surrogates).

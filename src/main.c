@@ -3,7 +3,10 @@
 // Every flag is one row of a table (name, type, where it goes, which commands
 // take it, help text), so parsing, validation and --help cannot drift apart.
 // All checks happen before any work: a bad flag costs nothing. Exit codes:
-// 0 success, 1 runtime error (or, for compare, "the logs differ"), 2 usage.
+// 0 success, 1 runtime error (or, for compare, "the logs differ"), 2 usage,
+// and 128 + the signal's number for a training run stopped by SIGTERM (143),
+// SIGINT (130) or SIGHUP (129) after a whole step, as a shell reports a
+// process that a signal ended: a scheduler sees the job did not complete.
 //
 // `train` starts MPI (a world of one without mpiexec). Every rank parses the
 // same flags and reaches the same verdict, so usage errors are printed by
@@ -50,7 +53,10 @@ static const command commands[] = {
      "for bit. --fast is for distributed layouts, where it lets MPI choose its own\n"
      "summation order and ring attention merge its blocks by their log-sum-exp\n"
      "(checked within a tolerance); the serial reference computes the same exact\n"
-     "result either way.",
+     "result either way.\n"
+     "SIGTERM, SIGINT or SIGHUP stops the run after the step under way, writes that\n"
+     "step's checkpoint (with --ckpt-dir) and exits 128 + the signal's number (143,\n"
+     "130, 129), saying how to --resume; a second signal exits at once.",
      "tessera train --model mini --steps 200 --data data/corpus.txt --log run.jsonl"},
     {"eval", C_EVAL, "--ckpt FILE [flags]", "evaluate a checkpoint on the validation split",
      "Computes the mean validation loss of a checkpoint; the model comes from the\n"
@@ -766,6 +772,13 @@ static int ranks_accept(const command *cmd) {
 // than one rank an error may be this rank's alone while the others wait for
 // it in a collective: it is printed with the rank and ends the whole world.
 static int finish(const command *cmd, int rc) {
+  // Stopped by a signal: every rank stopped after the same step (train.c),
+  // so none waits for another; rank 0 says how to resume.
+  if (rc == TS_ESTOPPED) {
+    if (ts_mpi_world_rank() == 0) fprintf(stderr, "tessera: %s\n", ts_errmsg());
+    ts_mpi_finalize();
+    return 128 + ts_train_stop_signal();
+  }
   if (rc != TS_OK && ts_mpi_world_size() > 1 && ts_error_everywhere()) { // every rank's: once
     if (ts_mpi_world_rank() == 0) fprintf(stderr, "tessera %s: %s\n", cmd->name, ts_errmsg());
     ts_mpi_finalize();

@@ -9,11 +9,14 @@
 
 // ---------------------------------------------------------------------------
 // Errors. Library functions return TS_OK or an error code and leave a one-line
-// message in a thread-local buffer; only main() prints it and exits.
+// message in a thread-local buffer; only main() prints it and exits. Control
+// characters of what a message quotes (a name read from a file, a path) are
+// written as escapes (\n, \xNN), so that it stays one line.
 enum {
   TS_OK = 0,
   TS_ERUNTIME = 1, // bad file, I/O, allocation, numerical failure
   TS_EUSAGE = 2,   // bad flag or flag value
+  TS_ESTOPPED = 3, // ts_train stopped by a signal after a whole step (ts_train_stop_signal)
 };
 int ts_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 const char *ts_errmsg(void);
@@ -319,6 +322,12 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
 // Gradients of the global batch's mean loss with respect to the last forward's
 // tokens (for the whole batch: the full gradient) into the gradient buffer.
 int ts_model_backward(ts_model *m, uint64_t step);
+// The parameter tensors of the model cfg describes (names and shapes, data
+// NULL) in canonical order, without making the model: what a checkpoint of
+// it holds, checked before its memory is allocated. *out malloc'd; returns
+// their number, or -1 (out of memory, or a configuration ts_model_create
+// refuses; ts_errmsg says which).
+int ts_config_tensors(const ts_config *cfg, ts_tensor **out);
 // Named views in canonical order of the tensors this model owns (a stage's,
 // or all): their parameters and gradients, one buffer each, the same layout.
 // grads may be NULL.
@@ -351,7 +360,12 @@ double ts_model_flops_per_token(const ts_model *m);
 // ---------------------------------------------------------------------------
 // Runs (src/run/, compare.c, info.c). Each returns TS_OK or an error code.
 // lay NULL: the serial layout. Under MPI the world must be dp × sp × pp ranks.
+// SIGTERM, SIGINT or SIGHUP during ts_train: the step under way is finished,
+// checkpointed when cfg->ckpt_dir is set, and ts_train returns TS_ESTOPPED
+// with the message saying how to resume (docs/CHECKPOINTS.md, "Stopping").
 int ts_train(const ts_config *cfg, const ts_layout *lay);
+// The signal that stopped the last ts_train (TS_ESTOPPED), 0 when none.
+int ts_train_stop_signal(void);
 int ts_eval(const ts_config *cfg, const char *ckpt_path);
 int ts_info(void);
 // Whether two checkpoints hold the same model state (tessera compare on two

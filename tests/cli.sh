@@ -26,6 +26,8 @@ expect_stdout "--data-format FMT .*u16.*u32.*llmc"
 expect_stdout "--val-data PATH"
 expect_stdout "--fast"
 expect_stdout "exact"
+expect_stdout "^SIGTERM, SIGINT or SIGHUP stops the run after the step under way"
+expect_stdout "exits 128 \+ the signal's number \(143,"
 expect_exit 2 "" "$T" # no command: usage on stderr
 
 # --- usage errors: exit 2, one line naming the flag, before any work -------------
@@ -155,6 +157,14 @@ sed 's/"loss_hex":"0x1.5p+2"/"loss_hex":"0x1.5p+2","loss_hex":"0x1.6p+2"/' "$TS_
 sed 's/0x1.5p+2/0x1.5q+2/' "$TS_TMP/a.jsonl" >"$TS_TMP/hex.jsonl"
 expect_exit 2 "dup\.jsonl:3: key \"loss_hex\" appears twice" "$T" compare "$TS_TMP/a.jsonl" "$TS_TMP/dup.jsonl"
 expect_exit 2 "hex\.jsonl:3: \"loss_hex\" is not a C hex float" "$T" compare "$TS_TMP/a.jsonl" "$TS_TMP/hex.jsonl"
+# a record of 200000 members (a damaged or crafted line): its repeated keys
+# are looked for by sorting, in a fraction of a second (pairwise: minutes)
+awk 'BEGIN { printf "{\"type\":\"step\",\"step\":1,\"loss_hex\":\"0x1p+0\"";
+  for (i = 0; i < 200000; i++) printf ",\"k%d\":1", i; print "}" }' >"$TS_TMP/wide.jsonl"
+expect_exit 0 "" timeout 30 "$T" compare "$TS_TMP/wide.jsonl" "$TS_TMP/wide.jsonl"
+expect_stdout "^identical$"
+sed -i '1s/}$/,"k7":0}/' "$TS_TMP/wide.jsonl"
+expect_exit 2 "wide\.jsonl:1: key \"k7\" appears twice" timeout 30 "$T" compare "$TS_TMP/wide.jsonl" "$TS_TMP/a.jsonl"
 expect_exit 2 "--rtol -1" "$T" compare "$TS_TMP/a.jsonl" "$TS_TMP/a.jsonl" --rtol -1
 expect_exit 2 "needs two run logs" "$T" compare "$TS_TMP/a.jsonl"
 

@@ -100,6 +100,60 @@ expect_stdout "resumed from .*step-00000002"
 expect_exit 0 "" "$T" compare "$TS_TMP/serial-0.jsonl" "$R"
 expect_stdout "^identical"
 
+# --- SIGTERM reaching rank 1 alone: both ranks stop after the same step -------------
+# (the flag is combined over the world every step), rank 0 writes that step's
+# checkpoint and says so, and a resumed dp 2 run ends as the serial run ends.
+# A run that finished before the signal proves nothing: again, longer.
+SG=$TS_TMP/sig.jsonl SGCK=$TS_TMP/sigck SGN=200
+SGFLAGS="--model tiny --batch 4 --warmup 2 --eval-batches $EVB --data $DATA --threads 1 --quiet"
+# rank 1 of our run: our log on its command line, PMI_RANK=1 in its environment
+rank1() {
+  for _f in $(grep -lF -- "$SG" /proc/[0-9]*/cmdline 2>/dev/null); do
+    _p=${_f%/cmdline}
+    { tr '\0' '\n' <"$_p/environ" | grep -qx "PMI_RANK=1"; } 2>/dev/null && { echo "${_p#/proc/}"; return; }
+  done
+}
+for attempt in 1 2 3; do
+  rm -rf "$SGCK" "$SG"
+  $RUN_MPI -n 2 "$T" train $SGFLAGS --steps $SGN --dp 2 --ckpt-dir "$SGCK" --log "$SG" \
+    >"$TS_OUT" 2>"$TS_ERR" &
+  bg=$!
+  _i=0
+  while [ $_i -lt 1200 ] && kill -0 $bg 2>/dev/null && ! grep -q '"type":"step"' "$SG" 2>/dev/null; do
+    sleep 0.05
+    _i=$((_i + 1))
+  done
+  r1=$(rank1)
+  if [ -z "$r1" ]; then
+    kill $bg 2>/dev/null
+    wait $bg
+    rc=-1
+    break
+  fi
+  kill -TERM "$r1"
+  wait $bg
+  rc=$?
+  [ $rc -ne 0 ] && break
+  echo "note: the $SGN-step run finished before SIGTERM reached rank 1; again with more steps"
+  SGN=$((SGN * 4))
+done
+TS_CHECKS=$((TS_CHECKS + 1))
+k=$(sed -n "s/^tessera: stopped by SIGTERM after step \([0-9]*\) of $SGN: checkpoint .*sigck\/step-0*\([0-9]*\)\.safetensors written; .*--resume.*/\1 \2/p" "$TS_ERR")
+if [ $rc -eq -1 ]; then
+  fail "signal to one rank: rank 1 of the running dp 2 run not found"
+elif [ $rc -eq 143 ] && [ -n "$k" ] && [ "${k% *}" = "${k#* }" ] && [ "$(grep -c . "$TS_ERR")" -eq 1 ]; then
+  k=${k% *}
+  pass "SIGTERM to rank 1 alone: both ranks stopped after step $k, exit 143: $(cat "$TS_ERR")"
+  expect_exit 0 "" $RUN_MPI -n 2 "$T" train $SGFLAGS --steps $SGN --dp 2 --ckpt-dir "$SGCK" \
+    --resume --log "$SG"
+  expect_stdout "resumed from .*step-$(printf %08d "$k")"
+  expect_exit 0 "" "$T" train $SGFLAGS --steps $SGN --log "$TS_TMP/sig-serial.jsonl"
+  expect_exit 0 "" "$T" compare "$TS_TMP/sig-serial.jsonl" "$SG"
+  expect_stdout "^identical"
+else
+  fail "SIGTERM to rank 1 alone: exit $rc (expected 143), stderr: $(head -c 500 "$TS_ERR")"
+fi
+
 # --- a file of token ids (u16, vocabulary 300): the ranks read the same windows ---------
 write_ids "$TS_TMP/ids16.bin" 2 0 2000
 TOK="--model tiny --batch 4 --steps 2 --warmup 1 --eval-batches 1 --quiet --threads 1 --data $TS_TMP/ids16.bin --data-format u16 --vocab 300"

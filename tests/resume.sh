@@ -73,6 +73,16 @@ expect_exit 1 "checkpoint .*step-00000003" "$TESSERA_BIN" eval --ckpt "$ck" --da
 # a resume with a different configuration than the checkpoint's
 cp "$TS_TMP/step3.bak" "$ck"
 expect_exit 2 "--lr" "$TESSERA_BIN" train $FLAGS --lr 0.002 --ckpt-dir "$TS_TMP/bad" --resume
+# what no tensor shows: the LLaMA rotary base, the variant (a silently other
+# run before: the resume was accepted and continued with the flag's value)
+expect_exit 0 "" "$TESSERA_BIN" train --model llama-tiny --steps 2 --data "$DATA" --quiet \
+  --ckpt-dir "$TS_TMP/llck" --ckpt-every 1
+rm -f "$TS_TMP/llck/step-00000002.safetensors"
+expect_exit 2 "--resume: checkpoint .*step-00000001.safetensors was written with --rope-theta 10000, this run has 500000" \
+  "$TESSERA_BIN" train --model llama-tiny --steps 2 --data "$DATA" --quiet --rope-theta 500000 \
+  --ckpt-dir "$TS_TMP/llck" --resume
+expect_exit 2 "--resume: checkpoint .* was written by a LLaMA model, this run's --model tiny is GPT" \
+  "$TESSERA_BIN" train --model tiny --steps 2 --data "$DATA" --quiet --ckpt-dir "$TS_TMP/llck" --resume
 # nothing to resume from
 mkdir -p "$TS_TMP/empty"
 expect_exit 1 "no checkpoint" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/empty" --resume
@@ -149,5 +159,139 @@ last=$(grep -c '"type":"step"' "$TS_TMP/div.jsonl")
 [ "$last" -ge "$n" ] && [ "$last" -le $((n + 1)) ] && pass "the log ends where the run stopped" ||
   fail "log has $last steps, $n checkpoints"
 grep -q '"type":"final"' "$TS_TMP/div.jsonl" && fail "a diverged run's log has a final record"
+
+# --- SIGTERM, SIGINT, SIGHUP: the step under way is finished and checkpointed ---
+# (exit 128 + the signal's number, one line saying how to resume); --resume
+# then ends where the run done straight ends. The signal is sent once the
+# log holds a step; a run that finished before it arrived proves nothing and
+# is retried with more steps.
+SIGFLAGS="--model tiny --dropout 0.1 --warmup 2 --eval-every 64 --data $DATA"
+# start_bg ARGS...: tessera ARGS in the background ($bg), output in $TS_OUT, $TS_ERR
+start_bg() {
+  "$TESSERA_BIN" "$@" >"$TS_OUT" 2>"$TS_ERR" &
+  bg=$!
+}
+# wait_for PATTERN FILE: until FILE matches PATTERN (grep -E), for at most
+# 60 s while the background run lives; 1 when it never did
+wait_for() {
+  _i=0
+  while [ $_i -lt 1200 ]; do
+    grep -Eq -- "$1" "$2" 2>/dev/null && return 0
+    kill -0 "$bg" 2>/dev/null || { grep -Eq -- "$1" "$2" 2>/dev/null; return; }
+    sleep 0.05
+    _i=$((_i + 1))
+  done
+  return 1
+}
+# the signal mask bit of signal number N in /proc's hex masks
+sigbit() { printf '%d' $(( (0x$1 >> ($2 - 1)) & 1 )); }
+
+N=200
+sig_rc=0
+for attempt in 1 2 3; do
+  rm -rf "$TS_TMP/sigck" "$TS_TMP/sig.jsonl"
+  start_bg train $SIGFLAGS --steps $N --ckpt-dir "$TS_TMP/sigck" --ckpt-every 50 --log "$TS_TMP/sig.jsonl"
+  if ! wait_for '"type":"step"' "$TS_TMP/sig.jsonl"; then
+    kill -KILL $bg 2>/dev/null
+    wait $bg
+    fail "the run to be stopped logged no step: $(head -c 300 "$TS_ERR")"
+    break
+  fi
+  # the handlers are there (Linux): SIGTERM, SIGHUP caught; SIGINT, which sh
+  # starts background jobs with ignored, left ignored
+  if [ -r /proc/$bg/status ]; then
+    cgt=$(sed -n 's/^SigCgt:[[:space:]]*//p' /proc/$bg/status)
+    ign=$(sed -n 's/^SigIgn:[[:space:]]*//p' /proc/$bg/status)
+    TS_CHECKS=$((TS_CHECKS + 1))
+    if [ -n "$cgt" ] && [ "$(sigbit "$cgt" 15)$(sigbit "$cgt" 1)$(sigbit "$ign" 2)" = 111 ]; then
+      pass "SIGTERM and SIGHUP caught, an ignored SIGINT left ignored (SigCgt $cgt, SigIgn $ign)"
+    else
+      fail "signal dispositions: SigCgt '$cgt', SigIgn '$ign'"
+    fi
+  fi
+  kill -TERM $bg
+  wait $bg
+  sig_rc=$?
+  [ $sig_rc -ne 0 ] && break
+  echo "note: the $N-step run finished before SIGTERM reached it; again with more steps"
+  N=$((N * 4))
+done
+TS_CHECKS=$((TS_CHECKS + 1))
+msg=$(tail -n 1 "$TS_ERR")
+k=$(printf '%s\n' "$msg" | sed -n 's/^tessera: stopped by SIGTERM after step \([0-9]*\) of '$N': .*/\1/p')
+if [ $sig_rc -ne 143 ]; then
+  fail "SIGTERM: exit $sig_rc, expected 143 (128 + 15); stderr: $(head -c 500 "$TS_ERR")"
+elif [ -z "$k" ] || ! printf '%s\n' "$msg" | grep -Eq "checkpoint .*/sigck/step-$(printf %08d "$k")\.safetensors written; to continue, run the same command with --resume \(--ckpt-dir .*/sigck\)$"; then
+  fail "SIGTERM: exit 143 but the last line of stderr is '$msg'"
+else
+  pass "SIGTERM: stopped after step $k of $N, exit 143: $msg"
+  grep -q "^tessera: SIGTERM: stopping after this step" "$TS_ERR" &&
+    pass "the signal was acknowledged at once" || fail "no acknowledgement of the signal: $(head -c 300 "$TS_ERR")"
+  [ -f "$TS_TMP/sigck/step-$(printf %08d "$k").safetensors" ] && pass "checkpoint of step $k written" ||
+    fail "no checkpoint of step $k: $(ls "$TS_TMP/sigck")"
+  last=$(grep '"type":"step"' "$TS_TMP/sig.jsonl" | tail -n 1 | sed -n 's/.*"step":\([0-9]*\),.*/\1/p')
+  [ "$last" = "$k" ] && pass "the log ends at step $k" || fail "the log ends at step '$last', the run at $k"
+  grep -q '"type":"final"' "$TS_TMP/sig.jsonl" && fail "a stopped run's log has a final record"
+  expect_exit 0 "" "$TESSERA_BIN" train $SIGFLAGS --steps $N --quiet --ckpt-dir "$TS_TMP/sigck" \
+    --ckpt-every 50 --resume --log "$TS_TMP/sig.jsonl"
+  expect_stdout "resumed from .*step-$(printf %08d "$k")\.safetensors"
+  expect_exit 0 "" "$TESSERA_BIN" train $SIGFLAGS --steps $N --quiet --log "$TS_TMP/sig-straight.jsonl"
+  expect_exit 0 "" "$TESSERA_BIN" compare "$TS_TMP/sig-straight.jsonl" "$TS_TMP/sig.jsonl"
+  expect_stdout "^identical$"
+fi
+
+# SIGHUP as SIGTERM (exit 129); without --ckpt-dir the line says there is no
+# checkpoint; --quiet: that line alone on stderr
+sig_case() { # sig_case SIGNAL STATUS [launcher...]: a 400-step run stopped by SIGNAL
+  _sig=$1 _want=$2
+  shift 2
+  rm -f "$TS_TMP/sig2.jsonl"
+  "$@" "$TESSERA_BIN" train $SIGFLAGS --steps 400 --quiet --log "$TS_TMP/sig2.jsonl" >"$TS_OUT" 2>"$TS_ERR" &
+  bg=$!
+  wait_for '"type":"step"' "$TS_TMP/sig2.jsonl"
+  kill -$_sig $bg
+  wait $bg
+  _rc=$?
+  TS_CHECKS=$((TS_CHECKS + 1))
+  if [ $_rc -eq $_want ] && [ "$(wc -l <"$TS_ERR")" -eq 1 ] &&
+     grep -Eq "^tessera: stopped by SIG$_sig after step [0-9]+ of 400: no --ckpt-dir, so no checkpoint to resume from$" "$TS_ERR"; then
+    pass "SIG$_sig: exit $_rc, $(cat "$TS_ERR")"
+  elif [ $_rc -eq 0 ]; then
+    fail "SIG$_sig: the 400-step run was not stopped (exit 0)"
+  else
+    fail "SIG$_sig: exit $_rc (expected $_want), stderr: $(head -c 500 "$TS_ERR")"
+  fi
+}
+sig_case HUP 129
+# SIGINT is ignored in a background job of sh; env gives it back its default
+if env --default-signal=INT true 2>/dev/null; then
+  sig_case INT 130 env --default-signal=INT
+fi
+
+# A second signal exits at once, in the middle of a step (1 s each here),
+# leaving the checkpoints already written whole.
+rm -rf "$TS_TMP/sig3"
+start_bg train $SIGFLAGS --seq 4096 --batch 4 --steps 3 --eval-batches 1 --ckpt-dir "$TS_TMP/sig3" \
+  --ckpt-every 1 --log "$TS_TMP/sig3.jsonl"
+TS_CHECKS=$((TS_CHECKS + 1))
+if wait_for '"type":"step"' "$TS_TMP/sig3.jsonl"; then
+  kill -TERM $bg
+  wait_for "stopping after this step" "$TS_ERR"
+  kill -TERM $bg
+  wait $bg
+  rc=$?
+  if [ $rc -eq 143 ] && grep -q "^tessera: SIGTERM again: exiting at once" "$TS_ERR" &&
+     ! grep -q "stopped by" "$TS_ERR"; then
+    pass "a second SIGTERM: exit $rc at once"
+  else
+    fail "a second SIGTERM: exit $rc, stderr: $(head -c 500 "$TS_ERR")"
+  fi
+  expect_exit 0 "" "$TESSERA_BIN" eval --ckpt "$TS_TMP/sig3/step-00000001.safetensors" --data "$DATA" \
+    --eval-batches 1
+else
+  kill -KILL $bg 2>/dev/null
+  wait $bg
+  fail "the 1-second-step run logged no step: $(head -c 300 "$TS_ERR")"
+fi
 
 done_testing

@@ -452,6 +452,12 @@ static void test_bad_header_content(void **state) {
        "no tessera.data_crc32", NULL},
       {"{\"__metadata__\": {\"tessera.format\": \"1\", \"tessera.data_crc32\": \"%s\", \"n\": 5}}",
        "not a string", "'n'"},
+      // control characters in what a message quotes are escaped: one line,
+      // no terminal control (the fuzzer found a name's newline printed as is)
+      {"{" META ", \"a\\nb\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 8]}}",
+       "'a\\nb'", "shape [3]"},
+      {"{" META ", \"x\": {\"dtype\": \"F\\u001b[2J\", \"shape\": [2], \"data_offsets\": [0, 8]}}",
+       "dtype F\\x1b[2J", "'x'"},
   };
 #undef META
   char path[4200];
@@ -460,6 +466,8 @@ static void test_bad_header_content(void **state) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     put_raw(path, cases[i].header, x, sizeof x);
     expect_refused(path, cases[i].word1, cases[i].word2, NULL);
+    for (const char *c = ts_errmsg(); *c; c++)
+      if ((unsigned char)*c < 0x20) fail_msg("control character %#x in: %s", *c, ts_errmsg());
   }
 }
 
@@ -909,6 +917,11 @@ static void test_run_header_checked(void **state) {
       {CFG_KEY, "\"n_layer\":2", "\"n_layer\":-1", "tessera.config: --layers -1"},
       {CFG_KEY, "\"n_layer\":2", "\"n_layer\":200000000",
         "tessera.config: the model's weight matrices alone need"},
+      // a model that fits but is not the file's: refused on open, before
+      // anything of it is allocated (the fuzzer found it allocated first)
+      {CFG_KEY, "\"d\":64", "\"d\":1024",
+        "tensor 'wte' has shape [256, 64] in the file, expected [256, 1024]"},
+      {CFG_KEY, "\"n_layer\":2", "\"n_layer\":200", "no tensor 'h.2.ln1.w'"},
       {CFG_KEY, "\"d\":64", "\"d\":2147483647", "tessera.config: --heads 4: must divide"},
       {CFG_KEY, "\"n_head\":4", "\"n_head\":4,\"compress\":99",
         "tessera.config: compress 99: unknown"},
@@ -950,6 +963,20 @@ static void test_run_header_checked(void **state) {
   run_teardown(&f);
 }
 
+// The file written from t (n tensors) is refused on open, before a model is
+// made, naming the file and `word`: its tensors are not its configuration's.
+static void expect_open_refused(run_fixture *f, const char *path, const ts_tensor *t, int n,
+                                const ts_meta *meta, const char *word) {
+  assert_int_equal(ts_ckpt_write_v2(path, t, n, meta, 5), TS_OK);
+  for (int training = 0; training <= 1; training++) {
+    ts_run_ckpt ck;
+    assert_int_equal(ts_run_open_checkpoint(path, &f->cfg, training, 1, 1, &ck), TS_ERUNTIME);
+    assert_null(ck.ck);
+    if (!strstr(ts_errmsg(), path) || !strstr(ts_errmsg(), word))
+      fail_msg("message lacks the file or '%s': %s", word, ts_errmsg());
+  }
+}
+
 // The file written from t (n tensors) opens as a run's checkpoint, and its
 // load into (m, opt) is refused naming the file and `word`.
 static void expect_load_refused(run_fixture *f, const char *path, const ts_tensor *t, int n,
@@ -962,6 +989,37 @@ static void expect_load_refused(run_fixture *f, const char *path, const ts_tenso
   if (!strstr(ts_errmsg(), path) || !strstr(ts_errmsg(), word))
     fail_msg("message lacks the file or '%s': %s", word, ts_errmsg());
   ts_run_close_checkpoint(&ck);
+}
+
+// ts_compare_checkpoints: the same answer in either order, and a file
+// without a run's metadata unreadable (2), not "different" from itself. The
+// configurations were read over uninitialised fields: a field one file sets
+// and the other leaves out kept the previous call's value, so the second
+// order said "same model state".
+static void test_compare_checkpoints(void **state) {
+  run_fixture f;
+  run_setup(&f);
+  ts_ckpt *ck = NULL;
+  assert_int_equal(ts_ckpt_open(f.path, &ck), TS_OK);
+  char js[TS_CONFIG_JSON_MAX];
+  snprintf(js, sizeof js, "%s", ts_ckpt_meta(ck, CFG_KEY));
+  ts_ckpt_close(ck);
+  char other[4200];
+  path_in(other, sizeof other, "other-state.safetensors");
+  write_edited(&f, other, CFG_KEY, replaced(js, "\"n_head\":4", "\"n_head\":4,\"proj_lr\":16"), 2);
+  FILE *null = fopen("/dev/null", "w");
+  assert_non_null(null);
+  assert_int_equal(ts_compare_checkpoints(f.path, other, null), 1);
+  assert_int_equal(ts_compare_checkpoints(other, f.path, null), 1);
+  assert_int_equal(ts_compare_checkpoints(f.path, f.path, null), 0);
+  assert_int_equal(ts_compare_checkpoints(other, other, null), 0);
+  write_edited(&f, other, "tessera.step", NULL, 2);
+  assert_int_equal(ts_compare_checkpoints(other, other, null), TS_EUSAGE);
+  if (!strstr(ts_errmsg(), other) || !strstr(ts_errmsg(), "metadata has no tessera.step"))
+    fail_msg("%s", ts_errmsg());
+  assert_int_equal(ts_compare_checkpoints(f.path, other, null), TS_EUSAGE);
+  fclose(null);
+  run_teardown(&f);
 }
 
 // The tensors: exactly the model's, in its order, all finite.
@@ -1001,18 +1059,24 @@ static void test_run_tensors_checked(void **state) {
   assert_true(a >= 0 && b > a && ts_tensor_numel(&t[a]) == ts_tensor_numel(&t[b]));
   ts_tensor sw = t[a];
   t[a] = t[b], t[b] = sw;
-  expect_load_refused(&f, bad, t, n, meta, m2, &opt2, "out of order");
+  expect_open_refused(&f, bad, t, n, meta, "out of order");
   t[b] = t[a], t[a] = sw;
 
   // one tensor missing (the last moment), one extra (evaluation too)
-  expect_load_refused(&f, bad, t, n - 1, meta, m2, &opt2, "no tensor 'adam.v.lnf.b'");
+  expect_open_refused(&f, bad, t, n - 1, meta, "no tensor 'adam.v.lnf.b'");
   ts_tensor *more = calloc((size_t)n + 1, sizeof *more);
   memcpy(more, t, (size_t)n * sizeof *t);
   float x = 1.0f;
   more[n] = (ts_tensor){.name = "h.2.ln1.w", .ndim = 1, .shape = {1}, .data = &x};
-  expect_load_refused(&f, bad, more, n + 1, meta, m2, NULL,
-                      "'h.2.ln1.w' is not one of this model's");
+  expect_open_refused(&f, bad, more, n + 1, meta, "'h.2.ln1.w' is not one of this model's");
   free(more);
+  // a model whose tensors are the file's but not the run's: the load says so
+  ts_config other = f.cfg;
+  other.d_ff *= 2;
+  ts_model *m3 = NULL;
+  assert_int_equal(ts_model_create(&other, &m3), TS_OK);
+  expect_load_refused(&f, bad, t, n, meta, m3, NULL, "has shape");
+  ts_model_free(m3);
 
   // a NaN in the weights (evaluation) and an Inf in a moment: refused on load
   float *w = ts_model_params(f.m), keep = w[5];
@@ -1057,6 +1121,7 @@ int main(void) {
       cmocka_unit_test(test_v2_bad_checksum),
       cmocka_unit_test(test_run_header_checked),
       cmocka_unit_test(test_run_tensors_checked),
+      cmocka_unit_test(test_compare_checkpoints),
       cmocka_unit_test(test_bad_inputs),
       cmocka_unit_test(test_write_missing_directory),
       cmocka_unit_test(test_failed_rename_leaves_no_temp),

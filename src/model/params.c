@@ -494,6 +494,34 @@ int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const 
   return TS_OK;
 }
 
+int ts_config_tensors(const ts_config *cfg, ts_tensor **out) {
+  *out = NULL;
+  // the table of a whole model whose geometry is set and nothing allocated
+  // but the small per-tensor and per-layer arrays (the fit check has bounded
+  // the layers)
+  const ts_boundary *bd = ts_boundary_get(cfg->compress);
+  if (!bd) return ts_fail(TS_EUSAGE, "--compress: no codec %d", cfg->compress), -1;
+  ts_model *m = calloc(1, sizeof *m);
+  if (!m) return ts_fail(TS_ERUNTIME, "out of memory"), -1;
+  m->cp = &ts_cp_local;
+  m->bd = bd;
+  set_geometry(m, cfg, 0, cfg->batch, NULL, 1, 0, cfg->n_layer);
+  pspec *spec = NULL;
+  unsigned char *held = NULL;
+  int n = make_table(m, &spec, &held) ? -1 : m->nall;
+  ts_tensor *t = n >= 0 ? calloc((size_t)n + 1, sizeof *t) : NULL;
+  if (n >= 0 && !t) {
+    ts_fail(TS_ERUNTIME, "out of memory");
+    n = -1;
+  }
+  if (t) memcpy(t, m->all, (size_t)n * sizeof *t);
+  free(spec);
+  free(held);
+  ts_model_free(m);
+  *out = t;
+  return n;
+}
+
 void ts_model_free(ts_model *m) {
   if (!m) return;
   if (m->cp && m->cp->destroy) m->cp->destroy(m);

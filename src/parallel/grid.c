@@ -56,12 +56,9 @@ int ts_mpi_world_size(void) {
   return n;
 }
 
-void ts_mpi_max2(double *a, double *b) {
+void ts_mpi_max(double *v, int n) {
   if (ts_mpi_world_size() == 1) return;
-  double v[2] = {*a, *b};
-  MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  *a = v[0];
-  *b = v[1];
+  MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 }
 
 void ts_mpi_sum_max(double x, double *sum, double *max) {

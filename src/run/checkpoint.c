@@ -284,8 +284,16 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, co
   if (memcmp(&old.F, &cfg->F, sizeof(float)) != 0)                                         \
     return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written with %s %g, this run has %g", \
                    path, FLAG, (double)old.F, (double)cfg->F);
+  // the variant first: the other fields' flags mean other tensors in the other
+  if (old.variant != cfg->variant && (old.variant == TS_GPT || old.variant == TS_LLAMA))
+    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written by a %s model, this run's "
+                   "--model %s is %s", path, old.variant == TS_LLAMA ? "LLaMA" : "GPT",
+                   cfg->preset, cfg->variant == TS_LLAMA ? "LLaMA" : "GPT");
+  SAME_INT(variant, "variant")
   SAME_INT(vocab, "--vocab") SAME_INT(d, "--d") SAME_INT(n_layer, "--layers")
-  SAME_INT(n_head, "--heads") SAME_INT(d_ff, "--d-ff") SAME_INT(seq, "--seq")
+  SAME_INT(n_head, "--heads") SAME_INT(n_kv_head, "--kv-heads")
+  if (old.variant == TS_LLAMA) { SAME_FLT(rope_theta, "--rope-theta") } // a GPT has none
+  SAME_INT(d_ff, "--d-ff") SAME_INT(seq, "--seq")
   SAME_INT(tied, "--tied") SAME_INT(batch, "--batch") SAME_INT(steps, "--steps")
   SAME_INT(seed, "--seed") SAME_INT(tile, "--tile") SAME_INT(leaf, "--leaf")
   SAME_INT(warmup, "--warmup") SAME_INT(optimizer, "--optimizer")
@@ -393,6 +401,36 @@ static int read_config(const ts_ckpt *ck, const ts_config *base, int training, i
   return TS_OK;
 }
 
+// The file's tensors against those of the model its configuration makes
+// (names, shapes, order: ts_ckpt_expect), from the configuration alone: a
+// configuration edited to a larger model is refused for what it is before
+// that model's memory is allocated, not after.
+static int check_tensors(const ts_ckpt *ck, const ts_config *cfg) {
+  ts_tensor *p;
+  int n = ts_config_tensors(cfg, &p);
+  if (n < 0) return ts_run_restate(ts_ckpt_path(ck), META_CONFIG);
+  ts_tensor *t = calloc((size_t)3 * n + 1, sizeof *t);
+  if (!t) {
+    free(p);
+    return bad(ts_ckpt_path(ck), "out of memory");
+  }
+  // the parameters, then their moments, named as ts_run_ckpt_tensors names them
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < 3; k++) {
+      ts_tensor *s = &t[k * n + i];
+      *s = p[i];
+      if (k) {
+        char name[sizeof s->name + 8];
+        snprintf(name, sizeof name, "adam.%c.%s", k == 1 ? 'm' : 'v', p[i].name);
+        snprintf(s->name, sizeof s->name, "%.*s", (int)sizeof s->name - 1, name);
+      }
+    }
+  free(p);
+  int rc = ts_ckpt_expect(ck, t, 3 * n);
+  free(t);
+  return rc;
+}
+
 int ts_run_open_checkpoint(const char *path, const ts_config *base, int training, int share,
                            int stages, ts_run_ckpt *out) {
   memset(out, 0, sizeof *out);
@@ -403,6 +441,7 @@ int ts_run_open_checkpoint(const char *path, const ts_config *base, int training
                    "older tessera); a run reads format 2");
   int64_t adam = 0, position = 0;
   if (!rc) rc = read_config(out->ck, base, training, share, stages, &out->cfg);
+  if (!rc) rc = check_tensors(out->ck, &out->cfg);
   if (!rc) rc = meta_count(out->ck, META_STEP, &out->step);
   if (!rc && (out->step < 1 || out->step > out->cfg.steps))
     rc = bad(path, "%s %" PRId64 ": a run of %d steps writes checkpoints after steps 1..%d",
@@ -565,16 +604,27 @@ int ts_run_remove_stale_temps(const ts_config *cfg) {
 static int compare_state(ts_ckpt *a, ts_ckpt *b, FILE *out) {
   const char *pa = ts_ckpt_path(a), *pb = ts_ckpt_path(b);
   const char *keys[] = {META_STEP, META_ADAM, META_POSITION};
+  // a file without them is no run's checkpoint (a dump's weights, or
+  // damage): unreadable, not "different", even from itself
+  for (int i = 0; i < 3; i++)
+    for (int k = 0; k < 2; k++)
+      if (!ts_ckpt_meta(k ? b : a, keys[i]))
+        return ts_fail(TS_EUSAGE, "%s: metadata has no %s (not a training run's checkpoint)",
+                       k ? pb : pa, keys[i]);
   for (int i = 0; i < 3; i++) {
     const char *va = ts_ckpt_meta(a, keys[i]), *vb = ts_ckpt_meta(b, keys[i]);
-    if (!va || !vb || strcmp(va, vb)) {
-      fprintf(out, "different: %s is %s in %s, %s in %s\n", keys[i], va ? va : "(none)", pa,
-              vb ? vb : "(none)", pb);
+    if (strcmp(va, vb)) {
+      fprintf(out, "different: %s is %s in %s, %s in %s\n", keys[i], va, pa, vb, pb);
       return 1;
     }
   }
   const char *ja = ts_ckpt_meta(a, META_CONFIG), *jb = ts_ckpt_meta(b, META_CONFIG);
+  // Read over zeros, as a run reads its checkpoint (read_config): the fields
+  // written only when set are 0 when absent, and none is left uninitialised
+  // (which made the answer depend on the stack, and differ with the order).
   ts_config ca, cb;
+  memset(&ca, 0, sizeof ca);
+  memset(&cb, 0, sizeof cb);
   ts_config_defaults(&ca);
   ts_config_defaults(&cb);
   if (!ja || ts_config_from_json(&ca, ja)) return ts_fail(TS_EUSAGE, "%s: unreadable %s", pa, META_CONFIG);

@@ -87,8 +87,9 @@ int ts_run_agree(const ts_config *cfg, const ts_layout *lay, const ts_data *data
 // Opens path and checks everything in its header before anything is
 // allocated: format 2, the configuration (read over base, finalized, fitting
 // this machine for training or evaluation, share processes per node, on the
-// largest of `stages` pipeline stages), the
-// step and the other counts. TS_ERUNTIME naming the file and the field.
+// largest of `stages` pipeline stages), the tensors of its model (names,
+// shapes, order), the step and the other counts. TS_ERUNTIME naming the file
+// and the field.
 int ts_run_open_checkpoint(const char *path, const ts_config *base, int training, int share,
                            int stages, ts_run_ckpt *out);
 // --resume: the latest checkpoint of cfg->ckpt_dir opened as above, its name's
@@ -113,4 +114,17 @@ int ts_run_trim_log(const char *path, int64_t upto);
 // Removes what a killed run left of its temporary files (util.h), in the
 // checkpoint directory and next to the log; how many.
 int ts_run_remove_stale_temps(const ts_config *cfg);
+
+// ---- stop.c -----------------------------------------------------------------------------
+// SIGTERM, SIGINT and SIGHUP, while a training run lasts: the first is
+// recorded (and, ack set, acknowledged on stderr) for the step loop to stop
+// after the step it is in; a second ends the process at once. A signal the
+// process was started with ignored stays ignored.
+void ts_run_stop_install(int ack);
+void ts_run_stop_restore(void);
+// The signal received since ts_run_stop_install, 0 when none (this rank's).
+int ts_run_stop_requested(void);
+// Records the signal the run stopped on, agreed by every rank (ts_train_stop_signal).
+void ts_run_stopped(int signo);
+const char *ts_run_signal_name(int signo); // "SIGTERM", "SIGINT", "SIGHUP"
 #endif

@@ -8,6 +8,10 @@
 // every rank's leaves are an aligned power-of-two subtree (layout.c checks
 // it). The loss is combined the same way. Optimizer steps then run on every
 // rank identically; rank 0 alone prints, logs and writes checkpoints.
+//
+// SIGTERM, SIGINT and SIGHUP (stop.c) stop the run between steps: every rank
+// learns after each step whether any rank got one, so all stop after the
+// same step, whose checkpoint is written as a periodic one would be.
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
@@ -178,6 +182,23 @@ static int evaluate_and_log(ts_log *log, const ts_config *cfg, ts_shard *sh, con
   return TS_OK;
 }
 
+// A run stopped by signal signo after `step`, its checkpoint (if any) of
+// that step written: the log closed (no final record: the run is not
+// finished) and TS_ESTOPPED with the one line that says how to go on.
+static int stopped(ts_log *log, const ts_config *cfg, int signo, uint64_t step) {
+  int rc = ts_log_close(log);
+  if (rc) return rc;
+  ts_run_stopped(signo);
+  const char *sig = ts_run_signal_name(signo);
+  if (!cfg->ckpt_dir[0])
+    return ts_fail(TS_ESTOPPED, "stopped by %s after step %" PRIu64 " of %d: no --ckpt-dir, so "
+                   "no checkpoint to resume from", sig, step, cfg->steps);
+  return ts_fail(TS_ESTOPPED, "stopped by %s after step %" PRIu64 " of %d: checkpoint "
+                 "%s/step-%08" PRIu64 ".safetensors written; to continue, run the same command "
+                 "with --resume (--ckpt-dir %s)", sig, step, cfg->steps, cfg->ckpt_dir, step,
+                 cfg->ckpt_dir);
+}
+
 int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_config cfg = *cfg_in;
   ts_layout lay = lay_in ? *lay_in
@@ -201,6 +222,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   // rank 0 alone talks to people and files
   const int root = grid->world_rank == 0;
   if (!root) cfg.quiet = 1;
+  ts_run_stopped(0);
+  ts_run_stop_install(!cfg.quiet);
   const int D = grid->dp, nb = cfg.batch / D, b0 = grid->dp_rank * nb;
   ts_comm *dgroup = grid->data;
   // Before anything is allocated: a model that cannot fit, and on --resume
@@ -305,9 +328,14 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     double comm_s = ts_grid_comm_seconds(grid);
     double tps = tokens / dt;
     // the busiest rank's compute and the largest memory: with causal
-    // attention a sequence's later segments are the heavier ones
-    double compute_max = dt - comm_s, rss_max = ts_peak_rss_mb();
-    ts_mpi_max2(&compute_max, &rss_max);
+    // attention a sequence's later segments are the heavier ones; and the
+    // signal any rank got (the launcher may have told one rank only), so
+    // that all stop after this same step. One collective for the three: with
+    // more ranks than cores each costs milliseconds.
+    double mx[3] = {dt - comm_s, ts_peak_rss_mb(), (double)ts_run_stop_requested()};
+    ts_mpi_max(mx, 3);
+    const double compute_max = mx[0], rss_max = mx[1];
+    const int stop = (int)mx[2];
     double mfu = roof > 0 ? fpt * tps / (roof * 1e9 * grid->world_size) : 0.0;
     double rss = ts_peak_rss_mb();
     const step_stats st = {step, loss, norm, lr, tps, dt, comm_s, compute_max, mfu, rss, rss_max};
@@ -316,7 +344,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     if ((cfg.eval_every > 0 && step % (uint64_t)cfg.eval_every == 0) || last) {
       if ((rc = evaluate_and_log(&log, &cfg, &sh, data, grid, step, inputs, targets))) goto done;
     }
-    if (cfg.ckpt_dir[0] && ((cfg.ckpt_every > 0 && step % (uint64_t)cfg.ckpt_every == 0) || last)) {
+    if (cfg.ckpt_dir[0] &&
+        ((cfg.ckpt_every > 0 && step % (uint64_t)cfg.ckpt_every == 0) || last || stop)) {
       // the log's records up to this step are on disk before the checkpoint is
       if (root && (rc = ts_log_sync(&log))) goto done;
       // every owner writes its part (without --zero the first data replica's
@@ -326,6 +355,11 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
                                        (int64_t)step)))
         goto done;
       saved = (int64_t)step;
+    }
+    // After the last step the run is complete: nothing is left to resume.
+    if (stop && !last) {
+      rc = stopped(&log, &cfg, stop, step);
+      goto done;
     }
   }
   {
@@ -339,6 +373,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   }
   rc = ts_log_close(&log);
 done:
+  ts_run_stop_restore();
   if (log.f) fclose(log.f); // open only after an error, which is the one reported
   ts_run_close_checkpoint(&ck);
   free(inputs); free(targets);
