@@ -27,25 +27,27 @@ static void put_printable(char *dst, size_t cap, const char *src) {
   dst[k] = '\0';
 }
 
-int ts_fail(int code, const char *fmt, ...) {
+static int set_message(int code, int all, const char *fmt, va_list ap) {
   char raw[sizeof errbuf];
+  vsnprintf(raw, sizeof raw, fmt, ap);
+  put_printable(errbuf, sizeof errbuf, raw);
+  everywhere = all;
+  return code;
+}
+
+int ts_fail(int code, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(raw, sizeof raw, fmt, ap);
+  code = set_message(code, 0, fmt, ap);
   va_end(ap);
-  put_printable(errbuf, sizeof errbuf, raw);
-  everywhere = 0;
   return code;
 }
 
 int ts_fail_everywhere(int code, const char *fmt, ...) {
-  char raw[sizeof errbuf];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(raw, sizeof raw, fmt, ap);
+  code = set_message(code, 1, fmt, ap);
   va_end(ap);
-  put_printable(errbuf, sizeof errbuf, raw);
-  everywhere = 1;
   return code;
 }
 
