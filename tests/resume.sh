@@ -83,6 +83,15 @@ expect_exit 2 "--resume: checkpoint .*step-00000001.safetensors was written with
   --ckpt-dir "$TS_TMP/llck" --resume
 expect_exit 2 "--resume: checkpoint .* was written by a LLaMA model, this run's --model tiny is GPT" \
   "$TESSERA_BIN" train --model tiny --steps 2 --data "$DATA" --quiet --ckpt-dir "$TS_TMP/llck" --resume
+# what no list names is refused too (derived from the configuration: --fast
+# changes the sums), and other data under the same or another path
+expect_exit 2 "--resume: checkpoint .*step-00000001.safetensors was written with another \"fast\"" \
+  "$TESSERA_BIN" train --model llama-tiny --steps 2 --data "$DATA" --quiet --fast \
+  --ckpt-dir "$TS_TMP/llck" --resume
+head -c 40000 "$DATA" > "$TS_TMP/other.txt"
+expect_exit 2 "--resume: checkpoint .*step-00000001.safetensors was written from other data \([0-9]+\+[0-9]+ tokens, digest [0-9a-f]+\); this run's --data holds [0-9]+\+[0-9]+ tokens" \
+  "$TESSERA_BIN" train --model llama-tiny --steps 2 --data "$TS_TMP/other.txt" --quiet \
+  --ckpt-dir "$TS_TMP/llck" --resume
 # nothing to resume from
 mkdir -p "$TS_TMP/empty"
 expect_exit 1 "no checkpoint" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/empty" --resume

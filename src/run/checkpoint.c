@@ -32,6 +32,12 @@
 #define META_ADAM "tessera.adam_step"
 #define META_POSITION "tessera.data_position"
 #define META_RNG "tessera.rng"
+#define META_DATA "tessera.data"
+
+// The data the run's checkpoints are written from: its tokens and digest
+// (data.h), so that a resumed run refuses other data under any path; "" when
+// the writer did not say.
+static char data_id[96];
 #define RNG_TEXT "philox4x32-10 counter-based, keyed by (seed, purpose, step, index)"
 
 int ts_run_mkdir_p(const char *dir) {
@@ -227,6 +233,7 @@ int ts_run_save_checkpoint(const ts_owners *owners, ts_model *m, ts_adamw *opt,
       // index): the step is the whole data position and generator state.
       {META_POSITION, stepbuf},
       {META_RNG, RNG_TEXT},
+      {META_DATA, data_id}, // "" when the writer did not say (ts_run_checkpoint_data)
   };
   snprintf(path, sizeof path, "%s/step-%08" PRId64 ".safetensors", cfg->ckpt_dir, step);
   // A finite loss and gradient norm can still leave an update that overflowed:
@@ -326,6 +333,38 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, co
                    cfg->val_path[0] ? "one" : "none");
 #undef SAME_INT
 #undef SAME_FLT
+  // And whatever else changes the computation, derived from the configuration
+  // itself: every field but the run's own settings and the memory options
+  // (which change where values live, not their bits), so that a field added
+  // later is refused without being listed above.
+  ts_config a = old, b = *cfg;
+  ts_config_drop_run_settings(&a);
+  ts_config_drop_run_settings(&b);
+  a.checkpoint = b.checkpoint, a.fused_ce = b.fused_ce, a.tiled_mlp = b.tiled_mlp;
+  char ja[8192], jb[8192], key[64];
+  if (ts_config_to_json(&a, ja, sizeof ja) || ts_config_to_json(&b, jb, sizeof jb))
+    return TS_ERUNTIME;
+  ts_config_json_difference(ja, jb, key, sizeof key);
+  if (key[0])
+    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written with another \"%s\" than "
+                   "this run's (a resumed run must compute what the run it continues computed)",
+                   path, key);
+  return TS_OK;
+}
+
+void ts_run_checkpoint_data(const ts_data *data) {
+  snprintf(data_id, sizeof data_id, "%zu+%zu tokens, digest %016" PRIx64,
+           ts_data_split_len(data, TS_SPLIT_TRAIN), ts_data_split_len(data, TS_SPLIT_VAL),
+           ts_data_digest(data));
+}
+
+int ts_run_check_resume_data(const ts_run_ckpt *ck, const ts_data *data) {
+  const char *was = ts_ckpt_meta(ck->ck, META_DATA);
+  if (!was || !was[0]) return TS_OK; // written before checkpoints recorded their data
+  ts_run_checkpoint_data(data);
+  if (strcmp(was, data_id))
+    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written from other data (%s); this "
+                   "run's --data holds %s", ts_ckpt_path(ck->ck), was, data_id);
   return TS_OK;
 }
 

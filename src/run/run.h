@@ -96,6 +96,11 @@ int ts_run_open_checkpoint(const char *path, const ts_config *base, int training
 // step its own, and its configuration this run's (TS_EUSAGE naming the flag).
 int ts_run_open_resume(const ts_config *cfg, int share, int stages, ts_run_ckpt *out);
 void ts_run_close_checkpoint(ts_run_ckpt *ck);
+// The data this run's checkpoints are written from (their "tessera.data":
+// token counts and digest), and on --resume the refusal (TS_EUSAGE) of a
+// checkpoint written from other data.
+void ts_run_checkpoint_data(const ts_data *data);
+int ts_run_check_resume_data(const ts_run_ckpt *ck, const ts_data *data);
 // The error just made by a check of what the checkpoint at path says about
 // `what` (a configuration that no model can be made of, say), restated as
 // the file's: "checkpoint PATH: WHAT: message", TS_ERUNTIME.

@@ -242,6 +242,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   }
   if ((rc = ts_run_open_data(&cfg, cfg.data_path, &data))) goto done;
   if ((rc = injected_fault(grid, cfg.data_path))) goto done;
+  ts_run_checkpoint_data(data);
+  if (cfg.resume && (rc = ts_run_check_resume_data(&ck, data))) goto done;
   // every rank with the same computation, data and checkpoint, before any work
   if ((rc = ts_run_agree(&cfg, &lay, data, &ck))) goto done;
   if ((rc = ts_shard_create(&cfg, grid, &lay, &sh))) goto done;
