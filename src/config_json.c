@@ -261,6 +261,13 @@ int ts_config_from_json(ts_config *cfg, const char *json) {
 // The JSON key of the first field in which two configurations' JSON forms
 // differ (both written by ts_config_to_json: same order, optional fields
 // present or not), or "" when they do not.
+int ts_config_computation_json(const ts_config *cfg, int memory_options, char *buf, size_t cap) {
+  ts_config c = *cfg;
+  ts_config_drop_run_settings(&c);
+  if (!memory_options) c.checkpoint = c.fused_ce = c.tiled_mlp = 0;
+  return ts_config_to_json(&c, buf, cap);
+}
+
 void ts_config_json_difference(const char *a, const char *b, char *key, size_t cap) {
   json_value va, vb;
   json_error err;

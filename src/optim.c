@@ -127,30 +127,6 @@ int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nt
 
 #define NORM_CHUNK 65536
 
-// Spans [lo, hi) of the gradient buffer that hold no gradient: mapl-vq's
-// codebook slots (statistics for ts_vq_update). In buffer order.
-typedef struct {
-  size_t lo, hi;
-} span;
-
-static int statistic_spans(const ts_tensor *grads, int nt, span **out) {
-  int ns = 0;
-  *out = NULL;
-  for (int t = 0; t < nt; t++) ns += ts_boundary_statistics(grads[t].role);
-  if (ns == 0) return 0;
-  span *sp = malloc((size_t)ns * sizeof *sp);
-  if (!sp) return -1;
-  ns = 0;
-  for (int t = 0; t < nt; t++)
-    if (ts_boundary_statistics(grads[t].role)) {
-      sp[ns].lo = (size_t)(grads[t].data - grads[0].data);
-      sp[ns].hi = sp[ns].lo + (size_t)ts_tensor_numel(&grads[t]);
-      ns++;
-    }
-  *out = sp;
-  return ns;
-}
-
 // The norm as a fold over the vector (owners.h): chunk c's sum of squares is
 // a double sum over its elements in order, from 0, and the total the double
 // sum of the chunks' in order. Elements left out (statistics) add nothing.
@@ -274,21 +250,6 @@ void ts_clip_tensors(const ts_tensor *grads, int nt, float norm, float clip) {
   for (int t = 0; t < nt; t++)
     if (!ts_boundary_statistics(grads[t].role))
       ts_clip(grads[t].data, (size_t)ts_tensor_numel(&grads[t]), norm, clip);
-}
-
-int ts_clip_trained(const ts_tensor *grads, int nt, size_t n, float norm, float clip) {
-  span *sp;
-  int ns = statistic_spans(grads, nt, &sp);
-  if (ns < 0) return ts_fail(TS_ERUNTIME, "out of memory");
-  float *g = grads[0].data;
-  size_t lo = 0;
-  for (int k = 0; k <= ns; k++) { // the trained runs between the spans
-    size_t hi = k < ns ? sp[k].lo : n;
-    ts_clip(g + lo, hi - lo, norm, clip);
-    if (k < ns) lo = sp[k].hi;
-  }
-  free(sp);
-  return TS_OK;
 }
 
 float ts_lr_at(const ts_config *cfg, int64_t s) {

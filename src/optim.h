@@ -49,17 +49,16 @@ float ts_grad_norm(const float *g, size_t n);
 void ts_clip(float *g, size_t n, float norm, float clip);
 // The same over the model's gradient buffer (grads[0].data, n floats) but for
 // the slots of mapl-vq's codebooks, which hold statistics (vq.h): the norm
-// counts them as zeros (same bits as ts_grad_norm without codebooks), the
-// clip leaves them alone.
+// counts them as zeros (same bits as ts_grad_norm without codebooks).
 float ts_grad_norm_trained(const ts_tensor *grads, int nt, size_t n);
 // The same norm of a partitioned model (parallel/owners.h): the trained
 // tensors among this rank's owned grads[0, nt) (canonical offsets in `at`)
 // and the other owners', folded in canonical order: the serial bits, on every
 // rank of the group. A non-finite norm is returned, not an error.
 int ts_grad_norm_owned(const ts_owners *o, const ts_tensor *grads, int nt, float *out);
-int ts_clip_trained(const ts_tensor *grads, int nt, size_t n, float norm, float clip);
-// The clip of each tensor (or part) of grads[0, nt) but statistics, wherever
-// they lie (a partitioned model's: parallel/owners.h).
+// The clip of each tensor (or part) of grads[0, nt) but the statistics
+// slots, which it leaves alone, wherever they lie (a whole model's, or a
+// partitioned one's: parallel/owners.h).
 void ts_clip_tensors(const ts_tensor *grads, int nt, float norm, float clip);
 // Learning rate for 0-based step s.
 float ts_lr_at(const ts_config *cfg, int64_t s);

@@ -121,6 +121,10 @@ void ts_config_defaults(ts_config *cfg);
 // is the computation: two layouts of one run, or its ranks, must agree on it.
 // The data's content is not in it (its paths are): compare that apart.
 void ts_config_drop_run_settings(ts_config *cfg);
+// The JSON form (ts_config_to_json) of cfg's computation: without its run
+// settings, and with memory_options 0 without the memory options either
+// (--checkpoint, --fused-ce, --tiled-mlp change where values live, not their bits).
+int ts_config_computation_json(const ts_config *cfg, int memory_options, char *buf, size_t cap);
 // Derives tile/leaf from T when 0 and validates the whole config (TS_EUSAGE).
 int ts_config_finalize(ts_config *cfg);
 // A lower bound of the model's parameter count from the config alone (its

@@ -314,7 +314,6 @@ static int alloc_params(ts_model *m, const pspec *spec, const unsigned char *hel
         m->gtens[k].data = g ? m->grads + off : NULL;
         off += n;
       }
-      (void)p;
     }
   return TS_OK;
 }

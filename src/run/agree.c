@@ -16,7 +16,7 @@
 
 // What a rank says about itself.
 typedef struct {
-  char config[AGREE_CONFIG];   // the computation (ts_config_drop_run_settings), as JSON
+  char config[AGREE_CONFIG];   // the computation (ts_config_computation_json)
   int layout[10];              // the layout's settings, in layout_flags' order
   uint64_t data_tokens[2], data_digest;
   int64_t ckpt_step;           // --resume: the checkpoint's step (0: none)
@@ -30,9 +30,8 @@ static const char *const layout_flags[10] = {
 static int state(statement *st, const ts_config *cfg, const ts_layout *lay, const ts_data *data,
                  const ts_run_ckpt *ck) {
   memset(st, 0, sizeof *st);
-  ts_config comp = *cfg;
-  ts_config_drop_run_settings(&comp);
-  int rc = ts_config_to_json(&comp, st->config, sizeof st->config);
+  // (the memory options too: a recomputing layer makes collectives of its own)
+  int rc = ts_config_computation_json(cfg, 1, st->config, sizeof st->config);
   if (rc) return rc;
   const int l[10] = {lay->dp, lay->sp, lay->pp, (int)lay->sp_mode, lay->upipe_u, lay->upipe_sched,
                      lay->microbatches, lay->schedule, lay->ulysses_degree, lay->zero};

@@ -337,12 +337,9 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, co
   // itself: every field but the run's own settings and the memory options
   // (which change where values live, not their bits), so that a field added
   // later is refused without being listed above.
-  ts_config a = old, b = *cfg;
-  ts_config_drop_run_settings(&a);
-  ts_config_drop_run_settings(&b);
-  a.checkpoint = b.checkpoint, a.fused_ce = b.fused_ce, a.tiled_mlp = b.tiled_mlp;
   char ja[8192], jb[8192], key[64];
-  if (ts_config_to_json(&a, ja, sizeof ja) || ts_config_to_json(&b, jb, sizeof jb))
+  if (ts_config_computation_json(&old, 0, ja, sizeof ja) ||
+      ts_config_computation_json(cfg, 0, jb, sizeof jb))
     return TS_ERUNTIME;
   ts_config_json_difference(ja, jb, key, sizeof key);
   if (key[0])
@@ -668,10 +665,9 @@ static int compare_state(ts_ckpt *a, ts_ckpt *b, FILE *out) {
   ts_config_defaults(&cb);
   if (!ja || ts_config_from_json(&ca, ja)) return ts_fail(TS_EUSAGE, "%s: unreadable %s", pa, META_CONFIG);
   if (!jb || ts_config_from_json(&cb, jb)) return ts_fail(TS_EUSAGE, "%s: unreadable %s", pb, META_CONFIG);
-  ts_config_drop_run_settings(&ca);
-  ts_config_drop_run_settings(&cb);
   char sa[TS_CONFIG_JSON_MAX], sb[TS_CONFIG_JSON_MAX], key[64];
-  if (ts_config_to_json(&ca, sa, sizeof sa) || ts_config_to_json(&cb, sb, sizeof sb))
+  if (ts_config_computation_json(&ca, 1, sa, sizeof sa) ||
+      ts_config_computation_json(&cb, 1, sb, sizeof sb))
     return ts_fail(TS_EUSAGE, "%s: %s", pa, ts_errmsg());
   ts_config_json_difference(sa, sb, key, sizeof key);
   if (key[0]) {
