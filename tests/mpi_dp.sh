@@ -221,7 +221,7 @@ disagree "different --steps" "^tessera train: rank 1 disagrees with rank 0 on th
   "--data $DATA" "--data $DATA --steps 4"
 disagree "different --seed" "rank 1 disagrees with rank 0 on the configuration: \"seed\" differs" \
   "--data $DATA --seed 1" "--data $DATA --seed 2"
-disagree "different data" "rank 1 disagrees with rank 0 on the data: rank 0 read [0-9]+ \\+ [0-9]+ tokens" \
+disagree "different data" "rank 1 disagrees with rank 0 on the data: rank 0 read [0-9]+\\+[0-9]+ tokens, digest [0-9a-f]{16}, rank 1 [0-9]+\\+[0-9]+ tokens, digest [0-9a-f]{16}" \
   "--data $DATA" "--data $TS_TMP/short.txt"
 disagree "different --sp-mode" "rank 1 disagrees with rank 0 on the layout: --sp-mode" \
   "--data $DATA --dp 1 --sp 2" "--data $DATA --dp 1 --sp 2 --sp-mode ulysses"

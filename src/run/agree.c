@@ -18,7 +18,7 @@
 typedef struct {
   char config[AGREE_CONFIG];   // the computation (ts_config_computation_json)
   int layout[10];              // the layout's settings, in layout_flags' order
-  uint64_t data_tokens[2], data_digest;
+  char data[96];               // its token counts and digest (ts_run_data_id)
   int64_t ckpt_step;           // --resume: the checkpoint's step (0: none)
   char ckpt_crc[12];           // and its header's checksum
 } statement;
@@ -36,9 +36,8 @@ static int state(statement *st, const ts_config *cfg, const ts_layout *lay, cons
   const int l[10] = {lay->dp, lay->sp, lay->pp, (int)lay->sp_mode, lay->upipe_u, lay->upipe_sched,
                      lay->microbatches, lay->schedule, lay->ulysses_degree, lay->zero};
   memcpy(st->layout, l, sizeof l);
-  st->data_tokens[0] = ts_data_split_len(data, TS_SPLIT_TRAIN);
-  st->data_tokens[1] = ts_data_split_len(data, TS_SPLIT_VAL);
-  st->data_digest = ts_data_digest(data);
+  if (!ts_run_data_id()[0]) ts_run_checkpoint_data(data);
+  snprintf(st->data, sizeof st->data, "%s", ts_run_data_id());
   if (ck && ck->ck) {
     const char *crc = ts_ckpt_meta(ck->ck, "tessera.header_crc32");
     st->ckpt_step = ck->step;
@@ -60,12 +59,8 @@ static int differs(const statement *a, const statement *b, int q, char *what, si
       snprintf(what, cap, "the layout: %s", layout_flags[i]);
       return 1;
     }
-  if (memcmp(a->data_tokens, b->data_tokens, sizeof a->data_tokens) ||
-      a->data_digest != b->data_digest) {
-    snprintf(what, cap, "the data: rank 0 read %" PRIu64 " + %" PRIu64 " tokens (digest %016" PRIx64
-             "), rank %d %" PRIu64 " + %" PRIu64 " (digest %016" PRIx64 ")",
-             a->data_tokens[0], a->data_tokens[1], a->data_digest, q, b->data_tokens[0],
-             b->data_tokens[1], b->data_digest);
+  if (strcmp(a->data, b->data)) {
+    snprintf(what, cap, "the data: rank 0 read %s, rank %d %s", a->data, q, b->data);
     return 1;
   }
   if (a->ckpt_step != b->ckpt_step || strcmp(a->ckpt_crc, b->ckpt_crc)) {

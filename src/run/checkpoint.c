@@ -355,10 +355,12 @@ void ts_run_checkpoint_data(const ts_data *data) {
            ts_data_digest(data));
 }
 
+const char *ts_run_data_id(void) { return data_id; }
+
 int ts_run_check_resume_data(const ts_run_ckpt *ck, const ts_data *data) {
   const char *was = ts_ckpt_meta(ck->ck, META_DATA);
   if (!was || !was[0]) return TS_OK; // written before checkpoints recorded their data
-  ts_run_checkpoint_data(data);
+  if (!data_id[0]) ts_run_checkpoint_data(data);
   if (strcmp(was, data_id))
     return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written from other data (%s); this "
                    "run's --data holds %s", ts_ckpt_path(ck->ck), was, data_id);

@@ -100,6 +100,8 @@ void ts_run_close_checkpoint(ts_run_ckpt *ck);
 // token counts and digest), and on --resume the refusal (TS_EUSAGE) of a
 // checkpoint written from other data.
 void ts_run_checkpoint_data(const ts_data *data);
+// What ts_run_checkpoint_data recorded ("" before it): "N+M tokens, digest D".
+const char *ts_run_data_id(void);
 int ts_run_check_resume_data(const ts_run_ckpt *ck, const ts_data *data);
 // The error just made by a check of what the checkpoint at path says about
 // `what` (a configuration that no model can be made of, say), restated as
