@@ -50,16 +50,25 @@ static int check_zero(const ts_config *cfg, const ts_layout *lay) {
   if (lay->zero == 0) return TS_OK;
   if (lay->zero < 0 || lay->zero > 3)
     return ts_fail(TS_EUSAGE, "--zero %d: must be 0, 1, 2 or 3", lay->zero);
-  if (lay->zero > 1)
-    return ts_fail(TS_EUSAGE, "--zero %d: not in this build (stage 1 shards the optimizer "
-                   "moments; stages 2 and 3, the gradients and parameters, are not built yet)",
-                   lay->zero);
   if (lay->dp * lay->sp < 2)
     return ts_fail(TS_EUSAGE, "--zero %d: needs ranks that hold the same parameters to shard "
                    "over (--dp or --sp above 1)", lay->zero);
   if (cfg->compress != TS_COMPRESS_NONE)
     return ts_fail(TS_EUSAGE, "--zero %d with --compress %s: not built (a codec updates its "
                    "tensors together)", lay->zero, ts_compress_names[cfg->compress]);
+  if (lay->zero < 2) return TS_OK;
+  // stages 2 and 3 sum a layer's gradient as its backward ends
+  // (src/parallel/zero.c): it must then be whole on the rank
+  if (lay->pp > 1)
+    return ts_fail(TS_EUSAGE, "--zero %d with --pp %d: not built (a stage's gradient grows over "
+                   "its microbatches; use --zero 1)", lay->zero, lay->pp);
+  if (lay->microbatches > 1)
+    return ts_fail(TS_EUSAGE, "--zero %d with --microbatches %d: not built (the gradient grows "
+                   "over the microbatches; use --zero 1)", lay->zero, lay->microbatches);
+  if (lay->sp > 1 && cfg->batch != lay->dp)
+    return ts_fail(TS_EUSAGE, "--zero %d with --sp %d: needs one sequence per data rank "
+                   "(--batch %d = --dp %d; a rank's sequences would add up over several "
+                   "passes), or use --zero 1", lay->zero, lay->sp, cfg->batch, lay->dp);
   return TS_OK;
 }
 

@@ -280,7 +280,9 @@ static const flag flags[] = {
     {"--pp", K_INT, AT(lay.pp), 0, "P", "pipeline stages", NULL, TRAIN, G_PAR, check_parallel},
     {"--zero", K_INT, AT(lay.zero), 0, "S",
      "ZeRO stage over the ranks that hold the same parameters (--dp x --sp): 1 shards the "
-     "AdamW moments (2 and 3 are not built yet)", "0", TRAIN, G_PAR, check_nonneg},
+     "AdamW moments, 2 the gradients too, 3 the layers' parameters too (each layer gathered "
+     "just before use); 2 and 3 on the CPU without --pp or --microbatches", "0", TRAIN, G_PAR,
+     check_nonneg},
     {"--microbatches", K_INT, AT(lay.microbatches), 0, "M",
      "microbatches per step: they split each data rank's sequences (the pipeline's; without "
      "--pp, gradient accumulation: run one after another, the same bits as one pass)", NULL,
@@ -895,6 +897,9 @@ int main(int argc, char **argv) {
     c.cfg.compress_stages = c.lay.pp;
   rc = ts_config_finalize(&c.cfg);
   if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_layout_check(&c.cfg, &c.lay);
+  if (rc == TS_OK && cmd->id == C_TRAIN && c.lay.zero >= 2 && strcmp(c.device, "cpu") != 0)
+    rc = ts_fail(TS_EUSAGE, "--zero %d with --device %s: not built (stages 2 and 3 give a "
+                 "layer's host pages back between uses; use --zero 1)", c.lay.zero, c.device);
   if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_grid_check(c.lay.dp, c.lay.sp, c.lay.pp);
   if (rc == TS_OK) rc = check_outputs(cmd, &c);
   // The data's format where the files say it, or fail to (a .bin that does

@@ -246,10 +246,14 @@ typedef struct ts_model ts_model;
 // above 90% of the machine's memory divided by them, before it allocates the
 // activations.
 void ts_model_set_memory_share(int processes);
-// How many ranks shard the optimizer moments of a model's parameters (--zero
-// 1: the replica group; 1 by default): the estimate counts 8/shards bytes of
-// moments per parameter.
-void ts_model_set_moment_shards(int shards);
+// How many ranks shard a model's state (--zero: the replica group; 1 by
+// default) and the ZeRO stage: the estimate counts the bytes per parameter
+// of ts_state_bytes_per_param, and under stages 2 and 3 one layer whole.
+void ts_model_set_state_shards(int shards, int zero);
+// Bytes of model state per parameter a rank holds (4 values, 4 gradients,
+// and when training 8 AdamW moments): the moments' 1/shards under --zero 1,
+// the gradients' too under 2, the values' too under 3.
+double ts_state_bytes_per_param(int training, int shards, int zero);
 // The whole batch: ts_model_create_shard(cfg, 0, cfg->batch, out).
 int ts_model_create(const ts_config *cfg, ts_model **out);
 // A data-parallel shard: sequences [b_begin, b_begin + b_count) of the global
@@ -293,6 +297,18 @@ int ts_model_runs(const ts_model *m, int *pos, int *len);
 // gradient; the pipeline brings them up to date after each step.
 int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
                           int l0, int l1, ts_model **out);
+// Around each layer's use, for a layout that holds the parameters or the
+// gradients in parts (--zero 2 and 3, src/parallel/zero.c): `params` before
+// a layer's forward and its backward (whole: 1) and after them (may go: 0),
+// `grads_done` when a layer's backward has written its whole gradient on
+// this rank. Non-zero returns end the pass with that error. The hooks see
+// layers only; the embeddings and the head stay whole. NULL: no hooks.
+typedef struct {
+  int (*params)(void *ctx, int layer, int whole);
+  int (*grads_done)(void *ctx, int layer);
+  void *ctx;
+} ts_layer_hooks;
+void ts_model_set_layer_hooks(ts_model *m, const ts_layer_hooks *hooks);
 void ts_model_set_stage_input(ts_model *m, const void *x);
 void ts_model_set_stage_grad(ts_model *m, const float *dy);
 const void *ts_model_stage_output(const ts_model *m); // after a forward

@@ -122,12 +122,11 @@ static int plan_state(ts_shard *sh, const ts_config *cfg, const ts_grid *grid,
 int ts_shard_gather_params(ts_shard *sh) {
   if (!sh->zero) return TS_OK;
   float *params = ts_model_params(sh->m);
-  for (int q = 0; q < sh->replica->size; q++) {
-    const size_t lo = sh->cut[q], n = sh->cut[q + 1] - lo;
-    int rc = n ? ts_comm_bcast(sh->replica, params + lo, n * sizeof(float), q, -1) : TS_OK;
-    if (rc) return rc;
-  }
-  return TS_OK;
+  const size_t end = sh->cut[sh->replica->size];
+  if (sh->zero < 3 || sh->nlay == 0) return ts_zero_gather(sh, params, 0, end);
+  // under --zero 3 the layers' come one layer at a time, when used
+  int rc = ts_zero_gather(sh, params, 0, sh->lay_lo[0]);
+  return rc ? rc : ts_zero_gather(sh, params, sh->lay_lo[sh->nlay], end);
 }
 
 // The sequence group's sum of one sequence's gradient g (the model's
@@ -135,9 +134,7 @@ int ts_shard_gather_params(ts_shard *sh) {
 // the positional rows it owns (the last owned elements) and, on a pipeline's
 // last stage, a tied embedding (the first), which the pipeline sums apart.
 static int sum_sequence_group(ts_shard *sh, float *g) {
-  const size_t lo = sh->seq_skip, n = sh->np - sh->wpe_len - lo;
-  return sh->fast ? ts_comm_allreduce_fast(sh->seq, g + lo, n, -1)
-                  : ts_comm_allreduce_tree(sh->seq, g + lo, n, -1);
+  return ts_zero_sum(sh, sh->seq, g, sh->seq_skip, sh->np - sh->wpe_len);
 }
 
 int ts_shard_sequence_done(ts_shard *sh) {
@@ -240,8 +237,10 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
       if (sh.pl->tied && grid->pp_rank == grid->pp - 1) sh.seq_skip = sh.pl->wte_len;
     }
   }
+  sh.data = grid->data;
   *out = sh;
-  return TS_OK;
+  if ((rc = ts_zero_plan(out))) ts_shard_free(out); // its hooks hold the shard's final place
+  return rc;
 }
 
 size_t ts_shard_buffer_bytes(const ts_shard *sh) {
@@ -253,6 +252,7 @@ size_t ts_shard_buffer_bytes(const ts_shard *sh) {
 void ts_shard_free(ts_shard *sh) {
   ts_owners_free(&sh->owners);
   free(sh->cut);
+  free(sh->lay_lo);
   free(sh->upd_p);
   free(sh->upd_g);
   if (sh->pl) ts_pipeline_free(sh->pl);
@@ -345,10 +345,6 @@ int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group) {
   // the sequence group's sums came per sequence (ts_shard_sequence_done);
   // the tree over the sequences (a pipeline keeps its own)
   if ((sh->seq && sh->nb > 1 && !sh->pl) || sh->M > 1) ts_tree_finish(&sh->seq_tree, g);
-  if (data_group && data_group->size > 1) {
-    rc = sh->fast ? ts_comm_allreduce_fast(data_group, g, sh->np, -1)
-                  : ts_comm_allreduce_tree(data_group, g, sh->np, -1);
-    if (rc) return rc;
-  }
+  if ((rc = ts_zero_sum(sh, data_group, g, 0, sh->np))) return rc;
   return TS_OK;
 }

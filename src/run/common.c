@@ -121,7 +121,8 @@ static double stage_floor(const ts_config *cfg, int stages, int s, double *copie
 // Each rank holds its stage's parameters (and gradients, and moments): the
 // largest stage's matrices are the floor; on a GPU they live in its memory
 // (the backend gives this rank's share), on the CPU in the node's.
-int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, int shards) {
+int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, int shards,
+                     int zero) {
   const ts_backend *be = ts_backend_current();
   const int on_gpu = be->memory_bytes != NULL;
   double have = on_gpu ? (double)be->memory_bytes()
@@ -132,7 +133,7 @@ int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, 
   double np = 0.0, need = 0.0;
   for (int s = 0; s < stages; s++) {
     double copies, own = stage_floor(cfg, stages, s, &copies);
-    double b = own * (training ? 8.0 + 8.0 / shards : 8.0) + 4.0 * copies;
+    double b = own * ts_state_bytes_per_param(training, shards, zero) + 4.0 * copies;
     if (b > need) need = b, np = own + copies;
   }
   if (!(have > 0) || need <= 0.9 * have) return TS_OK;
@@ -143,7 +144,7 @@ int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, 
                  "the model's weight matrices alone need %.1f GiB (%.3g parameters%s: --layers %d, "
                  "--d %d, --d-ff %d, vocab %d; values, gradients%s) but %s %.1f GiB%s; use a "
                  "smaller --model, --layers, --d or --d-ff, more pipeline stages (--pp), sharded "
-                 "optimizer state (--zero 1), or fewer ranks on this %s",
+                 "model state (--zero 1, 2, 3), or fewer ranks on this %s",
                  need / 1073741824.0, np, stage, cfg->n_layer, cfg->d, cfg->d_ff, cfg->vocab,
                  training ? ", AdamW moments" : "",
                  on_gpu ? "this rank's share of its GPU is" : "the machine has",

@@ -123,8 +123,8 @@ static void state_json(const ts_shard *sh, const ts_adamw *opt, char *buf, size_
     for (int i = 0; i < nc; i++) params += (double)ts_tensor_numel(&c[i]);
     free(c);
   }
-  params = 4.0 * (params + (double)ts_model_num_params(m));
-  const double grads = 4.0 * (double)ts_model_num_params(m), moments = 8.0 * (double)opt->n;
+  params = 4.0 * (params + (double)ts_zero_held(sh, 0));
+  const double grads = 4.0 * (double)ts_zero_held(sh, 1), moments = 8.0 * (double)opt->n;
   double sum, max;
   ts_mpi_sum_max(params + grads + moments, &sum, &max);
   snprintf(buf, cap,
@@ -217,8 +217,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     return rc;
   ts_run_setup_threads(&cfg, grid->local_size);
   ts_model_set_memory_share(grid->local_size); // the node's ranks share its memory
-  const int shards = lay.zero ? grid->replica->size : 1; // --zero: the moments' shards
-  ts_model_set_moment_shards(shards);
+  const int shards = lay.zero ? grid->replica->size : 1; // --zero: the state's shards
+  ts_model_set_state_shards(shards, lay.zero);
   // rank 0 alone talks to people and files
   const int root = grid->world_rank == 0;
   if (!root) cfg.quiet = 1;
@@ -228,7 +228,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_comm *dgroup = grid->data;
   // Before anything is allocated: a model that cannot fit, and on --resume
   // everything in the checkpoint's header.
-  if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size, grid->pp, shards))) goto done;
+  if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size, grid->pp, shards, lay.zero))) goto done;
   // the format the files are read in, which the run records and a resumed
   // run must share (a look at their first bytes; the whole files come later)
   if ((rc = ts_data_resolve(cfg.data_path, cfg.val_path, cfg.data_format, &cfg.data_format)) ||
@@ -249,6 +249,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   if ((rc = ts_shard_create(&cfg, grid, &lay, &sh))) goto done;
   m = sh.m;
   ts_model_init(m, cfg.seed);
+  ts_zero_release(&sh); // --zero 3: the layers' parameters but this rank's shard
   // this rank's parameters (a pipeline stage's), and the canonical model's
   // what this rank updates: its stage's tensors, or under --zero its shard of
   // them (shard.h), with moments for those alone; and the canonical model's size
@@ -264,6 +265,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   state_json(&sh, &opt, state, sizeof state);
   const int64_t start = cfg.resume ? ck.step : 0;
   if (cfg.resume && (rc = resume(&sh, &opt, &ck, &cfg, root))) goto done;
+  if (cfg.resume) ts_zero_release(&sh);
   ts_run_close_checkpoint(&ck);
 
   // MFU counts every rank's cores: the roof is one process's, times the world.
