@@ -62,13 +62,19 @@ static int check_zero(const ts_config *cfg, const ts_layout *lay) {
   if (lay->pp > 1)
     return ts_fail(TS_EUSAGE, "--zero %d with --pp %d: not built (a stage's gradient grows over "
                    "its microbatches; use --zero 1)", lay->zero, lay->pp);
-  if (lay->microbatches > 1)
-    return ts_fail(TS_EUSAGE, "--zero %d with --microbatches %d: not built (the gradient grows "
-                   "over the microbatches; use --zero 1)", lay->zero, lay->microbatches);
-  if (lay->sp > 1 && cfg->batch != lay->dp)
-    return ts_fail(TS_EUSAGE, "--zero %d with --sp %d: needs one sequence per data rank "
-                   "(--batch %d = --dp %d; a rank's sequences would add up over several "
-                   "passes), or use --zero 1", lay->zero, lay->sp, cfg->batch, lay->dp);
+  // several passes a step go in rounds of the data group's ranks, each
+  // round one aligned run of the serial tree: powers of two
+  const int nb = cfg->batch / lay->dp;
+  const int passes = lay->sp > 1 ? nb : lay->microbatches, s = lay->sp > 1 ? 1 : nb / passes;
+  const int pow2 = (lay->dp & (lay->dp - 1)) == 0 && s > 0 && (s & (s - 1)) == 0;
+  if (passes > 1 && nb % passes == 0 && !pow2 && lay->sp > 1) // (a count that does not divide: below)
+    return ts_fail(TS_EUSAGE, "--zero %d with --sp %d and %d sequences a data rank: the data "
+                   "ranks (--dp %d) must be a power of two, or use --zero 1", lay->zero, lay->sp,
+                   nb, lay->dp);
+  if (passes > 1 && nb % passes == 0 && !pow2)
+    return ts_fail(TS_EUSAGE, "--zero %d with --microbatches %d: the data ranks (--dp %d) and a "
+                   "microbatch's sequences (%d) must be powers of two, or use --zero 1", lay->zero,
+                   passes, lay->dp, s);
   return TS_OK;
 }
 

@@ -49,7 +49,8 @@ equal llama "--model llama-tiny --layers 4 --dropout 0.1" 4 \
 equal pp-sp "--model llama-tiny --layers 4 --dropout 0.1" 4 \
   "--pp 2 --sp 2 --sp-mode upipe --microbatches 4 --zero 1"
 
-# stages 2 and 3: one pass per rank (one sequence per rank under --sp)
+# stages 2 and 3: one pass per rank (one sequence per rank under --sp), and
+# several in rounds (accumulation's microbatches; a rank's sequences under --sp)
 equal dp4-z2 "--model tiny" 4 "--dp 4 --zero 2"
 equal dp4-z3 "--model tiny" 4 "--dp 4 --zero 3"
 equal muon-z3 "--model tiny --optimizer muon" 2 "--dp 2 --zero 3"
@@ -59,6 +60,11 @@ equal llama-z3 "--model llama-tiny --layers 4 --dropout 0.1 --batch 2" 4 \
   "--dp 2 --sp 2 --sp-mode ulysses --zero 3"
 equal upipe-z3 "--model llama-tiny --layers 4 --batch 1 --kv-heads 4" 4 \
   "--sp 4 --sp-mode upipe --zero 3"
+equal accum-z3 "--model tiny --batch 8 --dropout 0.1 --eval-every 2 --eval-batches 2" 2 \
+  "--dp 2 --microbatches 4 --zero 3"
+equal accum-muon-z2 "--model llama-tiny --batch 8 --optimizer muon" 4 "--dp 4 --microbatches 2 --zero 2"
+equal rounds-z3 "--model llama-tiny --layers 4 --batch 4 --dropout 0.1" 4 \
+  "--dp 2 --sp 2 --sp-mode ulysses --zero 3"
 
 # the bytes: n parameters from the serial record, Z = 4 replicas
 n=$(($(state "$TS_TMP/dp4-serial.jsonl" grads) / 4))
@@ -138,10 +144,8 @@ B="--model tiny $common"
 NOLOG=$TS_TMP/never.jsonl
 expect_exit 2 "--zero 2 with --pp 2: not built" $RUN_MPI -n 4 "$T" train $B --layers 4 --dp 2 \
   --pp 2 --zero 2 --log "$NOLOG"
-expect_exit 2 "--zero 3 with --microbatches 2: not built" $RUN_MPI -n 2 "$T" train $B --dp 2 \
-  --microbatches 2 --zero 3 --log "$NOLOG"
-expect_exit 2 "--zero 2 with --sp 2: needs one sequence per data rank" $RUN_MPI -n 2 "$T" train \
-  $B --sp 2 --zero 2 --log "$NOLOG"
+expect_exit 2 "--zero 3 with --microbatches 2: the data ranks (--dp 3) and a microbatch's sequences (1) must be powers of two" \
+  $RUN_MPI -n 3 "$T" train $B --batch 6 --dp 3 --microbatches 2 --zero 3 --log "$NOLOG"
 expect_exit 2 "--zero 4: must be 0, 1, 2 or 3" "$T" train $B --zero 4 --log "$NOLOG"
 expect_exit 2 "--zero 1: needs ranks that hold the same parameters" "$T" train $B --zero 1 --log "$NOLOG"
 expect_exit 2 "--zero 1 with --compress mapl: not built" $RUN_MPI -n 2 "$T" train \

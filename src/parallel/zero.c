@@ -18,14 +18,22 @@
 // (embeddings, final norm, head: small next to the layers) stay whole and
 // are summed as before, at the end of the pass (ts_zero_sum).
 //
-// Where it applies (layout.c refuses the rest): each rank runs its share of
-// the batch in one pass (no pipeline, no accumulation, one sequence per rank
-// under --sp), so that a layer's gradient is complete when its backward
-// ends; and on the host (pages are host memory).
+// A layer's gradient must be complete when its backward ends: with one pass
+// a step (the rank's share of the batch at once; one sequence per rank
+// under --sp) it is. With several (accumulation's microbatches, a rank's
+// sequences under --sp) the passes go in rounds instead (shard.h): pass j
+// of data rank r takes the sequences from (j·D + r)·s, so the D ranks' j-th
+// passes are one aligned run of the serial tree, their sum over the data
+// group (the hooks' and ts_zero_pass_done's) is that run's subtree, and the
+// rank pushes its shard of it into a tree over the rounds: shard-sized
+// buffers, O(log passes) of them. Not under a pipeline (layout.c), and on
+// the host only (pages are host memory).
 #include "parallel/shard.h"
 
 #include <stdlib.h>
+#include <string.h>
 
+#include "tree.h"
 #include "util.h"
 
 // Gives back [lo, hi) of buf but the rank's shard [own_lo, own_hi).
@@ -84,8 +92,48 @@ static int layer_grads_done(void *ctx, int l) {
   const size_t lo = sh->lay_lo[i], hi = sh->lay_lo[i + 1];
   int rc = group_sum(sh, sh->seq, g, lo, hi);
   if (!rc) rc = group_sum(sh, sh->data, g, lo, hi);
-  if (!rc) let_go(sh, g, lo, hi);
-  return rc;
+  if (rc) return rc;
+  if (sh->strided) { // the rank's part of this pass's sum, for the tree over the rounds
+    const size_t a = sh->own_lo < lo ? lo : sh->own_lo, b = sh->own_hi > hi ? hi : sh->own_hi;
+    if (a < b) memcpy(sh->round + (a - sh->own_lo), g + a, (b - a) * sizeof(float));
+  }
+  let_go(sh, g, lo, hi);
+  return TS_OK;
+}
+
+// The positional rows a rank owns apart from the shards (under --sp, the
+// last owned elements; shard.h), 0 without.
+static size_t own_rows(const ts_shard *sh) { return sh->nupd_floats - (sh->own_hi - sh->own_lo); }
+
+int ts_zero_pass_done(ts_shard *sh) {
+  float *g = ts_model_grads(sh->m);
+  const size_t np = ts_model_num_params(sh->m), rows = own_rows(sh), nz = np - rows;
+  // the ends over the sequence group (not the positional rows, each rank's
+  // own), then the data group (rows too)
+  int rc = ts_zero_sum(sh, sh->seq, g, sh->seq_skip, nz);
+  if (!rc) rc = ts_zero_sum(sh, sh->data, g, 0, np);
+  if (rc) return rc;
+  // the rank's shard of the ends (its layers' came from the hooks), then its rows
+  const size_t L0 = sh->lay_lo[0], L1 = sh->lay_lo[sh->nlay];
+  const size_t ends[2][2] = {{sh->own_lo, sh->own_hi < L0 ? sh->own_hi : L0},
+                             {sh->own_lo > L1 ? sh->own_lo : L1, sh->own_hi}};
+  for (int k = 0; k < 2; k++)
+    if (ends[k][0] < ends[k][1])
+      memcpy(sh->round + (ends[k][0] - sh->own_lo), g + ends[k][0],
+             (ends[k][1] - ends[k][0]) * sizeof(float));
+  memcpy(sh->round + (sh->own_hi - sh->own_lo), g + nz, rows * sizeof(float));
+  if (ts_tree_push(&sh->rounds, sh->round) != 0)
+    return ts_fail(TS_ERUNTIME, "out of memory (gradient tree over the rounds)");
+  return TS_OK;
+}
+
+void ts_zero_rounds_finish(ts_shard *sh) {
+  float *g = ts_model_grads(sh->m);
+  const size_t rows = own_rows(sh), nz = ts_model_num_params(sh->m) - rows;
+  const size_t own = sh->own_hi - sh->own_lo;
+  ts_tree_finish(&sh->rounds, sh->round);
+  memcpy(g + sh->own_lo, sh->round, own * sizeof(float));
+  memcpy(g + nz, sh->round + own, rows * sizeof(float));
 }
 
 int ts_zero_plan(ts_shard *sh) {
@@ -129,6 +177,16 @@ int ts_zero_plan(ts_shard *sh) {
   if (!rc && sh->nlay) sh->lay_lo[sh->nlay] = at;
   free(t);
   if (rc) return rc;
+  if (sh->nlay == 0) return ts_fail(TS_ERUNTIME, "--zero %d: the stage holds no layers", sh->zero);
+  // several passes a step: in rounds (shard.h)
+  const int passes = sh->seq ? sh->nb : sh->M;
+  if (passes > 1) {
+    sh->s = sh->seq ? 1 : sh->mb;
+    if (!(sh->round = malloc((sh->nupd_floats ? sh->nupd_floats : 1) * sizeof(float))))
+      return ts_fail(TS_ERUNTIME, "out of memory");
+    ts_tree_init(&sh->rounds, sh->nupd_floats);
+    sh->strided = 1;
+  }
   sh->hooks = (ts_layer_hooks){.params = layer_params, .grads_done = layer_grads_done, .ctx = sh};
   ts_model_set_layer_hooks(m, &sh->hooks);
   return TS_OK;

@@ -68,6 +68,18 @@ int ts_run_load_batch(const ts_data *data, int split, const ts_config *cfg, uint
   return TS_OK;
 }
 
+int ts_run_load_shard(const ts_data *data, int split, const ts_config *cfg, uint64_t step,
+                      const ts_shard *sh, int *inputs, int *targets) {
+  if (!sh->strided) return ts_run_load_batch(data, split, cfg, step, sh->b0, sh->nb, inputs, targets);
+  for (int j = 0; j < sh->nb / sh->s; j++) {
+    const size_t at = (size_t)j * sh->s * cfg->seq;
+    int rc = ts_run_load_batch(data, split, cfg, step, ts_shard_pass_first(sh, j), sh->s,
+                               inputs + at, targets + at);
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+
 // The global batch's loss from the shards' loss sums, each an aligned subtree
 // of the serial loss tree: the tree over the group's sums, divided by the
 // global token count exactly as the serial forward divides.
@@ -161,11 +173,13 @@ int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_
   if (!sums || !losses) { free(sums); free(losses); return ts_fail(TS_ERUNTIME, "out of memory"); }
   int rc = TS_OK;
   for (int i = 0; i < E && !rc; i++) {
-    rc = ts_run_load_batch(data, TS_SPLIT_VAL, cfg, TS_EVAL_STEP_BASE + (uint64_t)i, sh->b0, sh->nb,
-                    inputs, targets);
+    rc = ts_run_load_shard(data, TS_SPLIT_VAL, cfg, TS_EVAL_STEP_BASE + (uint64_t)i, sh, inputs,
+                           targets);
     if (!rc) rc = ts_shard_pass(sh, inputs, targets, 0, 0, &sums[i]);
   }
-  if (!rc) rc = ts_run_combine_loss(group, sums, E, (int64_t)cfg->batch * cfg->seq, losses);
+  // (in rounds the shard's sums are the global ones already)
+  if (!rc) rc = ts_run_combine_loss(sh->strided ? NULL : group, sums, E,
+                                    (int64_t)cfg->batch * cfg->seq, losses);
   if (!rc) {
     float sum = 0.0f;
     for (int i = 0; i < E; i++) sum += losses[i];

@@ -31,6 +31,10 @@ int ts_run_open_data(const ts_config *cfg, const char *path, ts_data **out);
 // Sequences [b0, b0 + nb) of the batch of `step` from `split`: inputs, targets (nb, T).
 int ts_run_load_batch(const ts_data *data, int split, const ts_config *cfg, uint64_t step,
                       int b0, int nb, int *inputs, int *targets);
+// The shard's sequences of the batch of `step`, pass after pass (its nb
+// sequences from b0, or in rounds those of ts_shard_pass_first).
+int ts_run_load_shard(const ts_data *data, int split, const ts_config *cfg, uint64_t step,
+                      const ts_shard *sh, int *inputs, int *targets);
 // out[i] = the tree over the group's local[i] (NULL group: this rank's), / ntok_global.
 int ts_run_combine_loss(ts_comm *group, const float *local, int n, int64_t ntok_global,
                         float *out);

@@ -224,7 +224,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   if (!root) cfg.quiet = 1;
   ts_run_stopped(0);
   ts_run_stop_install(!cfg.quiet);
-  const int D = grid->dp, nb = cfg.batch / D, b0 = grid->dp_rank * nb;
+  const int D = grid->dp, nb = cfg.batch / D;
   ts_comm *dgroup = grid->data;
   // Before anything is allocated: a model that cannot fit, and on --resume
   // everything in the checkpoint's header.
@@ -303,13 +303,15 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     double t0 = ts_now();
     ts_grid_reset_counts(grid);
     ts_mem_reset_peaks();
-    if ((rc = ts_run_load_batch(data, TS_SPLIT_TRAIN, &cfg, step, b0, nb, inputs, targets))) goto done;
+    if ((rc = ts_run_load_shard(data, TS_SPLIT_TRAIN, &cfg, step, &sh, inputs, targets))) goto done;
     // forward and backward over this rank's share, then the sums over the
     // sequence group and the data group (shard.h)
     float lsum, loss;
     if ((rc = ts_shard_pass(&sh, inputs, targets, step, 1, &lsum))) goto done;
     if ((rc = ts_shard_sync_grads(&sh, dgroup))) goto done;
-    if ((rc = ts_run_combine_loss(D > 1 ? dgroup : NULL, &lsum, 1, ntok_global, &loss))) goto done;
+    // (in rounds, the shard's sum is the global one already)
+    ts_comm *lgroup = D > 1 && !sh.strided ? dgroup : NULL;
+    if ((rc = ts_run_combine_loss(lgroup, &lsum, 1, ntok_global, &loss))) goto done;
     float norm; // over the stages' parts in canonical order (owners.h): the serial bits
     if ((rc = ts_grad_norm_owned(&sh.owners, gt, nt, &norm))) goto done;
     // A diverged step stops the run before its update: nothing non-finite is
