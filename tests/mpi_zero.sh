@@ -144,7 +144,7 @@ B="--model tiny $common"
 NOLOG=$TS_TMP/never.jsonl
 expect_exit 2 "--zero 2 with --pp 2: not built" $RUN_MPI -n 4 "$T" train $B --layers 4 --dp 2 \
   --pp 2 --zero 2 --log "$NOLOG"
-expect_exit 2 "--zero 3 with --microbatches 2: the data ranks (--dp 3) and a microbatch's sequences (1) must be powers of two" \
+expect_exit 2 "--zero 3 with --microbatches 2: the data ranks \\(--dp 3\\) and a microbatch's sequences \\(1\\) must be powers of two" \
   $RUN_MPI -n 3 "$T" train $B --batch 6 --dp 3 --microbatches 2 --zero 3 --log "$NOLOG"
 expect_exit 2 "--zero 4: must be 0, 1, 2 or 3" "$T" train $B --zero 4 --log "$NOLOG"
 expect_exit 2 "--zero 1: needs ranks that hold the same parameters" "$T" train $B --zero 1 --log "$NOLOG"
