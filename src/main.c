@@ -110,7 +110,8 @@ typedef struct {
   char ckpt[4096]; // eval, sample
   // sample
   char prompt[16384], prompt_file[4096], tokenizer[4096];
-  int prompt_given, tokens, top_k, json, sample_threads;
+  int prompt_given; // 1: --prompt, 2: --prompt-file, 3: both (refused)
+  int tokens, top_k, json, sample_threads;
   float temperature, top_p;
   uint64_t sample_seed;
   char out[4096];  // dump
@@ -188,7 +189,7 @@ static const flag flags[] = {
     {"--ckpt", K_STR, AT(ckpt), 0, "FILE", "checkpoint to read (required)", "", C_EVAL | C_SAMPLE,
      G_CMD, NULL},
     {"--prompt", K_STR, AT(prompt), 0, "TEXT",
-     "the text to continue (this or --prompt-file; longer ones: --prompt-file)", "", C_SAMPLE,
+     "the text to continue (or --prompt-file, for a longer one)", "", C_SAMPLE,
      G_CMD, check_prompt},
     {"--prompt-file", K_STR, AT(prompt_file), 0, "FILE", "the text to continue, from a file", "",
      C_SAMPLE, G_CMD, check_prompt},
