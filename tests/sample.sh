@@ -2,10 +2,10 @@
 # tessera sample from the command line (docs/SAMPLING.md), on a GPT and a
 # LLaMA checkpoint trained here: the text is the prompt and its continuation;
 # --json holds the ids and log-probabilities; one seed gives the same tokens
-# on every run and another seed others; greedy is deterministic and is top-k
-# 1; --prompt-file is --prompt; bad flags exit 2 naming the flag, a missing
-# or damaged checkpoint exits 1, and a failure prints nothing on stdout; with
-# tests/tessera_emu, --device cuda samples too. That the decoder's logits are
+# on every run and every thread count, and another seed others; greedy is
+# deterministic and is top-k 1; --prompt-file is --prompt; bad flags exit 2
+# naming the flag, a missing or damaged checkpoint exits 1, and a failure
+# prints nothing on stdout; with tests/tessera_emu, --device cuda samples too. That the decoder's logits are
 # the training forward's bit for bit is tests/test_sample.c's.
 . "$(dirname "$0")/lib.sh"
 
@@ -51,6 +51,12 @@ for ck in "$CK" "$CL"; do
   TS_CHECKS=$((TS_CHECKS + 2))
   if cmp -s "$name-seed5.json" "$name-seed5b.json"; then pass "$name: seed 5 twice: the same"
   else fail "$name: seed 5 twice differs"; fi
+  # the thread count changes no bit of the logits, so no token
+  expect_exit 0 "" "$T" sample --ckpt "$ck" --prompt "the model " --tokens 40 --json \
+    --seed 5 --temperature 1.2 --top-k 50 --top-p 0.95 --threads 2
+  TS_CHECKS=$((TS_CHECKS + 1))
+  if cmp -s "$TS_OUT" "$name-seed5.json"; then pass "$name: --threads 2 gives --threads 1's sample"
+  else fail "$name: --threads 2 differs from --threads 1"; fi
   if [ "$(json_ids "$name-seed5.json" ids)" != "$(json_ids "$name-seed6.json" ids)" ]; then
     pass "$name: seeds 5 and 6 draw different tokens"
   else fail "$name: seeds 5 and 6 drew the same tokens"; fi
