@@ -378,6 +378,22 @@ size_t ts_model_activation_bytes(const ts_model *m);
 double ts_model_flops_per_token(const ts_model *m);
 
 // ---------------------------------------------------------------------------
+// Incremental decoding (src/model/decode.c, docs/SAMPLING.md): a model of one
+// sequence (batch 1, the whole model, no --compress) fed a few tokens at a
+// time, its layers' keys and values cached, so that a new token costs one
+// leaf of rows and one query tile of attention. The logits of every position
+// are the training forward's (ts_model_forward) bit for bit on the CPU.
+typedef struct ts_decoder ts_decoder;
+int ts_decoder_create(ts_model *m, ts_decoder **out);
+void ts_decoder_free(ts_decoder *d);
+// Positions fed so far (the next token's position).
+int ts_decoder_pos(const ts_decoder *d);
+// Feeds tokens[0, n) at the next n positions, which must stay within the
+// model's T (TS_EUSAGE otherwise, or for an id outside the vocabulary). all:
+// the n positions' logits into logits (n × V); else the last one's (V).
+int ts_decoder_feed(ts_decoder *d, const int *tokens, int n, float *logits, int all);
+
+// ---------------------------------------------------------------------------
 // Runs (src/run/, compare.c, info.c). Each returns TS_OK or an error code.
 // lay NULL: the serial layout. Under MPI the world must be dp × sp × pp ranks.
 // SIGTERM, SIGINT or SIGHUP during ts_train: the step under way is finished,
@@ -388,6 +404,23 @@ int ts_train(const ts_config *cfg, const ts_layout *lay);
 int ts_train_stop_signal(void);
 int ts_eval(const ts_config *cfg, const char *ckpt_path);
 int ts_info(void);
+// tessera sample (src/run/sample.c, docs/SAMPLING.md): tokens continuing a
+// prompt from the checkpoint's model, printed to out as text (the prompt and
+// its continuation) or one JSON object. cfg: the run settings of the flags
+// (threads); the model is the checkpoint's.
+typedef struct {
+  const char *ckpt;
+  const char *prompt;      // the prompt's text, or NULL: read prompt_file
+  const char *prompt_file;
+  const char *tokenizer;   // a tokenizer model file; NULL or "": bytes
+  int tokens;              // how many to generate, >= 1
+  float temperature;       // >= 0; 0: greedy
+  int top_k;               // >= 0; 0: off
+  float top_p;             // in (0, 1]; 1: off
+  uint64_t seed;           // the draws' (token by token: seed and position)
+  int json;
+} ts_sample_opts;
+int ts_sample(const ts_config *cfg, const ts_sample_opts *opts, FILE *out);
 // Whether two checkpoints hold the same model state (tessera compare on two
 // .safetensors files; src/run/checkpoint.c): the same tensors in order and shape, the same data
 // byte for byte, the same step, optimizer step and configuration but for the
