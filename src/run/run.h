@@ -127,6 +127,18 @@ int ts_run_trim_log(const char *path, int64_t upto);
 // checkpoint directory and next to the log; how many.
 int ts_run_remove_stale_temps(const ts_config *cfg);
 
+// ---- ranks.c ----------------------------------------------------------------------------
+// Every rank's host and process id, gathered over the world (a collective:
+// every rank calls it), so that a launcher's report of a lost process ("PID
+// 17390 RUNNING AT vm") maps to a rank. json: [{"rank":0,"host":"vm","pid":17389}, ...]
+// for the log; text: "ranks: 0 = pid 17389 on vm, 1 = pid 17390 on vm" for
+// the start-up output. Freed with ts_run_free_ranks.
+typedef struct {
+  char *json, *text;
+} ts_run_ranks;
+int ts_run_gather_ranks(ts_run_ranks *out);
+void ts_run_free_ranks(ts_run_ranks *r);
+
 // ---- stop.c -----------------------------------------------------------------------------
 // SIGTERM, SIGINT and SIGHUP, while a training run lasts: the first is
 // recorded (and, ack set, acknowledged on stderr) for the step loop to stop

@@ -212,6 +212,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_adamw opt = {0};
   ts_log log = {0};
   ts_run_ckpt ck = {0};
+  ts_run_ranks ranks = {0};
+  char *start_line = NULL;
   int *inputs = NULL, *targets = NULL;
   if ((rc = ts_layout_check(&cfg, &lay)) || (rc = ts_grid_create(lay.dp, lay.sp, lay.pp, &grid)))
     return rc;
@@ -246,6 +248,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   if (cfg.resume && (rc = ts_run_check_resume_data(&ck, data))) goto done;
   // every rank with the same computation, data and checkpoint, before any work
   if ((rc = ts_run_agree(&cfg, &lay, data, &ck))) goto done;
+  // which process on which host is which rank, for the log and the output
+  if ((rc = ts_run_gather_ranks(&ranks))) goto done;
   if ((rc = ts_shard_create(&cfg, grid, &lay, &sh))) goto done;
   m = sh.m;
   ts_model_init(m, cfg.seed);
@@ -277,23 +281,32 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   if ((rc = ts_log_open(&log, root ? cfg.log_path : NULL, start > 0))) goto done;
   char layout[64];
   layout_name(grid, &lay, layout, sizeof layout);
+  // the first line of a run's log; a resumed run's record of its own start
+  // (its layout and processes may differ), which compare skips like the first
+  const size_t line_cap = TS_CONFIG_JSON_MAX + 512 + strlen(ranks.json);
+  if (!(start_line = malloc(line_cap))) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
   if (start == 0) {
-    char cj[TS_CONFIG_JSON_MAX], line[TS_CONFIG_JSON_MAX + 512];
+    char cj[TS_CONFIG_JSON_MAX];
     if ((rc = ts_config_to_json(&cfg, cj, sizeof cj))) goto done;
-    snprintf(line, sizeof line,
+    snprintf(start_line, line_cap,
              "{\"type\":\"config\",\"version\":\"%s\",\"world\":%d,\"layout\":\"%s\","
              "\"device\":\"%s\",\"precision\":\"%s\",\"comm\":\"%s\",\"params\":%zu,"
-             "\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"model\":%s}",
+             "\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"ranks\":%s,\"model\":%s}",
              TS_VERSION_STRING, grid->world_size, layout, be->name, ts_backend_precision_name(),
              grid->world_size == 1 ? "none" : ts_backend_uses_nccl() ? "nccl" : "mpi", np_model, fpt,
-             roof, cj);
-    if ((rc = ts_log_line(&log, line))) goto done;
+             roof, ranks.json, cj);
+  } else {
+    snprintf(start_line, line_cap,
+             "{\"type\":\"resume\",\"step\":%" PRId64 ",\"world\":%d,\"layout\":\"%s\","
+             "\"ranks\":%s}", start, grid->world_size, layout, ranks.json);
   }
+  if ((rc = ts_log_line(&log, start_line))) goto done;
   if (!cfg.quiet)
     printf("tessera train: %s, %zu parameters, B=%d T=%d, %d steps, %s (%d rank%s x %d threads), "
            "tile %d, leaf %d, sgemm roof %.0f GFLOP/s\n",
            cfg.preset, np_model, cfg.batch, cfg.seq, cfg.steps, layout, grid->world_size,
            grid->world_size == 1 ? "" : "s", omp_get_max_threads(), cfg.tile, cfg.leaf, roof);
+  if (!cfg.quiet && grid->world_size > 1) printf("%s\n", ranks.text);
 
   const double tokens = (double)cfg.batch * cfg.seq;
   const int64_t ntok_global = (int64_t)cfg.batch * cfg.seq;
@@ -382,6 +395,8 @@ done:
   ts_run_stop_restore();
   if (log.f) fclose(log.f); // open only after an error, which is the one reported
   ts_run_close_checkpoint(&ck);
+  ts_run_free_ranks(&ranks);
+  free(start_line);
   free(inputs); free(targets);
   ts_adamw_free(&opt);
   ts_shard_free(&sh);
