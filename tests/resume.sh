@@ -213,6 +213,17 @@ wait_for() {
   done
   return 1
 }
+# wait_file PATH: until it exists (or the background run has ended)
+wait_file() {
+  _i=0
+  while [ $_i -lt 1200 ]; do
+    [ -e "$1" ] && return 0
+    kill -0 "$bg" 2>/dev/null || { [ -e "$1" ]; return; }
+    sleep 0.05
+    _i=$((_i + 1))
+  done
+  return 1
+}
 # the signal mask bit of signal number N in /proc's hex masks
 sigbit() { printf '%d' $(( (0x$1 >> ($2 - 1)) & 1 )); }
 
@@ -299,12 +310,15 @@ if env --default-signal=INT true 2>/dev/null; then
 fi
 
 # A second signal exits at once, in the middle of a step (1 s each here),
-# leaving the checkpoints already written whole.
+# leaving the checkpoints already written whole. (The first signal goes once
+# step 1's checkpoint is in place: its record comes before its checkpoint,
+# and on a loaded machine the two signals could both fall in between.)
 rm -rf "$TS_TMP/sig3"
 start_bg train $SIGFLAGS --seq 4096 --batch 4 --steps 3 --eval-batches 1 --ckpt-dir "$TS_TMP/sig3" \
   --ckpt-every 1 --log "$TS_TMP/sig3.jsonl"
 TS_CHECKS=$((TS_CHECKS + 1))
-if wait_for '"type":"step"' "$TS_TMP/sig3.jsonl"; then
+if wait_for '"type":"step"' "$TS_TMP/sig3.jsonl" &&
+  wait_file "$TS_TMP/sig3/step-00000001.safetensors"; then
   kill -TERM $bg
   wait_for "stopping after this step" "$TS_ERR"
   kill -TERM $bg
