@@ -14,6 +14,7 @@
 #include "parallel/owners.h"
 #include "parallel/shard.h"
 #include "tessera.h"
+#include "tokenizer.h"
 
 // Validation windows are keyed by steps far above any training step.
 #define TS_EVAL_STEP_BASE (1ull << 39)
@@ -121,6 +122,39 @@ int ts_run_trim_log(const char *path, int64_t upto);
 // Removes what a killed run left of its temporary files (util.h), in the
 // checkpoint directory and next to the log; how many.
 int ts_run_remove_stale_temps(const ts_config *cfg);
+
+// ---- tokenizer_record.c -----------------------------------------------------------------
+// The tokenizer a run's data was made with (--tokenizer), recorded in its
+// checkpoints' "tessera.tokenizer" (docs/TOKENIZER.md) so that text is later
+// encoded and decoded with the same one: its kind, the model file (as an
+// absolute path), its vocabulary and the FNV-1a digest of its bytes.
+#define TS_META_TOKENIZER "tessera.tokenizer"
+#define TS_META_CONFIG "tessera.config" // the run's configuration (checkpoint.c)
+typedef struct {
+  char kind[16];   // "sentencepiece"; "" when the run named none
+  char file[4096]; // absolute path of the model file when the run started
+  int vocab;
+  uint64_t digest; // ts_tokenizer_digest
+} ts_run_tokenizer;
+// Opens cfg->tokenizer_path (none: records nothing) and records it for this
+// run's checkpoints: TS_ERUNTIME naming a file that is missing or not a
+// model, TS_EUSAGE naming --tokenizer and --vocab when their vocabularies differ.
+int ts_run_checkpoint_tokenizer(const ts_config *cfg);
+// The record as the checkpoints hold it (JSON), "" when none.
+const char *ts_run_tokenizer_id(void);
+// --resume: a checkpoint whose recorded tokenizer is another file (by its
+// digest) than this run's --tokenizer is refused (TS_EUSAGE); a run without
+// --tokenizer continues to record the checkpoint's.
+int ts_run_check_resume_tokenizer(const ts_run_ckpt *ck);
+// What the checkpoint at path records: out->kind "" when nothing (a run
+// without --tokenizer, or one from before the record). TS_ERUNTIME naming
+// the file when it cannot be read or its record is malformed.
+int ts_run_ckpt_tokenizer(const char *path, ts_run_tokenizer *out);
+// The tokenizer to encode and decode text for the checkpoint at ckpt: the
+// file `path` when given, else the recorded one (neither: bytes). Refused
+// when the file is not the recorded tokenizer (its digest differs: TS_EUSAGE
+// naming both files), or its vocabulary is not the checkpoint's (TS_EUSAGE).
+int ts_run_open_ckpt_tokenizer(const char *ckpt, const char *path, ts_tokenizer **out);
 
 // ---- stop.c -----------------------------------------------------------------------------
 // SIGTERM, SIGINT and SIGHUP, while a training run lasts: the first is

@@ -234,7 +234,10 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   if ((rc = ts_data_resolve(cfg.data_path, cfg.val_path, cfg.data_format, &cfg.data_format)) ||
       (rc = ts_data_check_vocab(cfg.data_format, cfg.vocab, cfg.data_path)))
     goto done;
+  // the tokenizer the data was made with, for its checkpoints (--tokenizer)
+  if ((rc = ts_run_checkpoint_tokenizer(&cfg))) goto done;
   if (cfg.resume && (rc = ts_run_open_resume(&cfg, grid->local_size, grid->pp, &ck))) goto done;
+  if (cfg.resume && (rc = ts_run_check_resume_tokenizer(&ck))) goto done;
   if (root) {
     int gone = ts_run_remove_stale_temps(&cfg);
     if (gone && !cfg.quiet) printf("removed %d temporary file%s a killed run left\n", gone,
@@ -276,15 +279,16 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   char layout[64];
   layout_name(grid, &lay, layout, sizeof layout);
   if (start == 0) {
-    char cj[TS_CONFIG_JSON_MAX], line[TS_CONFIG_JSON_MAX + 512];
+    char cj[TS_CONFIG_JSON_MAX], line[TS_CONFIG_JSON_MAX + 6 * 4096 + 1024]; // + the tokenizer
     if ((rc = ts_config_to_json(&cfg, cj, sizeof cj))) goto done;
+    const char *tokenizer = ts_run_tokenizer_id(); // "": none named, the field left out
     snprintf(line, sizeof line,
              "{\"type\":\"config\",\"version\":\"%s\",\"world\":%d,\"layout\":\"%s\","
              "\"device\":\"%s\",\"precision\":\"%s\",\"comm\":\"%s\",\"params\":%zu,"
-             "\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"model\":%s}",
+             "\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"model\":%s%s%s}",
              TS_VERSION_STRING, grid->world_size, layout, be->name, ts_backend_precision_name(),
              grid->world_size == 1 ? "none" : ts_backend_uses_nccl() ? "nccl" : "mpi", np_model, fpt,
-             roof, cj);
+             roof, cj, tokenizer[0] ? ",\"tokenizer\":" : "", tokenizer);
     if ((rc = ts_log_line(&log, line))) goto done;
   }
   if (!cfg.quiet)
