@@ -79,7 +79,7 @@ int ts_info(void) {
 #ifdef TS_HAVE_SENTENCEPIECE
   row("tokenizers", "bytes, sentencepiece (docs/TOKENIZER.md)");
 #else
-  row("tokenizers", "bytes (sentencepiece not built: configure found no libsentencepiece-dev)");
+  row("tokenizers", "bytes (sentencepiece not built: configure --with-sentencepiece, Debian package libsentencepiece-dev)");
 #endif
 
   printf("backends\n");

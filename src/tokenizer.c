@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "tessera.h"
 #include "util.h"
@@ -34,24 +33,18 @@ struct ts_tokenizer {
 // The whole file at path into a malloc'd *bytes (TS_ERUNTIME naming it).
 static int read_model_file(const char *path, char **bytes, size_t *n) {
   *bytes = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return ts_fail(TS_ERUNTIME, "%s: cannot read the tokenizer model: %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+  FILE *f;
+  int rc = ts_open_regular(path, &f, n);
+  if (rc) return rc;
+  if (*n > TS_TOKENIZER_MAX_BYTES) {
     fclose(f);
-    return ts_fail(TS_ERUNTIME, "%s: not a tokenizer model file (not a regular file)", path);
+    return ts_fail(TS_ERUNTIME, "%s: not a tokenizer model file (%zu bytes; a model is at most "
+                   "%u MiB)", path, *n, TS_TOKENIZER_MAX_BYTES >> 20);
   }
-  if ((unsigned long long)st.st_size > TS_TOKENIZER_MAX_BYTES) {
-    fclose(f);
-    return ts_fail(TS_ERUNTIME, "%s: not a tokenizer model file (%lld bytes; a model is at most "
-                   "%u MiB)", path, (long long)st.st_size, TS_TOKENIZER_MAX_BYTES >> 20);
-  }
-  *n = (size_t)st.st_size;
   *bytes = malloc(*n ? *n : 1);
-  int rc = TS_OK;
   if (!*bytes) rc = ts_fail(TS_ERUNTIME, "out of memory reading %s", path);
   else if (fread(*bytes, 1, *n, f) != *n)
-    rc = ts_fail(TS_ERUNTIME, "%s: cannot read the tokenizer model: %s", path,
+    rc = ts_fail(TS_ERUNTIME, "%s: cannot read: %s", path,
                  ferror(f) ? strerror(errno) : "it changed while being read");
   fclose(f);
   if (rc) free(*bytes), *bytes = NULL;

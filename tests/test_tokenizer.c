@@ -122,14 +122,22 @@ static int train(const char *name, int vocab, int byte_fallback, char *model, si
   return 1;
 }
 
-static void test_sentencepiece(void **state) {
-  char model[4200];
-  if (!train("bf", 400, 1, model, sizeof model)) skip();
+// A model trained as train() does, opened: its vocabulary and kind checked.
+static ts_tokenizer *open_trained(const char *name, int vocab, int byte_fallback, char *model,
+                                  size_t cap) {
+  if (!train(name, vocab, byte_fallback, model, cap)) return NULL;
   ts_tokenizer *tok;
   assert_int_equal(ts_tokenizer_open(model, &tok), TS_OK);
-  assert_int_equal(ts_tokenizer_vocab(tok), 400);
+  assert_int_equal(ts_tokenizer_vocab(tok), vocab);
   assert_string_equal(ts_tokenizer_kind(tok), "sentencepiece");
   assert_string_equal(ts_tokenizer_path(tok), model);
+  return tok;
+}
+
+static void test_sentencepiece(void **state) {
+  char model[4200];
+  ts_tokenizer *tok = open_trained("bf", 400, 1, model, sizeof model);
+  if (!tok) skip();
   size_t nm;
   char *bytes = read_file(model, &nm);
   assert_true(ts_tokenizer_digest(tok) == ts_fnv1a64(TS_FNV_OFFSET, bytes, nm));
@@ -205,10 +213,8 @@ static void test_sentencepiece(void **state) {
 // together, as spm_encode's concatenated lines do.
 static void test_sentencepiece_without_line_breaks(void **state) {
   char model[4200];
-  if (!train("plain", 300, 0, model, sizeof model)) skip();
-  ts_tokenizer *tok;
-  assert_int_equal(ts_tokenizer_open(model, &tok), TS_OK);
-  assert_int_equal(ts_tokenizer_vocab(tok), 300);
+  ts_tokenizer *tok = open_trained("plain", 300, 0, model, sizeof model);
+  if (!tok) skip();
   int32_t *a, *b, *ab;
   size_t na, nb, nab;
   assert_int_equal(ts_tokenizer_encode(tok, "the salt", 8, &a, &na), TS_OK);

@@ -7,8 +7,8 @@
 # Skips without SentencePiece in the build or spm_train/spm_encode on PATH.
 . "$(dirname "$0")/lib.sh"
 T=$TESSERA_BIN
-"$T" info | grep -q "^  tokenizers .*sentencepiece" ||
-  skip "tessera was built without SentencePiece (configure found no libsentencepiece-dev)"
+"$T" info | grep -Eq "^  tokenizers +bytes, sentencepiece" ||
+  skip "tessera was built without SentencePiece (Debian package libsentencepiece-dev; configure --with-sentencepiece)"
 command -v spm_train >/dev/null && command -v spm_encode >/dev/null ||
   skip "spm_train and spm_encode are not on PATH (Debian package: sentencepiece)"
 D=$(cd "$TS_TMP" && pwd -P)
@@ -46,7 +46,7 @@ cmp -s "$D/want32.txt" "$D/got32.txt" && pass "tokenize --data-format u32 = spm_
   fail "tokenize u32 differs from spm_encode: $(diff "$D/want32.txt" "$D/got32.txt" | head -3 | tr '\n' ' ')"
 
 # --- refusals ----------------------------------------------------------------------
-expect_exit 1 "^tessera: .*missing\.model: cannot read the tokenizer model: No such file" \
+expect_exit 1 "^tessera: .*missing\.model: cannot open: No such file" \
   "$T" tokenize --tokenizer "$D/missing.model" --in "$D/text.txt" --out "$D/x.bin"
 expect_exit 1 "^tessera: .*corpus\.txt: not a SentencePiece model file" \
   "$T" tokenize --tokenizer "$CORPUS" --in "$D/text.txt" --out "$D/x.bin"
@@ -62,7 +62,7 @@ expect_exit 2 "^tessera tokenize: --data-format llmc: tessera tokenize writes u1
 RUN="train --model tiny --warmup 1 --eval-batches 1 --quiet --data $D/tokens.bin --data-format u16"
 expect_exit 2 "^tessera train: --tokenizer .*m\.model has 400 ids, but --vocab is 512" \
   "$T" $RUN --steps 2 --vocab 512 --tokenizer "$D/m.model"
-expect_exit 1 "^tessera: .*missing\.model: cannot read the tokenizer model" \
+expect_exit 1 "^tessera: .*missing\.model: cannot open" \
   "$T" $RUN --steps 2 --vocab 400 --tokenizer "$D/missing.model"
 expect_exit 1 "^tessera: .*corpus\.txt: not a SentencePiece model file" \
   "$T" $RUN --steps 2 --vocab 400 --tokenizer "$CORPUS"
@@ -86,6 +86,9 @@ elif head -1 "$D/run.jsonl" | grep -qF ",\"tokenizer\":$record}" &&
 else
   fail "tokenizer record $record not in the log's config or the checkpoint"
 fi
+# --tokenizer changes no bit: the same ids without it train the same run
+expect_exit 0 "" "$T" $RUN --steps 3 --vocab 400 --log "$D/plain.jsonl"
+expect_compare identical "with and without --tokenizer" "$D/run.jsonl" "$D/plain.jsonl"
 # --resume: another model file is refused, the same one (or none) accepted
 rm "$D/ck/step-00000003.safetensors"
 expect_exit 2 "^tessera train: --resume: checkpoint .*step-00000002\.safetensors was written with tokenizer .*m\.model \(digest $digest\); this run's --tokenizer .*other\.model is another" \
