@@ -48,7 +48,8 @@ typedef struct {
 static const command commands[] = {
     {"train", C_TRAIN, "[flags]", "train a model, logging every step",
      "Trains a GPT-style model on a byte-level corpus or a file of token ids\n"
-     "(docs/DATA.md: bytes, nanoGPT's uint16 .bin, raw uint32, llm.c's .bin).\n"
+     "(docs/DATA.md: bytes, nanoGPT's uint16 .bin, raw uint32, llm.c's .bin; from\n"
+     "text with a SentencePiece tokenizer: tessera tokenize, docs/TOKENIZER.md).\n"
      "In exact mode (the default) any parallel layout reproduces the serial run bit\n"
      "for bit. --fast is for distributed layouts, where it lets MPI choose its own\n"
      "summation order and ring attention merge its blocks by their log-sum-exp\n"

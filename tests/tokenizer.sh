@@ -7,6 +7,22 @@
 # Skips without SentencePiece in the build or spm_train/spm_encode on PATH.
 . "$(dirname "$0")/lib.sh"
 T=$TESSERA_BIN
+# --- help, in every build ----------------------------------------------------------
+expect_exit 0 "" "$T" tokenize --help
+expect_stdout "^usage: tessera tokenize --tokenizer MODEL --in TEXT --out TOKENS"
+expect_stdout "^  --out TOKENS +token file to write"
+expect_stdout "^  --data-format FMT +u16 or u32"
+expect_stdout "^example:"
+expect_exit 0 "" "$T" --help
+expect_stdout "^  tokenize +turn a text file into a token file"
+expect_exit 0 "" "$T" train --help
+expect_stdout "^  --tokenizer MODEL +the SentencePiece model the token data was made with"
+expect_exit 0 "" "$T" dump --help # --out is dump's directory still
+expect_stdout "^  --out DIR +directory for the golden files"
+expect_exit 2 "^tessera train: --in: not a flag of 'tessera train'" "$T" train --in x.txt
+expect_exit 2 "^tessera tokenize: --steps: not a flag of 'tessera tokenize'" "$T" tokenize --steps 3
+[ "$TS_FAILS" -eq 0 ] || done_testing # a failure above is not hidden by a skip below
+
 "$T" info | grep -Eq "^  tokenizers +bytes, sentencepiece" ||
   skip "tessera was built without SentencePiece (Debian package libsentencepiece-dev; configure --with-sentencepiece)"
 command -v spm_train >/dev/null && command -v spm_encode >/dev/null ||
@@ -87,8 +103,14 @@ else
   fail "tokenizer record $record not in the log's config or the checkpoint"
 fi
 # --tokenizer changes no bit: the same ids without it train the same run
-expect_exit 0 "" "$T" $RUN --steps 3 --vocab 400 --log "$D/plain.jsonl"
+expect_exit 0 "" "$T" $RUN --steps 3 --vocab 400 --log "$D/plain.jsonl" --ckpt-dir "$D/ck-plain"
 expect_compare identical "with and without --tokenizer" "$D/run.jsonl" "$D/plain.jsonl"
+TS_CHECKS=$((TS_CHECKS + 1))
+grep -aq "tessera.tokenizer" "$D/ck-plain/step-00000003.safetensors" &&
+  fail "a run without --tokenizer recorded one" || pass "a run without --tokenizer records none"
+# its token ids are no bytes: tokenize --ckpt asks for the tokenizer
+expect_exit 2 "^tessera tokenize: checkpoint .*step-00000003\.safetensors records no tokenizer and was trained on token ids \(vocabulary 400\), not bytes" \
+  "$T" tokenize --ckpt "$D/ck-plain/step-00000003.safetensors" --in "$D/text.txt" --out "$D/x.bin"
 # --resume: another model file is refused, the same one (or none) accepted
 rm "$D/ck/step-00000003.safetensors"
 expect_exit 2 "^tessera train: --resume: checkpoint .*step-00000002\.safetensors was written with tokenizer .*m\.model \(digest $digest\); this run's --tokenizer .*other\.model is another" \

@@ -31,12 +31,16 @@ static int write_ids(FILE *f, const int32_t *ids, size_t n, int width, unsigned 
   return 0;
 }
 
-static void progress(const char *in, uint64_t done, uint64_t total, uint64_t tokens) {
+// One progress line: on a terminal rewritten in place (start "\r"), in a
+// log one line each time (end "\n").
+static void progress(const char *in, uint64_t done, uint64_t total, uint64_t tokens,
+                     const char *start, const char *end) {
   if (total)
-    fprintf(stderr, "\rtessera tokenize: %s: %3.0f%% (%.1f of %.1f MB), %" PRIu64 " tokens", in,
-            100.0 * (double)done / (double)total, done / 1e6, total / 1e6, tokens);
+    fprintf(stderr, "%stessera tokenize: %s: %3.0f%% (%.1f of %.1f MB), %" PRIu64 " tokens%s",
+            start, in, 100.0 * (double)done / (double)total, done / 1e6, total / 1e6, tokens, end);
   else
-    fprintf(stderr, "\rtessera tokenize: %s: %.1f MB, %" PRIu64 " tokens", in, done / 1e6, tokens);
+    fprintf(stderr, "%stessera tokenize: %s: %.1f MB, %" PRIu64 " tokens%s", start, in,
+            done / 1e6, tokens, end);
   fflush(stderr);
 }
 
@@ -81,7 +85,10 @@ int ts_tokenize(const char *tokenizer, const char *ckpt, const char *in, const c
     rc = ts_fail(TS_ERUNTIME, "out of memory");
     goto end;
   }
-  const int tty = !quiet && isatty(fileno(stderr));
+  // a terminal every second, a log (a batch job's) every 10 s
+  const int tty = isatty(fileno(stderr));
+  const double every = tty ? 1.0 : 10.0;
+  const char *start = tty ? "\r" : "", *end = tty ? "" : "\n";
   double last = ts_now();
   for (int eof = 0; !eof;) {
     const size_t got = fread(buf + have, 1, cap - have, fi);
@@ -122,12 +129,12 @@ int ts_tokenize(const char *tokenizer, const char *ckpt, const char *in, const c
     }
     memmove(buf, buf + use, have - use);
     have -= use;
-    if (tty && ts_now() - last >= 1.0) {
-      progress(in, done, total, tokens);
+    if (!quiet && ts_now() - last >= every) {
+      progress(in, done, total, tokens, start, end);
       last = ts_now();
     }
   }
-  if (tty) progress(in, done, total, tokens), fputc('\n', stderr);
+  if (!quiet && tty) progress(in, done, total, tokens, start, "\n");
   if (tokens == 0) {
     rc = ts_fail(TS_ERUNTIME, "--in %s: no tokens (the file is empty)", in);
     goto end;
