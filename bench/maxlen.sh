@@ -40,6 +40,8 @@
 #   TS             sequence lengths of the tessera runs ["1024 2048 4096 8192"]
 #   MODES          ["serial lss ulysses upipe ring"]
 #   UPIPE_U        heads per UPipe stage, one run per value [N]
+#   ZERO           ZeRO stage of the parallel modes (--zero; 3: each rank holds its shard
+#                  of the model state, docs/DISTRIBUTED.md) [0]
 #   STEPS          steps per run; figures are medians over the steps after the first [2]
 #   THREADS        OpenMP threads per rank of the parallel runs [1]
 #   SERIAL_THREADS OpenMP threads of the serial run [2: the one process has both cores]
@@ -82,6 +84,7 @@ N=${N:-4}
 TS=${TS:-"1024 2048 4096 8192"}
 MODES=${MODES:-"serial lss ulysses upipe ring"}
 UPIPE_U=${UPIPE_U:-$N}
+ZERO=${ZERO:-0}
 STEPS=${STEPS:-2}
 SERIAL_THREADS=${SERIAL_THREADS:-2}
 TORCH_T=${TORCH_T:-"512 1024 2048 3072 4096"}
@@ -123,6 +126,7 @@ bench_results kind N T mode name status
   echo "model $MODEL"
   echo "n $N"
   echo "steps $STEPS"
+  echo "zero $ZERO"
   echo "threads $THREADS"
   echo "serial_threads $SERIAL_THREADS"
   echo "torch_threads $TORCH_THREADS"
@@ -181,6 +185,7 @@ run_tessera() {
   else
     cmd+=(--threads "$THREADS" --sp "$N" --sp-mode "$mode")
     [ -z "$u" ] || cmd+=(--upipe-u "$u")
+    [ "$ZERO" = 0 ] || cmd+=(--zero "$ZERO")
   fi
   printf '%q ' "${cmd[@]}" | sed "s| \$||; s|$BIN|$TESSERA|; s|$ROOT/||g" \
     | { if [ "$mode" = serial ]; then cat; else sed "s|^|$MPIEXEC -n $N |"; fi; } > "$RESULTS/$name.cmd"

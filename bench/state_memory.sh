@@ -1,6 +1,6 @@
 #!/bin/bash
 # Partitioned model state: what each rank holds, by kind, for the serial run and the
-# parallel layouts at N = 4 ranks, with and without --zero 1 (docs/ALGORITHMS.md §12).
+# parallel layouts at N = 4 ranks, with and without --zero 1, 2, 3 (docs/ALGORITHMS.md §12).
 # Every run is one step of one model; the run log's step record gives each rank 0's
 # bytes of parameters, gradients, optimizer moments, activations and layout buffers, the
 # model state (parameters + gradients + moments) summed and at most over the ranks, and
@@ -19,8 +19,9 @@
 #   MPIEXEC   the launcher [mpiexec; with -launcher fork when the default cannot start ranks]
 #   CASES     "NAME:MODEL FLAGS:T" triples, ';'-separated
 #             ["small:--model small:8192;large8:--model large --layers 8:1024"]
-#   LAYOUTS   layouts run per case (serial, dp4, dp4-z1, lss4, lss4-z1, upipe4,
-#             upipe4-z1, pp4, pp2dp2, pp2dp2-z1) [all of them]; one the model does not
+#   LAYOUTS   layouts run per case (serial, dp4, dp4-z1, dp4-z2, dp4-z3, lss4, lss4-z1,
+#             lss4-z3, upipe4, upipe4-z1, upipe4-z3, pp4, pp2dp2, pp2dp2-z1) [all of
+#             them]; one the model does not
 #             divide into (pp4 of 6 layers) is recorded as n/a
 #   TIMEOUT   seconds one run may take [3600]
 #   RESULTS   where the logs go [bench/results/state]; its previous files are replaced
@@ -38,7 +39,7 @@ if [ "${QUICK:-0}" = 1 ]; then
   : "${RESULTS:=${TMPDIR:-/tmp}/tessera-state-quick}" "${IMG_DIR:=$RESULTS/img}"
 fi
 CASES=${CASES:-"small:--model small:8192;large8:--model large --layers 8:1024"}
-LAYOUTS=${LAYOUTS:-"serial dp4 dp4-z1 lss4 lss4-z1 upipe4 upipe4-z1 pp4 pp2dp2 pp2dp2-z1"}
+LAYOUTS=${LAYOUTS:-"serial dp4 dp4-z1 dp4-z2 dp4-z3 lss4 lss4-z1 lss4-z3 upipe4 upipe4-z1 upipe4-z3 pp4 pp2dp2 pp2dp2-z1"}
 TIMEOUT=${TIMEOUT:-3600}
 RESULTS=${RESULTS:-$ROOT/bench/results/state}
 STEPS=2 # bench_snapshot's check; each run is one step
@@ -59,10 +60,14 @@ layout_flags() {
     serial) echo "1" ;;
     dp4) echo "4 --dp 4" ;;
     dp4-z1) echo "4 --dp 4 --zero 1" ;;
+    dp4-z2) echo "4 --dp 4 --zero 2" ;;
+    dp4-z3) echo "4 --dp 4 --zero 3" ;;
     lss4) echo "4 --sp 4 --sp-mode lss" ;;
     lss4-z1) echo "4 --sp 4 --sp-mode lss --zero 1" ;;
+    lss4-z3) echo "4 --sp 4 --sp-mode lss --zero 3" ;;
     upipe4) echo "4 --sp 4 --sp-mode upipe" ;;
     upipe4-z1) echo "4 --sp 4 --sp-mode upipe --zero 1" ;;
+    upipe4-z3) echo "4 --sp 4 --sp-mode upipe --zero 3" ;;
     pp4) echo "4 --pp 4 --microbatches 4" ;;
     pp2dp2) echo "4 --pp 2 --dp 2 --microbatches 2" ;;
     pp2dp2-z1) echo "4 --pp 2 --dp 2 --microbatches 2 --zero 1" ;;

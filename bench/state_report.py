@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Tables and a plot of bench/state_memory.sh: what each rank holds, by kind, under the
-serial run and the parallel layouts, with and without --zero 1.
+serial run and the parallel layouts, with and without --zero 1, 2, 3.
 
     /usr/bin/python3 bench/state_report.py --results bench/results/state --img-dir docs/img
 

@@ -50,16 +50,31 @@ static int check_zero(const ts_config *cfg, const ts_layout *lay) {
   if (lay->zero == 0) return TS_OK;
   if (lay->zero < 0 || lay->zero > 3)
     return ts_fail(TS_EUSAGE, "--zero %d: must be 0, 1, 2 or 3", lay->zero);
-  if (lay->zero > 1)
-    return ts_fail(TS_EUSAGE, "--zero %d: not in this build (stage 1 shards the optimizer "
-                   "moments; stages 2 and 3, the gradients and parameters, are not built yet)",
-                   lay->zero);
   if (lay->dp * lay->sp < 2)
     return ts_fail(TS_EUSAGE, "--zero %d: needs ranks that hold the same parameters to shard "
                    "over (--dp or --sp above 1)", lay->zero);
   if (cfg->compress != TS_COMPRESS_NONE)
     return ts_fail(TS_EUSAGE, "--zero %d with --compress %s: not built (a codec updates its "
                    "tensors together)", lay->zero, ts_compress_names[cfg->compress]);
+  if (lay->zero < 2) return TS_OK;
+  // stages 2 and 3 sum a layer's gradient as its backward ends
+  // (src/parallel/zero.c): it must then be whole on the rank
+  if (lay->pp > 1)
+    return ts_fail(TS_EUSAGE, "--zero %d with --pp %d: not built (a stage's gradient grows over "
+                   "its microbatches; use --zero 1)", lay->zero, lay->pp);
+  // several passes a step go in rounds of the data group's ranks, each
+  // round one aligned run of the serial tree: powers of two
+  const int nb = cfg->batch / lay->dp;
+  const int passes = lay->sp > 1 ? nb : lay->microbatches, s = lay->sp > 1 ? 1 : nb / passes;
+  const int pow2 = (lay->dp & (lay->dp - 1)) == 0 && s > 0 && (s & (s - 1)) == 0;
+  if (passes > 1 && nb % passes == 0 && !pow2 && lay->sp > 1) // (a count that does not divide: below)
+    return ts_fail(TS_EUSAGE, "--zero %d with --sp %d and %d sequences a data rank: the data "
+                   "ranks (--dp %d) must be a power of two, or use --zero 1", lay->zero, lay->sp,
+                   nb, lay->dp);
+  if (passes > 1 && nb % passes == 0 && !pow2)
+    return ts_fail(TS_EUSAGE, "--zero %d with --microbatches %d: the data ranks (--dp %d) and a "
+                   "microbatch's sequences (%d) must be powers of two, or use --zero 1", lay->zero,
+                   passes, lay->dp, s);
   return TS_OK;
 }
 

@@ -34,7 +34,9 @@
 
 // ---------------------------------------------------------------------------
 // Commands.
-enum { C_TRAIN = 1, C_EVAL = 2, C_DUMP = 4, C_COMPARE = 8, C_INFO = 16, C_TOKENIZE = 32 };
+enum {
+  C_TRAIN = 1, C_EVAL = 2, C_DUMP = 4, C_COMPARE = 8, C_INFO = 16, C_SAMPLE = 32, C_TOKENIZE = 64
+};
 
 typedef struct {
   const char *name;
@@ -66,6 +68,17 @@ static const command commands[] = {
      "without llm.c's header is read as the checkpoint's raw token ids unless\n"
      "--data-format says otherwise.",
      "tessera eval --ckpt ckpt/step-00000200.safetensors --eval-batches 16"},
+    {"sample", C_SAMPLE, "--ckpt FILE --prompt TEXT [flags]", "generate text from a checkpoint",
+     "Continues a prompt with tokens drawn from a checkpoint's model (GPT or LLaMA)\n"
+     "and prints the prompt and its continuation as text (docs/SAMPLING.md). Each\n"
+     "layer's keys and values are cached, so a token costs one leaf of rows and one\n"
+     "query tile of attention, and every position's logits are the training\n"
+     "forward's bit for bit. The prompt and the new tokens must fit in the model's\n"
+     "context (its --seq): --tokens beyond it is refused. A draw depends only on\n"
+     "--seed and the token's position; --temperature 0 is greedy (argmax). --top-k\n"
+     "keeps the k most probable tokens, then --top-p the fewest of those whose\n"
+     "probability reaches p.",
+     "tessera sample --ckpt ckpt/step-00000200.safetensors --prompt 'the model' --tokens 200"},
     {"dump", C_DUMP, "--out DIR [flags]", "write golden reference outputs for a configuration",
      "Writes the initial parameters, one forward/backward pass and a short training\n"
      "trajectory of a configuration into DIR (the files under golden/ and the\n"
@@ -108,7 +121,13 @@ typedef struct {
   char sp_mode[16], schedule[16], compress[24], upipe_schedule[16], optimizer[16];
   char data_format[16];
   int val_frac_given; // --val-frac on the command line (refused with --val-data)
-  char ckpt[4096]; // eval, tokenize
+  char ckpt[4096]; // eval, sample, tokenize
+  // sample
+  char prompt[16384], prompt_file[4096], tokenizer[4096];
+  int prompt_given; // 1: --prompt, 2: --prompt-file, 3: both (refused)
+  int tokens, top_k, json, sample_threads;
+  float temperature, top_p;
+  uint64_t sample_seed;
   char out[4096];  // dump, tokenize
   char in[4096];   // tokenize
   int traj_steps;
@@ -125,6 +144,11 @@ static void cli_defaults(cli *c) {
   snprintf(c->schedule, sizeof c->schedule, "1f1b");
   snprintf(c->compress, sizeof c->compress, "none");
   c->traj_steps = 10;
+  c->tokens = 100;
+  c->temperature = 1.0f;
+  c->top_p = 1.0f;
+  c->sample_seed = 1;
+  c->sample_threads = 1;
   c->rtol = 0.0;
 }
 
@@ -151,6 +175,7 @@ struct flag {
 #define TRAIN C_TRAIN
 #define TED (C_TRAIN | C_EVAL | C_DUMP)
 #define TD (C_TRAIN | C_DUMP)
+#define TEDS (TED | C_SAMPLE)
 
 static int check_model(const flag *f, const char *raw, cli *c);
 static int check_device(const flag *f, const char *raw, cli *c);
@@ -162,6 +187,7 @@ static int check_rank(const flag *f, const char *raw, cli *c);
 static int check_nonneg(const flag *f, const char *raw, cli *c);
 static int check_data_format(const flag *f, const char *raw, cli *c);
 static int check_token_format(const flag *f, const char *raw, cli *c);
+static int check_prompt(const flag *f, const char *raw, cli *c);
 
 // Headings of --help, in this order.
 enum { G_CMD, G_MODEL, G_TRAIN, G_DATA, G_RUN, G_PAR, G_COMP, G_OUT };
@@ -176,8 +202,33 @@ static const char *group_names[] = {"options",
 
 static const flag flags[] = {
     // command-specific
-    {"--ckpt", K_STR, AT(ckpt), 0, "FILE", "checkpoint to evaluate (required)", "", C_EVAL, G_CMD,
+    {"--ckpt", K_STR, AT(ckpt), 0, "FILE", "checkpoint to read (required)", "", C_EVAL | C_SAMPLE,
+     G_CMD, NULL},
+    {"--prompt", K_STR, AT(prompt), 0, "TEXT",
+     "the text to continue (or --prompt-file, for a longer one)", "", C_SAMPLE,
+     G_CMD, check_prompt},
+    {"--prompt-file", K_STR, AT(prompt_file), 0, "FILE", "the text to continue, from a file", "",
+     C_SAMPLE, G_CMD, check_prompt},
+    {"--tokens", K_INT, AT(tokens), 0, "N",
+     "tokens to generate, >= 1; prompt + N must fit the model's context", NULL, C_SAMPLE, G_CMD,
      NULL},
+    {"--temperature", K_FLOAT, AT(temperature), 0, "T", "divides the logits, >= 0; 0 = greedy",
+     NULL, C_SAMPLE, G_CMD, NULL},
+    {"--top-k", K_INT, AT(top_k), 0, "K", "keep the K most probable tokens, >= 0; 0 = all",
+     NULL, C_SAMPLE, G_CMD, NULL},
+    {"--top-p", K_FLOAT, AT(top_p), 0, "P",
+     "then keep the fewest whose probability reaches P, in (0, 1]; 1 = all", NULL, C_SAMPLE,
+     G_CMD, NULL},
+    {"--seed", K_U64, AT(sample_seed), 0, "S", "seed of the draws (with the token's position)",
+     NULL, C_SAMPLE, G_CMD, NULL},
+    {"--tokenizer", K_STR, AT(tokenizer), 0, "FILE",
+     "tokenizer model file; its vocabulary must be the checkpoint's, and when the checkpoint "
+     "records one (train --tokenizer) it must be that one", "the recorded one, else bytes",
+     C_SAMPLE, G_CMD, NULL},
+    {"--json", K_SET, AT(json), 1, NULL,
+     "print one JSON object: prompt_ids, ids, logprobs (each new token's log-probability "
+     "under softmax(logits / T) before top-k and top-p; T = 0: softmax(logits)), text (the "
+     "continuation)", "off", C_SAMPLE, G_CMD, NULL},
     {"--out", K_STR, AT(out), 0, "DIR", "directory for the golden files (required)", "", C_DUMP,
      G_CMD, NULL},
     {"--in", K_STR, AT(in), 0, "TEXT", "text file to encode (required)", "", C_TOKENIZE, G_CMD,
@@ -270,13 +321,16 @@ static const flag flags[] = {
     {"--fast", K_SET, AT(cfg.fast), 1, NULL,
      "library-chosen reduction order in distributed runs; ring attention merges blocks by "
      "log-sum-exp", NULL, TD, G_RUN, NULL},
-    {"--device", K_STR, AT(device), 0, "cpu|cuda", "where to compute", NULL, TED, G_RUN,
+    {"--device", K_STR, AT(device), 0, "cpu|cuda", "where to compute", NULL, TEDS, G_RUN,
      check_device},
     {"--precision", K_STR, AT(precision), 0, "fp32|bf16",
      "GPU arithmetic: bf16 rounds the operands of products (fp32 weights and accumulation)", NULL,
-     TED, G_RUN, check_precision},
+     TEDS, G_RUN, check_precision},
     {"--threads", K_INT, AT(cfg.threads), 0, "N", "OpenMP threads, 0 = all cores (at most 1024)",
      NULL, TED, G_RUN, NULL},
+    {"--threads", K_INT, AT(sample_threads), 0, "N",
+     "OpenMP threads, 0 = all cores (a token's products are one call each: more threads speed "
+     "up only its attention)", NULL, C_SAMPLE, G_RUN, NULL},
     {"--quiet", K_SET, AT(cfg.quiet), 1, NULL, "no progress output", "off", TRAIN | C_TOKENIZE,
      G_RUN, NULL},
     {"--checkpoint", K_SET, AT(cfg.checkpoint), 1, NULL,
@@ -311,7 +365,9 @@ static const flag flags[] = {
     {"--pp", K_INT, AT(lay.pp), 0, "P", "pipeline stages", NULL, TRAIN, G_PAR, check_parallel},
     {"--zero", K_INT, AT(lay.zero), 0, "S",
      "ZeRO stage over the ranks that hold the same parameters (--dp x --sp): 1 shards the "
-     "AdamW moments (2 and 3 are not built yet)", "0", TRAIN, G_PAR, check_nonneg},
+     "AdamW moments, 2 the gradients too, 3 the layers' parameters too (each layer gathered "
+     "just before use); 2 and 3 on the CPU without --pp or --microbatches", "0", TRAIN, G_PAR,
+     check_nonneg},
     {"--microbatches", K_INT, AT(lay.microbatches), 0, "M",
      "microbatches per step: they split each data rank's sequences (the pipeline's; without "
      "--pp, gradient accumulation: run one after another, the same bits as one pass)", NULL,
@@ -497,6 +553,12 @@ static int check_token_format(const flag *f, const char *raw, cli *c) {
   return check_data_format(f, raw, c);
 }
 
+static int check_prompt(const flag *f, const char *raw, cli *c) {
+  (void)raw;
+  c->prompt_given |= f->off == offsetof(cli, prompt) ? 1 : 2;
+  return TS_OK;
+}
+
 static int check_nonneg(const flag *f, const char *raw, cli *c) {
   const void *p = (const char *)c + f->off;
   double v = f->kind == K_INT ? *(const int *)p : *(const double *)p;
@@ -529,8 +591,8 @@ static int store(const flag *f, const char *raw, cli *c) {
   return f->check ? f->check(f, raw, c) : TS_OK;
 }
 
-// A flag may have a row per command that takes it (--out is dump's directory
-// and tokenize's file): the row of cmd, else any row of that name.
+// The row of the flag for this command (a name may have one row per command,
+// like --seed), else its first row (which the caller refuses), else NULL.
 static const flag *find_flag(const char *name, size_t len, int cmd) {
   const flag *any = NULL;
   for (int i = 0; i < N_FLAGS; i++)
@@ -933,8 +995,13 @@ int main(int argc, char **argv) {
   default: break;
   }
 
-  if (cmd->id == C_EVAL && c.ckpt[0] == '\0') {
+  if ((cmd->id == C_EVAL || cmd->id == C_SAMPLE) && c.ckpt[0] == '\0') {
     ts_fail(TS_EUSAGE, "--ckpt FILE is required");
+    return usage_error(cmd);
+  }
+  if (cmd->id == C_SAMPLE && c.prompt_given != 1 && c.prompt_given != 2) {
+    ts_fail(TS_EUSAGE, c.prompt_given ? "--prompt, --prompt-file: give one of them, not both"
+                                      : "--prompt TEXT or --prompt-file FILE is required");
     return usage_error(cmd);
   }
   if (cmd->id == C_DUMP && c.out[0] == '\0') {
@@ -955,15 +1022,19 @@ int main(int argc, char **argv) {
   // a pipeline's stages are the compressed model's unless said otherwise
   if (c.cfg.compress != TS_COMPRESS_NONE && c.cfg.compress_stages == 0)
     c.cfg.compress_stages = c.lay.pp;
+  if (cmd->id == C_SAMPLE) c.cfg.threads = c.sample_threads;
   rc = ts_config_finalize(&c.cfg);
   if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_layout_check(&c.cfg, &c.lay);
+  if (rc == TS_OK && cmd->id == C_TRAIN && c.lay.zero >= 2 && strcmp(c.device, "cpu") != 0)
+    rc = ts_fail(TS_EUSAGE, "--zero %d with --device %s: not built (stages 2 and 3 give a "
+                 "layer's host pages back between uses; use --zero 1)", c.lay.zero, c.device);
   if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_grid_check(c.lay.dp, c.lay.sp, c.lay.pp);
   if (rc == TS_OK) rc = check_outputs(cmd, &c);
   // The data's format where the files say it, or fail to (a .bin that does
   // not): a usage error now, said once by rank 0. A file that cannot be read
   // is the run's to report, in its order (eval: the checkpoint's format may
   // decide, run/eval.c).
-  if (rc == TS_OK && cmd->id != C_EVAL) {
+  if (rc == TS_OK && cmd->id != C_EVAL && cmd->id != C_SAMPLE) {
     int format;
     int drc = ts_data_resolve(c.cfg.data_path, c.cfg.val_path, c.cfg.data_format, &format);
     if (drc == TS_EUSAGE) rc = drc;
@@ -984,6 +1055,19 @@ int main(int argc, char **argv) {
   switch (cmd->id) {
   case C_TRAIN: return finish(cmd, ts_train(&c.cfg, &c.lay));
   case C_EVAL: return finish(cmd, ts_eval(&c.cfg, c.ckpt));
+  case C_SAMPLE: {
+    const ts_sample_opts o = {.ckpt = c.ckpt,
+                              .prompt = c.prompt_given == 1 ? c.prompt : NULL,
+                              .prompt_file = c.prompt_file,
+                              .tokenizer = c.tokenizer,
+                              .tokens = c.tokens,
+                              .temperature = c.temperature,
+                              .top_k = c.top_k,
+                              .top_p = c.top_p,
+                              .seed = c.sample_seed,
+                              .json = c.json};
+    return finish(cmd, ts_sample(&c.cfg, &o, stdout));
+  }
   case C_DUMP: return finish(cmd, ts_dump(&c.cfg, c.out, c.traj_steps));
   }
   return 2;

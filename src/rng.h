@@ -14,6 +14,7 @@ enum {
   TS_RNG_DATA = 5,          // window sampling
   TS_RNG_COMPRESS = 6,      // frozen bases of boundary compression (step = which basis)
   TS_RNG_VQ = 7,            // codebook init, dead-code rows and streamed codes (mapl-vq)
+  TS_RNG_SAMPLE = 8,        // tessera sample's draws (step 0, index = the token's position)
 };
 
 // Philox4x32-10 (Salmon et al., SC'11) of counter (index, step, purpose) under

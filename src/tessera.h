@@ -247,10 +247,14 @@ typedef struct ts_model ts_model;
 // above 90% of the machine's memory divided by them, before it allocates the
 // activations.
 void ts_model_set_memory_share(int processes);
-// How many ranks shard the optimizer moments of a model's parameters (--zero
-// 1: the replica group; 1 by default): the estimate counts 8/shards bytes of
-// moments per parameter.
-void ts_model_set_moment_shards(int shards);
+// How many ranks shard a model's state (--zero: the replica group; 1 by
+// default) and the ZeRO stage: the estimate counts the bytes per parameter
+// of ts_state_bytes_per_param, and under stages 2 and 3 one layer whole.
+void ts_model_set_state_shards(int shards, int zero);
+// Bytes of model state per parameter a rank holds (4 values, 4 gradients,
+// and when training 8 AdamW moments): the moments' 1/shards under --zero 1,
+// the gradients' too under 2, the values' too under 3.
+double ts_state_bytes_per_param(int training, int shards, int zero);
 // The whole batch: ts_model_create_shard(cfg, 0, cfg->batch, out).
 int ts_model_create(const ts_config *cfg, ts_model **out);
 // A data-parallel shard: sequences [b_begin, b_begin + b_count) of the global
@@ -294,6 +298,18 @@ int ts_model_runs(const ts_model *m, int *pos, int *len);
 // gradient; the pipeline brings them up to date after each step.
 int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
                           int l0, int l1, ts_model **out);
+// Around each layer's use, for a layout that holds the parameters or the
+// gradients in parts (--zero 2 and 3, src/parallel/zero.c): `params` before
+// a layer's forward and its backward (whole: 1) and after them (may go: 0),
+// `grads_done` when a layer's backward has written its whole gradient on
+// this rank. Non-zero returns end the pass with that error. The hooks see
+// layers only; the embeddings and the head stay whole. NULL: no hooks.
+typedef struct {
+  int (*params)(void *ctx, int layer, int whole);
+  int (*grads_done)(void *ctx, int layer);
+  void *ctx;
+} ts_layer_hooks;
+void ts_model_set_layer_hooks(ts_model *m, const ts_layer_hooks *hooks);
 void ts_model_set_stage_input(ts_model *m, const void *x);
 void ts_model_set_stage_grad(ts_model *m, const float *dy);
 const void *ts_model_stage_output(const ts_model *m); // after a forward
@@ -363,6 +379,22 @@ size_t ts_model_activation_bytes(const ts_model *m);
 double ts_model_flops_per_token(const ts_model *m);
 
 // ---------------------------------------------------------------------------
+// Incremental decoding (src/model/decode.c, docs/SAMPLING.md): a model of one
+// sequence (batch 1, the whole model, no --compress) fed a few tokens at a
+// time, its layers' keys and values cached, so that a new token costs one
+// leaf of rows and one query tile of attention. The logits of every position
+// are the training forward's (ts_model_forward) bit for bit on the CPU.
+typedef struct ts_decoder ts_decoder;
+int ts_decoder_create(ts_model *m, ts_decoder **out);
+void ts_decoder_free(ts_decoder *d);
+// Positions fed so far (the next token's position).
+int ts_decoder_pos(const ts_decoder *d);
+// Feeds tokens[0, n) at the next n positions, which must stay within the
+// model's T (TS_EUSAGE otherwise, or for an id outside the vocabulary). all:
+// the n positions' logits into logits (n × V); else the last one's (V).
+int ts_decoder_feed(ts_decoder *d, const int *tokens, int n, float *logits, int all);
+
+// ---------------------------------------------------------------------------
 // Runs (src/run/, compare.c, info.c). Each returns TS_OK or an error code.
 // lay NULL: the serial layout. Under MPI the world must be dp × sp × pp ranks.
 // SIGTERM, SIGINT or SIGHUP during ts_train: the step under way is finished,
@@ -380,6 +412,24 @@ int ts_eval(const ts_config *cfg, const char *ckpt_path);
 int ts_tokenize(const char *tokenizer, const char *ckpt, const char *in, const char *out,
                 int format, int quiet);
 int ts_info(void);
+// tessera sample (src/run/sample.c, docs/SAMPLING.md): tokens continuing a
+// prompt from the checkpoint's model, printed to out as text (the prompt and
+// its continuation) or one JSON object. cfg: the run settings of the flags
+// (threads); the model is the checkpoint's.
+typedef struct {
+  const char *ckpt;
+  const char *prompt;      // the prompt's text, or NULL: read prompt_file
+  const char *prompt_file;
+  const char *tokenizer;   // a tokenizer model file; NULL or "": the one the checkpoint
+                           // records (docs/TOKENIZER.md), else bytes
+  int tokens;              // how many to generate, >= 1
+  float temperature;       // >= 0; 0: greedy
+  int top_k;               // >= 0; 0: off
+  float top_p;             // in (0, 1]; 1: off
+  uint64_t seed;           // the draws' (token by token: seed and position)
+  int json;
+} ts_sample_opts;
+int ts_sample(const ts_config *cfg, const ts_sample_opts *opts, FILE *out);
 // Whether two checkpoints hold the same model state (tessera compare on two
 // .safetensors files; src/run/checkpoint.c): the same tensors in order and shape, the same data
 // byte for byte, the same step, optimizer step and configuration but for the

@@ -42,19 +42,9 @@ void ts_tree_add(float *a, const float *b, size_t n) {
   for (size_t i = 0; i < n; i++) a[i] = a[i] + b[i];
 }
 
-int ts_tree_push(ts_tree *t, const float *leaf) {
-  float *carry = NULL;
-  if (leaf) {
-    carry = ts_tree_take(t);
-    if (!carry) return -1;
-    memcpy(carry, leaf, t->n * sizeof(float));
-  }
-  ts_tree_push_owned(t, carry);
-  return 0;
-}
-
-void ts_tree_push_owned(ts_tree *t, float *carry) {
-  int k = 0;
+// Merges carry, a complete subtree of 2^k leaves, with the complete
+// subtrees to its left from level k up, and slots the result.
+static void merge_from(ts_tree *t, int k, float *carry) {
   for (; (t->count >> k) & 1u; k++) {
     float *left = t->slot[k];
     t->slot[k] = NULL;
@@ -69,6 +59,28 @@ void ts_tree_push_owned(ts_tree *t, float *carry) {
   t->slot[k] = carry;
   t->count++;
 }
+
+int ts_tree_push(ts_tree *t, const float *leaf) {
+  if (leaf && (t->count & 1u) && t->slot[0]) {
+    // the leaf completes a pair: added straight into its left neighbour,
+    // the same left + right as through a copy, one buffer fewer
+    float *left = t->slot[0];
+    t->slot[0] = NULL;
+    ts_tree_add(left, leaf, t->n);
+    merge_from(t, 1, left);
+    return 0;
+  }
+  float *carry = NULL;
+  if (leaf) {
+    carry = ts_tree_take(t);
+    if (!carry) return -1;
+    memcpy(carry, leaf, t->n * sizeof(float));
+  }
+  ts_tree_push_owned(t, carry);
+  return 0;
+}
+
+void ts_tree_push_owned(ts_tree *t, float *carry) { merge_from(t, 0, carry); }
 
 void ts_tree_skip(ts_tree *t, uint64_t count) {
   // An empty leaf still merges the subtrees to its left when it completes a

@@ -13,9 +13,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+
+void ts_pages_discard(void *p, size_t bytes) {
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p;
+  const uintptr_t lo = (a + page - 1) / page * page, hi = (a + bytes) / page * page;
+  // private anonymous memory: the pages are dropped and read back as zeros
+  if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
 
 // Monotonic so that step times never go backwards when the wall clock is
 // adjusted (NTP) in the middle of a long run.
@@ -46,19 +54,45 @@ uint64_t ts_fnv1a64(uint64_t h, const void *data, size_t n) {
 
 // 64-byte alignment keeps every tensor on its own cache lines (no false
 // sharing between OpenMP threads) and suits AVX-512 loads. Zeroed so that
-// gradient and optimizer buffers start from exact zeros.
+// gradient and optimizer buffers start from exact zeros. Large blocks are
+// mapped, not taken from the heap: their zero pages become resident only
+// when written, so a buffer used in parts (--zero 2 and 3 hold the parts of
+// the parameters and gradients a rank owns, ts_pages_discard) costs only
+// those parts. A 64-byte header before the block holds its mapping's
+// length (0: from the heap).
+#define ALLOC_HEADER 64
+#define ALLOC_MAP_MIN ((size_t)1 << 20)
+
 void *ts_alloc(size_t bytes) {
-  void *p = NULL;
   if (bytes == 0) bytes = 64; // a valid, freeable pointer for empty buffers
   // round up to a whole number of cache lines
-  size_t rounded = (bytes + 63) & ~(size_t)63;
-  if (rounded < bytes) return NULL; // overflow
-  if (posix_memalign(&p, 64, rounded) != 0) return NULL;
-  memset(p, 0, rounded);
-  return p;
+  const size_t rounded = (bytes + 63) & ~(size_t)63;
+  if (rounded < bytes || rounded > SIZE_MAX - ALLOC_HEADER) return NULL; // overflow
+  const size_t total = rounded + ALLOC_HEADER;
+  size_t mapped = 0;
+  char *base;
+  if (total >= ALLOC_MAP_MIN) {
+    base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return NULL;
+    mapped = total;
+  } else {
+    void *p = NULL;
+    if (posix_memalign(&p, 64, total) != 0) return NULL;
+    memset(p, 0, total);
+    base = p;
+  }
+  memcpy(base, &mapped, sizeof mapped);
+  return base + ALLOC_HEADER;
 }
 
-void ts_free(void *p) { free(p); }
+void ts_free(void *p) {
+  if (!p) return;
+  char *base = (char *)p - ALLOC_HEADER;
+  size_t mapped;
+  memcpy(&mapped, base, sizeof mapped);
+  if (mapped) munmap(base, mapped);
+  else free(base);
+}
 
 int ts_temp_path(char *buf, size_t cap, const char *path) {
   int n = snprintf(buf, cap, "%s.tmp.%ld", path, (long)getpid());

@@ -7,6 +7,11 @@
 
 double ts_now(void);              // monotonic seconds
 double ts_peak_rss_mb(void);      // peak resident set of this process
+// Gives the whole pages inside [p, p + bytes) of host memory back to the
+// system: they read as zeros afterwards and are resident again only once
+// written. The bytes at either end that share a page with others stay.
+// (How --zero 2 and 3 hold a layer's state only while it is in use.)
+void ts_pages_discard(void *p, size_t bytes);
 uint64_t ts_fnv1a64(uint64_t h, const void *data, size_t n); // start with TS_FNV_OFFSET
 #define TS_FNV_OFFSET 0xcbf29ce484222325ull
 // aligned zeroed allocation (64 bytes); NULL on failure

@@ -106,11 +106,21 @@ expect_stdout "^identical"
 # A run that finished before the signal proves nothing: again, longer.
 SG=$TS_TMP/sig.jsonl SGCK=$TS_TMP/sigck SGN=200
 SGFLAGS="--model tiny --batch 4 --warmup 2 --eval-batches $EVB --data $DATA --threads 1 --quiet"
-# rank 1 of our run: our log on its command line, PMI_RANK=1 in its environment
-rank1() {
-  for _f in $(grep -lF -- "$SG" /proc/[0-9]*/cmdline 2>/dev/null); do
+# rank R of the run whose log is LOG: LOG on its command line, PMI_RANK=R in
+# its environment (rank_pid LOG R)
+rank_pid() {
+  for _f in $(grep -lF -- "$1" /proc/[0-9]*/cmdline 2>/dev/null); do
     _p=${_f%/cmdline}
-    { tr '\0' '\n' <"$_p/environ" | grep -qx "PMI_RANK=1"; } 2>/dev/null && { echo "${_p#/proc/}"; return; }
+    { tr '\0' '\n' <"$_p/environ" | grep -qx "PMI_RANK=$2"; } 2>/dev/null && { echo "${_p#/proc/}"; return; }
+  done
+}
+rank1() { rank_pid "$SG" 1; }
+# waits (at most a minute) until LOG holds a step record or process PID is gone
+wait_for_step() {
+  _i=0
+  while [ $_i -lt 1200 ] && kill -0 "$2" 2>/dev/null && ! grep -q '"type":"step"' "$1" 2>/dev/null; do
+    sleep 0.05
+    _i=$((_i + 1))
   done
 }
 for attempt in 1 2 3; do
@@ -118,11 +128,7 @@ for attempt in 1 2 3; do
   $RUN_MPI -n 2 "$T" train $SGFLAGS --steps $SGN --dp 2 --ckpt-dir "$SGCK" --log "$SG" \
     >"$TS_OUT" 2>"$TS_ERR" &
   bg=$!
-  _i=0
-  while [ $_i -lt 1200 ] && kill -0 $bg 2>/dev/null && ! grep -q '"type":"step"' "$SG" 2>/dev/null; do
-    sleep 0.05
-    _i=$((_i + 1))
-  done
+  wait_for_step "$SG" $bg
   r1=$(rank1)
   if [ -z "$r1" ]; then
     kill $bg 2>/dev/null
@@ -152,6 +158,38 @@ elif [ $rc -eq 143 ] && [ -n "$k" ] && [ "${k% *}" = "${k#* }" ] && [ "$(grep -c
   expect_stdout "^identical"
 else
   fail "SIGTERM to rank 1 alone: exit $rc (expected 143), stderr: $(head -c 500 "$TS_ERR")"
+fi
+
+# --- a rank killed (kill -9): the launcher names the lost process's PID and host --------
+# alone (it ends the other ranks at once, docs/DISTRIBUTED.md "When a rank dies");
+# the start-up output and the log's config record map that PID to its rank.
+KL=$TS_TMP/killed.jsonl
+$RUN_MPI -n 2 "$T" train --model tiny --batch 4 --data "$DATA" --threads 1 --steps 100000 \
+  --dp 2 --log "$KL" >"$TS_OUT" 2>"$TS_ERR" &
+bg=$!
+wait_for_step "$KL" $bg
+victim=$(rank_pid "$KL" 1)
+[ -n "$victim" ] && kill -KILL "$victim"
+_t0=$(date +%s)
+wait $bg
+rc=$?
+_dt=$(($(date +%s) - _t0))
+TS_CHECKS=$((TS_CHECKS + 1))
+host=$(uname -n)
+banner=$(cat "$TS_OUT" "$TS_ERR" | sed -n 's/.*PID \([0-9][0-9]*\) RUNNING AT.*/\1/p' | head -n 1)
+if [ -z "$victim" ]; then
+  kill $bg 2>/dev/null
+  fail "a rank killed: rank 1 of the running dp 2 run not found"
+elif [ "$rc" -eq 0 ] || [ "$_dt" -gt 20 ]; then
+  fail "a rank killed: exit $rc after ${_dt}s (expected a quick non-zero exit)"
+elif ! head -n 1 "$KL" | grep -q "\"ranks\":\[{\"rank\":0,\"host\":\"[^\"]*\",\"pid\":[0-9]*},{\"rank\":1,\"host\":\"$host\",\"pid\":$victim}\]"; then
+  fail "a rank killed: the log's config record does not map pid $victim to rank 1: $(head -c 400 "$KL")"
+elif ! grep -q "^ranks: 0 = pid [0-9]* on [^,]*, 1 = pid $victim on $host\$" "$TS_OUT"; then
+  fail "a rank killed: no start-up line mapping pid $victim to rank 1: $(head -c 400 "$TS_OUT")"
+elif [ -n "$banner" ] && [ "$banner" != "$victim" ]; then
+  fail "a rank killed: the launcher reports PID $banner, the killed rank 1 was $victim"
+else
+  pass "a rank killed: exit $rc after ${_dt}s; pid $victim (${banner:+the launcher's PID $banner, }rank 1 in the log and the start-up line)"
 fi
 
 # --- a file of token ids (u16, vocabulary 300): the ranks read the same windows ---------

@@ -1,11 +1,13 @@
 #!/bin/sh
-# Partitioned model state under --zero 1 (docs/ALGORITHMS.md §12,
-# src/parallel/shard.h): the replica group (the dp·sp ranks of a stage, which
-# hold the same parameters) shards the stage's AdamW moments; each rank
-# updates its shard and broadcasts it after the step. Every run must equal
-# the serial run bit for bit (tessera compare says identical) over the data
-# group, the sequence group, both, pipeline stages of them, with Muon
-# (whole matrices to one shard), dropout and the LLaMA variant.
+# Partitioned model state under --zero (docs/ALGORITHMS.md §12,
+# src/parallel/shard.h, src/parallel/zero.c): the replica group (the dp·sp
+# ranks of a stage, which hold the same parameters) shards the stage's AdamW
+# moments (1), and its gradients (2) and layer parameters (3) as well; each
+# rank updates its shard and broadcasts it after the step (3: each layer's
+# just before its use). Every run must equal the serial run bit for bit
+# (tessera compare says identical) over the data group, the sequence group,
+# both, pipeline stages of them (stage 1), with Muon (whole matrices to one
+# shard), dropout and the LLaMA variant.
 #
 # Memory: rank 0 holds the moments of its shard only, 8·⌊n/Z⌋ bytes for n
 # parameters and Z replicas (AdamW: the cut falls anywhere), and the model
@@ -28,8 +30,8 @@ equal() {
   name=$1 flags=$2 n=$3 lay=$4
   S=$TS_TMP/$name-serial.jsonl L=$TS_TMP/$name.jsonl
   rm -f "$S" "$L"
-  expect_exit 0 "" "$T" train $flags $common --log "$S" || return
-  expect_exit 0 "" $RUN_MPI -n "$n" "$T" train $flags $common $lay --log "$L" || return
+  expect_exit 0 "" "$T" train $common $flags --log "$S" || return
+  expect_exit 0 "" $RUN_MPI -n "$n" "$T" train $common $flags $lay --log "$L" || return
   expect_compare identical "$flags | $lay, against serial" "$S" "$L"
 }
 
@@ -47,6 +49,23 @@ equal llama "--model llama-tiny --layers 4 --dropout 0.1" 4 \
 equal pp-sp "--model llama-tiny --layers 4 --dropout 0.1" 4 \
   "--pp 2 --sp 2 --sp-mode upipe --microbatches 4 --zero 1"
 
+# stages 2 and 3: one pass per rank (one sequence per rank under --sp), and
+# several in rounds (accumulation's microbatches; a rank's sequences under --sp)
+equal dp4-z2 "--model tiny" 4 "--dp 4 --zero 2"
+equal dp4-z3 "--model tiny" 4 "--dp 4 --zero 3"
+equal muon-z3 "--model tiny --optimizer muon" 2 "--dp 2 --zero 3"
+equal sp2-z3 "--model tiny --batch 1" 2 "--sp 2 --sp-mode lss --zero 3"
+equal ring-z2 "--model tiny --batch 2 --dropout 0.1" 4 "--dp 2 --sp 2 --sp-mode ring --zero 2"
+equal llama-z3 "--model llama-tiny --layers 4 --dropout 0.1 --batch 2" 4 \
+  "--dp 2 --sp 2 --sp-mode ulysses --zero 3"
+equal upipe-z3 "--model llama-tiny --layers 4 --batch 1 --kv-heads 4" 4 \
+  "--sp 4 --sp-mode upipe --zero 3"
+equal accum-z3 "--model tiny --batch 8 --dropout 0.1 --eval-every 2 --eval-batches 2" 2 \
+  "--dp 2 --microbatches 4 --zero 3"
+equal accum-muon-z2 "--model llama-tiny --batch 8 --optimizer muon" 4 "--dp 4 --microbatches 2 --zero 2"
+equal rounds-z3 "--model llama-tiny --layers 4 --batch 4 --dropout 0.1" 4 \
+  "--dp 2 --sp 2 --sp-mode ulysses --zero 3"
+
 # the bytes: n parameters from the serial record, Z = 4 replicas
 n=$(($(state "$TS_TMP/dp4-serial.jsonl" grads) / 4))
 for key in optimizer model_sum; do
@@ -55,6 +74,31 @@ for key in optimizer model_sum; do
   TS_CHECKS=$((TS_CHECKS + 1))
   [ "$got" = "$want" ] && pass "dp 4 --zero 1: $key $got bytes (n = $n parameters)" ||
     fail "dp 4 --zero 1: $key '$got' bytes, expected $want (n = $n parameters)"
+done
+
+# stages 2 and 3 (rank 0's record): the gradients (2) and parameters (3) of
+# the layers but rank 0's shard let go; the ends stay whole. tiny: the
+# embeddings (256 + 64 rows of 64) come before the layers, the final norm
+# (2·64) after; rank 0's shard is the first ⌊n/4⌋ elements, so it holds
+# ⌊n/4⌋ + 128 of them.
+held=$((4 * (n / 4 + 128)))
+layers=$((n - (256 + 64) * 64 - 128))
+for z in 2 3; do
+  for key in grads params optimizer model_sum; do
+    got=$(state "$TS_TMP/dp4-z3.jsonl" $key)
+    [ $z = 2 ] && got=$(state "$TS_TMP/dp4-z2.jsonl" $key)
+    case $key in
+      grads) want=$held ;;
+      params) want=$([ $z = 3 ] && echo $held || echo $((4 * n))) ;;
+      optimizer) want=$((8 * (n / 4))) ;;
+      model_sum) # every replica's ends and its shard of the layers, the moments once
+        ends=$((4 * (4 * (n - layers) + layers)))
+        want=$((ends + 8 * n + $([ $z = 3 ] && echo $ends || echo $((4 * 4 * n))))) ;;
+    esac
+    TS_CHECKS=$((TS_CHECKS + 1))
+    [ "$got" = "$want" ] && pass "dp 4 --zero $z: $key $got bytes (n = $n)" ||
+      fail "dp 4 --zero $z: $key '$got' bytes, expected $want (n = $n)"
+  done
 done
 
 # checkpoints of sharded state: the serial checkpoint's model state, and each
@@ -80,10 +124,28 @@ for k in k1 k2; do
     "$TS_TMP/k0.jsonl" "$TS_TMP/$k.jsonl"
 done
 
+# --dp 2 --sp 2 --zero 3 (one sequence per rank): the serial checkpoint's
+# model state, resumed under --dp 4 --zero 2 to end where the straight run does
+C3="--model tiny --layers 4 --batch 2 --steps 3 --warmup 1 --eval-batches 1 --data $DATA --quiet --threads 1 --ckpt-every 2"
+rm -rf "$TS_TMP/k3s" "$TS_TMP/k3"
+expect_exit 0 "" "$T" train $C3 --ckpt-dir "$TS_TMP/k3s" --log "$TS_TMP/k3s.jsonl"
+expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C3 --dp 2 --sp 2 --zero 3 --ckpt-dir "$TS_TMP/k3" \
+  --log "$TS_TMP/k3.jsonl"
+expect_compare "same model state" "--dp 2 --sp 2 --zero 3's checkpoint against the serial run's" \
+  "$TS_TMP/k3s/step-00000002.safetensors" "$TS_TMP/k3/step-00000002.safetensors"
+rm -f "$TS_TMP/k3/step-00000003.safetensors"
+expect_exit 0 "" $RUN_MPI -n 2 "$T" train $C3 --dp 2 --zero 2 --ckpt-dir "$TS_TMP/k3" \
+  --log "$TS_TMP/k3.jsonl" --resume
+expect_compare identical "--zero 3 resumed under --dp 2 --zero 2, against the straight run" \
+  "$TS_TMP/k3s.jsonl" "$TS_TMP/k3.jsonl"
+
 # --- refused before any work ----------------------------------------------------------
 B="--model tiny $common"
 NOLOG=$TS_TMP/never.jsonl
-expect_exit 2 "--zero 2: not in this build" $RUN_MPI -n 2 "$T" train $B --dp 2 --zero 2 --log "$NOLOG"
+expect_exit 2 "--zero 2 with --pp 2: not built" $RUN_MPI -n 4 "$T" train $B --layers 4 --dp 2 \
+  --pp 2 --zero 2 --log "$NOLOG"
+expect_exit 2 "--zero 3 with --microbatches 2: the data ranks \\(--dp 3\\) and a microbatch's sequences \\(1\\) must be powers of two" \
+  $RUN_MPI -n 3 "$T" train $B --batch 6 --dp 3 --microbatches 2 --zero 3 --log "$NOLOG"
 expect_exit 2 "--zero 4: must be 0, 1, 2 or 3" "$T" train $B --zero 4 --log "$NOLOG"
 expect_exit 2 "--zero 1: needs ranks that hold the same parameters" "$T" train $B --zero 1 --log "$NOLOG"
 expect_exit 2 "--zero 1 with --compress mapl: not built" $RUN_MPI -n 2 "$T" train \

@@ -137,6 +137,27 @@ expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/torn" --ckpt-ev
 expect_exit 0 "" "$TESSERA_BIN" compare "$TS_TMP/straight.jsonl" "$TS_TMP/torn.jsonl"
 expect_stdout "^identical"
 
+# --- a resumed run records its start (its layout and processes) and still compares ---
+# identical; resumed again from the same checkpoint, the first resume's record goes
+# with the steps it made
+rm -f "$TS_TMP/torn/step-00000006.safetensors" "$TS_TMP/torn/step-00000008.safetensors"
+expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/torn" --ckpt-every 3 --resume --log "$TS_TMP/torn.jsonl"
+n=$(grep -c '^{"type":"resume","step":3,"world":1,"layout":"serial","ranks":\[{"rank":0,"host":"[^"]*","pid":[0-9]*}\]}$' "$TS_TMP/torn.jsonl")
+[ "$n" = 1 ] && pass "one resume record of step 3" || fail "$n resume records of step 3: $(grep resume "$TS_TMP/torn.jsonl")"
+expect_exit 0 "" "$TESSERA_BIN" compare "$TS_TMP/straight.jsonl" "$TS_TMP/torn.jsonl"
+expect_stdout "^identical"
+
+# --- a log that ends before the checkpoint's step is another run's: refused, untouched ---
+rm -f "$TS_TMP/torn/step-00000006.safetensors" "$TS_TMP/torn/step-00000008.safetensors"
+head -n 3 "$TS_TMP/straight.jsonl" >"$TS_TMP/short.jsonl"
+cp "$TS_TMP/short.jsonl" "$TS_TMP/short.bak"
+expect_exit 1 "^tessera: --log .*short\.jsonl: its step records end at step 2 but the checkpoint is of step 3: not this run's log" \
+  "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/torn" --ckpt-every 3 --resume --log "$TS_TMP/short.jsonl"
+cmp -s "$TS_TMP/short.jsonl" "$TS_TMP/short.bak" && pass "the short log is untouched" || fail "the short log was changed"
+# an empty file is no run's log: the resumed run starts it
+: >"$TS_TMP/empty.jsonl"
+expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/torn" --ckpt-every 3 --resume --log "$TS_TMP/empty.jsonl"
+
 # --- leftover temporary files: ours removed when their writer is gone ---
 sh -c 'exit 0' &
 dead=$!

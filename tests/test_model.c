@@ -12,10 +12,13 @@
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "optim.h"
 #include "rng.h"
 #include "tessera.h"
+#include "util.h"
 
 static ts_config preset_config(const char *preset, int B, int T, float dropout, int tied) {
   ts_config c;
@@ -200,6 +203,46 @@ static void test_fit_check_shares_the_machine(void **state) {
   assert_non_null(strstr(ts_errmsg(), "its share: 1 of 100000 ranks"));
 }
 
+// Resident pages of [p, p + bytes), whole pages only (mincore).
+static size_t resident_pages(void *p, size_t bytes) {
+  const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p / page * page;
+  const size_t n = ((uintptr_t)p + bytes - a + page - 1) / page;
+  unsigned char *v = malloc(n);
+  assert_non_null(v);
+  assert_int_equal(mincore((void *)a, (uintptr_t)p + bytes - a, v), 0);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) k += v[i] & 1;
+  free(v);
+  return k;
+}
+
+// --zero 2 and 3 hold a layer's state only while it is in use by giving its
+// pages back (src/parallel/zero.c): a large ts_alloc block is resident only
+// where written, ts_pages_discard gives back exactly the whole pages inside
+// its range (they read as zeros), and the values beside them stay.
+static void test_pages_given_back(void **state) {
+  (void)state;
+  const size_t n = (size_t)4 << 20; // floats: 16 MiB
+  float *x = ts_alloc(n * sizeof(float));
+  assert_non_null(x);
+  const size_t pages = n * sizeof(float) / (size_t)sysconf(_SC_PAGESIZE);
+  assert_true(resident_pages(x, n * sizeof(float)) <= 2); // zeroed, not yet written
+  for (size_t i = 0; i < n; i++) x[i] = (float)(i % 1000) + 1.0f;
+  assert_true(resident_pages(x, n * sizeof(float)) >= pages);
+  const size_t lo = 1000003, hi = 3000017; // not on page boundaries
+  ts_pages_discard(x + lo, (hi - lo) * sizeof(float));
+  const size_t kept = resident_pages(x, n * sizeof(float));
+  assert_true(kept <= pages + 1 - (hi - lo) * sizeof(float) / (size_t)sysconf(_SC_PAGESIZE) + 2);
+  size_t zeros = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i < lo || i >= hi) assert_true(x[i] == (float)(i % 1000) + 1.0f); // outside: kept
+    else zeros += x[i] == 0.0f;
+  }
+  // inside: zeros but for the two partial pages at the ends
+  assert_true(zeros >= hi - lo - 2 * (size_t)sysconf(_SC_PAGESIZE) / sizeof(float));
+  ts_free(x);
+}
+
 static void test_init_is_counter_based(void **state) {
   (void)state;
   // The same seed gives the same parameters; another seed different ones.
@@ -225,6 +268,7 @@ int main(void) {
       cmocka_unit_test(test_activation_memory_linear_in_T),
       cmocka_unit_test(test_init_is_counter_based),
       cmocka_unit_test(test_fit_check_shares_the_machine),
+      cmocka_unit_test(test_pages_given_back),
       cmocka_unit_test(test_memory_options_change_no_bit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -126,6 +126,30 @@ static void test_matches_reference_1_to_100(void **state) {
   free(present);
 }
 
+// A leaf that completes a pair is added straight into its left neighbour:
+// streaming n leaves allocates no more buffers than the most complete
+// subtrees ever held at once, max over i <= n of popcount(i) (never a carry
+// beside them): 1 for 2 leaves, 2 for the 4 microbatches of a pipeline
+// stage. The sums stay the reference's.
+static void test_buffers_log_n(void **state) {
+  (void)state;
+  const size_t m = 5;
+  float leaves[64 * 5];
+  fill_wide(leaves, 64 * m, 3);
+  for (size_t n = 1; n <= 64; n++) {
+    ts_tree t;
+    ts_tree_init(&t, m);
+    float got[5], want[5];
+    tree_of(&t, got, leaves, NULL, n, m);
+    ref_sum(want, leaves, NULL, n, m);
+    assert_memory_equal(got, want, sizeof got);
+    int most = 0;
+    for (size_t i = 1; i <= n; i++) most = __builtin_popcountll(i) > most ? __builtin_popcountll(i) : most;
+    assert_int_equal(t.nowned, most);
+    ts_tree_free(&t);
+  }
+}
+
 // Restarting at position `start` equals pushing `start` empties first, and
 // ts_tree_skip(k) equals k empty pushes: a rank holding leaves from `start`
 // on builds the same (sub)tree as the serial run.
@@ -292,6 +316,7 @@ int main(void) {
       cmocka_unit_test(test_tree_sum_equals_tree),
       cmocka_unit_test(test_large_leaves),
       cmocka_unit_test(test_add),
+      cmocka_unit_test(test_buffers_log_n),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

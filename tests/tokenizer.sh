@@ -109,7 +109,7 @@ TS_CHECKS=$((TS_CHECKS + 1))
 grep -aq "tessera.tokenizer" "$D/ck-plain/step-00000003.safetensors" &&
   fail "a run without --tokenizer recorded one" || pass "a run without --tokenizer records none"
 # its token ids are no bytes: tokenize --ckpt asks for the tokenizer
-expect_exit 2 "^tessera tokenize: checkpoint .*step-00000003\.safetensors records no tokenizer and was trained on token ids \(vocabulary 400\), not bytes" \
+expect_exit 2 "^tessera tokenize: --tokenizer \(default\): the bytes tokenizer has 256 ids but checkpoint .*ck-plain/step-00000003\.safetensors has a vocabulary of 400" \
   "$T" tokenize --ckpt "$D/ck-plain/step-00000003.safetensors" --in "$D/text.txt" --out "$D/x.bin"
 # --resume: another model file is refused, the same one (or none) accepted
 rm "$D/ck/step-00000003.safetensors"
@@ -128,9 +128,22 @@ cmp -s "$D/tokens.bin" "$D/again.bin" && pass "tokenize --ckpt uses the recorded
   fail "tokenize --ckpt wrote other tokens"
 expect_exit 2 "^tessera tokenize: --tokenizer .*other\.model: not the tokenizer checkpoint .*step-00000003\.safetensors was trained with \(.*m\.model, digest $digest" \
   "$T" tokenize --ckpt "$D/ck/step-00000003.safetensors" --tokenizer "$D/other.model" --in "$D/text.txt" --out "$D/x.bin"
+# tessera sample: the recorded tokenizer encodes the prompt (spm_encode's ids) and decodes
+CK3=$D/ck/step-00000003.safetensors
+expect_exit 0 "" "$T" sample --ckpt "$CK3" --prompt "the salt of Orla" --tokens 4 --json
+want=$(printf 'the salt of Orla\n' | spm_encode --model="$D/m.model" --output_format=id | tr ' ' ',')
+expect_stdout "\"tokenizer\":\"sentencepiece\""
+expect_stdout "\"prompt_ids\":\[$want\]"
+expect_exit 0 "" "$T" sample --ckpt "$CK3" --prompt "the salt of Orla" --tokens 4
+expect_stdout "^the salt of Orla"
+expect_exit 2 "^tessera sample: --tokenizer .*other\.model: not the tokenizer checkpoint .*step-00000003\.safetensors was trained with" \
+  "$T" sample --ckpt "$CK3" --prompt "the salt" --tokens 2 --tokenizer "$D/other.model"
 cp "$D/m.model" "$D/copy.model"
 expect_exit 0 "" "$T" tokenize --ckpt "$D/ck/step-00000003.safetensors" --tokenizer "$D/copy.model" --in "$D/text.txt" --out "$D/x.bin" --quiet
 mv "$D/m.model" "$D/moved.model"
 expect_exit 1 "^tessera: checkpoint .* was trained with tokenizer .*m\.model, which cannot be opened .*: name a copy of it with --tokenizer" \
   "$T" tokenize --ckpt "$D/ck/step-00000003.safetensors" --in "$D/text.txt" --out "$D/y.bin"
+expect_exit 1 "^tessera: checkpoint .* was trained with tokenizer .*m\.model, which cannot be opened" \
+  "$T" sample --ckpt "$CK3" --prompt "the salt" --tokens 2
+expect_exit 0 "" "$T" sample --ckpt "$CK3" --prompt "the salt" --tokens 2 --tokenizer "$D/moved.model"
 done_testing

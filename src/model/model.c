@@ -9,6 +9,16 @@
 #include "boundary/boundary.h"
 #include "model_impl.h"
 
+// Layer l's parameters whole (1) or free to go (0), for layouts that hold
+// them in parts (ts_layer_hooks).
+static int hold_layer(ts_model *m, int l, int whole) {
+  return m->hooks.params ? m->hooks.params(m->hooks.ctx, l, whole) : TS_OK;
+}
+
+void ts_model_set_layer_hooks(ts_model *m, const ts_layer_hooks *hooks) {
+  m->hooks = hooks ? *hooks : (ts_layer_hooks){0};
+}
+
 float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
                        int training) {
   const int B = m->B, C = m->C;
@@ -29,7 +39,9 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     m->bd->decode(m, ts_boundary_at(m, m->l0), m->x_in, m->res[m->l0]);
   }
   for (int l = m->l0; l < m->l1; l++) {
-    if ((m->rc = ts_layer_forward(m, l, step, p))) return NAN;
+    if ((m->rc = hold_layer(m, l, 1)) || (m->rc = ts_layer_forward(m, l, step, p)) ||
+        (m->rc = hold_layer(m, l, 0)))
+      return NAN;
     const int b = ts_boundary_at(m, l + 1);
     if (b >= 0 && l + 1 < m->l1) { // a boundary inside: encode and decode back to back
       m->bd->encode(m, b, m->res[l + 1]);
@@ -56,7 +68,9 @@ int ts_model_backward(ts_model *m, uint64_t step) {
       return crc;
   }
   for (int l = m->l1 - 1; l >= m->l0; l--) {
-    if ((crc = ts_layer_backward(m, l, step, &rc))) return crc;
+    if ((crc = hold_layer(m, l, 1)) || (crc = ts_layer_backward(m, l, step, &rc))) return crc;
+    if (m->hooks.grads_done && (crc = m->hooks.grads_done(m->hooks.ctx, l))) return crc;
+    if ((crc = hold_layer(m, l, 0))) return crc;
     const int b = ts_boundary_at(m, l);
     if (b >= 0 && l > m->l0) { // a boundary inside: its two backwards back to back
       if ((crc = m->bd->decode_backward(m, b, m->dres, m->bd->dz(m))) ||

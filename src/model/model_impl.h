@@ -68,6 +68,7 @@ struct ts_model {
   int l0, l1;
   const void *x_in;  // X (rows × d), or the compressed boundary's wire
   const float *dy_in;
+  ts_layer_hooks hooks;         // --zero 2, 3 (ts_model_set_layer_hooks); zeros: none
   float *spbuf;                // the strategy's scratch (ts_cp_sizes.scratch floats)
   int rc;                      // error of the last forward
   // The tensors this model holds (tessera.h): ptens[0, ntens), the nown it

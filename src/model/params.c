@@ -135,11 +135,23 @@ static int memory_share = 1;
 
 void ts_model_set_memory_share(int processes) { memory_share = processes > 1 ? processes : 1; }
 
-// The ranks the optimizer's moments of these parameters are sharded over
-// (ts_model_set_moment_shards).
-static int moment_shards = 1;
+// The ranks the model state is sharded over and the ZeRO stage
+// (ts_model_set_state_shards).
+static int state_shards = 1, state_zero = 0;
 
-void ts_model_set_moment_shards(int shards) { moment_shards = shards > 1 ? shards : 1; }
+void ts_model_set_state_shards(int shards, int zero) {
+  state_shards = shards > 1 ? shards : 1;
+  state_zero = zero;
+}
+
+// Bytes per parameter of the model state a rank holds: values, gradients
+// (allocated for evaluation too), the AdamW moments when training, each
+// whole or its 1/shards (--zero 1, 2, 3).
+double ts_state_bytes_per_param(int training, int shards, int zero) {
+  const double S = shards > 1 ? shards : 1;
+  return (zero >= 3 ? 4.0 / S : 4.0) + (zero >= 2 ? 4.0 / S : 4.0) +
+         (training ? (zero >= 1 ? 8.0 / S : 8.0) : 0.0);
+}
 
 int ts_model_create(const ts_config *cfg, ts_model **out) {
   return ts_model_create_seq(cfg, 0, cfg->batch, NULL, out);
@@ -359,8 +371,11 @@ static int fit_check(const ts_model *m) {
   const size_t boundary = m->bd->activation_floats ? m->bd->activation_floats(m) : 0;
   // parameters and gradients, the AdamW moments (their shard under --zero),
   // the copies, the activations
-  double need = (8.0 + 8.0 / moment_shards) * (double)m->nparams +
+  double need = ts_state_bytes_per_param(1, state_shards, state_zero) * (double)m->nparams +
                 4.0 * (double)(m->ncopy + m->nacts + boundary);
+  // --zero 2, 3: one layer's gradient (and parameters) whole while it runs
+  if (state_zero >= 2 && m->l1 > m->l0)
+    need += (state_zero >= 3 ? 8.0 : 4.0) * (double)m->nparams / (m->l1 - m->l0);
   if (cfg->fused_ce) need += 4.0 * (double)ts_model_fused_ce_floats(m, omp_get_max_threads());
   if (cfg->tiled_mlp) need += 4.0 * (double)ts_model_tiled_mlp_floats(m, omp_get_max_threads());
   // Every process makes this check for its own share of the memory its
@@ -380,7 +395,7 @@ static int fit_check(const ts_model *m) {
                    "this model needs about %.1f GiB (parameters, gradients, AdamW state, "
                    "activations) but %s %.1f GiB%s; use a smaller --model, --seq or "
                    "--batch, the memory options (--checkpoint, --fused-ce, --tiled-mlp), "
-                   "more pipeline stages (--pp), sharded optimizer state (--zero 1), or "
+                   "more pipeline stages (--pp), sharded model state (--zero 1, 2, 3), or "
                    "fewer ranks on this %s",
                    need / 1073741824.0, on_gpu ? "this rank's share of its GPU is" : "the machine has",
                    have / 1073741824.0, share, on_gpu ? "GPU" : "machine");

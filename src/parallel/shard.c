@@ -122,12 +122,11 @@ static int plan_state(ts_shard *sh, const ts_config *cfg, const ts_grid *grid,
 int ts_shard_gather_params(ts_shard *sh) {
   if (!sh->zero) return TS_OK;
   float *params = ts_model_params(sh->m);
-  for (int q = 0; q < sh->replica->size; q++) {
-    const size_t lo = sh->cut[q], n = sh->cut[q + 1] - lo;
-    int rc = n ? ts_comm_bcast(sh->replica, params + lo, n * sizeof(float), q, -1) : TS_OK;
-    if (rc) return rc;
-  }
-  return TS_OK;
+  const size_t end = sh->cut[sh->replica->size];
+  if (sh->zero < 3 || sh->nlay == 0) return ts_zero_gather(sh, params, 0, end);
+  // under --zero 3 the layers' come one layer at a time, when used
+  int rc = ts_zero_gather(sh, params, 0, sh->lay_lo[0]);
+  return rc ? rc : ts_zero_gather(sh, params, sh->lay_lo[sh->nlay], end);
 }
 
 // The sequence group's sum of one sequence's gradient g (the model's
@@ -135,12 +134,15 @@ int ts_shard_gather_params(ts_shard *sh) {
 // the positional rows it owns (the last owned elements) and, on a pipeline's
 // last stage, a tied embedding (the first), which the pipeline sums apart.
 static int sum_sequence_group(ts_shard *sh, float *g) {
-  const size_t lo = sh->seq_skip, n = sh->np - sh->wpe_len - lo;
-  return sh->fast ? ts_comm_allreduce_fast(sh->seq, g + lo, n, -1)
-                  : ts_comm_allreduce_tree(sh->seq, g + lo, n, -1);
+  return ts_zero_sum(sh, sh->seq, g, sh->seq_skip, sh->np - sh->wpe_len);
+}
+
+int ts_shard_pass_first(const ts_shard *sh, int j) {
+  return sh->strided ? (j * sh->D + sh->r) * sh->s : sh->b0 + j * (sh->seq ? 1 : sh->mb);
 }
 
 int ts_shard_sequence_done(ts_shard *sh) {
+  if (sh->strided) return ts_zero_pass_done(sh);
   int rc = sum_sequence_group(sh, ts_model_grads(sh->m));
   if (rc || sh->nb == 1) return rc;
   if (ts_tree_push(&sh->seq_tree, ts_model_grads(sh->m)) != 0)
@@ -240,8 +242,12 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
       if (sh.pl->tied && grid->pp_rank == grid->pp - 1) sh.seq_skip = sh.pl->wte_len;
     }
   }
+  sh.data = grid->data;
+  sh.D = grid->dp;
+  sh.r = grid->dp_rank;
   *out = sh;
-  return TS_OK;
+  if ((rc = ts_zero_plan(out))) ts_shard_free(out); // its hooks hold the shard's final place
+  return rc;
 }
 
 size_t ts_shard_buffer_bytes(const ts_shard *sh) {
@@ -253,6 +259,7 @@ size_t ts_shard_buffer_bytes(const ts_shard *sh) {
 void ts_shard_free(ts_shard *sh) {
   ts_owners_free(&sh->owners);
   free(sh->cut);
+  free(sh->lay_lo);
   free(sh->upd_p);
   free(sh->upd_g);
   if (sh->pl) ts_pipeline_free(sh->pl);
@@ -260,27 +267,53 @@ void ts_shard_free(ts_shard *sh) {
   ts_model_free(sh->m);
   free(sh->lsums);
   if (sh->has_tree) ts_tree_free(&sh->seq_tree);
+  if (sh->strided) ts_tree_free(&sh->rounds);
+  free(sh->round);
   free(sh->rows_in);
   free(sh->rows_tg);
   memset(sh, 0, sizeof *sh);
 }
 
-int ts_segment_loss_sum(ts_comm *seq, const float *lsums, int nb, float *out) {
-  const int N = seq->size;
-  float *all = malloc((size_t)N * nb * sizeof(float)), *col = malloc((size_t)N * sizeof(float));
-  float *seqsum = malloc((size_t)nb * sizeof(float));
-  int rc = !all || !col || !seqsum ? ts_fail(TS_ERUNTIME, "out of memory") : TS_OK;
-  if (!rc) rc = ts_comm_allgather(seq, lsums, all, (size_t)nb * sizeof(float), -1);
-  if (!rc) {
-    for (int j = 0; j < nb; j++) {
-      for (int r = 0; r < N; r++) col[r] = all[(size_t)r * nb + j];
-      seqsum[j] = ts_tree_sum(col, (size_t)N);
-    }
-    *out = ts_tree_sum(seqsum, (size_t)nb);
+// out[j]: the tree over the group's ranks of their x[j], j < n (one
+// all-gather; group NULL: x itself).
+static int group_columns(ts_comm *group, const float *x, int n, float *out) {
+  const int N = group ? group->size : 1;
+  float *all = malloc((size_t)N * n * sizeof(float)), *col = malloc((size_t)N * sizeof(float));
+  int rc = !all || !col ? ts_fail(TS_ERUNTIME, "out of memory") : TS_OK;
+  if (!rc && group) rc = ts_comm_allgather(group, x, all, (size_t)n * sizeof(float), -1);
+  if (!rc && !group) memcpy(all, x, (size_t)n * sizeof(float));
+  for (int j = 0; j < n && !rc; j++) {
+    for (int r = 0; r < N; r++) col[r] = all[(size_t)r * n + j];
+    out[j] = ts_tree_sum(col, (size_t)N);
   }
   free(all);
   free(col);
+  return rc;
+}
+
+int ts_segment_loss_sum(ts_comm *seq, const float *lsums, int nb, float *out) {
+  float *seqsum = malloc((size_t)nb * sizeof(float));
+  int rc = seqsum ? group_columns(seq, lsums, nb, seqsum) : ts_fail(TS_ERUNTIME, "out of memory");
+  if (!rc) *out = ts_tree_sum(seqsum, (size_t)nb);
   free(seqsum);
+  return rc;
+}
+
+// In rounds: the global loss sum from each rank's n pass sums x (each an
+// aligned subtree): pass j of data rank r is position j·D + r of the tree.
+static int rounds_loss_sum(ts_shard *sh, const float *x, int n, float *out) {
+  const int D = sh->D;
+  float *all = malloc((size_t)D * n * sizeof(float)), *pos = malloc((size_t)D * n * sizeof(float));
+  int rc = !all || !pos ? ts_fail(TS_ERUNTIME, "out of memory") : TS_OK;
+  if (!rc && D > 1) rc = ts_comm_allgather(sh->data, x, all, (size_t)n * sizeof(float), -1);
+  if (!rc && D == 1) memcpy(all, x, (size_t)n * sizeof(float));
+  if (!rc) {
+    for (int r = 0; r < D; r++)
+      for (int j = 0; j < n; j++) pos[(size_t)j * D + r] = all[(size_t)r * n + j];
+    *out = ts_tree_sum(pos, (size_t)D * n);
+  }
+  free(all);
+  free(pos);
   return rc;
 }
 
@@ -307,15 +340,19 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
   if (sh->M > 1) { // accumulation: each microbatch's gradient into the tree, in order
     const size_t tokens = (size_t)sh->mb * sh->T;
     for (int mu = 0; mu < sh->M; mu++) {
-      ts_model_select_sequence(m, sh->b0 + mu * sh->mb);
+      ts_model_select_sequence(m, ts_shard_pass_first(sh, mu));
       ts_model_forward(m, inputs + mu * tokens, targets + mu * tokens, step, train);
       if ((rc = ts_model_status(m))) return rc;
       sh->lsums[mu] = ts_model_loss_sum(m);
       if (!train) continue;
       if ((rc = ts_model_backward(m, step))) return rc;
-      if (ts_tree_push(&sh->seq_tree, ts_model_grads(m)) != 0)
+      if (sh->strided) {
+        if ((rc = ts_zero_pass_done(sh))) return rc;
+      } else if (ts_tree_push(&sh->seq_tree, ts_model_grads(m)) != 0) {
         return ts_fail(TS_ERUNTIME, "out of memory (gradient tree over microbatches)");
+      }
     }
+    if (sh->strided) return rounds_loss_sum(sh, sh->lsums, sh->M, loss_sum);
     *loss_sum = ts_tree_sum(sh->lsums, (size_t)sh->M);
     return TS_OK;
   }
@@ -328,7 +365,7 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
   }
   for (int j = 0; j < sh->nb; j++) {
     gather_rows(sh, inputs, targets, j, 0);
-    ts_model_select_sequence(m, sh->b0 + j);
+    ts_model_select_sequence(m, ts_shard_pass_first(sh, j));
     ts_model_forward(m, sh->rows_in, sh->rows_tg, step, train);
     if ((rc = ts_model_status(m))) return rc;
     sh->lsums[j] = ts_model_loss_sum(m);
@@ -336,19 +373,25 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
     if ((rc = ts_model_backward(m, step))) return rc;
     if ((rc = ts_shard_sequence_done(sh))) return rc;
   }
-  return ts_segment_loss_sum(sh->seq, sh->lsums, sh->nb, loss_sum);
+  if (!sh->strided) return ts_segment_loss_sum(sh->seq, sh->lsums, sh->nb, loss_sum);
+  float *seqsum = malloc((size_t)sh->nb * sizeof(float));
+  rc = seqsum ? group_columns(sh->seq, sh->lsums, sh->nb, seqsum)
+              : ts_fail(TS_ERUNTIME, "out of memory");
+  if (!rc) rc = rounds_loss_sum(sh, seqsum, sh->nb, loss_sum);
+  free(seqsum);
+  return rc;
 }
 
 int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group) {
   int rc;
   float *g = ts_model_grads(sh->m);
+  if (sh->strided) { // every pass summed over the groups already, and its shard in the tree
+    ts_zero_rounds_finish(sh);
+    return TS_OK;
+  }
   // the sequence group's sums came per sequence (ts_shard_sequence_done);
   // the tree over the sequences (a pipeline keeps its own)
   if ((sh->seq && sh->nb > 1 && !sh->pl) || sh->M > 1) ts_tree_finish(&sh->seq_tree, g);
-  if (data_group && data_group->size > 1) {
-    rc = sh->fast ? ts_comm_allreduce_fast(data_group, g, sh->np, -1)
-                  : ts_comm_allreduce_tree(data_group, g, sh->np, -1);
-    if (rc) return rc;
-  }
+  if ((rc = ts_zero_sum(sh, data_group, g, 0, sh->np))) return rc;
   return TS_OK;
 }

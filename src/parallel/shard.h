@@ -40,6 +40,26 @@ typedef struct {
   int nupd;
   size_t nupd_floats;
   ts_tensor *upd_p, *upd_g;
+  // --zero 2 and 3 (zero.c): layer l0 + k is the run [lay_lo[k],
+  // lay_lo[k + 1]) of the owned elements, the layers [lay_lo[0],
+  // lay_lo[nlay]) in all. A layer's gradient is summed over the sequence and
+  // data groups as soon as its backward ends and all but the rank's shard of
+  // it let go; under 3 its parameters too, gathered just before each use.
+  // The rest (embeddings, final norm, head) stays whole.
+  int nlay, lay_l0;
+  size_t *lay_lo;
+  ts_comm *data;
+  ts_layer_hooks hooks;
+  // Stages 2 and 3 over several passes (the microbatches of accumulation, or
+  // the sequences of a rank under --sp): the passes go in rounds, pass j of
+  // data rank r taking the sequences from (j·D + r)·s (s per pass), so that
+  // a round is one aligned run of D·s sequences of the serial tree. Each
+  // pass's gradient is summed over the groups (its layers' by the hooks, the
+  // ends after it), the rank's shard of the sum copied into `round` and
+  // pushed into the tree over the rounds (rounds: shard-sized buffers).
+  int strided, D, r, s;
+  float *round;
+  ts_tree rounds;
   const ts_backend *be; // allocates slots, pack and the wpe buffers (the model's backend)
   int fast;            // --fast: MPI's own sums
   int nb, b0;          // sequences
@@ -65,6 +85,10 @@ typedef struct {
   int M, mb;
 } ts_shard;
 
+// The first sequence of the rank's pass j (a microbatch, or under --sp a
+// sequence): b0 + j·s, or in rounds (j·D + r)·s.
+int ts_shard_pass_first(const ts_shard *sh, int j);
+
 // The shard must stay at *out (its pipeline keeps a pointer to it).
 int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *lay,
                     ts_shard *out);
@@ -75,10 +99,12 @@ void ts_shard_free(ts_shard *sh);
 size_t ts_shard_buffer_bytes(const ts_shard *sh);
 
 // Forward, and backward when `train`, over the shard's sequences of one
-// batch: inputs, targets (nb, T) whole windows. *loss_sum is the shard's sum
-// of token losses: an aligned subtree of the global loss tree, already
-// combined over the sequence group (one all-gather), for the trainer to
-// combine over the data group.
+// batch: inputs, targets (nb, T) whole windows, pass after pass
+// (ts_shard_pass_first). *loss_sum is the shard's sum of token losses: an
+// aligned subtree of the global loss tree, already combined over the
+// sequence group (one all-gather), for the trainer to combine over the data
+// group; in rounds (strided) already the global sum, combined over the data
+// group too.
 int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t step, int train,
                   float *loss_sum);
 
@@ -99,10 +125,32 @@ int ts_shard_sequence_done(ts_shard *sh);
 // Exact mode sums by the canonical trees; --fast lets MPI sum (1 and 3).
 int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group);
 
-// After the optimizer step under --zero 1: each shard's owner broadcasts its
+// After the optimizer step under --zero: each shard's owner broadcasts its
 // updated parameters to the replica group (one broadcast per shard), so that
-// every replica holds them all again. Nothing without --zero.
+// every replica holds them all again; under --zero 3 the ends alone (the
+// layers' come when used, zero.c). Nothing without --zero.
 int ts_shard_gather_params(ts_shard *sh);
+
+// zero.c. ts_zero_plan: the layers' runs and the model's hooks under --zero
+// 2 and 3 (nothing below). ts_zero_release: under 3, every layer's
+// parameters but the rank's shard let go (after the initialisation, a load
+// and each step). ts_zero_sum: the sum over `group` of g[lo, hi) without the
+// layers', which their hooks summed already (without --zero 2: all of it).
+// ts_zero_gather: each shard's part of p[lo, hi) from its owner to the
+// replica group (one broadcast per shard it meets).
+// ts_zero_held: the parameters (grads 0) or gradients (1) the rank holds
+// between a layer's uses: its shard of the layers', and the ends.
+// ts_zero_pass_done: in rounds, after a pass's backward, its ends summed
+// over the groups and the rank's shard of the pass's sum pushed into the
+// tree over the rounds; ts_zero_rounds_finish: that tree's sum into the
+// rank's shard of the gradient.
+int ts_zero_plan(ts_shard *sh);
+size_t ts_zero_held(const ts_shard *sh, int grads);
+int ts_zero_pass_done(ts_shard *sh);
+void ts_zero_rounds_finish(ts_shard *sh);
+int ts_zero_gather(ts_shard *sh, float *p, size_t lo, size_t hi);
+void ts_zero_release(ts_shard *sh);
+int ts_zero_sum(ts_shard *sh, ts_comm *group, float *g, size_t lo, size_t hi);
 
 // The loss sum of nb sequences from each rank's segment sums lsums[nb]: one
 // all-gather over the sequence group, then per sequence the tree over its

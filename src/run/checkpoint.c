@@ -437,7 +437,7 @@ static int read_config(const ts_ckpt *ck, const ts_config *base, int training, i
   if (key[0])
     return bad(path, "%s: \"%s\" is not a value a run writes (it is left for a default)",
                META_CONFIG, key);
-  if (ts_run_check_fit(out, training, share, stages, 1)) return ts_run_restate(path, META_CONFIG);
+  if (ts_run_check_fit(out, training, share, stages, 1, 0)) return ts_run_restate(path, META_CONFIG);
   return TS_OK;
 }
 
@@ -514,7 +514,7 @@ int ts_run_open_resume(const ts_config *cfg, int share, int stages, ts_run_ckpt 
   if (s < 0)
     return ts_fail(TS_ERUNTIME, "--resume: cannot open checkpoint directory %s", cfg->ckpt_dir);
   if (s == 0)
-    return ts_fail(TS_ERUNTIME, "--resume: no checkpoint (step-*.safetensors) in %s",
+    return ts_fail(TS_ERUNTIME, "--resume: no checkpoint (step-N.safetensors, N >= 1) in %s",
                    cfg->ckpt_dir);
   int rc = ts_run_open_checkpoint(path, cfg, 1, share, stages, ck);
   if (!rc && ck->step != s)
@@ -576,7 +576,11 @@ int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_tensor *upd, int
 // On resume, the log keeps the records up to the checkpoint and continues,
 // so that a resumed run's log equals the log of the run done straight.
 // A last line without its newline is a record the killed run did not finish:
-// it is dropped, or the next record would be glued onto it.
+// it is dropped, or the next record would be glued onto it. A resume record
+// of step `upto` or later goes with the steps that run made after it. The
+// run's log reaches its checkpoint's step (it is synced before the checkpoint
+// is written): a log that ends earlier is another run's, and continuing it
+// would leave a log with steps missing.
 int ts_run_trim_log(const char *path, int64_t upto) {
   FILE *f = fopen(path, "r");
   if (!f) return TS_OK; // no old log: start a new one
@@ -590,20 +594,30 @@ int ts_run_trim_log(const char *path, int64_t upto) {
   char *line = NULL;
   size_t cap = 0;
   ssize_t len;
-  int ok = 1;
+  int ok = 1, records = 0;
+  long long last = 0; // the last step record's step
   errno = 0;
   while (ok && (len = getline(&line, &cap, f)) > 0) {
     if (line[len - 1] != '\n') break; // torn
+    records++;
     const char *sp = strstr(line, "\"step\":");
     long long s = sp ? strtoll(sp + 7, NULL, 10) : 0;
     int is_final = strstr(line, "\"type\":\"final\"") != NULL;
-    if (!is_final && s <= upto) ok = fputs(line, o) >= 0;
+    int is_resume = strstr(line, "\"type\":\"resume\"") != NULL;
+    if (strstr(line, "\"type\":\"step\"") && s > last) last = s;
+    if (!is_final && (is_resume ? s < upto : s <= upto)) ok = fputs(line, o) >= 0;
   }
   int err = ferror(f) || !ok ? (errno ? errno : EIO) : 0;
   free(line);
   fclose(f);
   if (!err && (fflush(o) != 0 || fsync(fileno(o)) != 0)) err = errno;
   if (fclose(o) != 0 && !err) err = errno;
+  if (!err && records > 0 && last < upto) {
+    unlink(tmp);
+    return ts_fail(TS_ERUNTIME, "--log %s: its step records end at step %lld but the checkpoint "
+                   "is of step %" PRId64 ": not this run's log (name a new --log to start one)",
+                   path, last, upto);
+  }
   if (!err && rename(tmp, path) != 0) err = errno;
   if (err) {
     unlink(tmp);

@@ -68,6 +68,18 @@ int ts_run_load_batch(const ts_data *data, int split, const ts_config *cfg, uint
   return TS_OK;
 }
 
+int ts_run_load_shard(const ts_data *data, int split, const ts_config *cfg, uint64_t step,
+                      const ts_shard *sh, int *inputs, int *targets) {
+  if (!sh->strided) return ts_run_load_batch(data, split, cfg, step, sh->b0, sh->nb, inputs, targets);
+  for (int j = 0; j < sh->nb / sh->s; j++) {
+    const size_t at = (size_t)j * sh->s * cfg->seq;
+    int rc = ts_run_load_batch(data, split, cfg, step, ts_shard_pass_first(sh, j), sh->s,
+                               inputs + at, targets + at);
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+
 // The global batch's loss from the shards' loss sums, each an aligned subtree
 // of the serial loss tree: the tree over the group's sums, divided by the
 // global token count exactly as the serial forward divides.
@@ -121,7 +133,8 @@ static double stage_floor(const ts_config *cfg, int stages, int s, double *copie
 // Each rank holds its stage's parameters (and gradients, and moments): the
 // largest stage's matrices are the floor; on a GPU they live in its memory
 // (the backend gives this rank's share), on the CPU in the node's.
-int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, int shards) {
+int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, int shards,
+                     int zero) {
   const ts_backend *be = ts_backend_current();
   const int on_gpu = be->memory_bytes != NULL;
   double have = on_gpu ? (double)be->memory_bytes()
@@ -132,7 +145,7 @@ int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, 
   double np = 0.0, need = 0.0;
   for (int s = 0; s < stages; s++) {
     double copies, own = stage_floor(cfg, stages, s, &copies);
-    double b = own * (training ? 8.0 + 8.0 / shards : 8.0) + 4.0 * copies;
+    double b = own * ts_state_bytes_per_param(training, shards, zero) + 4.0 * copies;
     if (b > need) need = b, np = own + copies;
   }
   if (!(have > 0) || need <= 0.9 * have) return TS_OK;
@@ -143,7 +156,7 @@ int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, 
                  "the model's weight matrices alone need %.1f GiB (%.3g parameters%s: --layers %d, "
                  "--d %d, --d-ff %d, vocab %d; values, gradients%s) but %s %.1f GiB%s; use a "
                  "smaller --model, --layers, --d or --d-ff, more pipeline stages (--pp), sharded "
-                 "optimizer state (--zero 1), or fewer ranks on this %s",
+                 "model state (--zero 1, 2, 3), or fewer ranks on this %s",
                  need / 1073741824.0, np, stage, cfg->n_layer, cfg->d, cfg->d_ff, cfg->vocab,
                  training ? ", AdamW moments" : "",
                  on_gpu ? "this rank's share of its GPU is" : "the machine has",
@@ -160,11 +173,13 @@ int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_
   if (!sums || !losses) { free(sums); free(losses); return ts_fail(TS_ERUNTIME, "out of memory"); }
   int rc = TS_OK;
   for (int i = 0; i < E && !rc; i++) {
-    rc = ts_run_load_batch(data, TS_SPLIT_VAL, cfg, TS_EVAL_STEP_BASE + (uint64_t)i, sh->b0, sh->nb,
-                    inputs, targets);
+    rc = ts_run_load_shard(data, TS_SPLIT_VAL, cfg, TS_EVAL_STEP_BASE + (uint64_t)i, sh, inputs,
+                           targets);
     if (!rc) rc = ts_shard_pass(sh, inputs, targets, 0, 0, &sums[i]);
   }
-  if (!rc) rc = ts_run_combine_loss(group, sums, E, (int64_t)cfg->batch * cfg->seq, losses);
+  // (in rounds the shard's sums are the global ones already)
+  if (!rc) rc = ts_run_combine_loss(sh->strided ? NULL : group, sums, E,
+                                    (int64_t)cfg->batch * cfg->seq, losses);
   if (!rc) {
     float sum = 0.0f;
     for (int i = 0; i < E; i++) sum += losses[i];

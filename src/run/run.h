@@ -32,6 +32,10 @@ int ts_run_open_data(const ts_config *cfg, const char *path, ts_data **out);
 // Sequences [b0, b0 + nb) of the batch of `step` from `split`: inputs, targets (nb, T).
 int ts_run_load_batch(const ts_data *data, int split, const ts_config *cfg, uint64_t step,
                       int b0, int nb, int *inputs, int *targets);
+// The shard's sequences of the batch of `step`, pass after pass (its nb
+// sequences from b0, or in rounds those of ts_shard_pass_first).
+int ts_run_load_shard(const ts_data *data, int split, const ts_config *cfg, uint64_t step,
+                      const ts_shard *sh, int *inputs, int *targets);
 // out[i] = the tree over the group's local[i] (NULL group: this rank's), / ntok_global.
 int ts_run_combine_loss(ts_comm *group, const float *local, int n, int64_t ntok_global,
                         float *out);
@@ -41,10 +45,11 @@ int ts_run_param_hash(const ts_owners *o, ts_model *m, uint64_t *out);
 // Refuses (TS_ERUNTIME) a model whose weight matrices alone, with their
 // gradients and (training) the two AdamW moments, exceed 90% of the memory
 // they would live in, shared by `share` processes, on the largest of
-// `stages` pipeline stages (1: the whole model), the moments sharded over
-// `shards` ranks (--zero 1; else 1): before anything is allocated (model.c's
+// `stages` pipeline stages (1: the whole model), the state sharded over
+// `shards` ranks at ZeRO stage `zero` (else 1, 0): before anything is allocated (model.c's
 // full estimate needs the parameters allocated first).
-int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, int shards);
+int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, int shards,
+                     int zero);
 // The mean validation loss over cfg->eval_batches fixed batches.
 int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_comm *group,
                     int *inputs, int *targets, float *out);
@@ -123,6 +128,18 @@ int ts_run_trim_log(const char *path, int64_t upto);
 // checkpoint directory and next to the log; how many.
 int ts_run_remove_stale_temps(const ts_config *cfg);
 
+// ---- ranks.c ----------------------------------------------------------------------------
+// Every rank's host and process id, gathered over the world (a collective:
+// every rank calls it), so that a launcher's report of a lost process ("PID
+// 17390 RUNNING AT vm") maps to a rank. json: [{"rank":0,"host":"vm","pid":17389}, ...]
+// for the log; text: "ranks: 0 = pid 17389 on vm, 1 = pid 17390 on vm" for
+// the start-up output. Freed with ts_run_free_ranks.
+typedef struct {
+  char *json, *text;
+} ts_run_ranks;
+int ts_run_gather_ranks(ts_run_ranks *out);
+void ts_run_free_ranks(ts_run_ranks *r);
+
 // ---- tokenizer_record.c -----------------------------------------------------------------
 // The tokenizer a run's data was made with (--tokenizer), recorded in its
 // checkpoints' "tessera.tokenizer" (docs/TOKENIZER.md) so that text is later
@@ -130,12 +147,6 @@ int ts_run_remove_stale_temps(const ts_config *cfg);
 // absolute path), its vocabulary and the FNV-1a digest of its bytes.
 #define TS_META_TOKENIZER "tessera.tokenizer"
 #define TS_META_CONFIG "tessera.config" // the run's configuration (checkpoint.c)
-typedef struct {
-  char kind[16];   // "sentencepiece"; "" when the run named none
-  char file[4096]; // absolute path of the model file when the run started
-  int vocab;
-  uint64_t digest; // ts_tokenizer_digest
-} ts_run_tokenizer;
 // Opens cfg->tokenizer_path (none: records nothing) and records it for this
 // run's checkpoints: TS_ERUNTIME naming a file that is missing or not a
 // model, TS_EUSAGE naming --tokenizer and --vocab when their vocabularies differ.
@@ -146,15 +157,13 @@ const char *ts_run_tokenizer_id(void);
 // digest) than this run's --tokenizer is refused (TS_EUSAGE); a run without
 // --tokenizer continues to record the checkpoint's.
 int ts_run_check_resume_tokenizer(const ts_run_ckpt *ck);
-// What the checkpoint at path records: out->kind "" when nothing (a run
-// without --tokenizer, or one from before the record). TS_ERUNTIME naming
-// the file when it cannot be read or its record is malformed.
-int ts_run_ckpt_tokenizer(const char *path, ts_run_tokenizer *out);
-// The tokenizer to encode and decode text for the checkpoint at ckpt: the
-// file `path` when given, else the recorded one (neither: bytes). Refused
-// when the file is not the recorded tokenizer (its digest differs: TS_EUSAGE
-// naming both files), or its vocabulary is not the checkpoint's (TS_EUSAGE).
-int ts_run_open_ckpt_tokenizer(const char *ckpt, const char *path, ts_tokenizer **out);
+// The tokenizer to encode and decode text for an open checkpoint: the file
+// `path` when given, else the one it records (neither: bytes). Refused when
+// the file is not the recorded tokenizer (its digest differs: TS_EUSAGE
+// naming both files), when its vocabulary is not the checkpoint's
+// (TS_EUSAGE naming both), and when the recorded file is gone (TS_ERUNTIME
+// asking for a copy with --tokenizer).
+int ts_run_open_ckpt_tokenizer(const ts_run_ckpt *ck, const char *path, ts_tokenizer **out);
 
 // ---- stop.c -----------------------------------------------------------------------------
 // SIGTERM, SIGINT and SIGHUP, while a training run lasts: the first is

@@ -47,8 +47,19 @@ static void progress(const char *in, uint64_t done, uint64_t total, uint64_t tok
 int ts_tokenize(const char *tokenizer, const char *ckpt, const char *in, const char *out,
                 int format, int quiet) {
   ts_tokenizer *tok = NULL;
-  int rc = ckpt && ckpt[0] ? ts_run_open_ckpt_tokenizer(ckpt, tokenizer, &tok)
-                           : ts_tokenizer_open(tokenizer, &tok);
+  int rc;
+  if (ckpt && ckpt[0]) { // the checkpoint checked as tessera sample checks it
+    ts_config base;
+    memset(&base, 0, sizeof base);
+    ts_config_preset(&base, "tiny");
+    ts_config_defaults(&base);
+    ts_run_ckpt ck;
+    if ((rc = ts_run_open_checkpoint(ckpt, &base, 0, 1, 1, &ck))) return rc;
+    rc = ts_run_open_ckpt_tokenizer(&ck, tokenizer, &tok);
+    ts_run_close_checkpoint(&ck);
+  } else {
+    rc = ts_tokenizer_open(tokenizer, &tok);
+  }
   if (rc) return rc;
   const int vocab = ts_tokenizer_vocab(tok);
   if (format == TS_DATA_DETECT) format = vocab <= 65536 ? TS_DATA_U16 : TS_DATA_U32;

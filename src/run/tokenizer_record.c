@@ -18,6 +18,14 @@
 #include "json.h"
 #include "run/run.h"
 
+// A record read back or about to be written.
+typedef struct {
+  char kind[16];   // "sentencepiece"; "" when the run named none
+  char file[4096]; // absolute path of the model file when the run started
+  int vocab;
+  uint64_t digest; // ts_tokenizer_digest
+} ts_run_tokenizer;
+
 // This run's record, as its checkpoints hold it; "" when it named none.
 static char tokenizer_id[6 * 4096 + 256];
 
@@ -102,43 +110,11 @@ int ts_run_check_resume_tokenizer(const ts_run_ckpt *ck) {
   return TS_OK;
 }
 
-// The record and the model's configuration of an open checkpoint.
-static int read_ckpt(const ts_ckpt *ck, ts_run_tokenizer *out, ts_config *cfg) {
-  const char *path = ts_ckpt_path(ck), *rec = ts_ckpt_meta(ck, TS_META_TOKENIZER);
-  memset(out, 0, sizeof *out);
-  if (rec && rec[0]) {
-    int rc = record_parse(rec, path, out);
-    if (rc) return rc;
-  }
-  if (!cfg) return TS_OK;
-  const char *js = ts_ckpt_meta(ck, TS_META_CONFIG);
-  memset(cfg, 0, sizeof *cfg);
-  ts_config_defaults(cfg);
-  cfg->data_format = TS_DATA_BYTES; // what a configuration without the field read
-  if (!js || ts_config_from_json(cfg, js))
-    return ts_fail(TS_ERUNTIME, "checkpoint %s: no readable %s (not a training run's checkpoint)",
-                   path, TS_META_CONFIG);
-  return TS_OK;
-}
-
-int ts_run_ckpt_tokenizer(const char *path, ts_run_tokenizer *out) {
-  ts_ckpt *ck;
-  int rc = ts_ckpt_open(path, &ck);
-  if (rc) return rc;
-  rc = read_ckpt(ck, out, NULL);
-  ts_ckpt_close(ck);
-  return rc;
-}
-
-int ts_run_open_ckpt_tokenizer(const char *ckpt, const char *path, ts_tokenizer **out) {
+int ts_run_open_ckpt_tokenizer(const ts_run_ckpt *ck, const char *path, ts_tokenizer **out) {
   *out = NULL;
-  ts_ckpt *ck;
-  ts_run_tokenizer rec;
-  ts_config cfg;
-  int rc = ts_ckpt_open(ckpt, &ck);
-  if (rc) return rc;
-  rc = read_ckpt(ck, &rec, &cfg);
-  ts_ckpt_close(ck);
+  const char *ckpt = ts_ckpt_path(ck->ck), *was = ts_ckpt_meta(ck->ck, TS_META_TOKENIZER);
+  ts_run_tokenizer rec = {0};
+  int rc = was && was[0] ? record_parse(was, ckpt, &rec) : TS_OK;
   if (rc) return rc;
   const int given = path && path[0];
   const char *use = given ? path : rec.kind[0] ? rec.file : NULL;
@@ -150,18 +126,14 @@ int ts_run_open_ckpt_tokenizer(const char *ckpt, const char *path, ts_tokenizer 
     return ts_fail(TS_ERUNTIME, "checkpoint %s was trained with tokenizer %s, which cannot be "
                    "opened (%s): name a copy of it with --tokenizer", ckpt, rec.file, why);
   }
-  if (rec.kind[0] && ts_tokenizer_digest(tok) != rec.digest) {
+  if (rec.kind[0] && ts_tokenizer_digest(tok) != rec.digest)
     rc = ts_fail(TS_EUSAGE, "--tokenizer %s: not the tokenizer checkpoint %s was trained with (%s, "
                  "digest %016" PRIx64 "; this file's digest is %016" PRIx64 ")", path, ckpt,
                  rec.file, rec.digest, ts_tokenizer_digest(tok));
-  } else if (use && ts_tokenizer_vocab(tok) != cfg.vocab) {
-    rc = ts_fail(TS_EUSAGE, "--tokenizer %s has %d ids, but checkpoint %s's model has %d", use,
-                 ts_tokenizer_vocab(tok), ckpt, cfg.vocab);
-  } else if (!use && (cfg.data_format != TS_DATA_BYTES || cfg.vocab < 256)) {
-    rc = ts_fail(TS_EUSAGE, "checkpoint %s records no tokenizer and was trained on token ids "
-                 "(vocabulary %d), not bytes: name the tokenizer its data was made with "
-                 "(--tokenizer)", ckpt, cfg.vocab);
-  }
+  else if (ts_tokenizer_vocab(tok) != ck->cfg.vocab)
+    rc = ts_fail(TS_EUSAGE, "--tokenizer %s: the %s tokenizer has %d ids but checkpoint %s has a "
+                 "vocabulary of %d", use ? use : "(default)", ts_tokenizer_kind(tok),
+                 ts_tokenizer_vocab(tok), ckpt, ck->cfg.vocab);
   if (rc) {
     ts_tokenizer_free(tok);
     return rc;

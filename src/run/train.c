@@ -123,8 +123,8 @@ static void state_json(const ts_shard *sh, const ts_adamw *opt, char *buf, size_
     for (int i = 0; i < nc; i++) params += (double)ts_tensor_numel(&c[i]);
     free(c);
   }
-  params = 4.0 * (params + (double)ts_model_num_params(m));
-  const double grads = 4.0 * (double)ts_model_num_params(m), moments = 8.0 * (double)opt->n;
+  params = 4.0 * (params + (double)ts_zero_held(sh, 0));
+  const double grads = 4.0 * (double)ts_zero_held(sh, 1), moments = 8.0 * (double)opt->n;
   double sum, max;
   ts_mpi_sum_max(params + grads + moments, &sum, &max);
   snprintf(buf, cap,
@@ -212,23 +212,25 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_adamw opt = {0};
   ts_log log = {0};
   ts_run_ckpt ck = {0};
+  ts_run_ranks ranks = {0};
+  char *start_line = NULL;
   int *inputs = NULL, *targets = NULL;
   if ((rc = ts_layout_check(&cfg, &lay)) || (rc = ts_grid_create(lay.dp, lay.sp, lay.pp, &grid)))
     return rc;
   ts_run_setup_threads(&cfg, grid->local_size);
   ts_model_set_memory_share(grid->local_size); // the node's ranks share its memory
-  const int shards = lay.zero ? grid->replica->size : 1; // --zero: the moments' shards
-  ts_model_set_moment_shards(shards);
+  const int shards = lay.zero ? grid->replica->size : 1; // --zero: the state's shards
+  ts_model_set_state_shards(shards, lay.zero);
   // rank 0 alone talks to people and files
   const int root = grid->world_rank == 0;
   if (!root) cfg.quiet = 1;
   ts_run_stopped(0);
   ts_run_stop_install(!cfg.quiet);
-  const int D = grid->dp, nb = cfg.batch / D, b0 = grid->dp_rank * nb;
+  const int D = grid->dp, nb = cfg.batch / D;
   ts_comm *dgroup = grid->data;
   // Before anything is allocated: a model that cannot fit, and on --resume
   // everything in the checkpoint's header.
-  if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size, grid->pp, shards))) goto done;
+  if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size, grid->pp, shards, lay.zero))) goto done;
   // the format the files are read in, which the run records and a resumed
   // run must share (a look at their first bytes; the whole files come later)
   if ((rc = ts_data_resolve(cfg.data_path, cfg.val_path, cfg.data_format, &cfg.data_format)) ||
@@ -249,9 +251,12 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   if (cfg.resume && (rc = ts_run_check_resume_data(&ck, data))) goto done;
   // every rank with the same computation, data and checkpoint, before any work
   if ((rc = ts_run_agree(&cfg, &lay, data, &ck))) goto done;
+  // which process on which host is which rank, for the log and the output
+  if ((rc = ts_run_gather_ranks(&ranks))) goto done;
   if ((rc = ts_shard_create(&cfg, grid, &lay, &sh))) goto done;
   m = sh.m;
   ts_model_init(m, cfg.seed);
+  ts_zero_release(&sh); // --zero 3: the layers' parameters but this rank's shard
   // this rank's parameters (a pipeline stage's), and the canonical model's
   // what this rank updates: its stage's tensors, or under --zero its shard of
   // them (shard.h), with moments for those alone; and the canonical model's size
@@ -267,6 +272,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   state_json(&sh, &opt, state, sizeof state);
   const int64_t start = cfg.resume ? ck.step : 0;
   if (cfg.resume && (rc = resume(&sh, &opt, &ck, &cfg, root))) goto done;
+  if (cfg.resume) ts_zero_release(&sh);
   ts_run_close_checkpoint(&ck);
 
   // MFU counts every rank's cores: the roof is one process's, times the world.
@@ -278,24 +284,34 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   if ((rc = ts_log_open(&log, root ? cfg.log_path : NULL, start > 0))) goto done;
   char layout[64];
   layout_name(grid, &lay, layout, sizeof layout);
+  // the first line of a run's log; a resumed run's record of its own start
+  // (its layout and processes may differ), which compare skips like the first
+  const size_t line_cap = TS_CONFIG_JSON_MAX + 512 + strlen(ranks.json) +
+                          strlen(ts_run_tokenizer_id());
+  if (!(start_line = malloc(line_cap))) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
   if (start == 0) {
-    char cj[TS_CONFIG_JSON_MAX], line[TS_CONFIG_JSON_MAX + 6 * 4096 + 1024]; // + the tokenizer
+    char cj[TS_CONFIG_JSON_MAX];
     if ((rc = ts_config_to_json(&cfg, cj, sizeof cj))) goto done;
     const char *tokenizer = ts_run_tokenizer_id(); // "": none named, the field left out
-    snprintf(line, sizeof line,
+    snprintf(start_line, line_cap,
              "{\"type\":\"config\",\"version\":\"%s\",\"world\":%d,\"layout\":\"%s\","
              "\"device\":\"%s\",\"precision\":\"%s\",\"comm\":\"%s\",\"params\":%zu,"
-             "\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"model\":%s%s%s}",
+             "\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"ranks\":%s,\"model\":%s%s%s}",
              TS_VERSION_STRING, grid->world_size, layout, be->name, ts_backend_precision_name(),
              grid->world_size == 1 ? "none" : ts_backend_uses_nccl() ? "nccl" : "mpi", np_model, fpt,
-             roof, cj, tokenizer[0] ? ",\"tokenizer\":" : "", tokenizer);
-    if ((rc = ts_log_line(&log, line))) goto done;
+             roof, ranks.json, cj, tokenizer[0] ? ",\"tokenizer\":" : "", tokenizer);
+  } else {
+    snprintf(start_line, line_cap,
+             "{\"type\":\"resume\",\"step\":%" PRId64 ",\"world\":%d,\"layout\":\"%s\","
+             "\"ranks\":%s}", start, grid->world_size, layout, ranks.json);
   }
+  if ((rc = ts_log_line(&log, start_line))) goto done;
   if (!cfg.quiet)
     printf("tessera train: %s, %zu parameters, B=%d T=%d, %d steps, %s (%d rank%s x %d threads), "
            "tile %d, leaf %d, sgemm roof %.0f GFLOP/s\n",
            cfg.preset, np_model, cfg.batch, cfg.seq, cfg.steps, layout, grid->world_size,
            grid->world_size == 1 ? "" : "s", omp_get_max_threads(), cfg.tile, cfg.leaf, roof);
+  if (!cfg.quiet && grid->world_size > 1) printf("%s\n", ranks.text);
 
   const double tokens = (double)cfg.batch * cfg.seq;
   const int64_t ntok_global = (int64_t)cfg.batch * cfg.seq;
@@ -305,13 +321,15 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     double t0 = ts_now();
     ts_grid_reset_counts(grid);
     ts_mem_reset_peaks();
-    if ((rc = ts_run_load_batch(data, TS_SPLIT_TRAIN, &cfg, step, b0, nb, inputs, targets))) goto done;
+    if ((rc = ts_run_load_shard(data, TS_SPLIT_TRAIN, &cfg, step, &sh, inputs, targets))) goto done;
     // forward and backward over this rank's share, then the sums over the
     // sequence group and the data group (shard.h)
     float lsum, loss;
     if ((rc = ts_shard_pass(&sh, inputs, targets, step, 1, &lsum))) goto done;
     if ((rc = ts_shard_sync_grads(&sh, dgroup))) goto done;
-    if ((rc = ts_run_combine_loss(D > 1 ? dgroup : NULL, &lsum, 1, ntok_global, &loss))) goto done;
+    // (in rounds, the shard's sum is the global one already)
+    ts_comm *lgroup = D > 1 && !sh.strided ? dgroup : NULL;
+    if ((rc = ts_run_combine_loss(lgroup, &lsum, 1, ntok_global, &loss))) goto done;
     float norm; // over the stages' parts in canonical order (owners.h): the serial bits
     if ((rc = ts_grad_norm_owned(&sh.owners, gt, nt, &norm))) goto done;
     // A diverged step stops the run before its update: nothing non-finite is
@@ -382,6 +400,8 @@ done:
   ts_run_stop_restore();
   if (log.f) fclose(log.f); // open only after an error, which is the one reported
   ts_run_close_checkpoint(&ck);
+  ts_run_free_ranks(&ranks);
+  free(start_line);
   free(inputs); free(targets);
   ts_adamw_free(&opt);
   ts_shard_free(&sh);

@@ -1132,7 +1132,7 @@ static int run_case(world *w, uint64_t seed, int k, int exec_every, tally *t) {
     if (chance(&r, 15)) { // fields compare ignores, given other well-formed values
       static const char *const ignored[] = {"tokens_per_s", "step_ms", "comm_ms", "mfu",
                                             "peak_rss_mb", "comm", "mem_peak_bytes", "version",
-                                            "layout", "world", "model", "roof_gflops",
+                                            "layout", "world", "model", "roof_gflops", "ranks",
                                             "compute_ms_max", "grad_norm_extra"};
       static const char *const values[] = {"0", "-1", "1e308", "\"x\"", "null", "true", "{}",
                                            "[]", "{\"a\":[1,2]}", "\"0x1p+0\"", "NaN"};

@@ -1,0 +1,206 @@
+// ZeRO stages 2 and 3 (shard.h; docs/ALGORITHMS.md §12): a layer's gradient
+// leaves the rank as soon as its backward ends, and under stage 3 its
+// parameters are on the rank only while the layer runs.
+//
+// Stage 1 (shard.c) cuts the stage's owned elements into the replica group's
+// shards; each rank updates its own. Stages 2 and 3 keep that cut and hold
+// less of the rest, layer by layer, through the model's layer hooks:
+//   - when layer l's backward has written its gradient, the gradient is
+//     summed over the sequence group and then the data group (the same
+//     canonical trees, element by element, as the whole-buffer sums of
+//     stages 0 and 1, so the same bits) and every page of it outside the
+//     rank's shard is given back (ts_pages_discard);
+//   - under stage 3, before layer l's forward and its backward each shard's
+//     owner broadcasts its part of the layer's parameters, and after them the
+//     pages outside the rank's shard are given back.
+// The buffers keep the model's layout, so no kernel changes: a given-back
+// page reads as zeros and costs no memory until written again. The ends
+// (embeddings, final norm, head: small next to the layers) stay whole and
+// are summed as before, at the end of the pass (ts_zero_sum).
+//
+// A layer's gradient must be complete when its backward ends: with one pass
+// a step (the rank's share of the batch at once; one sequence per rank
+// under --sp) it is. With several (accumulation's microbatches, a rank's
+// sequences under --sp) the passes go in rounds instead (shard.h): pass j
+// of data rank r takes the sequences from (j·D + r)·s, so the D ranks' j-th
+// passes are one aligned run of the serial tree, their sum over the data
+// group (the hooks' and ts_zero_pass_done's) is that run's subtree, and the
+// rank pushes its shard of it into a tree over the rounds: shard-sized
+// buffers, O(log passes) of them. Not under a pipeline (layout.c), and on
+// the host only (pages are host memory).
+#include "parallel/shard.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tree.h"
+#include "util.h"
+
+// Gives back [lo, hi) of buf but the rank's shard [own_lo, own_hi).
+static void let_go(const ts_shard *sh, float *buf, size_t lo, size_t hi) {
+  const size_t a = sh->own_lo < lo ? lo : sh->own_lo, b = sh->own_hi > hi ? hi : sh->own_hi;
+  if (a >= b) {
+    ts_pages_discard(buf + lo, (hi - lo) * sizeof(float));
+    return;
+  }
+  if (lo < a) ts_pages_discard(buf + lo, (a - lo) * sizeof(float));
+  if (b < hi) ts_pages_discard(buf + b, (hi - b) * sizeof(float));
+}
+
+static int group_sum(const ts_shard *sh, ts_comm *group, float *g, size_t lo, size_t hi) {
+  if (!group || group->size < 2 || lo >= hi) return TS_OK;
+  return sh->fast ? ts_comm_allreduce_fast(group, g + lo, hi - lo, -1)
+                  : ts_comm_allreduce_tree(group, g + lo, hi - lo, -1);
+}
+
+int ts_zero_sum(ts_shard *sh, ts_comm *group, float *g, size_t lo, size_t hi) {
+  if (sh->nlay == 0) return group_sum(sh, group, g, lo, hi);
+  const size_t L0 = sh->lay_lo[0], L1 = sh->lay_lo[sh->nlay];
+  int rc = group_sum(sh, group, g, lo, hi < L0 ? hi : L0);
+  if (!rc) rc = group_sum(sh, group, g, lo > L1 ? lo : L1, hi);
+  return rc;
+}
+
+int ts_zero_gather(ts_shard *sh, float *p, size_t lo, size_t hi) {
+  for (int q = 0; q < sh->replica->size; q++) {
+    const size_t a = sh->cut[q] < lo ? lo : sh->cut[q];
+    const size_t b = sh->cut[q + 1] > hi ? hi : sh->cut[q + 1];
+    int rc = a < b ? ts_comm_bcast(sh->replica, p + a, (b - a) * sizeof(float), q, -1) : TS_OK;
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+
+// Layer l's parameters whole (each shard's part from its owner) or let go.
+static int layer_params(void *ctx, int l, int whole) {
+  ts_shard *sh = ctx;
+  if (sh->zero < 3) return TS_OK;
+  float *p = ts_model_params(sh->m);
+  const int i = l - sh->lay_l0;
+  const size_t lo = sh->lay_lo[i], hi = sh->lay_lo[i + 1];
+  if (whole) return ts_zero_gather(sh, p, lo, hi);
+  let_go(sh, p, lo, hi);
+  return TS_OK;
+}
+
+// Layer l's gradient summed over the sequence group, then the data group,
+// and all but the rank's shard of it let go.
+static int layer_grads_done(void *ctx, int l) {
+  ts_shard *sh = ctx;
+  float *g = ts_model_grads(sh->m);
+  const int i = l - sh->lay_l0;
+  const size_t lo = sh->lay_lo[i], hi = sh->lay_lo[i + 1];
+  int rc = group_sum(sh, sh->seq, g, lo, hi);
+  if (!rc) rc = group_sum(sh, sh->data, g, lo, hi);
+  if (rc) return rc;
+  if (sh->strided) { // the rank's part of this pass's sum, for the tree over the rounds
+    const size_t a = sh->own_lo < lo ? lo : sh->own_lo, b = sh->own_hi > hi ? hi : sh->own_hi;
+    if (a < b) memcpy(sh->round + (a - sh->own_lo), g + a, (b - a) * sizeof(float));
+  }
+  let_go(sh, g, lo, hi);
+  return TS_OK;
+}
+
+// The positional rows a rank owns apart from the shards (under --sp, the
+// last owned elements; shard.h), 0 without.
+static size_t own_rows(const ts_shard *sh) { return sh->nupd_floats - (sh->own_hi - sh->own_lo); }
+
+int ts_zero_pass_done(ts_shard *sh) {
+  float *g = ts_model_grads(sh->m);
+  const size_t np = ts_model_num_params(sh->m), rows = own_rows(sh), nz = np - rows;
+  // the ends over the sequence group (not the positional rows, each rank's
+  // own), then the data group (rows too)
+  int rc = ts_zero_sum(sh, sh->seq, g, sh->seq_skip, nz);
+  if (!rc) rc = ts_zero_sum(sh, sh->data, g, 0, np);
+  if (rc) return rc;
+  // the rank's shard of the ends (its layers' came from the hooks), then its rows
+  const size_t L0 = sh->lay_lo[0], L1 = sh->lay_lo[sh->nlay];
+  const size_t ends[2][2] = {{sh->own_lo, sh->own_hi < L0 ? sh->own_hi : L0},
+                             {sh->own_lo > L1 ? sh->own_lo : L1, sh->own_hi}};
+  for (int k = 0; k < 2; k++)
+    if (ends[k][0] < ends[k][1])
+      memcpy(sh->round + (ends[k][0] - sh->own_lo), g + ends[k][0],
+             (ends[k][1] - ends[k][0]) * sizeof(float));
+  memcpy(sh->round + (sh->own_hi - sh->own_lo), g + nz, rows * sizeof(float));
+  if (ts_tree_push(&sh->rounds, sh->round) != 0)
+    return ts_fail(TS_ERUNTIME, "out of memory (gradient tree over the rounds)");
+  return TS_OK;
+}
+
+void ts_zero_rounds_finish(ts_shard *sh) {
+  float *g = ts_model_grads(sh->m);
+  const size_t rows = own_rows(sh), nz = ts_model_num_params(sh->m) - rows;
+  const size_t own = sh->own_hi - sh->own_lo;
+  ts_tree_finish(&sh->rounds, sh->round);
+  memcpy(g + sh->own_lo, sh->round, own * sizeof(float));
+  memcpy(g + nz, sh->round + own, rows * sizeof(float));
+}
+
+int ts_zero_plan(ts_shard *sh) {
+  if (sh->zero < 2) return TS_OK;
+  ts_model *m = sh->m;
+  const int nt = ts_model_num_tensors(m);
+  ts_tensor *t = calloc((size_t)nt + 1, sizeof *t);
+  if (!t) return ts_fail(TS_ERUNTIME, "out of memory");
+  ts_model_tensors(m, t, NULL);
+  const float *base = ts_model_params(m);
+  int first = -1, last = -1;
+  for (int i = 0; i < nt; i++)
+    if (t[i].role == TS_ROLE_LAYER) {
+      if (first < 0 || t[i].index < first) first = t[i].index;
+      if (t[i].index > last) last = t[i].index;
+    }
+  int rc = TS_OK;
+  sh->nlay = first < 0 ? 0 : last - first + 1;
+  sh->lay_l0 = first;
+  if (sh->nlay && !(sh->lay_lo = calloc((size_t)sh->nlay + 1, sizeof *sh->lay_lo)))
+    rc = ts_fail(TS_ERUNTIME, "out of memory");
+  // each layer one run, the layers one after another (the canonical order)
+  size_t at = 0;
+  int l = first;
+  for (int i = 0; i < nt && !rc && sh->nlay; i++) {
+    if (t[i].role != TS_ROLE_LAYER) {
+      if (l > first && l <= last) rc = ts_fail(TS_ERUNTIME, "--zero %d: a tensor between the layers' "
+                                               "(%s)", sh->zero, t[i].name);
+      continue;
+    }
+    const size_t a = (size_t)(t[i].data - base), n = (size_t)ts_tensor_numel(&t[i]);
+    if (t[i].index == l) { // the first tensor of the next layer
+      if (l > first && a != at) rc = ts_fail(TS_ERUNTIME, "--zero %d: layer %d is not one run", sh->zero, l);
+      sh->lay_lo[l - first] = a;
+      l++;
+    } else if (t[i].index != l - 1 || a != at) {
+      rc = ts_fail(TS_ERUNTIME, "--zero %d: layer %d is not one run", sh->zero, t[i].index);
+    }
+    at = a + n;
+  }
+  if (!rc && sh->nlay) sh->lay_lo[sh->nlay] = at;
+  free(t);
+  if (rc) return rc;
+  if (sh->nlay == 0) return ts_fail(TS_ERUNTIME, "--zero %d: the stage holds no layers", sh->zero);
+  // several passes a step: in rounds (shard.h)
+  const int passes = sh->seq ? sh->nb : sh->M;
+  if (passes > 1) {
+    sh->s = sh->seq ? 1 : sh->mb;
+    if (!(sh->round = malloc((sh->nupd_floats ? sh->nupd_floats : 1) * sizeof(float))))
+      return ts_fail(TS_ERUNTIME, "out of memory");
+    ts_tree_init(&sh->rounds, sh->nupd_floats);
+    sh->strided = 1;
+  }
+  sh->hooks = (ts_layer_hooks){.params = layer_params, .grads_done = layer_grads_done, .ctx = sh};
+  ts_model_set_layer_hooks(m, &sh->hooks);
+  return TS_OK;
+}
+
+size_t ts_zero_held(const ts_shard *sh, int grads) {
+  const size_t np = ts_model_num_params(sh->m);
+  if (sh->zero < (grads ? 2 : 3) || sh->nlay == 0) return np;
+  const size_t L0 = sh->lay_lo[0], L1 = sh->lay_lo[sh->nlay];
+  const size_t a = sh->own_lo < L0 ? L0 : sh->own_lo, b = sh->own_hi > L1 ? L1 : sh->own_hi;
+  return np - (L1 - L0) + (b > a ? b - a : 0);
+}
+
+void ts_zero_release(ts_shard *sh) {
+  if (sh->zero < 3 || sh->nlay == 0) return;
+  let_go(sh, ts_model_params(sh->m), sh->lay_lo[0], sh->lay_lo[sh->nlay]);
+}
