@@ -107,6 +107,7 @@ void ts_config_defaults(ts_config *cfg) {
   cfg->data_format = TS_DATA_DETECT; // the run asks the file (data.h)
   default_corpus(cfg->data_path, sizeof cfg->data_path);
   cfg->val_path[0] = '\0';
+  cfg->tokenizer_path[0] = '\0';
   cfg->log_path[0] = '\0';
   cfg->ckpt_dir[0] = '\0';
   cfg->ckpt_every = 0;
@@ -123,6 +124,7 @@ void ts_config_drop_run_settings(ts_config *cfg) {
   cfg->ckpt_every = 0;
   cfg->data_path[0] = '\0';
   cfg->val_path[0] = '\0';
+  cfg->tokenizer_path[0] = '\0'; // its model's digest is compared apart (run/tokenizer_record.c)
   cfg->log_path[0] = '\0';
   cfg->ckpt_dir[0] = '\0';
 }

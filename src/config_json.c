@@ -86,6 +86,7 @@ static const field fields[] = {
     FLD_OPTK("data_format", F_DATA_FORMAT, data_format), // bytes (0) is left out
     FLD("data_path", F_STR, data_path, 0),
     FLD_OPTK("val_path", F_STR, val_path),
+    FLD_OPTK("tokenizer", F_STR, tokenizer_path),
     FLD("log_path", F_STR, log_path, 0),
     FLD("ckpt_dir", F_STR, ckpt_dir, 0),
     FLD("ckpt_every", F_INT, ckpt_every, 0),

@@ -36,29 +36,13 @@ static uint32_t le32(const uint8_t *p) {
 
 static const char *unit(int format) { return format == TS_DATA_BYTES ? "bytes" : "tokens"; }
 
-// Opens a regular file for reading, its size in *size. Errors name the file.
-static int open_regular(const char *path, FILE **out, size_t *size) {
-  *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return ts_fail(TS_ERUNTIME, "%s: cannot open: %s", path, strerror(errno));
-  // fopen succeeds on a directory on Linux; say so instead of a confusing read error.
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(f);
-    return ts_fail(TS_ERUNTIME, "%s: not a regular file", path);
-  }
-  *out = f;
-  *size = (size_t)st.st_size;
-  return TS_OK;
-}
-
 // Reads a whole regular file into a fresh buffer. Errors name the file.
 static int read_file(const char *path, uint8_t **out, size_t *out_n) {
   *out = NULL;
   *out_n = 0;
   FILE *f;
   size_t n;
-  int rc = open_regular(path, &f, &n);
+  int rc = ts_open_regular(path, &f, &n);
   if (rc) return rc;
   // One extra byte so the read below can notice a file that grew under us.
   uint8_t *buf = malloc(n + 1);
@@ -101,7 +85,7 @@ int ts_data_detect(const char *path, int *format) {
   *format = TS_DATA_DETECT;
   FILE *f;
   size_t n;
-  int rc = open_regular(path, &f, &n);
+  int rc = ts_open_regular(path, &f, &n);
   if (rc) return rc;
   uint8_t head[4];
   size_t got = fread(head, 1, sizeof head, f);

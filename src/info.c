@@ -76,6 +76,11 @@ int ts_info(void) {
   row("threads", buf);
   mpi_description(buf, sizeof buf);
   row("MPI", buf);
+#ifdef TS_HAVE_SENTENCEPIECE
+  row("tokenizers", "bytes, sentencepiece (docs/TOKENIZER.md)");
+#else
+  row("tokenizers", "bytes (sentencepiece not built: configure --with-sentencepiece, Debian package libsentencepiece-dev)");
+#endif
 
   printf("backends\n");
   row("cpu", "built (OpenMP + OpenBLAS; MPI between processes)");

@@ -34,7 +34,9 @@
 
 // ---------------------------------------------------------------------------
 // Commands.
-enum { C_TRAIN = 1, C_EVAL = 2, C_DUMP = 4, C_COMPARE = 8, C_INFO = 16, C_SAMPLE = 32 };
+enum {
+  C_TRAIN = 1, C_EVAL = 2, C_DUMP = 4, C_COMPARE = 8, C_INFO = 16, C_SAMPLE = 32, C_TOKENIZE = 64
+};
 
 typedef struct {
   const char *name;
@@ -48,7 +50,8 @@ typedef struct {
 static const command commands[] = {
     {"train", C_TRAIN, "[flags]", "train a model, logging every step",
      "Trains a GPT-style model on a byte-level corpus or a file of token ids\n"
-     "(docs/DATA.md: bytes, nanoGPT's uint16 .bin, raw uint32, llm.c's .bin).\n"
+     "(docs/DATA.md: bytes, nanoGPT's uint16 .bin, raw uint32, llm.c's .bin; from\n"
+     "text with a SentencePiece tokenizer: tessera tokenize, docs/TOKENIZER.md).\n"
      "In exact mode (the default) any parallel layout reproduces the serial run bit\n"
      "for bit. --fast is for distributed layouts, where it lets MPI choose its own\n"
      "summation order and ring attention merge its blocks by their log-sum-exp\n"
@@ -92,6 +95,17 @@ static const command commands[] = {
      "differ); prints \"same model state\" or the first difference.\n"
      "Exit status: 0 equal, 1 different, 2 unreadable or malformed input.",
      "tessera compare serial.jsonl sp4.jsonl"},
+    {"tokenize", C_TOKENIZE, "--tokenizer MODEL --in TEXT --out TOKENS [flags]",
+     "turn a text file into a token file with a SentencePiece tokenizer",
+     "Encodes a text file with a SentencePiece model (trained with spm_train, see\n"
+     "docs/TOKENIZER.md) into a file of token ids that --data reads: raw uint16\n"
+     "ids when the vocabulary fits in 16 bits, else uint32. Each line is encoded on\n"
+     "its own, as spm_encode does; a model trained with --byte_fallback also keeps\n"
+     "the line breaks (its byte token <0x0A>). The input is read a few MiB at a\n"
+     "time, the output written to a temporary name and renamed when complete.\n"
+     "Then: tessera train --data TOKENS --data-format u16 --vocab V --tokenizer MODEL.\n"
+     "With --ckpt the tokenizer is the one that checkpoint was trained with.",
+     "tessera tokenize --tokenizer m.model --in text.txt --out tokens.bin"},
     {"info", C_INFO, "", "show the build: version, compiler, BLAS, MPI, backends",
      "Shows what this binary was built with and the exactness defaults.", "tessera info"},
 };
@@ -107,14 +121,15 @@ typedef struct {
   char sp_mode[16], schedule[16], compress[24], upipe_schedule[16], optimizer[16];
   char data_format[16];
   int val_frac_given; // --val-frac on the command line (refused with --val-data)
-  char ckpt[4096]; // eval, sample
+  char ckpt[4096]; // eval, sample, tokenize
   // sample
   char prompt[16384], prompt_file[4096], tokenizer[4096];
   int prompt_given; // 1: --prompt, 2: --prompt-file, 3: both (refused)
   int tokens, top_k, json, sample_threads;
   float temperature, top_p;
   uint64_t sample_seed;
-  char out[4096];  // dump
+  char out[4096];  // dump, tokenize
+  char in[4096];   // tokenize
   int traj_steps;
   double rtol; // compare
 } cli;
@@ -171,6 +186,7 @@ static int check_compress(const flag *f, const char *raw, cli *c);
 static int check_rank(const flag *f, const char *raw, cli *c);
 static int check_nonneg(const flag *f, const char *raw, cli *c);
 static int check_data_format(const flag *f, const char *raw, cli *c);
+static int check_token_format(const flag *f, const char *raw, cli *c);
 static int check_prompt(const flag *f, const char *raw, cli *c);
 
 // Headings of --help, in this order.
@@ -206,14 +222,27 @@ static const flag flags[] = {
     {"--seed", K_U64, AT(sample_seed), 0, "S", "seed of the draws (with the token's position)",
      NULL, C_SAMPLE, G_CMD, NULL},
     {"--tokenizer", K_STR, AT(tokenizer), 0, "FILE",
-     "tokenizer model file; its vocabulary must be the checkpoint's", "bytes", C_SAMPLE, G_CMD,
-     NULL},
+     "tokenizer model file; its vocabulary must be the checkpoint's, and when the checkpoint "
+     "records one (train --tokenizer) it must be that one", "the recorded one, else bytes",
+     C_SAMPLE, G_CMD, NULL},
     {"--json", K_SET, AT(json), 1, NULL,
      "print one JSON object: prompt_ids, ids, logprobs (each new token's log-probability "
      "under softmax(logits / T) before top-k and top-p; T = 0: softmax(logits)), text (the "
      "continuation)", "off", C_SAMPLE, G_CMD, NULL},
     {"--out", K_STR, AT(out), 0, "DIR", "directory for the golden files (required)", "", C_DUMP,
      G_CMD, NULL},
+    {"--in", K_STR, AT(in), 0, "TEXT", "text file to encode (required)", "", C_TOKENIZE, G_CMD,
+     NULL},
+    {"--out", K_STR, AT(out), 0, "TOKENS", "token file to write (required)", "", C_TOKENIZE,
+     G_CMD, NULL},
+    {"--tokenizer", K_STR, AT(cfg.tokenizer_path), 0, "MODEL",
+     "SentencePiece model file (spm_train's .model; required unless --ckpt)", "", C_TOKENIZE,
+     G_CMD, NULL},
+    {"--ckpt", K_STR, AT(ckpt), 0, "FILE",
+     "use the tokenizer this checkpoint was trained with (--tokenizer: a copy of it, checked)",
+     "", C_TOKENIZE, G_CMD, NULL},
+    {"--data-format", K_STR, AT(data_format), 0, "FMT", "u16 or u32: how the ids are written",
+     "u16 when the vocabulary fits, else u32", C_TOKENIZE, G_CMD, check_token_format},
     {"--traj-steps", K_INT, AT(traj_steps), 0, "K", "training steps in the trajectory", NULL,
      C_DUMP, G_CMD, check_nonneg},
     {"--rtol", K_DOUBLE, AT(rtol), 0, "R",
@@ -278,6 +307,10 @@ static const flag flags[] = {
     {"--val-data", K_STR, AT(cfg.val_path), 0, "PATH",
      "validation file, same format (then all of --data trains; not with --val-frac)",
      "none: the tail of --data", TED, G_DATA, NULL},
+    {"--tokenizer", K_STR, AT(cfg.tokenizer_path), 0, "MODEL",
+     "the SentencePiece model the token data was made with (tessera tokenize): its ids must be "
+     "--vocab; recorded in the checkpoints, to decode with the same one", "none", TRAIN, G_DATA,
+     NULL},
     {"--eval-every", K_INT, AT(cfg.eval_every), 0, "N",
      "also evaluate every N steps, 0 = only at the end", NULL, TRAIN, G_DATA, NULL},
     {"--eval-batches", K_INT, AT(cfg.eval_batches), 0, "N", "validation batches per evaluation",
@@ -298,7 +331,8 @@ static const flag flags[] = {
     {"--threads", K_INT, AT(sample_threads), 0, "N",
      "OpenMP threads, 0 = all cores (a token's products are one call each: more threads speed "
      "up only its attention)", NULL, C_SAMPLE, G_RUN, NULL},
-    {"--quiet", K_SET, AT(cfg.quiet), 1, NULL, "no progress output", "off", TRAIN, G_RUN, NULL},
+    {"--quiet", K_SET, AT(cfg.quiet), 1, NULL, "no progress output", "off", TRAIN | C_TOKENIZE,
+     G_RUN, NULL},
     {"--checkpoint", K_SET, AT(cfg.checkpoint), 1, NULL,
      "keep only each layer's input; recompute its activations in backward (same bits)", "off",
      TED, G_RUN, NULL},
@@ -511,6 +545,12 @@ static int check_data_format(const flag *f, const char *raw, cli *c) {
       return TS_OK;
     }
   return ts_fail(TS_EUSAGE, "--data-format %s: must be bytes, u16, u32 or llmc", raw);
+}
+
+static int check_token_format(const flag *f, const char *raw, cli *c) {
+  if (strcmp(raw, "u16") && strcmp(raw, "u32"))
+    return ts_fail(TS_EUSAGE, "--data-format %s: tessera tokenize writes u16 or u32", raw);
+  return check_data_format(f, raw, c);
 }
 
 static int check_prompt(const flag *f, const char *raw, cli *c) {
@@ -861,6 +901,24 @@ static int finish(const command *cmd, int rc) {
   return 1;
 }
 
+// tessera tokenize: its files checked (none overwrites another), then the run.
+static int tokenize(const command *cmd, const cli *c) {
+  const char *model = c->cfg.tokenizer_path, *ck = c->ckpt;
+  int rc = TS_OK;
+  if (!c->in[0]) rc = ts_fail(TS_EUSAGE, "--in TEXT is required");
+  else if (!c->out[0]) rc = ts_fail(TS_EUSAGE, "--out TOKENS is required");
+  else if (!model[0] && !ck[0])
+    rc = ts_fail(TS_EUSAGE, "--tokenizer MODEL (or --ckpt FILE) is required");
+  else if (same_file(c->out, c->in))
+    rc = ts_fail(TS_EUSAGE, "--out %s: the --in file (it would be overwritten)", c->out);
+  else if (model[0] && same_file(c->out, model))
+    rc = ts_fail(TS_EUSAGE, "--out %s: the --tokenizer file (it would be overwritten)", c->out);
+  else if (ck[0] && same_file(c->out, ck))
+    rc = ts_fail(TS_EUSAGE, "--out %s: the --ckpt file (it would be overwritten)", c->out);
+  if (rc) return usage_error(cmd);
+  return finish(cmd, ts_tokenize(model, ck, c->in, c->out, c->cfg.data_format, c->cfg.quiet));
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     main_help(stderr);
@@ -933,6 +991,7 @@ int main(int argc, char **argv) {
       rc = ts_compare_logs(pos[0], pos[1], c.rtol, stdout);
     if (rc == 0 || rc == 1) return rc; // equal / different, already printed
     return usage_error(cmd);           // unreadable or malformed: exit 2, like diff(1)
+  case C_TOKENIZE: return tokenize(cmd, &c);
   default: break;
   }
 

@@ -103,6 +103,7 @@ typedef struct {
   int data_format;      // ts_data_format of data_path and val_path
   char data_path[4096];
   char val_path[4096];  // validation file; "": the last val_frac of data_path
+  char tokenizer_path[4096]; // the tokenizer model the data was made with; "": none said
   char log_path[4096];
   char ckpt_dir[4096];
   int ckpt_every;
@@ -132,7 +133,7 @@ int ts_config_finalize(ts_config *cfg);
 double ts_config_param_floor(const ts_config *cfg);
 // Writes the config as one JSON object (no newline) into buf; TS_CONFIG_JSON_MAX
 // bytes always suffice.
-#define TS_CONFIG_JSON_MAX (4 * 6 * 4096 + 4096) // four paths, each escaped at worst 6x
+#define TS_CONFIG_JSON_MAX (5 * 6 * 4096 + 4096) // five paths, each escaped at worst 6x
 int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap);
 // Reads a config written by ts_config_to_json; every field present is set
 // (floats bit-exact via their _hex form); the model fields are required.
@@ -403,6 +404,13 @@ int ts_train(const ts_config *cfg, const ts_layout *lay);
 // The signal that stopped the last ts_train (TS_ESTOPPED), 0 when none.
 int ts_train_stop_signal(void);
 int ts_eval(const ts_config *cfg, const char *ckpt_path);
+// tessera tokenize (src/run/tokenize.c, docs/TOKENIZER.md): the text file `in`
+// encoded by the tokenizer model file `tokenizer` (with ckpt: the one that
+// checkpoint records, or `tokenizer` checked against it) into the token-id
+// file `out`, written to a temporary name and renamed; format TS_DATA_U16 or
+// TS_DATA_U32, TS_DATA_DETECT: u16 when the vocabulary fits in 16 bits.
+int ts_tokenize(const char *tokenizer, const char *ckpt, const char *in, const char *out,
+                int format, int quiet);
 int ts_info(void);
 // tessera sample (src/run/sample.c, docs/SAMPLING.md): tokens continuing a
 // prompt from the checkpoint's model, printed to out as text (the prompt and
@@ -412,7 +420,8 @@ typedef struct {
   const char *ckpt;
   const char *prompt;      // the prompt's text, or NULL: read prompt_file
   const char *prompt_file;
-  const char *tokenizer;   // a tokenizer model file; NULL or "": bytes
+  const char *tokenizer;   // a tokenizer model file; NULL or "": the one the checkpoint
+                           // records (docs/TOKENIZER.md), else bytes
   int tokens;              // how many to generate, >= 1
   float temperature;       // >= 0; 0: greedy
   int top_k;               // >= 0; 0: off

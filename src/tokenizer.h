@@ -4,7 +4,16 @@
 //   sentencepiece  a trained SentencePiece model file (the LLaMA family's
 //                  tokenizer), when tessera is built with it
 // The sampler encodes prompts and decodes what it generates with the same
-// tokenizer the training data was made with.
+// tokenizer the training data was made with (docs/TOKENIZER.md).
+//
+// SentencePiece sees text one line at a time, as spm_train trained on it and
+// as spm_encode encodes it: each line is encoded on its own, and the line
+// break after it becomes the model's id for a line break (the byte piece
+// <0x0A> of a model trained with --byte_fallback) or, in a model without
+// one, nothing, so that encoding a file gives spm_encode's ids line after
+// line. Decoding splits at those ids the same way, so text the model's
+// normalisation leaves unchanged decodes back to itself, line breaks
+// included.
 #ifndef TS_TOKENIZER_H
 #define TS_TOKENIZER_H
 #include <stddef.h>
@@ -21,6 +30,11 @@ void ts_tokenizer_free(ts_tokenizer *tok);
 int ts_tokenizer_vocab(const ts_tokenizer *tok);
 // "bytes" or "sentencepiece".
 const char *ts_tokenizer_kind(const ts_tokenizer *tok);
+// The model file as opened ("" for bytes), and the FNV-1a (64-bit) digest of
+// the bytes the model was loaded from (0 for bytes): what a checkpoint
+// records, so that decoding later can tell it has the same tokenizer.
+const char *ts_tokenizer_path(const ts_tokenizer *tok);
+uint64_t ts_tokenizer_digest(const ts_tokenizer *tok);
 // Encodes len bytes of text into a malloc'd array *ids of *n ids (the caller
 // frees it). TS_ERUNTIME on allocation failure.
 int ts_tokenizer_encode(const ts_tokenizer *tok, const char *text, size_t len, int32_t **ids,

@@ -2,6 +2,10 @@
 // temporary files.
 #include "util.h"
 
+#include <sys/stat.h>
+
+#include "tessera.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fnmatch.h>
@@ -118,4 +122,19 @@ int ts_remove_stale_temps(const char *dir, const char *name) {
   }
   closedir(d);
   return removed;
+}
+
+int ts_open_regular(const char *path, FILE **out, size_t *size) {
+  *out = NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f) return ts_fail(TS_ERUNTIME, "%s: cannot open: %s", path, strerror(errno));
+  // fopen succeeds on a directory on Linux; say so instead of a confusing read error.
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    fclose(f);
+    return ts_fail(TS_ERUNTIME, "%s: not a regular file", path);
+  }
+  *out = f;
+  *size = (size_t)st.st_size;
+  return TS_OK;
 }

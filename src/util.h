@@ -3,6 +3,7 @@
 #define TS_UTIL_H
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 double ts_now(void);              // monotonic seconds
 double ts_peak_rss_mb(void);      // peak resident set of this process
@@ -24,4 +25,7 @@ int ts_temp_path(char *buf, size_t cap, const char *path);
 // fnmatch pattern `name` and whose writer is gone (no such process): what a
 // killed run left. Returns how many were removed.
 int ts_remove_stale_temps(const char *dir, const char *name);
+// Opens a regular file for reading, its size in *size: TS_ERUNTIME naming
+// the file when it cannot be opened or is not a regular file (a directory).
+int ts_open_regular(const char *path, FILE **out, size_t *size);
 #endif

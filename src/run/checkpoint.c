@@ -27,7 +27,7 @@
 #include "run/run.h"
 #include "util.h"
 
-#define META_CONFIG "tessera.config"
+#define META_CONFIG TS_META_CONFIG
 #define META_STEP "tessera.step"
 #define META_ADAM "tessera.adam_step"
 #define META_POSITION "tessera.data_position"
@@ -234,7 +234,9 @@ int ts_run_save_checkpoint(const ts_owners *owners, ts_model *m, ts_adamw *opt,
       {META_POSITION, stepbuf},
       {META_RNG, RNG_TEXT},
       {META_DATA, data_id}, // "" when the writer did not say (ts_run_checkpoint_data)
+      {TS_META_TOKENIZER, ts_run_tokenizer_id()}, // only when the run named one
   };
+  const int nmeta = (int)(sizeof meta / sizeof meta[0]) - !ts_run_tokenizer_id()[0];
   snprintf(path, sizeof path, "%s/step-%08" PRId64 ".safetensors", cfg->ckpt_dir, step);
   // A finite loss and gradient norm can still leave an update that overflowed:
   // that state is not kept, the previous checkpoint is (each rank checks
@@ -252,7 +254,7 @@ int ts_run_save_checkpoint(const ts_owners *owners, ts_model *m, ts_adamw *opt,
     rc = ts_fail(TS_ERUNTIME, "checkpoint %s: path too long", path);
   if (!rc && g) rc = ts_comm_bcast(g, tmp, sizeof tmp, 0, -1);
   if (!rc) {
-    rc = write_sections(o, m, opt, path, tmp, t, n, meta, (int)(sizeof meta / sizeof meta[0]));
+    rc = write_sections(o, m, opt, path, tmp, t, n, meta, nmeta);
     if (lead) rc = rc ? (unlink(tmp), rc) : ts_ckpt_commit(tmp, path);
   }
   free(t);

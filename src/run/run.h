@@ -14,6 +14,7 @@
 #include "parallel/owners.h"
 #include "parallel/shard.h"
 #include "tessera.h"
+#include "tokenizer.h"
 
 // Validation windows are keyed by steps far above any training step.
 #define TS_EVAL_STEP_BASE (1ull << 39)
@@ -138,6 +139,31 @@ typedef struct {
 } ts_run_ranks;
 int ts_run_gather_ranks(ts_run_ranks *out);
 void ts_run_free_ranks(ts_run_ranks *r);
+
+// ---- tokenizer_record.c -----------------------------------------------------------------
+// The tokenizer a run's data was made with (--tokenizer), recorded in its
+// checkpoints' "tessera.tokenizer" (docs/TOKENIZER.md) so that text is later
+// encoded and decoded with the same one: its kind, the model file (as an
+// absolute path), its vocabulary and the FNV-1a digest of its bytes.
+#define TS_META_TOKENIZER "tessera.tokenizer"
+#define TS_META_CONFIG "tessera.config" // the run's configuration (checkpoint.c)
+// Opens cfg->tokenizer_path (none: records nothing) and records it for this
+// run's checkpoints: TS_ERUNTIME naming a file that is missing or not a
+// model, TS_EUSAGE naming --tokenizer and --vocab when their vocabularies differ.
+int ts_run_checkpoint_tokenizer(const ts_config *cfg);
+// The record as the checkpoints hold it (JSON), "" when none.
+const char *ts_run_tokenizer_id(void);
+// --resume: a checkpoint whose recorded tokenizer is another file (by its
+// digest) than this run's --tokenizer is refused (TS_EUSAGE); a run without
+// --tokenizer continues to record the checkpoint's.
+int ts_run_check_resume_tokenizer(const ts_run_ckpt *ck);
+// The tokenizer to encode and decode text for an open checkpoint: the file
+// `path` when given, else the one it records (neither: bytes). Refused when
+// the file is not the recorded tokenizer (its digest differs: TS_EUSAGE
+// naming both files), when its vocabulary is not the checkpoint's
+// (TS_EUSAGE naming both), and when the recorded file is gone (TS_ERUNTIME
+// asking for a copy with --tokenizer).
+int ts_run_open_ckpt_tokenizer(const ts_run_ckpt *ck, const char *path, ts_tokenizer **out);
 
 // ---- stop.c -----------------------------------------------------------------------------
 // SIGTERM, SIGINT and SIGHUP, while a training run lasts: the first is

@@ -199,14 +199,9 @@ int ts_sample(const ts_config *cfg_in, const ts_sample_opts *o, FILE *out) {
                  o->ckpt, ts_compress_names[cfg.compress]);
     goto done;
   }
-  if ((rc = ts_tokenizer_open(o->tokenizer, &tok))) goto done;
-  if (ts_tokenizer_vocab(tok) != cfg.vocab) {
-    rc = ts_fail(TS_EUSAGE, "--tokenizer %s: the %s tokenizer has %d ids but checkpoint %s has a "
-                            "vocabulary of %d",
-                 o->tokenizer && o->tokenizer[0] ? o->tokenizer : "(default)",
-                 ts_tokenizer_kind(tok), ts_tokenizer_vocab(tok), o->ckpt, cfg.vocab);
-    goto done;
-  }
+  // the tokenizer the checkpoint's data was made with (its record), or the
+  // named copy of it; without a record, the named one or bytes
+  if ((rc = ts_run_open_ckpt_tokenizer(&ck, o->tokenizer, &tok))) goto done;
   if ((rc = encode_prompt(o, tok, &cfg, &ids, &np))) goto done;
   // One sequence; the memory options keep the model's own activations
   // (which the decoder does not use) small, and change no bit.

@@ -236,7 +236,10 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   if ((rc = ts_data_resolve(cfg.data_path, cfg.val_path, cfg.data_format, &cfg.data_format)) ||
       (rc = ts_data_check_vocab(cfg.data_format, cfg.vocab, cfg.data_path)))
     goto done;
+  // the tokenizer the data was made with, for its checkpoints (--tokenizer)
+  if ((rc = ts_run_checkpoint_tokenizer(&cfg))) goto done;
   if (cfg.resume && (rc = ts_run_open_resume(&cfg, grid->local_size, grid->pp, &ck))) goto done;
+  if (cfg.resume && (rc = ts_run_check_resume_tokenizer(&ck))) goto done;
   if (root) {
     int gone = ts_run_remove_stale_temps(&cfg);
     if (gone && !cfg.quiet) printf("removed %d temporary file%s a killed run left\n", gone,
@@ -283,18 +286,20 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   layout_name(grid, &lay, layout, sizeof layout);
   // the first line of a run's log; a resumed run's record of its own start
   // (its layout and processes may differ), which compare skips like the first
-  const size_t line_cap = TS_CONFIG_JSON_MAX + 512 + strlen(ranks.json);
+  const size_t line_cap = TS_CONFIG_JSON_MAX + 512 + strlen(ranks.json) +
+                          strlen(ts_run_tokenizer_id());
   if (!(start_line = malloc(line_cap))) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
   if (start == 0) {
     char cj[TS_CONFIG_JSON_MAX];
     if ((rc = ts_config_to_json(&cfg, cj, sizeof cj))) goto done;
+    const char *tokenizer = ts_run_tokenizer_id(); // "": none named, the field left out
     snprintf(start_line, line_cap,
              "{\"type\":\"config\",\"version\":\"%s\",\"world\":%d,\"layout\":\"%s\","
              "\"device\":\"%s\",\"precision\":\"%s\",\"comm\":\"%s\",\"params\":%zu,"
-             "\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"ranks\":%s,\"model\":%s}",
+             "\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"ranks\":%s,\"model\":%s%s%s}",
              TS_VERSION_STRING, grid->world_size, layout, be->name, ts_backend_precision_name(),
              grid->world_size == 1 ? "none" : ts_backend_uses_nccl() ? "nccl" : "mpi", np_model, fpt,
-             roof, ranks.json, cj);
+             roof, ranks.json, cj, tokenizer[0] ? ",\"tokenizer\":" : "", tokenizer);
   } else {
     snprintf(start_line, line_cap,
              "{\"type\":\"resume\",\"step\":%" PRId64 ",\"world\":%d,\"layout\":\"%s\","
