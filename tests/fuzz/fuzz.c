@@ -636,9 +636,11 @@ static uint64_t digest_of(ts_model *m, const ts_adamw *opt) {
 // Loads a format-2 checkpoint the way --resume does, with cfg as the run's
 // flags: its model, moments, step. TS_OK or the reader's error.
 static int load_as_resume(const ts_config *cfg, ts_run_ckpt *ck, ts_model **m, ts_adamw *opt) {
-  int rc = ts_run_open_resume(cfg, 1, 1, ck);
+  ts_config run = *cfg; // the resume resolves its data into it
+  int rc = ts_run_open_resume(&run, 1, 1, ck);
   if (rc) return rc;
-  if ((rc = ts_model_create(cfg, m))) return rc;
+  if (!ck->ck) return ts_fail(TS_ERUNTIME, "no checkpoint to resume from");
+  if ((rc = ts_model_create(&run, m))) return rc;
   if ((rc = ts_adamw_init(opt, ts_model_num_params(*m)))) return rc;
   return ts_run_load_checkpoint(*m, opt, NULL, 0, ck);
 }
