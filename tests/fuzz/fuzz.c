@@ -24,7 +24,8 @@
 //          What is accepted must keep every promise of the reader: finite
 //          values, step = adam_step in 1..steps, a resume only of the same
 //          run (the configuration equal but for the fields a resume may
-//          change), a configuration that survives its own round trip.
+//          change, --steps among them), a configuration that survives its
+//          own round trip.
 //
 // The parent never runs OpenMP code (the children do, after fork).
 #ifdef HAVE_CONFIG_H
@@ -758,6 +759,10 @@ static void same_run(const ts_config *ran, const ts_config *ck) {
   x.threads = y.threads = x.eval_every = y.eval_every = x.eval_batches = y.eval_batches = 0;
   x.checkpoint = y.checkpoint = x.fused_ce = y.fused_ce = x.tiled_mlp = y.tiled_mlp = 0;
   x.fast = y.fast = 0;
+  // --steps may change (a run extended, docs/CHECKPOINTS.md); init_from
+  // names the file another run started from
+  x.steps = y.steps = 0;
+  x.init_from[0] = y.init_from[0] = 0;
   if (ts_config_to_json(&x, a, sizeof a) || ts_config_to_json(&y, b, sizeof b))
     broken("config to JSON failed: %s", ts_errmsg());
   if (strcmp(a, b)) {
