@@ -99,6 +99,8 @@ void ts_config_defaults(ts_config *cfg) {
   cfg->optimizer = TS_OPT_ADAMW;
   cfg->muon_lr = 0.0f; // 0.02 when a Muon optimizer is chosen (ts_config_finalize)
   cfg->warmup = 10;
+  cfg->lr_schedule = TS_LR_COSINE;
+  cfg->decay_frac = 0.0f; // TS_WSD_DECAY_FRAC when wsd is chosen (ts_config_finalize)
   cfg->val_frac = 0.1f;
   cfg->eval_every = 0;
   cfg->eval_batches = 4;
@@ -110,9 +112,13 @@ void ts_config_defaults(ts_config *cfg) {
   cfg->tokenizer_path[0] = '\0';
   cfg->log_path[0] = '\0';
   cfg->ckpt_dir[0] = '\0';
+  cfg->init_from[0] = '\0';
   cfg->ckpt_every = 0;
+  cfg->keep_last = 0;
   cfg->resume = 0;
   cfg->quiet = 0;
+  cfg->log_every = 0; // every step
+  cfg->data_from_ckpt = cfg->val_frac_from_ckpt = 0;
 }
 
 void ts_config_drop_run_settings(ts_config *cfg) {
@@ -122,11 +128,17 @@ void ts_config_drop_run_settings(ts_config *cfg) {
   cfg->eval_every = 0;
   cfg->eval_batches = 4;
   cfg->ckpt_every = 0;
+  cfg->keep_last = 0;
+  cfg->log_every = 0; // every step
+  cfg->data_from_ckpt = cfg->val_frac_from_ckpt = 0;
   cfg->data_path[0] = '\0';
   cfg->val_path[0] = '\0';
   cfg->tokenizer_path[0] = '\0'; // its model's digest is compared apart (run/tokenizer_record.c)
   cfg->log_path[0] = '\0';
   cfg->ckpt_dir[0] = '\0';
+  // the weights a run started from are its first checkpoint's (or its
+  // resumed one's): the run it continues computed from those
+  cfg->init_from[0] = '\0';
 }
 
 // ---------------------------------------------------------------------------
@@ -244,15 +256,26 @@ int ts_config_finalize(ts_config *cfg) {
   if (!(cfg->weight_decay >= 0.0f && isfinite(cfg->weight_decay)))
     return ts_fail(TS_EUSAGE, "--weight-decay %g: must be >= 0", cfg->weight_decay);
   if (!(cfg->beta1 >= 0.0f && cfg->beta1 < 1.0f))
-    return ts_fail(TS_EUSAGE, "beta1 %g: must be in [0, 1)", cfg->beta1);
+    return ts_fail(TS_EUSAGE, "--beta1 %g: must be in [0, 1)", cfg->beta1);
   if (!(cfg->beta2 >= 0.0f && cfg->beta2 < 1.0f))
-    return ts_fail(TS_EUSAGE, "beta2 %g: must be in [0, 1)", cfg->beta2);
+    return ts_fail(TS_EUSAGE, "--beta2 %g: must be in [0, 1)", cfg->beta2);
   if (!(cfg->eps > 0.0f && isfinite(cfg->eps)))
-    return ts_fail(TS_EUSAGE, "eps %g: must be > 0", cfg->eps);
+    return ts_fail(TS_EUSAGE, "--eps %g: must be > 0", cfg->eps);
   if (!(cfg->grad_clip >= 0.0f && isfinite(cfg->grad_clip)))
     return ts_fail(TS_EUSAGE, "--grad-clip %g: must be >= 0 (0 turns clipping off)",
                    cfg->grad_clip);
   if (cfg->warmup < 0) return ts_fail(TS_EUSAGE, "--warmup %d: must be >= 0", cfg->warmup);
+  if (cfg->lr_schedule < 0 || cfg->lr_schedule >= TS_LR_NSCHEDULES)
+    return ts_fail(TS_EUSAGE, "lr_schedule %d: unknown", cfg->lr_schedule);
+  // decay_frac is wsd's alone, so that the other schedules' configurations
+  // (and golden files) stay as they were
+  if (cfg->lr_schedule != TS_LR_WSD && cfg->decay_frac != 0.0f)
+    return ts_fail(TS_EUSAGE, "--decay-frac %g: only with --lr-schedule wsd",
+                   (double)cfg->decay_frac);
+  if (cfg->lr_schedule == TS_LR_WSD && cfg->decay_frac == 0.0f)
+    cfg->decay_frac = TS_WSD_DECAY_FRAC;
+  if (cfg->lr_schedule == TS_LR_WSD && !(cfg->decay_frac > 0.0f && cfg->decay_frac <= 1.0f))
+    return ts_fail(TS_EUSAGE, "--decay-frac %g: must be in (0, 1]", (double)cfg->decay_frac);
   if (!(cfg->val_frac > 0.0f && cfg->val_frac < 1.0f))
     return ts_fail(TS_EUSAGE, "--val-frac %g: must be in (0, 1)", cfg->val_frac);
   if (cfg->eval_every < 0)
@@ -280,5 +303,12 @@ int ts_config_finalize(ts_config *cfg) {
     return ts_fail(TS_EUSAGE, "--ckpt-every %d: needs --ckpt-dir", cfg->ckpt_every);
   if (cfg->resume && cfg->ckpt_dir[0] == '\0')
     return ts_fail(TS_EUSAGE, "--resume: needs --ckpt-dir");
+  if (cfg->keep_last < 0)
+    return ts_fail(TS_EUSAGE, "--keep-last %d: must be >= 0 (0 keeps every checkpoint)",
+                   cfg->keep_last);
+  if (cfg->keep_last > 0 && cfg->ckpt_dir[0] == '\0')
+    return ts_fail(TS_EUSAGE, "--keep-last %d: needs --ckpt-dir", cfg->keep_last);
+  if (cfg->log_every < 0) // 0 (the default) and 1: every step
+    return ts_fail(TS_EUSAGE, "--log-every %d: must be >= 1", cfg->log_every);
   return TS_OK;
 }

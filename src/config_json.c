@@ -14,7 +14,7 @@
 // JSON form. One table drives both directions, so a field added to the table
 // is written and read back; floats are written twice, as "%.9g" for people and
 // as a "%a" string (key suffix _hex) that reads back bit for bit.
-typedef enum { F_INT, F_U64, F_FLOAT, F_STR, F_VARIANT, F_DATA_FORMAT } field_kind;
+typedef enum { F_INT, F_U64, F_FLOAT, F_STR, F_VARIANT, F_DATA_FORMAT, F_LR_SCHEDULE } field_kind;
 
 typedef struct {
   const char *key;
@@ -70,6 +70,8 @@ static const field fields[] = {
     FLD("fast", F_INT, fast, 0),
     FLD_OPT("optimizer", optimizer),
     FLD_OPTF("muon_lr", muon_lr),
+    FLD_OPTK("lr_schedule", F_LR_SCHEDULE, lr_schedule), // cosine (0) is left out
+    FLD_OPTF("decay_frac", decay_frac),
     FLD_OPT("checkpoint", checkpoint),
     FLD_OPT("fused_ce", fused_ce),
     FLD_OPT("tiled_mlp", tiled_mlp),
@@ -89,6 +91,7 @@ static const field fields[] = {
     FLD_OPTK("tokenizer", F_STR, tokenizer_path),
     FLD("log_path", F_STR, log_path, 0),
     FLD("ckpt_dir", F_STR, ckpt_dir, 0),
+    FLD_OPTK("init_from", F_STR, init_from),
     FLD("ckpt_every", F_INT, ckpt_every, 0),
     FLD("resume", F_INT, resume, 0),
     FLD("quiet", F_INT, quiet, 0),
@@ -101,6 +104,10 @@ static const char *variant_names[] = {"gpt", "llama"};
 static const char *format_name(int v) {
   if (v == TS_DATA_DETECT) return "detect";
   return v >= 0 && v < TS_DATA_NFORMATS ? ts_data_format_names[v] : "unknown";
+}
+
+static const char *schedule_name(int v) {
+  return v >= 0 && v < TS_LR_NSCHEDULES ? ts_lr_schedule_names[v] : "unknown";
 }
 
 // Whether an optional field holds its "absent" value (0, 0.0 or "").
@@ -152,6 +159,7 @@ int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap) {
       break;
     }
     case F_DATA_FORMAT: put_string(buf, cap, &len, format_name(*(const int *)p)); break;
+    case F_LR_SCHEDULE: put_string(buf, cap, &len, schedule_name(*(const int *)p)); break;
     }
   }
   put(buf, cap, &len, "}");
@@ -221,6 +229,14 @@ static int set_field(ts_config *cfg, const field *f, const json_value *jv, int f
         return 0;
       }
     return -1;
+  case F_LR_SCHEDULE:
+    if (!is_string) return -1;
+    for (int v = 0; v < TS_LR_NSCHEDULES; v++)
+      if (strcmp(text, ts_lr_schedule_names[v]) == 0) {
+        *(int *)p = v;
+        return 0;
+      }
+    return -1;
   }
   return -1;
 }
@@ -267,6 +283,20 @@ int ts_config_computation_json(const ts_config *cfg, int memory_options, char *b
   ts_config_drop_run_settings(&c);
   if (!memory_options) c.checkpoint = c.fused_ce = c.tiled_mlp = 0;
   return ts_config_to_json(&c, buf, cap);
+}
+
+int ts_config_architecture_json(const ts_config *cfg, char *buf, size_t cap) {
+  ts_config a;
+  memset(&a, 0, sizeof a);
+  a.variant = cfg->variant;
+  a.vocab = cfg->vocab, a.d = cfg->d, a.n_layer = cfg->n_layer, a.n_head = cfg->n_head;
+  a.n_kv_head = cfg->n_kv_head, a.rope_theta = cfg->rope_theta;
+  a.d_ff = cfg->d_ff, a.tied = cfg->tied;
+  a.seq = cfg->variant == TS_GPT ? cfg->seq : 0; // RoPE has no table of positions
+  a.compress = cfg->compress, a.compress_rank = cfg->compress_rank;
+  a.compress_stages = cfg->compress_stages;
+  a.vq_groups = cfg->vq_groups, a.vq_rounds = cfg->vq_rounds, a.vq_codes = cfg->vq_codes;
+  return ts_config_to_json(&a, buf, cap);
 }
 
 void ts_config_json_difference(const char *a, const char *b, char *key, size_t cap) {

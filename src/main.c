@@ -63,10 +63,11 @@ static const command commands[] = {
      "tessera train --model mini --steps 200 --data data/corpus.txt --log run.jsonl"},
     {"eval", C_EVAL, "--ckpt FILE [flags]", "evaluate a checkpoint on the validation split",
      "Computes the mean validation loss of a checkpoint; the model comes from the\n"
-     "checkpoint, the data and the number of batches from the flags. Only the\n"
-     "validation split is read (--val-data, else the tail of --data); a .bin\n"
-     "without llm.c's header is read as the checkpoint's raw token ids unless\n"
-     "--data-format says otherwise.",
+     "checkpoint, the number of batches from the flags, the data from --data or\n"
+     "--val-data, else the checkpoint's own (its recorded files, format and\n"
+     "--val-frac). Only the validation split is read (--val-data, else the tail of\n"
+     "--data); a .bin without llm.c's header is read as the checkpoint's raw token\n"
+     "ids unless --data-format says otherwise.",
      "tessera eval --ckpt ckpt/step-00000200.safetensors --eval-batches 16"},
     {"sample", C_SAMPLE, "--ckpt FILE --prompt TEXT [flags]", "generate text from a checkpoint",
      "Continues a prompt with tokens drawn from a checkpoint's model (GPT or LLaMA)\n"
@@ -119,8 +120,9 @@ typedef struct {
   char precision[8];
   ts_layout lay; // --dp, --sp, --pp
   char sp_mode[16], schedule[16], compress[24], upipe_schedule[16], optimizer[16];
-  char data_format[16];
+  char data_format[16], lr_schedule[16];
   int val_frac_given; // --val-frac on the command line (refused with --val-data)
+  int data_given;     // --data on the command line (else resume and eval read the checkpoint's)
   char ckpt[4096]; // eval, sample, tokenize
   // sample
   char prompt[16384], prompt_file[4096], tokenizer[4096];
@@ -188,6 +190,7 @@ static int check_nonneg(const flag *f, const char *raw, cli *c);
 static int check_data_format(const flag *f, const char *raw, cli *c);
 static int check_token_format(const flag *f, const char *raw, cli *c);
 static int check_prompt(const flag *f, const char *raw, cli *c);
+static int check_positive(const flag *f, const char *raw, cli *c);
 
 // Headings of --help, in this order.
 enum { G_CMD, G_MODEL, G_TRAIN, G_DATA, G_RUN, G_PAR, G_COMP, G_OUT };
@@ -284,10 +287,23 @@ static const flag flags[] = {
     {"--lr", K_FLOAT, AT(cfg.lr), 0, "LR", "peak learning rate", NULL, TD, G_TRAIN, NULL},
     {"--min-lr-frac", K_FLOAT, AT(cfg.min_lr_frac), 0, "F",
      "final learning rate as a fraction of --lr", NULL, TD, G_TRAIN, NULL},
-    {"--warmup", K_INT, AT(cfg.warmup), 0, "N", "linear warmup steps, then cosine decay", NULL, TD,
-     G_TRAIN, NULL},
+    {"--warmup", K_INT, AT(cfg.warmup), 0, "N", "linear warmup steps, then the --lr-schedule",
+     NULL, TD, G_TRAIN, NULL},
+    {"--lr-schedule", K_STR, AT(lr_schedule), 0, "NAME",
+     "after the warmup: cosine or linear from --lr to --min-lr-frac x --lr, constant, or wsd "
+     "(warmup-stable-decay: --lr, then linear to the minimum over the last --decay-frac)",
+     "cosine", TD, G_TRAIN, check_choice},
+    {"--decay-frac", K_FLOAT, AT(cfg.decay_frac), 0, "F",
+     "wsd: the fraction of the steps after the warmup that decays, in (0, 1]", "0.2", TD,
+     G_TRAIN, check_positive},
     {"--weight-decay", K_FLOAT, AT(cfg.weight_decay), 0, "W", "AdamW weight decay", NULL, TD,
      G_TRAIN, NULL},
+    {"--beta1", K_FLOAT, AT(cfg.beta1), 0, "B1", "AdamW first-moment decay, in [0, 1)", NULL, TD,
+     G_TRAIN, NULL},
+    {"--beta2", K_FLOAT, AT(cfg.beta2), 0, "B2", "AdamW second-moment decay, in [0, 1)", NULL, TD,
+     G_TRAIN, NULL},
+    {"--eps", K_FLOAT, AT(cfg.eps), 0, "EPS", "AdamW denominator term, > 0", NULL, TD, G_TRAIN,
+     NULL},
     {"--optimizer", K_STR, AT(optimizer), 0, "NAME",
      "adamw, or muon / muon-pe: Muon (Newton-Schulz / Polar Express) for the layers' 2-D weights "
      "and AdamW for the rest", "adamw", TD, G_TRAIN, check_choice},
@@ -297,7 +313,8 @@ static const flag flags[] = {
      "clip the global gradient norm at C, 0 = off", NULL, TD, G_TRAIN, NULL},
     // data and evaluation
     {"--data", K_STR, AT(cfg.data_path), 0, "PATH",
-     "training data: text (each byte a token) or a file of token ids", NULL, TED, G_DATA, NULL},
+     "training data: text (each byte a token) or a file of token ids (eval, --resume: the "
+     "checkpoint's unless given)", NULL, TED, G_DATA, NULL},
     {"--data-format", K_STR, AT(data_format), 0, "FMT",
      "bytes, u16 (raw uint16 ids), u32 (raw uint32 ids) or llmc (llm.c's .bin); a .bin without "
      "llm.c's header must name it",
@@ -333,6 +350,9 @@ static const flag flags[] = {
      "up only its attention)", NULL, C_SAMPLE, G_RUN, NULL},
     {"--quiet", K_SET, AT(cfg.quiet), 1, NULL, "no progress output", "off", TRAIN | C_TOKENIZE,
      G_RUN, NULL},
+    {"--log-every", K_INT, AT(cfg.log_every), 0, "N",
+     "a progress line every N steps and after the last (the --log file has every step)", "1",
+     TRAIN, G_RUN, check_rank},
     {"--checkpoint", K_SET, AT(cfg.checkpoint), 1, NULL,
      "keep only each layer's input; recompute its activations in backward (same bits)", "off",
      TED, G_RUN, NULL},
@@ -407,8 +427,15 @@ static const flag flags[] = {
      G_OUT, NULL},
     {"--ckpt-every", K_INT, AT(cfg.ckpt_every), 0, "K",
      "checkpoint every K steps, 0 = only at the end", NULL, TRAIN, G_OUT, NULL},
-    {"--resume", K_SET, AT(cfg.resume), 1, NULL, "continue from the latest checkpoint", "off",
-     TRAIN, G_OUT, NULL},
+    {"--keep-last", K_INT, AT(cfg.keep_last), 0, "N",
+     "keep only the N latest checkpoints of --ckpt-dir, 0 = all", NULL, TRAIN, G_OUT,
+     check_nonneg},
+    {"--resume", K_SET, AT(cfg.resume), 1, NULL,
+     "continue from the latest checkpoint (none yet: start at step 0; without --data, its "
+     "recorded data)", "off", TRAIN, G_OUT, NULL},
+    {"--init-from", K_STR, AT(cfg.init_from), 0, "FILE",
+     "start from this checkpoint's weights (same architecture), with a new optimizer state and "
+     "schedule from step 0; not with --resume", "none", TRAIN, G_OUT, NULL},
 };
 #define N_FLAGS ((int)(sizeof flags / sizeof flags[0]))
 
@@ -511,6 +538,14 @@ static int check_choice(const flag *f, const char *raw, cli *c) {
   if (strcmp(f->name, "--sp-mode") == 0) {
     return ts_sp_mode_parse(raw, &c->lay.sp_mode);
   }
+  if (strcmp(f->name, "--lr-schedule") == 0) {
+    for (int i = 0; i < TS_LR_NSCHEDULES; i++)
+      if (strcmp(raw, ts_lr_schedule_names[i]) == 0) {
+        c->cfg.lr_schedule = i;
+        return TS_OK;
+      }
+    return ts_fail(TS_EUSAGE, "--lr-schedule %s: must be cosine, linear, constant or wsd", raw);
+  }
   for (int i = 0; schedules[i]; i++)
     if (strcmp(raw, schedules[i]) == 0) {
       c->lay.schedule = i; // 0 gpipe, 1 1f1b
@@ -563,6 +598,13 @@ static int check_nonneg(const flag *f, const char *raw, cli *c) {
   const void *p = (const char *)c + f->off;
   double v = f->kind == K_INT ? *(const int *)p : *(const double *)p;
   if (v < 0) return ts_fail(TS_EUSAGE, "%s %s: must be >= 0", f->name, raw);
+  return TS_OK;
+}
+
+// A float that must be above 0 (its 0 is the configuration's "not set").
+static int check_positive(const flag *f, const char *raw, cli *c) {
+  if (!(*(const float *)((const char *)c + f->off) > 0.0f))
+    return ts_fail(TS_EUSAGE, "%s %s: must be > 0", f->name, raw);
   return TS_OK;
 }
 
@@ -665,7 +707,11 @@ static int build(const parsed *p, int n, cli *c) {
     rc = store(p[i].f, p[i].value ? p[i].value : "", c);
     if (rc != TS_OK) return rc;
     if (p[i].f->off == offsetof(cli, cfg.val_frac)) c->val_frac_given = 1;
+    if (p[i].f->off == offsetof(cli, cfg.data_path)) c->data_given = 1;
   }
+  // the data a resumed run or an evaluation reads unless told: the checkpoint's
+  c->cfg.data_from_ckpt = !c->data_given;
+  c->cfg.val_frac_from_ckpt = !c->val_frac_given;
   return TS_OK;
 }
 
@@ -815,6 +861,15 @@ static int check_outputs(const command *cmd, const cli *c) {
       (same_file(data, ck) || file_in(data, ck, "step-*.safetensors*")))
     return ts_fail(TS_EUSAGE, "--data %s: a checkpoint of --ckpt-dir %s (it would be overwritten)",
                    data, ck);
+  // a run started from a checkpoint of its own --ckpt-dir would write over
+  // it (same step) or remove it (--keep-last)
+  const char *init = cfg->init_from;
+  if (cmd->id == C_TRAIN && init[0] && ck[0] && file_in(init, ck, "step-*.safetensors*"))
+    return ts_fail(TS_EUSAGE, "--init-from %s: a checkpoint of --ckpt-dir %s (it would be "
+                   "overwritten); give the new run another --ckpt-dir", init, ck);
+  if (cmd->id == C_TRAIN && init[0] && log[0] && same_file(log, init))
+    return ts_fail(TS_EUSAGE, "--log %s: the --init-from checkpoint (it would be overwritten)",
+                   log);
   static const char *const dumped[] = {"config.json", "weights.safetensors", "grads.safetensors",
                                        "result.json"}; // run/dump.c
   for (int i = 0; cmd->id == C_DUMP && i < 4; i++) {
@@ -1019,6 +1074,11 @@ int main(int argc, char **argv) {
                        "all of --data trains)");
     return usage_error(cmd);
   }
+  if (c.cfg.init_from[0] && c.cfg.resume) {
+    ts_fail(TS_EUSAGE, "--init-from: not with --resume (a resumed run's weights and optimizer "
+                       "state are its checkpoint's)");
+    return usage_error(cmd);
+  }
   // a pipeline's stages are the compressed model's unless said otherwise
   if (c.cfg.compress != TS_COMPRESS_NONE && c.cfg.compress_stages == 0)
     c.cfg.compress_stages = c.lay.pp;
@@ -1034,7 +1094,9 @@ int main(int argc, char **argv) {
   // not): a usage error now, said once by rank 0. A file that cannot be read
   // is the run's to report, in its order (eval: the checkpoint's format may
   // decide, run/eval.c).
-  if (rc == TS_OK && cmd->id != C_EVAL && cmd->id != C_SAMPLE) {
+  // (--resume without --data: the checkpoint's data, which the run resolves)
+  if (rc == TS_OK && cmd->id != C_EVAL && cmd->id != C_SAMPLE &&
+      !(c.cfg.resume && c.cfg.data_from_ckpt)) {
     int format;
     int drc = ts_data_resolve(c.cfg.data_path, c.cfg.val_path, c.cfg.data_format, &format);
     if (drc == TS_EUSAGE) rc = drc;

@@ -252,6 +252,13 @@ void ts_clip_tensors(const ts_tensor *grads, int nt, float norm, float clip) {
       ts_clip(grads[t].data, (size_t)ts_tensor_numel(&grads[t]), norm, clip);
 }
 
+const char *const ts_lr_schedule_names[TS_LR_NSCHEDULES] = {"cosine", "linear", "constant",
+                                                             "wsd"};
+
+// After the warmup, progress p = (s - warmup) / max(1, steps - warmup) runs
+// from 0 towards 1 (the last step's is (steps-1-warmup)/(steps-warmup): no
+// schedule reaches lr_min, cosine's as before), and each shape maps it to a
+// rate between lr and lr_min (docs/MODEL.md). In double, rounded once.
 float ts_lr_at(const ts_config *cfg, int64_t s) {
   double lr = cfg->lr, lr_min = cfg->lr * cfg->min_lr_frac;
   if (s < cfg->warmup) return (float)(lr * (double)(s + 1) / cfg->warmup);
@@ -259,5 +266,14 @@ float ts_lr_at(const ts_config *cfg, int64_t s) {
   if (span < 1) span = 1;
   double prog = (double)(s - cfg->warmup) / (double)span;
   if (prog > 1.0) prog = 1.0;
-  return (float)(lr_min + 0.5 * (lr - lr_min) * (1.0 + cos(3.141592653589793 * prog)));
+  switch (cfg->lr_schedule) {
+  case TS_LR_LINEAR: return (float)(lr - (lr - lr_min) * prog);
+  case TS_LR_CONSTANT: return (float)lr;
+  case TS_LR_WSD: { // stable at lr, then linear to lr_min over the last decay_frac
+    const double f = cfg->decay_frac, start = 1.0 - f;
+    if (prog < start) return (float)lr;
+    return (float)(lr - (lr - lr_min) * ((prog - start) / f));
+  }
+  default: return (float)(lr_min + 0.5 * (lr - lr_min) * (1.0 + cos(3.141592653589793 * prog)));
+  }
 }

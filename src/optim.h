@@ -1,4 +1,5 @@
-// AdamW with global-norm clipping and the warm-up + cosine schedule
+// AdamW with global-norm clipping and the learning-rate schedules (warm-up,
+// then cosine, linear, constant or warmup-stable-decay)
 // (docs/MODEL.md). Element-wise, so exact on any layout.
 #ifndef TS_OPTIM_H
 #define TS_OPTIM_H
@@ -60,6 +61,6 @@ int ts_grad_norm_owned(const ts_owners *o, const ts_tensor *grads, int nt, float
 // slots, which it leaves alone, wherever they lie (a whole model's, or a
 // partitioned one's: parallel/owners.h).
 void ts_clip_tensors(const ts_tensor *grads, int nt, float norm, float clip);
-// Learning rate for 0-based step s.
+// Learning rate for 0-based step s: the warmup, then cfg->lr_schedule.
 float ts_lr_at(const ts_config *cfg, int64_t s);
 #endif

@@ -81,6 +81,8 @@ typedef struct {
   int leaf;     // tokens per gradient-sum leaf (R3); 0 = default from T
   float lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
   int warmup;
+  int lr_schedule;   // ts_lr_schedule: the shape after the warmup (cosine 0, the default)
+  float decay_frac;  // wsd: the fraction of the post-warmup steps that decays (0 otherwise)
   int optimizer;     // TS_OPT_ADAMW, TS_OPT_MUON (Newton–Schulz), TS_OPT_MUON_PE (Polar Express)
   float muon_lr;     // Muon's peak learning rate (the hybrid optimizers)
   float val_frac;    // fraction of the corpus held out for validation
@@ -106,10 +108,32 @@ typedef struct {
   char tokenizer_path[4096]; // the tokenizer model the data was made with; "": none said
   char log_path[4096];
   char ckpt_dir[4096];
+  char init_from[4096]; // a checkpoint whose weights the run starts from ("": none)
   int ckpt_every;
+  int keep_last;        // keep only the latest N checkpoints in ckpt_dir (0: all)
   int resume;
   int quiet;
+  int log_every;        // a progress line every N steps and after the last (0: every step);
+                        // the log has every step. Not in the JSON form, nor keep_last
+  // The data was not named (no --data; no --val-frac): on --resume and in
+  // tessera eval the checkpoint's recorded corpus is read (its data_path,
+  // val_path and format; its val_frac). Not in the JSON form.
+  int data_from_ckpt, val_frac_from_ckpt;
 } ts_config;
+
+// The learning-rate schedules after the warmup (--lr-schedule; src/optim.c,
+// docs/MODEL.md): cosine is 0, so a configuration without the field (every
+// one before it) is cosine.
+typedef enum {
+  TS_LR_COSINE = 0,
+  TS_LR_LINEAR,
+  TS_LR_CONSTANT,
+  TS_LR_WSD, // warmup-stable-decay: constant, then linear over the last decay_frac
+  TS_LR_NSCHEDULES
+} ts_lr_schedule;
+// The --lr-schedule names, in ts_lr_schedule order.
+extern const char *const ts_lr_schedule_names[TS_LR_NSCHEDULES];
+#define TS_WSD_DECAY_FRAC 0.2f // wsd's decay_frac unless --decay-frac says
 
 #define TS_MAX_THREADS 1024 // --threads above this is refused (ts_config_finalize)
 
@@ -126,6 +150,12 @@ void ts_config_drop_run_settings(ts_config *cfg);
 // settings, and with memory_options 0 without the memory options either
 // (--checkpoint, --fused-ce, --tiled-mlp change where values live, not their bits).
 int ts_config_computation_json(const ts_config *cfg, int memory_options, char *buf, size_t cap);
+// The JSON form of cfg's architecture alone: what its tensors are and what
+// they compute (the variant, sizes, heads, rotary base, tied head, the
+// boundary codec's shapes; GPT's seq, which sizes wpe), everything else
+// fixed. Two configurations whose weights are interchangeable (--init-from)
+// have the same.
+int ts_config_architecture_json(const ts_config *cfg, char *buf, size_t cap);
 // Derives tile/leaf from T when 0 and validates the whole config (TS_EUSAGE).
 int ts_config_finalize(ts_config *cfg);
 // A lower bound of the model's parameter count from the config alone (its

@@ -243,7 +243,63 @@ if expect_exit 0 "" "$T" $TOK --data "$TS_TMP/ids16.bin" --data-format u16 --voc
     "$T" eval --ckpt "$TS_TMP/tokck/step-00000002.safetensors" --data "$TS_TMP/ids16.bin" --data-format u32
   expect_exit 2 "^tessera train: --resume: checkpoint .*step-00000002.safetensors was written reading --data-format u16, this run reads u32" \
     "$T" $TOK --data "$TS_TMP/ids32.bin" --data-format u32 --vocab 300 --ckpt-dir "$TS_TMP/tokck" --resume
+  # without --data, eval reads the checkpoint's own data in its recorded
+  # format (a raw .bin says nothing itself): the same loss as when told
+  expect_exit 0 "" "$T" eval --ckpt "$TS_TMP/tokck/step-00000002.safetensors" --data "$TS_TMP/ids16.bin" \
+    --data-format u16 --eval-batches 1
+  told=$(sed -n 's/.*val loss [0-9.]* (\([^)]*\)).*/\1/p' "$TS_OUT")
+  expect_exit 0 "" "$T" eval --ckpt "$TS_TMP/tokck/step-00000002.safetensors" --eval-batches 1
+  TS_CHECKS=$((TS_CHECKS + 1))
+  got=$(sed -n 's/.*val loss [0-9.]* (\([^)]*\)).*/\1/p' "$TS_OUT")
+  [ -n "$told" ] && [ "$got" = "$told" ] && pass "eval without --data: the checkpoint's data ($got)" ||
+    fail "eval without --data: '$got', with the checkpoint's --data '$told'"
 fi
+
+# --- training conveniences: the AdamW constants, the schedule, the progress lines ---
+CONV="train --model tiny --steps 5 --warmup 2 --eval-batches 1"
+expect_exit 0 "" "$T" $CONV --quiet --log "$TS_TMP/adam-default.jsonl"
+# the defaults spelled out are the same run, bit for bit; another beta2 is not
+expect_exit 0 "" "$T" $CONV --quiet --beta1 0.9 --beta2 0.95 --eps 1e-8 --log "$TS_TMP/adam-spelled.jsonl"
+expect_compare identical "--beta1 0.9 --beta2 0.95 --eps 1e-8, against the defaults" \
+  "$TS_TMP/adam-default.jsonl" "$TS_TMP/adam-spelled.jsonl"
+expect_exit 0 "" "$T" $CONV --quiet --beta2 0.99 --log "$TS_TMP/adam-b2.jsonl"
+expect_exit 1 "" "$T" compare "$TS_TMP/adam-default.jsonl" "$TS_TMP/adam-b2.jsonl"
+# (step 1's loss comes before any update, and AdamW's first update is g/|g|
+# whatever the betas up to rounding, so step 2's or 3's loss is the first to
+# see beta2)
+expect_stdout "^first divergence: step [23], loss:"
+TS_CHECKS=$((TS_CHECKS + 1))
+grep -q '"beta2":0.99' "$TS_TMP/adam-b2.jsonl" && pass "the config records --beta2" ||
+  fail "no beta2 0.99 in $(head -c 300 "$TS_TMP/adam-b2.jsonl")"
+for bad in "--beta1 1:--beta1 1: must be in \[0, 1\)" "--beta2 -0.1:--beta2 -0.1: must be in \[0, 1\)" \
+  "--eps 0:--eps 0: must be > 0" "--lr-schedule step:--lr-schedule step: must be cosine, linear, constant or wsd" \
+  "--decay-frac 0.3:--decay-frac 0.3: only with --lr-schedule wsd" \
+  "--lr-schedule wsd --decay-frac 0:--decay-frac 0: must be > 0" \
+  "--lr-schedule wsd --decay-frac 1.5:--decay-frac 1.5: must be in \(0, 1\]" \
+  "--log-every 0:--log-every 0: must be >= 1" "--keep-last -1:--keep-last -1: must be >= 0" \
+  "--keep-last 2:--keep-last 2: needs --ckpt-dir" \
+  "--init-from x.safetensors --resume --ckpt-dir ck:--init-from: not with --resume"; do
+  # shellcheck disable=SC2086
+  expect_exit 2 "^tessera train: ${bad#*:}" "$T" train $NODATA ${bad%%:*}
+done
+# each schedule's learning rates are its own after the warmup (the values
+# themselves: tests/test_schedule.c); the log records the schedule
+for sched in linear constant wsd; do
+  expect_exit 0 "" "$T" $CONV --quiet --lr-schedule $sched --log "$TS_TMP/sched-$sched.jsonl"
+  TS_CHECKS=$((TS_CHECKS + 1))
+  grep -q "\"lr_schedule\":\"$sched\"" "$TS_TMP/sched-$sched.jsonl" && pass "the config records --lr-schedule $sched" ||
+    fail "no lr_schedule $sched in $(head -c 300 "$TS_TMP/sched-$sched.jsonl")"
+  expect_exit 1 "" "$T" compare "$TS_TMP/adam-default.jsonl" "$TS_TMP/sched-$sched.jsonl"
+  # the warmup (steps 1, 2) and step 3's rate, the first after it, are --lr's
+  expect_stdout "^first divergence: step 4, lr:"
+done
+# --log-every: progress lines for steps 2, 4 and the last, 5; the log has all
+expect_exit 0 "" "$T" $CONV --log-every 2 --log "$TS_TMP/every.jsonl"
+TS_CHECKS=$((TS_CHECKS + 1))
+lines=$(grep -o '^step *[0-9]*/5' "$TS_OUT" | tr -s ' ' | tr '\n' ',')
+[ "$lines" = "step 2/5,step 4/5,step 5/5," ] && pass "--log-every 2: progress lines $lines" ||
+  fail "--log-every 2: progress lines '$lines'"
+expect_compare identical "--log-every 2's log, against every step's" "$TS_TMP/adam-default.jsonl" "$TS_TMP/every.jsonl"
 
 # --- the bundled corpus is found from any working directory ----------------------
 # (the source tree's data/ for an uninstalled build, the installed copy after

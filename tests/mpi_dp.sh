@@ -261,6 +261,11 @@ disagree "different --seed" "rank 1 disagrees with rank 0 on the configuration: 
   "--data $DATA --seed 1" "--data $DATA --seed 2"
 disagree "different data" "rank 1 disagrees with rank 0 on the data: rank 0 read [0-9]+\\+[0-9]+ tokens, digest [0-9a-f]{16}, rank 1 [0-9]+\\+[0-9]+ tokens, digest [0-9a-f]{16}" \
   "--data $DATA" "--data $TS_TMP/short.txt"
+# the AdamW constants and the schedule are the computation's: derived, not listed
+disagree "different --beta2" "rank 1 disagrees with rank 0 on the configuration: \"beta2\" differs" \
+  "--data $DATA" "--data $DATA --beta2 0.99"
+disagree "different --lr-schedule" "rank 1 disagrees with rank 0 on the configuration: \"lr_schedule\" differs" \
+  "--data $DATA" "--data $DATA --lr-schedule linear"
 disagree "different --sp-mode" "rank 1 disagrees with rank 0 on the layout: --sp-mode" \
   "--data $DATA --dp 1 --sp 2" "--data $DATA --dp 1 --sp 2 --sp-mode ulysses"
 # a usage error on one rank: that rank says it, rank 0 says that it did
@@ -280,7 +285,11 @@ expect_exit 0 "" "$T" train $AG --dp 1 --data "$DATA" --ckpt-dir "$TS_TMP/ra" --
 cp -r "$TS_TMP/ra" "$TS_TMP/rb"
 rm -f "$TS_TMP"/ra/step-00000003.safetensors "$TS_TMP"/rb/step-0000000[23].safetensors
 disagree "different checkpoints" \
-  "rank 1 disagrees with rank 0 on the checkpoint to resume from: rank 0 found step 2 .*, rank 1 step 1" \
+  "rank 1 disagrees with rank 0 on the checkpoint it starts from: rank 0 found step 2 .*, rank 1 step 1" \
   "--data $DATA --ckpt-dir $TS_TMP/ra --resume" "--data $DATA --ckpt-dir $TS_TMP/rb --resume"
+disagree "different --init-from checkpoints" \
+  "rank 1 disagrees with rank 0 on the checkpoint it starts from: rank 0 found step 2 .*, rank 1 step 1" \
+  "--data $DATA --init-from $TS_TMP/ra/step-00000002.safetensors" \
+  "--data $DATA --init-from $TS_TMP/rb/step-00000001.safetensors"
 
 done_testing

@@ -16,7 +16,8 @@
 #
 # Checkpoints: written under --dp 2 --sp 2 --zero 1 and under --pp 2 --dp 2
 # --zero 1, each holds the serial checkpoint's model state (tessera compare),
-# and each resumes under another layout to end where the straight run does.
+# and each resumes under another layout to end where the straight run does;
+# --init-from one of them under --pp 2 --dp 2 --zero 1 equals the serial run.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/mpi_lib.sh"
@@ -138,6 +139,19 @@ expect_exit 0 "" $RUN_MPI -n 2 "$T" train $C3 --dp 2 --zero 2 --ckpt-dir "$TS_TM
   --log "$TS_TMP/k3.jsonl" --resume
 expect_compare identical "--zero 3 resumed under --dp 2 --zero 2, against the straight run" \
   "$TS_TMP/k3s.jsonl" "$TS_TMP/k3.jsonl"
+# --init-from under partitioned layouts: each rank reads the byte ranges of
+# what it holds (a stage's tensors and the copies it keeps), its moments
+# start at zero; the runs equal the serial run from the same weights
+I="--model tiny --layers 4 $common --init-from $TS_TMP/k0/step-00000003.safetensors --lr-schedule wsd"
+expect_exit 0 "" "$T" train $I --log "$TS_TMP/init-serial.jsonl"
+expect_exit 0 "" $RUN_MPI -n 4 "$T" train $I --pp 2 --dp 2 --microbatches 2 --zero 1 \
+  --log "$TS_TMP/init-pp-dp.jsonl"
+expect_stdout "^initialised from .*k0/step-00000003.safetensors \(its step 3\)"
+expect_compare identical "--init-from under --pp 2 --dp 2 --zero 1, against serial" \
+  "$TS_TMP/init-serial.jsonl" "$TS_TMP/init-pp-dp.jsonl"
+# and it did start from those weights: step 1's loss is not the fresh model's
+expect_exit 1 "" "$T" compare "$TS_TMP/k0.jsonl" "$TS_TMP/init-serial.jsonl"
+expect_stdout "^first divergence: step 1, loss:"
 
 # --- refused before any work ----------------------------------------------------------
 B="--model tiny $common"

@@ -92,9 +92,166 @@ head -c 40000 "$DATA" > "$TS_TMP/other.txt"
 expect_exit 2 "--resume: checkpoint .*step-00000001.safetensors was written from other data \([0-9]+\+[0-9]+ tokens, digest [0-9a-f]+\); this run's --data holds [0-9]+\+[0-9]+ tokens" \
   "$TESSERA_BIN" train --model llama-tiny --steps 2 --data "$TS_TMP/other.txt" --quiet \
   --ckpt-dir "$TS_TMP/llck" --resume
-# nothing to resume from
+# nothing to resume from (an empty directory, or none yet): the run starts at
+# step 0 and says so in one line, so that a job script can always pass
+# --resume; it is the run done straight, and the next --resume continues it
 mkdir -p "$TS_TMP/empty"
-expect_exit 1 "no checkpoint" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/empty" --resume
+for dir in "$TS_TMP/empty" "$TS_TMP/not-yet"; do
+  expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$dir" --resume --log "$TS_TMP/fresh.jsonl"
+  TS_CHECKS=$((TS_CHECKS + 1))
+  n=$(grep -c "^--resume: no checkpoint in $dir yet: starting at step 0$" "$TS_OUT")
+  [ "$n" = 1 ] && pass "--resume on $dir: one line, a fresh start" || fail "--resume on $dir: stdout $(head -c 300 "$TS_OUT")"
+  expect_compare identical "--resume with nothing to resume, against the run done straight" \
+    "$TS_TMP/straight.jsonl" "$TS_TMP/fresh.jsonl"
+done
+[ -f "$TS_TMP/not-yet/step-00000008.safetensors" ] && pass "the fresh start made its --ckpt-dir" || fail "no $TS_TMP/not-yet/step-00000008.safetensors"
+# a --ckpt-dir that is a file is still an error
+: >"$TS_TMP/a-file"
+expect_exit 1 "--resume: cannot open checkpoint directory .*a-file" "$TESSERA_BIN" train $FLAGS \
+  --ckpt-dir "$TS_TMP/a-file" --resume
+
+# --- extending a finished run: --steps may change on --resume ---
+# The steps done stay as they were and the steps left follow the schedule of
+# the new total, which the run says. A constant schedule does not depend on
+# the total, so there the extended run is the longer run done straight.
+EXT="--model tiny --warmup 2 --dropout 0.1 --data $DATA --quiet --lr-schedule constant --eval-every 3 --eval-batches 1"
+expect_exit 0 "" "$TESSERA_BIN" train $EXT --steps 9 --log "$TS_TMP/ext-straight.jsonl"
+expect_exit 0 "" "$TESSERA_BIN" train $EXT --steps 6 --ckpt-dir "$TS_TMP/ext" --log "$TS_TMP/ext.jsonl"
+expect_exit 0 "" "$TESSERA_BIN" train $EXT --steps 9 --ckpt-dir "$TS_TMP/ext" --resume --log "$TS_TMP/ext.jsonl"
+expect_stdout "^--resume: --steps 9, the checkpoint's run had 6: the learning rate of steps 7\.\.9 follows the schedule of a 9-step run$"
+expect_stdout "resumed from .*step-00000006.safetensors"
+expect_compare identical "6 steps extended to 9 (constant schedule), against 9 straight" \
+  "$TS_TMP/ext-straight.jsonl" "$TS_TMP/ext.jsonl"
+# cosine: steps 1..8 of the 8-step run, then step 9 at the rate of a 10-step
+# run's step 9 (its lr_hex), from the 8-step run's weights
+rm -rf "$TS_TMP/ext2"
+mkdir -p "$TS_TMP/ext2"
+cp "$TS_TMP/ck/step-00000008.safetensors" "$TS_TMP/ext2/"
+cp "$TS_TMP/straight.jsonl" "$TS_TMP/ext2.jsonl"
+expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --steps 10 --ckpt-dir "$TS_TMP/ext2" --resume --log "$TS_TMP/ext2.jsonl"
+expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --steps 10 --log "$TS_TMP/ten.jsonl"
+lr_of() { grep "\"type\":\"step\",\"step\":$2," "$1" | sed -n 's/.*"lr_hex":"\([^"]*\)".*/\1/p'; }
+TS_CHECKS=$((TS_CHECKS + 1))
+a=$(lr_of "$TS_TMP/ext2.jsonl" 9) b=$(lr_of "$TS_TMP/ten.jsonl" 9) c=$(lr_of "$TS_TMP/straight.jsonl" 8)
+[ -n "$a" ] && [ "$a" = "$b" ] && pass "step 9 of the extended run at the 10-step schedule's rate ($a)" ||
+  fail "extended run's step 9 lr '$a', a 10-step run's '$b'"
+TS_CHECKS=$((TS_CHECKS + 1))
+[ "$(grep -c '"type":"step"' "$TS_TMP/ext2.jsonl")" = 10 ] && [ "$(lr_of "$TS_TMP/ext2.jsonl" 8)" = "$c" ] &&
+  pass "the extended log keeps the 8 steps done and adds 2" || fail "extended log: $(grep -c '"type":"step"' "$TS_TMP/ext2.jsonl") steps"
+TS_CHECKS=$((TS_CHECKS + 1))
+grep -q '"type":"final","step":10,' "$TS_TMP/ext2.jsonl" && pass "its final record is step 10's" ||
+  fail "no final record of step 10 in the extended log"
+# fewer steps than the checkpoint has done: refused
+expect_exit 2 "^tessera train: --resume: --steps 5: checkpoint .*step-00000010.safetensors is of step 10 already$" \
+  "$TESSERA_BIN" train $FLAGS --steps 5 --ckpt-dir "$TS_TMP/ext2" --resume
+
+# --- --keep-last N: the N latest checkpoints stay, nothing else is touched ---
+rm -rf "$TS_TMP/keep"
+mkdir -p "$TS_TMP/keep"
+: >"$TS_TMP/keep/notes.txt"
+: >"$TS_TMP/keep/step-3.safetensors"             # not tessera's name for step 3
+: >"$TS_TMP/keep/step-00000001.safetensors.bak"
+: >"$TS_TMP/keep/step-00000099.safetensors"      # a later step: another run's
+: >"$TS_TMP/target"
+ln -s "$TS_TMP/target" "$TS_TMP/keep/step-00000003.safetensors" # a link, not a file it wrote
+expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/keep" --ckpt-every 2 --keep-last 2 \
+  --log "$TS_TMP/keep.jsonl"
+TS_CHECKS=$((TS_CHECKS + 1))
+got=$(cd "$TS_TMP/keep" && LC_ALL=C ls | tr '\n' ' ')
+want="notes.txt step-00000001.safetensors.bak step-00000003.safetensors step-00000006.safetensors step-00000008.safetensors step-00000099.safetensors step-3.safetensors "
+[ "$got" = "$want" ] && [ -e "$TS_TMP/target" ] && pass "--keep-last 2: $got" || fail "--keep-last 2 left '$got'"
+expect_compare identical "--keep-last changes no result" "$TS_TMP/straight.jsonl" "$TS_TMP/keep.jsonl"
+expect_compare "same model state" "--keep-last's step 8, against the run's without it" \
+  "$TS_TMP/ck/step-00000008.safetensors" "$TS_TMP/keep/step-00000008.safetensors"
+
+# --- --init-from CKPT: the weights alone; a new optimizer, schedule and step count ---
+INIT="--model tiny --steps 3 --warmup 2 --data $DATA --quiet --eval-batches 1"
+expect_exit 0 "" "$TESSERA_BIN" train $INIT --log "$TS_TMP/scratch.jsonl"
+expect_exit 0 "" "$TESSERA_BIN" train $INIT --init-from "$TS_TMP/ck/step-00000008.safetensors" \
+  --ckpt-dir "$TS_TMP/init" --log "$TS_TMP/init.jsonl"
+expect_stdout "^initialised from .*ck/step-00000008.safetensors \(its step 8\): new optimizer state and schedule from step 0$"
+first_loss() { grep '"type":"step"' "$1" | head -n 1 | sed -n 's/.*"loss":\([0-9.]*\),.*/\1/p'; }
+TS_CHECKS=$((TS_CHECKS + 1))
+a=$(first_loss "$TS_TMP/init.jsonl") b=$(first_loss "$TS_TMP/scratch.jsonl")
+awk -v a="$a" -v b="$b" 'BEGIN { exit !(a != "" && a + 0.1 < b) }' &&
+  pass "step 1 from the trained weights: loss $a, from scratch $b" || fail "step 1 loss '$a' from the checkpoint, '$b' from scratch"
+# the schedule from its start: step 1's rate is the warmup's first, as from scratch
+TS_CHECKS=$((TS_CHECKS + 1))
+[ "$(lr_of "$TS_TMP/init.jsonl" 1)" = "$(lr_of "$TS_TMP/scratch.jsonl" 1)" ] && pass "the warmup starts anew" ||
+  fail "step 1 lr $(lr_of "$TS_TMP/init.jsonl" 1), from scratch $(lr_of "$TS_TMP/scratch.jsonl" 1)"
+# its checkpoints count its own steps, its optimizer too
+TS_CHECKS=$((TS_CHECKS + 1))
+hdr=$(head -c 20000 "$TS_TMP/init/step-00000003.safetensors" | tr -d '\0')
+case $hdr in
+*'"tessera.step":"3"'*'"tessera.adam_step":"3"'* | *'"tessera.adam_step":"3"'*'"tessera.step":"3"'*)
+  pass "the run's checkpoint is its step 3 (optimizer step 3)" ;;
+*) fail "checkpoint of the --init-from run: $(printf '%s' "$hdr" | grep -o '"tessera.[a-z_]*step":"[0-9]*"' | tr '\n' ' ')" ;;
+esac
+TS_CHECKS=$((TS_CHECKS + 1))
+grep -q '"init_from":"[^"]*ck/step-00000008.safetensors"' "$TS_TMP/init.jsonl" &&
+  pass "the config records --init-from" || fail "no init_from in $(head -c 300 "$TS_TMP/init.jsonl")"
+# it resumes like any run: stopped after step 2 and resumed, it ends where it did
+expect_exit 0 "" "$TESSERA_BIN" train $INIT --init-from "$TS_TMP/ck/step-00000008.safetensors" \
+  --ckpt-dir "$TS_TMP/init2" --ckpt-every 1 --log "$TS_TMP/init2.jsonl"
+rm -f "$TS_TMP/init2/step-00000003.safetensors"
+expect_exit 0 "" "$TESSERA_BIN" train $INIT --ckpt-dir "$TS_TMP/init2" --resume --log "$TS_TMP/init2.jsonl"
+expect_stdout "resumed from .*init2/step-00000002.safetensors"
+expect_compare identical "an --init-from run stopped after step 2 and resumed" "$TS_TMP/init.jsonl" "$TS_TMP/init2.jsonl"
+# another architecture is refused, naming the field and its flag
+expect_exit 2 "^tessera train: --init-from .*step-00000008.safetensors: another architecture: its \"d\" is 64, this run's \(--d\) 128$" \
+  "$TESSERA_BIN" train $INIT --d 128 --init-from "$TS_TMP/ck/step-00000008.safetensors"
+expect_exit 2 "another architecture: its \"variant\" is gpt, this run's \(--model\) llama$" \
+  "$TESSERA_BIN" train $INIT --model llama-tiny --init-from "$TS_TMP/ck/step-00000008.safetensors"
+expect_exit 2 "another architecture: its \"seq\" is 64, this run's \(--seq\) 128$" \
+  "$TESSERA_BIN" train $INIT --seq 128 --init-from "$TS_TMP/ck/step-00000008.safetensors"
+expect_exit 2 "another architecture: its \"rope_theta\" is 10000, this run's \(--rope-theta\) 500000$" \
+  "$TESSERA_BIN" train $INIT --model llama-tiny --rope-theta 500000 --init-from "$TS_TMP/llck/step-00000001.safetensors"
+# a checkpoint of the run's own --ckpt-dir would be written over: refused
+expect_exit 2 "^tessera train: --init-from .*ck/step-00000008.safetensors: a checkpoint of --ckpt-dir .*ck \(it would be overwritten\)" \
+  "$TESSERA_BIN" train $INIT --init-from "$TS_TMP/ck/step-00000008.safetensors" --ckpt-dir "$TS_TMP/ck"
+# what is not the architecture may differ: the training settings, and a LLaMA's context
+expect_exit 0 "" "$TESSERA_BIN" train $INIT --model llama-tiny --seq 128 --batch 2 --lr 3e-4 --dropout 0.1 \
+  --steps 1 --init-from "$TS_TMP/llck/step-00000001.safetensors"
+expect_exit 1 "checkpoint .*missing.safetensors: cannot open" "$TESSERA_BIN" train $INIT \
+  --init-from "$TS_TMP/missing.safetensors"
+cp "$TS_TMP/step3.bak" "$TS_TMP/damaged.safetensors"
+printf '\377' | dd of="$TS_TMP/damaged.safetensors" bs=1 seek=$((size - 10)) conv=notrunc 2>/dev/null
+expect_exit 1 "checkpoint .*damaged.safetensors.*(checksum|crc|CRC)" "$TESSERA_BIN" train $INIT \
+  --init-from "$TS_TMP/damaged.safetensors"
+
+# --- --resume and eval read the checkpoint's data unless --data says ---
+make_corpus "$TS_TMP/own.txt" 40000
+OWN="--model tiny --steps 4 --warmup 2 --quiet --eval-batches 1"
+expect_exit 0 "" "$TESSERA_BIN" train $OWN --data "$TS_TMP/own.txt" --val-frac 0.2 --log "$TS_TMP/own-straight.jsonl"
+expect_exit 0 "" "$TESSERA_BIN" train $OWN --data "$TS_TMP/own.txt" --val-frac 0.2 --ckpt-dir "$TS_TMP/own" \
+  --ckpt-every 2 --log "$TS_TMP/own.jsonl"
+rm -f "$TS_TMP/own/step-00000004.safetensors"
+# neither --data nor --val-frac: the checkpoint's file and split
+expect_exit 0 "" "$TESSERA_BIN" train $OWN --ckpt-dir "$TS_TMP/own" --resume --log "$TS_TMP/own.jsonl"
+expect_compare identical "resumed without --data, against the run done straight" \
+  "$TS_TMP/own-straight.jsonl" "$TS_TMP/own.jsonl"
+evalhex() { sed -n 's/.*val loss [0-9.]* (\([^)]*\)).*/\1/p' "$TS_OUT"; }
+expect_exit 0 "" "$TESSERA_BIN" eval --ckpt "$TS_TMP/own/step-00000004.safetensors" --eval-batches 1
+recorded=$(evalhex)
+expect_exit 0 "" "$TESSERA_BIN" eval --ckpt "$TS_TMP/own/step-00000004.safetensors" --eval-batches 1 \
+  --data "$TS_TMP/own.txt" --val-frac 0.2
+told=$(evalhex)
+expect_exit 0 "" "$TESSERA_BIN" eval --ckpt "$TS_TMP/own/step-00000004.safetensors" --eval-batches 1 --data "$DATA"
+other=$(evalhex)
+TS_CHECKS=$((TS_CHECKS + 1))
+[ -n "$recorded" ] && [ "$recorded" = "$told" ] && [ "$recorded" != "$other" ] &&
+  pass "eval without --data: the checkpoint's data and split ($recorded; the bundled corpus gives $other)" ||
+  fail "eval: recorded '$recorded', told '$told', the bundled corpus '$other'"
+# the recorded file gone: one line naming it and the way out
+mv "$TS_TMP/own.txt" "$TS_TMP/own-moved.txt"
+expect_exit 1 "^tessera: checkpoint .*step-00000004.safetensors was trained on .*own\.txt, which cannot be read \(No such file or directory\): pass --data$" \
+  "$TESSERA_BIN" eval --ckpt "$TS_TMP/own/step-00000004.safetensors"
+expect_exit 1 "^tessera: checkpoint .*step-00000004.safetensors was trained on .*own\.txt, which cannot be read \(No such file or directory\): pass --data$" \
+  "$TESSERA_BIN" train $OWN --steps 5 --ckpt-dir "$TS_TMP/own" --resume
+expect_exit 0 "" "$TESSERA_BIN" eval --ckpt "$TS_TMP/own/step-00000004.safetensors" --eval-batches 1 \
+  --data "$TS_TMP/own-moved.txt" --val-frac 0.2
+TS_CHECKS=$((TS_CHECKS + 1))
+[ "$(evalhex)" = "$recorded" ] && pass "the moved file, named: the same loss" || fail "moved file: $(evalhex), recorded $recorded"
 
 # --- the header is checksummed (format 2): edits that parse are refused too ---
 # one bit of tessera.step ("3" -> "2": a resume that would redo a step)

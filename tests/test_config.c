@@ -119,6 +119,12 @@ static void steps0(ts_config *c) { c->steps = -3; }
 static void batch0(ts_config *c) { c->batch = 0; }
 static void warm(ts_config *c) { c->warmup = -1; }
 static void eps0(ts_config *c) { c->eps = 0.0f; }
+static void beta1_1(ts_config *c) { c->beta1 = 1.0f; }
+static void beta2_neg(ts_config *c) { c->beta2 = -0.5f; }
+static void eps_inf(ts_config *c) { c->eps = INFINITY; }
+static void keep_neg(ts_config *c) { c->keep_last = -1; }
+static void keep_nodir(ts_config *c) { c->keep_last = 3; }
+static void log_neg(ts_config *c) { c->log_every = -2; }
 static void clip(ts_config *c) { c->grad_clip = -1.0f; }
 static void vf0(ts_config *c) { c->val_frac = 0.0f; }
 static void vf1(ts_config *c) { c->val_frac = 1.0f; }
@@ -149,7 +155,13 @@ static void test_validation(void **state) {
   expect_usage(steps0, "--steps -3");
   expect_usage(batch0, "--batch 0");
   expect_usage(warm, "--warmup -1");
-  expect_usage(eps0, "eps 0");
+  expect_usage(eps0, "--eps 0: must be > 0");
+  expect_usage(beta1_1, "--beta1 1: must be in [0, 1)");
+  expect_usage(beta2_neg, "--beta2 -0.5: must be in [0, 1)");
+  expect_usage(eps_inf, "--eps inf");
+  expect_usage(keep_neg, "--keep-last -1: must be >= 0");
+  expect_usage(keep_nodir, "--keep-last 3: needs --ckpt-dir");
+  expect_usage(log_neg, "--log-every -2: must be >= 1");
   expect_usage(clip, "--grad-clip -1");
   expect_usage(vf0, "--val-frac 0");
   expect_usage(vf1, "--val-frac 1");
@@ -217,6 +229,8 @@ static void awkward(ts_config *c) {
   c->eps = 1.17549435e-38f;
   c->grad_clip = 3.40282347e+38f;
   c->warmup = 7;
+  c->lr_schedule = TS_LR_WSD;
+  c->decay_frac = 1.0f / 3.0f;
   c->val_frac = 1.0f / 3.0f;
   c->eval_every = 11;
   c->eval_batches = 13;
@@ -237,6 +251,7 @@ static void awkward(ts_config *c) {
   snprintf(c->val_path, sizeof c->val_path, "val\\\x02 \"x\".bin");
   snprintf(c->log_path, sizeof c->log_path, "caf\xc3\xa9/run.jsonl");
   snprintf(c->ckpt_dir, sizeof c->ckpt_dir, "ckpt\\dir");
+  snprintf(c->init_from, sizeof c->init_from, "base/\"step\"-00000100.safetensors");
   c->ckpt_every = 17;
   c->resume = 1;
   c->quiet = 1;
@@ -319,6 +334,55 @@ static void test_json_errors(void **state) {
   assert_int_equal(ts_config_from_json(&b, ok), TS_OK);
   assert_true(b.dropout == 0.125f);
   assert_int_equal(b.d_ff, 256);
+}
+
+// --init-from's comparison: training settings may differ, not the tensors
+// nor what they compute; GPT's seq sizes wpe, LLaMA's seq no tensor.
+static void test_architecture_json(void **state) {
+  (void)state;
+  ts_config a, b;
+  char ja[TS_CONFIG_JSON_MAX], jb[TS_CONFIG_JSON_MAX], key[64];
+  const char *presets[] = {"tiny", "llama-tiny"};
+  for (int k = 0; k < 2; k++) {
+    base(&a, presets[k]);
+    assert_int_equal(ts_config_finalize(&a), TS_OK);
+    b = a;
+    b.lr = 0.5f, b.steps = 7, b.seed = 3, b.dropout = 0.25f, b.batch = 2, b.warmup = 0;
+    b.beta2 = 0.99f, b.lr_schedule = TS_LR_WSD, b.decay_frac = 0.5f, b.tile = 4, b.leaf = 16;
+    b.optimizer = TS_OPT_MUON, b.fast = 1, b.weight_decay = 0.0f;
+    snprintf(b.data_path, sizeof b.data_path, "other.bin");
+    b.data_format = TS_DATA_U16;
+    assert_int_equal(ts_config_architecture_json(&a, ja, sizeof ja), TS_OK);
+    assert_int_equal(ts_config_architecture_json(&b, jb, sizeof jb), TS_OK);
+    ts_config_json_difference(ja, jb, key, sizeof key);
+    assert_string_equal(key, "");
+    b.seq = 2 * a.seq;
+    assert_int_equal(ts_config_architecture_json(&b, jb, sizeof jb), TS_OK);
+    ts_config_json_difference(ja, jb, key, sizeof key);
+    assert_string_equal(key, k == 0 ? "seq" : ""); // GPT's wpe has seq rows
+    b.d_ff = a.d_ff + 64;
+    assert_int_equal(ts_config_architecture_json(&b, jb, sizeof jb), TS_OK);
+    ts_config_json_difference(ja, jb, key, sizeof key);
+    assert_string_equal(key, "d_ff"); // the first that differs, in the JSON's order
+    b = a;
+    b.tied = !a.tied;
+    assert_int_equal(ts_config_architecture_json(&b, jb, sizeof jb), TS_OK);
+    ts_config_json_difference(ja, jb, key, sizeof key);
+    assert_string_equal(key, "tied");
+  }
+  base(&a, "llama-tiny");
+  assert_int_equal(ts_config_finalize(&a), TS_OK);
+  b = a;
+  b.rope_theta = 500000.0f; // no shape shows it
+  assert_int_equal(ts_config_architecture_json(&a, ja, sizeof ja), TS_OK);
+  assert_int_equal(ts_config_architecture_json(&b, jb, sizeof jb), TS_OK);
+  ts_config_json_difference(ja, jb, key, sizeof key);
+  assert_string_equal(key, "rope_theta");
+  b = a;
+  b.n_kv_head = 1; // neither does the grouping of the heads
+  assert_int_equal(ts_config_architecture_json(&b, jb, sizeof jb), TS_OK);
+  ts_config_json_difference(ja, jb, key, sizeof key);
+  assert_string_equal(key, "n_kv_head");
 }
 
 // Layouts (ts_layout_check): exact data parallelism needs every rank's
@@ -531,6 +595,7 @@ int main(void) {
       cmocka_unit_test(test_layout_rules),    cmocka_unit_test(test_sequence_layout_rules),
       cmocka_unit_test(test_sp_mode_names),   cmocka_unit_test(test_head_parallel_rules),
       cmocka_unit_test(test_compress_rules),  cmocka_unit_test(test_param_floor),
+      cmocka_unit_test(test_architecture_json),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -19,7 +19,7 @@ typedef struct {
   char config[AGREE_CONFIG];   // the computation (ts_config_computation_json)
   int layout[10];              // the layout's settings, in layout_flags' order
   char data[96];               // its token counts and digest (ts_run_data_id)
-  int64_t ckpt_step;           // --resume: the checkpoint's step (0: none)
+  int64_t ckpt_step;           // --resume, --init-from: the checkpoint's step (0: none)
   char ckpt_crc[12];           // and its header's checksum
 } statement;
 
@@ -64,7 +64,7 @@ static int differs(const statement *a, const statement *b, int q, char *what, si
     return 1;
   }
   if (a->ckpt_step != b->ckpt_step || strcmp(a->ckpt_crc, b->ckpt_crc)) {
-    snprintf(what, cap, "the checkpoint to resume from: rank 0 found step %" PRId64 " (header %s), "
+    snprintf(what, cap, "the checkpoint it starts from: rank 0 found step %" PRId64 " (header %s), "
              "rank %d step %" PRId64 " (header %s)", a->ckpt_step, a->ckpt_crc, q, b->ckpt_step,
              b->ckpt_crc);
     return 1;

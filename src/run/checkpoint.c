@@ -283,8 +283,9 @@ int64_t ts_run_latest_checkpoint(const char *dir, char *path, size_t cap) {
 }
 
 // The fields that must agree for a resumed run to continue the same run.
-static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, const char *path) {
-  const ts_config old = *ck_cfg;
+static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, int64_t step,
+                               const char *path) {
+  ts_config old = *ck_cfg;
 #define SAME_INT(F, FLAG)                                                                 \
   if (old.F != cfg->F)                                                                    \
     return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written with %s %lld, this run has %lld", \
@@ -303,13 +304,25 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, co
   SAME_INT(n_head, "--heads") SAME_INT(n_kv_head, "--kv-heads")
   if (old.variant == TS_LLAMA) { SAME_FLT(rope_theta, "--rope-theta") } // a GPT has none
   SAME_INT(d_ff, "--d-ff") SAME_INT(seq, "--seq")
-  SAME_INT(tied, "--tied") SAME_INT(batch, "--batch") SAME_INT(steps, "--steps")
+  SAME_INT(tied, "--tied") SAME_INT(batch, "--batch")
   SAME_INT(seed, "--seed") SAME_INT(tile, "--tile") SAME_INT(leaf, "--leaf")
   SAME_INT(warmup, "--warmup") SAME_INT(optimizer, "--optimizer")
+  if (old.lr_schedule != cfg->lr_schedule && old.lr_schedule >= 0 &&
+      old.lr_schedule < TS_LR_NSCHEDULES)
+    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written with --lr-schedule %s, this "
+                   "run has %s", path, ts_lr_schedule_names[old.lr_schedule],
+                   ts_lr_schedule_names[cfg->lr_schedule]);
+  SAME_INT(lr_schedule, "--lr-schedule") SAME_FLT(decay_frac, "--decay-frac")
   SAME_FLT(dropout, "--dropout") SAME_FLT(lr, "--lr") SAME_FLT(min_lr_frac, "--min-lr-frac")
-  SAME_FLT(weight_decay, "--weight-decay") SAME_FLT(beta1, "beta1") SAME_FLT(beta2, "beta2")
-  SAME_FLT(eps, "eps") SAME_FLT(grad_clip, "--grad-clip") SAME_FLT(val_frac, "--val-frac")
+  SAME_FLT(weight_decay, "--weight-decay") SAME_FLT(beta1, "--beta1") SAME_FLT(beta2, "--beta2")
+  SAME_FLT(eps, "--eps") SAME_FLT(grad_clip, "--grad-clip") SAME_FLT(val_frac, "--val-frac")
   SAME_FLT(muon_lr, "--muon-lr")
+  // --steps may change (a finished run extended, a run cut short), not below
+  // the steps done: the schedule of the steps left is then derived for the
+  // new total (train.c says so), and the steps done stay as they were
+  if (cfg->steps < step)
+    return ts_fail(TS_EUSAGE, "--resume: --steps %d: checkpoint %s is of step %" PRId64
+                   " already", cfg->steps, path, step);
   if (old.compress != cfg->compress && old.compress >= 0 && old.compress < TS_COMPRESS_NMODES)
     return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written with --compress %s, this run "
                    "has %s", path, ts_compress_names[old.compress],
@@ -340,6 +353,7 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, co
   // (which change where values live, not their bits), so that a field added
   // later is refused without being listed above.
   char ja[8192], jb[8192], key[64];
+  old.steps = cfg->steps; // allowed to change (above)
   if (ts_config_computation_json(&old, 0, ja, sizeof ja) ||
       ts_config_computation_json(cfg, 0, jb, sizeof jb))
     return TS_ERUNTIME;
@@ -422,8 +436,9 @@ static int read_config(const ts_ckpt *ck, const ts_config *base, int training, i
   out->compress = out->compress_rank = out->compress_stages = 0, out->proj_lr = 0.0f;
   out->vq_groups = out->vq_rounds = out->vq_codes = out->vq_sync_codes = 0;
   out->vq_gamma = out->vq_commit = 0.0f;
+  out->lr_schedule = TS_LR_COSINE, out->decay_frac = 0.0f;
   out->data_format = TS_DATA_BYTES; // every file before the field read bytes
-  out->val_path[0] = '\0';
+  out->val_path[0] = out->init_from[0] = '\0';
   if (ts_config_from_json(out, js)) return ts_run_restate(path, META_CONFIG);
   if (out->tile == 0 || out->leaf == 0)
     return bad(path, "%s: %s 0: a run writes the one it used, never 0", META_CONFIG,
@@ -507,21 +522,147 @@ int ts_run_open_checkpoint(const char *path, const ts_config *base, int training
   return TS_OK;
 }
 
-int ts_run_open_resume(const ts_config *cfg, int share, int stages, ts_run_ckpt *ck) {
+// --resume without --data: the checkpoint's recorded data (its paths, its
+// format unless --data-format says, its split unless --val-frac says), each
+// file checked readable here, so that a missing one is named with the way out.
+static int recorded_data(ts_config *cfg, const ts_run_ckpt *ck, const char *path) {
+  const ts_config *was = &ck->cfg;
+  snprintf(cfg->data_path, sizeof cfg->data_path, "%s", was->data_path);
+  if (!cfg->val_path[0]) snprintf(cfg->val_path, sizeof cfg->val_path, "%s", was->val_path);
+  if (cfg->data_format == TS_DATA_DETECT) cfg->data_format = was->data_format;
+  if (cfg->val_frac_from_ckpt) cfg->val_frac = was->val_frac;
+  const char *files[2] = {cfg->data_path, cfg->val_path};
+  for (int i = 0; i < 2; i++)
+    if (files[i][0] && access(files[i], R_OK) != 0)
+      return ts_fail(TS_ERUNTIME, "checkpoint %s was trained on %s, which cannot be read (%s): "
+                     "pass --data%s", path, files[i], strerror(errno),
+                     i ? " and --val-data" : "");
+  return TS_OK;
+}
+
+int ts_run_open_resume(ts_config *cfg, int share, int stages, ts_run_ckpt *ck) {
   char path[4200];
   memset(ck, 0, sizeof *ck);
   int64_t s = ts_run_latest_checkpoint(cfg->ckpt_dir, path, sizeof path);
+  // no directory yet, or none in it: nothing to resume (ck->ck stays NULL)
+  if (s < 0 && errno == ENOENT) return TS_OK;
   if (s < 0)
-    return ts_fail(TS_ERUNTIME, "--resume: cannot open checkpoint directory %s", cfg->ckpt_dir);
-  if (s == 0)
-    return ts_fail(TS_ERUNTIME, "--resume: no checkpoint (step-N.safetensors, N >= 1) in %s",
-                   cfg->ckpt_dir);
+    return ts_fail(TS_ERUNTIME, "--resume: cannot open checkpoint directory %s: %s",
+                   cfg->ckpt_dir, strerror(errno));
+  if (s == 0) return TS_OK;
   int rc = ts_run_open_checkpoint(path, cfg, 1, share, stages, ck);
   if (!rc && ck->step != s)
     rc = bad(path, "%s is %" PRId64 " but the file is named for step %" PRId64, META_STEP,
              ck->step, s);
-  if (!rc) rc = check_resume_config(cfg, &ck->cfg, path);
+  if (!rc && cfg->data_from_ckpt) rc = recorded_data(cfg, ck, path);
+  // the format the files are read in, which the checkpoint's run recorded
+  if (!rc) rc = ts_data_resolve(cfg->data_path, cfg->val_path, cfg->data_format, &cfg->data_format);
+  if (!rc) rc = ts_data_check_vocab(cfg->data_format, cfg->vocab, cfg->data_path);
+  if (!rc) rc = check_resume_config(cfg, &ck->cfg, ck->step, path);
   if (rc) ts_run_close_checkpoint(ck);
+  return rc;
+}
+
+// The flag that sets an architecture field (ts_config_architecture_json's keys).
+static const char *architecture_flag(const char *key) {
+  static const char *const map[][2] = {
+      {"variant", "--model"},        {"vocab", "--vocab"},
+      {"d", "--d"},                  {"n_layer", "--layers"},
+      {"n_head", "--heads"},         {"n_kv_head", "--kv-heads"},
+      {"rope_theta", "--rope-theta"}, {"d_ff", "--d-ff"},
+      {"seq", "--seq"},              {"tied", "--tied/--untied"},
+      {"compress", "--compress"},    {"compress_rank", "--rank"},
+      {"compress_stages", "--compress-stages"}, {"vq_groups", "--vq-group"},
+      {"vq_rounds", "--vq-rounds"},  {"vq_codes", "--vq-codes"}};
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (strcmp(map[i][0], key) == 0) return map[i][1];
+  return key;
+}
+
+// A key's value in a JSON object as written ("none" when it is left out).
+static void json_text(const char *js, const char *key, char *out, size_t cap) {
+  json_value v;
+  json_error err;
+  snprintf(out, cap, "none");
+  if (json_parse(&v, js, strlen(js), JSON_NONFINITE | JSON_ANY_BYTES, &err)) return;
+  const json_value *x = json_get(&v, key);
+  if (x && x->str) snprintf(out, cap, "%s", x->str);
+  json_free(&v);
+}
+
+int ts_run_open_init(const ts_config *cfg, int share, int stages, ts_run_ckpt *ck) {
+  const char *path = cfg->init_from;
+  int rc = ts_run_open_checkpoint(path, cfg, 1, share, stages, ck);
+  if (rc) return rc;
+  char a[TS_CONFIG_JSON_MAX], b[TS_CONFIG_JSON_MAX], key[64];
+  if ((rc = ts_config_architecture_json(&ck->cfg, a, sizeof a)) ||
+      (rc = ts_config_architecture_json(cfg, b, sizeof b))) {
+    ts_run_close_checkpoint(ck);
+    return rc;
+  }
+  ts_config_json_difference(a, b, key, sizeof key);
+  if (key[0]) {
+    char field[64], va[64], vb[64];
+    snprintf(field, sizeof field, "%s", key);
+    const size_t n = strlen(field);
+    if (n > 4 && strcmp(field + n - 4, "_hex") == 0) field[n - 4] = 0; // a float's bits
+    json_text(a, field, va, sizeof va);
+    json_text(b, field, vb, sizeof vb);
+    ts_run_close_checkpoint(ck);
+    return ts_fail(TS_EUSAGE, "--init-from %s: another architecture: its \"%s\" is %s, this "
+                   "run's (%s) %s", path, field, va, architecture_flag(field), vb);
+  }
+  return TS_OK;
+}
+
+// tessera's own name for the checkpoint of a step (ts_run_save_checkpoint's
+// "step-%08lld.safetensors"): the step, or 0 for any other name.
+static int64_t own_checkpoint_step(const char *name) {
+  long long s;
+  int end = 0;
+  char again[64];
+  if (sscanf(name, "step-%lld.safetensors%n", &s, &end) != 1 || end == 0 || name[end] || s < 1)
+    return 0;
+  snprintf(again, sizeof again, "step-%08lld.safetensors", s);
+  return strcmp(again, name) == 0 ? (int64_t)s : 0;
+}
+
+static int by_step_descending(const void *a, const void *b) {
+  const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x < y) - (x > y);
+}
+
+int ts_run_prune_checkpoints(const char *dir, int64_t step, int keep) {
+  DIR *d = opendir(dir);
+  if (!d) return ts_fail(TS_ERUNTIME, "--keep-last: cannot open %s: %s", dir, strerror(errno));
+  int64_t *steps = NULL;
+  size_t n = 0, cap = 0;
+  int rc = TS_OK;
+  struct dirent *e;
+  char p[4400];
+  while (!rc && (e = readdir(d))) {
+    const int64_t s = own_checkpoint_step(e->d_name);
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    // a later step's file is another run's, and a link or a directory is
+    // not a file tessera wrote: both stay
+    if (s < 1 || s > step || lstat(p, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (n == cap) {
+      int64_t *grown = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *steps);
+      if (!grown) rc = ts_fail(TS_ERUNTIME, "out of memory");
+      else steps = grown;
+    }
+    if (!rc) steps[n++] = s;
+  }
+  closedir(d);
+  if (!rc && n) qsort(steps, n, sizeof *steps, by_step_descending);
+  for (size_t i = (size_t)keep; !rc && i < n; i++) {
+    snprintf(p, sizeof p, "%s/step-%08" PRId64 ".safetensors", dir, steps[i]);
+    if (unlink(p) != 0 && errno != ENOENT)
+      rc = ts_fail(TS_ERUNTIME, "--keep-last: cannot remove %s: %s (the checkpoint of step %"
+                   PRId64 " is written)", p, strerror(errno), step);
+  }
+  free(steps);
   return rc;
 }
 

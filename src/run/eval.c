@@ -3,10 +3,13 @@
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "run/run.h"
@@ -19,13 +22,18 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   int *inputs = NULL, *targets = NULL;
   int rc = ts_run_open_checkpoint(ckpt_path, cfg_in, 0, 1, 1, &ck);
   if (rc) return rc;
-  // the model (its vocabulary too) comes from the checkpoint; data, batches
-  // and the memory options (which change no bit) from the flags
+  // the model (its vocabulary too) comes from the checkpoint; batches and
+  // the memory options (which change no bit) from the flags; the data from
+  // the flags, else (no --data, no --val-data) the checkpoint's validation
+  // split: its files, format and --val-frac (that flag may still change)
   ts_config cfg = ck.cfg;
-  snprintf(cfg.data_path, sizeof cfg.data_path, "%s", cfg_in->data_path);
-  snprintf(cfg.val_path, sizeof cfg.val_path, "%s", cfg_in->val_path);
+  const int recorded = cfg_in->data_from_ckpt && !cfg_in->val_path[0];
+  if (!recorded) {
+    snprintf(cfg.data_path, sizeof cfg.data_path, "%s", cfg_in->data_path);
+    snprintf(cfg.val_path, sizeof cfg.val_path, "%s", cfg_in->val_path);
+  }
+  if (!recorded || !cfg_in->val_frac_from_ckpt) cfg.val_frac = cfg_in->val_frac;
   cfg.eval_batches = cfg_in->eval_batches;
-  cfg.val_frac = cfg_in->val_frac;
   cfg.checkpoint = cfg_in->checkpoint;
   cfg.fused_ce = cfg_in->fused_ce;
   cfg.tiled_mlp = cfg_in->tiled_mlp;
@@ -33,7 +41,13 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   // format is the flag's, else what the file says; a .bin that says nothing
   // is read as the checkpoint's raw ids if it was trained on raw ids.
   const char *file = cfg.val_path[0] ? cfg.val_path : cfg.data_path;
-  cfg.data_format = cfg_in->data_format;
+  if (recorded && access(file, R_OK) != 0) {
+    rc = ts_fail(TS_ERUNTIME, "checkpoint %s was trained on %s, which cannot be read (%s): pass "
+                 "--data", ckpt_path, file, strerror(errno));
+    goto done;
+  }
+  if (recorded && cfg_in->data_format == TS_DATA_DETECT) cfg.data_format = ck.cfg.data_format;
+  else cfg.data_format = cfg_in->data_format;
   if (cfg.data_format == TS_DATA_DETECT && (rc = ts_data_detect(file, &cfg.data_format)))
     goto done;
   if (cfg.data_format == TS_DATA_DETECT &&

@@ -84,8 +84,8 @@ typedef struct {
 
 // ---- agree.c ----------------------------------------------------------------------------
 // Every rank's computation (the configuration but its run settings, the
-// layout), its data (token counts and digest) and on --resume its checkpoint
-// (step and header checksum; ck NULL or closed: none) compared with rank 0's
+// layout), its data (token counts and digest) and on --resume or --init-from
+// its checkpoint (step and header checksum; ck NULL or closed: none) compared with rank 0's
 // over the world before any work. A difference: TS_EUSAGE on every rank
 // alike (ts_fail_everywhere), naming the first rank that differs and in what.
 int ts_run_agree(const ts_config *cfg, const ts_layout *lay, const ts_data *data,
@@ -99,8 +99,21 @@ int ts_run_agree(const ts_config *cfg, const ts_layout *lay, const ts_data *data
 int ts_run_open_checkpoint(const char *path, const ts_config *base, int training, int share,
                            int stages, ts_run_ckpt *out);
 // --resume: the latest checkpoint of cfg->ckpt_dir opened as above, its name's
-// step its own, and its configuration this run's (TS_EUSAGE naming the flag).
-int ts_run_open_resume(const ts_config *cfg, int share, int stages, ts_run_ckpt *out);
+// step its own, and its configuration this run's (TS_EUSAGE naming the flag)
+// but for --steps, which may grow or shrink to no less than its step. No
+// directory or no checkpoint in it: TS_OK with out->ck NULL (a fresh start).
+// cfg's data is resolved here (its format, read from the files or taken
+// from the checkpoint), and with cfg->data_from_ckpt is the checkpoint's.
+int ts_run_open_resume(ts_config *cfg, int share, int stages, ts_run_ckpt *out);
+// --init-from: cfg->init_from opened as above, refused (TS_EUSAGE naming the
+// field and its flag) unless its architecture is cfg's; the weights are
+// loaded later by ts_run_load_checkpoint without an optimizer.
+int ts_run_open_init(const ts_config *cfg, int share, int stages, ts_run_ckpt *out);
+// --keep-last: removes the checkpoints of dir named as tessera names them
+// (step-NNNNNNNN.safetensors, regular files) up to `step` but the `keep`
+// latest, the one of `step` among them; a later step's file (another run's)
+// and any other file stay.
+int ts_run_prune_checkpoints(const char *dir, int64_t step, int keep);
 void ts_run_close_checkpoint(ts_run_ckpt *ck);
 // The data this run's checkpoints are written from (their "tessera.data":
 // token counts and digest), and on --resume the refusal (TS_EUSAGE) of a

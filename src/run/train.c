@@ -75,6 +75,16 @@ static int resume(const ts_shard *sh, ts_adamw *opt, const ts_run_ckpt *ck,
   return TS_OK;
 }
 
+// --init-from: the checkpoint's parameters in place of the initialisation
+// (every rank reads what it holds), the optimizer fresh, the step 0.
+static int init_weights(const ts_shard *sh, const ts_run_ckpt *ck, int root) {
+  int rc = ts_run_load_checkpoint(sh->m, NULL, NULL, 0, ck);
+  if (rc) return rc;
+  if (root) printf("initialised from %s (its step %" PRId64 "): new optimizer state and "
+                   "schedule from step 0\n", ts_ckpt_path(ck->ck), ck->step);
+  return TS_OK;
+}
+
 // The step record's tracked phase peaks (mem.h): ,"mem_peak_bytes":{…}. A
 // phase this layout does not track (the attention of the serial and LSS
 // layouts) is left out.
@@ -155,8 +165,10 @@ static int log_step(ts_log *log, const step_stats *st, const ts_config *cfg, con
            st->compute_max * 1e3, st->mfu, st->rss, st->rss_max, dev_json, mem_json, state,
            pipe_json, comm_json);
   int rc = ts_log_line(log, line);
-  // memory: the process's peak, or on a GPU the device's
-  if (!cfg->quiet)
+  // memory: the process's peak, or on a GPU the device's; every
+  // --log-every steps and the last (the log has them all: compare needs them)
+  const uint64_t every = cfg->log_every > 1 ? (uint64_t)cfg->log_every : 1;
+  if (!cfg->quiet && (st->step % every == 0 || st->step == (uint64_t)cfg->steps))
     printf("step %5" PRIu64 "/%d | loss %.4f | lr %.2e | norm %.3f | %7.0f tok/s | MFU %4.1f%% | %6.0f MB%s\n",
            st->step, cfg->steps, (double)st->loss, (double)st->lr, (double)st->norm, st->tps,
            100.0 * st->mfu, be->peak_bytes ? dev_mb : st->rss, be->peak_bytes ? " GPU" : "");
@@ -231,6 +243,18 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   // Before anything is allocated: a model that cannot fit, and on --resume
   // everything in the checkpoint's header.
   if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size, grid->pp, shards, lay.zero))) goto done;
+  // (--resume: the checkpoint's data unless --data, resolved there)
+  if (cfg.resume && (rc = ts_run_open_resume(&cfg, grid->local_size, grid->pp, &ck))) goto done;
+  if (cfg.resume && !ck.ck) { // so that a job script can always pass --resume
+    if (root) printf("--resume: no checkpoint in %s yet: starting at step 0\n", cfg.ckpt_dir);
+    cfg.resume = 0;
+  }
+  if (cfg.resume && ck.cfg.steps != cfg.steps && root)
+    printf("--resume: --steps %d, the checkpoint's run had %d: the learning rate of steps %"
+           PRId64 "..%d follows the schedule of a %d-step run\n", cfg.steps, ck.cfg.steps,
+           ck.step + 1, cfg.steps, cfg.steps);
+  if (cfg.init_from[0] && (rc = ts_run_open_init(&cfg, grid->local_size, grid->pp, &ck)))
+    goto done;
   // the format the files are read in, which the run records and a resumed
   // run must share (a look at their first bytes; the whole files come later)
   if ((rc = ts_data_resolve(cfg.data_path, cfg.val_path, cfg.data_format, &cfg.data_format)) ||
@@ -238,7 +262,6 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     goto done;
   // the tokenizer the data was made with, for its checkpoints (--tokenizer)
   if ((rc = ts_run_checkpoint_tokenizer(&cfg))) goto done;
-  if (cfg.resume && (rc = ts_run_open_resume(&cfg, grid->local_size, grid->pp, &ck))) goto done;
   if (cfg.resume && (rc = ts_run_check_resume_tokenizer(&ck))) goto done;
   if (root) {
     int gone = ts_run_remove_stale_temps(&cfg);
@@ -272,7 +295,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   state_json(&sh, &opt, state, sizeof state);
   const int64_t start = cfg.resume ? ck.step : 0;
   if (cfg.resume && (rc = resume(&sh, &opt, &ck, &cfg, root))) goto done;
-  if (cfg.resume) ts_zero_release(&sh);
+  if (cfg.init_from[0] && (rc = init_weights(&sh, &ck, root))) goto done;
+  if (cfg.resume || cfg.init_from[0]) ts_zero_release(&sh); // --zero 3: the layers' own shards
   ts_run_close_checkpoint(&ck);
 
   // MFU counts every rank's cores: the roof is one process's, times the world.
@@ -377,6 +401,10 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
       if ((sh.zero || grid->dp_rank == 0) &&
           (rc = ts_run_save_checkpoint(&sh.owners, m, &opt, sh.upd_p, sh.nupd, &cfg,
                                        (int64_t)step)))
+        goto done;
+      // the older ones go once this one is in place (rank 0 renamed it)
+      if (root && cfg.keep_last > 0 &&
+          (rc = ts_run_prune_checkpoints(cfg.ckpt_dir, (int64_t)step, cfg.keep_last)))
         goto done;
       saved = (int64_t)step;
     }

@@ -24,7 +24,8 @@
 //          What is accepted must keep every promise of the reader: finite
 //          values, step = adam_step in 1..steps, a resume only of the same
 //          run (the configuration equal but for the fields a resume may
-//          change), a configuration that survives its own round trip.
+//          change, --steps among them), a configuration that survives its
+//          own round trip.
 //
 // The parent never runs OpenMP code (the children do, after fork).
 #ifdef HAVE_CONFIG_H
@@ -636,9 +637,11 @@ static uint64_t digest_of(ts_model *m, const ts_adamw *opt) {
 // Loads a format-2 checkpoint the way --resume does, with cfg as the run's
 // flags: its model, moments, step. TS_OK or the reader's error.
 static int load_as_resume(const ts_config *cfg, ts_run_ckpt *ck, ts_model **m, ts_adamw *opt) {
-  int rc = ts_run_open_resume(cfg, 1, 1, ck);
+  ts_config run = *cfg; // the resume resolves its data into it
+  int rc = ts_run_open_resume(&run, 1, 1, ck);
   if (rc) return rc;
-  if ((rc = ts_model_create(cfg, m))) return rc;
+  if (!ck->ck) return ts_fail(TS_ERUNTIME, "no checkpoint to resume from");
+  if ((rc = ts_model_create(&run, m))) return rc;
   if ((rc = ts_adamw_init(opt, ts_model_num_params(*m)))) return rc;
   return ts_run_load_checkpoint(*m, opt, NULL, 0, ck);
 }
@@ -756,6 +759,10 @@ static void same_run(const ts_config *ran, const ts_config *ck) {
   x.threads = y.threads = x.eval_every = y.eval_every = x.eval_batches = y.eval_batches = 0;
   x.checkpoint = y.checkpoint = x.fused_ce = y.fused_ce = x.tiled_mlp = y.tiled_mlp = 0;
   x.fast = y.fast = 0;
+  // --steps may change (a run extended, docs/CHECKPOINTS.md); init_from
+  // names the file another run started from
+  x.steps = y.steps = 0;
+  x.init_from[0] = y.init_from[0] = 0;
   if (ts_config_to_json(&x, a, sizeof a) || ts_config_to_json(&y, b, sizeof b))
     broken("config to JSON failed: %s", ts_errmsg());
   if (strcmp(a, b)) {
