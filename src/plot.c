@@ -59,8 +59,8 @@ static int record_value(const json_value *rec, const char *name, const char *hex
 // sequence length, both positive integers.
 static int tokens_per_step(const ts_log_reader *r, double *out) {
   const json_value *model = json_get(&r->config, "model");
-  const json_value *b = json_get(model ? model : &r->config, "batch");
-  const json_value *t = json_get(model ? model : &r->config, "seq");
+  const json_value *b = model ? json_get(model, "batch") : NULL;
+  const json_value *t = model ? json_get(model, "seq") : NULL;
   uint64_t vb, vt;
   if (!b || !t || json_u64(b, &vb) || json_u64(t, &vt) || vb == 0 || vt == 0)
     return ts_fail(TS_EUSAGE,
@@ -99,9 +99,11 @@ static int read_series(series *s, const ts_plot_options *opt) {
       rc = ts_fail(TS_EUSAGE, "%s:%ld: %s record has no \"%s\"", s->path, r.lineno, r.type, name);
       break;
     }
-    // a diverged step (NaN, inf) is not drawn, nor a loss a log axis cannot show
-    if (!isfinite(y) || (opt->log_y && y <= 0)) y = NAN;
-    if ((rc = points_add(is_step ? &s->loss : &s->val, r.step * scale, y)) != TS_OK) break;
+    // a diverged step (NaN, inf) is not drawn, nor a loss a log axis cannot
+    // show, nor a point at a step that is no number
+    const double x = r.step * scale;
+    if (!isfinite(y) || !isfinite(x) || (opt->log_y && y <= 0)) y = NAN;
+    if ((rc = points_add(is_step ? &s->loss : &s->val, x, y)) != TS_OK) break;
   }
   ts_log_reader_close(&r);
   return rc;
@@ -280,14 +282,14 @@ static void draw_run(FILE *f, const series *s, int i, const axis *ax, const axis
   xml_text(f, s->path);
   fprintf(f, "\">\n<path class=\"loss\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s d=\"",
           colour, dash);
-  int pen_down = 0;
+  int pen_down = 0, drawn = 0;
   for (long k = 0; k < s->loss.n; k++) {
     const point *p = &s->loss.p[k];
     if (isnan(p->y)) {
       pen_down = 0;
       continue;
     }
-    fprintf(f, "%s%c%.2f %.2f", k ? " " : "", pen_down ? 'L' : 'M', px_x(ax, p->x),
+    fprintf(f, "%s%c%.2f %.2f", drawn++ ? " " : "", pen_down ? 'L' : 'M', px_x(ax, p->x),
             px_y(ay, p->y));
     pen_down = 1;
   }

@@ -14,8 +14,8 @@ done
 
 cd "$TS_TMP" || exit 99
 # two runs that differ in length, evaluation interval and tokens per step
-expect_exit 0 "" "$T" train --model tiny --steps 6 --eval-every 3 --eval-batches 1 --quiet --log a.jsonl
-expect_exit 0 "" "$T" train --model tiny --steps 4 --batch 8 --seed 2 --eval-every 2 --eval-batches 1 --quiet --log b.jsonl
+expect_exit 0 "" "$T" train --model tiny --steps 6 --eval-every 3 --eval-batches 1 --threads 1 --quiet --log a.jsonl
+expect_exit 0 "" "$T" train --model tiny --steps 4 --batch 8 --seed 2 --eval-every 2 --eval-batches 1 --threads 1 --quiet --log b.jsonl
 
 # check_svg SVG MODE LOG...: the drawing holds, per log in order, one path
 # whose vertices are its step records (x increasing) and one marker per eval
