@@ -271,6 +271,7 @@ def render(res):
     L.append("")
     L.append("### Commands")
     L.append("")
+    L.append("<!-- docs-test: skip (benchmarks: minutes of timed runs) -->")  # tests/docs.py
     L.append("```sh")
     L.append("STEPS=%d bench/run.sh     # runs the lines below in order, then bench/report.py" % res["steps"])
     for name, c in res["cases"].items():
