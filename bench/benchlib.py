@@ -11,6 +11,7 @@ or from bench/ alike:
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -85,9 +86,16 @@ def manifest_lines(results, script, width):
     return out
 
 
+def shown_command(cmd, root):
+    """A recorded command line as a report shows it: no machine's paths. Paths inside
+    the repository are relative to it; a tessera binary elsewhere is $TESSERA."""
+    cmd = cmd.strip().replace(root + "/", "")
+    return re.sub(r"(^|\s)/\S*/tessera(?=\s|$)", r"\1$TESSERA", cmd)
+
+
 def run_command(results, name, root):
-    """The command line of a run (NAME.cmd), paths inside the repository made relative."""
-    return (read(os.path.join(results, name + ".cmd"), "") or "").strip().replace(root + "/", "")
+    """The command line of a run (NAME.cmd) as reports show it (shown_command)."""
+    return shown_command(read(os.path.join(results, name + ".cmd"), "") or "", root)
 
 
 def load_log(results, name):
@@ -164,9 +172,10 @@ def table(head, align, rows):
 
 
 def shown(path, root):
-    """A path as the report shows it: relative to the repository when inside it."""
+    """A path as the report shows it: relative to the repository when inside it, else
+    its file name alone (no machine's folders in a committed report)."""
     p = os.path.abspath(path)
-    return os.path.relpath(p, root) if p.startswith(root + os.sep) else p
+    return os.path.relpath(p, root) if p.startswith(root + os.sep) else os.path.basename(p)
 
 
 # ---- writing ------------------------------------------------------------------------

@@ -37,7 +37,7 @@
 #   IMG_DIR     where the report writes its PNG [docs/img]
 #   REPORT      run bench/compress_report.py at the end [1]; REPORT_ARGS are passed to it
 #   QUICK=1     llama-tiny with 8 layers, T 64, 30 steps, results and plot under
-#               ${TMPDIR:-/tmp}/tessera-compress-quick (plot in its img/)
+#               bench/results/quick/compress (plot in its img/)
 #
 # Every run writes RESULTS/NAME.{cmd,jsonl,err,meta}; RESULTS/manifest.tsv lists mode, P,
 # r, sync and name. Any failed run stops the benchmark with exit 1 and one line saying
@@ -52,7 +52,7 @@ BENCH=bench/compress_quality.sh
 if [ "${QUICK:-0}" = 1 ]; then
   : "${MODEL_FLAGS:=--model llama-tiny --layers 8}" "${SEQ:=64}" "${STEPS:=30}" "${EVAL_EVERY:=10}"
   : "${EVAL_BATCHES:=2}" "${RANKS:=16 8}"
-  : "${RESULTS:=${TMPDIR:-/tmp}/tessera-compress-quick}" "${IMG_DIR:=$RESULTS/img}"
+  : "${RESULTS:=$ROOT/bench/results/quick/compress}" "${IMG_DIR:=$RESULTS/img}"
 fi
 MODEL_FLAGS=${MODEL_FLAGS:---model llama-mini --layers 8}
 SEQ=${SEQ:-128}

@@ -163,13 +163,20 @@ bench_time_read() {
 # TESSERA), waits for a quiet machine, runs it under GNU time and `timeout TIMEOUT` with
 # its output in RESULTS/NAME.{out,err} (removed when empty). Sets RUN_RC (its exit
 # status), RUN_RSS_KB (the largest RSS of any of its processes) and what bench_meta writes.
+# The command runs in ROOT with the paths inside ROOT made relative to it, so neither
+# NAME.cmd nor the run log (its config line names the data) holds this machine's folders;
+# TESSERA is shown relative to ROOT, or as tessera when it lies elsewhere.
 bench_run() {
-  local name=$1; shift
-  printf '%q ' "$@" | sed "s| \$||; s|$BIN|$TESSERA|" > "$RESULTS/$name.cmd"
+  local name=$1 a shown_bin=${TESSERA#"$ROOT"/} args=() here=$PWD; shift
+  [ "$shown_bin" = "$TESSERA" ] && shown_bin=tessera
+  for a in "$@"; do args+=("${a//"$ROOT"\//}"); done
+  printf '%q ' "${args[@]}" | sed "s| \$||; s|$BIN|$shown_bin|" > "$RESULTS/$name.cmd"
   wait_quiet
   echo "+ $(cat "$RESULTS/$name.cmd")" >&2
+  cd "$ROOT" || die "cannot enter $ROOT"
   bench_timed "$RESULTS/$name" /usr/bin/time -f "$GNU_TIME_FORMAT" -o "$RESULTS/$name.time" \
-    timeout "$TIMEOUT" "$@"
+    timeout "$TIMEOUT" "${args[@]}"
+  cd "$here" || die "cannot return to $here"
   bench_time_read "$RESULTS/$name.time"
   # a run GNU time could not measure still gets numbers in its meta file
   RUN_CPU_S=${RUN_CPU_S:-0.00} RUN_RSS_KB=${RUN_RSS_KB:-0}

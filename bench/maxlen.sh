@@ -61,7 +61,7 @@
 #   RESULTS        where the logs go [bench/results/maxlen]; its previous files are replaced
 #   IMG_DIR        where the report writes its PNG [docs/img]
 #   REPORT         run bench/maxlen_report.py at the end [1]; REPORT_ARGS are passed to it
-#   QUICK=1        tiny model, T 256..1024, 2 steps, results under ${TMPDIR:-/tmp}/tessera-maxlen-quick
+#   QUICK=1        tiny model, T 256..1024, 2 steps, results under bench/results/quick/maxlen
 #
 # Every run writes RESULTS/NAME.{cmd,jsonl or json,err,meta}; RESULTS/manifest.tsv lists
 # kind, N, T, mode, name and status (ok; for probes refused or not-refused). Any failed
@@ -76,7 +76,7 @@ BENCH=bench/maxlen.sh
 if [ "${QUICK:-0}" = 1 ]; then
   : "${MODEL:=tiny}" "${TS:=256 512 1024}" "${TORCH_T:=256 512 1024}" "${WAIT_LOAD:=0}"
   : "${PROBE_T:=8388608 12582912}" "${GROWTH_T:=256}" "${GROWTH_STEPS:=4}"
-  : "${RESULTS:=${TMPDIR:-/tmp}/tessera-maxlen-quick}" "${IMG_DIR:=$RESULTS/img}"
+  : "${RESULTS:=$ROOT/bench/results/quick/maxlen}" "${IMG_DIR:=$RESULTS/img}"
   TORCH_MODEL_ARGS="--d 64 --layers 2 --heads 4"
 fi
 MODEL=${MODEL:-small}

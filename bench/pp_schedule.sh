@@ -43,7 +43,7 @@
 #   IMG_DIR       where the report writes its PNG [docs/img]
 #   REPORT        run bench/pp_report.py at the end [1]; REPORT_ARGS are passed to it
 #   QUICK=1       llama-tiny with 4 layers, T 64, 3 steps, results and plot under
-#                 ${TMPDIR:-/tmp}/tessera-pp-quick (plot in its img/): a smoke test of the
+#                 bench/results/quick/pp (plot in its img/): a smoke test of the
 #                 scripts (~1 min)
 #
 # Every run writes RESULTS/NAME.{cmd,jsonl,err,meta} (NAME pp{P}-m{M}-{schedule}, or
@@ -58,7 +58,7 @@ BENCH=bench/pp_schedule.sh
 
 if [ "${QUICK:-0}" = 1 ]; then
   : "${MODEL:=llama-tiny}" "${MODEL_FLAGS:=--layers 4}" "${SEQ:=64}" "${STEPS:=3}" "${WAIT_LOAD:=0}"
-  : "${RESULTS:=${TMPDIR:-/tmp}/tessera-pp-quick}" "${IMG_DIR:=$RESULTS/img}"
+  : "${RESULTS:=$ROOT/bench/results/quick/pp}" "${IMG_DIR:=$RESULTS/img}"
 fi
 MODEL=${MODEL:-llama-mini}
 MODEL_FLAGS=${MODEL_FLAGS---d 256 --d-ff 768 --layers 4}

@@ -84,7 +84,10 @@ run() {
   if [ "$first" = 1 ]; then
     date -u +%Y-%m-%dT%H:%M:%SZ > "$RAW/date"; uptime > "$RAW/uptime-start.txt"; first_run=0
   fi
-  printf '%q ' "$@" | sed 's/ $//' > "$RAW/$name.cmd"
+  # recorded as a reader can run it from the root: no folder of this machine
+  local shown_bin=${TESSERA#"$ROOT"/}
+  [ "$shown_bin" = "$TESSERA" ] && shown_bin='$TESSERA'
+  printf '%q ' "$@" | sed "s/ \$//; s|$TESSERA|$shown_bin|; s|$ROOT/||g" > "$RAW/$name.cmd"
   # GNU time when there is one: the run's own CPU seconds and max RSS (its .time file stays)
   local timed=()
   if [ -x /usr/bin/time ]; then timed=(/usr/bin/time -f "$GNU_TIME_FORMAT" -o "$RAW/$name.time"); fi
@@ -137,7 +140,7 @@ for c in $CASES; do
   echo "== $c: small, T=$T B=$B, $STEPS steps (load $(load1))" >&2
   # tessera first; --eval-batches 1 keeps the untimed final evaluation short
   run_quiet "$c.tessera" "$TESSERA" train --model small --seq "$T" --batch "$B" \
-    --steps "$STEPS" --eval-batches 1 --data data/corpus.txt --log "$RAW/$c.tessera.jsonl"
+    --steps "$STEPS" --eval-batches 1 --data data/corpus.txt --log "${RAW#"$ROOT"/}/$c.tessera.jsonl"
   tail -n 3 "$RAW/$c.tessera.out" >&2 || true
   run_quiet "$c.torch" "$PYTHON" bench/torch_gpt.py --seq "$T" --batch "$B" \
     --steps "$STEPS" --d 512 --layers 6 --heads 8

@@ -34,7 +34,7 @@
 #   IMG_DIR       where the report writes its PNG plots [docs/img]
 #   REPORT        run bench/sp_report.py at the end [1]; REPORT_ARGS are passed to it
 #   QUICK=1       tiny model, 3 steps, short sequences, results and plots under
-#                 ${TMPDIR:-/tmp}/tessera-sp-quick (plots in its img/): a smoke test of
+#                 bench/results/quick/sp (plots in its img/): a smoke test of
 #                 the scripts (~1 min)
 #
 # Every run writes RESULTS/NAME.{cmd,jsonl,out,err,meta}; RESULTS/manifest.tsv lists
@@ -54,7 +54,7 @@ BENCH=bench/sp_scaling.sh
 
 if [ "${QUICK:-0}" = 1 ]; then
   : "${MODEL:=tiny}" "${STEPS:=3}" "${SEQ_PER_RANK:=256}" "${MEM_T:=256 512}" "${WAIT_LOAD:=0}"
-  : "${RESULTS:=${TMPDIR:-/tmp}/tessera-sp-quick}" "${IMG_DIR:=$RESULTS/img}"
+  : "${RESULTS:=$ROOT/bench/results/quick/sp}" "${IMG_DIR:=$RESULTS/img}"
 fi
 MODEL=${MODEL:-small}
 MODEL_FLAGS=${MODEL_FLAGS:-}

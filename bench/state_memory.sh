@@ -27,7 +27,7 @@
 #   RESULTS   where the logs go [bench/results/state]; its previous files are replaced
 #   IMG_DIR   where the report writes its PNG [docs/img]
 #   REPORT    run bench/state_report.py at the end [1]
-#   QUICK=1   tiny and llama-tiny models at T 256, results under ${TMPDIR:-/tmp}/tessera-state-quick
+#   QUICK=1   tiny and llama-tiny models at T 256, results under bench/results/quick/state
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,7 +36,7 @@ BENCH=bench/state_memory.sh
 . "$ROOT/bench/lib.sh"
 if [ "${QUICK:-0}" = 1 ]; then
   : "${CASES:=tiny:--model tiny --layers 4:256}"
-  : "${RESULTS:=${TMPDIR:-/tmp}/tessera-state-quick}" "${IMG_DIR:=$RESULTS/img}"
+  : "${RESULTS:=$ROOT/bench/results/quick/state}" "${IMG_DIR:=$RESULTS/img}"
 fi
 CASES=${CASES:-"small:--model small:8192;large8:--model large --layers 8:1024"}
 LAYOUTS=${LAYOUTS:-"serial dp4 dp4-z1 dp4-z2 dp4-z3 lss4 lss4-z1 lss4-z3 upipe4 upipe4-z1 upipe4-z3 pp4 pp2dp2 pp2dp2-z1"}

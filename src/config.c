@@ -11,6 +11,7 @@
 
 #include "boundary/boundary.h"
 #include "tessera.h"
+#include "ts_paths.h" // TS_PKGDATADIR, TS_SRCDATADIR (written by make)
 
 // ---------------------------------------------------------------------------
 // Presets. `small` and `large` are the 20M and 1.5B models of the LSS
@@ -68,14 +69,8 @@ int ts_config_preset(ts_config *cfg, const char *name) {
 // `make install` put it, or the source tree this binary was built from, the
 // first that exists; else the checkout's path, for the error to name.
 static void default_corpus(char *buf, size_t cap) {
-  const char *where[] = {"data/corpus.txt",
-#ifdef TS_PKGDATADIR
-                         TS_PKGDATADIR "/corpus.txt",
-#endif
-#ifdef TS_SRCDATADIR
-                         TS_SRCDATADIR "/corpus.txt",
-#endif
-  };
+  const char *where[] = {"data/corpus.txt", TS_PKGDATADIR "/corpus.txt",
+                         TS_SRCDATADIR "/corpus.txt"};
   snprintf(buf, cap, "%s", where[0]);
   for (size_t i = 0; i < sizeof where / sizeof where[0]; i++)
     if (access(where[i], R_OK) == 0) {

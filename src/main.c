@@ -30,12 +30,14 @@
 #include "data.h"
 #include "parallel/cp.h"
 #include "parallel/grid.h"
+#include "plot.h"
 #include "tessera.h"
 
 // ---------------------------------------------------------------------------
 // Commands.
 enum {
-  C_TRAIN = 1, C_EVAL = 2, C_DUMP = 4, C_COMPARE = 8, C_INFO = 16, C_SAMPLE = 32, C_TOKENIZE = 64
+  C_TRAIN = 1, C_EVAL = 2, C_DUMP = 4, C_COMPARE = 8, C_INFO = 16, C_SAMPLE = 32, C_TOKENIZE = 64,
+  C_PLOT = 128
 };
 
 typedef struct {
@@ -107,6 +109,14 @@ static const command commands[] = {
      "Then: tessera train --data TOKENS --data-format u16 --vocab V --tokenizer MODEL.\n"
      "With --ckpt the tokenizer is the one that checkpoint was trained with.",
      "tessera tokenize --tokenizer m.model --in text.txt --out tokens.bin"},
+    {"plot", C_PLOT, "A.jsonl [B.jsonl ...] --out FILE.svg [flags]",
+     "draw the training and validation loss of run logs (SVG)",
+     "Draws the training loss (a line) and the validation loss (markers) of one or\n"
+     "more run logs against the step or the tokens trained on, the runs overlaid\n"
+     "and named by their files in the legend, as one SVG file. A log that tessera\n"
+     "compare would refuse is refused the same way (exit 2, naming file and line);\n"
+     "a non-finite loss (a diverged step) is left out and breaks the line.",
+     "tessera plot a.jsonl b.jsonl --out loss.svg --x tokens"},
     {"info", C_INFO, "", "show the build: version, compiler, BLAS, MPI, backends",
      "Shows what this binary was built with and the exactness defaults.", "tessera info"},
 };
@@ -130,8 +140,11 @@ typedef struct {
   int tokens, top_k, json, sample_threads;
   float temperature, top_p;
   uint64_t sample_seed;
-  char out[4096];  // dump, tokenize
+  char out[4096];  // dump: a directory; tokenize, plot: the file
   char in[4096];   // tokenize
+  char x_axis[8];  // plot
+  char title[256];
+  int log_y;
   int traj_steps;
   double rtol; // compare
 } cli;
@@ -151,6 +164,7 @@ static void cli_defaults(cli *c) {
   c->top_p = 1.0f;
   c->sample_seed = 1;
   c->sample_threads = 1;
+  snprintf(c->x_axis, sizeof c->x_axis, "step");
   c->rtol = 0.0;
 }
 
@@ -191,6 +205,7 @@ static int check_data_format(const flag *f, const char *raw, cli *c);
 static int check_token_format(const flag *f, const char *raw, cli *c);
 static int check_prompt(const flag *f, const char *raw, cli *c);
 static int check_positive(const flag *f, const char *raw, cli *c);
+static int check_x_axis(const flag *f, const char *raw, cli *c);
 
 // Headings of --help, in this order.
 enum { G_CMD, G_MODEL, G_TRAIN, G_DATA, G_RUN, G_PAR, G_COMP, G_OUT };
@@ -251,6 +266,14 @@ static const flag flags[] = {
     {"--rtol", K_DOUBLE, AT(rtol), 0, "R",
      "compare decimal values within relative tolerance R, 0 = bitwise", NULL, C_COMPARE, G_CMD,
      check_nonneg},
+    {"--out", K_STR, AT(out), 0, "FILE", "the SVG file to write (required)", "", C_PLOT, G_CMD,
+     NULL},
+    {"--x", K_STR, AT(x_axis), 0, "step|tokens",
+     "horizontal axis: optimizer steps, or tokens (step x batch x seq)", NULL, C_PLOT, G_CMD,
+     check_x_axis},
+    {"--title", K_STR, AT(title), 0, "T", "the drawing's title", "training and validation loss",
+     C_PLOT, G_CMD, NULL},
+    {"--log-y", K_SET, AT(log_y), 1, NULL, "logarithmic loss axis", "off", C_PLOT, G_CMD, NULL},
     // model
     {"--model", K_STR, AT(cfg.preset), 0, "PRESET",
      "GPT: tiny, mini, small, large; LLaMA: llama-tiny, llama-mini, llama-100m", NULL, TD, G_MODEL,
@@ -594,6 +617,11 @@ static int check_prompt(const flag *f, const char *raw, cli *c) {
   return TS_OK;
 }
 
+static int check_x_axis(const flag *f, const char *raw, cli *c) {
+  if (strcmp(raw, "step") == 0 || strcmp(raw, "tokens") == 0) return TS_OK;
+  return ts_fail(TS_EUSAGE, "--x %s: must be step or tokens", raw);
+}
+
 static int check_nonneg(const flag *f, const char *raw, cli *c) {
   const void *p = (const char *)c + f->off;
   double v = f->kind == K_INT ? *(const int *)p : *(const double *)p;
@@ -633,8 +661,9 @@ static int store(const flag *f, const char *raw, cli *c) {
   return f->check ? f->check(f, raw, c) : TS_OK;
 }
 
-// The row of the flag for this command (a name may have one row per command,
-// like --seed), else its first row (which the caller refuses), else NULL.
+// A name may have a row per command (--seed; --out: dump's directory, the
+// file of tokenize and plot): the row of cmd, else its first row (which
+// parse_args then refuses for cmd), else NULL.
 static const flag *find_flag(const char *name, size_t len, int cmd) {
   const flag *any = NULL;
   for (int i = 0; i < N_FLAGS; i++)
@@ -661,7 +690,7 @@ static int parse_args(const command *cmd, int argc, char **argv, parsed *out, in
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (a[0] != '-' || a[1] == '\0') { // positional ("-" alone too)
-      if (cmd->id != C_COMPARE || *n_pos == 2)
+      if (cmd->id != C_PLOT && (cmd->id != C_COMPARE || *n_pos == 2))
         return ts_fail(TS_EUSAGE, "unexpected argument '%s'", a);
       pos[(*n_pos)++] = a;
       continue;
@@ -974,6 +1003,42 @@ static int tokenize(const command *cmd, const cli *c) {
   return finish(cmd, ts_tokenize(model, ck, c->in, c->out, c->cfg.data_format, c->cfg.quiet));
 }
 
+// tessera compare: two logs, or two checkpoints.
+static int compare(const command *cmd, const cli *c, const char *const *pos, int n_pos) {
+  if (n_pos != 2) {
+    ts_fail(TS_EUSAGE, "needs two run logs (tessera compare A.jsonl B.jsonl)");
+    return usage_error(cmd);
+  }
+  int rc;
+  if (is_checkpoint(pos[0]) && is_checkpoint(pos[1]))
+    rc = c->rtol != 0.0 ? ts_fail(TS_EUSAGE, "--rtol: checkpoints compare bit for bit")
+                        : ts_compare_checkpoints(pos[0], pos[1], stdout);
+  else
+    rc = ts_compare_logs(pos[0], pos[1], c->rtol, stdout);
+  if (rc == 0 || rc == 1) return rc; // equal / different, already printed
+  return usage_error(cmd);           // unreadable or malformed: exit 2, like diff(1)
+}
+
+// tessera plot: the logs, then the drawing. The SVG must not replace a log.
+static int plot(const command *cmd, const cli *c, const char *const *logs, int n_logs) {
+  if (n_logs == 0) {
+    ts_fail(TS_EUSAGE, "needs at least one run log (tessera plot A.jsonl --out loss.svg)");
+    return usage_error(cmd);
+  }
+  if (c->out[0] == '\0') {
+    ts_fail(TS_EUSAGE, "--out FILE is required");
+    return usage_error(cmd);
+  }
+  for (int i = 0; i < n_logs; i++)
+    if (same_file(c->out, logs[i])) {
+      ts_fail(TS_EUSAGE, "--out %s: the log %s (it would be overwritten)", c->out, logs[i]);
+      return usage_error(cmd);
+    }
+  const ts_plot_options opt = {strcmp(c->x_axis, "tokens") == 0, c->log_y, c->title};
+  const int rc = ts_plot_logs(logs, n_logs, c->out, &opt);
+  return rc == TS_EUSAGE ? usage_error(cmd) : finish(cmd, rc);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     main_help(stderr);
@@ -1024,31 +1089,30 @@ int main(int argc, char **argv) {
     fprintf(stderr, "tessera: out of memory\n");
     return 1;
   }
-  const char *pos[2];
+  const char **pos = calloc((size_t)argc + 1, sizeof *pos); // the logs of compare, plot
+  if (pos == NULL) {
+    free(p);
+    ts_mpi_finalize();
+    fprintf(stderr, "tessera: out of memory\n");
+    return 1;
+  }
   int n = 0, n_pos = 0;
   cli c;
   int rc = parse_args(cmd, argc, argv, p, &n, pos, &n_pos);
   if (rc == TS_OK) rc = build(p, n, &c);
   free(p);
-  if (rc != TS_OK) return usage_error(cmd);
-
-  switch (cmd->id) {
-  case C_INFO: return finish(cmd, ts_info());
-  case C_COMPARE:
-    if (n_pos != 2) {
-      ts_fail(TS_EUSAGE, "needs two run logs (tessera compare A.jsonl B.jsonl)");
-      return usage_error(cmd);
-    }
-    if (is_checkpoint(pos[0]) && is_checkpoint(pos[1]))
-      rc = c.rtol != 0.0 ? ts_fail(TS_EUSAGE, "--rtol: checkpoints compare bit for bit")
-                         : ts_compare_checkpoints(pos[0], pos[1], stdout);
-    else
-      rc = ts_compare_logs(pos[0], pos[1], c.rtol, stdout);
-    if (rc == 0 || rc == 1) return rc; // equal / different, already printed
-    return usage_error(cmd);           // unreadable or malformed: exit 2, like diff(1)
-  case C_TOKENIZE: return tokenize(cmd, &c);
-  default: break;
+  if (rc != TS_OK) {
+    free(pos);
+    return usage_error(cmd);
   }
+  if (cmd->id == C_COMPARE || cmd->id == C_PLOT) {
+    rc = cmd->id == C_PLOT ? plot(cmd, &c, pos, n_pos) : compare(cmd, &c, pos, n_pos);
+    free(pos);
+    return rc;
+  }
+  free(pos);
+  if (cmd->id == C_INFO) return finish(cmd, ts_info());
+  if (cmd->id == C_TOKENIZE) return tokenize(cmd, &c);
 
   if ((cmd->id == C_EVAL || cmd->id == C_SAMPLE) && c.ckpt[0] == '\0') {
     ts_fail(TS_EUSAGE, "--ckpt FILE is required");

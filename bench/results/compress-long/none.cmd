@@ -1,1 +1,1 @@
-/work/main/build/tessera train --model llama-mini --layers 8 --seq 128 --batch 8 --steps 2000 --optimizer muon-pe --muon-lr 0.02 --lr 0.01 --warmup 30 --eval-every 100 --eval-batches 8 --threads 1 --data /work/main/data/corpus.txt --quiet --log /work/main/bench/results/compress-long/none.jsonl
+build/tessera train --model llama-mini --layers 8 --seq 128 --batch 8 --steps 2000 --optimizer muon-pe --muon-lr 0.02 --lr 0.01 --warmup 30 --eval-every 100 --eval-batches 8 --threads 1 --data data/corpus.txt --quiet --log bench/results/compress-long/none.jsonl

@@ -1,1 +1,1 @@
-mpiexec -n 4 /tmp/tsdev/tessera train --model llama-mini --d 256 --d-ff 768 --layers 4 --untied --seq 256 --batch 8 --steps 6 --threads 1 --eval-batches 1 --data /work/main/data/corpus.txt --quiet --log /work/main/bench/results/pp/pp4-m4-1f1b.jsonl --pp 4 --microbatches 4 --schedule 1f1b
+mpiexec -n 4 tessera train --model llama-mini --d 256 --d-ff 768 --layers 4 --untied --seq 256 --batch 8 --steps 6 --threads 1 --eval-batches 1 --data data/corpus.txt --quiet --log bench/results/pp/pp4-m4-1f1b.jsonl --pp 4 --microbatches 4 --schedule 1f1b

@@ -1,1 +1,1 @@
-/tmp/ci2/tessera train --model small --seq 1024 --batch 4 --steps 5 --eval-batches 1 --data data/corpus.txt --log /work/main/bench/results/raw/t1024.tessera.jsonl
+$TESSERA train --model small --seq 1024 --batch 4 --steps 5 --eval-batches 1 --data data/corpus.txt --log bench/results/raw/t1024.tessera.jsonl

@@ -1,1 +1,1 @@
-mpiexec -n 2 /work/main/build/tessera train --model small --seq 2048 --batch 1 --steps 4 --threads 1 --eval-batches 1 --data /work/main/data/corpus.txt --quiet --log /work/main/bench/results/sp/n2-t2048-lss.jsonl --sp 2 --sp-mode lss
+mpiexec -n 2 build/tessera train --model small --seq 2048 --batch 1 --steps 4 --threads 1 --eval-batches 1 --data data/corpus.txt --quiet --log bench/results/sp/n2-t2048-lss.jsonl --sp 2 --sp-mode lss

@@ -1,1 +1,1 @@
-mpiexec -n 4 /work/main/build/tessera train --model small --seq 4096 --batch 1 --steps 4 --threads 1 --eval-batches 1 --data /work/main/data/corpus.txt --quiet --log /work/main/bench/results/sp/n4-t4096-lss.jsonl --sp 4 --sp-mode lss
+mpiexec -n 4 build/tessera train --model small --seq 4096 --batch 1 --steps 4 --threads 1 --eval-batches 1 --data data/corpus.txt --quiet --log bench/results/sp/n4-t4096-lss.jsonl --sp 4 --sp-mode lss

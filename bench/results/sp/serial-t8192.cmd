@@ -1,1 +1,1 @@
-/work/main/build/tessera train --model small --seq 8192 --batch 1 --steps 4 --threads 1 --eval-batches 1 --data /work/main/data/corpus.txt --quiet --log /work/main/bench/results/sp/serial-t8192.jsonl
+build/tessera train --model small --seq 8192 --batch 1 --steps 4 --threads 1 --eval-batches 1 --data data/corpus.txt --quiet --log bench/results/sp/serial-t8192.jsonl

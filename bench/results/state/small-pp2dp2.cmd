@@ -1,1 +1,1 @@
-mpiexec -n 4 /work/main/build/tessera train --model small --seq 2048 --batch 4 --steps 1 --warmup 1 --eval-batches 1 --checkpoint --fused-ce --tiled-mlp --threads 1 --quiet --data /work/main/data/corpus.txt --log /work/main/bench/results/state/small-pp2dp2.jsonl --pp 2 --dp 2 --microbatches 2
+mpiexec -n 4 build/tessera train --model small --seq 2048 --batch 4 --steps 1 --warmup 1 --eval-batches 1 --checkpoint --fused-ce --tiled-mlp --threads 1 --quiet --data data/corpus.txt --log bench/results/state/small-pp2dp2.jsonl --pp 2 --dp 2 --microbatches 2

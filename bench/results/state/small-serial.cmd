@@ -1,1 +1,1 @@
-/work/main/build/tessera train --model small --seq 2048 --batch 4 --steps 1 --warmup 1 --eval-batches 1 --checkpoint --fused-ce --tiled-mlp --threads 1 --quiet --data /work/main/data/corpus.txt --log /work/main/bench/results/state/small-serial.jsonl
+build/tessera train --model small --seq 2048 --batch 4 --steps 1 --warmup 1 --eval-batches 1 --checkpoint --fused-ce --tiled-mlp --threads 1 --quiet --data data/corpus.txt --log bench/results/state/small-serial.jsonl
