@@ -208,7 +208,7 @@ run_tessera() {
 probe() {
   local t=$1 name=probe-t$1 cmd
   cmd=("$BIN" train --model "$MODEL" --seq "$t" --batch 1 --steps 1 --threads "$SERIAL_THREADS"
-       --checkpoint --fused-ce --tiled-mlp --data "$SNAP/random.bin" --val-frac 0.5 --quiet)
+       --checkpoint --fused-ce --tiled-mlp --data "$SNAP/random.bin" --data-format bytes --val-frac 0.5 --quiet)
   printf '%q ' "${cmd[@]}" | sed "s| \$||; s|$BIN|$TESSERA|; s|$SNAP/random.bin|RANDOM_FILE|; s|$ROOT/||g" \
     > "$RESULTS/$name.cmd"
   echo "+ $(cat "$RESULTS/$name.cmd")" >&2
