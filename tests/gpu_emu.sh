@@ -198,6 +198,6 @@ layout 4 "--model llama-tiny" "--dp 2 --sp 2 --sp-mode ulysses"
 layout 4 "--model tiny" "--pp 2 --sp 2 --microbatches 2"
 
 # --zero 2 and 3 give a layer's host pages back between uses: not on a GPU
-expect_exit 2 "--zero 3 with --device cuda: not built" "$EMU" train --model tiny --steps 1 \
-  --data "$DATA" --device cuda --zero 3 --log "$TS_TMP/never.jsonl"
+expect_exit 2 "--zero 3 with --device cuda: not built" timeout 180 $MPIEXEC -n 2 "$EMU" train \
+  --model tiny --steps 1 --data "$DATA" --dp 2 --device cuda --zero 3 --log "$TS_TMP/never.jsonl"
 done_testing
