@@ -262,7 +262,7 @@ class Checkpoint:
     def _check(self, st):
         path, meta = self.path, st.meta
         fmt = meta.get("tessera.format")
-        if fmt != "2":
+        if fmt not in ("2", "3"):
             raise TesseraError(
                 f"{path}: no tessera.format: not a tessera checkpoint" if fmt is None else
                 f"{path}: tessera.format {fmt} has no header checksum (docs/CHECKPOINTS.md)"
@@ -270,19 +270,30 @@ class Checkpoint:
         if f"{st.data_crc32():08x}" != meta.get("tessera.data_crc32"):
             raise TesseraError(f"{path}: the data's CRC-32 is not tessera.data_crc32: "
                                f"a damaged file")
-        # the header with its own 8 digits read as '0' (src/ckpt.c)
+        # the header with its own 8 digits read as '0' (src/ckpt.c): format 2
+        # with the length word; format 3 without it, without the trailing
+        # spaces, and without the run member (',"tessera.run":"..."'), which
+        # may differ between layouts of one run
         h = st.header_bytes
         m = re.search(rb'"tessera\.header_crc32":"([0-9a-f]{8})"', h)
-        if not m or zlib.crc32(h[:m.start(1)] + b"00000000" + h[m.end(1):]) != int(m.group(1), 16):
+        if m:
+            summed = h[:m.start(1)] + b"00000000" + h[m.end(1):]
+            if fmt == "3":
+                summed = re.sub(rb',"tessera\.run":"(?:[^"\\]|\\.)*"', b"",
+                                summed[8:].rstrip(b" "), count=1)
+        if not m or zlib.crc32(summed) != int(m.group(1), 16):
             raise TesseraError(f"{path}: the header's CRC-32 is not tessera.header_crc32: "
                                f"a damaged file")
         try:
             self.config = json.loads(meta["tessera.config"])
             self.step = int(meta["tessera.step"])
+            # format 3: the run's own settings (data_path, …) apart
+            run = json.loads(meta.get("tessera.run", "{}"))
         except (KeyError, ValueError, TypeError):
             raise TesseraError(f"{path}: tessera.config or tessera.step is missing or not valid")
-        if not isinstance(self.config, dict):
-            raise TesseraError(f"{path}: tessera.config is not a JSON object")
+        if not isinstance(self.config, dict) or not isinstance(run, dict):
+            raise TesseraError(f"{path}: tessera.config or tessera.run is not a JSON object")
+        self.config.update(run)
         self.shape = s = Shape(self.config, path)
         if s.compress:
             name = CODECS[s.compress] if s.compress < len(CODECS) else str(s.compress)

@@ -17,9 +17,16 @@
 // "tessera.header_crc32": the CRC-32 of the length word and the header with
 // its own 8 digits read as '0', so that every metadata value (the step, the
 // configuration) and every shape and offset is covered too: a flipped bit
-// there may parse and pass the layout checks. Format "1" (tessera dump's
-// golden files, older checkpoints) has the data checksum only; it is still
-// read, and the runs decide whether a format-1 file is enough for them.
+// there may parse and pass the layout checks. Format "3" (training
+// checkpoints now) puts the run's own settings (paths, threads, layout: what
+// two layouts of one run set differently) into one metadata member of their
+// own, "tessera.run", written last among the metadata, and its header
+// checksum leaves that member out, with the length word and the padding
+// (which its length moves): two layouts' checkpoints of one run then hold the
+// same bytes but that member (docs/CHECKPOINTS.md). Format "1" (tessera
+// dump's golden files, older checkpoints) has the data checksum only; it is
+// still read, and the runs decide whether a format-1 file is enough for them.
+// Format 2 files are still read, with their own header checksum.
 //
 // Writes are atomic (temp file in the same directory, fsync, rename, fsync of
 // the directory): a crash or a full disk leaves either the old file or the new
@@ -47,6 +54,9 @@ _Static_assert(sizeof(float) == 4, "F32 is 4 bytes");
 #define META_FORMAT "tessera.format"
 #define META_CRC "tessera.data_crc32"
 #define META_HCRC "tessera.header_crc32"
+#define META_RUN "tessera.run"
+#define RUN_MEMBER ",\"" META_RUN "\":" // as the writer puts it, before the value
+#define FORMAT_NEWEST 3
 // The reference safetensors reader refuses headers above 100 MB; so do we, so
 // that a garbage length cannot make us allocate gigabytes.
 #define MAX_HEADER ((uint64_t)100000000)
@@ -205,14 +215,32 @@ static int check_inputs(const char *path, const ts_tensor *tensors, int n, const
   return TS_OK;
 }
 
-// The header checksum of format 2: the length word, then the header with the
-// 8 digits at hdr[at, at + 8) read as '0'.
-static uint32_t header_crc(const crc_tables *ct, const unsigned char len8[8], const char *hdr,
-                           size_t len, size_t at) {
-  uint32_t crc = crc_update(ct, 0, len8, 8);
-  crc = crc_update(ct, crc, hdr, at);
+// Where a header's run member lies: bytes [lo, hi) of the header, the
+// comma before its key to the value's closing quote; lo = hi without one.
+typedef struct {
+  size_t lo, hi;
+} span;
+
+// CRC-32 of hdr[a, b) with the 8 digits at [at, at + 8) read as '0'.
+static uint32_t crc_part(const crc_tables *ct, uint32_t crc, const char *hdr, size_t a, size_t b,
+                         size_t at) {
+  if (at >= b || at + 8 <= a) return crc_update(ct, crc, hdr + a, b - a);
+  crc = crc_update(ct, crc, hdr + a, at - a);
   crc = crc_update(ct, crc, "00000000", 8);
-  return crc_update(ct, crc, hdr + at + 8, len - at - 8);
+  return crc_update(ct, crc, hdr + at + 8, b - at - 8);
+}
+
+// The header checksum, its own 8 digits at hdr[at, at + 8) read as '0'.
+// Format 2: the length word, then the whole header. Format 3: the header up
+// to its last non-space byte, the run member left out.
+static uint32_t header_crc(const crc_tables *ct, int format, const unsigned char len8[8],
+                           const char *hdr, size_t len, size_t at, span run) {
+  if (format == 2) return crc_part(ct, crc_update(ct, 0, len8, 8), hdr, 0, len, at);
+  while (len > 0 && (hdr[len - 1] == ' ' || hdr[len - 1] == '\n' || hdr[len - 1] == '\t' ||
+                     hdr[len - 1] == '\r'))
+    len--;
+  uint32_t crc = crc_part(ct, 0, hdr, 0, run.lo, at);
+  return crc_part(ct, crc, hdr, run.hi, len, at);
 }
 
 static void put_len8(unsigned char len8[8], uint64_t len) {
@@ -220,12 +248,13 @@ static void put_len8(unsigned char len8[8], uint64_t len) {
 }
 
 // The JSON header, padded with spaces so 8 + its length is a multiple of 8;
-// in format 2 with its header checksum filled in.
+// in formats 2 and 3 with its header checksum filled in.
 static int build_header(const char *path, sbuf *h, const ts_tensor *tensors, int n,
                         const uint64_t *bytes, const ts_meta *meta, int n_meta, uint32_t crc,
                         int format, const crc_tables *ct) {
   char crc_hex[9], fmt[2] = {(char)('0' + format), 0};
   size_t hcrc_at = 0;
+  span run = {0, 0};
   snprintf(crc_hex, sizeof crc_hex, "%08x", (unsigned)crc);
   sb_str(h, "{\"__metadata__\":{");
   sb_json_string(h, META_FORMAT);
@@ -235,19 +264,25 @@ static int build_header(const char *path, sbuf *h, const ts_tensor *tensors, int
   sb_json_string(h, META_CRC);
   sb_str(h, ":");
   sb_json_string(h, crc_hex);
-  if (format == 2) {
+  if (format >= 2) {
     sb_str(h, ",");
     sb_json_string(h, META_HCRC);
     sb_str(h, ":\"");
     hcrc_at = h->len;
     sb_str(h, "00000000\"");
   }
-  for (int i = 0; i < n_meta; i++) {
-    sb_str(h, ",");
-    sb_json_string(h, meta[i].key);
-    sb_str(h, ":");
-    sb_json_string(h, meta[i].value);
-  }
+  // the run member last (format 3), so that it is one run of bytes
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < n_meta; i++) {
+      const int is_run = format == 3 && !strcmp(meta[i].key, META_RUN);
+      if (is_run != pass) continue;
+      if (is_run) run.lo = h->len;
+      sb_str(h, ",");
+      sb_json_string(h, meta[i].key);
+      sb_str(h, ":");
+      sb_json_string(h, meta[i].value);
+      if (is_run) run.hi = h->len;
+    }
   sb_str(h, "}");
   uint64_t off = 0;
   for (int i = 0; i < n; i++) {
@@ -264,11 +299,12 @@ static int build_header(const char *path, sbuf *h, const ts_tensor *tensors, int
   while ((8 + h->len) % 8) sb_str(h, " ");
   if (h->oom) return bad(path, "out of memory building the header");
   if (h->len > MAX_HEADER) return bad(path, "header of %zu bytes is too large", h->len);
-  if (format == 2) {
+  if (format >= 2) {
     unsigned char len8[8];
     put_len8(len8, h->len);
     char hex[9];
-    snprintf(hex, sizeof hex, "%08x", (unsigned)header_crc(ct, len8, h->p, h->len, hcrc_at));
+    snprintf(hex, sizeof hex, "%08x",
+             (unsigned)header_crc(ct, format, len8, h->p, h->len, hcrc_at, run));
     memcpy(h->p + hcrc_at, hex, 8);
   }
   return TS_OK;
@@ -384,7 +420,7 @@ int ts_ckpt_prefix(const char *path, const ts_tensor *tensors, int n, const ts_m
   if (!rc) rc = check_inputs(path, tensors, n, meta, n_meta, bytes, 0);
   if (!rc) {
     crc_init(ct);
-    rc = build_header(path, &h, tensors, n, bytes, meta, n_meta, data_crc, 2, ct);
+    rc = build_header(path, &h, tensors, n, bytes, meta, n_meta, data_crc, FORMAT_NEWEST, ct);
   }
   unsigned char *buf = rc ? NULL : malloc(8 + h.len);
   if (!rc && !buf) rc = bad(path, "out of memory");
@@ -416,7 +452,14 @@ int ts_ckpt_write(const char *path, const ts_tensor *tensors, int n, const ts_me
 
 int ts_ckpt_write_v2(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
                      int n_meta) {
-  return write_format(path, tensors, n, meta, n_meta, 2);
+  return write_format(path, tensors, n, meta, n_meta, FORMAT_NEWEST);
+}
+
+int ts_ckpt_write_format(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
+                         int n_meta, int format) {
+  if (format < 1 || format > FORMAT_NEWEST)
+    return bad(path, "no checkpoint format %d (1..%d)", format, FORMAT_NEWEST);
+  return write_format(path, tensors, n, meta, n_meta, format);
 }
 
 // ---------------------------------------------------------------------------
@@ -626,20 +669,41 @@ static int check_layout(ts_ckpt *ck) {
 static int check_format(ts_ckpt *ck) {
   const char *fmt = ts_ckpt_meta(ck, META_FORMAT);
   if (!fmt) return bad(ck->path, "metadata has no %s: not a tessera checkpoint", META_FORMAT);
-  if (strcmp(fmt, "1") && strcmp(fmt, "2"))
-    return bad(ck->path, "%s is '%s', this build reads '1' and '2'", META_FORMAT, fmt);
+  if (strcmp(fmt, "1") && strcmp(fmt, "2") && strcmp(fmt, "3"))
+    return bad(ck->path, "%s is '%s', this build reads '1', '2' and '3'", META_FORMAT, fmt);
   ck->format = fmt[0] - '0';
   return TS_OK;
 }
 
-// Format 2: the stored header checksum must be 8 hex digits written as such
-// (no escapes: the bytes are what was summed) and equal the recomputed one.
+// Format 3: the run member's bytes, as the writer puts them (RUN_MEMBER,
+// then the value's string literal); none: an empty span.
+static int run_span(const ts_ckpt *ck, const char *hdr, size_t hlen, span *out) {
+  *out = (span){0, 0};
+  const json_value *v = ck->meta ? json_get(ck->meta, META_RUN) : NULL;
+  if (!v) return TS_OK;
+  const size_t k = strlen(RUN_MEMBER);
+  if (v->pos < k || v->pos >= hlen || hdr[v->pos] != '"' || memcmp(hdr + v->pos - k, RUN_MEMBER, k))
+    return bad(ck->path, "%s is not written as a checkpoint writer writes it", META_RUN);
+  size_t i = v->pos + 1; // the parser accepted the literal: it ends before hlen
+  while (i < hlen && hdr[i] != '"') i += hdr[i] == '\\' ? 2 : 1;
+  if (i >= hlen) return bad(ck->path, "%s: its value does not end", META_RUN);
+  *out = (span){v->pos - k, i + 1};
+  return TS_OK;
+}
+
+// Formats 2 and 3: the stored header checksum must be 8 hex digits written
+// as such (no escapes: the bytes are what was summed) and equal the
+// recomputed one.
 static int check_header_crc(ts_ckpt *ck, const unsigned char len8[8], const char *hdr,
                             size_t hlen) {
   if (ck->format < 2) return TS_OK;
   const json_value *v = ck->meta ? json_get(ck->meta, META_HCRC) : NULL;
   if (!v)
-    return bad(ck->path, "metadata has no %s, which %s '2' requires", META_HCRC, META_FORMAT);
+    return bad(ck->path, "metadata has no %s, which %s '%d' requires", META_HCRC, META_FORMAT,
+               ck->format);
+  span run = {0, 0};
+  int rc = ck->format == 3 ? run_span(ck, hdr, hlen, &run) : TS_OK;
+  if (rc) return rc;
   size_t at = v->pos + 1;
   if (strlen(v->str) != 8 || strspn(v->str, "0123456789abcdef") != 8 || at + 9 > hlen ||
       memcmp(hdr + at, v->str, 8) || hdr[at + 8] != '"')
@@ -648,7 +712,8 @@ static int check_header_crc(ts_ckpt *ck, const unsigned char len8[8], const char
   if (!ct) return bad(ck->path, "out of memory");
   crc_init(ct);
   char got[9];
-  snprintf(got, sizeof got, "%08x", (unsigned)header_crc(ct, len8, hdr, hlen, at));
+  snprintf(got, sizeof got, "%08x",
+           (unsigned)header_crc(ct, ck->format, len8, hdr, hlen, at, run));
   free(ct);
   if (strcmp(v->str, got))
     return bad(ck->path,

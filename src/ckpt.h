@@ -19,13 +19,18 @@ typedef struct {
 // dump writes its golden files so.
 int ts_ckpt_write(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
                   int n_meta);
-// The same in format 2: the header (every metadata value, shape and offset)
-// checksummed too ("tessera.header_crc32"). Training checkpoints.
+// The same with the header (every metadata value, shape and offset)
+// checksummed too ("tessera.header_crc32"), in the newest format (3: a
+// "tessera.run" member is written last and left out of that checksum; ckpt.c).
+// Training checkpoints.
 int ts_ckpt_write_v2(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
                      int n_meta);
+// The same in a given format, 1 to 3 (tests: files as older builds wrote them).
+int ts_ckpt_write_format(const char *path, const ts_tensor *tensors, int n, const ts_meta *meta,
+                         int n_meta, int format);
 
 // For writers that place the data themselves (the ranks of a partitioned
-// model, each its own byte ranges): the file's first bytes in format 2, the
+// model, each its own byte ranges): the file's first bytes in the newest format, the
 // length word and the header, *len of them (malloc'd into *out), for tensors
 // whose data (in table order, no gaps; their data pointers unused) has the
 // CRC-32 data_crc. The length does not depend on data_crc.
@@ -49,7 +54,7 @@ void ts_ckpt_close(ts_ckpt *ck);
 // Metadata value or NULL when absent.
 const char *ts_ckpt_meta(const ts_ckpt *ck, const char *key);
 int ts_ckpt_num_tensors(const ts_ckpt *ck);
-// 1 or 2 (tessera.format; ts_ckpt_open refuses any other).
+// 1, 2 or 3 (tessera.format; ts_ckpt_open refuses any other).
 int ts_ckpt_format(const ts_ckpt *ck);
 const char *ts_ckpt_path(const ts_ckpt *ck);
 // TS_OK when the file holds exactly the n tensors of t, in that order, with

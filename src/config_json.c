@@ -134,16 +134,45 @@ static void put_string(char *buf, size_t cap, size_t *len, const char *s) {
   *len += json_escape(room ? buf + *len : NULL, room, s);
 }
 
-int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap) {
+// Which fields a JSON form holds: all of them, the computation (without the
+// run's own settings, with or without the memory options), or the run's own
+// settings alone (the memory options among them).
+typedef enum { PART_ALL, PART_COMPUTATION, PART_COMPUTATION_MEMORY, PART_RUN } part;
+
+// The run's own settings (ts_config_drop_run_settings sets them to fixed
+// values; test_config checks that the two lists agree) and the memory
+// options: what two layouts of one run may set differently.
+static const char *const run_keys[] = {"threads", "eval_every", "eval_batches", "quiet",
+                                       "resume", "data_path", "val_path", "tokenizer",
+                                       "log_path", "ckpt_dir", "init_from", "ckpt_every"};
+static const char *const memory_keys[] = {"checkpoint", "fused_ce", "tiled_mlp"};
+
+static int among(const char *key, const char *const *keys, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(key, keys[i])) return 1;
+  return 0;
+}
+
+static int in_part(const field *f, part which) {
+  if (which == PART_ALL) return 1;
+  const int run = among(f->key, run_keys, sizeof run_keys / sizeof run_keys[0]);
+  const int memory = among(f->key, memory_keys, sizeof memory_keys / sizeof memory_keys[0]);
+  if (which == PART_RUN) return run || memory;
+  return !run && (which == PART_COMPUTATION_MEMORY || !memory);
+}
+
+static int write_json(const ts_config *cfg, part which, const char *extra, char *buf, size_t cap) {
   size_t len = 0;
   const char *base = (const char *)cfg;
+  int n = 0;
   put(buf, cap, &len, "{");
   for (int i = 0; i < N_FIELDS; i++) {
     const field *f = &fields[i];
     const void *p = base + f->off;
     if (f->llama && cfg->variant != TS_LLAMA) continue; // GPT files stay as they were
     if (f->optional && is_absent(f, p)) continue;
-    put(buf, cap, &len, "%s\"%s\":", i ? "," : "", f->key);
+    if (!in_part(f, which)) continue;
+    put(buf, cap, &len, "%s\"%s\":", n++ ? "," : "", f->key);
     switch (f->kind) {
     case F_INT: put(buf, cap, &len, "%d", *(const int *)p); break;
     case F_U64: put(buf, cap, &len, "%llu", (unsigned long long)*(const uint64_t *)p); break;
@@ -162,10 +191,26 @@ int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap) {
     case F_LR_SCHEDULE: put_string(buf, cap, &len, schedule_name(*(const int *)p)); break;
     }
   }
+  if (extra && extra[0]) put(buf, cap, &len, "%s%s", n ? "," : "", extra);
   put(buf, cap, &len, "}");
   if (len >= cap)
     return ts_fail(TS_ERUNTIME, "config JSON needs %zu bytes, buffer has %zu", len + 1, cap);
   return TS_OK;
+}
+
+int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap) {
+  return write_json(cfg, PART_ALL, NULL, buf, cap);
+}
+
+int ts_config_run_json(const ts_config *cfg, const char *layout, char *buf, size_t cap) {
+  char extra[256] = "";
+  size_t len = 0;
+  if (layout) {
+    put(extra, sizeof extra, &len, "\"layout\":");
+    put_string(extra, sizeof extra, &len, layout);
+    if (len >= sizeof extra) return ts_fail(TS_ERUNTIME, "layout name too long: %s", layout);
+  }
+  return write_json(cfg, PART_RUN, extra, buf, cap);
 }
 
 // ---------------------------------------------------------------------------
@@ -241,7 +286,11 @@ static int set_field(ts_config *cfg, const field *f, const json_value *jv, int f
   return -1;
 }
 
-int ts_config_from_json(ts_config *cfg, const char *json) {
+// Reads json over cfg; with required, the model fields must be there. A
+// field outside the part is refused: the run's settings are read from a
+// record the checkpoint's header checksum does not cover (docs/CHECKPOINTS.md),
+// which must not carry the computation in.
+static int read_json(ts_config *cfg, const char *json, int required, part which) {
   json_value obj;
   json_error err;
   // nan and inf: "%.9g" writes them for a float that is not finite
@@ -258,6 +307,10 @@ int ts_config_from_json(ts_config *cfg, const char *json) {
     int from_hex = klen > 4 && strcmp(v->key + klen - 4, "_hex") == 0;
     const field *f = find_field(v->key, from_hex ? klen - 4 : klen);
     if (f == NULL || (from_hex && f->kind != F_FLOAT)) continue;
+    if (!in_part(f, which)) {
+      rc = ts_fail(TS_ERUNTIME, "config JSON: \"%s\" is not one of the run's own settings", f->key);
+      break;
+    }
     int k = (int)(f - fields);
     if (set_field(cfg, f, v, from_hex, &seen_hex[k]) != 0)
       rc = ts_fail(TS_ERUNTIME, "config JSON: bad value for \"%s%s\"", f->key,
@@ -266,7 +319,8 @@ int ts_config_from_json(ts_config *cfg, const char *json) {
   }
   json_free(&obj);
   for (int i = 0; i < N_FIELDS && rc == TS_OK; i++)
-    if (fields[i].required && !seen[i] && (!fields[i].llama || cfg->variant == TS_LLAMA))
+    if (required && fields[i].required && !seen[i] &&
+        (!fields[i].llama || cfg->variant == TS_LLAMA))
       rc = ts_fail(TS_ERUNTIME, "config JSON: missing \"%s\"", fields[i].key);
   if (rc == TS_OK && cfg->variant == TS_GPT) { // not in a GPT's JSON: the canonical values
     cfg->n_kv_head = 0;
@@ -278,11 +332,17 @@ int ts_config_from_json(ts_config *cfg, const char *json) {
 // The JSON key of the first field in which two configurations' JSON forms
 // differ (both written by ts_config_to_json: same order, optional fields
 // present or not), or "" when they do not.
+int ts_config_from_json(ts_config *cfg, const char *json) {
+  return read_json(cfg, json, 1, PART_ALL);
+}
+
+int ts_config_run_from_json(ts_config *cfg, const char *json) {
+  return read_json(cfg, json, 0, PART_RUN);
+}
+
 int ts_config_computation_json(const ts_config *cfg, int memory_options, char *buf, size_t cap) {
-  ts_config c = *cfg;
-  ts_config_drop_run_settings(&c);
-  if (!memory_options) c.checkpoint = c.fused_ce = c.tiled_mlp = 0;
-  return ts_config_to_json(&c, buf, cap);
+  return write_json(cfg, memory_options ? PART_COMPUTATION_MEMORY : PART_COMPUTATION, NULL, buf,
+                    cap);
 }
 
 int ts_config_architecture_json(const ts_config *cfg, char *buf, size_t cap) {

@@ -147,7 +147,8 @@ void ts_config_defaults(ts_config *cfg);
 // The data's content is not in it (its paths are): compare that apart.
 void ts_config_drop_run_settings(ts_config *cfg);
 // The JSON form (ts_config_to_json) of cfg's computation: without its run
-// settings, and with memory_options 0 without the memory options either
+// settings (the fields ts_config_drop_run_settings sets are left out), and
+// with memory_options 0 without the memory options either
 // (--checkpoint, --fused-ce, --tiled-mlp change where values live, not their bits).
 int ts_config_computation_json(const ts_config *cfg, int memory_options, char *buf, size_t cap);
 // The JSON form of cfg's architecture alone: what its tensors are and what
@@ -168,6 +169,13 @@ int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap);
 // Reads a config written by ts_config_to_json; every field present is set
 // (floats bit-exact via their _hex form); the model fields are required.
 int ts_config_from_json(ts_config *cfg, const char *json);
+// The run's own settings and memory options alone (what
+// ts_config_computation_json leaves out), plus "layout": the layout's name
+// when not NULL (a record for people; not read back). A checkpoint's
+// "tessera.run".
+int ts_config_run_json(const ts_config *cfg, const char *layout, char *buf, size_t cap);
+// Reads a ts_config_run_json record over cfg; any other field is refused.
+int ts_config_run_from_json(ts_config *cfg, const char *json);
 // The JSON key of the first field in which two configurations' JSON forms
 // (ts_config_to_json's) differ, into key; "" when they do not.
 void ts_config_json_difference(const char *a, const char *b, char *key, size_t cap);

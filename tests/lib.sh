@@ -96,6 +96,34 @@ expect_compare() {
   if [ "$out" = "$want" ]; then pass "$label: $want"; else fail "$label: $out"; fi
 }
 
+# expect_same_bytes LABEL A B: two checkpoints hold the same bytes but their
+# run members (",\"tessera.run\":\"…\"", the run's own settings: paths,
+# threads, layout) and what its length moves (the length word, the header's
+# padding): the tensor table, the rest of the metadata and the data section
+# byte for byte (docs/CHECKPOINTS.md).
+expect_same_bytes() {
+  local label=$1 out
+  TS_CHECKS=$((TS_CHECKS + 1))
+  out=$(python3 - "$2" "$3" <<'PY' 2>&1
+import re, struct, sys
+def rest(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = re.sub(rb',"tessera\.run":"(?:[^"\\]|\\.)*"', b"", b[8:8 + n].rstrip(b" "), count=1)
+    return h, b[8 + n:]
+(ha, da), (hb, db) = rest(sys.argv[1]), rest(sys.argv[2])
+if ha != hb:
+    i = next((k for k in range(min(len(ha), len(hb))) if ha[k] != hb[k]), min(len(ha), len(hb)))
+    print("headers differ at byte %d: %r vs %r" % (i, ha[i:i + 40], hb[i:i + 40]))
+elif da != db:
+    print("data sections differ (%d and %d bytes)" % (len(da), len(db)))
+else:
+    print("same bytes")
+PY
+)
+  if [ "$out" = "same bytes" ]; then pass "$label: the same bytes but the run's settings"; else fail "$label: $out"; fi
+}
+
 # make_corpus FILE [BYTES]: deterministic text, enough for small test runs.
 make_corpus() {
   local file=$1 bytes=${2:-65536}

@@ -123,6 +123,8 @@ expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 4 --microbatches 4 --ckpt-dir 
   --log "$TS_TMP/ckp.jsonl"
 expect_compare "same model state" "the serial and pp 4 checkpoints" \
   "$TS_TMP/cks/step-00000002.safetensors" "$TS_TMP/ckp/step-00000002.safetensors"
+expect_same_bytes "the serial and pp 4 checkpoints" \
+  "$TS_TMP/cks/step-00000002.safetensors" "$TS_TMP/ckp/step-00000002.safetensors"
 for d in cks ckp; do rm -f "$TS_TMP/$d/step-00000003.safetensors"; done
 # each continues under the other layout and ends where the straight runs did
 expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 4 --microbatches 4 --ckpt-dir "$TS_TMP/cks" \

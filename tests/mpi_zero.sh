@@ -114,6 +114,8 @@ expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 2 --dp 2 --microbatches 2 --ze
 for k in k1 k2; do
   expect_compare "same model state" "$k's checkpoint against the serial run's" \
     "$TS_TMP/k0/step-00000002.safetensors" "$TS_TMP/$k/step-00000002.safetensors"
+  expect_same_bytes "$k's checkpoint against the serial run's" \
+    "$TS_TMP/k0/step-00000002.safetensors" "$TS_TMP/$k/step-00000002.safetensors"
   rm -f "$TS_TMP/$k/step-00000003.safetensors"
 done
 expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 2 --dp 2 --microbatches 2 --zero 1 \
@@ -133,6 +135,8 @@ expect_exit 0 "" "$T" train $C3 --ckpt-dir "$TS_TMP/k3s" --log "$TS_TMP/k3s.json
 expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C3 --dp 2 --sp 2 --zero 3 --ckpt-dir "$TS_TMP/k3" \
   --log "$TS_TMP/k3.jsonl"
 expect_compare "same model state" "--dp 2 --sp 2 --zero 3's checkpoint against the serial run's" \
+  "$TS_TMP/k3s/step-00000002.safetensors" "$TS_TMP/k3/step-00000002.safetensors"
+expect_same_bytes "--dp 2 --sp 2 --zero 3's checkpoint against the serial run's" \
   "$TS_TMP/k3s/step-00000002.safetensors" "$TS_TMP/k3/step-00000002.safetensors"
 rm -f "$TS_TMP/k3/step-00000003.safetensors"
 expect_exit 0 "" $RUN_MPI -n 2 "$T" train $C3 --dp 2 --zero 2 --ckpt-dir "$TS_TMP/k3" \

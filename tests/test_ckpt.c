@@ -512,37 +512,88 @@ static void write_v2(const char *path) {
   if (ts_ckpt_write_v2(path, t, n, tricky_meta, N_META)) fail_msg("%s", ts_errmsg());
 }
 
-// The stored header checksum is the CRC-32 (independent implementation) of the
-// length word and the header, its own 8 digits read as '0'.
-static void test_v2_layout(void **state) {
-  char path[4200];
-  path_in(path, sizeof path, "v2.safetensors");
-  write_v2(path);
+// The stored header checksum (independent implementation): in format 3 the
+// CRC-32 of the header up to its last non-space byte, its own 8 digits read
+// as '0' and the run member (',"tessera.run":"…"', written last among the
+// metadata) left out; in format 2 the CRC-32 of the length word and the
+// whole header, its own 8 digits read as '0'.
+static void check_header_crc(const char *path, int format) {
   size_t size;
   unsigned char *b = slurp(path, &size);
   uint64_t hlen = get_u64le(b);
   char *hdr = strndup((const char *)b + 8, (size_t)hlen);
   const char *key = "\"tessera.header_crc32\":\"";
-  char *at = strstr(hdr, key);
+  char *at = strstr(hdr, key), fmt[32];
   if (!at) fail_msg("no header checksum: %s", hdr);
-  assert_non_null(strstr(hdr, "\"tessera.format\":\"2\""));
+  snprintf(fmt, sizeof fmt, "\"tessera.format\":\"%d\"", format);
+  assert_non_null(strstr(hdr, fmt));
   size_t digits = 8 + (size_t)(at - hdr) + strlen(key);
   char stored[9];
   memcpy(stored, b + digits, 8);
   stored[8] = 0;
   memset(b + digits, '0', 8);
+  uint32_t crc;
+  if (format == 2) {
+    crc = ref_crc32(b, 8 + (size_t)hlen);
+  } else {
+    size_t end = 8 + (size_t)hlen;
+    while (b[end - 1] == ' ') end--;
+    const char *member = ",\"tessera.run\":\"";
+    char *run = strstr(hdr, member);
+    size_t lo = run ? 8 + (size_t)(run - hdr) : end, hi = lo;
+    if (run) { // to the closing quote, over escapes
+      hi = lo + strlen(member);
+      while (b[hi] != '"') hi += b[hi] == '\\' ? 2 : 1;
+      hi++;
+      assert_int_equal(b[hi], '}'); // last among the metadata
+    }
+    // the two pieces around the member, one after the other
+    unsigned char *joined = malloc(end);
+    memcpy(joined, b + 8, lo - 8);
+    memcpy(joined + (lo - 8), b + hi, end - hi);
+    crc = ref_crc32(joined, (lo - 8) + (end - hi));
+    free(joined);
+  }
   char want[16];
-  snprintf(want, sizeof want, "%08x", (unsigned)ref_crc32(b, 8 + (size_t)hlen));
+  snprintf(want, sizeof want, "%08x", (unsigned)crc);
   assert_string_equal(stored, want);
   free(hdr);
   free(b);
+}
 
+// A run member with quotes and backslashes in its value, and written first:
+// the writer puts it last.
+static const ts_meta run_meta[] = {
+    {"tessera.run", "{\"ckpt_dir\":\"a \\\"b\\\" \\\\ c\",\"threads\":2}"},
+    {"k", "v"},
+};
+
+static void test_v2_layout(void **state) {
+  char path[4200];
+  path_in(path, sizeof path, "v2.safetensors");
+  write_v2(path);
+  check_header_crc(path, 3);
   ts_ckpt *ck = NULL;
   if (ts_ckpt_open(path, &ck) != TS_OK) fail_msg("%s", ts_errmsg());
-  assert_int_equal(ts_ckpt_format(ck), 2);
+  assert_int_equal(ts_ckpt_format(ck), 3);
   assert_string_equal(ts_ckpt_path(ck), path);
   for (int i = 0; i < N_META; i++)
     assert_string_equal(ts_ckpt_meta(ck, tricky_meta[i].key), tricky_meta[i].value);
+  ts_ckpt_close(ck);
+  // a run member: left out of the checksum, so two files that differ only
+  // there have the same bytes but it (and the padding its length moves)
+  ts_tensor t[5];
+  int n = make_tensors(t);
+  assert_int_equal(ts_ckpt_write_v2(path, t, n, run_meta, 2), TS_OK);
+  check_header_crc(path, 3);
+  if (ts_ckpt_open(path, &ck) != TS_OK) fail_msg("%s", ts_errmsg());
+  assert_string_equal(ts_ckpt_meta(ck, "tessera.run"), run_meta[0].value);
+  ts_ckpt_close(ck);
+  // format 2, as older builds wrote it, still reads
+  assert_int_equal(ts_ckpt_write_format(path, t, n, tricky_meta, N_META, 2), TS_OK);
+  check_header_crc(path, 2);
+  if (ts_ckpt_open(path, &ck) != TS_OK) fail_msg("%s", ts_errmsg());
+  assert_int_equal(ts_ckpt_format(ck), 2);
   ts_ckpt_close(ck);
   // format 1 still reads, and says so
   write_good(path);
@@ -557,8 +608,13 @@ static void test_v2_layout(void **state) {
 static void test_v2_every_header_bit(void **state) {
   char path[4200];
   path_in(path, sizeof path, "v2bits.safetensors");
-  for (int format = 1; format <= 2; format++) {
-    if (format == 1) write_good(path); else write_v2(path);
+  for (int format = 1; format <= 3; format++) {
+    if (format == 1) write_good(path);
+    else {
+      ts_tensor t[5];
+      int n = make_tensors(t);
+      assert_int_equal(ts_ckpt_write_format(path, t, n, tricky_meta, N_META, format), TS_OK);
+    }
     size_t size;
     unsigned char *b = slurp(path, &size);
     size_t hlen = (size_t)get_u64le(b), accepted = 0;
@@ -570,7 +626,7 @@ static void test_v2_every_header_bit(void **state) {
         if (ts_ckpt_open(path, &ck) == TS_OK) {
           accepted++;
           ts_ckpt_close(ck);
-          if (format == 2) fail_msg("header byte %zu ^ 0x%x accepted", i, 1u << bit);
+          if (format >= 2) fail_msg("format %d: header byte %zu ^ 0x%x accepted", format, i, 1u << bit);
         } else if (!strstr(ts_errmsg(), path)) {
           fail_msg("message does not name the file: %s", ts_errmsg());
         }
@@ -579,6 +635,30 @@ static void test_v2_every_header_bit(void **state) {
     if (format == 1) assert_true(accepted > 0);
     free(b);
   }
+  // format 3 with a run member: a flip anywhere else is refused
+  ts_tensor t[5];
+  int n = make_tensors(t);
+  assert_int_equal(ts_ckpt_write_v2(path, t, n, run_meta, 2), TS_OK);
+  size_t size;
+  unsigned char *b = slurp(path, &size);
+  size_t hlen = (size_t)get_u64le(b);
+  char *hdr = strndup((const char *)b + 8, hlen);
+  const size_t lo = 8 + (size_t)(strstr(hdr, ",\"tessera.run\"") - hdr);
+  size_t end = lo + strlen(",\"tessera.run\":\"");
+  while (b[end] != '"') end += b[end] == '\\' ? 2 : 1;
+  for (size_t i = 8; i < 8 + hlen; i++) {
+    if (i >= lo && i <= end) continue;
+    b[i] ^= 1u;
+    put_file(path, b, size);
+    ts_ckpt *ck = NULL;
+    if (ts_ckpt_open(path, &ck) == TS_OK) {
+      ts_ckpt_close(ck);
+      fail_msg("format 3: header byte %zu ^ 1 (outside the run member) accepted", i);
+    }
+    b[i] ^= 1u;
+  }
+  free(hdr);
+  free(b);
 }
 
 // A hand-edited format-2 header whose checksum was fixed up passes the file
@@ -822,6 +902,7 @@ static void run_teardown(run_fixture *f) {
 }
 
 #define CFG_KEY "tessera.config"
+#define RUN_KEY "tessera.run"
 
 // s with its first `from` replaced by `to` (static buffer).
 static const char *replaced(const char *s, const char *from, const char *to) {
@@ -833,16 +914,16 @@ static const char *replaced(const char *s, const char *from, const char *to) {
 }
 
 // Writes the fixture's tensors to path with the good file's metadata, `key`
-// set to `value` (NULL: left out), as format 2 (or 1).
+// set to `value` (NULL: left out), in the given format.
 static void write_edited(run_fixture *f, const char *path, const char *key, const char *value,
                          int format) {
   static const char *const keys[] = {"tessera.config", "tessera.step", "tessera.adam_step",
-                                     "tessera.data_position", "tessera.rng"};
+                                     "tessera.data_position", "tessera.rng", "tessera.run"};
   ts_ckpt *ck = NULL;
   assert_int_equal(ts_ckpt_open(f->path, &ck), TS_OK);
-  ts_meta meta[5];
+  ts_meta meta[6];
   int n_meta = 0;
-  for (int i = 0; i < 5; i++) {
+  for (int i = 0; i < 6; i++) {
     const char *v = !strcmp(keys[i], key) ? value : ts_ckpt_meta(ck, keys[i]);
     if (v) meta[n_meta++] = (ts_meta){keys[i], strdup(v)};
   }
@@ -850,8 +931,7 @@ static void write_edited(run_fixture *f, const char *path, const char *key, cons
   ts_tensor *t;
   int n = ts_run_ckpt_tensors(f->m, &f->opt, &t);
   assert_true(n > 0);
-  int rc = format == 2 ? ts_ckpt_write_v2(path, t, n, meta, n_meta)
-                       : ts_ckpt_write(path, t, n, meta, n_meta);
+  int rc = ts_ckpt_write_format(path, t, n, meta, n_meta, format);
   if (rc) fail_msg("%s", ts_errmsg());
   free(t);
   for (int i = 0; i < n_meta; i++) free((char *)meta[i].value);
@@ -878,8 +958,11 @@ static void test_run_header_checked(void **state) {
   assert_int_equal(ck.step, 2);
   assert_int_equal(ck.adam_step, 2);
   assert_int_equal(ck.cfg.n_layer, f.cfg.n_layer);
-  char js[TS_CONFIG_JSON_MAX];
+  char js[TS_CONFIG_JSON_MAX], run[TS_CONFIG_JSON_MAX];
   snprintf(js, sizeof js, "%s", ts_ckpt_meta(ck.ck, "tessera.config"));
+  assert_non_null(ts_ckpt_meta(ck.ck, RUN_KEY));
+  snprintf(run, sizeof run, "%s", ts_ckpt_meta(ck.ck, RUN_KEY));
+  assert_null(strstr(js, "threads")); // the run's own settings are apart
   ts_run_close_checkpoint(&ck);
 
   char bad[4200];
@@ -925,7 +1008,15 @@ static void test_run_header_checked(void **state) {
       {CFG_KEY, "\"d\":64", "\"d\":2147483647", "tessera.config: --heads 4: must divide"},
       {CFG_KEY, "\"n_head\":4", "\"n_head\":4,\"compress\":99",
         "tessera.config: compress 99: unknown"},
-      {CFG_KEY, "\"threads\":0", "\"threads\":100000", "tessera.config: --threads 100000"},
+      {RUN_KEY, "\"threads\":0", "\"threads\":100000", "tessera.config: --threads 100000"},
+      // the run's own settings, which the header checksum leaves out: never
+      // the computation, nor a key twice
+      {RUN_KEY, "\"threads\":0", "\"threads\":0,\"d\":128",
+        "tessera.run: config JSON: \"d\" is not one of the run's own settings"},
+      {RUN_KEY, "\"threads\":0", "\"threads\":0,\"threads\":1",
+        "tessera.run: \"threads\" appears twice"},
+      {RUN_KEY, "\"threads\":0", "\"threads\":\"x\"", "bad value for \"threads\""},
+      {"tessera.run", NULL, "[", "tessera.run is not JSON"},
       {CFG_KEY, "\"n_head\":4", "\"n_head\":4,\"n_head\":0",
         "tessera.config: \"n_head\" appears twice"},
       {CFG_KEY, "\"n_head\":4", "\"n_head\":\"4\"", "bad value for \"n_head\""},
@@ -934,13 +1025,14 @@ static void test_run_header_checked(void **state) {
       {CFG_KEY, "\"n_head\":4", "\"n_head\":4,\"muon_lr\":0.5", "tessera.config: --muon-lr 0.5"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    const char *v = cases[i].from ? replaced(js, cases[i].from, cases[i].to) : cases[i].to;
-    write_edited(&f, bad, cases[i].key, v, 2);
+    const char *base = !strcmp(cases[i].key, RUN_KEY) ? run : js;
+    const char *v = cases[i].from ? replaced(base, cases[i].from, cases[i].to) : cases[i].to;
+    write_edited(&f, bad, cases[i].key, v, 3);
     expect_run_refused(&f, bad, cases[i].word);
   }
   // a configuration that passes, but of a model too large to create: eval
   // names the file (the data is read first, so a corpus is needed)
-  write_edited(&f, bad, CFG_KEY, replaced(js, "\"batch\":4", "\"batch\":1073741824"), 2);
+  write_edited(&f, bad, CFG_KEY, replaced(js, "\"batch\":4", "\"batch\":1073741824"), 3);
   ts_config ev = f.cfg;
   char corpus_path[4200];
   path_in(corpus_path, sizeof corpus_path, "corpus.txt");
@@ -956,9 +1048,27 @@ static void test_run_header_checked(void **state) {
   // format 1 (no header checksum) is not enough for a run
   write_edited(&f, bad, "-", NULL, 1);
   expect_run_refused(&f, bad, "tessera.format 1 has no header checksum");
-  // and the unedited rewrite is accepted (the edits above are what was refused)
-  write_edited(&f, bad, "-", NULL, 2);
+  // and the unedited rewrite is accepted (the edits above are what was
+  // refused), in format 3 and as format 2 wrote it (the run's settings in
+  // the configuration)
+  write_edited(&f, bad, "-", NULL, 3);
   assert_int_equal(ts_run_open_checkpoint(bad, &f.cfg, 0, 1, 1, &ck), TS_OK);
+  ts_run_close_checkpoint(&ck);
+  char full[TS_CONFIG_JSON_MAX];
+  assert_int_equal(ts_config_to_json(&f.cfg, full, sizeof full), TS_OK);
+  ts_meta old[5] = {{"tessera.config", full}, {"tessera.step", "2"}, {"tessera.adam_step", "2"},
+                    {"tessera.data_position", "2"}, {"tessera.rng", NULL}};
+  assert_int_equal(ts_ckpt_open(f.path, &ck.ck), TS_OK);
+  old[4].value = strdup(ts_ckpt_meta(ck.ck, "tessera.rng"));
+  ts_ckpt_close(ck.ck);
+  ts_tensor *t;
+  int n = ts_run_ckpt_tensors(f.m, &f.opt, &t);
+  assert_int_equal(ts_ckpt_write_format(bad, t, n, old, 5, 2), TS_OK);
+  free(t);
+  free((char *)old[4].value);
+  if (ts_run_open_checkpoint(bad, &f.cfg, 0, 1, 1, &ck)) fail_msg("%s", ts_errmsg());
+  assert_int_equal(ts_ckpt_format(ck.ck), 2);
+  assert_string_equal(ck.cfg.ckpt_dir, f.cfg.ckpt_dir); // read from the configuration
   ts_run_close_checkpoint(&ck);
   run_teardown(&f);
 }

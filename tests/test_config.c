@@ -300,6 +300,38 @@ static void test_json_round_trip(void **state) {
   }
 }
 
+// A checkpoint's configuration is two records: the computation and the run's
+// own settings. Read back one over the other they are the whole
+// configuration, bit for bit; the computation is the same whatever the run
+// settings and memory options are (ts_config_drop_run_settings' fields, the
+// memory options: the two lists agree); the run record refuses anything else.
+static void test_json_parts(void **state) {
+  ts_config a, b, c;
+  char comp[16384], run[16384], comp2[16384];
+  awkward(&a);
+  a.tiled_mlp = 1;
+  assert_int_equal(ts_config_computation_json(&a, 0, comp, sizeof comp), TS_OK);
+  assert_int_equal(ts_config_run_json(&a, "dp2-sp2-lss-zero3", run, sizeof run), TS_OK);
+  assert_null(strstr(comp, "threads"));
+  assert_null(strstr(comp, "data_path"));
+  assert_null(strstr(comp, "fused_ce"));
+  assert_non_null(strstr(run, "\"layout\":\"dp2-sp2-lss-zero3\""));
+  assert_null(strstr(run, "\"seed\""));
+  memset(&b, 0, sizeof b);
+  assert_int_equal(ts_config_from_json(&b, comp), TS_OK);
+  assert_int_equal(ts_config_run_from_json(&b, run), TS_OK);
+  assert_memory_equal(&a, &b, sizeof a);
+  c = a;
+  ts_config_drop_run_settings(&c);
+  c.checkpoint = c.fused_ce = c.tiled_mlp = 0;
+  assert_int_equal(ts_config_computation_json(&c, 0, comp2, sizeof comp2), TS_OK);
+  assert_string_equal(comp, comp2);
+  assert_int_equal(ts_config_run_from_json(&b, "{\"threads\":2,\"d\":128}"), TS_ERUNTIME);
+  assert_non_null(strstr(ts_errmsg(), "\"d\""));
+  assert_int_equal(ts_config_run_from_json(&b, "{\"threads\":2,\"lr_hex\":\"0x1p-3\"}"),
+                   TS_ERUNTIME);
+}
+
 static void test_json_errors(void **state) {
   ts_config a, b;
   char json[16384];
@@ -592,6 +624,7 @@ int main(void) {
       cmocka_unit_test(test_presets),         cmocka_unit_test(test_defaults),
       cmocka_unit_test(test_tile_leaf_rule),  cmocka_unit_test(test_validation),
       cmocka_unit_test(test_json_round_trip), cmocka_unit_test(test_json_errors),
+      cmocka_unit_test(test_json_parts),
       cmocka_unit_test(test_layout_rules),    cmocka_unit_test(test_sequence_layout_rules),
       cmocka_unit_test(test_sp_mode_names),   cmocka_unit_test(test_head_parallel_rules),
       cmocka_unit_test(test_compress_rules),  cmocka_unit_test(test_param_floor),

@@ -33,11 +33,14 @@
 #define META_POSITION "tessera.data_position"
 #define META_RNG "tessera.rng"
 #define META_DATA "tessera.data"
+#define META_RUN "tessera.run"
 
 // The data the run's checkpoints are written from: its tokens and digest
 // (data.h), so that a resumed run refuses other data under any path; "" when
 // the writer did not say.
 static char data_id[96];
+// The layout that writes them, for tessera.run ("" when the writer did not say).
+static char layout_id[96];
 #define RNG_TEXT "philox4x32-10 counter-based, keyed by (seed, purpose, step, index)"
 
 int ts_run_mkdir_p(const char *dir) {
@@ -218,8 +221,13 @@ int ts_run_save_checkpoint(const ts_owners *owners, ts_model *m, ts_adamw *opt,
   ts_comm *g = o->group;
   const int lead = !g || g->rank == 0;
   if (lead) rc = ts_run_mkdir_p(cfg->ckpt_dir);
-  char cfgjson[TS_CONFIG_JSON_MAX], stepbuf[32], optbuf[32], path[4200], tmp[4300] = "";
-  if (!rc) rc = ts_config_to_json(cfg, cfgjson, sizeof cfgjson);
+  char stepbuf[32], optbuf[32], path[4200], tmp[4300] = "";
+  // the computation in tessera.config, the run's own settings apart in
+  // tessera.run: every layout of a run writes the same bytes but that member
+  char *cfgjson = malloc(TS_CONFIG_JSON_MAX), *runjson = malloc(TS_CONFIG_JSON_MAX);
+  if (!rc && (!cfgjson || !runjson)) rc = ts_fail(TS_ERUNTIME, "out of memory writing a checkpoint");
+  if (!rc) rc = ts_config_computation_json(cfg, 0, cfgjson, TS_CONFIG_JSON_MAX);
+  if (!rc) rc = ts_config_run_json(cfg, layout_id[0] ? layout_id : NULL, runjson, TS_CONFIG_JSON_MAX);
   ts_tensor *t = NULL;
   int n = rc ? 0 : ts_run_ckpt_tensors(m, opt, &t);
   if (n < 0) rc = ts_fail(TS_ERUNTIME, "out of memory writing a checkpoint");
@@ -234,6 +242,7 @@ int ts_run_save_checkpoint(const ts_owners *owners, ts_model *m, ts_adamw *opt,
       {META_POSITION, stepbuf},
       {META_RNG, RNG_TEXT},
       {META_DATA, data_id}, // "" when the writer did not say (ts_run_checkpoint_data)
+      {META_RUN, runjson},
       {TS_META_TOKENIZER, ts_run_tokenizer_id()}, // only when the run named one
   };
   const int nmeta = (int)(sizeof meta / sizeof meta[0]) - !ts_run_tokenizer_id()[0];
@@ -258,8 +267,14 @@ int ts_run_save_checkpoint(const ts_owners *owners, ts_model *m, ts_adamw *opt,
     if (lead) rc = rc ? (unlink(tmp), rc) : ts_ckpt_commit(tmp, path);
   }
   free(t);
+  free(cfgjson);
+  free(runjson);
   ts_owners_free(&whole);
   return rc;
+}
+
+void ts_run_checkpoint_layout(const char *name) {
+  snprintf(layout_id, sizeof layout_id, "%s", name ? name : "");
 }
 
 // Highest-numbered step-*.safetensors in dir; 0 and path "" when none.
@@ -412,6 +427,21 @@ static int meta_count(const ts_ckpt *ck, const char *key, int64_t *out) {
   return TS_OK;
 }
 
+// A metadata value that holds a JSON record: it must parse, with no key
+// twice (the config reader would silently take the last).
+static int json_record(const char *path, const char *key, const char *js) {
+  json_value v;
+  json_error err;
+  if (json_parse(&v, js, strlen(js), JSON_NONFINITE | JSON_ANY_BYTES, &err))
+    return bad(path, "%s is not JSON: %s at byte %zu", key, err.msg, err.pos);
+  const json_value *dup = json_find_duplicate(&v);
+  char dup_key[64] = "";
+  if (dup) snprintf(dup_key, sizeof dup_key, "%s", dup->key);
+  json_free(&v);
+  if (dup) return bad(path, "%s: \"%s\" appears twice", key, dup_key);
+  return TS_OK;
+}
+
 // The configuration, read over base (the fields it lacks keep base's value;
 // those written only when set are 0 when absent) and validated like the
 // command line: it must be what ts_config_finalize leaves, unchanged (a run
@@ -420,16 +450,11 @@ static int meta_count(const ts_ckpt *ck, const char *key, int64_t *out) {
 static int read_config(const ts_ckpt *ck, const ts_config *base, int training, int share,
                        int stages, ts_config *out) {
   const char *path = ts_ckpt_path(ck), *js = ts_ckpt_meta(ck, META_CONFIG);
+  const char *run = ts_ckpt_meta(ck, META_RUN);
   if (!js) return bad(path, "metadata has no %s", META_CONFIG);
-  json_value v;
-  json_error err;
-  if (json_parse(&v, js, strlen(js), JSON_NONFINITE | JSON_ANY_BYTES, &err))
-    return bad(path, "%s is not JSON: %s at byte %zu", META_CONFIG, err.msg, err.pos);
-  const json_value *dup = json_find_duplicate(&v);
-  char dup_key[64] = "";
-  if (dup) snprintf(dup_key, sizeof dup_key, "%s", dup->key);
-  json_free(&v);
-  if (dup) return bad(path, "%s: \"%s\" appears twice", META_CONFIG, dup_key);
+  int rc = json_record(path, META_CONFIG, js);
+  if (!rc && run) rc = json_record(path, META_RUN, run);
+  if (rc) return rc;
   *out = *base;
   out->optimizer = 0, out->muon_lr = 0.0f;
   out->checkpoint = out->fused_ce = out->tiled_mlp = 0;
@@ -440,6 +465,9 @@ static int read_config(const ts_ckpt *ck, const ts_config *base, int training, i
   out->data_format = TS_DATA_BYTES; // every file before the field read bytes
   out->val_path[0] = out->init_from[0] = '\0';
   if (ts_config_from_json(out, js)) return ts_run_restate(path, META_CONFIG);
+  // format 3: the run's own settings apart (a format-2 file has them in its
+  // configuration); only those may be there
+  if (run && ts_config_run_from_json(out, run)) return ts_run_restate(path, META_RUN);
   if (out->tile == 0 || out->leaf == 0)
     return bad(path, "%s: %s 0: a run writes the one it used, never 0", META_CONFIG,
                out->tile == 0 ? "tile" : "leaf");

@@ -119,6 +119,8 @@ void ts_run_close_checkpoint(ts_run_ckpt *ck);
 // token counts and digest), and on --resume the refusal (TS_EUSAGE) of a
 // checkpoint written from other data.
 void ts_run_checkpoint_data(const ts_data *data);
+// The layout's name (train.c's layout_name) in the checkpoints' "tessera.run".
+void ts_run_checkpoint_layout(const char *name);
 // What ts_run_checkpoint_data recorded ("" before it): "N+M tokens, digest D".
 const char *ts_run_data_id(void);
 int ts_run_check_resume_data(const ts_run_ckpt *ck, const ts_data *data);

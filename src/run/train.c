@@ -308,6 +308,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   if ((rc = ts_log_open(&log, root ? cfg.log_path : NULL, start > 0))) goto done;
   char layout[64];
   layout_name(grid, &lay, layout, sizeof layout);
+  ts_run_checkpoint_layout(layout);
   // the first line of a run's log; a resumed run's record of its own start
   // (its layout and processes may differ), which compare skips like the first
   const size_t line_cap = TS_CONFIG_JSON_MAX + 512 + strlen(ranks.json) +

@@ -16,7 +16,8 @@
 // as "different" depends on the mode:
 //
 //   raw    the bytes are mutated and nothing else: every change must be
-//          refused (format 2 checksums header and data), so whatever is
+//          refused (formats 2 and 3 checksum header and data; format 3
+//          leaves the run's own settings out, which change no value), so whatever is
 //          accepted must load exactly the seed's values, step and config.
 //   fixed  after the edits the CRCs are recomputed (the header's as
 //          src/ckpt.c documents it, and usually the data's), so that the
@@ -581,8 +582,10 @@ static void edit_header(rng *r, buf *h, desc *d, int step) {
 
 // Recomputes tessera.data_crc32 over the data section and (after it, as it
 // covers those digits) tessera.header_crc32 as src/ckpt.c describes: the CRC
-// of the length word and the header with its own 8 digits read as '0'. On
-// the file as it stands, with the header its length word says.
+// of the header with its own 8 digits read as '0', in format 2 after the
+// length word, in format 3 up to its last non-space byte with the run member
+// (',"tessera.run":"…"') left out. On the file as it stands, with the header
+// its length word says.
 static void fix_crcs(buf *f, int data_too) {
   uint64_t n = get_len(f);
   if (f->n < 8 || n > f->n - 8) return;
@@ -597,7 +600,24 @@ static void fix_crcs(buf *f, int data_too) {
   if (at == (size_t)-1 || at + 24 + 8 > h.n) return;
   at += 24;
   memcpy(h.p + at, "00000000", 8);
-  uint32_t crc = crc32_update(0, f->p, 8 + n);
+  uint32_t crc;
+  if (b_find(&h, 0, "\"tessera.format\":\"3\"") == (size_t)-1) {
+    crc = crc32_update(0, f->p, 8 + n);
+  } else {
+    size_t end = h.n, lo, hi;
+    while (end > 0 && h.p[end - 1] == ' ') end--;
+    lo = hi = b_find(&h, 0, ",\"tessera.run\":\"");
+    if (lo == (size_t)-1) {
+      lo = hi = end;
+    } else {
+      hi = lo + 16;
+      while (hi < end && h.p[hi] != '"') hi += h.p[hi] == '\\' ? 2 : 1;
+      if (hi < end) hi++;
+      if (hi > end) hi = end;
+    }
+    if (lo > end) lo = hi = end;
+    crc = crc32_update(crc32_update(0, h.p, lo), h.p + hi, end - hi);
+  }
   snprintf(hex, sizeof hex, "%08x", (unsigned)crc);
   memcpy(h.p + at, hex, 8);
 }
@@ -677,7 +697,7 @@ static void load_seeds(world *w, const char *dir) {
     if (ts_ckpt_open(s->path, &ck)) die("seed %s: %s", s->path, ts_errmsg());
     s->format = ts_ckpt_format(ck);
     ts_ckpt_close(ck);
-    if (s->format == 2) {
+    if (s->format >= 2) {
       ts_run_ckpt rk;
       ts_config base = w->eval_base;
       if (ts_run_open_checkpoint(s->path, &base, 1, 1, 1, &rk)) die("seed %s: %s", s->path, ts_errmsg());
@@ -705,7 +725,7 @@ static void load_seeds(world *w, const char *dir) {
     }
     w->nck++;
   }
-  if (w->nck == 0 || w->ck[0].format != 2) die("no format-2 checkpoint seed (gpt.safetensors) in %s", dir);
+  if (w->nck == 0 || w->ck[0].format < 2) die("no checksummed checkpoint seed (gpt.safetensors) in %s", dir);
   for (int i = 0; i < 2; i++) {
     snprintf(w->log_path[i], sizeof w->log_path[i], "%s/%s", dir, i ? "b.jsonl" : "a.jsonl");
     if (read_file(w->log_path[i], &w->logs[i])) die("no %s", w->log_path[i]);
@@ -801,18 +821,26 @@ static void child_ckpt(const world *w, const ckpt_seed *s, const char *path, con
   clear_error();
   int rc = ts_ckpt_open(path, &ck);
   expect_clean("ts_ckpt_open", rc, 1u << TS_ERUNTIME, path);
-  int fmt = 0;
+  int fmt = 0, run_changed = 0;
   if (!rc) {
     fmt = ts_ckpt_format(ck);
-    if (fmt != 1 && fmt != 2) broken("ts_ckpt_open accepted format %d", fmt);
+    if (fmt < 1 || fmt > 3) broken("ts_ckpt_open accepted format %d", fmt);
     (void)ts_ckpt_num_tensors(ck);
+    // format 3's run member is outside the header checksum: an edit there
+    // is accepted by the file checks and judged by the run (its settings)
+    ts_ckpt *seed = NULL;
+    if (!ts_ckpt_open(s->path, &seed)) {
+      const char *a = ts_ckpt_meta(seed, "tessera.run"), *b = ts_ckpt_meta(ck, "tessera.run");
+      run_changed = (a == NULL) != (b == NULL) || (a && strcmp(a, b));
+      ts_ckpt_close(seed);
+    }
     ts_ckpt_close(ck);
   }
   // 2. --resume, by the run that wrote the seed
   // (a format-1 file, by the run of the first seed: it must be refused)
   int resumed = 0;
   {
-    ts_config run = s->format == 2 ? s->cfg : w->ck[0].cfg;
+    ts_config run = s->format >= 2 ? s->cfg : w->ck[0].cfg;
     memcpy(run.ckpt_dir, cd, strlen(cd) + 1);
     ts_run_ckpt rk = {0};
     ts_model *m = NULL;
@@ -853,8 +881,9 @@ static void child_ckpt(const world *w, const ckpt_seed *s, const char *path, con
     if (r2 != r1) broken("compare of checkpoints: A B says %d, B A says %d", r1, r2);
     int r3 = ts_compare_checkpoints(path, path, null);
     if (r3 == 1) broken("a checkpoint is a different model state from itself");
-    // (a format edited to 1 is the same state, in a file no run reads)
-    if (!fixed && s->format == 2 && r1 == 0 && !resumed && fmt != 1)
+    // (a format edited to 1 is the same state, in a file no run reads; an
+    // edited run member, the same state with run settings a run may refuse)
+    if (!fixed && s->format >= 2 && r1 == 0 && !resumed && fmt != 1 && !run_changed)
       broken("compare says the seed's model state, --resume refuses the file");
     fclose(null);
   }
@@ -877,7 +906,7 @@ static void child_ckpt(const world *w, const ckpt_seed *s, const char *path, con
   rep.eval_rc = rc;
   snprintf(rep.eval_msg, sizeof rep.eval_msg, "%s", rc ? ts_errmsg() : "");
   if (s->format == 1 && resumed) broken("--resume accepted a format-1 file");
-  if (!fixed && s->format == 2 && rc == TS_OK && !resumed)
+  if (!fixed && s->format >= 2 && rc == TS_OK && !resumed && !run_changed)
     broken("tessera eval accepted a changed file that --resume refuses");
   write_report(report, &rep);
 }
