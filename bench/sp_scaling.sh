@@ -20,10 +20,11 @@
 #   SWEEPS        which sweeps ["weak mem"]
 #   WEAK_N        rank counts of the weak sweep ["1 2 4"]
 #   SEQ_PER_RANK  tokens per rank in the weak sweep [1024]
-#   MODES         modes of the weak sweep ["lss lss-fused lss-basic megatron"]
+#   MODES         modes of the weak sweep ["lss lss-zigzag lss-fused lss-basic megatron"];
+#                 ulysses and ring may be added
 #   MEM_N         ranks of the memory sweep [2]
 #   MEM_T         sequence lengths of the memory sweep ["1024 2048 4096 8192"]
-#   MEM_MODES     modes of the memory sweep ["lss megatron"]
+#   MEM_MODES     modes of the memory sweep ["lss lss-zigzag megatron"]
 #   MEM_SERIAL    also the serial run at each MEM_T, for reference [1]
 #   TIMEOUT       seconds one run may take before it counts as failed [1200]
 #   WAIT_LOAD     before the first run wait until the 1-minute load average is at most
@@ -62,10 +63,10 @@ STEPS=${STEPS:-4}
 SWEEPS=${SWEEPS:-"weak mem"}
 WEAK_N=${WEAK_N:-"1 2 4"}
 SEQ_PER_RANK=${SEQ_PER_RANK:-1024}
-MODES=${MODES:-"lss lss-fused lss-basic megatron"}
+MODES=${MODES:-"lss lss-zigzag lss-fused lss-basic megatron"}
 MEM_N=${MEM_N:-2}
 MEM_T=${MEM_T:-"1024 2048 4096 8192"}
-MEM_MODES=${MEM_MODES:-"lss megatron"}
+MEM_MODES=${MEM_MODES:-"lss lss-zigzag megatron"}
 MEM_SERIAL=${MEM_SERIAL:-1}
 TIMEOUT=${TIMEOUT:-1200}
 RESULTS=${RESULTS:-$ROOT/bench/results/sp}
@@ -78,7 +79,8 @@ for n in $WEAK_N $MEM_N; do
 done
 [ "$MEM_N" -ge 2 ] || die "MEM_N=$MEM_N: the memory sweep needs 2 or more ranks"
 for m in $MODES $MEM_MODES; do
-  case $m in lss|lss-fused|lss-basic|megatron) ;; *) die "mode '$m': not one of lss, lss-fused, lss-basic, megatron" ;; esac
+  case $m in lss|lss-zigzag|lss-fused|lss-basic|megatron|ulysses|ring) ;;
+    *) die "mode '$m': not one of lss, lss-zigzag, lss-fused, lss-basic, megatron, ulysses, ring" ;; esac
 done
 
 bench_mpiexec

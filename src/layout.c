@@ -85,6 +85,8 @@ int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
   if (lay->microbatches < 1)
     return ts_fail(TS_EUSAGE, "--microbatches %d: must be >= 1", lay->microbatches);
   int rc = foreign_setting(lay, "--ulysses-degree", lay->ulysses_degree != 0);
+  if (!rc) rc = foreign_setting(lay, "--upipe-u", lay->upipe_u != 0);
+  if (!rc) rc = foreign_setting(lay, "--upipe-schedule", lay->upipe_sched != -1);
   if (rc) return rc;
   if ((rc = check_zero(cfg, lay))) return rc;
   if (cfg->compress != TS_COMPRESS_NONE && lay->pp > 1 && lay->pp != cfg->compress_stages)

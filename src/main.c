@@ -129,7 +129,7 @@ typedef struct {
   char device[8];
   char precision[8];
   ts_layout lay; // --dp, --sp, --pp
-  char sp_mode[16], schedule[16], compress[24], upipe_schedule[16], optimizer[16];
+  char sp_mode[32], schedule[16], compress[24], upipe_schedule[16], optimizer[16];
   char data_format[16], lr_schedule[16];
   int val_frac_given; // --val-frac on the command line (refused with --val-data)
   int data_given;     // --data on the command line (else resume and eval read the checkpoint's)
@@ -1152,6 +1152,10 @@ int main(int argc, char **argv) {
   if (rc == TS_OK && cmd->id == C_TRAIN && c.lay.zero >= 2 && strcmp(c.device, "cpu") != 0)
     rc = ts_fail(TS_EUSAGE, "--zero %d with --device %s: not built (stages 2 and 3 give a "
                  "layer's host pages back between uses; use --zero 1)", c.lay.zero, c.device);
+  if (rc == TS_OK && cmd->id == C_TRAIN && c.lay.sp > 1 && ts_cp_get(c.lay.sp_mode)->host_only &&
+      strcmp(c.device, "cpu") != 0)
+    rc = ts_fail(TS_EUSAGE, "--sp-mode %s with --device %s: not built (the contiguous LSS modes "
+                 "are)", ts_sp_mode_names[c.lay.sp_mode], c.device);
   if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_grid_check(c.lay.dp, c.lay.sp, c.lay.pp);
   if (rc == TS_OK) rc = check_outputs(cmd, &c);
   // The data's format where the files say it, or fail to (a .bin that does

@@ -410,6 +410,13 @@ const float *ts_model_logits(const ts_model *m);
 // The canonical-tree sum of the last forward's token losses over the shard:
 // an aligned subtree of the global loss tree, for the trainer to combine.
 float ts_model_loss_sum(const ts_model *m);
+// A rank holding two runs whose sums stay the serial tree (lss-zigzag): the
+// second run's gradient partials (the first run's are ts_model_grads), and
+// each run's loss sum (the tree over its tokens). NULL, and run 0 the whole
+// loss sum, for every other model.
+float *ts_model_second_run_grads(ts_model *m);
+void ts_model_clear_second_run_grads(ts_model *m); // to -0.0, the identity of addition
+float ts_model_run_loss_sum(const ts_model *m, int run);
 const ts_config *ts_model_config(const ts_model *m);
 // Bytes of activations and backward scratch: O(B·T·d) per layer, no T×T term.
 size_t ts_model_activation_bytes(const ts_model *m);

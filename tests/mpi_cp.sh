@@ -81,8 +81,9 @@ UNIT=$((64 / 2 * 64 * 4)) # one local shard: T/N rows of d floats, bytes
 for c in "ulysses 0 natural 4000" "upipe 4 natural 3000" "upipe 8 natural 4000"; do
   set -- $c
   L=$TS_TMP/mem-$1-$2.jsonl
-  expect_exit 0 "" $RUN_MPI -n 2 "$T" train $M --sp 2 --sp-mode $1 --upipe-u $2 \
-    --upipe-schedule $3 --log "$L" || continue
+  upipe=""
+  [ "$1" = upipe ] && upipe="--upipe-u $2 --upipe-schedule $3" # Ulysses takes neither
+  expect_exit 0 "" $RUN_MPI -n 2 "$T" train $M --sp 2 --sp-mode $1 $upipe --log "$L" || continue
   peak=$(field "$L" | cut -d' ' -f1)
   TS_CHECKS=$((TS_CHECKS + 1))
   if [ -z "$peak" ]; then
@@ -245,6 +246,10 @@ expect_exit 2 "--upipe-u 4 with --upipe-schedule gqa: must divide the 2 key/valu
   "$T" train $B --sp 2 --sp-mode upipe --upipe-u 4 --upipe-schedule gqa --log "$NOLOG"
 expect_exit 2 "--upipe-schedule gqa: the model has no key/value groups" \
   "$T" train --model tiny $common --sp 2 --sp-mode upipe --upipe-schedule gqa --log "$NOLOG"
+expect_exit 2 "--upipe-u: only with --sp N --sp-mode upipe" \
+  "$T" train $B --sp 2 --sp-mode ulysses --upipe-u 2 --log "$NOLOG"
+expect_exit 2 "--upipe-schedule: only with --sp N --sp-mode upipe" \
+  "$T" train $B --dp 2 --upipe-schedule natural --log "$NOLOG"
 expect_exit 2 "--upipe-schedule zigzag: must be natural or gqa" \
   "$T" train $B --sp 2 --sp-mode upipe --upipe-schedule zigzag --log "$NOLOG"
 expect_exit 2 "--sp-mode ring-zigzag with --sp 8: --seq 64 must split into 16 chunks of whole tiles" \

@@ -14,6 +14,12 @@
 #   lss        1 all-gather (input)              + 1 reduce-scatter ([dK|dV])     = 2
 #   lss-fused  2 all-gathers (input, E)          + 2 reduce-scatters ([dK|dV], dE) = 4
 #   lss-basic  3 all-gathers (K, V, E)           + 3 reduce-scatters (dK, dV, dE)  = 6
+#   lss-zigzag 1 all-gather (input)              + 1 reduce-scatter ([dK|dV] of the
+#              first runs for the first chunks, of the second runs for both: 3/2 of
+#              lss's floats)                                                      = 2
+#              and two gradient all-reduces per sequence (each run's partials)
+#   lss-fused-zigzag, lss-basic-zigzag: the ablations balanced the same way, 4 and 6
+#              (their dK, dV reduce-scatters 3/2 of the contiguous ones' floats)
 #   megatron   4 all-gathers (ln1, ln2, dy, dy') + 4 reduce-scatters (partial
 #              projections W_o, W_2 forward; dx of W_1, of W_q/k/v backward)   = 8
 # megatron sums partial projections across ranks, so it is in the tolerance
@@ -43,6 +49,9 @@ layer_counts() { # nb mode N
   rs1=$((8 * SEQ * DM * (N - 1) / N))
   case $mode in
   lss) echo "{\"reduce_scatter\":{\"calls\":$nb,\"bytes\":$((nb * 2 * rs1))},\"allgather\":{\"calls\":$nb,\"bytes\":$((nb * ag))}}" ;;
+  lss-fused-zigzag) echo "{\"reduce_scatter\":{\"calls\":$((2 * nb)),\"bytes\":$((nb * 4 * rs1))},\"allgather\":{\"calls\":$((2 * nb)),\"bytes\":$((nb * 2 * ag))}}" ;;
+  lss-basic-zigzag) echo "{\"reduce_scatter\":{\"calls\":$((3 * nb)),\"bytes\":$((nb * 4 * rs1))},\"allgather\":{\"calls\":$((3 * nb)),\"bytes\":$((nb * 3 * ag))}}" ;;
+  lss-zigzag) echo "{\"reduce_scatter\":{\"calls\":$nb,\"bytes\":$((nb * 3 * rs1))},\"allgather\":{\"calls\":$nb,\"bytes\":$((nb * ag))}}" ;;
   lss-fused) echo "{\"reduce_scatter\":{\"calls\":$((2 * nb)),\"bytes\":$((nb * 3 * rs1))},\"allgather\":{\"calls\":$((2 * nb)),\"bytes\":$((nb * 2 * ag))}}" ;;
   lss-basic) echo "{\"reduce_scatter\":{\"calls\":$((3 * nb)),\"bytes\":$((nb * 3 * rs1))},\"allgather\":{\"calls\":$((3 * nb)),\"bytes\":$((nb * 3 * ag))}}" ;;
   megatron) echo "{\"reduce_scatter\":{\"calls\":$((4 * nb)),\"bytes\":$((nb * 4 * rs1))},\"allgather\":{\"calls\":$((4 * nb)),\"bytes\":$((nb * 4 * ag))}}" ;;
@@ -52,12 +61,14 @@ layer_counts() { # nb mode N
 for drop in 0 0.1; do
   S=$TS_TMP/serial-$drop.jsonl
   expect_exit 0 "" "$T" train $BASE --dropout $drop --log "$S"
-  for mode in lss lss-fused lss-basic megatron; do
+  for mode in lss lss-fused lss-basic lss-zigzag lss-fused-zigzag lss-basic-zigzag megatron; do
     # N = 1 is the serial (D = 1) or data-parallel layout whatever the mode;
-    # megatron splits the 4 heads of tiny, so N <= 4
+    # megatron splits the 4 heads of tiny, so N <= 4; lss-zigzag cuts T into
+    # 2N chunks of whole tiles, so N <= 4
     case $mode in
     lss) layouts="1x1 1x2 2x1 2x2 4x1 4x2 8x1" ;;
-    megatron) layouts="2x1 2x2 4x1" ;;
+    megatron|lss-zigzag) layouts="2x1 2x2 4x1" ;;
+    *-zigzag) layouts="2x1 4x1" ;;
     *) layouts="2x1 2x2 4x1 4x2 8x1" ;;
     esac
     for nd in $layouts; do
@@ -99,6 +110,7 @@ for drop in 0 0.1; do
       # sequence (2/D of them), as its backward ends, then the data group's
       ar=$(grep '"type":"step"' "$L" | head -n 1 | sed -n 's/.*"comm":{"allreduce":{"calls":\([0-9]*\).*/\1/p')
       want_ar=$((2 / D + (D > 1 ? 1 : 0)))
+      case $mode in *-zigzag) want_ar=$((2 * 2 / D + (D > 1 ? 1 : 0))) ;; esac # each run's partials
       TS_CHECKS=$((TS_CHECKS + 1))
       [ "$ar" = "$want_ar" ] && pass "$mode sp $N dp $D: $ar gradient all-reduce(s) per step" ||
         fail "$mode sp $N dp $D: '$ar' gradient all-reduces per step, expected $want_ar"
@@ -113,7 +125,8 @@ LBASE="--model llama-tiny --batch 2 --steps 2 --warmup 1 --eval-batches 1 --data
 for drop in 0 0.1; do
   S=$TS_TMP/llama-serial-$drop.jsonl
   expect_exit 0 "" "$T" train $LBASE --dropout $drop --log "$S"
-  for run in lss:2x1 lss:4x2 lss-fused:4x1 lss-basic:2x2 lss:8x1; do
+  for run in lss:2x1 lss:4x2 lss-fused:4x1 lss-basic:2x2 lss:8x1 lss-zigzag:2x2 lss-zigzag:4x1 \
+    lss-fused-zigzag:2x1 lss-basic-zigzag:2x2; do
     mode=${run%:*} nd=${run#*:}
     N=${nd%x*} D=${nd#*x}
     L=$TS_TMP/llama-$mode-sp$N-dp$D-$drop.jsonl
@@ -147,6 +160,7 @@ fi
 # resume under sp 2 from a checkpoint of the serial run: the layout is not
 # part of a checkpoint
 expect_resume_identical 2 2 "" "--sp 2" $BASE
+expect_resume_identical 2 2 "" "--sp 2 --sp-mode lss-zigzag" $BASE
 
 # --- refused before any work: one line, exit 2, no log written ------------------------
 NOLOG=$TS_TMP/never.jsonl
@@ -158,6 +172,12 @@ expect_exit 2 "--seq 96 with --sp 2: each segment of 48 tokens must hold a power
   "$T" train $BASE --seq 96 --tile 8 --leaf 8 --sp 2 --log "$NOLOG"
 expect_exit 2 "--sp-mode megatron with --sp 8: the 4 heads and the MLP width 256 must divide by 8" \
   "$T" train $BASE --sp 8 --sp-mode megatron --log "$NOLOG"
+expect_exit 2 "--sp-mode lss-zigzag with --sp 8: --seq 64 must split into 16 chunks of a power of two of whole tiles \\(8\\)" \
+  "$T" train $BASE --sp 8 --sp-mode lss-zigzag --log "$NOLOG"
+expect_exit 2 "--sp-mode lss-zigzag with --pp 2: not built" \
+  "$T" train $BASE --layers 2 --sp 2 --pp 2 --microbatches 2 --sp-mode lss-zigzag --log "$NOLOG"
+expect_exit 2 "--sp-mode lss-zigzag with --zero 2: not built" \
+  "$T" train $BASE --sp 2 --sp-mode lss-zigzag --zero 2 --log "$NOLOG"
 expect_exit 2 "--sp-mode bogus: must be lss, lss-fused, lss-basic, megatron, ulysses, upipe, ring" \
   "$T" train $BASE --sp-mode bogus --log "$NOLOG"
 expect_exit 2 "--dp 1 --sp 4 --pp 1: needs dp x sp x pp = 4 ranks but the MPI world size is 2" \

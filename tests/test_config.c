@@ -503,7 +503,12 @@ static void test_head_parallel_rules(void **state) {
   assert_int_equal(ts_config_finalize(&c), TS_OK);
   ts_layout lay = {1, 2, 1, TS_SP_ULYSSES, 0, -1, 1, 1};
   assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
-  assert_int_equal(lay.upipe_u, 4); // Ulysses: one stage of all heads
+  assert_int_equal(lay.upipe_u, 0); // Ulysses: all heads at once, UPipe's settings unset
+  assert_int_equal(ts_layout_check(&c, &lay), TS_OK); // and checked again (train.c) the same
+  lay.upipe_u = 2;                                     // UPipe's alone
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--upipe-u: only with --sp N --sp-mode upipe"));
+  lay.upipe_u = 0;
   lay.sp = 4;                       // 2 key/value heads over 4 ranks
   assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "2 key/value heads must divide by 4"));

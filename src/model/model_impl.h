@@ -86,6 +86,12 @@ struct ts_model {
   float *consts;
   size_t nparams, ncopy;
   float *params, *grads;
+  // A rank that holds two runs whose gradient sums stay the serial tree
+  // (lss-zigzag; src/parallel/run_partials.c): the second run's partials, in
+  // the gradients' layout, and the backend wrapper that writes them. NULL
+  // otherwise.
+  float *grads2;
+  void *rp;
   // the canonical (serial) model's table: nall tensors, nall_params floats
   int nall;
   ts_tensor *all; // data NULL

@@ -378,6 +378,8 @@ static int fit_check(const ts_model *m) {
     need += (state_zero >= 3 ? 8.0 : 4.0) * (double)m->nparams / (m->l1 - m->l0);
   if (cfg->fused_ce) need += 4.0 * (double)ts_model_fused_ce_floats(m, omp_get_max_threads());
   if (cfg->tiled_mlp) need += 4.0 * (double)ts_model_tiled_mlp_floats(m, omp_get_max_threads());
+  // a rank of two runs kept apart (lss-zigzag): the second run's gradient partials
+  if (m->cp->run_partials) need += 4.0 * (double)m->nparams;
   // Every process makes this check for its own share of the memory its
   // buffers live in: the node's, which its ranks divide between them, or on
   // a GPU the device's, which the ranks sharing it divide (the backend
@@ -589,6 +591,14 @@ float *ts_model_params(ts_model *m) { return m->params; }
 float *ts_model_grads(ts_model *m) { return m->grads; }
 const float *ts_model_logits(const ts_model *m) { return m->cfg.fused_ce ? NULL : m->logits; }
 float ts_model_loss_sum(const ts_model *m) { return m->loss_sum; }
+float *ts_model_second_run_grads(ts_model *m) { return m->grads2; }
+void ts_model_clear_second_run_grads(ts_model *m) {
+  if (m->grads2) ts_run_partials_clear(m);
+}
+float ts_model_run_loss_sum(const ts_model *m, int run) {
+  if (!m->grads2) return m->loss_sum;
+  return m->be->token_tree_sum(m->losses + (size_t)run * m->run_len, m->run_len, m->cfg.leaf);
+}
 int ts_model_status(const ts_model *m) { return m->rc; }
 void ts_model_select_sequence(ts_model *m, int b_begin) { m->b0 = b_begin; }
 void ts_model_positions(const ts_model *m, int *t_begin, int *t_count) {

@@ -43,6 +43,11 @@ void ts_cp_project_kv(ts_model *m, const layer_params *w, float *k, float *v) {
   ts_model_rope_rows(m, k, m->Hkv, Ckv, 0);
 }
 
+void ts_cp_zigzag_positions(int n, int r, int T, ts_cp_runs *out) {
+  const int len = T / (2 * n);
+  *out = (ts_cp_runs){.n = 2, .len = len, .pos = {r * len, (2 * n - 1 - r) * len}};
+}
+
 ts_attn_shape ts_cp_attn_shape(const ts_model *m, int l, float p, uint64_t step) {
   ts_attn_shape as = {.B = m->B, .T = m->T, .H = m->H, .dh = m->dh, .tile = m->cfg.tile,
                       .dropout = p, .seed = m->cfg.seed, .step = step,

@@ -58,6 +58,8 @@ typedef struct ts_cp {
   const char *name;    // the --sp-mode name
   const char *summary; // one line for --help and docs
   int exact;           // 1: exact tier (bit for bit equal to serial); 0: tolerance tier
+  int host_only;       // 1: not built for --device cuda (refused with one line)
+  int run_partials;    // 1: a rank keeps its second run's gradient partials (run_partials.c)
   // Its layout rules for a group of lay->sp > 1 ranks, each refusal one line
   // naming the flag (TS_EUSAGE); resolves the strategy's defaults in *lay.
   // NULL: only the common rules of ts_layout_check.
@@ -94,7 +96,25 @@ extern const ts_cp ts_cp_local;
 // the one place the model, the strategies and the gradient sums take them from.
 void ts_cp_positions(const ts_cp *cp, int n, int r, int T, ts_cp_runs *out);
 
+// ---- a rank's two runs, summed as the serial tree (run_partials.c) ----------------------
+// The backend the model runs on, with its weight-gradient operations split
+// at the run boundary: the first run's rows summed into the gradients, the
+// second run's into m->grads2 (ts_model_second_run_grads), so that the group
+// sums each over its ranks and adds the two (the serial tree's root).
+typedef struct {
+  const ts_backend *real;
+  ts_backend split;
+} ts_run_partials;
+int ts_run_partials_create(ts_model *m);
+void ts_run_partials_destroy(ts_model *m);
+// m->grads2 set to -0.0, the identity of addition (after the group's sums).
+void ts_run_partials_clear(ts_model *m);
+size_t ts_run_partials_bytes(const ts_model *m);
+
 // ---- pieces several strategies share (cp.c) --------------------------------------------
+// Chunks r and 2N-1-r of 2N (ring-zigzag, lss-zigzag): every rank does the
+// same causal attention work.
+void ts_cp_zigzag_positions(int n, int r, int T, ts_cp_runs *out);
 // Q of the rank's rows (all heads, one call per head per leaf) from m->ln_out
 // into q, rotated (LLaMA).
 void ts_cp_project_q(ts_model *m, const layer_params *w, float *q);

@@ -23,11 +23,14 @@
 
 #include "parallel/cp.h"
 
-extern const ts_cp ts_cp_lss, ts_cp_lss_fused, ts_cp_lss_basic;
+extern const ts_cp ts_cp_lss, ts_cp_lss_fused, ts_cp_lss_basic, ts_cp_lss_zigzag,
+    ts_cp_lss_fused_zigzag, ts_cp_lss_basic_zigzag;
 
-static int basic(const ts_model *m) { return m->cp == &ts_cp_lss_basic; }
+static int basic(const ts_model *m) {
+  return m->cp == &ts_cp_lss_basic || m->cp == &ts_cp_lss_basic_zigzag;
+}
 // The ablations concatenate the attention outputs of the group.
-static int concat(const ts_model *m) { return m->cp != &ts_cp_lss; }
+static int concat(const ts_model *m) { return m->cp != &ts_cp_lss && m->cp != &ts_cp_lss_zigzag; }
 
 // K, V and the gathered norm output hold the whole sequence: T rows.
 static void lss_sizes(const ts_model *m, ts_cp_sizes *out) {
@@ -56,12 +59,13 @@ static int gather_kv(ts_model *m, int l, const layer_params *w, layer_acts *a) {
   return TS_OK;
 }
 
-// The concatenation: the group's attention outputs gathered, the rank going
-// on from its own rows of them.
+// The concatenation: the group's attention outputs gathered (in rank order:
+// rank q's rows are its block, q·n on, whatever positions they hold), the
+// rank going on from its own rows of them.
 static int concat_forward(ts_model *m, int l, float *att) {
   const size_t n = (size_t)m->ntok * m->C;
   int rc = ts_comm_allgather(m->seq, att, m->spbuf, n * sizeof(float), l);
-  if (!rc) memcpy(att, m->spbuf + (size_t)m->t0 * m->C, n * sizeof(float));
+  if (!rc) memcpy(att, m->spbuf + (size_t)m->seq->rank * n, n * sizeof(float));
   return rc;
 }
 
@@ -70,7 +74,7 @@ static int concat_forward(ts_model *m, int l, float *att) {
 // so rank s receives the sum over ranks of its rows, bit for bit its own.
 static int concat_backward(ts_model *m, int l, float *datt) {
   const size_t n = (size_t)m->ntok * m->C, nk = (size_t)m->B * m->T * m->C;
-  float *full = m->spbuf, *own = full + (size_t)m->t0 * m->C;
+  float *full = m->spbuf, *own = full + (size_t)m->seq->rank * n; // rank order: its rows
   for (size_t i = 0; i < nk; i++) full[i] = -0.0f;
   memcpy(own, datt, n * sizeof(float));
   int rc = ts_comm_reduce_scatter_tree(m->seq, full, nk, l);
@@ -131,6 +135,172 @@ static int lss_attn_backward(ts_model *m, int l, uint64_t step) {
   return reduce_scatter_kv(m, l);
 }
 
+// ---- balanced LSS (lss-zigzag) -----------------------------------------------------------
+// Causal attention on contiguous segments is unbalanced: the rank with the
+// last segment does about 2N-1 times the first's work. lss-zigzag cuts the
+// sequence into 2N chunks and gives rank r chunks r and 2N-1-r, so every rank
+// does the same, with the same two collectives per layer: the all-gather of
+// the norm output (rank q's block is its two chunks) and one reduce-scatter
+// of [dK | dV].
+//
+// Exactness. A rank's two runs are aligned subtrees of every sum over the
+// sequence, and their partials are kept apart until the group has summed
+// each (run_partials.c): the tree over chunks 0..N-1 (the first runs, rank
+// order) plus the tree over chunks N..2N-1 (the second runs, which is the
+// mirror image of a tree over the ranks: the same pairs, so the same bits).
+// dK/dV of a key row sum the same way over query tiles: the first runs'
+// partials (only keys of the first half have any) and the second runs',
+// summed over the group and added, rows of the second half taking the
+// second runs' sum alone (the first runs' would add only -0.0, nothing).
+
+// Rows of the gathered norm output and of [dK | dV] per chunk.
+static int chunk_of(int N, int q, int k) { return k ? 2 * N - 1 - q : q; }
+
+static void zigzag_sizes(const ts_model *m, ts_cp_sizes *out) {
+  const int64_t N = m->ntok, Nk = (int64_t)m->B * m->T;
+  // the gathered rows (T of C), or the reduce-scatter's 3/2 T rows of [dK | dV]
+  const size_t gathered = (size_t)Nk * m->C, pack = (size_t)3 * Nk * m->Ckv;
+  *out = (ts_cp_sizes){.layer_rows = N, .q_rows = N, .kv_rows = Nk, .dkv_rows = 2 * Nk,
+                       .scratch = gathered > pack ? gathered : pack};
+}
+
+static int pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+static int zigzag_check(const ts_config *cfg, ts_layout *lay) {
+  const int N = lay->sp, T = cfg->seq, len = T / (2 * N);
+  const char *mode = ts_sp_mode_names[lay->sp_mode];
+  if (T % (2 * N) != 0 || len % cfg->tile != 0 || len % cfg->leaf != 0 ||
+      !pow2(len / cfg->tile) || !pow2(len / cfg->leaf))
+    return ts_fail(TS_EUSAGE,
+                   "--sp-mode %s with --sp %d: --seq %d must split into %d chunks of a "
+                   "power of two of whole tiles (%d) and leaves (%d)",
+                   mode, N, T, 2 * N, cfg->tile, cfg->leaf);
+  // not yet: a pipeline's tied embedding and the --zero 2/3 layer hooks sum
+  // outside the model's gradient buffer, where no second run's partial is kept
+  if (lay->pp > 1)
+    return ts_fail(TS_EUSAGE, "--sp-mode %s with --pp %d: not built (the contiguous LSS modes "
+                   "are)", mode, lay->pp);
+  if (lay->zero >= 2)
+    return ts_fail(TS_EUSAGE, "--sp-mode %s with --zero %d: not built (use --zero 1)", mode,
+                   lay->zero);
+  return TS_OK;
+}
+
+static int zigzag_create(ts_model *m, const ts_seq_shard *sp) {
+  (void)sp;
+  return ts_run_partials_create(m);
+}
+
+static void zigzag_destroy(ts_model *m) { ts_run_partials_destroy(m); }
+
+static size_t zigzag_bytes(const ts_model *m) { return ts_run_partials_bytes(m); }
+
+// The queries of run k against the whole sequence's keys.
+static ts_attn_shape run_shape(const ts_model *m, int l, float p, uint64_t step, int k) {
+  ts_attn_shape as = ts_cp_attn_shape(m, l, p, step);
+  as.Tq = m->run_len;
+  as.q0 = m->run_pos[k];
+  return as;
+}
+
+static int zigzag_forward(ts_model *m, int l, uint64_t step, float p) {
+  const layer_params *w = &m->p.layer[l];
+  layer_acts *a = ts_layer_acts(m, l);
+  const int N = m->seq->size, C = m->C, Ckv = m->Ckv, dh = m->dh, rows = m->cfg.leaf;
+  const int len = m->run_len, H = m->H;
+  ts_cp_project_q(m, w, a->q);
+  int rc;
+  if (basic(m)) { // the local K and V rows (rotated), gathered separately, each chunk to its place
+    ts_cp_project_kv(m, w, m->dtmp, m->dtmp2);
+    const float *local[2] = {m->dtmp, m->dtmp2};
+    float *whole[2] = {a->k, a->v};
+    for (int j = 0; j < 2; j++) {
+      rc = ts_comm_allgather(m->seq, local[j], m->spbuf, (size_t)m->ntok * Ckv * sizeof(float), l);
+      if (rc) return rc;
+      for (int q = 0; q < N; q++)
+        for (int k = 0; k < 2; k++)
+          memcpy(whole[j] + (size_t)chunk_of(N, q, k) * len * Ckv,
+                 m->spbuf + (size_t)(2 * q + k) * len * Ckv, (size_t)len * Ckv * sizeof(float));
+    }
+  } else { // fused: one gather of the norm output, K and V of every row into its place
+    rc = ts_comm_allgather(m->seq, m->ln_out, m->spbuf, (size_t)m->ntok * C * sizeof(float), l);
+    if (rc) return rc;
+    // (row blocks of whole leaves: the serial bits whichever rank computes them)
+    for (int q = 0; q < N; q++)
+      for (int k = 0; k < 2; k++) {
+        const float *x = m->spbuf + (size_t)(2 * q + k) * len * C;
+        const size_t at = (size_t)chunk_of(N, q, k) * len * Ckv;
+        m->be->linear_forward_heads(a->k + at, x, w->wk, w->bk, len, C, Ckv, dh, rows);
+        m->be->linear_forward_heads(a->v + at, x, w->wv, w->bv, len, C, Ckv, dh, rows);
+      }
+    if (m->llama) m->be->rope_forward(a->k, m->T, m->T, 0, m->Hkv, dh, Ckv, m->rope);
+  }
+  for (int k = 0; k < 2; k++) { // each run's queries, lse (H, len) run after run
+    ts_attn_shape as = run_shape(m, l, p, step, k);
+    m->be->attention_forward(&m->ws, a->att + (size_t)k * len * C, a->lse + (size_t)k * H * len,
+                             a->q + (size_t)k * len * C, a->k, a->v, &as);
+  }
+  return concat(m) ? concat_forward(m, l, a->att) : TS_OK;
+}
+
+// One reduce-scatter of nt tensors side by side ([dK | dV], or dK or dV
+// alone for lss-basic), each t[j] holding 2T rows: the first run's partials
+// over every key row, then the second run's. Rank q's part holds the first
+// runs' rows of its first chunk, the second runs' of its first chunk and of
+// its second (the first runs' are -0.0 there). On return rows [0, len) of
+// t[j] are the rank's first chunk (the two sums added: the root of the tree
+// over query tiles), rows [len, 2·len) its second.
+static int zigzag_reduce_scatter(ts_model *m, int l, float *const *t, int nt) {
+  const int N = m->seq->size, r = m->seq->rank, Ckv = m->Ckv, len = m->run_len, T = m->T;
+  const int width = nt * Ckv;
+  const size_t part = (size_t)len * width, row = (size_t)Ckv * sizeof(float);
+  float *pack = m->spbuf;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < 3 * N; i++) {
+    const int q = i / 3, which = i % 3, second = which > 0;
+    const int64_t from = (int64_t)second * T + (int64_t)chunk_of(N, q, which == 2) * len;
+    for (int64_t u = 0; u < len; u++)
+      for (int j = 0; j < nt; j++)
+        memcpy(pack + (size_t)i * part + (size_t)u * width + (size_t)j * Ckv,
+               t[j] + (size_t)(from + u) * Ckv, row);
+  }
+  int rc = ts_comm_reduce_scatter_tree(m->seq, pack, (size_t)3 * N * part, l);
+  if (rc) return rc;
+  const float *own = pack + (size_t)3 * r * part;
+  for (int64_t u = 0; u < len; u++)
+    for (int j = 0; j < nt; j++) {
+      const float *x = own + (size_t)u * width + (size_t)j * Ckv, *y = x + part, *z = y + part;
+      float *first = t[j] + (size_t)u * Ckv, *second = first + (size_t)len * Ckv;
+      for (int c = 0; c < Ckv; c++) {
+        first[c] = x[c] + y[c];
+        second[c] = z[c];
+      }
+    }
+  return TS_OK;
+}
+
+static int zigzag_backward(ts_model *m, int l, uint64_t step) {
+  layer_acts *a = ts_layer_acts(m, l);
+  const int C = m->C, Ckv = m->Ckv, H = m->H, len = m->run_len, T = m->T;
+  int rc;
+  if (concat(m) && (rc = concat_backward(m, l, m->datt))) return rc;
+  float *dk[2] = {m->dk, m->dk + (size_t)T * Ckv}, *dv[2] = {m->dv, m->dv + (size_t)T * Ckv};
+  for (int k = 0; k < 2; k++) { // run k's dQ, and its partials of dK, dV over every key row
+    ts_attn_shape as = run_shape(m, l, m->cfg.dropout, step, k);
+    if (m->be->attention_backward(&m->ws, m->dq + (size_t)k * len * C, dk[k], dv[k], m->dsum,
+                                  m->datt + (size_t)k * len * C, a->q + (size_t)k * len * C, a->k,
+                                  a->v, a->att + (size_t)k * len * C,
+                                  a->lse + (size_t)k * H * len, &as) != 0)
+      return ts_fail(TS_ERUNTIME, "out of memory in attention backward");
+  }
+  if (basic(m)) { // dK and dV apart
+    if ((rc = zigzag_reduce_scatter(m, l, &m->dk, 1))) return rc;
+    return zigzag_reduce_scatter(m, l, &m->dv, 1);
+  }
+  float *both[2] = {m->dk, m->dv};
+  return zigzag_reduce_scatter(m, l, both, 2);
+}
+
 const ts_cp ts_cp_lss = {
     .name = "lss",
     .summary = "fused all-gather, distributed Q, gradient averaging: 2 collectives per layer",
@@ -157,3 +327,19 @@ const ts_cp ts_cp_lss_basic = {
     .attn_forward = lss_attn_forward,
     .attn_backward = lss_attn_backward,
 };
+
+// The balanced three differ in their name alone (basic() and concat() read it).
+#define ZIGZAG(NAME, SUMMARY)                                                                   \
+  {                                                                                             \
+    .name = NAME, .summary = SUMMARY, .exact = 1, .host_only = 1, .run_partials = 1,            \
+    .check = zigzag_check, .positions = ts_cp_zigzag_positions, .sizes = zigzag_sizes,          \
+    .create = zigzag_create, .bytes = zigzag_bytes, .destroy = zigzag_destroy,                  \
+    .attn_forward = zigzag_forward, .attn_backward = zigzag_backward,                           \
+  }
+const ts_cp ts_cp_lss_zigzag =
+    ZIGZAG("lss-zigzag", "LSS balanced: chunks r and 2N-1-r of 2N, the same 2 collectives per layer");
+const ts_cp ts_cp_lss_fused_zigzag =
+    ZIGZAG("lss-fused-zigzag", "lss-fused balanced as lss-zigzag: 4 per layer");
+const ts_cp ts_cp_lss_basic_zigzag =
+    ZIGZAG("lss-basic-zigzag", "lss-basic balanced as lss-zigzag: 6 per layer");
+

@@ -305,13 +305,6 @@ int ring_backward(ts_model *m, int l, uint64_t step) {
 }
 
 // ---- the strategies (cp.h) ----------------------------------------------------------------
-// ring-zigzag: chunks r and 2N-1-r of 2N, so that every rank does the same
-// causal work.
-static void zigzag_positions(int n, int r, int T, ts_cp_runs *out) {
-  const int len = T / (2 * n);
-  *out = (ts_cp_runs){.n = 2, .len = len, .pos = {r * len, (2 * n - 1 - r) * len}};
-}
-
 static int zigzag_check(const ts_config *cfg, ts_layout *lay) {
   const int N = lay->sp, T = cfg->seq;
   if (T % (2 * N) != 0 || (T / (2 * N)) % cfg->tile != 0 || (T / (2 * N)) % cfg->leaf != 0)
@@ -413,7 +406,7 @@ const ts_cp ts_cp_ring_zigzag = {
     .summary = "ring attention on chunks r and 2N-1-r of 2N (balanced causal work)",
     .exact = 0,
     .check = zigzag_check,
-    .positions = zigzag_positions,
+    .positions = ts_cp_zigzag_positions,
     .sizes = ring_sizes,
     .attn_forward = zigzag_attn_forward,
     .attn_backward = ring_backward,

@@ -133,8 +133,18 @@ int ts_shard_gather_params(ts_shard *sh) {
 // layout): one all-reduce of everything but the ends each rank sums itself,
 // the positional rows it owns (the last owned elements) and, on a pipeline's
 // last stage, a tied embedding (the first), which the pipeline sums apart.
+// A rank that holds two runs (lss-zigzag) keeps the second run's partials
+// apart (ts_model_second_run_grads): each is summed over the group, and the
+// two sums added, the serial tree's root (src/parallel/run_partials.c).
 static int sum_sequence_group(ts_shard *sh, float *g) {
-  return ts_zero_sum(sh, sh->seq, g, sh->seq_skip, sh->np - sh->wpe_len);
+  const size_t lo = sh->seq_skip, hi = sh->np - sh->wpe_len;
+  float *g2 = ts_model_second_run_grads(sh->m);
+  int rc = ts_zero_sum(sh, sh->seq, g, lo, hi);
+  if (rc || !g2 || g != ts_model_grads(sh->m)) return rc;
+  if ((rc = ts_zero_sum(sh, sh->seq, g2, lo, hi))) return rc;
+  sh->be->add(g + lo, g + lo, g2 + lo, (int64_t)(hi - lo));
+  ts_model_clear_second_run_grads(sh->m);
+  return TS_OK;
 }
 
 int ts_shard_pass_first(const ts_shard *sh, int j) {
@@ -224,7 +234,7 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
     }
   }
   if (sh.seq) {
-    sh.lsums = calloc((size_t)sh.nb, sizeof(float));
+    sh.lsums = calloc((size_t)2 * sh.nb, sizeof(float)); // two runs' sums (lss-zigzag)
     ts_tree_init(&sh.seq_tree, sh.np);
     sh.has_tree = 1;
     const size_t seqs = sh.pl ? (size_t)sh.nb : 1; // the pipeline takes them all at once
@@ -288,6 +298,20 @@ static int group_columns(ts_comm *group, const float *x, int n, float *out) {
   }
   free(all);
   free(col);
+  return rc;
+}
+
+// The same for ranks of two runs (lss-zigzag): lsums holds the first runs'
+// sums of the nb sequences, then the second runs'; a sequence's is the tree
+// over the ranks of each, added (src/parallel/run_partials.c).
+static int run_pairs_loss_sum(ts_comm *seq, const float *lsums, int nb, float *out) {
+  float *cols = malloc((size_t)2 * nb * sizeof(float)), *seqsum = malloc((size_t)nb * sizeof(float));
+  int rc = cols && seqsum ? group_columns(seq, lsums, 2 * nb, cols)
+                          : ts_fail(TS_ERUNTIME, "out of memory");
+  for (int j = 0; j < nb && !rc; j++) seqsum[j] = cols[j] + cols[nb + j];
+  if (!rc) *out = ts_tree_sum(seqsum, (size_t)nb);
+  free(cols);
+  free(seqsum);
   return rc;
 }
 
@@ -368,11 +392,13 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
     ts_model_select_sequence(m, ts_shard_pass_first(sh, j));
     ts_model_forward(m, sh->rows_in, sh->rows_tg, step, train);
     if ((rc = ts_model_status(m))) return rc;
-    sh->lsums[j] = ts_model_loss_sum(m);
+    sh->lsums[j] = ts_model_run_loss_sum(m, 0);
+    sh->lsums[sh->nb + j] = ts_model_run_loss_sum(m, 1);
     if (!train) continue;
     if ((rc = ts_model_backward(m, step))) return rc;
     if ((rc = ts_shard_sequence_done(sh))) return rc;
   }
+  if (ts_model_second_run_grads(m)) return run_pairs_loss_sum(sh->seq, sh->lsums, sh->nb, loss_sum);
   if (!sh->strided) return ts_segment_loss_sum(sh->seq, sh->lsums, sh->nb, loss_sum);
   float *seqsum = malloc((size_t)sh->nb * sizeof(float));
   rc = seqsum ? group_columns(sh->seq, sh->lsums, sh->nb, seqsum)

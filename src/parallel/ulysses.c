@@ -309,11 +309,7 @@ static int headpar_check(const ts_config *cfg, ts_layout *lay) {
                    "--sp-mode %s with --sp %d: the %d heads and %d key/value heads must divide "
                    "by %d (each rank takes whole heads)",
                    mode, N, H, Hkv, N);
-  if (lay->sp_mode == TS_SP_ULYSSES) {
-    lay->upipe_u = H;
-    lay->upipe_sched = 0;
-    return TS_OK;
-  }
+  if (lay->sp_mode == TS_SP_ULYSSES) return TS_OK; // all heads at once (its --upipe-* refused)
   if (lay->upipe_sched < 0) lay->upipe_sched = G > 1 ? 1 : 0;
   if (lay->upipe_sched == 1 && G == 1)
     return ts_fail(TS_EUSAGE, "--upipe-schedule gqa: the model has no key/value groups "
@@ -388,4 +384,5 @@ const ts_cp ts_cp_upipe = {
     .attn_forward = headpar_forward,
     .attn_backward = headpar_backward,
     .describe = upipe_describe,
+    .own_flags = "--upipe-u --upipe-schedule",
 };
