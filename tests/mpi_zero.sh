@@ -212,6 +212,19 @@ expect_exit 2 "--zero 1: needs ranks that hold the same parameters" "$T" train $
 expect_exit 2 "--zero 1 with --compress mapl: not built" $RUN_MPI -n 2 "$T" train \
   --model llama-tiny --layers 4 $common --compress mapl --rank 16 --compress-stages 2 --dp 2 \
   --zero 1 --log "$NOLOG"
+# the fit check before allocation sizes a pipeline stage's sharded state: under
+# --pp 2 --dp 2 --zero 3 a rank holds 16/2 bytes a parameter of its stage, half
+# of --zero 0's 16 (the embeddings are nothing next to 10^7 layers)
+need() { # the GiB the fit check's message says, for --zero $1
+  $RUN_MPI -n 4 "$T" train $B --layers 10000000 --pp 2 --dp 2 --zero "$1" --log "$NOLOG" 2>&1 |
+    sed -n 's/.*weight matrices alone need \([0-9.]*\) GiB.*(the largest of --pp 2 stages).*/\1/p' |
+    head -n 1
+}
+n0=$(need 0) n3=$(need 3)
+TS_CHECKS=$((TS_CHECKS + 1))
+awk -v a="$n0" -v b="$n3" 'BEGIN { exit !(a > 0 && (2 * b - a) < 0.15 && (a - 2 * b) < 0.15) }' &&
+  pass "the fit check counts a stage's shards: $n3 GiB under --zero 3, $n0 GiB without" ||
+  fail "the fit check under --pp 2 --dp 2: '$n3' GiB under --zero 3, '$n0' GiB without"
 TS_CHECKS=$((TS_CHECKS + 1))
 [ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"
 done_testing
