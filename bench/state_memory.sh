@@ -20,8 +20,8 @@
 #   CASES     "NAME:MODEL FLAGS:T" triples, ';'-separated
 #             ["small:--model small:8192;large8:--model large --layers 8:1024"]
 #   LAYOUTS   layouts run per case (serial, dp4, dp4-z1, dp4-z2, dp4-z3, lss4, lss4-z1,
-#             lss4-z3, upipe4, upipe4-z1, upipe4-z3, pp4, pp2dp2, pp2dp2-z1) [all of
-#             them]; one the model does not
+#             lss4-z3, upipe4, upipe4-z1, upipe4-z3, pp4, pp2dp2, pp2dp2-z1, pp2dp2-z2,
+#             pp2dp2-z3) [all of them]; one the model does not
 #             divide into (pp4 of 6 layers) is recorded as n/a
 #   TIMEOUT   seconds one run may take [3600]
 #   RESULTS   where the logs go [bench/results/state]; its previous files are replaced
@@ -39,7 +39,7 @@ if [ "${QUICK:-0}" = 1 ]; then
   : "${RESULTS:=$ROOT/bench/results/quick/state}" "${IMG_DIR:=$RESULTS/img}"
 fi
 CASES=${CASES:-"small:--model small:8192;large8:--model large --layers 8:1024"}
-LAYOUTS=${LAYOUTS:-"serial dp4 dp4-z1 dp4-z2 dp4-z3 lss4 lss4-z1 lss4-z3 upipe4 upipe4-z1 upipe4-z3 pp4 pp2dp2 pp2dp2-z1"}
+LAYOUTS=${LAYOUTS:-"serial dp4 dp4-z1 dp4-z2 dp4-z3 lss4 lss4-z1 lss4-z3 upipe4 upipe4-z1 upipe4-z3 pp4 pp2dp2 pp2dp2-z1 pp2dp2-z2 pp2dp2-z3"}
 TIMEOUT=${TIMEOUT:-3600}
 RESULTS=${RESULTS:-$ROOT/bench/results/state}
 STEPS=2 # bench_snapshot's check; each run is one step
@@ -71,6 +71,8 @@ layout_flags() {
     pp4) echo "4 --pp 4 --microbatches 4" ;;
     pp2dp2) echo "4 --pp 2 --dp 2 --microbatches 2" ;;
     pp2dp2-z1) echo "4 --pp 2 --dp 2 --microbatches 2 --zero 1" ;;
+    pp2dp2-z2) echo "4 --pp 2 --dp 2 --microbatches 2 --zero 2" ;;
+    pp2dp2-z3) echo "4 --pp 2 --dp 2 --microbatches 2 --zero 3" ;;
     *) die "LAYOUTS: unknown layout '$1'" ;;
   esac
 }

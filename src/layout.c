@@ -58,20 +58,18 @@ static int check_zero(const ts_config *cfg, const ts_layout *lay) {
                    "tensors together)", lay->zero, ts_compress_names[cfg->compress]);
   if (lay->zero < 2) return TS_OK;
   // stages 2 and 3 sum a layer's gradient as its backward ends
-  // (src/parallel/zero.c): it must then be whole on the rank
-  if (lay->pp > 1)
-    return ts_fail(TS_EUSAGE, "--zero %d with --pp %d: not built (a stage's gradient grows over "
-                   "its microbatches; use --zero 1)", lay->zero, lay->pp);
-  // several passes a step go in rounds of the data group's ranks, each
-  // round one aligned run of the serial tree: powers of two
+  // (src/parallel/zero.c). Several passes a step (a pipeline's microbatches
+  // always) go in rounds of the data group's ranks, each round one aligned
+  // run of the serial tree: powers of two
   const int nb = cfg->batch / lay->dp;
   const int passes = lay->sp > 1 ? nb : lay->microbatches, s = lay->sp > 1 ? 1 : nb / passes;
   const int pow2 = (lay->dp & (lay->dp - 1)) == 0 && s > 0 && (s & (s - 1)) == 0;
-  if (passes > 1 && nb % passes == 0 && !pow2 && lay->sp > 1) // (a count that does not divide: below)
+  const int rounds = (passes > 1 || lay->pp > 1) && nb % passes == 0; // (else refused below)
+  if (rounds && !pow2 && lay->sp > 1)
     return ts_fail(TS_EUSAGE, "--zero %d with --sp %d and %d sequences a data rank: the data "
                    "ranks (--dp %d) must be a power of two, or use --zero 1", lay->zero, lay->sp,
                    nb, lay->dp);
-  if (passes > 1 && nb % passes == 0 && !pow2)
+  if (rounds && !pow2)
     return ts_fail(TS_EUSAGE, "--zero %d with --microbatches %d: the data ranks (--dp %d) and a "
                    "microbatch's sequences (%d) must be powers of two, or use --zero 1", lay->zero,
                    passes, lay->dp, s);

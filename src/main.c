@@ -409,7 +409,7 @@ static const flag flags[] = {
     {"--zero", K_INT, AT(lay.zero), 0, "S",
      "ZeRO stage over the ranks that hold the same parameters (--dp x --sp): 1 shards the "
      "AdamW moments, 2 the gradients too, 3 the layers' parameters too (each layer gathered "
-     "just before use); 2 and 3 on the CPU without --pp or --microbatches", "0", TRAIN, G_PAR,
+     "just before use); 2 and 3 on the CPU", "0", TRAIN, G_PAR,
      check_nonneg},
     {"--microbatches", K_INT, AT(lay.microbatches), 0, "M",
      "microbatches per step: they split each data rank's sequences (the pipeline's; without "

@@ -6,17 +6,20 @@
 # rank updates its shard and broadcasts it after the step (3: each layer's
 # just before its use). Every run must equal the serial run bit for bit
 # (tessera compare says identical) over the data group, the sequence group,
-# both, pipeline stages of them (stage 1), with Muon (whole matrices to one
-# shard), dropout and the LLaMA variant.
+# both, pipeline stages of them (every stage; under 2 and 3 a stage's
+# microbatches go in rounds, both schedules), with Muon (whole matrices to
+# one shard), dropout, the LLaMA variant and GPT's tied embedding (whose
+# gradient the last stage sums apart).
 #
 # Memory: rank 0 holds the moments of its shard only, 8·⌊n/Z⌋ bytes for n
 # parameters and Z replicas (AdamW: the cut falls anywhere), and the model
 # state summed over the ranks is Z·8·n (parameters and gradients on every
 # replica) + 8·n (the moments once), against 16·n·Z without --zero.
 #
-# Checkpoints: written under --dp 2 --sp 2 --zero 1 and under --pp 2 --dp 2
-# --zero 1, each holds the serial checkpoint's model state (tessera compare),
-# and each resumes under another layout to end where the straight run does;
+# Checkpoints: written under --dp 2 --sp 2 --zero 1, --pp 2 --dp 2 --zero 1
+# and --pp 2 --dp 2 --zero 3, each holds the serial checkpoint's model state
+# (tessera compare), and each resumes under another layout to end where the
+# straight run does;
 # --init-from one of them under --pp 2 --dp 2 --zero 1 equals the serial run.
 . "$(dirname "$0")/lib.sh"
 
@@ -66,6 +69,17 @@ equal accum-z3 "--model tiny --batch 8 --dropout 0.1 --eval-every 2 --eval-batch
 equal accum-muon-z2 "--model llama-tiny --batch 8 --optimizer muon" 4 "--dp 4 --microbatches 2 --zero 2"
 equal rounds-z3 "--model llama-tiny --layers 4 --batch 4 --dropout 0.1" 4 \
   "--dp 2 --sp 2 --sp-mode ulysses --zero 3"
+# under a pipeline: each stage's microbatches in rounds over its replica group
+# (GPT tiny: the tied embedding's gradient on the last stage, summed apart)
+equal pp-dp-z2 "--model tiny --layers 4" 4 "--pp 2 --dp 2 --microbatches 2 --zero 2 --schedule 1f1b"
+equal pp-dp-z3 "--model tiny --layers 4 --dropout 0.1" 4 \
+  "--pp 2 --dp 2 --microbatches 2 --zero 3 --schedule gpipe"
+equal pp-sp-z3 "--model tiny --layers 4" 4 \
+  "--pp 2 --sp 2 --sp-mode ulysses --microbatches 4 --zero 3"
+equal pp-llama-z3 "--model llama-tiny --layers 4 --batch 8 --dropout 0.1" 4 \
+  "--pp 2 --dp 2 --microbatches 2 --zero 3"
+equal pp-muon-z3 "--model tiny --layers 4 --optimizer muon" 4 \
+  "--pp 2 --dp 2 --microbatches 2 --zero 3 --schedule gpipe"
 
 # the bytes: n parameters from the serial record, Z = 4 replicas
 n=$(($(state "$TS_TMP/dp4-serial.jsonl" grads) / 4))
@@ -102,16 +116,46 @@ for z in 2 3; do
   done
 done
 
+# under --pp 2 --dp 2 (rank 0: stage 0 of data replica 0, Z = 2): stage 0
+# holds the positional table (64 rows of 64) and half the layers, n0 of its
+# own, and the tied embedding (256 rows) as a copy; the last stage the
+# embedding, the other half and the final norm. Rank 0's shard is the first
+# ⌊n0/2⌋ elements (the positional table in it whole): it holds that many
+# gradients, their moments, and under 3 that many parameters with the copy.
+n=$(($(state "$TS_TMP/pp-dp-z2-serial.jsonl" grads) / 4))
+layers=$((n - (256 + 64) * 64 - 128))
+ends=$(((256 + 64) * 64 + 128)) copy=$((256 * 64))
+n0=$((64 * 64 + layers / 2))
+for z in 2 3; do
+  for key in grads params optimizer model_sum; do
+    got=$(state "$TS_TMP/pp-dp-z$z.jsonl" $key)
+    case $key in
+      grads) want=$((4 * (n0 / 2))) ;;
+      params) want=$((4 * (copy + $([ $z = 3 ] && echo $((n0 / 2)) || echo $n0)))) ;;
+      optimizer) want=$((8 * (n0 / 2))) ;;
+      model_sum) # the ends on both replicas, the layers once (3: the values too), the
+        # moments once, the copy on stage 0's two ranks
+        want=$((4 * (2 * ends + layers) + 8 * n + 4 * 2 * copy + \
+                $([ $z = 3 ] && echo $((4 * (2 * ends + layers))) || echo $((4 * 2 * n))))) ;;
+    esac
+    TS_CHECKS=$((TS_CHECKS + 1))
+    [ "$got" = "$want" ] && pass "pp 2 dp 2 --zero $z: $key $got bytes (n = $n)" ||
+      fail "pp 2 dp 2 --zero $z: $key '$got' bytes, expected $want (n = $n)"
+  done
+done
+
 # checkpoints of sharded state: the serial checkpoint's model state, and each
 # resumed under another layout
 C="--model tiny --layers 4 $common --ckpt-every 2"
-rm -rf "$TS_TMP/k0" "$TS_TMP/k1" "$TS_TMP/k2"
+rm -rf "$TS_TMP/k0" "$TS_TMP/k1" "$TS_TMP/k2" "$TS_TMP/k4"
 expect_exit 0 "" "$T" train $C --ckpt-dir "$TS_TMP/k0" --log "$TS_TMP/k0.jsonl"
 expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --dp 2 --sp 2 --zero 1 --ckpt-dir "$TS_TMP/k1" \
   --log "$TS_TMP/k1.jsonl"
 expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 2 --dp 2 --microbatches 2 --zero 1 \
   --ckpt-dir "$TS_TMP/k2" --log "$TS_TMP/k2.jsonl"
-for k in k1 k2; do
+expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 2 --dp 2 --microbatches 2 --zero 3 \
+  --ckpt-dir "$TS_TMP/k4" --log "$TS_TMP/k4.jsonl"
+for k in k1 k2 k4; do
   expect_compare "same model state" "$k's checkpoint against the serial run's" \
     "$TS_TMP/k0/step-00000002.safetensors" "$TS_TMP/$k/step-00000002.safetensors"
   expect_same_bytes "$k's checkpoint against the serial run's" \
@@ -122,7 +166,9 @@ expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 2 --dp 2 --microbatches 2 --ze
   --ckpt-dir "$TS_TMP/k1" --log "$TS_TMP/k1.jsonl" --resume
 expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --dp 4 --zero 1 --ckpt-dir "$TS_TMP/k2" \
   --log "$TS_TMP/k2.jsonl" --resume
-for k in k1 k2; do
+expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C --pp 2 --sp 2 --sp-mode ulysses --microbatches 4 \
+  --zero 2 --ckpt-dir "$TS_TMP/k4" --log "$TS_TMP/k4.jsonl" --resume
+for k in k1 k2 k4; do
   expect_compare identical "$k resumed under another layout, against the straight run" \
     "$TS_TMP/k0.jsonl" "$TS_TMP/$k.jsonl"
 done
@@ -160,8 +206,9 @@ expect_stdout "^first divergence: step 1, loss:"
 # --- refused before any work ----------------------------------------------------------
 B="--model tiny $common"
 NOLOG=$TS_TMP/never.jsonl
-expect_exit 2 "--zero 2 with --pp 2: not built" $RUN_MPI -n 4 "$T" train $B --layers 4 --dp 2 \
-  --pp 2 --zero 2 --log "$NOLOG"
+expect_exit 2 "--zero 2 with --microbatches 2: the data ranks \\(--dp 2\\) and a microbatch's sequences \\(3\\) must be powers of two" \
+  $RUN_MPI -n 4 "$T" train $B --layers 4 --batch 12 --dp 2 --pp 2 --microbatches 2 --zero 2 \
+  --log "$NOLOG"
 expect_exit 2 "--zero 3 with --microbatches 2: the data ranks \\(--dp 3\\) and a microbatch's sequences \\(1\\) must be powers of two" \
   $RUN_MPI -n 3 "$T" train $B --batch 6 --dp 3 --microbatches 2 --zero 3 --log "$NOLOG"
 expect_exit 2 "--zero 4: must be 0, 1, 2 or 3" "$T" train $B --zero 4 --log "$NOLOG"
@@ -169,6 +216,19 @@ expect_exit 2 "--zero 1: needs ranks that hold the same parameters" "$T" train $
 expect_exit 2 "--zero 1 with --compress mapl: not built" $RUN_MPI -n 2 "$T" train \
   --model llama-tiny --layers 4 $common --compress mapl --rank 16 --compress-stages 2 --dp 2 \
   --zero 1 --log "$NOLOG"
+# the fit check before allocation sizes a pipeline stage's sharded state: under
+# --pp 2 --dp 2 --zero 3 a rank holds 16/2 bytes a parameter of its stage, half
+# of --zero 0's 16 (the embeddings are nothing next to 10^7 layers)
+need() { # the GiB the fit check's message says, for --zero $1
+  $RUN_MPI -n 4 "$T" train $B --layers 10000000 --pp 2 --dp 2 --zero "$1" --log "$NOLOG" 2>&1 |
+    sed -n 's/.*weight matrices alone need \([0-9.]*\) GiB.*(the largest of --pp 2 stages).*/\1/p' |
+    head -n 1
+}
+n0=$(need 0) n3=$(need 3)
+TS_CHECKS=$((TS_CHECKS + 1))
+awk -v a="$n0" -v b="$n3" 'BEGIN { exit !(a > 0 && (2 * b - a) < 0.15 && (a - 2 * b) < 0.15) }' &&
+  pass "the fit check counts a stage's shards: $n3 GiB under --zero 3, $n0 GiB without" ||
+  fail "the fit check under --pp 2 --dp 2: '$n3' GiB under --zero 3, '$n0' GiB without"
 TS_CHECKS=$((TS_CHECKS + 1))
 [ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"
 done_testing

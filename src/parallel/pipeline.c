@@ -19,6 +19,7 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   pl->M = M;
   pl->mb = mb;
   pl->schedule = schedule;
+  pl->stride = mb;
   pl->be = ts_backend_current();
   // what crosses a boundary: X (d floats a token), or under --compress Z
   // (r floats, or mapl-vq's codes) forward and dZ (r floats) back
@@ -95,7 +96,7 @@ static unsigned char *slot(const pass *ps, int mu) {
 
 static int forward(pass *ps, int mu) {
   ts_pipeline *pl = ps->pl;
-  ts_model_select_sequence(ps->m, ps->b0 + mu * pl->mb);
+  ts_model_select_sequence(ps->m, ps->b0 + mu * pl->stride);
   ts_model_set_stage_input(ps->m, slot(ps, mu));
   ts_model_forward(ps->m, ps->inputs + (size_t)mu * ps->seq_tokens,
                    ps->targets + (size_t)mu * ps->seq_tokens, ps->step, ps->train);
@@ -121,6 +122,8 @@ static int backward(pass *ps, int mu) {
     memcpy(pl->tied_store + (size_t)mu * rd, ts_model_embedding_dgrad(ps->m), rd * sizeof(float));
   ps->holding = -1;
   pl->inflight--;
+  // in rounds: summed over the groups, the rank's shard kept (shard.h)
+  if (pl->round_done) return pl->round_done(pl->seq_ctx);
   // a sequence's gradient: the sequence group's sum first
   if (pl->seq_grads && (rc = pl->seq_grads(pl->seq_ctx, ts_model_grads(ps->m)))) return rc;
   if (ts_tree_push(&pl->tree, ts_model_grads(ps->m)) != 0)
@@ -229,12 +232,13 @@ static int tied_embedding(pass *ps) {
   ts_tree_reset(&pl->wte_tree, 0);
   for (int mu = 0; mu < pl->M && !rc; mu++) {
     if ((rc = ts_comm_recv(pl->pipe, demb, rd * sizeof(float), 0, -1))) break;
-    ts_model_select_sequence(m, ps->b0 + mu * pl->mb);
+    ts_model_select_sequence(m, ps->b0 + mu * pl->stride);
     float *out = pl->wte_grad;
     rc = ts_model_tied_embedding_grad(m, ps->inputs + (size_t)mu * ps->seq_tokens,
                                       ps->targets + (size_t)mu * ps->seq_tokens,
                                       pl->tied_store + (size_t)mu * rd, demb, out);
-    // a sequence's part: the sequence group's sum first
+    // a sequence's part: the sequence group's sum first (in rounds the data
+    // group's too: the round's subtree)
     if (!rc && pl->seq_flat) rc = pl->seq_flat(pl->seq_ctx, out, pl->wte_len);
     if (!rc && ts_tree_push(&pl->wte_tree, out) != 0)
       rc = ts_fail(TS_ERUNTIME, "out of memory (tied embedding tree)");
@@ -251,12 +255,18 @@ int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, co
   ts_tree_reset(&pl->tree, 0);
   int rc = train && pl->schedule == 1 ? one_f_one_b(&ps) : gpipe(&ps);
   if (rc) return rc;
-  if (train) ts_tree_finish(&pl->tree, ts_model_grads(m));
+  // (in rounds the rank's shard of the gradient; the tied embedding's after
+  // it, whole, over whatever the rounds left there)
+  if (train && pl->rounds_finish) pl->rounds_finish(pl->seq_ctx);
+  else if (train) ts_tree_finish(&pl->tree, ts_model_grads(m));
   if (train && pl->tied && (rc = tied_embedding(&ps))) return rc;
   // the loss from the last stage to all: the tree over microbatches, or with
-  // a sequence group first each sequence's tree over its segments
+  // a sequence group first each sequence's tree over its segments; in rounds
+  // the global batch's (loss_sum)
   float sum = 0.0f;
-  if (pl->s == pl->P - 1 && pl->seq)
+  if (pl->s == pl->P - 1 && pl->loss_sum)
+    rc = pl->loss_sum(pl->seq_ctx, pl->lsums, pl->M, &sum);
+  else if (pl->s == pl->P - 1 && pl->seq)
     rc = ts_segment_loss_sum(pl->seq, pl->lsums, pl->M, &sum);
   else if (pl->s == pl->P - 1)
     sum = ts_tree_sum(pl->lsums, (size_t)pl->M);

@@ -50,6 +50,20 @@ typedef struct {
   int (*seq_grads)(void *ctx, float *g);
   int (*seq_flat)(void *ctx, float *buf, size_t n);
   void *seq_ctx;
+  // Under --zero 2 and 3 the microbatches go in the shard's rounds (shard.h,
+  // docs/ALGORITHMS.md §12): microbatch mu holds the sequences from
+  // b0 + mu·stride (stride mb, or D·mb in rounds), and each one's gradient,
+  // as its backward ends, goes to round_done (summed over the groups, the
+  // rank's shard of it into the tree over the rounds) in place of seq_grads
+  // and `tree`, which then holds nothing; after the last, rounds_finish
+  // writes the rank's shard of the step's gradient. seq_flat then sums the
+  // tied embedding's part over the data group too, and the last stage's
+  // loss_sum (ctx seq_ctx) combines the microbatches' loss sums over the
+  // groups by their places in the serial tree. NULL: none of this.
+  int stride;
+  int (*round_done)(void *ctx);
+  void (*rounds_finish)(void *ctx);
+  int (*loss_sum)(void *ctx, const float *lsums, int M, float *out);
   // A tied head (--tied): the first stage keeps each microbatch's gradient of
   // the embedding output, the last its last residual (M × rows × d each);
   // after the pass the first sends them to the last, which computes the tied
@@ -72,9 +86,11 @@ void ts_pipeline_free(ts_pipeline *pl);
 size_t ts_pipeline_buffer_bytes(const ts_pipeline *pl);
 // Forward (and backward when `train`) of the M microbatches of one batch:
 // inputs, targets (M·mb, T) of this data rank (under --sp: each sequence's
-// T/N rows of this rank), sequences from b0. *loss_sum
-// is the tree over microbatches of their loss sums, on every stage. With
-// `train` the model's gradients are this stage's, summed over microbatches.
+// T/N rows of this rank), microbatch mu's sequences from b0 + mu·stride.
+// *loss_sum is the tree over microbatches of their loss sums (in rounds: the
+// global batch's), on every stage. With `train` the model's gradients are
+// this stage's, summed over microbatches (in rounds: over the global batch,
+// the rank's shard of them and the ends).
 int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, const int *targets,
                      uint64_t step, int train, float *loss_sum);
 // After optimizer step `step`, the copies a stage holds of another stage's

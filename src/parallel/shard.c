@@ -160,12 +160,27 @@ int ts_shard_sequence_done(ts_shard *sh) {
   return TS_OK;
 }
 
-// The pipeline's hooks (pipeline.h): a microbatch is one sequence.
+// The pipeline's hooks (pipeline.h): under --sp a microbatch is one sequence.
 static int pipeline_seq_grads(void *ctx, float *g) { return sum_sequence_group(ctx, g); }
+// A microbatch's tied-embedding gradient: the sequence group's sum, and in
+// rounds the data group's after it (the round's subtree, as the hooks sum a
+// layer's).
 static int pipeline_seq_flat(void *ctx, float *buf, size_t n) {
   ts_shard *sh = ctx;
-  return sh->fast ? ts_comm_allreduce_fast(sh->seq, buf, n, -1)
-                  : ts_comm_allreduce_tree(sh->seq, buf, n, -1);
+  ts_comm *groups[2] = {sh->seq, sh->strided ? sh->data : NULL};
+  for (int k = 0; k < 2; k++) {
+    if (!groups[k] || groups[k]->size < 2) continue;
+    int rc = sh->fast ? ts_comm_allreduce_fast(groups[k], buf, n, -1)
+                      : ts_comm_allreduce_tree(groups[k], buf, n, -1);
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+static int rounds_loss(ts_shard *sh, const float *lsums, int n, float *out);
+static int pipeline_round_done(void *ctx) { return ts_zero_pass_done(ctx); }
+static void pipeline_rounds_finish(void *ctx) { ts_zero_rounds_finish(ctx); }
+static int pipeline_loss_sum(void *ctx, const float *lsums, int M, float *out) {
+  return rounds_loss(ctx, lsums, M, out);
 }
 
 int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *lay,
@@ -249,15 +264,33 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
       sh.pl->seq_grads = pipeline_seq_grads;
       sh.pl->seq_flat = pipeline_seq_flat;
       sh.pl->seq_ctx = out; // the shard's final place (copied there below)
-      if (sh.pl->tied && grid->pp_rank == grid->pp - 1) sh.seq_skip = sh.pl->wte_len;
     }
   }
+  // a tied embedding leads the last stage's gradient, summed apart (pipeline.h)
+  if (sh.pl && sh.pl->tied && grid->pp_rank == grid->pp - 1) sh.seq_skip = sh.pl->wte_len;
   sh.data = grid->data;
   sh.D = grid->dp;
   sh.r = grid->dp_rank;
   *out = sh;
-  if ((rc = ts_zero_plan(out))) ts_shard_free(out); // its hooks hold the shard's final place
-  return rc;
+  if ((rc = ts_zero_plan(out))) { // its hooks hold the shard's final place
+    ts_shard_free(out);
+    return rc;
+  }
+  if (out->pl && out->strided) { // a pipeline's microbatches in rounds (pipeline.h)
+    ts_pipeline *pl = out->pl;
+    if (pl->tied && pl->s == pl->P - 1 && pl->wte_off != 0) {
+      ts_shard_free(out);
+      return ts_fail(TS_ERUNTIME, "--zero %d: the tied embedding does not lead the last "
+                     "stage's tensors", lay->zero);
+    }
+    pl->stride = out->D * out->s;
+    pl->round_done = pipeline_round_done;
+    pl->rounds_finish = pipeline_rounds_finish;
+    pl->loss_sum = pipeline_loss_sum;
+    pl->seq_flat = pipeline_seq_flat;
+    pl->seq_ctx = out;
+  }
+  return TS_OK;
 }
 
 size_t ts_shard_buffer_bytes(const ts_shard *sh) {
@@ -356,11 +389,13 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
                   float *loss_sum) {
   ts_model *m = sh->m;
   int rc;
+  // (in rounds the first microbatch's sequences, the pipeline's stride apart)
+  const int b0 = sh->strided ? ts_shard_pass_first(sh, 0) : sh->b0;
   if (sh->pl && sh->seq) { // every sequence's rows of this rank, for the pipeline
     for (int j = 0; j < sh->nb; j++) gather_rows(sh, inputs, targets, j, (size_t)j * sh->Tl);
-    return ts_pipeline_pass(sh->pl, m, sh->b0, sh->rows_in, sh->rows_tg, step, train, loss_sum);
+    return ts_pipeline_pass(sh->pl, m, b0, sh->rows_in, sh->rows_tg, step, train, loss_sum);
   }
-  if (sh->pl) return ts_pipeline_pass(sh->pl, m, sh->b0, inputs, targets, step, train, loss_sum);
+  if (sh->pl) return ts_pipeline_pass(sh->pl, m, b0, inputs, targets, step, train, loss_sum);
   if (sh->M > 1) { // accumulation: each microbatch's gradient into the tree, in order
     const size_t tokens = (size_t)sh->mb * sh->T;
     for (int mu = 0; mu < sh->M; mu++) {
@@ -400,10 +435,16 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
   }
   if (ts_model_second_run_grads(m)) return run_pairs_loss_sum(sh->seq, sh->lsums, sh->nb, loss_sum);
   if (!sh->strided) return ts_segment_loss_sum(sh->seq, sh->lsums, sh->nb, loss_sum);
-  float *seqsum = malloc((size_t)sh->nb * sizeof(float));
-  rc = seqsum ? group_columns(sh->seq, sh->lsums, sh->nb, seqsum)
-              : ts_fail(TS_ERUNTIME, "out of memory");
-  if (!rc) rc = rounds_loss_sum(sh, seqsum, sh->nb, loss_sum);
+  return rounds_loss(sh, sh->lsums, sh->nb, loss_sum);
+}
+
+// In rounds: the global loss sum from the rank's n pass sums (under --sp
+// its segments' sums, the sequence group's columns first).
+static int rounds_loss(ts_shard *sh, const float *lsums, int n, float *out) {
+  float *seqsum = malloc((size_t)n * sizeof(float));
+  int rc = seqsum ? group_columns(sh->seq, lsums, n, seqsum)
+                  : ts_fail(TS_ERUNTIME, "out of memory");
+  if (!rc) rc = rounds_loss_sum(sh, seqsum, n, out);
   free(seqsum);
   return rc;
 }
@@ -412,7 +453,7 @@ int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group) {
   int rc;
   float *g = ts_model_grads(sh->m);
   if (sh->strided) { // every pass summed over the groups already, and its shard in the tree
-    ts_zero_rounds_finish(sh);
+    if (!sh->pl) ts_zero_rounds_finish(sh); // (a pipeline's at the end of its pass)
     return TS_OK;
   }
   // the sequence group's sums came per sequence (ts_shard_sequence_done);

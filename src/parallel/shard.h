@@ -50,8 +50,9 @@ typedef struct {
   size_t *lay_lo;
   ts_comm *data;
   ts_layer_hooks hooks;
-  // Stages 2 and 3 over several passes (the microbatches of accumulation, or
-  // the sequences of a rank under --sp): the passes go in rounds, pass j of
+  // Stages 2 and 3 over several passes (the microbatches of accumulation,
+  // the sequences of a rank under --sp, and a pipeline stage's microbatches,
+  // even one: pipeline.h): the passes go in rounds, pass j of
   // data rank r taking the sequences from (j·D + r)·s (s per pass), so that
   // a round is one aligned run of D·s sequences of the serial tree. Each
   // pass's gradient is summed over the groups (its layers' by the hooks, the
@@ -75,7 +76,8 @@ typedef struct {
   // Each sequence's gradient is summed over the sequence group as soon as its
   // backward is done, then pushed into the tree over the sequences (a
   // binary-counter stack: O(log nb) gradient buffers, not nb). seq_skip:
-  // leading elements the group does not sum (a pipeline's tied embedding).
+  // leading elements the groups do not sum with the rest (a pipeline's tied
+  // embedding, which the pipeline sums apart, per microbatch).
   ts_tree seq_tree;
   int has_tree;
   size_t seq_skip;

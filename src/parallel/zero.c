@@ -26,8 +26,11 @@
 // passes are one aligned run of the serial tree, their sum over the data
 // group (the hooks' and ts_zero_pass_done's) is that run's subtree, and the
 // rank pushes its shard of it into a tree over the rounds: shard-sized
-// buffers, O(log passes) of them. Not under a pipeline (layout.c), and on
-// the host only (pages are host memory).
+// buffers, O(log passes) of them. A pipeline stage's microbatches are its
+// passes (pipeline.h: the stage pushes each microbatch's shard into the tree
+// over the rounds, never a whole gradient; a tied embedding's gradient, an
+// end, is summed whole per microbatch and written after). On the host only
+// (pages are host memory).
 #include "parallel/shard.h"
 
 #include <stdlib.h>
@@ -109,9 +112,10 @@ int ts_zero_pass_done(ts_shard *sh) {
   float *g = ts_model_grads(sh->m);
   const size_t np = ts_model_num_params(sh->m), rows = own_rows(sh), nz = np - rows;
   // the ends over the sequence group (not the positional rows, each rank's
-  // own), then the data group (rows too)
+  // own), then the data group (rows too); a pipeline's tied embedding apart
+  // (seq_skip: its own sums, pipeline.h)
   int rc = ts_zero_sum(sh, sh->seq, g, sh->seq_skip, nz);
-  if (!rc) rc = ts_zero_sum(sh, sh->data, g, 0, np);
+  if (!rc) rc = ts_zero_sum(sh, sh->data, g, sh->seq_skip, np);
   if (rc) return rc;
   // the rank's shard of the ends (its layers' came from the hooks), then its rows
   const size_t L0 = sh->lay_lo[0], L1 = sh->lay_lo[sh->nlay];
@@ -178,9 +182,10 @@ int ts_zero_plan(ts_shard *sh) {
   free(t);
   if (rc) return rc;
   if (sh->nlay == 0) return ts_fail(TS_ERUNTIME, "--zero %d: the stage holds no layers", sh->zero);
-  // several passes a step: in rounds (shard.h)
-  const int passes = sh->seq ? sh->nb : sh->M;
-  if (passes > 1) {
+  // several passes a step: in rounds (shard.h); a pipeline's microbatches
+  // always (even one: its stage then holds no gradient tree of its own)
+  const int passes = sh->pl ? sh->pl->M : sh->seq ? sh->nb : sh->M;
+  if (passes > 1 || sh->pl) {
     sh->s = sh->seq ? 1 : sh->mb;
     if (!(sh->round = malloc((sh->nupd_floats ? sh->nupd_floats : 1) * sizeof(float))))
       return ts_fail(TS_ERUNTIME, "out of memory");
