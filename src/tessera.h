@@ -415,7 +415,6 @@ float ts_model_loss_sum(const ts_model *m);
 // each run's loss sum (the tree over its tokens). NULL, and run 0 the whole
 // loss sum, for every other model.
 float *ts_model_second_run_grads(ts_model *m);
-void ts_model_clear_second_run_grads(ts_model *m); // to -0.0, the identity of addition
 float ts_model_run_loss_sum(const ts_model *m, int run);
 const ts_config *ts_model_config(const ts_model *m);
 // Bytes of activations and backward scratch: O(B·T·d) per layer, no T×T term.

@@ -176,8 +176,6 @@ expect_exit 2 "--sp-mode lss-zigzag with --sp 8: --seq 64 must split into 16 chu
   "$T" train $BASE --sp 8 --sp-mode lss-zigzag --log "$NOLOG"
 expect_exit 2 "--sp-mode lss-zigzag with --pp 2: not built" \
   "$T" train $BASE --layers 2 --sp 2 --pp 2 --microbatches 2 --sp-mode lss-zigzag --log "$NOLOG"
-expect_exit 2 "--sp-mode lss-zigzag with --zero 2: not built" \
-  "$T" train $BASE --sp 2 --sp-mode lss-zigzag --zero 2 --log "$NOLOG"
 expect_exit 2 "--sp-mode bogus: must be lss, lss-fused, lss-basic, megatron, ulysses, upipe, ring" \
   "$T" train $BASE --sp-mode bogus --log "$NOLOG"
 expect_exit 2 "--dp 1 --sp 4 --pp 1: needs dp x sp x pp = 4 ranks but the MPI world size is 2" \

@@ -71,6 +71,10 @@ equal rounds-z3 "--model llama-tiny --layers 4 --batch 4 --dropout 0.1" 4 \
   "--dp 2 --sp 2 --sp-mode ulysses --zero 3"
 # under a pipeline: each stage's microbatches in rounds over its replica group
 # (GPT tiny: the tied embedding's gradient on the last stage, summed apart)
+# balanced LSS: each run's partials summed apart, layer by layer under 2 and 3
+equal zigzag-z1 "--model tiny --batch 2" 4 "--dp 2 --sp 2 --sp-mode lss-zigzag --zero 1"
+equal zigzag-z3 "--model tiny --batch 2 --dropout 0.1" 2 "--sp 2 --sp-mode lss-zigzag --zero 3"
+equal zigzag-llama-z2 "--model llama-tiny --batch 4" 4 "--dp 2 --sp 2 --sp-mode lss-zigzag --zero 2"
 equal pp-dp-z2 "--model tiny --layers 4" 4 "--pp 2 --dp 2 --microbatches 2 --zero 2 --schedule 1f1b"
 equal pp-dp-z3 "--model tiny --layers 4 --dropout 0.1" 4 \
   "--pp 2 --dp 2 --microbatches 2 --zero 3 --schedule gpipe"

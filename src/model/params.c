@@ -592,9 +592,6 @@ float *ts_model_grads(ts_model *m) { return m->grads; }
 const float *ts_model_logits(const ts_model *m) { return m->cfg.fused_ce ? NULL : m->logits; }
 float ts_model_loss_sum(const ts_model *m) { return m->loss_sum; }
 float *ts_model_second_run_grads(ts_model *m) { return m->grads2; }
-void ts_model_clear_second_run_grads(ts_model *m) {
-  if (m->grads2) ts_run_partials_clear(m);
-}
 float ts_model_run_loss_sum(const ts_model *m, int run) {
   if (!m->grads2) return m->loss_sum;
   return m->be->token_tree_sum(m->losses + (size_t)run * m->run_len, m->run_len, m->cfg.leaf);

@@ -137,14 +137,7 @@ int ts_shard_gather_params(ts_shard *sh) {
 // apart (ts_model_second_run_grads): each is summed over the group, and the
 // two sums added, the serial tree's root (src/parallel/run_partials.c).
 static int sum_sequence_group(ts_shard *sh, float *g) {
-  const size_t lo = sh->seq_skip, hi = sh->np - sh->wpe_len;
-  float *g2 = ts_model_second_run_grads(sh->m);
-  int rc = ts_zero_sum(sh, sh->seq, g, lo, hi);
-  if (rc || !g2 || g != ts_model_grads(sh->m)) return rc;
-  if ((rc = ts_zero_sum(sh, sh->seq, g2, lo, hi))) return rc;
-  sh->be->add(g + lo, g + lo, g2 + lo, (int64_t)(hi - lo));
-  ts_model_clear_second_run_grads(sh->m);
-  return TS_OK;
+  return ts_zero_seq_sum(sh, g, sh->seq_skip, sh->np - sh->wpe_len);
 }
 
 int ts_shard_pass_first(const ts_shard *sh, int j) {
@@ -334,17 +327,14 @@ static int group_columns(ts_comm *group, const float *x, int n, float *out) {
   return rc;
 }
 
-// The same for ranks of two runs (lss-zigzag): lsums holds the first runs'
-// sums of the nb sequences, then the second runs'; a sequence's is the tree
-// over the ranks of each, added (src/parallel/run_partials.c).
-static int run_pairs_loss_sum(ts_comm *seq, const float *lsums, int nb, float *out) {
-  float *cols = malloc((size_t)2 * nb * sizeof(float)), *seqsum = malloc((size_t)nb * sizeof(float));
-  int rc = cols && seqsum ? group_columns(seq, lsums, 2 * nb, cols)
-                          : ts_fail(TS_ERUNTIME, "out of memory");
+// For ranks of two runs (lss-zigzag): lsums holds the first runs' sums of
+// the nb sequences, then the second runs'; seqsum[j], sequence j's, is the
+// tree over the ranks of each, added (src/parallel/run_partials.c).
+static int run_pairs_columns(ts_comm *seq, const float *lsums, int nb, float *seqsum) {
+  float *cols = malloc((size_t)2 * nb * sizeof(float));
+  int rc = cols ? group_columns(seq, lsums, 2 * nb, cols) : ts_fail(TS_ERUNTIME, "out of memory");
   for (int j = 0; j < nb && !rc; j++) seqsum[j] = cols[j] + cols[nb + j];
-  if (!rc) *out = ts_tree_sum(seqsum, (size_t)nb);
   free(cols);
-  free(seqsum);
   return rc;
 }
 
@@ -433,7 +423,15 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
     if ((rc = ts_model_backward(m, step))) return rc;
     if ((rc = ts_shard_sequence_done(sh))) return rc;
   }
-  if (ts_model_second_run_grads(m)) return run_pairs_loss_sum(sh->seq, sh->lsums, sh->nb, loss_sum);
+  if (ts_model_second_run_grads(m)) { // each sequence's two runs, then the sequences
+    float *seqsum = malloc((size_t)sh->nb * sizeof(float));
+    rc = seqsum ? run_pairs_columns(sh->seq, sh->lsums, sh->nb, seqsum)
+                : ts_fail(TS_ERUNTIME, "out of memory");
+    if (!rc && sh->strided) rc = rounds_loss_sum(sh, seqsum, sh->nb, loss_sum);
+    else if (!rc) *loss_sum = ts_tree_sum(seqsum, (size_t)sh->nb);
+    free(seqsum);
+    return rc;
+  }
   if (!sh->strided) return ts_segment_loss_sum(sh->seq, sh->lsums, sh->nb, loss_sum);
   return rounds_loss(sh, sh->lsums, sh->nb, loss_sum);
 }

@@ -153,6 +153,9 @@ void ts_zero_rounds_finish(ts_shard *sh);
 int ts_zero_gather(ts_shard *sh, float *p, size_t lo, size_t hi);
 void ts_zero_release(ts_shard *sh);
 int ts_zero_sum(ts_shard *sh, ts_comm *group, float *g, size_t lo, size_t hi);
+// The same over the sequence group, with a rank's second run's partials
+// (lss-zigzag: ts_model_second_run_grads) summed and added too.
+int ts_zero_seq_sum(ts_shard *sh, float *g, size_t lo, size_t hi);
 
 // The loss sum of nb sequences from each rank's segment sums lsums[nb]: one
 // all-gather over the sequence group, then per sequence the tree over its

@@ -64,6 +64,31 @@ int ts_zero_sum(ts_shard *sh, ts_comm *group, float *g, size_t lo, size_t hi) {
   return rc;
 }
 
+// The sequence group's sum of g[lo, hi), the model's gradient. A rank of two
+// runs (lss-zigzag, run_partials.c) sums its second run's partials too and
+// adds them, the serial tree's root; they are then -0.0 again, the identity
+// (give_back: their pages given back instead, reading +0.0 until the next
+// backward writes every one of them again).
+static int seq_sum(ts_shard *sh, float *g, size_t lo, size_t hi, int give_back) {
+  int rc = group_sum(sh, sh->seq, g, lo, hi);
+  float *g2 = ts_model_second_run_grads(sh->m);
+  if (rc || !g2 || g != ts_model_grads(sh->m) || lo >= hi) return rc;
+  if ((rc = group_sum(sh, sh->seq, g2, lo, hi))) return rc;
+  sh->be->add(g + lo, g + lo, g2 + lo, (int64_t)(hi - lo));
+  if (give_back) ts_pages_discard(g2 + lo, (hi - lo) * sizeof(float));
+  else
+    for (size_t i = lo; i < hi; i++) g2[i] = -0.0f;
+  return TS_OK;
+}
+
+int ts_zero_seq_sum(ts_shard *sh, float *g, size_t lo, size_t hi) {
+  if (sh->nlay == 0) return seq_sum(sh, g, lo, hi, 0);
+  const size_t L0 = sh->lay_lo[0], L1 = sh->lay_lo[sh->nlay];
+  int rc = seq_sum(sh, g, lo, hi < L0 ? hi : L0, 0);
+  if (!rc) rc = seq_sum(sh, g, lo > L1 ? lo : L1, hi, 0);
+  return rc;
+}
+
 int ts_zero_gather(ts_shard *sh, float *p, size_t lo, size_t hi) {
   for (int q = 0; q < sh->replica->size; q++) {
     const size_t a = sh->cut[q] < lo ? lo : sh->cut[q];
@@ -93,7 +118,7 @@ static int layer_grads_done(void *ctx, int l) {
   float *g = ts_model_grads(sh->m);
   const int i = l - sh->lay_l0;
   const size_t lo = sh->lay_lo[i], hi = sh->lay_lo[i + 1];
-  int rc = group_sum(sh, sh->seq, g, lo, hi);
+  int rc = seq_sum(sh, g, lo, hi, 1);
   if (!rc) rc = group_sum(sh, sh->data, g, lo, hi);
   if (rc) return rc;
   if (sh->strided) { // the rank's part of this pass's sum, for the tree over the rounds
@@ -114,7 +139,7 @@ int ts_zero_pass_done(ts_shard *sh) {
   // the ends over the sequence group (not the positional rows, each rank's
   // own), then the data group (rows too); a pipeline's tied embedding apart
   // (seq_skip: its own sums, pipeline.h)
-  int rc = ts_zero_sum(sh, sh->seq, g, sh->seq_skip, nz);
+  int rc = ts_zero_seq_sum(sh, g, sh->seq_skip, nz);
   if (!rc) rc = ts_zero_sum(sh, sh->data, g, sh->seq_skip, np);
   if (rc) return rc;
   // the rank's shard of the ends (its layers' came from the hooks), then its rows
