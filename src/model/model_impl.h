@@ -85,6 +85,7 @@ struct ts_model {
   float *stds; // init std per tensor (0 = constant)
   float *consts;
   size_t nparams, ncopy;
+  size_t nsplit; // of the owned: the floats of a tensor split's blocks (cp.h `split`)
   float *params, *grads;
   // the canonical (serial) model's table: nall tensors, nall_params floats
   int nall;
