@@ -214,20 +214,50 @@ float ts_grad_norm_trained(const ts_tensor *grads, int nt, size_t n) {
   return norm_finish(&st);
 }
 
+// The tensors by canonical offset, so that a run finds its own by a binary
+// search: a tensor split holds thousands of pieces (one per row of a column
+// block), and as many runs.
+typedef struct {
+  int64_t at;
+  int i;
+} by_at;
+
 typedef struct {
   const ts_tensor *grads;
   int nt;
+  const by_at *order;
 } norm_ctx;
+
+static int by_at_cmp(const void *a, const void *b) {
+  const by_at *x = a, *y = b;
+  return x->at < y->at ? -1 : x->at > y->at;
+}
 
 static void norm_fold(void *state, const ts_owned_run *r, void *ctx) {
   const norm_ctx *c = ctx;
-  norm_tensors(state, c->grads, c->nt, NULL, r->at, r->at + r->len);
+  const int64_t lo = (int64_t)r->at, hi = (int64_t)(r->at + r->len);
+  int a = 0, b = c->nt; // the first tensor at or after lo
+  while (a < b) {
+    const int mid = a + (b - a) / 2;
+    if (c->order[mid].at < lo) a = mid + 1;
+    else b = mid;
+  }
+  for (int k = a; k < c->nt && c->order[k].at < hi; k++) {
+    const ts_tensor *t = &c->grads[c->order[k].i];
+    if (!ts_boundary_statistics(t->role))
+      norm_range(state, t->data, (uint64_t)t->at, (uint64_t)ts_tensor_numel(t));
+  }
 }
 
 int ts_grad_norm_owned(const ts_owners *o, const ts_tensor *grads, int nt, float *out) {
   norm_state st = {0.0, 0.0, -1, 0};
-  norm_ctx c = {grads, nt};
+  by_at *order = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *order);
+  if (!order) return ts_fail(TS_ERUNTIME, "out of memory (gradient norm)");
+  for (int i = 0; i < nt; i++) order[i] = (by_at){grads[i].at, i};
+  qsort(order, (size_t)nt, sizeof *order, by_at_cmp);
+  norm_ctx c = {grads, nt, order};
   int rc = ts_owners_fold(o, &st, sizeof st, norm_fold, &c);
+  free(order);
   if (rc) return rc;
   if (st.oom) return ts_fail(TS_ERUNTIME, "out of memory (gradient norm)");
   *out = norm_finish(&st);

@@ -387,12 +387,17 @@ int ts_model_backward(ts_model *m, uint64_t step);
 // their number, or -1 (out of memory, or a configuration ts_model_create
 // refuses; ts_errmsg says which).
 int ts_config_tensors(const ts_config *cfg, ts_tensor **out);
-// Named views in canonical order of the tensors this model owns (a stage's,
-// or all): their parameters and gradients, one buffer each, the same layout.
-// grads may be NULL.
+// Named views of the tensors this model owns (a stage's, or all): their
+// parameters and gradients, one buffer each, the same layout. The whole
+// tensors come in canonical order, then the pieces of a tensor split's
+// blocks (each a part of one canonical tensor, its `at` the part's), then a
+// sequence-parallel positional table's rows. grads may be NULL.
 int ts_model_num_tensors(const ts_model *m);
 void ts_model_tensors(ts_model *m, ts_tensor *params, ts_tensor *grads);
 size_t ts_model_num_params(const ts_model *m);
+// Of those, the floats of the tensor split's blocks (0 without a split):
+// the owned elements [np - rows - split, np - rows), rows the positional ones.
+size_t ts_model_split_params(const ts_model *m);
 float *ts_model_params(ts_model *m);
 float *ts_model_grads(ts_model *m);
 // The copies this model holds of tensors another stage owns (see

@@ -162,6 +162,75 @@ fi
 expect_resume_identical 2 2 "" "--sp 2" $BASE
 expect_resume_identical 2 2 "" "--sp 2 --sp-mode lss-zigzag" $BASE
 
+# --- megatron owns its blocks (src/parallel/megatron.c) --------------------------------
+# Rank s of N holds of every layer the blocks of its heads and MLP columns,
+# the rest whole, and (all modes) its T/N rows of the positional table.
+# tiny: C 64, F 256, L 2, T 64; per layer the split tensors hold
+# 3(C² + C) (Q, K, V) + C² (output projection) + F·C + F (W1, b1) + C·F (W2).
+st() { # FILE KEY: the first step record's state_bytes KEY
+  grep '"type":"step"' "$1" | head -n 1 | sed -n "s/.*\"state_bytes\":{[^}]*\"$2\":\([0-9]*\).*/\1/p"
+}
+n=$(($(st "$TS_TMP/serial-0.jsonl" grads) / 4))
+split=$((2 * (4 * DM * DM + 3 * DM + 2 * 256 * DM + 256)))
+for nd in 2x1 4x1 2x2; do
+  N=${nd%x*} D=${nd#*x}
+  L=$TS_TMP/megatron-sp$N-dp$D-0.jsonl
+  held=$((n - (N - 1) * (split + SEQ * DM) / N))
+  for key in params grads optimizer model_sum; do
+    case $key in
+      params | grads) want=$((4 * held)) ;;
+      optimizer) want=$((8 * held)) ;;
+      model_sum) want=$((N * D * 16 * held)) ;; # every rank holds as much
+    esac
+    got=$(st "$L" $key)
+    TS_CHECKS=$((TS_CHECKS + 1))
+    [ "$got" = "$want" ] && pass "megatron sp $N dp $D: rank 0's $key $got bytes (n = $n)" ||
+      fail "megatron sp $N dp $D: rank 0's $key '$got' bytes, expected $want (n = $n, held $held)"
+  done
+done
+
+# Its checkpoints are the serial layout's file: a run resumed from one under
+# megatron equals the straight run (its step-2 checkpoint the same model
+# state), and the serial layout reads it (the same parameter hash, a fold in
+# canonical order on both); megatron resumes a serial checkpoint, and another
+# N its own (the blocks are read back by their canonical ranges).
+MK=$TS_TMP/mg
+rm -rf "$MK" && mkdir -p "$MK/a" "$MK/b" "$MK/c" "$MK/d" "$MK/e"
+MG="--sp 2 --sp-mode megatron"
+if expect_exit 0 "" $RUN_MPI -n 2 "$T" train $BASE $MG --ckpt-dir "$MK/a" --ckpt-every 1 \
+  --log "$MK/a.jsonl"; then
+  cp "$MK/a/step-00000001.safetensors" "$MK/b/"
+  cp "$MK/a/step-00000001.safetensors" "$MK/d/"
+  cp "$MK/a/step-00000002.safetensors" "$MK/c/"
+  grep -v '"step":2' "$MK/a.jsonl" | grep -v '"final"' >"$MK/b.jsonl"
+  cp "$MK/b.jsonl" "$MK/d.jsonl"
+  expect_exit 0 "" $RUN_MPI -n 2 "$T" train $BASE $MG --ckpt-dir "$MK/b" --resume \
+    --log "$MK/b.jsonl"
+  expect_stdout "resumed from .*step-00000001"
+  expect_compare identical "megatron resumed from its step 1, against the straight run" \
+    "$MK/a.jsonl" "$MK/b.jsonl"
+  expect_compare "same model state" "megatron's step-2 checkpoints, straight and resumed" \
+    "$MK/a/step-00000002.safetensors" "$MK/b/step-00000002.safetensors"
+  h1=$(grep '"final"' "$MK/a.jsonl")
+  expect_exit 0 "" "$T" train $BASE --ckpt-dir "$MK/c" --resume --log "$MK/c.jsonl"
+  h2=$(grep '"final"' "$MK/c.jsonl")
+  TS_CHECKS=$((TS_CHECKS + 1))
+  [ -n "$h1" ] && [ "$h1" = "$h2" ] && pass "serial reads megatron's checkpoint: $h2" ||
+    fail "serial reads megatron's checkpoint: '$h2', megatron's '$h1'"
+  expect_exit 0 "" $RUN_MPI -n 4 "$T" train $BASE --sp 4 --sp-mode megatron --ckpt-dir "$MK/d" \
+    --resume --log "$MK/d.jsonl"
+  expect_exit 0 "" "$T" compare --rtol 1e-5 "$TS_TMP/serial-0.jsonl" "$MK/d.jsonl"
+  expect_stdout "^equal within rtol 1e-05"
+fi
+if expect_exit 0 "" "$T" train $BASE --ckpt-dir "$MK/e" --ckpt-every 1 --log "$MK/e.jsonl"; then
+  rm -f "$MK/e/step-00000002.safetensors"
+  grep -v '"step":2' "$MK/e.jsonl" | grep -v '"final"' >"$MK/e1.jsonl"
+  expect_exit 0 "" $RUN_MPI -n 2 "$T" train $BASE $MG --ckpt-dir "$MK/e" --resume \
+    --log "$MK/e1.jsonl"
+  expect_exit 0 "" "$T" compare --rtol 1e-5 "$MK/e.jsonl" "$MK/e1.jsonl"
+  expect_stdout "^equal within rtol 1e-05"
+fi
+
 # --- refused before any work: one line, exit 2, no log written ------------------------
 NOLOG=$TS_TMP/never.jsonl
 expect_exit 2 "--sp 3: must be a power of two" "$T" train $BASE --sp 3 --log "$NOLOG"
@@ -176,6 +245,10 @@ expect_exit 2 "--sp-mode lss-zigzag with --sp 8: --seq 64 must split into 16 chu
   "$T" train $BASE --sp 8 --sp-mode lss-zigzag --log "$NOLOG"
 expect_exit 2 "--sp-mode lss-zigzag with --pp 2: not built" \
   "$T" train $BASE --layers 2 --sp 2 --pp 2 --microbatches 2 --sp-mode lss-zigzag --log "$NOLOG"
+expect_exit 2 "--zero 1 with --sp-mode megatron: not built" \
+  "$T" train $BASE --sp 2 --sp-mode megatron --zero 1 --log "$NOLOG"
+expect_exit 2 "--optimizer muon with --sp-mode megatron: not built" \
+  "$T" train $BASE --optimizer muon --sp 2 --sp-mode megatron --log "$NOLOG"
 expect_exit 2 "--sp-mode bogus: must be lss, lss-fused, lss-basic, megatron, ulysses, upipe, ring" \
   "$T" train $BASE --sp-mode bogus --log "$NOLOG"
 expect_exit 2 "--dp 1 --sp 4 --pp 1: needs dp x sp x pp = 4 ranks but the MPI world size is 2" \

@@ -492,6 +492,17 @@ static void test_sequence_layout_rules(void **state) {
   lay.sp = 8;
   assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "the 4 heads and the MLP width 256 must divide by 8"));
+  // its ranks own their blocks: not sharded again, nor orthogonalised whole
+  lay.sp = 2;
+  lay.zero = 1;
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--zero 1 with --sp-mode megatron: not built"));
+  lay.zero = 0;
+  c.optimizer = TS_OPT_MUON;
+  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--optimizer muon with --sp-mode megatron: not built"));
+  c.optimizer = TS_OPT_ADAMW;
+  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
 }
 
 // Head-parallel attention (Ulysses, UPipe): whole heads and key/value heads

@@ -85,6 +85,7 @@ struct ts_model {
   float *stds; // init std per tensor (0 = constant)
   float *consts;
   size_t nparams, ncopy;
+  size_t nsplit; // of the owned: the floats of a tensor split's blocks (cp.h `split`)
   float *params, *grads;
   // A rank that holds two runs whose gradient sums stay the serial tree
   // (lss-zigzag; src/parallel/run_partials.c): the second run's partials, in

@@ -221,8 +221,11 @@ static void set_geometry(ts_model *m, const ts_config *cfg, int b_begin, int b_c
 // it reads (all but the anchors, which are each stage's own).
 // Under sequence parallelism the positional table is owned by rows: each
 // rank holds the rows of its positions alone (its runs: docs/ALGORITHMS.md
-// §2), one piece per run, after the other owned tensors.
-enum { HELD_NONE = 0, HELD_OWNED, HELD_ROWS, HELD_COPY };
+// §2), one piece per run, after the other owned tensors. Under a tensor
+// split (cp.h `split`) a rank holds a block of each split tensor, after the
+// whole tensors and before the positional rows: the replicated tensors stay
+// one run for the sequence group's gradient sum (shard.c).
+enum { HELD_NONE = 0, HELD_OWNED, HELD_SLICE, HELD_ROWS, HELD_COPY };
 
 static int holding(const ts_model *m, const pspec *ps) {
   const int first = m->l0 == 0, last = m->l1 == m->L;
@@ -240,6 +243,19 @@ static size_t spec_numel(const pspec *ps) {
   return (size_t)ps->shape[0] * (ps->ndim == 2 ? (size_t)ps->shape[1] : 1);
 }
 
+// The block this rank holds of canonical tensor i under a tensor split (1),
+// or 0: the whole tensor. Only an owned tensor of a sequence group's model.
+static int split_block(const ts_model *m, int i, ts_cp_block *b) {
+  return m->seq && m->cp->split && m->cp->split(m, &m->all[i], b);
+}
+
+// A block's pieces: one when it spans whole rows (one canonical run), else
+// one per row.
+static int block_pieces(const ts_tensor *t, const ts_cp_block *b) {
+  const int64_t cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
+  return b->nc == cols ? 1 : (int)b->nr;
+}
+
 // The parameter table into *spec (nall entries), the canonical table m->all,
 // what this model holds of it (m->ntens, m->nown, m->nparams, m->ncopy), and
 // the small per-tensor arrays; no parameter memory yet.
@@ -252,15 +268,7 @@ static int make_table(ts_model *m, pspec **spec, unsigned char **held) {
   *spec = calloc((size_t)n, sizeof(pspec));
   *held = calloc((size_t)n, 1);
   m->all = calloc((size_t)n, sizeof(ts_tensor));
-  // (a positional table by rows may be two pieces: one more entry)
-  m->ptens = calloc((size_t)n + 1, sizeof(ts_tensor));
-  m->gtens = calloc((size_t)n + 1, sizeof(ts_tensor));
-  m->key = calloc((size_t)n + 1, sizeof(int));
-  m->elem0 = calloc((size_t)n + 1, sizeof(size_t));
-  m->stds = calloc((size_t)n + 1, sizeof(float));
-  m->consts = calloc((size_t)n + 1, sizeof(float));
-  if (!m->p.layer || !m->g.layer || !m->la || !m->res || !*spec || !*held || !m->all ||
-      !m->ptens || !m->gtens || !m->key || !m->elem0 || !m->stds || !m->consts)
+  if (!m->p.layer || !m->g.layer || !m->la || !m->res || !*spec || !*held || !m->all)
     return ts_fail(TS_ERUNTIME, "out of memory");
   param_table(m, *spec);
   size_t at = 0;
@@ -276,6 +284,14 @@ static int make_table(ts_model *m, pspec **spec, unsigned char **held) {
     t->at = (int64_t)at;
     at += spec_numel(ps);
     (*held)[i] = (unsigned char)holding(m, ps);
+    ts_cp_block b;
+    if ((*held)[i] == HELD_OWNED && split_block(m, i, &b)) {
+      const int pieces = block_pieces(t, &b);
+      (*held)[i] = HELD_SLICE;
+      m->nown += pieces, m->ntens += pieces;
+      m->nparams += (size_t)(b.nr * b.nc);
+      m->nsplit += (size_t)(b.nr * b.nc);
+    }
     if ((*held)[i] == HELD_OWNED) m->nown++, m->ntens++, m->nparams += spec_numel(ps);
     if ((*held)[i] == HELD_COPY) m->ntens++, m->ncopy += spec_numel(ps);
     if ((*held)[i] == HELD_ROWS) {
@@ -285,12 +301,24 @@ static int make_table(ts_model *m, pspec **spec, unsigned char **held) {
     }
   }
   m->nall_params = at;
+  // the held tensors' views and their keys, one entry per piece
+  const size_t nh = (size_t)m->ntens + 1;
+  m->ptens = calloc(nh, sizeof(ts_tensor));
+  m->gtens = calloc(nh, sizeof(ts_tensor));
+  m->key = calloc(nh, sizeof(int));
+  m->elem0 = calloc(nh, sizeof(size_t));
+  m->stds = calloc(nh, sizeof(float));
+  m->consts = calloc(nh, sizeof(float));
+  if (!m->ptens || !m->gtens || !m->key || !m->elem0 || !m->stds || !m->consts)
+    return ts_fail(TS_ERUNTIME, "out of memory");
   return TS_OK;
 }
 
 // Parameters and gradients: one allocation each, the owned tensors first
-// (a positional table by rows last among them), then the copies (parameters
-// only); the table's views into them.
+// (the whole ones, then the blocks of a tensor split, then a positional
+// table by rows), then the copies (parameters only); the table's views into
+// them. A piece's view is its part of the canonical tensor: `at` its first
+// canonical element, elem0 that element's index within the tensor.
 static int alloc_params(ts_model *m, const pspec *spec, const unsigned char *held) {
   m->params = m->be->alloc((m->nparams + m->ncopy) * sizeof(float));
   m->grads = m->be->alloc((m->nparams ? m->nparams : 1) * sizeof(float));
@@ -308,7 +336,11 @@ static int alloc_params(ts_model *m, const pspec *spec, const unsigned char *hel
         *ps->view = p;
         *ps->gview = g;
       }
-      const int pieces = pass == HELD_ROWS ? m->nrun : 1;
+      ts_cp_block b = {0};
+      if (pass == HELD_SLICE) split_block(m, i, &b);
+      const int pieces = pass == HELD_ROWS    ? m->nrun
+                         : pass == HELD_SLICE ? block_pieces(&m->all[i], &b)
+                                              : 1;
       for (int r = 0; r < pieces; r++, k++) {
         m->ptens[k] = m->gtens[k] = m->all[i];
         m->key[k] = i;
@@ -320,8 +352,20 @@ static int alloc_params(ts_model *m, const pspec *spec, const unsigned char *hel
           n = (size_t)m->run_len * C;
           m->elem0[k] = (size_t)m->run_pos[r] * C;
           m->ptens[k].shape[0] = m->gtens[k].shape[0] = m->run_len;
-          m->ptens[k].at = m->gtens[k].at = m->all[i].at + (int64_t)m->elem0[k];
         }
+        if (pass == HELD_SLICE) { // the block whole (whole rows), or its row r0 + r
+          ts_tensor *v = &m->ptens[k];
+          const size_t cols = (size_t)(v->ndim == 2 ? v->shape[1] : v->shape[0]);
+          n = pieces == 1 ? (size_t)(b.nr * b.nc) : (size_t)b.nc;
+          m->elem0[k] = (size_t)(b.r0 + r) * cols + (size_t)b.c0;
+          if (v->ndim == 1) v->shape[0] = (int64_t)n;
+          else v->shape[0] = pieces == 1 ? b.nr : 1, v->shape[1] = b.nc;
+          m->gtens[k].ndim = v->ndim;
+          m->gtens[k].shape[0] = v->shape[0];
+          m->gtens[k].shape[1] = v->shape[1];
+        }
+        if (pass == HELD_ROWS || pass == HELD_SLICE)
+          m->ptens[k].at = m->gtens[k].at = m->all[i].at + (int64_t)m->elem0[k];
         m->ptens[k].data = m->params + off;
         m->gtens[k].data = g ? m->grads + off : NULL;
         off += n;
@@ -587,6 +631,7 @@ void ts_model_canonical_table(const ts_model *m, ts_tensor *out) {
 }
 
 size_t ts_model_num_params(const ts_model *m) { return m->nparams; }
+size_t ts_model_split_params(const ts_model *m) { return m->nsplit; }
 float *ts_model_params(ts_model *m) { return m->params; }
 float *ts_model_grads(ts_model *m) { return m->grads; }
 const float *ts_model_logits(const ts_model *m) { return m->cfg.fused_ce ? NULL : m->logits; }

@@ -18,14 +18,15 @@
 // whatever the strategy moves, it moves rows or heads, not partial sums,
 // wherever it is in the exact tier.
 //
-// Gradients. Every strategy leaves each rank with replicated parameters and
-// its own partial gradients (its rows' share, or for a tensor split its
-// heads' and columns' share, zero elsewhere), so one synchronisation serves
-// them all (shard.h): the canonical-tree all-reduce over the sequence group
-// of everything but the positional embedding, whose rows each rank owns at
-// the positions its `positions` gives it, then the data group's, then the
-// gather of the owned rows. A strategy needs a hook here only once it shards
-// parameters as well (the partitioned-state work).
+// Gradients. Every strategy leaves each rank with the replicated parameters
+// and its own partial gradients of them (its rows' share), so one
+// synchronisation serves them all (shard.h): the canonical-tree all-reduce
+// over the sequence group of every replicated gradient, then the data
+// group's. Two kinds of tensor are not replicated and stay out of the
+// sequence group's sum: the positional embedding, whose rows each rank owns
+// at the positions its `positions` gives it, and under a tensor split
+// (`split`) the blocks of the split tensors each rank holds alone, whose
+// gradients are complete on their holder.
 //
 // Adding a strategy: one file in src/parallel/ defining a `const ts_cp`, and
 // one line in src/parallel/strategies.def (docs/ARCHITECTURE.md).
@@ -53,6 +54,15 @@ typedef struct {
   int64_t dkv_rows;   // rows of the dK, dV scratch
   size_t scratch;     // floats of the strategy's own scratch in the model (m->spbuf)
 } ts_cp_sizes;
+
+// The block of a tensor a rank holds under a tensor split: rows [r0, r0 +
+// nr) and columns [c0, c0 + nc) of the tensor as a row-major (rows, cols)
+// matrix (a vector: one row of its length). The rank keeps the block
+// row-major and contiguous, (nr, nc): a column block of a matrix is nr
+// strided runs of the canonical vector, a row block one run.
+typedef struct {
+  int64_t r0, nr, c0, nc;
+} ts_cp_block;
 
 typedef struct ts_cp {
   const char *name;    // the --sp-mode name
@@ -82,6 +92,12 @@ typedef struct ts_cp {
   // layer around attn_forward / attn_backward.
   int (*layer_forward)(ts_model *m, int l, uint64_t step, float p);
   int (*layer_backward)(ts_model *m, int l, uint64_t step);
+  // A tensor split: whether this rank holds only a block of the canonical
+  // tensor t (1, the block in *out) or all of it (0), from the model's
+  // geometry and its sequence group alone (called before anything is
+  // allocated). The model allocates, initialises and updates the block alone,
+  // with its gradient and moments. NULL: every tensor whole on every rank.
+  int (*split)(const ts_model *m, const ts_tensor *t, ts_cp_block *out);
   // Appends the strategy's own settings to a layout's name ("-u4-gqa"). NULL: none.
   void (*describe)(const ts_layout *lay, char *buf, size_t cap);
   // The flags of settings only it reads, space-separated ("--ulysses-degree"):

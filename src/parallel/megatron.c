@@ -9,9 +9,22 @@
 // 8 collectives per layer. The partial projections are summed across ranks,
 // so the result is not the serial bits: this mode is in the tolerance tier.
 //
-// Parameters stay replicated; a rank's weight gradients are complete for its
-// heads and columns and zero elsewhere, so the trainer's one sequence-group
-// all-reduce (shard.h) assembles them with the norms' partial sums.
+// A rank owns its slices (cp.h `split`): it allocates, initialises, updates
+// and checkpoints only the blocks of the split tensors its heads and columns
+// use, with their gradients and AdamW moments, each block kept contiguous:
+//   Q, K, V weights (C, C)   rows [h0·dh, h0·dh + Kl)   one run   (Kl, C)
+//   Q, K, V biases (C)       the same entries           one run   (Kl)
+//   output projection (C, C) columns of its heads       C runs    (C, Kl)
+//   W1 (F, C), b1 (F)        rows, entries [f0, f0+Fl)  one run   (Fl, C), (Fl)
+//   W2 (C, F)                columns [f0, f0 + Fl)      C runs    (C, Fl)
+// The rest (embeddings, norms, the biases of the output projection and W2,
+// the head) is replicated. A block's gradient is complete on its rank, so the
+// trainer's sequence-group all-reduce covers the replicated gradients alone
+// (the norms' partial sums); the owners' folds (owners.h) take the blocks in
+// canonical order, so the gradient norm, the parameter hash and the
+// checkpoint are the serial layout's, and a checkpoint resumes under any
+// layout. Not with --zero (the blocks are shards already) nor Muon, which
+// orthogonalises whole matrices.
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,9 +134,9 @@ static int reduce_scatter_rows(ts_model *m, int l, float *own, const float *bias
 // ---- forward -----------------------------------------------------------------------
 static int megatron_layer_forward(ts_model *m, int l, uint64_t step, float p) {
   struct megatron *mt = m->cp_state;
-  const int T = m->T, C = m->C, Tl = m->Tl, dh = m->dh, F = m->F, rows = m->cfg.leaf;
+  const int T = m->T, C = m->C, Tl = m->Tl, dh = m->dh, rows = m->cfg.leaf;
   const int Kl = mt->Kl, Fl = mt->Fl;
-  const size_t hoff = (size_t)mt->h0 * dh, own = (size_t)Tl * C;
+  const size_t own = (size_t)Tl * C;
   const uint64_t seed = m->cfg.seed;
   layer_params *w = &m->p.layer[l];
   layer_acts *a = &m->la[l];
@@ -133,22 +146,22 @@ static int megatron_layer_forward(ts_model *m, int l, uint64_t step, float p) {
   // attention: gather ln1(x), this rank's heads on the whole sequence
   m->be->layernorm_forward(m->ln_out, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, Tl, C);
   if ((rc = ts_comm_allgather(m->seq, m->ln_out, mt->X[l], own * sizeof(float), l))) return rc;
-  m->be->linear_forward_heads(mt->q[l], mt->X[l], w->wq + hoff * C, w->bq + hoff, T, C, Kl, dh, rows);
-  m->be->linear_forward_heads(mt->k[l], mt->X[l], w->wk + hoff * C, w->bk + hoff, T, C, Kl, dh, rows);
-  m->be->linear_forward_heads(mt->v[l], mt->X[l], w->wv + hoff * C, w->bv + hoff, T, C, Kl, dh, rows);
+  m->be->linear_forward_heads(mt->q[l], mt->X[l], w->wq, w->bq, T, C, Kl, dh, rows);
+  m->be->linear_forward_heads(mt->k[l], mt->X[l], w->wk, w->bk, T, C, Kl, dh, rows);
+  m->be->linear_forward_heads(mt->v[l], mt->X[l], w->wv, w->bv, T, C, Kl, dh, rows);
   ts_attn_shape as = heads_shape(m, l, p, step);
   m->be->attention_forward(&m->ws, mt->att[l], mt->lse[l], mt->q[l], mt->k[l], mt->v[l], &as);
   // partial output projection over this rank's heads: att (T, Kl) · Wo[:, heads]ᵀ
-  m->be->matmul(0, 1, T, C, Kl, mt->att[l], Kl, w->wo + hoff, C, 0.0f, mt->full, C);
+  m->be->matmul(0, 1, T, C, Kl, mt->att[l], Kl, w->wo, Kl, 0.0f, mt->full, C);
   if ((rc = reduce_scatter_rows(m, l, a->res_mid, w->bo))) return rc;
   m->be->dropout_apply(a->res_mid, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
   m->be->add(a->res_mid, x, a->res_mid, (int64_t)own);
   // MLP: gather ln2, this rank's columns of W1, partial W2
   m->be->layernorm_forward(m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b, Tl, C);
   if ((rc = ts_comm_allgather(m->seq, m->ln_out, mt->X2[l], own * sizeof(float), l))) return rc;
-  m->be->linear_forward(mt->fch[l], mt->X2[l], w->w1 + (size_t)mt->f0 * C, w->b1 + mt->f0, T, C, Fl, rows);
+  m->be->linear_forward(mt->fch[l], mt->X2[l], w->w1, w->b1, T, C, Fl, rows);
   m->be->gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl);
-  m->be->matmul(0, 1, T, C, Fl, mt->gelu, Fl, w->w2 + mt->f0, F, 0.0f, mt->full, C);
+  m->be->matmul(0, 1, T, C, Fl, mt->gelu, Fl, w->w2, Fl, 0.0f, mt->full, C);
   if ((rc = reduce_scatter_rows(m, l, y, w->b2))) return rc;
   m->be->dropout_apply(y, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
   m->be->add(y, a->res_mid, y, (int64_t)own);
@@ -158,22 +171,19 @@ static int megatron_layer_forward(ts_model *m, int l, uint64_t step, float p) {
 // ---- backward ----------------------------------------------------------------------
 static int megatron_layer_backward(ts_model *m, int l, uint64_t step) {
   struct megatron *mt = m->cp_state;
-  const int T = m->T, C = m->C, Tl = m->Tl, dh = m->dh, F = m->F;
+  const int T = m->T, C = m->C, Tl = m->Tl;
   const int Kl = mt->Kl, Fl = mt->Fl;
-  const size_t hoff = (size_t)mt->h0 * dh, own = (size_t)Tl * C, f0 = (size_t)mt->f0;
+  const size_t own = (size_t)Tl * C;
   const float p = m->cfg.dropout;
   const uint64_t seed = m->cfg.seed;
   layer_params *w = &m->p.layer[l], *g = &m->g.layer[l];
   layer_acts *a = &m->la[l];
   ts_ws *ws = &m->ws;
   int rc, trc = 0;
-  // the slices this rank does not hold get nothing from it
-  memset(g->wq, 0, (size_t)C * C * sizeof(float)); memset(g->bq, 0, (size_t)C * sizeof(float));
-  memset(g->wk, 0, (size_t)C * C * sizeof(float)); memset(g->bk, 0, (size_t)C * sizeof(float));
-  memset(g->wv, 0, (size_t)C * C * sizeof(float)); memset(g->bv, 0, (size_t)C * sizeof(float));
-  memset(g->wo, 0, (size_t)C * C * sizeof(float)); memset(g->bo, 0, (size_t)C * sizeof(float));
-  memset(g->w1, 0, (size_t)F * C * sizeof(float)); memset(g->b1, 0, (size_t)F * sizeof(float));
-  memset(g->w2, 0, (size_t)C * F * sizeof(float)); memset(g->b2, 0, (size_t)C * sizeof(float));
+  // the bias gradients are sums onto zeros (the weights' products overwrite)
+  memset(g->bq, 0, (size_t)Kl * sizeof(float)); memset(g->bk, 0, (size_t)Kl * sizeof(float));
+  memset(g->bv, 0, (size_t)Kl * sizeof(float)); memset(g->bo, 0, (size_t)C * sizeof(float));
+  memset(g->b1, 0, (size_t)Fl * sizeof(float)); memset(g->b2, 0, (size_t)C * sizeof(float));
 
   // MLP: y = res_mid + dropout(RS(gelu · W2[:, cols]ᵀ) + b2)
   m->be->copy(m->dtmp, m->dres, own * sizeof(float));
@@ -181,12 +191,12 @@ static int megatron_layer_backward(ts_model *m, int l, uint64_t step) {
   m->be->column_sum(g->b2, m->dtmp, Tl, C, 1);
   if ((rc = ts_comm_allgather(m->seq, m->dtmp, mt->full, own * sizeof(float), l))) return rc;
   m->be->gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl); // recomputed
-  m->be->matmul(1, 0, C, Fl, T, mt->full, C, mt->gelu, Fl, 0.0f, g->w2 + f0, F);
-  m->be->matmul(0, 0, T, Fl, C, mt->full, C, w->w2 + f0, F, 0.0f, mt->dfch, Fl);
+  m->be->matmul(1, 0, C, Fl, T, mt->full, C, mt->gelu, Fl, 0.0f, g->w2, Fl);
+  m->be->matmul(0, 0, T, Fl, C, mt->full, C, w->w2, Fl, 0.0f, mt->dfch, Fl);
   m->be->gelu_backward(mt->dfch, mt->fch[l], mt->dfch, (int64_t)T * Fl);
-  m->be->matmul(1, 0, Fl, C, T, mt->dfch, Fl, mt->X2[l], C, 0.0f, g->w1 + f0 * C, C);
-  m->be->column_sum(g->b1 + f0, mt->dfch, T, Fl, 1);
-  m->be->matmul(0, 0, T, C, Fl, mt->dfch, Fl, w->w1 + f0 * C, C, 0.0f, mt->full, C);
+  m->be->matmul(1, 0, Fl, C, T, mt->dfch, Fl, mt->X2[l], C, 0.0f, g->w1, C);
+  m->be->column_sum(g->b1, mt->dfch, T, Fl, 1);
+  m->be->matmul(0, 0, T, C, Fl, mt->dfch, Fl, w->w1, C, 0.0f, mt->full, C);
   if ((rc = ts_comm_reduce_scatter_tree(m->seq, mt->full, (size_t)T * C, l))) return rc;
   m->be->copy(m->dtmp, mt->full + (size_t)m->t0 * C, own * sizeof(float));
   trc |= m->be->layernorm_backward(ws, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, a->res_mid, w->ln2w,
@@ -198,20 +208,20 @@ static int megatron_layer_backward(ts_model *m, int l, uint64_t step) {
   m->be->dropout_apply(m->dtmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
   m->be->column_sum(g->bo, m->dtmp, Tl, C, 1);
   if ((rc = ts_comm_allgather(m->seq, m->dtmp, mt->full, own * sizeof(float), l))) return rc;
-  m->be->matmul(1, 0, C, Kl, T, mt->full, C, mt->att[l], Kl, 0.0f, g->wo + hoff, C);
-  m->be->matmul(0, 0, T, Kl, C, mt->full, C, w->wo + hoff, C, 0.0f, mt->datt, Kl);
+  m->be->matmul(1, 0, C, Kl, T, mt->full, C, mt->att[l], Kl, 0.0f, g->wo, Kl);
+  m->be->matmul(0, 0, T, Kl, C, mt->full, C, w->wo, Kl, 0.0f, mt->datt, Kl);
   ts_attn_shape as = heads_shape(m, l, p, step);
   trc |= m->be->attention_backward(ws, mt->dq, mt->dk, mt->dv, mt->dsum, mt->datt, mt->q[l], mt->k[l],
                             mt->v[l], mt->att[l], mt->lse[l], &as);
-  m->be->matmul(1, 0, Kl, C, T, mt->dq, Kl, mt->X[l], C, 0.0f, g->wq + hoff * C, C);
-  m->be->matmul(1, 0, Kl, C, T, mt->dk, Kl, mt->X[l], C, 0.0f, g->wk + hoff * C, C);
-  m->be->matmul(1, 0, Kl, C, T, mt->dv, Kl, mt->X[l], C, 0.0f, g->wv + hoff * C, C);
-  m->be->column_sum(g->bq + hoff, mt->dq, T, Kl, 1);
-  m->be->column_sum(g->bk + hoff, mt->dk, T, Kl, 1);
-  m->be->column_sum(g->bv + hoff, mt->dv, T, Kl, 1);
-  m->be->matmul(0, 0, T, C, Kl, mt->dq, Kl, w->wq + hoff * C, C, 0.0f, mt->full, C);
-  m->be->matmul(0, 0, T, C, Kl, mt->dk, Kl, w->wk + hoff * C, C, 1.0f, mt->full, C);
-  m->be->matmul(0, 0, T, C, Kl, mt->dv, Kl, w->wv + hoff * C, C, 1.0f, mt->full, C);
+  m->be->matmul(1, 0, Kl, C, T, mt->dq, Kl, mt->X[l], C, 0.0f, g->wq, C);
+  m->be->matmul(1, 0, Kl, C, T, mt->dk, Kl, mt->X[l], C, 0.0f, g->wk, C);
+  m->be->matmul(1, 0, Kl, C, T, mt->dv, Kl, mt->X[l], C, 0.0f, g->wv, C);
+  m->be->column_sum(g->bq, mt->dq, T, Kl, 1);
+  m->be->column_sum(g->bk, mt->dk, T, Kl, 1);
+  m->be->column_sum(g->bv, mt->dv, T, Kl, 1);
+  m->be->matmul(0, 0, T, C, Kl, mt->dq, Kl, w->wq, C, 0.0f, mt->full, C);
+  m->be->matmul(0, 0, T, C, Kl, mt->dk, Kl, w->wk, C, 1.0f, mt->full, C);
+  m->be->matmul(0, 0, T, C, Kl, mt->dv, Kl, w->wv, C, 1.0f, mt->full, C);
   if ((rc = ts_comm_reduce_scatter_tree(m->seq, mt->full, (size_t)T * C, l))) return rc;
   m->be->copy(m->dtmp, mt->full + (size_t)m->t0 * C, own * sizeof(float));
   trc |= m->be->layernorm_backward(ws, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, m->res[l], w->ln1w,
@@ -234,12 +244,40 @@ static int megatron_check(const ts_config *cfg, ts_layout *lay) {
     return ts_fail(TS_EUSAGE, "--sp-mode megatron: the baseline is built for the GPT variant "
                               "(use lss, lss-fused or lss-basic with --model %s)",
                    cfg->preset);
+  if (lay->zero)
+    return ts_fail(TS_EUSAGE, "--zero %d with --sp-mode megatron: not built (a tensor-split "
+                   "rank holds only its heads' and columns' blocks already)", lay->zero);
+  if (cfg->optimizer != TS_OPT_ADAMW)
+    return ts_fail(TS_EUSAGE, "--optimizer %s with --sp-mode megatron: not built (a rank "
+                   "holds blocks of the matrices Muon orthogonalises whole)",
+                   cfg->optimizer == TS_OPT_MUON ? "muon" : "muon-pe");
   if (cfg->n_head % N != 0 || cfg->d_ff % N != 0)
     return ts_fail(TS_EUSAGE,
                    "--sp-mode megatron with --sp %d: the %d heads and the MLP width %d must "
                    "divide by %d (each rank holds a slice of both)",
                    N, cfg->n_head, cfg->d_ff, N);
   return TS_OK;
+}
+
+// The block of a layer's tensor this rank holds (the table in the header),
+// or 0: the whole tensor. Named "h.<layer>.<field>" (src/model/params.c).
+static int megatron_split(const ts_model *m, const ts_tensor *t, ts_cp_block *out) {
+  const char *dot = t->role == TS_ROLE_LAYER ? strchr(t->name + 2, '.') : NULL;
+  if (!dot) return 0;
+  const char *f = dot + 1;
+  const int64_t N = m->seq->size, s = m->seq->rank, C = m->C;
+  const int64_t Kl = (int64_t)(m->H / N) * m->dh, k0 = s * Kl, Fl = m->F / N, f0 = s * Fl;
+  static const char *const rows_of_heads[] = {"attn.wq", "attn.wk", "attn.wv"};
+  static const char *const heads[] = {"attn.bq", "attn.bk", "attn.bv"};
+  for (int i = 0; i < 3; i++) {
+    if (!strcmp(f, rows_of_heads[i])) return *out = (ts_cp_block){k0, Kl, 0, C}, 1;
+    if (!strcmp(f, heads[i])) return *out = (ts_cp_block){0, 1, k0, Kl}, 1;
+  }
+  if (!strcmp(f, "attn.wo")) return *out = (ts_cp_block){0, C, k0, Kl}, 1;
+  if (!strcmp(f, "mlp.w1")) return *out = (ts_cp_block){f0, Fl, 0, C}, 1;
+  if (!strcmp(f, "mlp.b1")) return *out = (ts_cp_block){0, 1, f0, Fl}, 1;
+  if (!strcmp(f, "mlp.w2")) return *out = (ts_cp_block){0, C, f0, Fl}, 1;
+  return 0;
 }
 
 // The layers keep their own buffers: none of the model's attention or MLP rows.
@@ -254,6 +292,7 @@ const ts_cp ts_cp_megatron = {
     .exact = 0,
     .check = megatron_check,
     .sizes = megatron_sizes,
+    .split = megatron_split,
     .create = megatron_create,
     .bytes = megatron_bytes,
     .destroy = megatron_free,

@@ -92,16 +92,19 @@ static int plan_state(ts_shard *sh, const ts_config *cfg, const ts_grid *grid,
     sh->nupd = n + nr;
     sh->nupd_floats = (sh->own_hi - sh->own_lo) + rows;
     // what it owns in the folds and the checkpoint: its shard under --zero,
-    // else the first sequence rank the shared part; its rows, under --zero
-    // those of the first data rank (the data group's ranks hold the same rows)
+    // else the first sequence rank the shared part and every rank the blocks
+    // of a tensor split it holds alone (before the rows: [split_lo, nz));
+    // its rows, under --zero those of the first data rank (the data group's
+    // ranks hold the same rows)
     int nf = 0;
     const float *base = ts_model_params(m);
+    const size_t split_lo = nz - sh->split_len;
     for (int j = 0; j < sh->nupd; j++) {
-      const int is_row = j >= n;
-      const int mine = is_row ? (!sh->zero || grid->dp_rank == 0)
-                              : (sh->zero || grid->sp_rank == 0);
-      if (!mine) continue;
       const size_t local = (size_t)(sh->upd_p[j].data - base);
+      const int is_row = j >= n, is_split = !is_row && local >= split_lo;
+      const int mine = is_row ? (!sh->zero || grid->dp_rank == 0)
+                              : (sh->zero || grid->sp_rank == 0 || is_split);
+      if (!mine) continue;
       mlocal[nf] = is_row ? (sh->own_hi - sh->own_lo) + (local - nz) : local - sh->own_lo;
       fold[nf++] = sh->upd_p[j];
     }
@@ -131,13 +134,14 @@ int ts_shard_gather_params(ts_shard *sh) {
 
 // The sequence group's sum of one sequence's gradient g (the model's
 // layout): one all-reduce of everything but the ends each rank sums itself,
-// the positional rows it owns (the last owned elements) and, on a pipeline's
-// last stage, a tied embedding (the first), which the pipeline sums apart.
+// the positional rows it owns (the last owned elements), a tensor split's
+// blocks (before them: complete on their rank) and, on a pipeline's last
+// stage, a tied embedding (the first), which the pipeline sums apart.
 // A rank that holds two runs (lss-zigzag) keeps the second run's partials
 // apart (ts_model_second_run_grads): each is summed over the group, and the
 // two sums added, the serial tree's root (src/parallel/run_partials.c).
 static int sum_sequence_group(ts_shard *sh, float *g) {
-  return ts_zero_seq_sum(sh, g, sh->seq_skip, sh->np - sh->wpe_len);
+  return ts_zero_seq_sum(sh, g, sh->seq_skip, sh->np - sh->wpe_len - sh->split_len);
 }
 
 int ts_shard_pass_first(const ts_shard *sh, int j) {
@@ -213,6 +217,7 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
   ts_model_positions(sh.m, &sh.t0, &sh.Tl);
   sh.nrun = ts_model_runs(sh.m, sh.run_pos, &sh.run_len);
   sh.np = ts_model_num_params(sh.m);
+  sh.split_len = ts_model_split_params(sh.m);
   int nt = ts_model_num_tensors(sh.m);
   ts_tensor *t = calloc((size_t)nt, sizeof *t);
   if (!t) {

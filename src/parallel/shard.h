@@ -72,6 +72,8 @@ typedef struct {
   size_t np;           // parameters
   size_t wpe_off, wpe_len; // the positional embedding inside the gradient (under --sp
                            // the rank's rows: owned, not replicated; the last owned)
+  size_t split_len;    // a tensor split's blocks (cp.h `split`): the owned elements just
+                       // before the rows, each rank's alone, outside the sequence group's sum
   float *lsums;        // (nb) segment loss sums
   // Each sequence's gradient is summed over the sequence group as soon as its
   // backward is done, then pushed into the tree over the sequences (a

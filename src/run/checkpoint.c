@@ -480,7 +480,7 @@ static int read_config(const ts_ckpt *ck, const ts_config *base, int training, i
   if (key[0])
     return bad(path, "%s: \"%s\" is not a value a run writes (it is left for a default)",
                META_CONFIG, key);
-  if (ts_run_check_fit(out, training, share, stages, 1, 0)) return ts_run_restate(path, META_CONFIG);
+  if (ts_run_check_fit(out, training, share, stages, 1, 0, 1)) return ts_run_restate(path, META_CONFIG);
   return TS_OK;
 }
 

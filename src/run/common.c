@@ -117,10 +117,10 @@ int ts_run_param_hash(const ts_owners *o, ts_model *m, uint64_t *out) {
 // A pipeline stage's weight matrices of `stages` (whole model: 1): its
 // layers', the first stage's embeddings, the last's head (the tied head's
 // embedding: the first holds a copy, values only, in *copies).
-static double stage_floor(const ts_config *cfg, int stages, int s, double *copies) {
+static double stage_floor(const ts_config *cfg, int stages, int split, int s, double *copies) {
   const double C = cfg->d, V = cfg->vocab, per = ts_config_param_floor(cfg);
   const double emb = V * C * (cfg->tied ? 1.0 : 2.0) + (cfg->variant == TS_LLAMA ? 0.0 : cfg->seq * C);
-  const double layers = (per - emb) / stages; // the layers' share
+  const double layers = (per - emb) / stages / split; // the layers' share, of their blocks
   double own = layers;
   *copies = 0.0;
   if (s == 0) own += cfg->variant == TS_LLAMA ? 0.0 : cfg->seq * C; // wpe
@@ -134,7 +134,7 @@ static double stage_floor(const ts_config *cfg, int stages, int s, double *copie
 // largest stage's matrices are the floor; on a GPU they live in its memory
 // (the backend gives this rank's share), on the CPU in the node's.
 int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, int shards,
-                     int zero) {
+                     int zero, int split) {
   const ts_backend *be = ts_backend_current();
   const int on_gpu = be->memory_bytes != NULL;
   double have = on_gpu ? (double)be->memory_bytes()
@@ -142,9 +142,10 @@ int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, 
                              (share > 1 ? share : 1);
   if (stages < 1) stages = 1;
   if (shards < 1) shards = 1;
+  if (split < 1) split = 1;
   double np = 0.0, need = 0.0;
   for (int s = 0; s < stages; s++) {
-    double copies, own = stage_floor(cfg, stages, s, &copies);
+    double copies, own = stage_floor(cfg, stages, split, s, &copies);
     double b = own * ts_state_bytes_per_param(training, shards, zero) + 4.0 * copies;
     if (b > need) need = b, np = own + copies;
   }

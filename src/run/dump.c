@@ -51,7 +51,7 @@ int ts_dump(const ts_config *cfg_in, const char *out_dir, int traj_steps) {
   ts_tensor *pt = NULL, *gt = NULL;
   float *binp = NULL, *btgt = NULL;
   char *result = NULL;
-  if ((rc = ts_run_check_fit(&cfg, 1, 1, 1, 1, 0))) return rc; // before the directory and the model
+  if ((rc = ts_run_check_fit(&cfg, 1, 1, 1, 1, 0, 1))) return rc; // before the directory and the model
   // the format config.json records, before the directory too
   if ((rc = ts_data_resolve(cfg_in->data_path, cfg_in->val_path, cfg_in->data_format,
                             &cfg.data_format)) ||

@@ -46,10 +46,12 @@ int ts_run_param_hash(const ts_owners *o, ts_model *m, uint64_t *out);
 // gradients and (training) the two AdamW moments, exceed 90% of the memory
 // they would live in, shared by `share` processes, on the largest of
 // `stages` pipeline stages (1: the whole model), the state sharded over
-// `shards` ranks at ZeRO stage `zero` (else 1, 0): before anything is allocated (model.c's
-// full estimate needs the parameters allocated first).
+// `shards` ranks at ZeRO stage `zero` (else 1, 0), the layers' matrices
+// split over `split` tensor-split ranks (--sp-mode megatron; else 1): before
+// anything is allocated (model.c's full estimate needs the parameters
+// allocated first).
 int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, int shards,
-                     int zero);
+                     int zero, int split);
 // The mean validation loss over cfg->eval_batches fixed batches.
 int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_comm *group,
                     int *inputs, int *targets, float *out);

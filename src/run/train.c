@@ -242,7 +242,10 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_comm *dgroup = grid->data;
   // Before anything is allocated: a model that cannot fit, and on --resume
   // everything in the checkpoint's header.
-  if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size, grid->pp, shards, lay.zero))) goto done;
+  // a tensor split's ranks hold blocks of the layers' matrices (cp.h `split`)
+  const int split = grid->sp > 1 && ts_cp_get(lay.sp_mode)->split ? grid->sp : 1;
+  if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size, grid->pp, shards, lay.zero, split)))
+    goto done;
   // (--resume: the checkpoint's data unless --data, resolved there)
   if (cfg.resume && (rc = ts_run_open_resume(&cfg, grid->local_size, grid->pp, &ck))) goto done;
   if (cfg.resume && !ck.ck) { // so that a job script can always pass --resume
