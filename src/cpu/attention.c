@@ -11,11 +11,11 @@
 // leaves), so a rank that holds only some query tiles computes an aligned
 // subtree. dQ too may be summed block by block (dq_acc): each call adds its
 // key tiles' terms to what the calls for later keys left, in the same order.
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
+#include "attention_tile.h"
 #include "fastexp.h"
 #include "index.h"
 #include "kernels.h"
@@ -29,15 +29,15 @@ static inline uint64_t attn_index(const ts_attn_shape *s, int b, int h, int64_t 
                        (uint64_t)s->T, (uint64_t)i, (uint64_t)j);
 }
 
-// S (tile, tile) = scale * Q_qt · K_ktᵀ with the causal mask on the diagonal.
+// Scale and causal mask of a score tile, in place: S = scale * S, -inf where
+// the key is after the query. transposed: S is (key, query), else (query, key).
 TS_VECTOR_CLONES
-static void scores(float *S, const float *q, int ldq, const float *k, int ldk, int tile, int dh,
-                   float scale, int diagonal) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, tile, dh, 1.0f, q, ldq, k, ldk,
-              0.0f, S, tile);
-  for (int i = 0; i < tile; i++)
-    for (int j = 0; j < tile; j++)
-      S[i * tile + j] = (diagonal && j > i) ? -INFINITY : S[i * tile + j] * scale;
+static void scale_mask(float *S, int tile, float scale, int diagonal, int transposed) {
+  for (int r = 0; r < tile; r++)
+    for (int c = 0; c < tile; c++) {
+      int masked = diagonal && (transposed ? r > c : c > r);
+      S[r * tile + c] = masked ? -INFINITY : S[r * tile + c] * scale;
+    }
 }
 
 // Probabilities of a tile from the final lse: P = exp(S - lse_i).
@@ -49,37 +49,50 @@ static void probs(float *P, const float *lse_rows, int tile) {
   }
 }
 
-// One key tile of the online softmax: P = exp(S - m_new) row by row, with the
-// running max m, running sum l and accumulator acc rescaled to the new max.
+// One key tile of the online softmax on the transposed scores Pt (key j,
+// query i): in place P = exp(S - m_new), with the running max m, running sum
+// l and accumulator acc rescaled to the new max. Each query row gets the
+// operations of a row-by-row walk (max, then exp, then the sum over keys in
+// order); only the loops run across rows, so that they vectorise. mx, corr,
+// sum: tile floats of scratch.
 TS_VECTOR_CLONES
-static void online_softmax(float *P, float *m, float *l, float *acc, const float *S, int tile,
-                           int dh) {
+static void online_softmax_t(float *Pt, float *m, float *l, float *acc, float *mx, float *corr,
+                             float *sum, int tile, int dh) {
+  for (int i = 0; i < tile; i++) mx[i] = m[i];
+  for (int j = 0; j < tile; j++) {
+    const float *row = Pt + (size_t)j * tile;
+    for (int i = 0; i < tile; i++) mx[i] = row[i] > mx[i] ? row[i] : mx[i];
+  }
   for (int i = 0; i < tile; i++) {
-    const float *srow = S + i * tile;
-    float mx = m[i];
-    for (int j = 0; j < tile; j++) mx = srow[j] > mx ? srow[j] : mx;
-    float corr = ts_expf(m[i] - mx); // m[i] = -inf on the first tile: corr = 0
-    float *prow = P + i * tile;
-    for (int j = 0; j < tile; j++) prow[j] = ts_expf(srow[j] - mx); // vectorises
-    float sum = 0.0f;
-    for (int j = 0; j < tile; j++) sum += prow[j]; // in order
-    l[i] = l[i] * corr + sum;
-    m[i] = mx;
+    corr[i] = ts_expf(m[i] - mx[i]); // m[i] = -inf on the first tile: corr = 0
+    sum[i] = 0.0f;
+  }
+  for (int j = 0; j < tile; j++) {
+    float *row = Pt + (size_t)j * tile;
+    for (int i = 0; i < tile; i++) {
+      row[i] = ts_expf(row[i] - mx[i]);
+      sum[i] += row[i]; // over keys in order
+    }
+  }
+  for (int i = 0; i < tile; i++) {
+    l[i] = l[i] * corr[i] + sum[i];
+    m[i] = mx[i];
     float *a = acc + (size_t)i * dh;
-    for (int c = 0; c < dh; c++) a[c] *= corr;
+    for (int c = 0; c < dh; c++) a[c] *= corr[i];
   }
 }
 
-// Multiplies P in place by the dropout mask (kept / (1-p), dropped 0).
-static void drop_tile(float *P, const ts_attn_shape *s, int b, int h, int qt, int kt) {
+// Multiplies the transposed tile Pt (key j, query i) in place by the dropout
+// mask (kept / (1-p), dropped 0).
+static void drop_tile_t(float *Pt, const ts_attn_shape *s, int b, int h, int qt, int kt) {
   if (s->dropout <= 0.0f) return;
   int tile = s->tile;
   float scale = 1.0f / (1.0f - s->dropout);
-  for (int i = 0; i < tile; i++)
-    for (int j = 0; j < tile; j++) {
+  for (int j = 0; j < tile; j++)
+    for (int i = 0; i < tile; i++) {
       float u = ts_rng_uniform(s->seed, TS_RNG_DROPOUT_ATTN, s->step,
                                attn_index(s, b, h, (int64_t)qt * tile + i, (int64_t)kt * tile + j));
-      P[i * tile + j] = u >= s->dropout ? P[i * tile + j] * scale : 0.0f;
+      Pt[j * tile + i] = u >= s->dropout ? Pt[j * tile + i] * scale : 0.0f;
     }
 }
 
@@ -90,6 +103,9 @@ static void drop_tile(float *P, const ts_attn_shape *s, int b, int h, int qt, in
 // visible one down, then finishes it into out and lse (last) or stores it
 // back. A whole walk in one call (attention_forward) and the same walk cut
 // into blocks do the same operations on the same values in the same order.
+// A task's tiles are held transposed (key, query): the query tile is packed
+// once, as (dh, tile), for all its key tiles, and the softmax runs across
+// query rows in vectors.
 static void forward_walk(ts_ws *ws, float *out, float *lse, float *lsum, const float *q,
                          const float *k, const float *v, const ts_attn_shape *shape, int first,
                          int last) {
@@ -105,10 +121,11 @@ static void forward_walk(ts_ws *ws, float *out, float *lse, float *lsum, const f
     // Heaviest tasks (last query tiles) first: dynamic scheduling balances them.
     int lq = nq - 1 - (int)(task % nq), qt = qt0 + lq;
     int h = (int)((task / nq) % H), b = (int)(task / ((int64_t)nq * H));
-    float *S = ws->attnbuf[omp_get_thread_num()];
-    float *P = S + (size_t)tile * tile;
-    float *acc = P + (size_t)tile * tile;
-    float *m = acc + (size_t)tile * dh, *l = m + tile;
+    float *St = ws->attnbuf[omp_get_thread_num()]; // scores, then probabilities
+    float *acc = St + (size_t)tile * tile;
+    float *Qt = acc + (size_t)tile * dh;
+    float *m = Qt + (size_t)tile * dh, *l = m + tile;
+    float *mx = l + tile, *corr = mx + tile, *sum = corr + tile;
     const size_t rowq = ((size_t)b * Tq + (size_t)lq * tile) * C + (size_t)h * dh;
     const float *Q = q + rowq;
     float *O = out + ((size_t)b * Tq + (size_t)lq * tile) * Co + (size_t)h * dh;
@@ -124,14 +141,16 @@ static void forward_walk(ts_ws *ws, float *out, float *lse, float *lsum, const f
         l[i] = Ls[i];
       }
     }
+    ts_tile_transpose(Qt, Q, C, tile, dh);
     for (int kt = qt < kb - 1 ? qt : kb - 1; kt >= ka; kt--) {
       const size_t rowk = ((size_t)b * Tk + (size_t)(kt - ka) * tile) * Ckv + (size_t)(h / G) * dh;
-      scores(S, Q, C, k + rowk, Ckv, tile, dh, scale, kt == qt);
-      online_softmax(P, m, l, acc, S, tile, dh);
-      drop_tile(P, s, b, h, qt, kt);
-      // acc (tile, dh) += P~ (tile, tile) · V_kt (tile, dh)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, dh, tile, 1.0f, P, tile,
-                  v + rowk, Ckv, 1.0f, acc, dh);
+      // Stᵀ (tile, tile) = K_kt (tile, dh) · Q_qtᵀ, scaled and masked
+      ts_tile_mm(St, tile, k + rowk, Ckv, 1, Qt, tile, tile, tile, dh, 0);
+      scale_mask(St, tile, scale, kt == qt, 1);
+      online_softmax_t(St, m, l, acc, mx, corr, sum, tile, dh);
+      drop_tile_t(St, s, b, h, qt, kt);
+      // acc (tile, dh) += P~ (tile, tile) · V_kt (tile, dh), P~ read from its transpose
+      ts_tile_mm(acc, dh, St, 1, tile, v + rowk, Ckv, tile, dh, tile, 1);
     }
     if (last) {
       for (int i = 0; i < tile; i++) {
@@ -161,15 +180,14 @@ void attention_forward_block(ts_ws *ws, float *acc, float *m, float *l, const fl
 
 // dS = P ∘ (dP − D) · scale, where dP = (dO · Vᵀ) masked like the forward.
 // On entry S holds the scores; on exit S holds P~ (dropped probabilities)
-// and dPbuf holds dS.
+// and dPbuf holds dS. Vt: V_kt packed as (dh, tile).
 TS_VECTOR_CLONES
-static void tile_grads(float *S, float *dPbuf, const float *dO, const float *V,
+static void tile_grads(float *S, float *dPbuf, const float *dO, const float *Vt,
                        const float *lse_rows, const float *D_rows, const ts_attn_shape *s,
                        int b, int h, int qt, int kt, float scale) {
-  const int tile = s->tile, dh = s->dh, Co = s->ldo, Ckv = s->ldkv;
+  const int tile = s->tile, dh = s->dh, Co = s->ldo;
   probs(S, lse_rows, tile);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, tile, dh, 1.0f, dO, Co, V, Ckv,
-              0.0f, dPbuf, tile);
+  ts_tile_mm(dPbuf, tile, dO, Co, 1, Vt, tile, tile, tile, dh, 0);
   if (s->dropout <= 0.0f) {
     for (int i = 0; i < tile; i++) {
       const float *prow = S + i * tile;
@@ -232,6 +250,8 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
     float *dS = S + (size_t)tile * tile;
     float *part = dS + (size_t)tile * tile;          // [dK (tile, dh) | dV (tile, dh)]
     float *leaf = part + (size_t)2 * tile * dh;      // the group's sum (G > 1)
+    float *Kt = leaf + (size_t)2 * tile * dh;        // K_kt, V_kt packed as (dh, tile)
+    float *Vt = Kt + (size_t)tile * dh;
     ts_tree *tree = &ws->attntree[th];
     const size_t khead = (size_t)b * Tk * Ckv + (size_t)j * dh;
     for (int g = 0; g < G && !s->dq_acc; g++) {
@@ -250,6 +270,8 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
       }
       int first = kt > qa ? kt : qa;
       ts_tree_reset(tree, (uint64_t)(first - qa));
+      ts_tile_transpose(Kt, k + rowk, Ckv, tile, dh);
+      ts_tile_transpose(Vt, v + rowk, Ckv, tile, dh);
       for (int qt = first; qt < qb; qt++) {
         for (int g = 0; g < G; g++) {
           const int h = j * G + g;
@@ -257,16 +279,16 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
           const size_t rowo = (size_t)b * Tq * Co + (size_t)h * dh + (size_t)(qt - qa) * tile * Co;
           const float *L = lse + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
           const float *D = dsum + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
-          scores(S, q + rowq, C, k + rowk, Ckv, tile, dh, scale, kt == qt);
-          tile_grads(S, dS, dout + rowo, v + rowk, L, D, s, b, h, qt, kt, scale);
+          // S (tile, tile) = Q_qt · K_ktᵀ, scaled and masked
+          ts_tile_mm(S, tile, q + rowq, C, 1, Kt, tile, tile, tile, dh, 0);
+          scale_mask(S, tile, scale, kt == qt, 0);
+          tile_grads(S, dS, dout + rowo, Vt, L, D, s, b, h, qt, kt, scale);
           // dQ_qt (tile, dh) += dS (tile, tile) · K_kt (tile, dh)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
-                      k + rowk, Ckv, 1.0f, dq + rowq, C);
-          // dK part (tile, dh) = dSᵀ · Q_qt ; dV part = P~ᵀ · dO_qt
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
-                      q + rowq, C, 0.0f, part, dh);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, S, tile,
-                      dout + rowo, Co, 0.0f, part + (size_t)tile * dh, dh);
+          ts_tile_mm(dq + rowq, C, dS, tile, 1, k + rowk, Ckv, tile, dh, tile, 1);
+          // dK part (tile, dh) = dSᵀ · Q_qt ; dV part = P~ᵀ · dO_qt (transposes
+          // read as strides)
+          ts_tile_mm(part, dh, dS, 1, tile, q + rowq, C, tile, dh, tile, 0);
+          ts_tile_mm(part + (size_t)tile * dh, dh, S, 1, tile, dout + rowo, Co, tile, dh, tile, 0);
           if (G > 1) {
             if (g == 0) memcpy(leaf, part, (size_t)2 * tile * dh * sizeof(float));
             else ts_tree_add(leaf, part, (size_t)2 * tile * dh);
