@@ -29,15 +29,12 @@ static inline uint64_t attn_index(const ts_attn_shape *s, int b, int h, int64_t 
                        (uint64_t)s->T, (uint64_t)i, (uint64_t)j);
 }
 
-// Scale and causal mask of a score tile, in place: S = scale * S, -inf where
-// the key is after the query. transposed: S is (key, query), else (query, key).
-TS_VECTOR_CLONES
-static void scale_mask(float *S, int tile, float scale, int diagonal, int transposed) {
+// The causal mask of a diagonal score tile, in place: -inf where the key is
+// after the query. transposed: S is (key, query), else (query, key).
+static void mask_diagonal(float *S, int tile, int transposed) {
   for (int r = 0; r < tile; r++)
-    for (int c = 0; c < tile; c++) {
-      int masked = diagonal && (transposed ? r > c : c > r);
-      S[r * tile + c] = masked ? -INFINITY : S[r * tile + c] * scale;
-    }
+    for (int c = 0; c < tile; c++)
+      if (transposed ? r > c : c > r) S[r * tile + c] = -INFINITY;
 }
 
 // Probabilities of a tile from the final lse: P = exp(S - lse_i).
@@ -144,13 +141,13 @@ static void forward_walk(ts_ws *ws, float *out, float *lse, float *lsum, const f
     ts_tile_transpose(Qt, Q, C, tile, dh);
     for (int kt = qt < kb - 1 ? qt : kb - 1; kt >= ka; kt--) {
       const size_t rowk = ((size_t)b * Tk + (size_t)(kt - ka) * tile) * Ckv + (size_t)(h / G) * dh;
-      // Stᵀ (tile, tile) = K_kt (tile, dh) · Q_qtᵀ, scaled and masked
-      ts_tile_mm(St, tile, k + rowk, Ckv, 1, Qt, tile, tile, tile, dh, 0);
-      scale_mask(St, tile, scale, kt == qt, 1);
+      // Stᵀ (tile, tile) = scale · K_kt (tile, dh) · Q_qtᵀ, masked
+      ts_tile_mm(St, tile, k + rowk, Ckv, 1, Qt, tile, tile, tile, dh, scale, 0);
+      if (kt == qt) mask_diagonal(St, tile, 1);
       online_softmax_t(St, m, l, acc, mx, corr, sum, tile, dh);
       drop_tile_t(St, s, b, h, qt, kt);
       // acc (tile, dh) += P~ (tile, tile) · V_kt (tile, dh), P~ read from its transpose
-      ts_tile_mm(acc, dh, St, 1, tile, v + rowk, Ckv, tile, dh, tile, 1);
+      ts_tile_mm(acc, dh, St, 1, tile, v + rowk, Ckv, tile, dh, tile, 1.0f, 1);
     }
     if (last) {
       for (int i = 0; i < tile; i++) {
@@ -187,7 +184,7 @@ static void tile_grads(float *S, float *dPbuf, const float *dO, const float *Vt,
                        int b, int h, int qt, int kt, float scale) {
   const int tile = s->tile, dh = s->dh, Co = s->ldo;
   probs(S, lse_rows, tile);
-  ts_tile_mm(dPbuf, tile, dO, Co, 1, Vt, tile, tile, tile, dh, 0);
+  ts_tile_mm(dPbuf, tile, dO, Co, 1, Vt, tile, tile, tile, dh, 1.0f, 0);
   if (s->dropout <= 0.0f) {
     for (int i = 0; i < tile; i++) {
       const float *prow = S + i * tile;
@@ -279,16 +276,17 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
           const size_t rowo = (size_t)b * Tq * Co + (size_t)h * dh + (size_t)(qt - qa) * tile * Co;
           const float *L = lse + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
           const float *D = dsum + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
-          // S (tile, tile) = Q_qt · K_ktᵀ, scaled and masked
-          ts_tile_mm(S, tile, q + rowq, C, 1, Kt, tile, tile, tile, dh, 0);
-          scale_mask(S, tile, scale, kt == qt, 0);
+          // S (tile, tile) = scale · Q_qt · K_ktᵀ, masked
+          ts_tile_mm(S, tile, q + rowq, C, 1, Kt, tile, tile, tile, dh, scale, 0);
+          if (kt == qt) mask_diagonal(S, tile, 0);
           tile_grads(S, dS, dout + rowo, Vt, L, D, s, b, h, qt, kt, scale);
           // dQ_qt (tile, dh) += dS (tile, tile) · K_kt (tile, dh)
-          ts_tile_mm(dq + rowq, C, dS, tile, 1, k + rowk, Ckv, tile, dh, tile, 1);
+          ts_tile_mm(dq + rowq, C, dS, tile, 1, k + rowk, Ckv, tile, dh, tile, 1.0f, 1);
           // dK part (tile, dh) = dSᵀ · Q_qt ; dV part = P~ᵀ · dO_qt (transposes
           // read as strides)
-          ts_tile_mm(part, dh, dS, 1, tile, q + rowq, C, tile, dh, tile, 0);
-          ts_tile_mm(part + (size_t)tile * dh, dh, S, 1, tile, dout + rowo, Co, tile, dh, tile, 0);
+          ts_tile_mm(part, dh, dS, 1, tile, q + rowq, C, tile, dh, tile, 1.0f, 0);
+          ts_tile_mm(part + (size_t)tile * dh, dh, S, 1, tile, dout + rowo, Co, tile, dh, tile,
+                     1.0f, 0);
           if (G > 1) {
             if (g == 0) memcpy(leaf, part, (size_t)2 * tile * dh * sizeof(float));
             else ts_tree_add(leaf, part, (size_t)2 * tile * dh);
