@@ -123,6 +123,7 @@ static void forward_walk(ts_ws *ws, float *out, float *lse, float *lsum, const f
     float *Qt = acc + (size_t)tile * dh;
     float *m = Qt + (size_t)tile * dh, *l = m + tile;
     float *mx = l + tile, *corr = mx + tile, *sum = corr + tile;
+    float *Kp = sum + tile, *Vp = Kp + (size_t)tile * dh; // K_kt, V_kt as (tile, dh)
     const size_t rowq = ((size_t)b * Tq + (size_t)lq * tile) * C + (size_t)h * dh;
     const float *Q = q + rowq;
     float *O = out + ((size_t)b * Tq + (size_t)lq * tile) * Co + (size_t)h * dh;
@@ -142,12 +143,14 @@ static void forward_walk(ts_ws *ws, float *out, float *lse, float *lsum, const f
     for (int kt = qt < kb - 1 ? qt : kb - 1; kt >= ka; kt--) {
       const size_t rowk = ((size_t)b * Tk + (size_t)(kt - ka) * tile) * Ckv + (size_t)(h / G) * dh;
       // Stᵀ (tile, tile) = scale · K_kt (tile, dh) · Q_qtᵀ, masked
-      ts_tile_mm(St, tile, k + rowk, Ckv, 1, Qt, tile, tile, tile, dh, scale, 0);
+      ts_tile_copy(Kp, k + rowk, Ckv, tile, dh);
+      ts_tile_copy(Vp, v + rowk, Ckv, tile, dh);
+      ts_tile_mm(St, tile, Kp, dh, 1, Qt, tile, tile, tile, dh, scale, 0);
       if (kt == qt) mask_diagonal(St, tile, 1);
       online_softmax_t(St, m, l, acc, mx, corr, sum, tile, dh);
       drop_tile_t(St, s, b, h, qt, kt);
       // acc (tile, dh) += P~ (tile, tile) · V_kt (tile, dh), P~ read from its transpose
-      ts_tile_mm(acc, dh, St, 1, tile, v + rowk, Ckv, tile, dh, tile, 1.0f, 1);
+      ts_tile_mm(acc, dh, St, 1, tile, Vp, dh, tile, dh, tile, 1.0f, 1);
     }
     if (last) {
       for (int i = 0; i < tile; i++) {
@@ -177,14 +180,14 @@ void attention_forward_block(ts_ws *ws, float *acc, float *m, float *l, const fl
 
 // dS = P ∘ (dP − D) · scale, where dP = (dO · Vᵀ) masked like the forward.
 // On entry S holds the scores; on exit S holds P~ (dropped probabilities)
-// and dPbuf holds dS. Vt: V_kt packed as (dh, tile).
+// and dPbuf holds dS. dO: (tile, dh) packed; Vt: V_kt packed as (dh, tile).
 TS_VECTOR_CLONES
 static void tile_grads(float *S, float *dPbuf, const float *dO, const float *Vt,
                        const float *lse_rows, const float *D_rows, const ts_attn_shape *s,
                        int b, int h, int qt, int kt, float scale) {
-  const int tile = s->tile, dh = s->dh, Co = s->ldo;
+  const int tile = s->tile, dh = s->dh;
   probs(S, lse_rows, tile);
-  ts_tile_mm(dPbuf, tile, dO, Co, 1, Vt, tile, tile, tile, dh, 1.0f, 0);
+  ts_tile_mm(dPbuf, tile, dO, dh, 1, Vt, tile, tile, tile, dh, 1.0f, 0);
   if (s->dropout <= 0.0f) {
     for (int i = 0; i < tile; i++) {
       const float *prow = S + i * tile;
@@ -247,8 +250,12 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
     float *dS = S + (size_t)tile * tile;
     float *part = dS + (size_t)tile * tile;          // [dK (tile, dh) | dV (tile, dh)]
     float *leaf = part + (size_t)2 * tile * dh;      // the group's sum (G > 1)
-    float *Kt = leaf + (size_t)2 * tile * dh;        // K_kt, V_kt packed as (dh, tile)
+    // Operands packed contiguous: rows a head apart in q, k, v, dout fall
+    // into few cache sets, and the products re-read them for every block of C.
+    float *Kt = leaf + (size_t)2 * tile * dh;        // K_kt, V_kt as (dh, tile)
     float *Vt = Kt + (size_t)tile * dh;
+    float *Kp = Vt + (size_t)tile * dh;              // K_kt, Q_qt, dO_qt as (tile, dh)
+    float *Qp = Kp + (size_t)tile * dh, *dOp = Qp + (size_t)tile * dh;
     ts_tree *tree = &ws->attntree[th];
     const size_t khead = (size_t)b * Tk * Ckv + (size_t)j * dh;
     for (int g = 0; g < G && !s->dq_acc; g++) {
@@ -269,6 +276,7 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
       ts_tree_reset(tree, (uint64_t)(first - qa));
       ts_tile_transpose(Kt, k + rowk, Ckv, tile, dh);
       ts_tile_transpose(Vt, v + rowk, Ckv, tile, dh);
+      ts_tile_copy(Kp, k + rowk, Ckv, tile, dh);
       for (int qt = first; qt < qb; qt++) {
         for (int g = 0; g < G; g++) {
           const int h = j * G + g;
@@ -277,16 +285,17 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
           const float *L = lse + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
           const float *D = dsum + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
           // S (tile, tile) = scale · Q_qt · K_ktᵀ, masked
-          ts_tile_mm(S, tile, q + rowq, C, 1, Kt, tile, tile, tile, dh, scale, 0);
+          ts_tile_copy(Qp, q + rowq, C, tile, dh);
+          ts_tile_copy(dOp, dout + rowo, Co, tile, dh);
+          ts_tile_mm(S, tile, Qp, dh, 1, Kt, tile, tile, tile, dh, scale, 0);
           if (kt == qt) mask_diagonal(S, tile, 0);
-          tile_grads(S, dS, dout + rowo, Vt, L, D, s, b, h, qt, kt, scale);
+          tile_grads(S, dS, dOp, Vt, L, D, s, b, h, qt, kt, scale);
           // dQ_qt (tile, dh) += dS (tile, tile) · K_kt (tile, dh)
-          ts_tile_mm(dq + rowq, C, dS, tile, 1, k + rowk, Ckv, tile, dh, tile, 1.0f, 1);
+          ts_tile_mm(dq + rowq, C, dS, tile, 1, Kp, dh, tile, dh, tile, 1.0f, 1);
           // dK part (tile, dh) = dSᵀ · Q_qt ; dV part = P~ᵀ · dO_qt (transposes
           // read as strides)
-          ts_tile_mm(part, dh, dS, 1, tile, q + rowq, C, tile, dh, tile, 1.0f, 0);
-          ts_tile_mm(part + (size_t)tile * dh, dh, S, 1, tile, dout + rowo, Co, tile, dh, tile,
-                     1.0f, 0);
+          ts_tile_mm(part, dh, dS, 1, tile, Qp, dh, tile, dh, tile, 1.0f, 0);
+          ts_tile_mm(part + (size_t)tile * dh, dh, S, 1, tile, dOp, dh, tile, dh, tile, 1.0f, 0);
           if (G > 1) {
             if (g == 0) memcpy(leaf, part, (size_t)2 * tile * dh * sizeof(float));
             else ts_tree_add(leaf, part, (size_t)2 * tile * dh);

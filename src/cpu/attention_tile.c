@@ -14,6 +14,7 @@
 #include "attention_tile.h"
 
 #include <math.h>
+#include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define TS_TILE_X86 1
@@ -205,4 +206,9 @@ void ts_tile_mm(float *C, int ldc, const float *A, ptrdiff_t ai, ptrdiff_t ak, c
 void ts_tile_transpose(float *dst, const float *src, int lds, int rows, int cols) {
   for (int r = 0; r < rows; r++)
     for (int c = 0; c < cols; c++) dst[(size_t)c * rows + r] = src[(size_t)r * lds + c];
+}
+
+void ts_tile_copy(float *dst, const float *src, int lds, int rows, int cols) {
+  for (int r = 0; r < rows; r++)
+    memcpy(dst + (size_t)r * cols, src + (size_t)r * lds, (size_t)cols * sizeof(float));
 }

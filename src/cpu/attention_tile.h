@@ -28,4 +28,6 @@ int ts_tile_mm_isa(int isa, float *C, int ldc, const float *A, ptrdiff_t ai, ptr
 // dst (cols, rows) = src (rows, cols; rows lds apart) transposed: the packed
 // operand that lets a product with a transposed B read B's rows contiguously.
 void ts_tile_transpose(float *dst, const float *src, int lds, int rows, int cols);
+// dst (rows, cols) = src (rows, cols; rows lds apart), rows made contiguous.
+void ts_tile_copy(float *dst, const float *src, int lds, int rows, int cols);
 #endif
