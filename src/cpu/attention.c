@@ -13,6 +13,7 @@
 // key tiles' terms to what the calls for later keys left, in the same order.
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "attention_tile.h"
@@ -93,6 +94,45 @@ static void drop_tile_t(float *Pt, const ts_attn_shape *s, int b, int h, int qt,
     }
 }
 
+// Per-thread copies of one head's rows, made contiguous, for the tasks of
+// that head: rows a head apart (q, k, v, dout) fall into few cache sets, and
+// the products re-read a tile for every block of their result. A thread
+// repacks when its task moves to another head, so each head is copied about
+// once per thread. buf NULL (no memory for it): callers copy tile by tile.
+typedef struct {
+  float *buf;    // nthreads slots of 2 * n * rows * dh floats
+  int64_t *key;  // the head each slot holds, -1: none
+  size_t slot;   // floats per slot
+  int n, rows, dh;
+} kv_pack;
+
+static kv_pack kv_pack_new(int nthreads, int n, int rows, int dh) {
+  kv_pack p = {.slot = (size_t)2 * n * rows * dh, .n = n, .rows = rows, .dh = dh};
+  p.buf = malloc((size_t)nthreads * (p.slot * sizeof(float) + sizeof(int64_t)));
+  if (p.buf) {
+    p.key = (int64_t *)(p.buf + (size_t)nthreads * p.slot);
+    for (int t = 0; t < nthreads; t++) p.key[t] = -1;
+  }
+  return p;
+}
+
+// Thread th's packed rows for `key`: n heads of (rows, dh) from a (rows lda
+// apart, head g at column g*dh), then n from b likewise; NULL without a buffer.
+static float *kv_pack_head(kv_pack *p, int th, int64_t key, const float *a, int lda,
+                           const float *b, int ldb) {
+  if (!p->buf) return NULL;
+  float *dst = p->buf + (size_t)th * p->slot;
+  const size_t one = (size_t)p->rows * p->dh;
+  if (p->key[th] != key) {
+    for (int g = 0; g < p->n; g++) {
+      ts_tile_copy(dst + g * one, a + (size_t)g * p->dh, lda, p->rows, p->dh);
+      ts_tile_copy(dst + (p->n + g) * one, b + (size_t)g * p->dh, ldb, p->rows, p->dh);
+    }
+    p->key[th] = key;
+  }
+  return dst;
+}
+
 // The forward's walk over key tiles for every query tile. Each task keeps
 // its tile's online-softmax state (acc, m, l) in the thread's scratch: it
 // starts it afresh (first) or loads what a previous call over later keys left
@@ -113,17 +153,19 @@ static void forward_walk(ts_ws *ws, float *out, float *lse, float *lsum, const f
   const int ka = s->k0 / tile, kb = ka + Tk / tile; // key tiles held: [ka, kb)
   const float scale = 1.0f / sqrtf((float)dh);
   const int64_t ntasks = (int64_t)s->B * H * nq;
+  kv_pack pk = kv_pack_new(ws->nthreads, 1, Tk, dh);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ws->nthreads)
   for (int64_t task = 0; task < ntasks; task++) {
     // Heaviest tasks (last query tiles) first: dynamic scheduling balances them.
     int lq = nq - 1 - (int)(task % nq), qt = qt0 + lq;
     int h = (int)((task / nq) % H), b = (int)(task / ((int64_t)nq * H));
-    float *St = ws->attnbuf[omp_get_thread_num()]; // scores, then probabilities
+    const int th = omp_get_thread_num();
+    float *St = ws->attnbuf[th]; // scores, then probabilities
     float *acc = St + (size_t)tile * tile;
     float *Qt = acc + (size_t)tile * dh;
     float *m = Qt + (size_t)tile * dh, *l = m + tile;
     float *mx = l + tile, *corr = mx + tile, *sum = corr + tile;
-    float *Kp = sum + tile, *Vp = Kp + (size_t)tile * dh; // K_kt, V_kt as (tile, dh)
+    float *Kb = sum + tile, *Vb = Kb + (size_t)tile * dh; // K_kt, V_kt as (tile, dh)
     const size_t rowq = ((size_t)b * Tq + (size_t)lq * tile) * C + (size_t)h * dh;
     const float *Q = q + rowq;
     float *O = out + ((size_t)b * Tq + (size_t)lq * tile) * Co + (size_t)h * dh;
@@ -140,11 +182,20 @@ static void forward_walk(ts_ws *ws, float *out, float *lse, float *lsum, const f
       }
     }
     ts_tile_transpose(Qt, Q, C, tile, dh);
+    const size_t khead = (size_t)b * Tk * Ckv + (size_t)(h / G) * dh;
+    const float *kh =
+        kv_pack_head(&pk, th, (int64_t)b * s->Hkv + h / G, k + khead, Ckv, v + khead, Ckv);
     for (int kt = qt < kb - 1 ? qt : kb - 1; kt >= ka; kt--) {
-      const size_t rowk = ((size_t)b * Tk + (size_t)(kt - ka) * tile) * Ckv + (size_t)(h / G) * dh;
+      const size_t rowk = (size_t)(kt - ka) * tile;
+      const float *Kp = Kb, *Vp = Vb;
+      if (kh) {
+        Kp = kh + rowk * dh;
+        Vp = kh + ((size_t)Tk + rowk) * dh;
+      } else { // no room for the head's pack: this tile pair's alone
+        ts_tile_copy(Kb, k + khead + rowk * Ckv, Ckv, tile, dh);
+        ts_tile_copy(Vb, v + khead + rowk * Ckv, Ckv, tile, dh);
+      }
       // Stᵀ (tile, tile) = scale · K_kt (tile, dh) · Q_qtᵀ, masked
-      ts_tile_copy(Kp, k + rowk, Ckv, tile, dh);
-      ts_tile_copy(Vp, v + rowk, Ckv, tile, dh);
       ts_tile_mm(St, tile, Kp, dh, 1, Qt, tile, tile, tile, dh, scale, 0);
       if (kt == qt) mask_diagonal(St, tile, 1);
       online_softmax_t(St, m, l, acc, mx, corr, sum, tile, dh);
@@ -165,6 +216,7 @@ static void forward_walk(ts_ws *ws, float *out, float *lse, float *lsum, const f
       }
     }
   }
+  free(pk.buf);
 }
 
 void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
@@ -242,6 +294,7 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
   const int Hkv = s->Hkv, G = H / Hkv, Ckv = s->ldkv;
   const int64_t ntasks = (int64_t)B * Hkv;
   int fail = 0;
+  kv_pack pk = kv_pack_new(ws->nthreads, G, Tq, dh); // the group's Q and dO rows
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ws->nthreads) reduction(| : fail)
   for (int64_t task = 0; task < ntasks; task++) {
     int j = (int)(task % Hkv), b = (int)(task / Hkv);
@@ -255,9 +308,11 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
     float *Kt = leaf + (size_t)2 * tile * dh;        // K_kt, V_kt as (dh, tile)
     float *Vt = Kt + (size_t)tile * dh;
     float *Kp = Vt + (size_t)tile * dh;              // K_kt, Q_qt, dO_qt as (tile, dh)
-    float *Qp = Kp + (size_t)tile * dh, *dOp = Qp + (size_t)tile * dh;
+    float *Qb = Kp + (size_t)tile * dh, *dOb = Qb + (size_t)tile * dh;
     ts_tree *tree = &ws->attntree[th];
     const size_t khead = (size_t)b * Tk * Ckv + (size_t)j * dh;
+    const float *qo = kv_pack_head(&pk, th, task, q + (size_t)b * Tq * C + (size_t)j * G * dh, C,
+                                   dout + (size_t)b * Tq * Co + (size_t)j * G * dh, Co);
     for (int g = 0; g < G && !s->dq_acc; g++) {
       const size_t qhead = (size_t)b * Tq * C + (size_t)(j * G + g) * dh;
       for (int r = 0; r < Tq; r++) memset(dq + qhead + (size_t)r * C, 0, (size_t)dh * sizeof(float));
@@ -284,9 +339,15 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
           const size_t rowo = (size_t)b * Tq * Co + (size_t)h * dh + (size_t)(qt - qa) * tile * Co;
           const float *L = lse + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
           const float *D = dsum + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
+          const float *Qp = Qb, *dOp = dOb;
+          if (qo) {
+            Qp = qo + ((size_t)g * Tq + (size_t)(qt - qa) * tile) * dh;
+            dOp = qo + ((size_t)(G + g) * Tq + (size_t)(qt - qa) * tile) * dh;
+          } else { // no room for the group's pack: this tile pair's alone
+            ts_tile_copy(Qb, q + rowq, C, tile, dh);
+            ts_tile_copy(dOb, dout + rowo, Co, tile, dh);
+          }
           // S (tile, tile) = scale · Q_qt · K_ktᵀ, masked
-          ts_tile_copy(Qp, q + rowq, C, tile, dh);
-          ts_tile_copy(dOp, dout + rowo, Co, tile, dh);
           ts_tile_mm(S, tile, Qp, dh, 1, Kt, tile, tile, tile, dh, scale, 0);
           if (kt == qt) mask_diagonal(S, tile, 0);
           tile_grads(S, dS, dOp, Vt, L, D, s, b, h, qt, kt, scale);
@@ -310,5 +371,6 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
       }
     }
   }
+  free(pk.buf);
   return fail ? -1 : 0;
 }
