@@ -426,6 +426,53 @@ static void test_tile_mm(void **state) {
       }
 }
 
+// Under OpenBLAS's SkylakeX and Cooperlake kernels (the machine class of
+// golden/MACHINE), cblas_sgemm computes the same chains for attention's call
+// shapes, which is why the golden files recorded with BLAS in attention are
+// reproduced byte for byte: every call shape of the golden configurations
+// (tile 8, 32, 64; dh 16) and of `small` (tile 64, dh 64), beta 0 and 1, A or
+// B transposed as attention.c used them. Other kernels reduce in other
+// orders: skipped there (OPENBLAS_CORETYPE=Cooperlake runs it on such a CPU).
+char *openblas_get_corename(void);
+static void test_tile_mm_blas(void **state) {
+  const char *core = openblas_get_corename();
+  if (strcmp(core, "Cooperlake") != 0 && strcmp(core, "SkylakeX") != 0) {
+    print_message("  OpenBLAS kernel %s: not the golden files' class, skipped\n", core);
+    skip();
+  }
+  static const int td[][2] = {{8, 16}, {32, 16}, {64, 16}, {64, 64}}; // (tile, dh)
+  uint64_t seed = 5000;
+  for (size_t c = 0; c < sizeof td / sizeof td[0]; c++)
+    for (int kind = 0; kind < 3; kind++)
+      for (int beta = 0; beta < 2; beta++) {
+        const int t = td[c][0], dh = td[c][1];
+        // 0: S = X·Yᵀ (t, t, dh); 1: C (+)= P·V (t, dh, t); 2: part = Pᵀ·X (t, dh, t)
+        const int M = t, N = kind == 0 ? t : dh, K = kind == 0 ? dh : t, ld = t + dh + 3;
+        float *A = falloc((size_t)t * ld), *B = falloc((size_t)t * ld), *Bt = falloc((size_t)t * ld);
+        float *want = falloc((size_t)M * N), *got = falloc((size_t)M * N);
+        fill_normal(A, (size_t)t * ld, seed++, 1.0);
+        fill_normal(B, (size_t)t * ld, seed++, 1.0);
+        for (size_t i = 0; i < (size_t)t * ld; i += 5) A[i] = (i / 5) % 2 ? -0.0f : 0.0f;
+        fill_normal(want, (size_t)M * N, seed++, 1.0);
+        memcpy(got, want, (size_t)M * N * sizeof(float));
+        if (kind == 0) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, ld, B, ld,
+                      (float)beta, want, N);
+          ts_tile_transpose(Bt, B, ld, N, K);
+          ts_tile_mm(got, N, A, ld, 1, Bt, N, M, N, K, 1.0f, beta);
+        } else {
+          cblas_sgemm(CblasRowMajor, kind == 2 ? CblasTrans : CblasNoTrans, CblasNoTrans, M, N,
+                      K, 1.0f, A, ld, B, ld, (float)beta, want, N);
+          ts_tile_mm(got, N, A, kind == 2 ? 1 : ld, kind == 2 ? ld : 1, B, ld, M, N, K, 1.0f,
+                     beta);
+        }
+        if (memcmp(got, want, (size_t)M * N * sizeof(float)) != 0)
+          fail_msg("tile %d dh %d kind %d beta %d: ts_tile_mm differs from cblas_sgemm (%s)", t,
+                   dh, kind, beta, core);
+        free(A); free(B); free(Bt); free(want); free(got);
+      }
+}
+
 // ts_tile_transpose and ts_tile_copy move values without touching them.
 static void test_tile_pack(void **state) {
   const int rows = 6, cols = 5, lds = 9;
@@ -916,6 +963,7 @@ int main(void) {
       cmocka_unit_test(test_fastexp),
       cmocka_unit_test(test_dropout),
       cmocka_unit_test(test_tile_mm),
+      cmocka_unit_test(test_tile_mm_blas),
       cmocka_unit_test(test_tile_pack),
       cmocka_unit_test(test_attention),
       cmocka_unit_test(test_ring_attention),
