@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpu/attention_tile.h"
 #include "cpu/fastexp.h"
 #include "kernels.h"
 #include "parallel/ring.h"
@@ -331,6 +332,159 @@ static void test_fastexp(void **state) {
   gelu_forward(out, in, 16);
   assert_true(isnan(out[5]));
   for (int i = 0; i < 16; i++) assert_true(i == 5 || isfinite(out[i]));
+}
+
+// ---- attention's tile products ------------------------------------------------------------
+// ts_tile_mm's contract (src/cpu/attention_tile.h): every element is one fma
+// chain over k in ascending order from +0, then alpha·t or fma(alpha, t, C).
+// Every instruction set this CPU has must give exactly the bits of that
+// definition, written out here, for the shapes attention uses and for odd
+// ones that take the remainder paths (rows not a multiple of 4, columns not
+// a multiple of the vector), with A read directly and transposed; entries of
+// C past N (the row padding) must stay untouched. The definition itself is
+// checked against double precision within the chain's error bound
+// (K + 2)·2⁻²⁴·(|alpha|·Σ|a·b| + |C|), and the bitwise check is shown to
+// have teeth: the same chain summed in the other order differs.
+static void tile_ref(float *C, int ldc, const float *A, ptrdiff_t ai, ptrdiff_t ak,
+                     const float *B, int ldb, int M, int N, int K, float alpha, int accumulate,
+                     int reversed) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      float t = 0.0f;
+      for (int kk = 0; kk < K; kk++) {
+        int k = reversed ? K - 1 - kk : kk;
+        t = fmaf(A[i * ai + k * ak], B[(size_t)k * ldb + j], t);
+      }
+      float *c = C + (size_t)i * ldc + j;
+      *c = accumulate ? fmaf(alpha, t, *c) : alpha * t;
+    }
+}
+
+static void run_tile_mm(int M, int N, int K, int transposed, float alpha, int accumulate,
+                        uint64_t seed) {
+  const int lda = (transposed ? M : K) + 3, ldb = N + 5, ldc = N + 7;
+  const ptrdiff_t ai = transposed ? 1 : lda, ak = transposed ? lda : 1;
+  const int arows = transposed ? K : M;
+  float *A = falloc((size_t)arows * lda), *B = falloc((size_t)K * ldb);
+  float *C0 = falloc((size_t)M * ldc), *want = falloc((size_t)M * ldc);
+  float *got = falloc((size_t)M * ldc), *rev = falloc((size_t)M * ldc);
+  fill_normal(A, (size_t)arows * lda, seed, 1.0);
+  fill_normal(B, (size_t)K * ldb, seed + 1, 3.0);
+  fill_normal(C0, (size_t)M * ldc, seed + 2, 10.0);
+  // exact zeros of both signs and a spread of magnitudes
+  for (size_t i = 0; i < (size_t)arows * lda; i += 7) A[i] = (i / 7) % 2 ? -0.0f : 0.0f;
+  for (size_t i = 3; i < (size_t)K * ldb; i += 11) B[i] = ldexpf(B[i], (int)(i % 29) - 14);
+  memcpy(want, C0, (size_t)M * ldc * sizeof(float));
+  tile_ref(want, ldc, A, ai, ak, B, ldb, M, N, K, alpha, accumulate, 0);
+  int ran = 0;
+  for (int isa = TS_TILE_SCALAR; isa <= TS_TILE_AVX512; isa++) {
+    memcpy(got, C0, (size_t)M * ldc * sizeof(float));
+    if (ts_tile_mm_isa(isa, got, ldc, A, ai, ak, B, ldb, M, N, K, alpha, accumulate) != 0)
+      continue; // this CPU lacks it
+    ran++;
+    if (memcmp(got, want, (size_t)M * ldc * sizeof(float)) != 0)
+      fail_msg("ts_tile_mm isa %d, %dx%dx%d%s alpha %g acc %d: not the bits of the definition",
+               isa, M, N, K, transposed ? " (A transposed)" : "", (double)alpha, accumulate);
+  }
+  assert_true(ran >= 1);
+  // the definition against double precision
+  const double u = ldexp(1.0, -24);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double exact = 0.0, mag = 0.0;
+      for (int k = 0; k < K; k++) {
+        double p = (double)A[i * ai + k * ak] * (double)B[(size_t)k * ldb + j];
+        exact += p;
+        mag += fabs(p);
+      }
+      double c0 = accumulate ? (double)C0[(size_t)i * ldc + j] : 0.0;
+      exact = alpha * exact + c0;
+      double bound = (K + 2) * u * (fabs(alpha) * mag + fabs(c0));
+      double err = fabs((double)want[(size_t)i * ldc + j] - exact);
+      if (!(err <= bound)) fail_msg("tile_ref (%d,%d): error %g > bound %g", i, j, err, bound);
+    }
+  // teeth: another order gives other bits somewhere (when K allows any)
+  if (K >= 16) {
+    memcpy(rev, C0, (size_t)M * ldc * sizeof(float));
+    tile_ref(rev, ldc, A, ai, ak, B, ldb, M, N, K, alpha, accumulate, 1);
+    assert_true(memcmp(rev, want, (size_t)M * ldc * sizeof(float)) != 0);
+  }
+  free(A); free(B); free(C0); free(want); free(got); free(rev);
+}
+
+static void test_tile_mm(void **state) {
+  // (M, N, K): attention's shapes (tile x tile x dh, tile x dh x tile) and remainders
+  static const int shapes[][3] = {{64, 64, 64}, {64, 64, 16}, {8, 8, 16},  {32, 16, 32},
+                                  {64, 128, 64}, {16, 80, 16}, {5, 13, 7}, {3, 100, 9},
+                                  {64, 17, 64},  {7, 33, 40},  {1, 1, 1}};
+  uint64_t seed = 1000;
+  for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
+    for (int tr = 0; tr < 2; tr++)
+      for (int acc = 0; acc < 2; acc++) {
+        run_tile_mm(shapes[c][0], shapes[c][1], shapes[c][2], tr, 1.0f, acc, seed++);
+        run_tile_mm(shapes[c][0], shapes[c][1], shapes[c][2], tr, 0.17677669f, acc, seed++);
+      }
+}
+
+// Under OpenBLAS's SkylakeX and Cooperlake kernels (the machine class of
+// golden/MACHINE), cblas_sgemm computes the same chains for attention's call
+// shapes, which is why the golden files recorded with BLAS in attention are
+// reproduced byte for byte: every call shape of the golden configurations
+// (tile 8, 32, 64; dh 16) and of `small` (tile 64, dh 64), beta 0 and 1, A or
+// B transposed as attention.c used them. Other kernels reduce in other
+// orders: skipped there (OPENBLAS_CORETYPE=Cooperlake runs it on such a CPU).
+char *openblas_get_corename(void);
+static void test_tile_mm_blas(void **state) {
+  const char *core = openblas_get_corename();
+  if (strcmp(core, "Cooperlake") != 0 && strcmp(core, "SkylakeX") != 0) {
+    print_message("  OpenBLAS kernel %s: not the golden files' class, skipped\n", core);
+    skip();
+  }
+  static const int td[][2] = {{8, 16}, {32, 16}, {64, 16}, {64, 64}}; // (tile, dh)
+  uint64_t seed = 5000;
+  for (size_t c = 0; c < sizeof td / sizeof td[0]; c++)
+    for (int kind = 0; kind < 3; kind++)
+      for (int beta = 0; beta < 2; beta++) {
+        const int t = td[c][0], dh = td[c][1];
+        // 0: S = X·Yᵀ (t, t, dh); 1: C (+)= P·V (t, dh, t); 2: part = Pᵀ·X (t, dh, t)
+        const int M = t, N = kind == 0 ? t : dh, K = kind == 0 ? dh : t, ld = t + dh + 3;
+        float *A = falloc((size_t)t * ld), *B = falloc((size_t)t * ld), *Bt = falloc((size_t)t * ld);
+        float *want = falloc((size_t)M * N), *got = falloc((size_t)M * N);
+        fill_normal(A, (size_t)t * ld, seed++, 1.0);
+        fill_normal(B, (size_t)t * ld, seed++, 1.0);
+        for (size_t i = 0; i < (size_t)t * ld; i += 5) A[i] = (i / 5) % 2 ? -0.0f : 0.0f;
+        fill_normal(want, (size_t)M * N, seed++, 1.0);
+        memcpy(got, want, (size_t)M * N * sizeof(float));
+        if (kind == 0) {
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, ld, B, ld,
+                      (float)beta, want, N);
+          ts_tile_transpose(Bt, B, ld, N, K);
+          ts_tile_mm(got, N, A, ld, 1, Bt, N, M, N, K, 1.0f, beta);
+        } else {
+          cblas_sgemm(CblasRowMajor, kind == 2 ? CblasTrans : CblasNoTrans, CblasNoTrans, M, N,
+                      K, 1.0f, A, ld, B, ld, (float)beta, want, N);
+          ts_tile_mm(got, N, A, kind == 2 ? 1 : ld, kind == 2 ? ld : 1, B, ld, M, N, K, 1.0f,
+                     beta);
+        }
+        if (memcmp(got, want, (size_t)M * N * sizeof(float)) != 0)
+          fail_msg("tile %d dh %d kind %d beta %d: ts_tile_mm differs from cblas_sgemm (%s)", t,
+                   dh, kind, beta, core);
+        free(A); free(B); free(Bt); free(want); free(got);
+      }
+}
+
+// ts_tile_transpose and ts_tile_copy move values without touching them.
+static void test_tile_pack(void **state) {
+  const int rows = 6, cols = 5, lds = 9;
+  float src[6 * 9], t[5 * 6], c[6 * 5];
+  fill_normal(src, sizeof src / sizeof src[0], 77, 1.0);
+  ts_tile_transpose(t, src, lds, rows, cols);
+  ts_tile_copy(c, src, lds, rows, cols);
+  for (int r = 0; r < rows; r++)
+    for (int k = 0; k < cols; k++) {
+      assert_memory_equal(&t[k * rows + r], &src[r * lds + k], sizeof(float));
+      assert_memory_equal(&c[r * cols + k], &src[r * lds + k], sizeof(float));
+    }
 }
 
 // ---- dropout ---------------------------------------------------------------------------
@@ -808,6 +962,9 @@ int main(void) {
       cmocka_unit_test(test_gelu),
       cmocka_unit_test(test_fastexp),
       cmocka_unit_test(test_dropout),
+      cmocka_unit_test(test_tile_mm),
+      cmocka_unit_test(test_tile_mm_blas),
+      cmocka_unit_test(test_tile_pack),
       cmocka_unit_test(test_attention),
       cmocka_unit_test(test_ring_attention),
       cmocka_unit_test(test_crossentropy),

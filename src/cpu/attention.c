@@ -11,11 +11,12 @@
 // leaves), so a rank that holds only some query tiles computes an aligned
 // subtree. dQ too may be summed block by block (dq_acc): each call adds its
 // key tiles' terms to what the calls for later keys left, in the same order.
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "attention_tile.h"
 #include "fastexp.h"
 #include "index.h"
 #include "kernels.h"
@@ -29,15 +30,12 @@ static inline uint64_t attn_index(const ts_attn_shape *s, int b, int h, int64_t 
                        (uint64_t)s->T, (uint64_t)i, (uint64_t)j);
 }
 
-// S (tile, tile) = scale * Q_qt · K_ktᵀ with the causal mask on the diagonal.
-TS_VECTOR_CLONES
-static void scores(float *S, const float *q, int ldq, const float *k, int ldk, int tile, int dh,
-                   float scale, int diagonal) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, tile, dh, 1.0f, q, ldq, k, ldk,
-              0.0f, S, tile);
-  for (int i = 0; i < tile; i++)
-    for (int j = 0; j < tile; j++)
-      S[i * tile + j] = (diagonal && j > i) ? -INFINITY : S[i * tile + j] * scale;
+// The causal mask of a diagonal score tile, in place: -inf where the key is
+// after the query. transposed: S is (key, query), else (query, key).
+static void mask_diagonal(float *S, int tile, int transposed) {
+  for (int r = 0; r < tile; r++)
+    for (int c = 0; c < tile; c++)
+      if (transposed ? r > c : c > r) S[r * tile + c] = -INFINITY;
 }
 
 // Probabilities of a tile from the final lse: P = exp(S - lse_i).
@@ -49,38 +47,90 @@ static void probs(float *P, const float *lse_rows, int tile) {
   }
 }
 
-// One key tile of the online softmax: P = exp(S - m_new) row by row, with the
-// running max m, running sum l and accumulator acc rescaled to the new max.
+// One key tile of the online softmax on the transposed scores Pt (key j,
+// query i): in place P = exp(S - m_new), with the running max m, running sum
+// l and accumulator acc rescaled to the new max. Each query row gets the
+// operations of a row-by-row walk (max, then exp, then the sum over keys in
+// order); only the loops run across rows, so that they vectorise. mx, corr,
+// sum: tile floats of scratch.
 TS_VECTOR_CLONES
-static void online_softmax(float *P, float *m, float *l, float *acc, const float *S, int tile,
-                           int dh) {
+static void online_softmax_t(float *Pt, float *m, float *l, float *acc, float *mx, float *corr,
+                             float *sum, int tile, int dh) {
+  for (int i = 0; i < tile; i++) mx[i] = m[i];
+  for (int j = 0; j < tile; j++) {
+    const float *row = Pt + (size_t)j * tile;
+    for (int i = 0; i < tile; i++) mx[i] = row[i] > mx[i] ? row[i] : mx[i];
+  }
   for (int i = 0; i < tile; i++) {
-    const float *srow = S + i * tile;
-    float mx = m[i];
-    for (int j = 0; j < tile; j++) mx = srow[j] > mx ? srow[j] : mx;
-    float corr = ts_expf(m[i] - mx); // m[i] = -inf on the first tile: corr = 0
-    float *prow = P + i * tile;
-    for (int j = 0; j < tile; j++) prow[j] = ts_expf(srow[j] - mx); // vectorises
-    float sum = 0.0f;
-    for (int j = 0; j < tile; j++) sum += prow[j]; // in order
-    l[i] = l[i] * corr + sum;
-    m[i] = mx;
+    corr[i] = ts_expf(m[i] - mx[i]); // m[i] = -inf on the first tile: corr = 0
+    sum[i] = 0.0f;
+  }
+  for (int j = 0; j < tile; j++) {
+    float *row = Pt + (size_t)j * tile;
+    for (int i = 0; i < tile; i++) {
+      row[i] = ts_expf(row[i] - mx[i]);
+      sum[i] += row[i]; // over keys in order
+    }
+  }
+  for (int i = 0; i < tile; i++) {
+    l[i] = l[i] * corr[i] + sum[i];
+    m[i] = mx[i];
     float *a = acc + (size_t)i * dh;
-    for (int c = 0; c < dh; c++) a[c] *= corr;
+    for (int c = 0; c < dh; c++) a[c] *= corr[i];
   }
 }
 
-// Multiplies P in place by the dropout mask (kept / (1-p), dropped 0).
-static void drop_tile(float *P, const ts_attn_shape *s, int b, int h, int qt, int kt) {
+// Multiplies the transposed tile Pt (key j, query i) in place by the dropout
+// mask (kept / (1-p), dropped 0).
+static void drop_tile_t(float *Pt, const ts_attn_shape *s, int b, int h, int qt, int kt) {
   if (s->dropout <= 0.0f) return;
   int tile = s->tile;
   float scale = 1.0f / (1.0f - s->dropout);
-  for (int i = 0; i < tile; i++)
-    for (int j = 0; j < tile; j++) {
+  for (int j = 0; j < tile; j++)
+    for (int i = 0; i < tile; i++) {
       float u = ts_rng_uniform(s->seed, TS_RNG_DROPOUT_ATTN, s->step,
                                attn_index(s, b, h, (int64_t)qt * tile + i, (int64_t)kt * tile + j));
-      P[i * tile + j] = u >= s->dropout ? P[i * tile + j] * scale : 0.0f;
+      Pt[j * tile + i] = u >= s->dropout ? Pt[j * tile + i] * scale : 0.0f;
     }
+}
+
+// Per-thread copies of one head's rows, made contiguous, for the tasks of
+// that head: rows a head apart (q, k, v, dout) fall into few cache sets, and
+// the products re-read a tile for every block of their result. A thread
+// repacks when its task moves to another head, so each head is copied about
+// once per thread. buf NULL (no memory for it): callers copy tile by tile.
+typedef struct {
+  float *buf;    // nthreads slots of 2 * n * rows * dh floats
+  int64_t *key;  // the head each slot holds, -1: none
+  size_t slot;   // floats per slot
+  int n, rows, dh;
+} kv_pack;
+
+static kv_pack kv_pack_new(int nthreads, int n, int rows, int dh) {
+  kv_pack p = {.slot = (size_t)2 * n * rows * dh, .n = n, .rows = rows, .dh = dh};
+  p.buf = malloc((size_t)nthreads * (p.slot * sizeof(float) + sizeof(int64_t)));
+  if (p.buf) {
+    p.key = (int64_t *)(p.buf + (size_t)nthreads * p.slot);
+    for (int t = 0; t < nthreads; t++) p.key[t] = -1;
+  }
+  return p;
+}
+
+// Thread th's packed rows for `key`: n heads of (rows, dh) from a (rows lda
+// apart, head g at column g*dh), then n from b likewise; NULL without a buffer.
+static float *kv_pack_head(kv_pack *p, int th, int64_t key, const float *a, int lda,
+                           const float *b, int ldb) {
+  if (!p->buf) return NULL;
+  float *dst = p->buf + (size_t)th * p->slot;
+  const size_t one = (size_t)p->rows * p->dh;
+  if (p->key[th] != key) {
+    for (int g = 0; g < p->n; g++) {
+      ts_tile_copy(dst + g * one, a + (size_t)g * p->dh, lda, p->rows, p->dh);
+      ts_tile_copy(dst + (p->n + g) * one, b + (size_t)g * p->dh, ldb, p->rows, p->dh);
+    }
+    p->key[th] = key;
+  }
+  return dst;
 }
 
 // The forward's walk over key tiles for every query tile. Each task keeps
@@ -90,6 +140,9 @@ static void drop_tile(float *P, const ts_attn_shape *s, int b, int h, int qt, in
 // visible one down, then finishes it into out and lse (last) or stores it
 // back. A whole walk in one call (attention_forward) and the same walk cut
 // into blocks do the same operations on the same values in the same order.
+// A task's tiles are held transposed (key, query): the query tile is packed
+// once, as (dh, tile), for all its key tiles, and the softmax runs across
+// query rows in vectors.
 static void forward_walk(ts_ws *ws, float *out, float *lse, float *lsum, const float *q,
                          const float *k, const float *v, const ts_attn_shape *shape, int first,
                          int last) {
@@ -100,15 +153,19 @@ static void forward_walk(ts_ws *ws, float *out, float *lse, float *lsum, const f
   const int ka = s->k0 / tile, kb = ka + Tk / tile; // key tiles held: [ka, kb)
   const float scale = 1.0f / sqrtf((float)dh);
   const int64_t ntasks = (int64_t)s->B * H * nq;
+  kv_pack pk = kv_pack_new(ws->nthreads, 1, Tk, dh);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ws->nthreads)
   for (int64_t task = 0; task < ntasks; task++) {
     // Heaviest tasks (last query tiles) first: dynamic scheduling balances them.
     int lq = nq - 1 - (int)(task % nq), qt = qt0 + lq;
     int h = (int)((task / nq) % H), b = (int)(task / ((int64_t)nq * H));
-    float *S = ws->attnbuf[omp_get_thread_num()];
-    float *P = S + (size_t)tile * tile;
-    float *acc = P + (size_t)tile * tile;
-    float *m = acc + (size_t)tile * dh, *l = m + tile;
+    const int th = omp_get_thread_num();
+    float *St = ws->attnbuf[th]; // scores, then probabilities
+    float *acc = St + (size_t)tile * tile;
+    float *Qt = acc + (size_t)tile * dh;
+    float *m = Qt + (size_t)tile * dh, *l = m + tile;
+    float *mx = l + tile, *corr = mx + tile, *sum = corr + tile;
+    float *Kb = sum + tile, *Vb = Kb + (size_t)tile * dh; // K_kt, V_kt as (tile, dh)
     const size_t rowq = ((size_t)b * Tq + (size_t)lq * tile) * C + (size_t)h * dh;
     const float *Q = q + rowq;
     float *O = out + ((size_t)b * Tq + (size_t)lq * tile) * Co + (size_t)h * dh;
@@ -124,14 +181,27 @@ static void forward_walk(ts_ws *ws, float *out, float *lse, float *lsum, const f
         l[i] = Ls[i];
       }
     }
+    ts_tile_transpose(Qt, Q, C, tile, dh);
+    const size_t khead = (size_t)b * Tk * Ckv + (size_t)(h / G) * dh;
+    const float *kh =
+        kv_pack_head(&pk, th, (int64_t)b * s->Hkv + h / G, k + khead, Ckv, v + khead, Ckv);
     for (int kt = qt < kb - 1 ? qt : kb - 1; kt >= ka; kt--) {
-      const size_t rowk = ((size_t)b * Tk + (size_t)(kt - ka) * tile) * Ckv + (size_t)(h / G) * dh;
-      scores(S, Q, C, k + rowk, Ckv, tile, dh, scale, kt == qt);
-      online_softmax(P, m, l, acc, S, tile, dh);
-      drop_tile(P, s, b, h, qt, kt);
-      // acc (tile, dh) += P~ (tile, tile) · V_kt (tile, dh)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, dh, tile, 1.0f, P, tile,
-                  v + rowk, Ckv, 1.0f, acc, dh);
+      const size_t rowk = (size_t)(kt - ka) * tile;
+      const float *Kp = Kb, *Vp = Vb;
+      if (kh) {
+        Kp = kh + rowk * dh;
+        Vp = kh + ((size_t)Tk + rowk) * dh;
+      } else { // no room for the head's pack: this tile pair's alone
+        ts_tile_copy(Kb, k + khead + rowk * Ckv, Ckv, tile, dh);
+        ts_tile_copy(Vb, v + khead + rowk * Ckv, Ckv, tile, dh);
+      }
+      // Stᵀ (tile, tile) = scale · K_kt (tile, dh) · Q_qtᵀ, masked
+      ts_tile_mm(St, tile, Kp, dh, 1, Qt, tile, tile, tile, dh, scale, 0);
+      if (kt == qt) mask_diagonal(St, tile, 1);
+      online_softmax_t(St, m, l, acc, mx, corr, sum, tile, dh);
+      drop_tile_t(St, s, b, h, qt, kt);
+      // acc (tile, dh) += P~ (tile, tile) · V_kt (tile, dh), P~ read from its transpose
+      ts_tile_mm(acc, dh, St, 1, tile, Vp, dh, tile, dh, tile, 1.0f, 1);
     }
     if (last) {
       for (int i = 0; i < tile; i++) {
@@ -146,6 +216,7 @@ static void forward_walk(ts_ws *ws, float *out, float *lse, float *lsum, const f
       }
     }
   }
+  free(pk.buf);
 }
 
 void attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
@@ -161,15 +232,14 @@ void attention_forward_block(ts_ws *ws, float *acc, float *m, float *l, const fl
 
 // dS = P ∘ (dP − D) · scale, where dP = (dO · Vᵀ) masked like the forward.
 // On entry S holds the scores; on exit S holds P~ (dropped probabilities)
-// and dPbuf holds dS.
+// and dPbuf holds dS. dO: (tile, dh) packed; Vt: V_kt packed as (dh, tile).
 TS_VECTOR_CLONES
-static void tile_grads(float *S, float *dPbuf, const float *dO, const float *V,
+static void tile_grads(float *S, float *dPbuf, const float *dO, const float *Vt,
                        const float *lse_rows, const float *D_rows, const ts_attn_shape *s,
                        int b, int h, int qt, int kt, float scale) {
-  const int tile = s->tile, dh = s->dh, Co = s->ldo, Ckv = s->ldkv;
+  const int tile = s->tile, dh = s->dh;
   probs(S, lse_rows, tile);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile, tile, dh, 1.0f, dO, Co, V, Ckv,
-              0.0f, dPbuf, tile);
+  ts_tile_mm(dPbuf, tile, dO, dh, 1, Vt, tile, tile, tile, dh, 1.0f, 0);
   if (s->dropout <= 0.0f) {
     for (int i = 0; i < tile; i++) {
       const float *prow = S + i * tile;
@@ -224,6 +294,7 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
   const int Hkv = s->Hkv, G = H / Hkv, Ckv = s->ldkv;
   const int64_t ntasks = (int64_t)B * Hkv;
   int fail = 0;
+  kv_pack pk = kv_pack_new(ws->nthreads, G, Tq, dh); // the group's Q and dO rows
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ws->nthreads) reduction(| : fail)
   for (int64_t task = 0; task < ntasks; task++) {
     int j = (int)(task % Hkv), b = (int)(task / Hkv);
@@ -232,8 +303,16 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
     float *dS = S + (size_t)tile * tile;
     float *part = dS + (size_t)tile * tile;          // [dK (tile, dh) | dV (tile, dh)]
     float *leaf = part + (size_t)2 * tile * dh;      // the group's sum (G > 1)
+    // Operands packed contiguous: rows a head apart in q, k, v, dout fall
+    // into few cache sets, and the products re-read them for every block of C.
+    float *Kt = leaf + (size_t)2 * tile * dh;        // K_kt, V_kt as (dh, tile)
+    float *Vt = Kt + (size_t)tile * dh;
+    float *Kp = Vt + (size_t)tile * dh;              // K_kt, Q_qt, dO_qt as (tile, dh)
+    float *Qb = Kp + (size_t)tile * dh, *dOb = Qb + (size_t)tile * dh;
     ts_tree *tree = &ws->attntree[th];
     const size_t khead = (size_t)b * Tk * Ckv + (size_t)j * dh;
+    const float *qo = kv_pack_head(&pk, th, task, q + (size_t)b * Tq * C + (size_t)j * G * dh, C,
+                                   dout + (size_t)b * Tq * Co + (size_t)j * G * dh, Co);
     for (int g = 0; g < G && !s->dq_acc; g++) {
       const size_t qhead = (size_t)b * Tq * C + (size_t)(j * G + g) * dh;
       for (int r = 0; r < Tq; r++) memset(dq + qhead + (size_t)r * C, 0, (size_t)dh * sizeof(float));
@@ -250,6 +329,9 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
       }
       int first = kt > qa ? kt : qa;
       ts_tree_reset(tree, (uint64_t)(first - qa));
+      ts_tile_transpose(Kt, k + rowk, Ckv, tile, dh);
+      ts_tile_transpose(Vt, v + rowk, Ckv, tile, dh);
+      ts_tile_copy(Kp, k + rowk, Ckv, tile, dh);
       for (int qt = first; qt < qb; qt++) {
         for (int g = 0; g < G; g++) {
           const int h = j * G + g;
@@ -257,16 +339,24 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
           const size_t rowo = (size_t)b * Tq * Co + (size_t)h * dh + (size_t)(qt - qa) * tile * Co;
           const float *L = lse + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
           const float *D = dsum + ((size_t)b * H + h) * Tq + (size_t)(qt - qa) * tile;
-          scores(S, q + rowq, C, k + rowk, Ckv, tile, dh, scale, kt == qt);
-          tile_grads(S, dS, dout + rowo, v + rowk, L, D, s, b, h, qt, kt, scale);
+          const float *Qp = Qb, *dOp = dOb;
+          if (qo) {
+            Qp = qo + ((size_t)g * Tq + (size_t)(qt - qa) * tile) * dh;
+            dOp = qo + ((size_t)(G + g) * Tq + (size_t)(qt - qa) * tile) * dh;
+          } else { // no room for the group's pack: this tile pair's alone
+            ts_tile_copy(Qb, q + rowq, C, tile, dh);
+            ts_tile_copy(dOb, dout + rowo, Co, tile, dh);
+          }
+          // S (tile, tile) = scale · Q_qt · K_ktᵀ, masked
+          ts_tile_mm(S, tile, Qp, dh, 1, Kt, tile, tile, tile, dh, scale, 0);
+          if (kt == qt) mask_diagonal(S, tile, 0);
+          tile_grads(S, dS, dOp, Vt, L, D, s, b, h, qt, kt, scale);
           // dQ_qt (tile, dh) += dS (tile, tile) · K_kt (tile, dh)
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
-                      k + rowk, Ckv, 1.0f, dq + rowq, C);
-          // dK part (tile, dh) = dSᵀ · Q_qt ; dV part = P~ᵀ · dO_qt
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, dS, tile,
-                      q + rowq, C, 0.0f, part, dh);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tile, dh, tile, 1.0f, S, tile,
-                      dout + rowo, Co, 0.0f, part + (size_t)tile * dh, dh);
+          ts_tile_mm(dq + rowq, C, dS, tile, 1, Kp, dh, tile, dh, tile, 1.0f, 1);
+          // dK part (tile, dh) = dSᵀ · Q_qt ; dV part = P~ᵀ · dO_qt (transposes
+          // read as strides)
+          ts_tile_mm(part, dh, dS, 1, tile, Qp, dh, tile, dh, tile, 1.0f, 0);
+          ts_tile_mm(part + (size_t)tile * dh, dh, S, 1, tile, dOp, dh, tile, dh, tile, 1.0f, 0);
           if (G > 1) {
             if (g == 0) memcpy(leaf, part, (size_t)2 * tile * dh * sizeof(float));
             else ts_tree_add(leaf, part, (size_t)2 * tile * dh);
@@ -281,5 +371,6 @@ int attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *dsum,
       }
     }
   }
+  free(pk.buf);
   return fail ? -1 : 0;
 }

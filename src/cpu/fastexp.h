@@ -8,11 +8,11 @@
 #ifndef TS_FASTEXP_H
 #define TS_FASTEXP_H
 
-// Hot element-wise loops are compiled for AVX2 and for baseline x86-64 and
-// picked at load time (GCC function multiversioning). Same bits either way:
+// Hot element-wise loops are compiled for AVX-512, AVX2 and baseline x86-64
+// and picked at load time (GCC function multiversioning). Same bits any way:
 // no FMA is enabled, contraction is off, reductions stay in order.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define TS_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
+#define TS_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define TS_VECTOR_CLONES
 #endif

@@ -12,9 +12,10 @@ int ts_ws_init(ts_ws *ws, int tile, int leaf, size_t max_leaf_floats, int dh) {
   ws->leaf = leaf;
   ws->nthreads = omp_get_max_threads();
   ws->leaf_cap = max_leaf_floats;
-  // attention scratch per thread: S, dP (tile x tile), acc/dq (tile x dh),
-  // dk|dv leaf (2 tile x dh), m, l (tile)
-  ws->attn_cap = (size_t)2 * tile * tile + (size_t)4 * tile * dh + 4 * (size_t)tile;
+  // attention scratch per thread: the backward's S, dS (tile x tile), dK|dV
+  // part and leaf (2 x 2 tile x dh) and packed K, V, Kᵀ, Vᵀ, dO (5 tile x dh);
+  // the forward's S, acc and packed Q (tile x dh) and five rows of tile floats
+  ws->attn_cap = (size_t)2 * tile * tile + (size_t)9 * tile * dh + 5 * (size_t)tile;
   ws->attnbuf = calloc((size_t)ws->nthreads, sizeof(float *));
   ws->attntree = calloc((size_t)ws->nthreads, sizeof(ts_tree));
   if (!ws->attnbuf || !ws->attntree ||

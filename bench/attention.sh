@@ -1,0 +1,56 @@
+#!/bin/sh
+# Attention at long T (docs/PERFORMANCE.md, "Attention at long T"): one
+# layer's attention forward + backward (bench/attention) at each T, this
+# build's kernel against another build's (BEFORE=path to its bench/attention)
+# in alternating rounds, then one training step of the `small` model at each
+# T with the memory options on (tessera train, MFU from its run log).
+#
+#   bench/attention.sh                        # this build alone
+#   BEFORE=/path/to/old/build/bench/attention BEFORE_TESSERA=/path/to/old/build/tessera bench/attention.sh
+#
+# Environment: BUILD (default: build, the folder holding bench/attention and
+# tessera), RESULTS (default bench/results/attention), ROUNDS (2), SEQS
+# (1024 4096 16384 32768), HEADS_LONG (heads at T >= 16384; default 1: each
+# head is the same independent work, so one head's throughput is the layer's
+# on one thread, in an eighth of the time), STEP_SEQS (T of the training
+# steps; default 4096 16384; 32768 takes minutes a step), THREADS (1).
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=${BUILD:-$here/build}
+RESULTS=${RESULTS:-$here/bench/results/attention}
+ROUNDS=${ROUNDS:-2}
+SEQS=${SEQS:-1024 4096 16384 32768}
+HEADS_LONG=${HEADS_LONG:-1}
+STEP_SEQS=${STEP_SEQS-4096 16384}
+THREADS=${THREADS:-1}
+DATA=$here/data/corpus.txt
+mkdir -p "$RESULTS"
+out=$RESULTS/kernel.txt
+: > "$out"
+
+kernel() { # LABEL BIN T
+  heads=8
+  [ "$3" -ge 16384 ] && heads=$HEADS_LONG
+  printf '%s ' "$1" >> "$out"
+  "$2" --seq "$3" --heads "$heads" --threads "$THREADS" --reps 3 | tail -n 1 >> "$out"
+}
+
+for r in $(seq 1 "$ROUNDS"); do
+  for T in $SEQS; do
+    [ -n "${BEFORE:-}" ] && kernel before "$BEFORE" "$T"
+    kernel after "$BUILD/bench/attention" "$T"
+  done
+done
+echo "kernel: $out"
+cat "$out"
+
+step() { # LABEL BIN T
+  log=$RESULTS/step-$1-T$3.jsonl
+  "$2" train --model small --seq "$3" --batch 1 --steps 1 --eval-every 0 --checkpoint --fused-ce --tiled-mlp \
+    --threads "$THREADS" --data "$DATA" --quiet --log "$log"
+  echo "step: $log"
+}
+for T in $STEP_SEQS; do
+  [ -n "${BEFORE_TESSERA:-}" ] && step before "$BEFORE_TESSERA" "$T"
+  step after "$BUILD/tessera" "$T"
+done

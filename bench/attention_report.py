@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+"""The tables and the plot of docs/PERFORMANCE.md's "Attention at long T" from what
+bench/attention.sh wrote: RESULTS/kernel.txt (lines "LABEL T tile fwd_s bwd_s GFLOP/s
+roof of_roof", LABEL before or after) and RESULTS/step-LABEL-T<T>.jsonl (tessera's run
+logs). Medians over the rounds; ratios after / before.
+
+usage: python3 bench/attention_report.py [--results bench/results/attention]
+         [--img-dir docs/img] [--md RESULTS/report.md] [--json RESULTS/summary.json] [--no-plots]
+"""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib  # noqa: E402
+
+
+def read_kernel(path):
+    """{(label, T): [(fwd_s, bwd_s, gflops, roof), ...]} from kernel.txt."""
+    out = {}
+    for line in (benchlib.read(path, "") or "").splitlines():
+        f = line.split()
+        if len(f) != 8 or f[0] not in ("before", "after"):
+            continue
+        out.setdefault((f[0], int(f[1])), []).append(
+            (float(f[3]), float(f[4]), float(f[5]), float(f[6])))
+    return out
+
+
+def read_steps(results):
+    """{(label, T): (step_ms, tokens_per_s, mfu, roof_gflops)} from the run logs."""
+    out = {}
+    for path in glob.glob(os.path.join(results, "step-*-T*.jsonl")):
+        m = re.match(r"step-(before|after)-T(\d+)\.jsonl$", os.path.basename(path))
+        if not m:
+            continue
+        roof, step = None, None
+        for line in open(path):
+            rec = json.loads(line)
+            if rec.get("type") == "config" or "roof_gflops" in rec:
+                roof = rec.get("roof_gflops", roof)
+            if rec.get("type") == "step" or ("mfu" in rec and "step_ms" in rec):
+                step = rec
+        if step:
+            out[(m.group(1), int(m.group(2)))] = (step["step_ms"], step["tokens_per_s"], step["mfu"], roof)
+    return out
+
+
+def med(rows, i):
+    return statistics.median(r[i] for r in rows)
+
+
+def kernel_table(k):
+    md = ["| T | fwd + bwd before (s) | after (s) | GFLOP/s before | after | ratio | roof | of roof before | after |",
+          "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    summary = []
+    for T in sorted({t for _, t in k}):
+        b, a = k.get(("before", T)), k.get(("after", T))
+        if not a:
+            continue
+        ta, ga, ra = med(a, 0) + med(a, 1), med(a, 2), med(a, 3)
+        row = {"T": T, "after_s": ta, "after_gflops": ga, "roof": ra, "after_of_roof": ga / ra}
+        if b:
+            tb, gb, rb = med(b, 0) + med(b, 1), med(b, 2), med(b, 3)
+            row.update(before_s=tb, before_gflops=gb, before_of_roof=gb / rb, ratio=ga / gb)
+            md.append("| %d | %.3f | %.3f | %.1f | %.1f | %.2f× | %.0f | %.0f%% | %.0f%% |"
+                      % (T, tb, ta, gb, ga, ga / gb, ra, 100 * gb / rb, 100 * ga / ra))
+        else:
+            md.append("| %d | — | %.3f | — | %.1f | — | %.0f | — | %.0f%% |" % (T, ta, ga, ra, 100 * ga / ra))
+        summary.append(row)
+    return md, summary
+
+
+def step_table(s):
+    md = ["| T | step before (s) | after (s) | ratio | tokens/s after | MFU before | MFU after | roof (GFLOP/s) |",
+          "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    summary = []
+    for T in sorted({t for _, t in s}):
+        b, a = s.get(("before", T)), s.get(("after", T))
+        if not a:
+            continue
+        row = {"T": T, "after_s": a[0] / 1e3, "after_mfu": a[2], "after_roof": a[3]}
+        if b:
+            row.update(before_s=b[0] / 1e3, before_mfu=b[2], ratio=b[0] / a[0])
+            md.append("| %d | %.1f | %.1f | %.2f× | %.1f | %.0f%% | %.0f%% | %.0f |"
+                      % (T, b[0] / 1e3, a[0] / 1e3, b[0] / a[0], a[1], 100 * b[2], 100 * a[2], a[3]))
+        else:
+            md.append("| %d | — | %.1f | — | %.1f | — | %.0f%% | %.0f |" % (T, a[0] / 1e3, a[1], 100 * a[2], a[3]))
+        summary.append(row)
+    return md, summary
+
+
+def plot(ks, ss, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for key, label, style in (("before_of_roof", "attention kernel, before", "o--"),
+                              ("after_of_roof", "attention kernel, after", "o-")):
+        pts = [(r["T"], r[key]) for r in ks if key in r]
+        if pts:
+            ax.plot([t for t, _ in pts], [100 * y for _, y in pts], style, color="C0", label=label)
+    for key, label, style in (("before_mfu", "training step MFU, before", "s--"),
+                              ("after_mfu", "training step MFU, after", "s-")):
+        pts = [(r["T"], r[key]) for r in ss if key in r]
+        if pts:
+            ax.plot([t for t, _ in pts], [100 * y for _, y in pts], style, color="C1", label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("sequence length T (tokens)")
+    ax.set_ylabel("% of the sgemm roof (same threads)")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=8)
+    ax.axhline(60, color="0.5", linestyle=":", linewidth=1)
+    ax.text(ax.get_xlim()[0] * 1.05, 61, "target: attention at 60% of the roof", fontsize=8, color="0.4")
+    title = "small model (8 heads of 64), one thread: attention forward + backward (bench/attention)"
+    if ss:
+        title += "\nand one training step with --checkpoint --fused-ce --tiled-mlp (MFU)"
+    ax.set_title(title, fontsize=10)
+    benchlib.save_fig(fig, path)
+    plt.close(fig)
+
+
+def main():
+    ap = benchlib.arg_parser(__doc__, "bench/results/attention")
+    a = ap.parse_args()
+    results, md_path, json_path = benchlib.output_paths(a)
+    k_md, ks = kernel_table(read_kernel(os.path.join(results, "kernel.txt")))
+    s_md, ss = step_table(read_steps(results))
+    md = ["**One layer's attention, forward + backward**", ""] + k_md + [
+        "", "**One training step**", ""] + s_md
+    if not a.no_plots:
+        plot(ks, ss, os.path.join(a.img_dir, "attention_long_t.png"))
+    benchlib.write_report(md, md_path, {"kernel": ks, "step": ss}, json_path)
+
+
+if __name__ == "__main__":
+    main()
