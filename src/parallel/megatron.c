@@ -35,7 +35,7 @@
 struct megatron {
   int N, s;              // group size, this rank
   int Hl, h0, Kl;        // local heads, first head, Kl = Hl·dh columns of Q/K/V
-  int Fl, f0;            // local MLP columns, first column
+  int Fl;                // local MLP columns
   // kept for backward, per layer
   float **X, **X2;       // (T, C) gathered ln1 and ln2 outputs
   float **q, **k, **v;   // (T, Kl) this rank's heads
@@ -63,7 +63,6 @@ static int megatron_create(ts_model *m, const ts_seq_shard *sp) {
   mt->h0 = mt->s * mt->Hl;
   mt->Kl = mt->Hl * m->dh;
   mt->Fl = m->F / mt->N;
-  mt->f0 = mt->s * mt->Fl;
   const size_t T = (size_t)m->T, C = (size_t)m->C, L = (size_t)m->L;
   const size_t Kl = (size_t)mt->Kl, Fl = (size_t)mt->Fl, HT = (size_t)mt->Hl * T;
   size_t per_layer = 2 * T * C + 4 * T * Kl + HT + T * Fl;
