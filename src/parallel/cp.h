@@ -123,8 +123,8 @@ typedef struct {
 } ts_run_partials;
 int ts_run_partials_create(ts_model *m);
 void ts_run_partials_destroy(ts_model *m);
-// m->grads2 set to -0.0, the identity of addition (after the group's sums).
-void ts_run_partials_clear(ts_model *m);
+// m->grads2[lo, hi) set to -0.0, the identity of addition (after the group's sums).
+void ts_run_partials_clear(ts_model *m, size_t lo, size_t hi);
 size_t ts_run_partials_bytes(const ts_model *m);
 
 // ---- pieces several strategies share (cp.c) --------------------------------------------

@@ -117,8 +117,8 @@ int ts_run_partials_create(ts_model *m) {
     free(rp);
     return ts_fail(TS_ERUNTIME, "out of memory (the second run's gradient partials)");
   }
-  ts_run_partials_clear(m);
   m->rp = rp;
+  ts_run_partials_clear(m, 0, m->nparams);
   m->be = &rp->split;
   return TS_OK;
 }
@@ -133,10 +133,10 @@ void ts_run_partials_destroy(ts_model *m) {
   free(rp);
 }
 
-void ts_run_partials_clear(ts_model *m) {
+void ts_run_partials_clear(ts_model *m, size_t lo, size_t hi) {
   // -0.0, the identity of addition: a gradient no operation wrote for the
   // second run adds nothing to the first run's
-  for (size_t i = 0; i < m->nparams; i++) m->grads2[i] = -0.0f;
+  for (size_t i = lo; i < hi; i++) m->grads2[i] = -0.0f;
 }
 
 size_t ts_run_partials_bytes(const ts_model *m) { return m->grads2 ? m->nparams * sizeof(float) : 0; }

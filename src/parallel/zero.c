@@ -32,6 +32,7 @@
 // end, is summed whole per microbatch and written after). On the host only
 // (pages are host memory).
 #include "parallel/shard.h"
+#include "parallel/cp.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -76,8 +77,7 @@ static int seq_sum(ts_shard *sh, float *g, size_t lo, size_t hi, int give_back) 
   if ((rc = group_sum(sh, sh->seq, g2, lo, hi))) return rc;
   sh->be->add(g + lo, g + lo, g2 + lo, (int64_t)(hi - lo));
   if (give_back) ts_pages_discard(g2 + lo, (hi - lo) * sizeof(float));
-  else
-    for (size_t i = lo; i < hi; i++) g2[i] = -0.0f;
+  else ts_run_partials_clear(sh->m, lo, hi);
   return TS_OK;
 }
 
@@ -100,7 +100,7 @@ int ts_zero_gather(ts_shard *sh, float *p, size_t lo, size_t hi) {
 }
 
 // Layer l's parameters whole (each shard's part from its owner) or let go.
-static int layer_params(void *ctx, int l, int whole) {
+static int layer_params_in(void *ctx, int l, int whole) {
   ts_shard *sh = ctx;
   if (sh->zero < 3) return TS_OK;
   float *p = ts_model_params(sh->m);
@@ -217,7 +217,7 @@ int ts_zero_plan(ts_shard *sh) {
     ts_tree_init(&sh->rounds, sh->nupd_floats);
     sh->strided = 1;
   }
-  sh->hooks = (ts_layer_hooks){.params = layer_params, .grads_done = layer_grads_done, .ctx = sh};
+  sh->hooks = (ts_layer_hooks){.params = layer_params_in, .grads_done = layer_grads_done, .ctx = sh};
   ts_model_set_layer_hooks(m, &sh->hooks);
   return TS_OK;
 }
