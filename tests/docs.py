@@ -30,7 +30,10 @@ import sys
 import tempfile
 
 MARK = re.compile(r"<!--\s*docs-test:\s*(skip|slow)\s*\((.+?)\)\s*-->")
-TIMEOUT = 300  # seconds a command may take (a hang fails, it does not stall make check)
+# Seconds a command may take: a hang fails, it does not stall make check. The
+# longest command (300 steps of mini) takes about 35 s alone on 2 cores, and
+# several times that while make -j2 runs the MPI tests beside it.
+TIMEOUT = 900
 
 
 def blocks(page):
