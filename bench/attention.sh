@@ -13,7 +13,10 @@
 # (1024 4096 16384 32768), HEADS_LONG (heads at T >= 16384; default 1: each
 # head is the same independent work, so one head's throughput is the layer's
 # on one thread, in an eighth of the time), STEP_SEQS (T of the training
-# steps; default 4096 16384; 32768 takes minutes a step), THREADS (1).
+# steps; default 4096 16384; 32768 takes minutes a step), STEPS (training steps
+# at T <= 4096, default 3, reported as the median of steps 2..: step 1 pays the
+# first touch of every buffer; one step above, where that cost is small), THREADS
+# (1).
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$here/build}
@@ -23,6 +26,7 @@ SEQS=${SEQS:-1024 4096 16384 32768}
 HEADS_LONG=${HEADS_LONG:-1}
 STEP_SEQS=${STEP_SEQS-4096 16384}
 THREADS=${THREADS:-1}
+STEPS=${STEPS:-3}
 DATA=$here/data/corpus.txt
 mkdir -p "$RESULTS"
 out=$RESULTS/kernel.txt
@@ -46,7 +50,9 @@ cat "$out"
 
 step() { # LABEL BIN T
   log=$RESULTS/step-$1-T$3.jsonl
-  "$2" train --model small --seq "$3" --batch 1 --steps 1 --eval-every 0 --checkpoint --fused-ce --tiled-mlp \
+  n=1
+  [ "$3" -le 4096 ] && n=$STEPS
+  "$2" train --model small --seq "$3" --batch 1 --steps "$n" --eval-every 0 --checkpoint --fused-ce --tiled-mlp \
     --threads "$THREADS" --data "$DATA" --quiet --log "$log"
   echo "step: $log"
 }
