@@ -29,11 +29,12 @@ from benchlib import (LOADED_CORES, ROOT, ReportError, arg_parser, flag,  # noqa
                       others_cores, output_paths, read_kv, run_command, run_main, save_fig,
                       setup_cores, shown, table, write_report)
 
-MODE_ORDER = ["serial", "lss", "lss-zigzag", "lss-fused", "lss-basic", "megatron", "ulysses", "ring"]
+MODE_ORDER = ["serial", "lss", "lss-zigzag", "lss-fused", "lss-basic", "megatron", "ulysses", "ring", "ring-fast"]
 MODE_STYLE = {          # colour, marker
     "serial": ("black", "s"), "lss": ("tab:blue", "o"), "lss-fused": ("tab:orange", "^"),
     "lss-basic": ("tab:green", "v"), "megatron": ("tab:red", "D"),
     "lss-zigzag": ("tab:purple", "P"), "ulysses": ("tab:brown", "X"), "ring": ("tab:gray", "*"),
+    "ring-fast": ("tab:olive", "x"),
 }
 
 

@@ -21,7 +21,7 @@
 #   WEAK_N        rank counts of the weak sweep ["1 2 4"]
 #   SEQ_PER_RANK  tokens per rank in the weak sweep [1024]
 #   MODES         modes of the weak sweep ["lss lss-zigzag lss-fused lss-basic megatron"];
-#                 ulysses and ring may be added
+#                 ulysses, ring and ring-fast (ring with --fast) may be added
 #   MEM_N         ranks of the memory sweep [2]
 #   MEM_T         sequence lengths of the memory sweep ["1024 2048 4096 8192"]
 #   MEM_MODES     modes of the memory sweep ["lss lss-zigzag megatron"]
@@ -79,8 +79,8 @@ for n in $WEAK_N $MEM_N; do
 done
 [ "$MEM_N" -ge 2 ] || die "MEM_N=$MEM_N: the memory sweep needs 2 or more ranks"
 for m in $MODES $MEM_MODES; do
-  case $m in lss|lss-zigzag|lss-fused|lss-basic|megatron|ulysses|ring) ;;
-    *) die "mode '$m': not one of lss, lss-zigzag, lss-fused, lss-basic, megatron, ulysses, ring" ;; esac
+  case $m in lss|lss-zigzag|lss-fused|lss-basic|megatron|ulysses|ring|ring-fast) ;;
+    *) die "mode '$m': not one of lss, lss-zigzag, lss-fused, lss-basic, megatron, ulysses, ring, ring-fast" ;; esac
 done
 
 bench_mpiexec
@@ -100,7 +100,12 @@ run_one() {
   cmd=("$BIN" train --model "$MODEL" $MODEL_FLAGS --seq "$t" --batch 1 --steps "$STEPS"
        --threads "$THREADS" --eval-batches 1 --data "$DATA" --quiet --log "$RESULTS/$name.jsonl")
   # shellcheck disable=SC2206
-  if [ "$n" != 1 ]; then cmd=($MPIEXEC -n "$n" "${cmd[@]}" --sp "$n" --sp-mode "$mode"); fi
+  if [ "$n" != 1 ]; then
+    # ring-fast: ring attention in the tolerance tier (--fast: blocks merged by their
+    # log-sum-exp, library-chosen reduction order)
+    if [ "$mode" = ring-fast ]; then cmd=($MPIEXEC -n "$n" "${cmd[@]}" --sp "$n" --sp-mode ring --fast)
+    else cmd=($MPIEXEC -n "$n" "${cmd[@]}" --sp "$n" --sp-mode "$mode"); fi
+  fi
   bench_run "$name" "${cmd[@]}"
   local status=ok
   if [ "$RUN_RC" != 0 ]; then
