@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "boundary/boundary.h"
 #include "parallel/cp.h"
 #include "tessera.h"
 
@@ -53,10 +54,16 @@ static int check_zero(const ts_config *cfg, const ts_layout *lay) {
   if (lay->dp * lay->sp < 2)
     return ts_fail(TS_EUSAGE, "--zero %d: needs ranks that hold the same parameters to shard "
                    "over (--dp or --sp above 1)", lay->zero);
-  if (cfg->compress != TS_COMPRESS_NONE)
-    return ts_fail(TS_EUSAGE, "--zero %d with --compress %s: not built (a codec updates its "
-                   "tensors together)", lay->zero, ts_compress_names[cfg->compress]);
   if (lay->zero < 2) return TS_OK;
+  // a codec's tensors follow its stage's last layer (boundary.h): under --pp
+  // after the stage's layers, ends that stay whole; in one model of several
+  // compressed stages between the layers, which stages 2 and 3 hold as one run
+  const ts_boundary *bd = ts_boundary_get(cfg->compress);
+  if (lay->pp == 1 && bd && bd->tensors)
+    return ts_fail(TS_EUSAGE, "--zero %d with --compress %s: only under --pp (without it the "
+                   "codec's tensors lie between the layers, which --zero 2 and 3 shard as one "
+                   "run); use --pp %d or --zero 1", lay->zero, ts_compress_names[cfg->compress],
+                   cfg->compress_stages);
   // stages 2 and 3 sum a layer's gradient as its backward ends
   // (src/parallel/zero.c). Several passes a step (a pipeline's microbatches
   // always) go in rounds of the data group's ranks, each round one aligned

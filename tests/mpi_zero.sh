@@ -21,6 +21,12 @@
 # (tessera compare), and each resumes under another layout to end where the
 # straight run does;
 # --init-from one of them under --pp 2 --dp 2 --zero 1 equals the serial run.
+#
+# Compressed pipelines (--compress, docs/COMPRESSION.md): every codec under
+# --pp 2 --dp 2 at one or more stages, and mapl-vq under --dp 2 --zero 1, equal
+# the serial compressed run; rank 0's bytes count the codec's tensors whole
+# (ends of the stage); a cut inside a boundary's codebooks moves to their end;
+# a --zero 3 checkpoint is the serial one's bytes and resumes under --zero 1.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/mpi_lib.sh"
@@ -207,6 +213,113 @@ expect_compare identical "--init-from under --pp 2 --dp 2 --zero 1, against seri
 expect_exit 1 "" "$T" compare "$TS_TMP/k0.jsonl" "$TS_TMP/init-serial.jsonl"
 expect_stdout "^first divergence: step 1, loss:"
 
+# --- compressed pipelines (docs/COMPRESSION.md) ------------------------------------
+# Every codec under --pp 2 --dp 2 against the serial compressed run at 2
+# stages, which the same pipelined run without --zero equals
+# (tests/mpi_compress.sh). What a codec updates itself (a boundary's projector;
+# mapl-vq's four codebooks, statistics in their gradient slots) goes whole to
+# one shard; the anchors are AdamW's, cut anywhere.
+CM="--model llama-tiny --layers 4 --dropout 0.1 --rank 16 $common"
+for mode in ssn mapl mapl-unconstrained mapl-frozen mapl-vq; do
+  rm -f "$TS_TMP/c-serial-$mode.jsonl"
+  expect_exit 0 "" "$T" train $CM --compress $mode --compress-stages 2 \
+    --log "$TS_TMP/c-serial-$mode.jsonl"
+done
+rm -rf "$TS_TMP/ck-serial" "$TS_TMP/ck-z3"
+expect_exit 0 "" "$T" train $CM --compress mapl-vq --compress-stages 2 --ckpt-every 2 \
+  --ckpt-dir "$TS_TMP/ck-serial" --log "$TS_TMP/ck-serial.jsonl"
+# cequal NAME MODE NRANKS LAYOUT_FLAGS: against the serial run of MODE
+cequal() {
+  name=$1 mode=$2 n=$3 lay=$4 L=$TS_TMP/c-$1.jsonl
+  rm -f "$L"
+  expect_exit 0 "" $RUN_MPI -n "$n" "$T" train $CM --compress $mode $lay --log "$L" || return
+  expect_compare identical "--compress $mode | $lay, against serial" \
+    "$TS_TMP/c-serial-$mode.jsonl" "$L"
+}
+PD="--pp 2 --dp 2 --microbatches 2"
+cequal ssn-z2 ssn 4 "$PD --zero 2"
+cequal mapl-z1 mapl 4 "$PD --zero 1"
+cequal mapl-z2 mapl 4 "$PD --zero 2"
+cequal mapl-z3 mapl 4 "$PD --zero 3 --schedule gpipe"
+cequal unc-z3 mapl-unconstrained 4 "$PD --zero 3"
+cequal frozen-z1 mapl-frozen 4 "$PD --zero 1 --schedule gpipe"
+cequal vq-z1 mapl-vq 4 "$PD --zero 1"
+cequal vq-z2 mapl-vq 4 "$PD --zero 2 --schedule gpipe"
+cequal vq-dp-z1 mapl-vq 2 "--compress-stages 2 --dp 2 --zero 1"
+# --zero 3 writes the serial run's checkpoint, which resumes under --zero 1
+expect_exit 0 "" $RUN_MPI -n 4 "$T" train $CM --compress mapl-vq $PD --zero 3 --ckpt-every 2 \
+  --ckpt-dir "$TS_TMP/ck-z3" --log "$TS_TMP/ck-z3.jsonl"
+expect_compare identical "--compress mapl-vq | $PD --zero 3, against serial" \
+  "$TS_TMP/ck-serial.jsonl" "$TS_TMP/ck-z3.jsonl"
+expect_compare "same model state" "mapl-vq --zero 3's checkpoint against the serial run's" \
+  "$TS_TMP/ck-serial/step-00000002.safetensors" "$TS_TMP/ck-z3/step-00000002.safetensors"
+expect_same_bytes "mapl-vq --zero 3's checkpoint against the serial run's" \
+  "$TS_TMP/ck-serial/step-00000002.safetensors" "$TS_TMP/ck-z3/step-00000002.safetensors"
+rm -f "$TS_TMP/ck-z3/step-00000003.safetensors"
+expect_exit 0 "" $RUN_MPI -n 4 "$T" train $CM --compress mapl-vq $PD --zero 1 --schedule gpipe \
+  --ckpt-every 2 --ckpt-dir "$TS_TMP/ck-z3" --log "$TS_TMP/ck-z3.jsonl" --resume
+expect_compare identical "mapl-vq --zero 3 resumed under --zero 1, against the straight run" \
+  "$TS_TMP/ck-serial.jsonl" "$TS_TMP/ck-z3.jsonl"
+
+# The bytes of mapl under --pp 2 --dp 2 (rank 0: stage 0 of data replica 0,
+# Z = 2). d 64, V 256, r 16: stage 0 owns the embedding, layers 0 and 1, then
+# its anchor E_0 (V·r) and projector A_0 (d·r); stage 1 layers 2 and 3, E_1,
+# the final norm (d) and the head (V·d), and a copy of A_0. Rank 0's shard is
+# the first ⌊n0/2⌋ elements (inside layer 0); the codec's tensors are ends:
+# under 2 and 3 rank 0 holds them whole besides its shard, ⌊n0/2⌋ + V·r + d·r.
+n=$(($(state "$TS_TMP/c-serial-mapl.jsonl" grads) / 4))
+n0=$(($(state "$TS_TMP/c-mapl-z1.jsonl" grads) / 4))
+codec=$((256 * 16 + 64 * 16)) copy=$((64 * 16))
+ends=$((256 * 64 + codec + 256 * 16 + 64 + 256 * 64)) # both stages'
+layers=$((n - ends))
+TS_CHECKS=$((TS_CHECKS + 1))
+[ "$n0" = $((256 * 64 + layers / 2 + codec)) ] && pass "mapl stage 0 owns $n0 of $n" ||
+  fail "mapl stage 0 owns '$n0' of $n, expected $((256 * 64 + layers / 2 + codec))"
+for z in 1 2 3; do
+  for key in grads params optimizer model_sum; do
+    got=$(state "$TS_TMP/c-mapl-z$z.jsonl" $key)
+    held=$((4 * (n0 / 2 + codec)))
+    case $key in
+      grads) want=$([ $z = 1 ] && echo $((4 * n0)) || echo $held) ;;
+      params) want=$([ $z = 3 ] && echo $held || echo $((4 * n0))) ;;
+      optimizer) want=$((8 * (n0 / 2))) ;;
+      model_sum) # parameters and gradients: whole on both replicas, or the ends on both
+        # and the layers once; the moments once; A_0's copy on stage 1's two ranks
+        whole=$((4 * 2 * n)) part=$((4 * (2 * ends + layers)))
+        want=$((8 * n + 4 * 2 * copy + $([ $z = 3 ] && echo $part || echo $whole) + \
+                $([ $z = 1 ] && echo $whole || echo $part))) ;;
+    esac
+    TS_CHECKS=$((TS_CHECKS + 1))
+    [ "$got" = "$want" ] && pass "mapl pp 2 dp 2 --zero $z: $key $got bytes (n = $n)" ||
+      fail "mapl pp 2 dp 2 --zero $z: $key '$got' bytes, expected $want (n = $n)"
+  done
+done
+
+# A cut inside the codebooks moves to their end. mapl-vq at 2 layers with 8
+# rounds: stage 0 owns the embedding, layer 0, E_0, then A_0 and the four
+# codebooks (nc = R·(r/G)·K = 8·8·256 codes: count nc, sum, codes and recv nc·G
+# each), A_0's start before ⌊n0/2⌋: the cut moves to the stage's end and rank 0
+# holds and updates all of stage 0 (its replica none of it), still identical.
+V8="--model llama-tiny --layers 2 --rank 16 --vq-rounds 8 $common"
+rm -f "$TS_TMP/vq8-serial.jsonl" "$TS_TMP/vq8.jsonl"
+expect_exit 0 "" "$T" train $V8 --compress mapl-vq --compress-stages 2 --log "$TS_TMP/vq8-serial.jsonl"
+expect_exit 0 "" $RUN_MPI -n 4 "$T" train $V8 --compress mapl-vq --pp 2 --dp 2 --zero 3 \
+  --log "$TS_TMP/vq8.jsonl"
+expect_compare identical "mapl-vq --vq-rounds 8 | --pp 2 --dp 2 --zero 3, against serial" \
+  "$TS_TMP/vq8-serial.jsonl" "$TS_TMP/vq8.jsonl"
+nc=$((8 * 8 * 256)) layer=$((2 * 64 + 2 * 64 * 64 + 2 * 32 * 64 + 3 * 192 * 64))
+n0=$((256 * 64 + layer + 256 * 16 + 64 * 16 + nc * (1 + 3 * 2)))
+TS_CHECKS=$((TS_CHECKS + 1))
+[ $((256 * 64 + layer + 256 * 16)) -lt $((n0 / 2)) ] && pass "the cut falls inside A_0 and the codebooks" ||
+  fail "the cut ($((n0 / 2))) does not fall inside A_0 and the codebooks"
+for key in grads params optimizer; do
+  got=$(state "$TS_TMP/vq8.jsonl" $key)
+  want=$(($([ $key = optimizer ] && echo 8 || echo 4) * n0))
+  TS_CHECKS=$((TS_CHECKS + 1))
+  [ "$got" = "$want" ] && pass "mapl-vq 8 rounds --zero 3: rank 0's $key $got bytes (n0 = $n0)" ||
+    fail "mapl-vq 8 rounds --zero 3: rank 0's $key '$got' bytes, expected $want (n0 = $n0)"
+done
+
 # --- refused before any work ----------------------------------------------------------
 B="--model tiny $common"
 NOLOG=$TS_TMP/never.jsonl
@@ -217,9 +330,9 @@ expect_exit 2 "--zero 3 with --microbatches 2: the data ranks \\(--dp 3\\) and a
   $RUN_MPI -n 3 "$T" train $B --batch 6 --dp 3 --microbatches 2 --zero 3 --log "$NOLOG"
 expect_exit 2 "--zero 4: must be 0, 1, 2 or 3" "$T" train $B --zero 4 --log "$NOLOG"
 expect_exit 2 "--zero 1: needs ranks that hold the same parameters" "$T" train $B --zero 1 --log "$NOLOG"
-expect_exit 2 "--zero 1 with --compress mapl: not built" $RUN_MPI -n 2 "$T" train \
-  --model llama-tiny --layers 4 $common --compress mapl --rank 16 --compress-stages 2 --dp 2 \
-  --zero 1 --log "$NOLOG"
+expect_exit 2 "--zero 2 with --compress mapl: only under --pp .*; use --pp 2 or --zero 1" \
+  $RUN_MPI -n 2 "$T" train --model llama-tiny --layers 4 $common --compress mapl --rank 16 \
+  --compress-stages 2 --dp 2 --zero 2 --log "$NOLOG"
 # the fit check before allocation sizes a pipeline stage's sharded state: under
 # --pp 2 --dp 2 --zero 3 a rank holds 16/2 bytes a parameter of its stage, half
 # of --zero 0's 16 (the embeddings are nothing next to 10^7 layers)

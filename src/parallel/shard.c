@@ -5,28 +5,56 @@
 #include <string.h>
 
 #include "backend.h"
+#include "boundary/boundary.h"
 #include "parallel/cp.h"
 #include "tree.h"
 #include "util.h"
 
 // Under --zero, tensors whose update is not element-wise stay whole in one
-// shard: Muon's matrices (optim.h).
-static int must_stay_whole(const ts_config *cfg, const ts_tensor *t) {
-  return cfg->optimizer != TS_OPT_ADAMW && t->ndim == 2 && t->role == TS_ROLE_LAYER;
+// shard: Muon's matrices (optim.h), and the tensors a boundary codec updates
+// itself (boundary.h: owns, update), a boundary's together, since its update
+// reads them together (SPEL's projector whole; mapl-vq's four codebooks and
+// the statistics in their gradient slots at once). The codec's tensors go
+// whole to one rank, like Muon's, rather than updated on every replica: the
+// rank that owns them holds their whole summed gradient (under --zero 2 and
+// 3 the tree over the rounds keeps only the rank's shard of a gradient), and
+// the broadcast after the step (ts_shard_gather_params) brings them to the
+// rest, which need no moments for them.
+static int must_stay_whole(const ts_config *cfg, const ts_boundary *bd, const ts_tensor *t) {
+  if (cfg->optimizer != TS_OPT_ADAMW && t->ndim == 2 && t->role == TS_ROLE_LAYER) return 1;
+  return bd && bd->owns && bd->owns(t->role);
+}
+
+// The end (exclusive) of the run of tensors from i on that must share one
+// shard: i alone, or the codec's own tensors of t[i]'s boundary that follow
+// it (a stage's codec tensors follow its last layer, boundary.h).
+static int whole_run_end(const ts_config *cfg, const ts_boundary *bd, const ts_tensor *t, int nt,
+                         int i) {
+  int j = i + 1;
+  if (t[i].role == TS_ROLE_LAYER) return j;
+  while (j < nt && t[j].index == t[i].index && t[j].role != TS_ROLE_LAYER &&
+         must_stay_whole(cfg, bd, &t[j]))
+    j++;
+  return j;
 }
 
 // The replica group's shards of the stage's owned elements t[0, nt) (np of
-// them): Z balanced cuts, each moved to the end of a tensor that must stay
-// whole when it falls inside one.
+// them): Z balanced cuts, each moved to the end of a run of tensors that
+// must stay whole when it falls inside one.
 static void zero_cuts(const ts_config *cfg, const ts_tensor *t, int nt, size_t np, int Z,
                       size_t *cut) {
+  const ts_boundary *bd = ts_boundary_get(cfg->compress);
   const float *base = nt > 0 ? t[0].data : NULL;
   cut[0] = 0;
   for (int q = 1; q <= Z; q++) {
     size_t c = q == Z ? np : (size_t)((double)np * q / Z);
     for (int i = 0; i < nt && q < Z; i++) {
-      const size_t a = (size_t)(t[i].data - base), b = a + (size_t)ts_tensor_numel(&t[i]);
-      if (a < c && c < b && must_stay_whole(cfg, &t[i])) c = b;
+      if (!must_stay_whole(cfg, bd, &t[i])) continue;
+      const int j = whole_run_end(cfg, bd, t, nt, i);
+      const size_t a = (size_t)(t[i].data - base);
+      const size_t b = (size_t)(t[j - 1].data - base) + (size_t)ts_tensor_numel(&t[j - 1]);
+      if (a < c && c < b) c = b;
+      i = j - 1;
     }
     cut[q] = c < cut[q - 1] ? cut[q - 1] : c;
   }
