@@ -243,8 +243,6 @@ expect_exit 2 "--sp-mode megatron with --sp 8: the 4 heads and the MLP width 256
   "$T" train $BASE --sp 8 --sp-mode megatron --log "$NOLOG"
 expect_exit 2 "--sp-mode lss-zigzag with --sp 8: --seq 64 must split into 16 chunks of a power of two of whole tiles \\(8\\)" \
   "$T" train $BASE --sp 8 --sp-mode lss-zigzag --log "$NOLOG"
-expect_exit 2 "--sp-mode lss-zigzag with --pp 2: not built" \
-  "$T" train $BASE --layers 2 --sp 2 --pp 2 --microbatches 2 --sp-mode lss-zigzag --log "$NOLOG"
 expect_exit 2 "--zero 1 with --sp-mode megatron: not built" \
   "$T" train $BASE --sp 2 --sp-mode megatron --zero 1 --log "$NOLOG"
 expect_exit 2 "--optimizer muon with --sp-mode megatron: not built" \
