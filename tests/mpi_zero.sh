@@ -85,6 +85,8 @@ equal pp-zigzag-z3 "--model tiny --layers 4 --dropout 0.1" 4 \
   "--pp 2 --sp 2 --sp-mode lss-zigzag --microbatches 4 --zero 3"
 equal pp-zigzag-llama-z1 "--model llama-tiny --layers 4" 4 \
   "--pp 2 --sp 2 --sp-mode lss-zigzag --microbatches 4 --zero 1 --schedule gpipe"
+equal pp-zigzag-dp-z2 "--model tiny --dropout 0.1" 8 \
+  "--pp 2 --sp 2 --dp 2 --sp-mode lss-zigzag --microbatches 2 --zero 2"
 equal pp-llama-z3 "--model llama-tiny --layers 4 --batch 8 --dropout 0.1" 4 \
   "--pp 2 --dp 2 --microbatches 2 --zero 3"
 equal pp-muon-z3 "--model tiny --layers 4 --optimizer muon" 4 \
