@@ -73,7 +73,7 @@ void ts_mpi_spread(const double *v, int n, double *max, double *min, double *mea
       lo = x < lo ? x : lo;
       sum += x;
     }
-    const double m = sum / W; // (rounding cannot take it outside [lo, hi])
+    const double m = sum / W; // (clamped: rounding can take it a hair outside [lo, hi])
     max[j] = hi;
     min[j] = lo;
     mean[j] = m > hi ? hi : m < lo ? lo : m;
