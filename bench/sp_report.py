@@ -14,8 +14,10 @@ Communication counts are rank 0's (the log's), per step; "collectives per layer"
 number of calls counted under layer 0, forward and backward together. A rank's compute
 is its step_ms - comm_ms (comm_ms is the time inside collectives, waiting included); the
 tables, ratios and plots use the busiest rank's (the step records' compute_ms_max), with
-rank 0's beside it, and the largest rank's peak RSS (peak_rss_mb_max). Logs of an older
-tessera without these fields still render: compute is then rank 0's throughout, and the
+rank 0's beside it, and the largest rank's peak RSS (peak_rss_mb_max). The balance column,
+busiest ÷ mean, is each step's compute_ms_max / compute_ms_mean (the mean over all ranks),
+then the median over the steps. Logs of an older tessera without these fields still
+render: compute is then rank 0's throughout, busiest ÷ mean is shown as —, and the
 largest RSS is GNU time's (the .meta file's max_rss_kb), else rank 0's. A mode
 the build refused ("na" in the manifest) is shown as not available; a run whose log is
 missing or incomplete makes the report exit 1 with one line saying which.
@@ -65,6 +67,10 @@ def load_run(results, name, root):
     rss_max = [r["peak_rss_mb_max"] for r in steps if "peak_rss_mb_max" in r]
     compute_rank0 = median([r["step_ms"] - r.get("comm_ms", 0.0) for r in later])
     compute_busiest = median(busiest) if len(busiest) == len(later) else None
+    # busiest ÷ mean per step (newer builds log the mean over the ranks); None: not logged
+    spread = [r["compute_ms_max"] / r["compute_ms_mean"] for r in later
+              if r.get("compute_ms_mean", 0) > 0 and "compute_ms_max" in r]
+    balance = median(spread) if later and len(spread) == len(later) else None
     peak_rank0 = max(r["peak_rss_mb"] for r in steps)
     time_rss = (int(meta["max_rss_kb"]) / 1024.0) if meta.get("max_rss_kb", "0") not in ("", "0") else None
     if len(rss_max) == len(steps):
@@ -88,6 +94,7 @@ def load_run(results, name, root):
         "bytes_step": median(total_bytes),
         "kinds": kinds,
         "compute_busiest_ms": compute_busiest,
+        "busiest_over_mean": balance,
         "compute_rank0_ms": compute_rank0,
         "compute_ms": compute_rank0,        # what the tables and plots use; set in main()
         "comm_ms": median([r.get("comm_ms", 0.0) for r in later]),
@@ -150,13 +157,16 @@ def rss_largest(x, best):
 
 
 def compute_heads(busiest):
-    """Column headings of the compute figures: the busiest rank's and rank 0's, or rank 0's alone."""
-    return ["compute ms (busiest rank)", "compute ms (rank 0)"] if busiest else ["compute ms (rank 0)"]
+    """Column headings of the compute figures: the busiest rank's and rank 0's, or rank 0's alone;
+    then the balance, busiest ÷ mean."""
+    return (["compute ms (busiest rank)"] if busiest else []) + ["compute ms (rank 0)", "busiest ÷ mean"]
 
 
 def compute_cells(x, busiest, over):
+    """The compute figures under compute_heads, then busiest ÷ mean (— where not logged)."""
     cells = [fmt_ms(x["compute_busiest_ms"]) + over] if busiest else []
-    return cells + [fmt_ms(x["compute_rank0_ms"]) + over]
+    b = x["busiest_over_mean"]
+    return cells + [fmt_ms(x["compute_rank0_ms"]) + over, "—" if b is None else "%.2f" % b]
 
 
 def weak_table(rows, runs, cores, busiest):
@@ -385,6 +395,13 @@ def main():
                   "step; a rerun with a newer build reports the busiest rank." % (
                       "These run logs" if len(lacking) == len(runs)
                       else "%d of the %d run logs (%s)" % (len(lacking), len(runs), ", ".join(lacking))))
+    nobal = sorted(n for n, x in runs.items() if x["busiest_over_mean"] is None)
+    md.append("- *busiest ÷ mean* is, in each step, the busiest rank's compute over the mean of all "
+              "ranks' (the log's `compute_ms_max / compute_ms_mean`), then the median over the steps: "
+              "1.00 when every rank computes alike.%s" % (
+                  "" if not nobal else " — where the log lacks `compute_ms_mean` (written by an older "
+                  "tessera): %s." % ("all of these runs" if len(nobal) == len(runs)
+                                     else ", ".join(nobal))))
     md.append("- Rank 0 holds the first segment of the sequence. Under the LSS modes causal attention "
               "gives it the least attention work (its queries see the fewest keys), so its compute is "
               "the lightest rank's and its `comm_ms` is mostly waiting for the heavier ranks; the wall "

@@ -362,9 +362,13 @@ size_t ts_model_boundary_bytes(const ts_model *m, int backward);
 // d), and after its forward the last stage's ts_model_last_residual is the
 // last layer's output. From both, on the last stage, the tied embedding's
 // gradient of that microbatch (V × d) into out, by the serial model's own
-// leaf tree (head partial and scatter per leaf): the same bits.
+// leaf tree (head partial and scatter per leaf): the same bits. A rank of
+// two runs (ts_model_second_run_grads non-NULL: lss-zigzag) writes its first
+// run's partial into out and its second's into out2 (V × d), for the
+// sequence group to sum apart and add; out2 is NULL otherwise.
 int ts_model_tied_embedding_grad(ts_model *m, const int *inputs, const int *targets,
-                                 const float *res_last, const float *d_emb, float *out);
+                                 const float *res_last, const float *d_emb, float *out,
+                                 float *out2);
 const float *ts_model_last_residual(const ts_model *m);
 const float *ts_model_embedding_dgrad(const ts_model *m);
 // TS_OK, or the error of the last forward (whose result is then NaN): a

@@ -19,7 +19,8 @@
 # order (src/parallel/owners.h): its 32-byte state goes from stage 0 to the
 # next (tied: first from the last stage, whose embedding comes first).
 # A checkpoint of a pipelined run holds the serial checkpoint's tensors and
-# data byte for byte, and each resumes under the other layout.
+# data byte for byte, and each resumes under the other layout (also one of
+# pp 2 x sp 2 lss-zigzag, resumed serially).
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/mpi_lib.sh"
@@ -108,6 +109,12 @@ pp_sp "--model llama-tiny --layers 4" ring-zigzag 1f1b 1
 pp_sp "--model tiny" ring gpipe 1
 pp_sp "--model llama-tiny --layers 4" lss gpipe 2
 pp_sp "--model tiny" ulysses 1f1b 1
+# balanced LSS: each rank's second run's partials kept apart, the tied
+# embedding's (summed on the last stage, outside the model's gradient) too
+pp_sp "--model tiny" lss-zigzag 1f1b 1
+pp_sp "--model llama-tiny --layers 4" lss-zigzag gpipe 1
+pp_sp "--model tiny --untied" lss-basic-zigzag gpipe 1
+pp_sp "--model tiny --fused-ce" lss-fused-zigzag 1f1b 1
 
 # resume under pp 2 from a checkpoint of the serial run
 B="--model tiny --untied $common"
@@ -135,6 +142,19 @@ for d in cks ckp; do
   expect_compare identical "$d resumed under the other layout, against the straight run" \
     "$TS_TMP/straight.jsonl" "$TS_TMP/$d.jsonl"
 done
+# and under pp 2 x sp 2 lss-zigzag: the same state at step 2, continued serially
+Z="--pp 2 --sp 2 --sp-mode lss-zigzag --microbatches 4"
+rm -rf "$TS_TMP/ckz"
+expect_exit 0 "" $RUN_MPI -n 4 "$T" train $C $Z --ckpt-dir "$TS_TMP/ckz" --log "$TS_TMP/ckz.jsonl"
+expect_compare identical "pp 2 x sp 2 lss-zigzag, against serial" "$TS_TMP/straight.jsonl" \
+  "$TS_TMP/ckz.jsonl"
+expect_compare "same model state" "the serial and pp 2 x sp 2 lss-zigzag checkpoints" \
+  "$TS_TMP/cko/step-00000002.safetensors" "$TS_TMP/ckz/step-00000002.safetensors"
+rm -f "$TS_TMP/ckz/step-00000003.safetensors"
+expect_exit 0 "" "$T" train $C --ckpt-dir "$TS_TMP/ckz" --log "$TS_TMP/ckz.jsonl" --resume
+expect_stdout "resumed from .*step-00000002"
+expect_compare identical "pp 2 x sp 2 lss-zigzag resumed serially, against the straight run" \
+  "$TS_TMP/straight.jsonl" "$TS_TMP/ckz.jsonl"
 
 # --- refused before any work ----------------------------------------------------------
 NOLOG=$TS_TMP/never.jsonl

@@ -9,7 +9,7 @@
 # both, pipeline stages of them (every stage; under 2 and 3 a stage's
 # microbatches go in rounds, both schedules), with Muon (whole matrices to
 # one shard), dropout, the LLaMA variant and GPT's tied embedding (whose
-# gradient the last stage sums apart).
+# gradient the last stage sums apart), balanced LSS (lss-zigzag) included.
 #
 # Memory: rank 0 holds the moments of its shard only, 8·⌊n/Z⌋ bytes for n
 # parameters and Z replicas (AdamW: the cut falls anywhere), and the model
@@ -86,6 +86,13 @@ equal pp-dp-z3 "--model tiny --layers 4 --dropout 0.1" 4 \
   "--pp 2 --dp 2 --microbatches 2 --zero 3 --schedule gpipe"
 equal pp-sp-z3 "--model tiny --layers 4" 4 \
   "--pp 2 --sp 2 --sp-mode ulysses --microbatches 4 --zero 3"
+# balanced LSS in pipeline stages: each run's partials, the tied embedding's too
+equal pp-zigzag-z3 "--model tiny --layers 4 --dropout 0.1" 4 \
+  "--pp 2 --sp 2 --sp-mode lss-zigzag --microbatches 4 --zero 3"
+equal pp-zigzag-llama-z1 "--model llama-tiny --layers 4" 4 \
+  "--pp 2 --sp 2 --sp-mode lss-zigzag --microbatches 4 --zero 1 --schedule gpipe"
+equal pp-zigzag-dp-z2 "--model tiny --dropout 0.1" 8 \
+  "--pp 2 --sp 2 --dp 2 --sp-mode lss-zigzag --microbatches 2 --zero 2"
 equal pp-llama-z3 "--model llama-tiny --layers 4 --batch 8 --dropout 0.1" 4 \
   "--pp 2 --dp 2 --microbatches 2 --zero 3"
 equal pp-muon-z3 "--model tiny --layers 4 --optimizer muon" 4 \

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "model_impl.h"
+#include "parallel/cp.h"
 
 // The bytes of the logits and their gradient (one leaf per slot with
 // --fused-ce), declared to the tracker (mem.h) for the loss's span.
@@ -166,7 +167,8 @@ int ts_embedding_backward(ts_model *m) {
 }
 
 int ts_model_tied_embedding_grad(ts_model *m, const int *inputs, const int *targets,
-                                 const float *res_last, const float *d_emb, float *out) {
+                                 const float *res_last, const float *d_emb, float *out,
+                                 float *out2) {
   const int C = m->C, V = m->V, rows = m->cfg.leaf;
   const int64_t N = m->ntok;
   memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
@@ -181,8 +183,13 @@ int ts_model_tied_embedding_grad(ts_model *m, const int *inputs, const int *targ
                                   1.0f / (float)m->ntok_global, N, V);
   }
   m->be->copy(m->dres, d_emb, (size_t)N * C * sizeof(float));
-  if (wte_grad(m, 1, out))
-    return ts_fail(TS_ERUNTIME, "out of memory (tied embedding gradient tree)");
+  // a rank of two runs: the second run's partial into out2 (run_partials.c)
+  if (m->rp && !out2)
+    return ts_fail(TS_ERUNTIME, "tied embedding: no buffer for the second run's partial");
+  if (m->rp) ts_run_partials_outside(m, out, out2, (size_t)V * C);
+  const int rc = wte_grad(m, 1, out);
+  if (m->rp) ts_run_partials_outside(m, NULL, NULL, 0);
+  if (rc) return ts_fail(TS_ERUNTIME, "out of memory (tied embedding gradient tree)");
   return TS_OK;
 }
 

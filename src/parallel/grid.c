@@ -56,9 +56,29 @@ int ts_mpi_world_size(void) {
   return n;
 }
 
-void ts_mpi_max(double *v, int n) {
-  if (ts_mpi_world_size() == 1) return;
-  MPI_Allreduce(MPI_IN_PLACE, v, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+void ts_mpi_spread(const double *v, int n, double *max, double *min, double *mean) {
+  const int W = ts_mpi_world_size();
+  double *all = W > 1 ? malloc((size_t)W * n * sizeof(double)) : NULL;
+  // (one rank, or no memory for the gather: this rank's own figures)
+  if (!all || MPI_Allgather(v, n, MPI_DOUBLE, all, n, MPI_DOUBLE, MPI_COMM_WORLD) != MPI_SUCCESS) {
+    for (int j = 0; j < n; j++) max[j] = min[j] = mean[j] = v[j];
+    free(all);
+    return;
+  }
+  for (int j = 0; j < n; j++) {
+    double hi = all[j], lo = all[j], sum = 0.0;
+    for (int r = 0; r < W; r++) { // in rank order: every rank the same figures
+      const double x = all[(size_t)r * n + j];
+      hi = x > hi ? x : hi;
+      lo = x < lo ? x : lo;
+      sum += x;
+    }
+    const double m = sum / W; // (clamped: rounding can take it a hair outside [lo, hi])
+    max[j] = hi;
+    min[j] = lo;
+    mean[j] = m > hi ? hi : m < lo ? lo : m;
+  }
+  free(all);
 }
 
 void ts_mpi_sum_max(double x, double *sum, double *max) {

@@ -40,11 +40,12 @@ void ts_mpi_finalize(void);
 void ts_mpi_abort(int code);
 int ts_mpi_world_rank(void);
 int ts_mpi_world_size(void);
-// The maxima of n numbers over the world, in place: the busiest rank's
-// compute time and the largest peak memory for the run log, and whether a
-// rank was asked to stop (train.c). Not part of the training's
+// The maximum, minimum and mean over the world of each of n numbers (one
+// all-gather, the same figures on every rank): the ranks' compute time
+// (busiest, lightest, mean) and the largest peak memory for the run log, and
+// whether a rank was asked to stop (train.c). Not part of the training's
 // communication, so not counted.
-void ts_mpi_max(double *v, int n);
+void ts_mpi_spread(const double *v, int n, double *max, double *min, double *mean);
 // The sum and the maximum of x over the world (each rank's model state, for
 // the run log's memory record; not counted either).
 void ts_mpi_sum_max(double x, double *sum, double *max);

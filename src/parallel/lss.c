@@ -175,11 +175,6 @@ static int zigzag_check(const ts_config *cfg, ts_layout *lay) {
                    "--sp-mode %s with --sp %d: --seq %d must split into %d chunks of a "
                    "power of two of whole tiles (%d) and leaves (%d)",
                    mode, N, T, 2 * N, cfg->tile, cfg->leaf);
-  // not yet: a pipeline sums its tied embedding's gradient outside the
-  // model's gradient buffer, where no second run's partial is kept
-  if (lay->pp > 1)
-    return ts_fail(TS_EUSAGE, "--sp-mode %s with --pp %d: not built (the contiguous LSS modes "
-                   "are)", mode, lay->pp);
   return TS_OK;
 }
 

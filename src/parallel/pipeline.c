@@ -33,7 +33,8 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   pl->slots = schedule == 0 ? M : (pl->P - pl->s < M ? pl->P - pl->s : M);
   pl->store = pl->be->alloc((size_t)pl->slots * pl->fwd_bytes);
   pl->dy = pl->be->alloc(pl->bwd_bytes);
-  pl->lsums = calloc((size_t)M, sizeof(float));
+  pl->runs = ts_model_second_run_grads(m) ? 2 : 1;
+  pl->lsums = calloc((size_t)pl->runs * M, sizeof(float));
   if (!pl->store || !pl->dy || !pl->lsums) return ts_fail(TS_ERUNTIME, "out of memory (pipeline buffers)");
   ts_tree_init(&pl->tree, ts_model_num_params(m));
   pl->tied = cfg->tied;
@@ -52,7 +53,9 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
     const size_t d = (size_t)cfg->d, V = (size_t)cfg->vocab;
     pl->tied_store = pl->be->alloc((size_t)M * pl->rows * d * sizeof(float));
     if (pl->s == pl->P - 1) pl->wte_grad = pl->be->alloc(V * d * sizeof(float));
-    if (!pl->tied_store || (pl->s == pl->P - 1 && !pl->wte_grad))
+    if (pl->s == pl->P - 1 && pl->runs == 2) pl->wte_grad2 = pl->be->alloc(V * d * sizeof(float));
+    const int last = pl->s == pl->P - 1;
+    if (!pl->tied_store || (last && (!pl->wte_grad || (pl->runs == 2 && !pl->wte_grad2))))
       return ts_fail(TS_ERUNTIME, "out of memory (tied head buffers)");
     ts_tree_init(&pl->wte_tree, V * d);
   }
@@ -60,9 +63,11 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
 }
 
 size_t ts_pipeline_buffer_bytes(const ts_pipeline *pl) {
-  size_t b = (size_t)pl->slots * pl->fwd_bytes + pl->bwd_bytes + (size_t)pl->M * sizeof(float);
+  size_t b = (size_t)pl->slots * pl->fwd_bytes + pl->bwd_bytes +
+             (size_t)pl->runs * pl->M * sizeof(float);
   if (pl->tied_store) b += (size_t)pl->M * pl->rows * pl->d * sizeof(float);
   if (pl->wte_grad) b += pl->wte_len * sizeof(float);
+  if (pl->wte_grad2) b += pl->wte_len * sizeof(float);
   return b;
 }
 
@@ -72,6 +77,7 @@ void ts_pipeline_free(ts_pipeline *pl) {
     pl->be->free(pl->dy);
     pl->be->free(pl->tied_store);
     pl->be->free(pl->wte_grad);
+    pl->be->free(pl->wte_grad2);
   }
   free(pl->lsums);
   if (pl->tied_store) ts_tree_free(&pl->wte_tree);
@@ -102,7 +108,10 @@ static int forward(pass *ps, int mu) {
                    ps->targets + (size_t)mu * ps->seq_tokens, ps->step, ps->train);
   int rc = ts_model_status(ps->m);
   if (rc) return rc;
-  if (pl->s == pl->P - 1) pl->lsums[mu] = ts_model_loss_sum(ps->m);
+  if (pl->s == pl->P - 1) // (two runs: each run's, summed apart over the group)
+    for (int k = 0; k < pl->runs; k++)
+      pl->lsums[k * pl->M + mu] = pl->runs == 2 ? ts_model_run_loss_sum(ps->m, k)
+                                                : ts_model_loss_sum(ps->m);
   ps->holding = mu;
   return TS_OK;
 }
@@ -215,6 +224,9 @@ static int one_f_one_b(pass *ps) {
 // microbatch's embedding-output gradient to the last, which computes the
 // tied embedding's gradient microbatch by microbatch (into its sequence slot,
 // or its tree over microbatches, then the embedding's place in the gradient).
+// A rank of two runs computes each run's partial apart (wte_grad2: the
+// second's), and the sequence group sums each before adding them, as it
+// does the model's own gradients (src/parallel/run_partials.c).
 static int tied_embedding(pass *ps) {
   ts_pipeline *pl = ps->pl;
   ts_model *m = ps->m;
@@ -236,10 +248,11 @@ static int tied_embedding(pass *ps) {
     float *out = pl->wte_grad;
     rc = ts_model_tied_embedding_grad(m, ps->inputs + (size_t)mu * ps->seq_tokens,
                                       ps->targets + (size_t)mu * ps->seq_tokens,
-                                      pl->tied_store + (size_t)mu * rd, demb, out);
+                                      pl->tied_store + (size_t)mu * rd, demb, out,
+                                      pl->wte_grad2);
     // a sequence's part: the sequence group's sum first (in rounds the data
     // group's too: the round's subtree)
-    if (!rc && pl->seq_flat) rc = pl->seq_flat(pl->seq_ctx, out, pl->wte_len);
+    if (!rc && pl->seq_flat) rc = pl->seq_flat(pl->seq_ctx, out, pl->wte_grad2, pl->wte_len);
     if (!rc && ts_tree_push(&pl->wte_tree, out) != 0)
       rc = ts_fail(TS_ERUNTIME, "out of memory (tied embedding tree)");
   }
@@ -267,7 +280,7 @@ int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, co
   if (pl->s == pl->P - 1 && pl->loss_sum)
     rc = pl->loss_sum(pl->seq_ctx, pl->lsums, pl->M, &sum);
   else if (pl->s == pl->P - 1 && pl->seq)
-    rc = ts_segment_loss_sum(pl->seq, pl->lsums, pl->M, &sum);
+    rc = ts_segment_loss_sum(pl->seq, pl->lsums, pl->M, pl->runs, &sum);
   else if (pl->s == pl->P - 1)
     sum = ts_tree_sum(pl->lsums, (size_t)pl->M);
   if (rc) return rc;

@@ -44,12 +44,18 @@ typedef struct {
   // segment loss sums the last stage combines, and the shard's sums of a
   // sequence over it (shard.h), run on each microbatch's gradient before it
   // enters the tree (seq_grads: the model's gradient layout; seq_flat: n
-  // floats, the tied embedding's): the sequence group first, then the
-  // sequences. NULL otherwise.
+  // floats, the tied embedding's, with buf2 the second run's partials of a
+  // rank of two runs, summed apart and added into buf, else NULL): the
+  // sequence group first, then the sequences. NULL otherwise.
   ts_comm *seq;
   int (*seq_grads)(void *ctx, float *g);
-  int (*seq_flat)(void *ctx, float *buf, size_t n);
+  int (*seq_flat)(void *ctx, float *buf, float *buf2, size_t n);
   void *seq_ctx;
+  // 2 on a rank of two runs whose partials stay apart (lss-zigzag:
+  // ts_model_second_run_grads), else 1: the last stage keeps each run's loss
+  // sum (lsums: run k's of the M microbatches from k·M) and the tied
+  // embedding's second run's partial (wte_grad2)
+  int runs;
   // Under --zero 2 and 3 the microbatches go in the shard's rounds (shard.h,
   // docs/ALGORITHMS.md §12): microbatch mu holds the sequences from
   // b0 + mu·stride (stride mb, or D·mb in rounds), and each one's gradient,
@@ -72,9 +78,10 @@ typedef struct {
   int tied;
   float *tied_store;
   float *wte_grad;      // (V × d) one microbatch's, on the last stage
+  float *wte_grad2;     // (V × d) its second run's partial (runs 2), else NULL
   size_t wte_off, wte_len; // the embedding inside the last stage's parameters and gradient
   ts_tree wte_tree;
-  float *lsums;         // (M) the last stage's microbatch loss sums
+  float *lsums;         // (runs × M) the last stage's microbatch loss sums
   int inflight, peak_inflight; // microbatches whose input is stored
 } ts_pipeline;
 

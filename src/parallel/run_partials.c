@@ -18,7 +18,10 @@
 // first half of the rows into the gradient, the second half into its twin in
 // the second buffer -- splits every one of them at the run boundary without
 // the model knowing. Row-wise outputs (a norm's input gradient) are the same
-// whichever call computes them.
+// whichever call computes them. A gradient summed outside the model's
+// buffer -- a pipeline's tied embedding, which its last stage computes per
+// microbatch into a buffer of its own (pipeline.h) -- is given a twin of its
+// own for the call (ts_run_partials_outside), and summed the same way.
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +38,13 @@ static ts_model *model_of(ts_ws *ws) {
 static const ts_backend *real(const ts_model *m) { return ((const ts_run_partials *)m->rp)->real; }
 
 // The second run's partial of a gradient the model writes at p (NULL stays
-// NULL): the same offset in the second buffer.
+// NULL): the same offset in the second buffer, or in the caller's twin of a
+// gradient it sums outside the model's buffer (ts_run_partials_outside).
 static float *twin(const ts_model *m, float *p) {
   if (!p) return NULL;
+  const ts_run_partials *rp = m->rp;
+  if (rp->outside && p >= rp->outside && p < rp->outside + rp->outside_len)
+    return rp->outside2 + (p - rp->outside);
   return m->grads2 + (p - m->grads);
 }
 
@@ -131,6 +138,13 @@ void ts_run_partials_destroy(ts_model *m) {
   m->grads2 = NULL;
   m->rp = NULL;
   free(rp);
+}
+
+void ts_run_partials_outside(ts_model *m, float *g, float *g2, size_t n) {
+  ts_run_partials *rp = m->rp;
+  rp->outside = g2 ? g : NULL;
+  rp->outside2 = g2;
+  rp->outside_len = g2 ? n : 0;
 }
 
 void ts_run_partials_clear(ts_model *m, size_t lo, size_t hi) {

@@ -187,19 +187,23 @@ int ts_shard_sequence_done(ts_shard *sh) {
 
 // The pipeline's hooks (pipeline.h): under --sp a microbatch is one sequence.
 static int pipeline_seq_grads(void *ctx, float *g) { return sum_sequence_group(ctx, g); }
-// A microbatch's tied-embedding gradient: the sequence group's sum, and in
-// rounds the data group's after it (the round's subtree, as the hooks sum a
-// layer's).
-static int pipeline_seq_flat(void *ctx, float *buf, size_t n) {
+// A microbatch's tied-embedding gradient: the sequence group's sum (a rank
+// of two runs: each run's partial summed apart, then added: the serial
+// tree's root, src/parallel/run_partials.c), and in rounds the data group's
+// after it (the round's subtree, as the hooks sum a layer's).
+static int pipeline_seq_flat(void *ctx, float *buf, float *buf2, size_t n) {
   ts_shard *sh = ctx;
-  ts_comm *groups[2] = {sh->seq, sh->strided ? sh->data : NULL};
+  float *parts[2] = {buf, buf2};
   for (int k = 0; k < 2; k++) {
-    if (!groups[k] || groups[k]->size < 2) continue;
-    int rc = sh->fast ? ts_comm_allreduce_fast(groups[k], buf, n, -1)
-                      : ts_comm_allreduce_tree(groups[k], buf, n, -1);
+    if (!parts[k] || !sh->seq || sh->seq->size < 2) continue;
+    int rc = sh->fast ? ts_comm_allreduce_fast(sh->seq, parts[k], n, -1)
+                      : ts_comm_allreduce_tree(sh->seq, parts[k], n, -1);
     if (rc) return rc;
   }
-  return TS_OK;
+  if (buf2) sh->be->add(buf, buf, buf2, (int64_t)n);
+  if (!sh->strided || !sh->data || sh->data->size < 2) return TS_OK;
+  return sh->fast ? ts_comm_allreduce_fast(sh->data, buf, n, -1)
+                  : ts_comm_allreduce_tree(sh->data, buf, n, -1);
 }
 static int rounds_loss(ts_shard *sh, const float *lsums, int n, float *out);
 static int pipeline_round_done(void *ctx) { return ts_zero_pass_done(ctx); }
@@ -371,9 +375,17 @@ static int run_pairs_columns(ts_comm *seq, const float *lsums, int nb, float *se
   return rc;
 }
 
-int ts_segment_loss_sum(ts_comm *seq, const float *lsums, int nb, float *out) {
+// Each of the nb sequences' loss sum from the rank's runs' sums (runs 1 or
+// 2, run k's of the nb from k·nb): the tree over the group's ranks, per run.
+static int sequence_sums(ts_comm *seq, const float *lsums, int nb, int runs, float *seqsum) {
+  return runs == 2 ? run_pairs_columns(seq, lsums, nb, seqsum)
+                   : group_columns(seq, lsums, nb, seqsum);
+}
+
+int ts_segment_loss_sum(ts_comm *seq, const float *lsums, int nb, int runs, float *out) {
   float *seqsum = malloc((size_t)nb * sizeof(float));
-  int rc = seqsum ? group_columns(seq, lsums, nb, seqsum) : ts_fail(TS_ERUNTIME, "out of memory");
+  int rc = seqsum ? sequence_sums(seq, lsums, nb, runs, seqsum)
+                  : ts_fail(TS_ERUNTIME, "out of memory");
   if (!rc) *out = ts_tree_sum(seqsum, (size_t)nb);
   free(seqsum);
   return rc;
@@ -456,24 +468,19 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
     if ((rc = ts_model_backward(m, step))) return rc;
     if ((rc = ts_shard_sequence_done(sh))) return rc;
   }
-  if (ts_model_second_run_grads(m)) { // each sequence's two runs, then the sequences
-    float *seqsum = malloc((size_t)sh->nb * sizeof(float));
-    rc = seqsum ? run_pairs_columns(sh->seq, sh->lsums, sh->nb, seqsum)
-                : ts_fail(TS_ERUNTIME, "out of memory");
-    if (!rc && sh->strided) rc = rounds_loss_sum(sh, seqsum, sh->nb, loss_sum);
-    else if (!rc) *loss_sum = ts_tree_sum(seqsum, (size_t)sh->nb);
-    free(seqsum);
-    return rc;
-  }
-  if (!sh->strided) return ts_segment_loss_sum(sh->seq, sh->lsums, sh->nb, loss_sum);
+  // (a rank of two runs: each sequence's two runs, then the sequences)
+  const int runs = ts_model_second_run_grads(m) ? 2 : 1;
+  if (!sh->strided) return ts_segment_loss_sum(sh->seq, sh->lsums, sh->nb, runs, loss_sum);
   return rounds_loss(sh, sh->lsums, sh->nb, loss_sum);
 }
 
 // In rounds: the global loss sum from the rank's n pass sums (under --sp
-// its segments' sums, the sequence group's columns first).
+// its segments' sums, the sequence group's columns first; a rank of two
+// runs holds each run's, run k's of the n from k·n).
 static int rounds_loss(ts_shard *sh, const float *lsums, int n, float *out) {
+  const int runs = ts_model_second_run_grads(sh->m) ? 2 : 1;
   float *seqsum = malloc((size_t)n * sizeof(float));
-  int rc = seqsum ? group_columns(sh->seq, lsums, n, seqsum)
+  int rc = seqsum ? sequence_sums(sh->seq, lsums, n, runs, seqsum)
                   : ts_fail(TS_ERUNTIME, "out of memory");
   if (!rc) rc = rounds_loss_sum(sh, seqsum, n, out);
   free(seqsum);

@@ -161,6 +161,8 @@ int ts_zero_seq_sum(ts_shard *sh, float *g, size_t lo, size_t hi);
 
 // The loss sum of nb sequences from each rank's segment sums lsums[nb]: one
 // all-gather over the sequence group, then per sequence the tree over its
-// segments, then the tree over the sequences.
-int ts_segment_loss_sum(ts_comm *seq, const float *lsums, int nb, float *out);
+// segments, then the tree over the sequences. runs 2 (a rank of two runs
+// summed apart, lss-zigzag): lsums[2·nb] holds the first runs' sums, then
+// the second runs'; per sequence the tree over each, added.
+int ts_segment_loss_sum(ts_comm *seq, const float *lsums, int nb, int runs, float *out);
 #endif

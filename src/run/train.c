@@ -116,7 +116,7 @@ static void pipeline_json(const ts_shard *sh, char *buf, size_t cap) {
 typedef struct {
   uint64_t step;
   float loss, norm, lr;
-  double tps, dt, comm_s, compute_max, mfu, rss, rss_max;
+  double tps, dt, comm_s, compute_max, compute_min, compute_mean, mfu, rss, rss_max;
 } step_stats;
 
 // What this rank holds, by kind, and the model state (parameters, their
@@ -159,11 +159,12 @@ static int log_step(ts_log *log, const step_stats *st, const ts_config *cfg, con
            "{\"type\":\"step\",\"step\":%" PRIu64 ",\"loss\":%.9g,\"loss_hex\":\"%a\","
            "\"grad_norm\":%.9g,\"grad_norm_hex\":\"%a\",\"lr\":%.9g,\"lr_hex\":\"%a\","
            "\"tokens_per_s\":%.1f,\"step_ms\":%.3f,\"comm_ms\":%.3f,\"compute_ms_max\":%.3f,"
+           "\"compute_ms_mean\":%.3f,\"compute_ms_min\":%.3f,"
            "\"mfu\":%.4f,\"peak_rss_mb\":%.1f,\"peak_rss_mb_max\":%.1f%s%s%s%s,\"comm\":%s}",
            st->step, (double)st->loss, (double)st->loss, (double)st->norm, (double)st->norm,
            (double)st->lr, (double)st->lr, st->tps, st->dt * 1e3, st->comm_s * 1e3,
-           st->compute_max * 1e3, st->mfu, st->rss, st->rss_max, dev_json, mem_json, state,
-           pipe_json, comm_json);
+           st->compute_max * 1e3, st->compute_mean * 1e3, st->compute_min * 1e3, st->mfu, st->rss,
+           st->rss_max, dev_json, mem_json, state, pipe_json, comm_json);
   int rc = ts_log_line(log, line);
   // memory: the process's peak, or on a GPU the device's; every
   // --log-every steps and the last (the log has them all: compare needs them)
@@ -379,18 +380,21 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
     double dt = ts_now() - t0;
     double comm_s = ts_grid_comm_seconds(grid);
     double tps = tokens / dt;
-    // the busiest rank's compute and the largest memory: with causal
-    // attention a sequence's later segments are the heavier ones; and the
-    // signal any rank got (the launcher may have told one rank only), so
-    // that all stop after this same step. One collective for the three: with
-    // more ranks than cores each costs milliseconds.
-    double mx[3] = {dt - comm_s, ts_peak_rss_mb(), (double)ts_run_stop_requested()};
-    ts_mpi_max(mx, 3);
-    const double compute_max = mx[0], rss_max = mx[1];
+    // the busiest, the lightest and the mean rank's compute (with causal
+    // attention a sequence's later segments are the heavier ones: busiest ÷
+    // mean is the step's imbalance) and the largest memory; and the signal
+    // any rank got (the launcher may have told one rank only), so that all
+    // stop after this same step. One collective for them all: with more
+    // ranks than cores each costs milliseconds.
+    const double mine[3] = {dt - comm_s, ts_peak_rss_mb(), (double)ts_run_stop_requested()};
+    double mx[3], mn[3], mean[3];
+    ts_mpi_spread(mine, 3, mx, mn, mean);
+    const double rss_max = mx[1];
     const int stop = (int)mx[2];
     double mfu = roof > 0 ? fpt * tps / (roof * 1e9 * grid->world_size) : 0.0;
     double rss = ts_peak_rss_mb();
-    const step_stats st = {step, loss, norm, lr, tps, dt, comm_s, compute_max, mfu, rss, rss_max};
+    const step_stats st = {step, loss, norm, lr, tps, dt, comm_s, mx[0], mn[0], mean[0], mfu, rss,
+                           rss_max};
     if ((rc = log_step(&log, &st, &cfg, &sh, grid, be, state))) goto done;
     int last = step == (uint64_t)cfg.steps;
     if ((cfg.eval_every > 0 && step % (uint64_t)cfg.eval_every == 0) || last) {
