@@ -7,30 +7,41 @@
 #
 #   bench/attention.sh                        # this build alone
 #   BEFORE=/path/to/old/build/bench/attention BEFORE_TESSERA=/path/to/old/build/tessera bench/attention.sh
+#   LAYOUTS="lss lss-zigzag ulysses ring" RANKS=2 SEQS= STEP_SEQS= bench/attention.sh
+#                                             # the layouts' local attention alone
 #
 # Environment: BUILD (default: build, the folder holding bench/attention and
 # tessera), RESULTS (default bench/results/attention), ROUNDS (2), SEQS
-# (1024 4096 16384 32768), HEADS_LONG (heads at T >= 16384; default 1: each
-# head is the same independent work, so one head's throughput is the layer's
-# on one thread, in an eighth of the time), STEP_SEQS (T of the training
-# steps; default 4096 16384; 32768 takes minutes a step), STEPS (training steps
-# at T <= 4096, default 3, reported as the median of steps 2..: step 1 pays the
-# first touch of every buffer; one step above, where that cost is small), THREADS
-# (1).
+# (1024 4096 16384 32768; empty: no kernel runs, kernel.txt kept), HEADS_LONG
+# (heads at T >= 16384; default 1: each head is the same independent work, so
+# one head's throughput is the layer's on one thread, in an eighth of the
+# time), STEP_SEQS (T of the training steps; default 4096 16384; 32768 takes
+# minutes a step), STEPS (training steps at T <= 4096, default 3, reported as
+# the median of steps 2..: step 1 pays the first touch of every buffer; one
+# step above, where that cost is small), THREADS (1).
+# LAYOUTS (default none): distributed layouts whose ranks' local attention
+# `bench/attention --layout L --ranks RANKS` times, communication excluded,
+# with the serial kernel beside it, at each T of LAYOUT_SEQS (default SEQS,
+# or 1024 4096 16384 32768), ROUNDS rounds, into RESULTS/layouts.txt (heads
+# at T >= 16384: HEADS_LONG, at least RANKS, so that ulysses has whole heads).
+# RANKS (2).
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$here/build}
 RESULTS=${RESULTS:-$here/bench/results/attention}
 ROUNDS=${ROUNDS:-2}
-SEQS=${SEQS:-1024 4096 16384 32768}
+SEQS=${SEQS-1024 4096 16384 32768}
 HEADS_LONG=${HEADS_LONG:-1}
 STEP_SEQS=${STEP_SEQS-4096 16384}
 THREADS=${THREADS:-1}
 STEPS=${STEPS:-3}
+LAYOUTS=${LAYOUTS:-}
+RANKS=${RANKS:-2}
+LAYOUT_SEQS=${LAYOUT_SEQS:-${SEQS:-1024 4096 16384 32768}}
 DATA=$here/data/corpus.txt
 mkdir -p "$RESULTS"
 out=$RESULTS/kernel.txt
-: > "$out"
+[ -n "$SEQS" ] && : > "$out"
 
 kernel() { # LABEL BIN T
   heads=8
@@ -45,8 +56,29 @@ for r in $(seq 1 "$ROUNDS"); do
     kernel after "$BUILD/bench/attention" "$T"
   done
 done
-echo "kernel: $out"
-cat "$out"
+if [ -n "$SEQS" ]; then
+  echo "kernel: $out"
+  cat "$out"
+fi
+
+if [ -n "$LAYOUTS" ]; then
+  lout=$RESULTS/layouts.txt
+  : > "$lout"
+  long=$HEADS_LONG
+  [ "$long" -lt "$RANKS" ] && long=$RANKS
+  for r in $(seq 1 "$ROUNDS"); do
+    for T in $LAYOUT_SEQS; do
+      heads=8
+      [ "$T" -ge 16384 ] && heads=$long
+      for L in $LAYOUTS; do # lines "serial ...", "rank ..." and, last, "layout ..."
+        "$BUILD/bench/attention" --layout "$L" --ranks "$RANKS" --seq "$T" --heads "$heads" \
+          --threads "$THREADS" --reps 3 | grep -v '^#' >> "$lout"
+      done
+    done
+  done
+  echo "layouts: $lout"
+  cat "$lout"
+fi
 
 step() { # LABEL BIN T
   log=$RESULTS/step-$1-T$3.jsonl

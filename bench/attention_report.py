@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """The tables and the plot of docs/PERFORMANCE.md's "Attention at long T" from what
 bench/attention.sh wrote: RESULTS/kernel.txt (lines "LABEL T tile fwd_s bwd_s GFLOP/s
-roof of_roof", LABEL before or after) and RESULTS/step-LABEL-T<T>.jsonl (tessera's run
-logs). Medians over the rounds; ratios after / before.
+roof of_roof", LABEL before or after), RESULTS/step-LABEL-T<T>.jsonl (tessera's run
+logs) and, when LAYOUTS was set, RESULTS/layouts.txt (bench/attention --layout's lines
+"serial ...", "rank ..." and "layout ...": the layouts' local attention, communication
+excluded). Medians over the rounds; ratios after / before.
 
 usage: python3 bench/attention_report.py [--results bench/results/attention]
          [--img-dir docs/img] [--md RESULTS/report.md] [--json RESULTS/summary.json] [--no-plots]
@@ -53,6 +55,43 @@ def read_steps(results):
                 statistics.median(r["tokens_per_s"] for r in use),
                 statistics.median(r["mfu"] for r in use), roof, len(steps))
     return out
+
+
+def read_layouts(path):
+    """{(layout, ranks, T): {"ranks": {r: [GFLOP/s, ...]}, "layout": [(busiest_s, mean_s,
+    busiest/mean, GFLOP/s, serial GFLOP/s), ...], "heads": heads}} from layouts.txt."""
+    out = {}
+    for line in (benchlib.read(path, "") or "").splitlines():
+        f = line.split()
+        if len(f) == 11 and f[0] == "rank":
+            # rank T tile layout ranks r fwd_s bwd_s GFLOP GFLOP/s of_roof
+            e = out.setdefault((f[3], int(f[4]), int(f[1])), {"ranks": {}, "layout": []})
+            e["ranks"].setdefault(int(f[5]), []).append(float(f[9]))
+        elif len(f) == 11 and f[0] == "layout":
+            # layout T tile layout ranks busiest_s mean_s busiest/mean GFLOP/s serial of_serial
+            e = out.setdefault((f[3], int(f[4]), int(f[1])), {"ranks": {}, "layout": []})
+            e["layout"].append(tuple(float(x) for x in f[5:10]))
+    return out
+
+
+def layout_table(lay):
+    md = ["| layout | T | ranks | GFLOP/s per rank (rank 0, 1, …) | busiest (s) | busiest ÷ mean "
+          "| layout GFLOP/s | serial kernel GFLOP/s | of serial |",
+          "|---|---:|---:|---|---:|---:|---:|---:|---:|"]
+    summary = []
+    for (name, n, T) in sorted(lay, key=lambda k: (k[0], k[1], k[2])):
+        e = lay[(name, n, T)]
+        if not e["layout"]:
+            continue
+        per = [statistics.median(e["ranks"][r]) for r in sorted(e["ranks"])]
+        busiest, ratio, gf, sgf = (med(e["layout"], i) for i in (0, 2, 3, 4))
+        row = {"layout": name, "ranks": n, "T": T, "rank_gflops": per, "busiest_s": busiest,
+               "busiest_over_mean": ratio, "gflops": gf, "serial_gflops": sgf, "of_serial": gf / sgf}
+        md.append("| %s | %d | %d | %s | %.3f | %.2f | %.1f | %.1f | %.0f%% |"
+                  % (name, T, n, " / ".join("%.1f" % g for g in per), busiest, ratio, gf, sgf,
+                     100 * gf / sgf))
+        summary.append(row)
+    return md, summary
 
 
 def med(rows, i):
@@ -136,11 +175,16 @@ def main():
     results, md_path, json_path = benchlib.output_paths(a)
     k_md, ks = kernel_table(read_kernel(os.path.join(results, "kernel.txt")))
     s_md, ss = step_table(read_steps(results))
-    md = ["**One layer's attention, forward + backward**", ""] + k_md + [
-        "", "**One training step**", ""] + s_md
+    l_md, ls = layout_table(read_layouts(os.path.join(results, "layouts.txt")))
+    md = []
+    if ks or ss or not ls:
+        md = ["**One layer's attention, forward + backward**", ""] + k_md + [
+            "", "**One training step**", ""] + s_md
+    if ls:
+        md += [""] * bool(md) + ["**The layouts' local attention, per rank (communication excluded)**", ""] + l_md
     if not a.no_plots:
         plot(ks, ss, os.path.join(a.img_dir, "attention_long_t.png"))
-    benchlib.write_report(md, md_path, {"kernel": ks, "step": ss}, json_path)
+    benchlib.write_report(md, md_path, {"kernel": ks, "step": ss, "layouts": ls}, json_path)
 
 
 if __name__ == "__main__":

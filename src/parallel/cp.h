@@ -146,4 +146,21 @@ void ts_cp_project_kv(ts_model *m, const layer_params *w, float *k, float *v);
 // The attention shape of the rank's query rows against the whole sequence's
 // keys (a segment [t0, t0 + Tl) of B sequences).
 ts_attn_shape ts_cp_attn_shape(const ts_model *m, int l, float p, uint64_t step);
+
+// ---- the LSS family's attention (lss.c) ------------------------------------------------
+// A rank's queries, its runs (rows k·len on: run k at position runs->pos[k]),
+// against the whole sequence's keys k, v: one kernel call per run, of `rank`
+// (ts_cp_attn_shape) with Tq and q0 set to the run's. lse is (H, len) run
+// after run. The model's lss and lss-zigzag and bench/attention's --layout
+// make exactly these calls.
+void ts_lss_attention_forward(const ts_backend *be, ts_ws *ws, const ts_attn_shape *rank,
+                              const ts_cp_runs *runs, float *att, float *lse, const float *q,
+                              const float *k, const float *v);
+// The backward: run k's dQ into its rows, its partials of dK and dV over every
+// key row at dk + k·dkv_run, dv + k·dkv_run. TS_OK, or an error (out of memory).
+int ts_lss_attention_backward(const ts_backend *be, ts_ws *ws, const ts_attn_shape *rank,
+                              const ts_cp_runs *runs, float *dq, float *dk, float *dv,
+                              size_t dkv_run, float *dsum, const float *datt, const float *q,
+                              const float *k, const float *v, const float *att,
+                              const float *lse);
 #endif

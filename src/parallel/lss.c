@@ -113,6 +113,45 @@ static int reduce_scatter_kv(ts_model *m, int l) {
   return TS_OK;
 }
 
+// ---- the kernel calls of a rank (both layouts; bench/attention makes them too) -------------
+void ts_lss_attention_forward(const ts_backend *be, ts_ws *ws, const ts_attn_shape *rank,
+                              const ts_cp_runs *runs, float *att, float *lse, const float *q,
+                              const float *k, const float *v) {
+  const ts_attn_shape whole = ts_attn_resolved(rank);
+  const int len = runs->len, C = whole.ldq, H = whole.H;
+  for (int r = 0; r < runs->n; r++) { // each run's queries, lse (H, len) run after run
+    ts_attn_shape as = *rank;
+    as.Tq = len;
+    as.q0 = runs->pos[r];
+    be->attention_forward(ws, att + (size_t)r * len * C, lse + (size_t)r * H * len,
+                          q + (size_t)r * len * C, k, v, &as);
+  }
+}
+
+int ts_lss_attention_backward(const ts_backend *be, ts_ws *ws, const ts_attn_shape *rank,
+                              const ts_cp_runs *runs, float *dq, float *dk, float *dv,
+                              size_t dkv_run, float *dsum, const float *datt, const float *q,
+                              const float *k, const float *v, const float *att,
+                              const float *lse) {
+  const ts_attn_shape whole = ts_attn_resolved(rank);
+  const int len = runs->len, C = whole.ldq, H = whole.H;
+  for (int r = 0; r < runs->n; r++) { // run r's dQ, and its partials of dK, dV over every key row
+    ts_attn_shape as = *rank;
+    as.Tq = len;
+    as.q0 = runs->pos[r];
+    const size_t at = (size_t)r * len * C;
+    if (be->attention_backward(ws, dq + at, dk + r * dkv_run, dv + r * dkv_run, dsum, datt + at,
+                               q + at, k, v, att + at, lse + (size_t)r * H * len, &as) != 0)
+      return ts_fail(TS_ERUNTIME, "out of memory in attention backward");
+  }
+  return TS_OK;
+}
+
+// The rank's runs as the model holds them.
+static ts_cp_runs model_runs(const ts_model *m) {
+  return (ts_cp_runs){.n = m->nrun, .len = m->run_len, .pos = {m->run_pos[0], m->run_pos[1]}};
+}
+
 static int lss_attn_forward(ts_model *m, int l, uint64_t step, float p) {
   const layer_params *w = &m->p.layer[l];
   layer_acts *a = ts_layer_acts(m, l);
@@ -120,7 +159,8 @@ static int lss_attn_forward(ts_model *m, int l, uint64_t step, float p) {
   ts_cp_project_q(m, w, a->q); // distributed Q: the rank's own queries only
   if ((rc = gather_kv(m, l, w, a))) return rc;
   ts_attn_shape as = ts_cp_attn_shape(m, l, p, step);
-  m->be->attention_forward(&m->ws, a->att, a->lse, a->q, a->k, a->v, &as);
+  const ts_cp_runs runs = model_runs(m);
+  ts_lss_attention_forward(m->be, &m->ws, &as, &runs, a->att, a->lse, a->q, a->k, a->v);
   return concat(m) ? concat_forward(m, l, a->att) : TS_OK;
 }
 
@@ -129,9 +169,10 @@ static int lss_attn_backward(ts_model *m, int l, uint64_t step) {
   int rc;
   if (concat(m) && (rc = concat_backward(m, l, m->datt))) return rc;
   ts_attn_shape as = ts_cp_attn_shape(m, l, m->cfg.dropout, step);
-  if (m->be->attention_backward(&m->ws, m->dq, m->dk, m->dv, m->dsum, m->datt, a->q, a->k, a->v,
-                                a->att, a->lse, &as) != 0)
-    return ts_fail(TS_ERUNTIME, "out of memory in attention backward");
+  const ts_cp_runs runs = model_runs(m);
+  if ((rc = ts_lss_attention_backward(m->be, &m->ws, &as, &runs, m->dq, m->dk, m->dv, 0, m->dsum,
+                                      m->datt, a->q, a->k, a->v, a->att, a->lse)))
+    return rc;
   return reduce_scatter_kv(m, l);
 }
 
@@ -187,19 +228,11 @@ static void zigzag_destroy(ts_model *m) { ts_run_partials_destroy(m); }
 
 static size_t zigzag_bytes(const ts_model *m) { return ts_run_partials_bytes(m); }
 
-// The queries of run k against the whole sequence's keys.
-static ts_attn_shape run_shape(const ts_model *m, int l, float p, uint64_t step, int k) {
-  ts_attn_shape as = ts_cp_attn_shape(m, l, p, step);
-  as.Tq = m->run_len;
-  as.q0 = m->run_pos[k];
-  return as;
-}
-
 static int zigzag_forward(ts_model *m, int l, uint64_t step, float p) {
   const layer_params *w = &m->p.layer[l];
   layer_acts *a = ts_layer_acts(m, l);
   const int N = m->seq->size, C = m->C, Ckv = m->Ckv, dh = m->dh, rows = m->cfg.leaf;
-  const int len = m->run_len, H = m->H;
+  const int len = m->run_len;
   ts_cp_project_q(m, w, a->q);
   int rc;
   if (basic(m)) { // the local K and V rows (rotated), gathered separately, each chunk to its place
@@ -227,11 +260,9 @@ static int zigzag_forward(ts_model *m, int l, uint64_t step, float p) {
       }
     if (m->llama) m->be->rope_forward(a->k, m->T, m->T, 0, m->Hkv, dh, Ckv, m->rope);
   }
-  for (int k = 0; k < 2; k++) { // each run's queries, lse (H, len) run after run
-    ts_attn_shape as = run_shape(m, l, p, step, k);
-    m->be->attention_forward(&m->ws, a->att + (size_t)k * len * C, a->lse + (size_t)k * H * len,
-                             a->q + (size_t)k * len * C, a->k, a->v, &as);
-  }
+  ts_attn_shape as = ts_cp_attn_shape(m, l, p, step);
+  const ts_cp_runs runs = model_runs(m); // each run's queries, lse (H, len) run after run
+  ts_lss_attention_forward(m->be, &m->ws, &as, &runs, a->att, a->lse, a->q, a->k, a->v);
   return concat(m) ? concat_forward(m, l, a->att) : TS_OK;
 }
 
@@ -273,18 +304,15 @@ static int zigzag_reduce_scatter(ts_model *m, int l, float *const *t, int nt) {
 
 static int zigzag_backward(ts_model *m, int l, uint64_t step) {
   layer_acts *a = ts_layer_acts(m, l);
-  const int C = m->C, Ckv = m->Ckv, H = m->H, len = m->run_len, T = m->T;
   int rc;
   if (concat(m) && (rc = concat_backward(m, l, m->datt))) return rc;
-  float *dk[2] = {m->dk, m->dk + (size_t)T * Ckv}, *dv[2] = {m->dv, m->dv + (size_t)T * Ckv};
-  for (int k = 0; k < 2; k++) { // run k's dQ, and its partials of dK, dV over every key row
-    ts_attn_shape as = run_shape(m, l, m->cfg.dropout, step, k);
-    if (m->be->attention_backward(&m->ws, m->dq + (size_t)k * len * C, dk[k], dv[k], m->dsum,
-                                  m->datt + (size_t)k * len * C, a->q + (size_t)k * len * C, a->k,
-                                  a->v, a->att + (size_t)k * len * C,
-                                  a->lse + (size_t)k * H * len, &as) != 0)
-      return ts_fail(TS_ERUNTIME, "out of memory in attention backward");
-  }
+  // run k's dQ, and its partials of dK, dV over every key row at row k·T
+  ts_attn_shape as = ts_cp_attn_shape(m, l, m->cfg.dropout, step);
+  const ts_cp_runs runs = model_runs(m);
+  if ((rc = ts_lss_attention_backward(m->be, &m->ws, &as, &runs, m->dq, m->dk, m->dv,
+                                      (size_t)m->T * m->Ckv, m->dsum, m->datt, a->q, a->k, a->v,
+                                      a->att, a->lse)))
+    return rc;
   if (basic(m)) { // dK and dV apart
     if ((rc = zigzag_reduce_scatter(m, l, &m->dk, 1))) return rc;
     return zigzag_reduce_scatter(m, l, &m->dv, 1);

@@ -65,10 +65,21 @@ static int buffer_planes(const ring_geom *g) {
   return most + 1;
 }
 
+int ring_exact_planes(const ring_geom *g) { return buffer_planes(g); }
+
 static int ring_hop(ts_model *m, int l, const ring_geom *g, const float *send, size_t sfloats,
                     float *recv, size_t rfloats) {
   return ts_comm_sendrecv(m->seq, send, sfloats * sizeof(float), g->next, recv,
                           rfloats * sizeof(float), g->prev, l);
+}
+
+void ring_exact_forward_block(const ts_backend *be, ts_ws *ws, const ring_geom *g, int i, int c,
+                              const float *q, const float *blk, float *out, float *lse,
+                              float *lsum) {
+  ts_attn_shape as = g->as;
+  as.k0 = c * g->rows;
+  as.ldkv = 2 * g->wk;
+  be->attention_forward_block(ws, out, lse, lsum, q, blk, blk + g->wk, &as, i == 0, c == 0);
 }
 
 int ring_exact_forward(ts_model *m, int l, const ring_geom *g, const float *q, float *blk[2],
@@ -81,13 +92,8 @@ int ring_exact_forward(ts_model *m, int l, const ring_geom *g, const float *q, f
   int rc = lsum ? TS_OK : ts_fail(TS_ERUNTIME, "out of memory (ring attention)");
   for (int i = 0; i < g->n && !rc; i++) {
     const int c = chunk_at(g, g->at, i);
-    if (c <= g->at) { // blocks at, at − 1, …, 0: the serial order of key tiles
-      ts_attn_shape as = g->as;
-      as.k0 = c * g->rows;
-      as.ldkv = 2 * g->wk;
-      m->be->attention_forward_block(&m->ws, out, lse, lsum, q, cur, cur + g->wk, &as, i == 0,
-                                     c == 0);
-    }
+    if (c <= g->at) // blocks at, at − 1, …, 0: the serial order of key tiles
+      ring_exact_forward_block(m->be, &m->ws, g, i, c, q, cur, out, lse, lsum);
     if (i < g->n - 1) {
       rc = ring_hop(m, l, g, cur, nblk, nxt, nblk);
       float *t = cur;
@@ -97,6 +103,24 @@ int ring_exact_forward(ts_model *m, int l, const ring_geom *g, const float *q, f
   }
   ts_mem_free(lsum);
   return rc;
+}
+
+int ring_exact_backward_block(const ts_backend *be, ts_ws *ws, const ring_geom *g, int i, int c,
+                              float *planes, const float *dout, const float *q, const float *out,
+                              const float *lse, float *dq, float *dsum) {
+  const int wk = g->wk;
+  const size_t P = (size_t)g->rows * 2 * wk; // floats of a plane
+  const int d = popcount(ring_tree_levels(c, g->at));
+  float *stack = planes + P, *part = stack + (size_t)d * P;
+  ts_attn_shape as = g->as;
+  as.k0 = c * g->rows;
+  as.ldkv = 2 * wk;
+  as.dq_acc = i > 0; // dQ: block at first, then at − 1, …, 0 (the forward's order)
+  if (be->attention_backward(ws, dq, part, part + wk, dsum, dout, q, planes, planes + wk, out,
+                             lse, &as) != 0)
+    return ts_fail(TS_ERUNTIME, "out of memory in attention backward");
+  ring_tree_push(be, stack, P, c, g->at);
+  return TS_OK;
 }
 
 // The backward's message is a run of planes, each rows · 2·wk floats laid
@@ -120,18 +144,10 @@ int ring_exact_backward(ts_model *m, int l, const ring_geom *g, const float *dou
     const int c = chunk_at(g, g->at, i);
     const float *send = cur;
     if (c <= g->at) { // this place's queries see block c: add their terms
-      const int d = popcount(ring_tree_levels(c, g->at));
-      float *stack = cur + P, *part = stack + (size_t)d * P;
-      ts_attn_shape as = g->as;
-      as.k0 = c * rows;
-      as.ldkv = 2 * wk;
-      as.dq_acc = i > 0; // dQ: block at first, then at − 1, …, 0 (the forward's order)
-      if (m->be->attention_backward(&m->ws, dq, part, part + wk, dsum, dout, q, cur, cur + wk,
-                                    out, lse, &as) != 0) {
-        rc = ts_fail(TS_ERUNTIME, "out of memory in attention backward");
+      float *stack = cur + P;
+      if ((rc = ring_exact_backward_block(m->be, &m->ws, g, i, c, cur, dout, q, out, lse, dq,
+                                          dsum)))
         break;
-      }
-      ring_tree_push(m->be, stack, P, c, g->at);
       if (g->at == g->n - 1) send = stack; // the tree is complete: [dK | dV] alone
       home = stack;
     }

@@ -59,6 +59,24 @@ int ring_exact_backward(ts_model *m, int l, const ring_geom *g, const float *dou
                         const float *q, const float *out, const float *lse, const float *k,
                         const float *v, float *dq, float *dk, float *dv, int ldd);
 
+// What one place computes when it holds block c at step i, without the
+// ring's messages (the two functions above make these calls, and so does
+// bench/attention's --layout ring). Forward: its queries q against block c
+// (blk: rows of [K | V]), carrying the online-softmax state out, lse and
+// lsum (as.H, rows) from the blocks after c (i > 0) and finishing it at
+// c = 0. Backward: planes as the message (plane 0 the block's [K | V], then
+// the stack of its tree); adds block c's terms to dq (i > 0: after the later
+// blocks' terms) and pushes the place's [dK | dV] partial onto the tree.
+// dsum: (as.H, rows) scratch. TS_OK, or an error (out of memory).
+void ring_exact_forward_block(const ts_backend *be, ts_ws *ws, const ring_geom *g, int i, int c,
+                              const float *q, const float *blk, float *out, float *lse,
+                              float *lsum);
+int ring_exact_backward_block(const ts_backend *be, ts_ws *ws, const ring_geom *g, int i, int c,
+                              float *planes, const float *dout, const float *q, const float *out,
+                              const float *lse, float *dq, float *dsum);
+// Planes (rows · 2·wk floats each) a backward message buffer holds.
+int ring_exact_planes(const ring_geom *g);
+
 // The travelling tree (exposed for tests/test_cp.c). A block of place c
 // collects one partial from each place p = c, c+1, …, n−1 in that order,
 // streamed through a binary counter whose positions before c are empty: the

@@ -16,24 +16,17 @@ typedef struct {
 
 static const headpar *hp(const ts_model *m) { return m->cp_state; }
 
-// The heads rank c works on in one stage: nq query heads (global indices)
-// and the nkv key/value heads they read; kv_of[k] is query head k's index
-// in kv.
-typedef struct {
-  int nq, nkv;
-  int q[64], kv[64], kv_of[64];
-} stage_heads;
+typedef headpar_heads stage_heads;
 
 static int n_stages(const ts_model *m) { return m->H / hp(m)->U; }
 
-// Forward stage s (natural or gqa schedule) for rank c.
-static void forward_heads(const ts_model *m, int s, int c, stage_heads *h) {
-  const int N = m->seq->size, U = hp(m)->U, G = m->H / m->Hkv, per = U / N;
+void headpar_forward_heads(int N, int U, int G, int sched, int s, int c, headpar_heads *h) {
+  const int per = U / N;
   h->nq = per;
   h->nkv = 0;
   for (int k = 0; k < per; k++) {
     int q;
-    if (hp(m)->sched == TS_UPIPE_GQA) {
+    if (sched == TS_UPIPE_GQA) {
       int round = s / G, g = s % G; // round: U groups; stage g: their g-th heads
       q = (round * U + c * per + k) * G + g;
     } else {
@@ -51,9 +44,13 @@ static void forward_heads(const ts_model *m, int s, int c, stage_heads *h) {
   }
 }
 
-// Backward stage s (natural order, U_b heads, whole groups per rank).
-static void backward_heads(const ts_model *m, int Ub, int s, int c, stage_heads *h) {
-  const int N = m->seq->size, G = m->H / m->Hkv, per = Ub / N;
+// Forward stage s (natural or gqa schedule) for rank c.
+static void forward_heads(const ts_model *m, int s, int c, stage_heads *h) {
+  headpar_forward_heads(m->seq->size, hp(m)->U, m->H / m->Hkv, hp(m)->sched, s, c, h);
+}
+
+void headpar_backward_heads(int N, int Ub, int G, int s, int c, headpar_heads *h) {
+  const int per = Ub / N;
   h->nq = per;
   h->nkv = per / G;
   for (int k = 0; k < per; k++) {
@@ -63,7 +60,62 @@ static void backward_heads(const ts_model *m, int Ub, int s, int c, stage_heads 
   for (int i = 0; i < h->nkv; i++) h->kv[i] = (s * Ub + c * per) / G + i;
 }
 
+// Backward stage s (natural order, U_b heads, whole groups per rank).
+static void backward_heads(const ts_model *m, int Ub, int s, int c, stage_heads *h) {
+  headpar_backward_heads(m->seq->size, Ub, m->H / m->Hkv, s, c, h);
+}
+
 static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
+
+int headpar_backward_stage(int U, int N, int G) { return U / gcd(U, N * G) * N * G; }
+
+void headpar_stage_attention(const ts_backend *be, ts_ws *ws, const ts_attn_shape *layer,
+                             const headpar_heads *mine, int sched, int N, int Tl, int C, int G,
+                             const float *slot, size_t block, const float *kc, const float *vc,
+                             int nkv, float *o, float *lse) {
+  const int per = mine->nq, dh = layer->dh;
+  const size_t w = (size_t)per * dh, wkv = (size_t)nkv * dh;
+  for (int src = 0; src < N; src++) {
+    ts_attn_shape as = *layer;
+    as.Tq = Tl;
+    as.q0 = src * Tl;
+    as.Tk = layer->T;
+    as.ldq = C;
+    as.ldkv = (int)wkv;
+    as.ldo = (int)w;
+    float *oseg = o + (size_t)src * Tl * w;
+    if (sched == TS_UPIPE_GQA) { // my heads are G·dh apart in the slot: one call each
+      for (int k = 0; k < per; k++) {
+        as.H = 1;
+        as.Hkv = 1;
+        as.h0 = mine->q[k];
+        const float *q = slot + (size_t)src * block + (size_t)k * G * dh;
+        const float *kk = kc + (size_t)mine->kv_of[k] * dh, *vv = vc + (size_t)mine->kv_of[k] * dh;
+        be->attention_forward(ws, oseg + (size_t)k * dh, lse, q, kk, vv, &as);
+      }
+    } else {
+      as.H = per;
+      as.Hkv = mine->nkv;
+      as.h0 = mine->q[0];
+      be->attention_forward(ws, oseg, lse, slot + (size_t)src * w, kc, vc, &as);
+    }
+  }
+}
+
+int headpar_stage_backward(const ts_backend *be, ts_ws *ws, const ts_attn_shape *layer, int per,
+                           int nkv, int h0, const float *Q, const float *K, const float *V,
+                           const float *dO, float *O, float *lse, float *dQ, float *dK,
+                           float *dV, float *dsum) {
+  ts_attn_shape as = *layer;
+  as.H = per;
+  as.Hkv = nkv;
+  as.h0 = h0;
+  // the forward's output and lse, recomputed (same bits), then the backward
+  be->attention_forward(ws, O, lse, Q, K, V, &as);
+  if (be->attention_backward(ws, dQ, dK, dV, dsum, dO, Q, K, V, O, lse, &as) != 0)
+    return ts_fail(TS_ERUNTIME, "out of memory in attention backward");
+  return TS_OK;
+}
 
 // Projects heads `heads[0..n)` of the rank's rows into out at column k·dh for
 // head k (row stride ld) with the serial kernel's shapes (docs/EXACTNESS.md R1);
@@ -160,32 +212,9 @@ int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
       rc = ts_fail(TS_ERUNTIME, "out of memory (UPipe stage buffers)");
       break;
     }
-    const size_t wkv = (size_t)nkv_sent * dh;
-    for (int src = 0; src < N; src++) {
-      ts_attn_shape as = shape(m, l, p, step);
-      as.Tq = Tl;
-      as.q0 = src * Tl;
-      as.Tk = T;
-      as.ldq = C;
-      as.ldkv = (int)wkv;
-      as.ldo = (int)w;
-      float *oseg = o + (size_t)src * Tl * w;
-      if (hp(m)->sched == TS_UPIPE_GQA) { // my heads are G·dh apart in the slot: one call each
-        for (int k = 0; k < per; k++) {
-          as.H = 1;
-          as.Hkv = 1;
-          as.h0 = mine.q[k];
-          const float *q = slot + (size_t)src * rq.block + (size_t)k * G * dh;
-          const float *kk = kc + (size_t)mine.kv_of[k] * dh, *vv = vc + (size_t)mine.kv_of[k] * dh;
-          m->be->attention_forward(&m->ws, oseg + (size_t)k * dh, lse, q, kk, vv, &as);
-        }
-      } else {
-        as.H = per;
-        as.Hkv = mine.nkv;
-        as.h0 = mine.q[0];
-        m->be->attention_forward(&m->ws, oseg, lse, slot + (size_t)src * w, kc, vc, &as);
-      }
-    }
+    const ts_attn_shape layer = shape(m, l, p, step);
+    headpar_stage_attention(m->be, &m->ws, &layer, &mine, hp(m)->sched, N, Tl, C, G, slot,
+                            rq.block, kc, vc, nkv_sent, o, lse);
     ts_mem_free(lse);
     // 5. the output back: block c = segment c's rows of my heads, into the
     // slot (Q' is no longer needed)
@@ -211,7 +240,7 @@ int headpar_backward(ts_model *m, int l, uint64_t step) {
   const int Tl = m->Tl, T = m->T, G = m->H / m->Hkv;
   const float p = m->cfg.dropout;
   // stages of whole groups on every rank
-  const int NG = N * G, Ub = hp(m)->U / gcd(hp(m)->U, NG) * NG;
+  const int Ub = headpar_backward_stage(hp(m)->U, N, G);
   const int per = Ub / N, nkv = per / G, nst = m->H / Ub;
   const size_t w = (size_t)per * dh, wk = (size_t)nkv * dh;
   layer_params *wt = &m->p.layer[l];
@@ -269,14 +298,9 @@ int headpar_backward(ts_model *m, int l, uint64_t step) {
     ts_block2d sd = {(size_t)Tl, w, (size_t)C, w, 1, 0};
     if (!rc) rc = ts_comm_alltoall_2d(m->seq, m->datt + (size_t)s * Ub * dh, &sd, dO, &rq, l);
     if (!rc) {
-      ts_attn_shape as = shape(m, l, p, step);
-      as.H = per;
-      as.Hkv = nkv;
-      as.h0 = to[r].q[0];
-      // the forward's output and lse, recomputed (same bits), then the backward
-      m->be->attention_forward(&m->ws, O, lse, Q, K, V, &as);
-      if (m->be->attention_backward(&m->ws, dQ, dK, dV, dsum, dO, Q, K, V, O, lse, &as) != 0)
-        rc = ts_fail(TS_ERUNTIME, "out of memory in attention backward");
+      const ts_attn_shape layer = shape(m, l, p, step);
+      rc = headpar_stage_backward(m->be, &m->ws, &layer, per, nkv, to[r].q[0], Q, K, V, dO, O,
+                                  lse, dQ, dK, dV, dsum);
     }
     // head-sharded -> sequence-sharded, into the stage's columns of dq, dk, dv
     ts_block2d bq = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0}, dq_r = {(size_t)Tl, w, (size_t)C, w, 1, 0};

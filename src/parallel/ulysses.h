@@ -47,4 +47,37 @@ int headpar_forward(ts_model *m, int l, uint64_t step, float p);
 // m->ln_out (the norm output, recomputed) into m->dq (rows × d) and m->dk,
 // m->dv (rows × Hkv·dh), before the rotations are undone.
 int headpar_backward(ts_model *m, int l, uint64_t step);
+
+// ---- the pieces without the model (bench/attention's --layout ulysses makes these calls) --
+// The heads rank c works on in one stage: nq query heads (global indices)
+// and the nkv key/value heads they read; kv_of[k] is query head k's index
+// in kv.
+typedef struct {
+  int nq, nkv;
+  int q[64], kv[64], kv_of[64];
+} headpar_heads;
+// Forward stage s of stages of U heads (schedule sched, G query heads per
+// key/value head) for rank c of N; backward stage s of U_b heads.
+void headpar_forward_heads(int N, int U, int G, int sched, int s, int c, headpar_heads *h);
+void headpar_backward_heads(int N, int Ub, int G, int s, int c, headpar_heads *h);
+// U_b: the backward's heads per stage, whole groups on every rank (lcm(U, N·G)).
+int headpar_backward_stage(int U, int N, int G);
+// A forward stage's attention on the rank with heads `mine`: its heads over
+// the whole sequence (kc, vc: (T, nkv·dh), the nkv key/value heads sent), one
+// query segment src of N at a time; segment src's queries are Tl rows (C
+// apart) at slot + src·(per·dh) (gqa: slot + src·block, a head G·dh apart),
+// its output goes to rows src·Tl of o (T, per·dh). lse (per, Tl) is scratch.
+// `layer`: the layer's shape (B 1, T, dh, tile, dropout key, Hg).
+void headpar_stage_attention(const ts_backend *be, ts_ws *ws, const ts_attn_shape *layer,
+                             const headpar_heads *mine, int sched, int N, int Tl, int C, int G,
+                             const float *slot, size_t block, const float *kc, const float *vc,
+                             int nkv, float *o, float *lse);
+// A backward stage's attention: per query heads from h0 (nkv key/value
+// heads) over the whole sequence, Q, dO, O, dQ (T, per·dh), K, V, dK, dV
+// (T, nkv·dh), lse and dsum (per, T): the output and lse recomputed, then
+// the backward. TS_OK, or an error (out of memory).
+int headpar_stage_backward(const ts_backend *be, ts_ws *ws, const ts_attn_shape *layer, int per,
+                           int nkv, int h0, const float *Q, const float *K, const float *V,
+                           const float *dO, float *O, float *lse, float *dQ, float *dK,
+                           float *dV, float *dsum);
 #endif
