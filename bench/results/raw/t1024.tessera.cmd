@@ -1,1 +1,1 @@
-$TESSERA train --model small --seq 1024 --batch 4 --steps 5 --eval-batches 1 --data data/corpus.txt --log bench/results/raw/t1024.tessera.jsonl
+build/tessera train --model small --seq 1024 --batch 4 --steps 5 --eval-batches 1 --data data/corpus.txt --log bench/results/raw/t1024.tessera.jsonl

@@ -1,1 +1,1 @@
-$TESSERA train --model small --seq 4096 --batch 1 --steps 5 --eval-batches 1 --data data/corpus.txt --log bench/results/raw/t4096.tessera.jsonl
+build/tessera train --model small --seq 4096 --batch 1 --steps 5 --eval-batches 1 --data data/corpus.txt --log bench/results/raw/t4096.tessera.jsonl

@@ -1,0 +1,1 @@
+mpiexec -n 4 tessera train --model small --seq 8192 --batch 1 --steps 2 --threads 1 --eval-batches 1 --data data/corpus.txt --quiet --log bench/results/sp-balance-n4/n4-t8192-megatron.jsonl --sp 4 --sp-mode megatron
