@@ -1,0 +1,1 @@
+tessera train --model small --seq 8192 --batch 4 --steps 1 --warmup 1 --eval-batches 1 --checkpoint --fused-ce --tiled-mlp --threads 1 --quiet --data data/corpus.txt --log bench/results/state-full/small-serial.jsonl

@@ -1,0 +1,1 @@
+mpiexec -n 4 tessera train --model small --seq 8192 --batch 1 --steps 1 --warmup 1 --eval-batches 1 --checkpoint --fused-ce --tiled-mlp --threads 1 --quiet --data data/corpus.txt --log bench/results/state-full/small-upipe4-z3.jsonl --sp 4 --sp-mode upipe --zero 3
