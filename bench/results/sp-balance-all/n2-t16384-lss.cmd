@@ -1,0 +1,1 @@
+mpiexec -n 2 build/tessera train --model small --seq 16384 --batch 1 --steps 2 --threads 1 --eval-batches 1 --data data/corpus.txt --quiet --log bench/results/sp-balance16k-b/n2-t16384-lss.jsonl --sp 2 --sp-mode lss
