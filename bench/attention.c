@@ -125,15 +125,22 @@ static int serial_run(ts_ws *ws, layer *L, int reps, double *mf, double *mb) {
   return rc;
 }
 
+// The layer's buffers and one thread's workspace for its tiles; 0 or -1
+// (nothing left allocated).
+static int layer_open(layer *L, ts_ws *ws, int T, int H, int dh) {
+  if (layer_init(L, T, H, dh) != 0) return -1;
+  if (ts_ws_init(ws, L->tile, L->tile, 1, dh) != 0) {
+    layer_free(L);
+    return -1;
+  }
+  return 0;
+}
+
 // Times reps forward and backward passes at sequence length T; returns 0 or -1.
 static int bench_one(int T, int H, int dh, int reps, double roof) {
   layer L;
   ts_ws ws;
-  if (layer_init(&L, T, H, dh) != 0) return -1;
-  if (ts_ws_init(&ws, L.tile, L.tile, 1, dh) != 0) {
-    layer_free(&L);
-    return -1;
-  }
+  if (layer_open(&L, &ws, T, H, dh) != 0) return -1;
   double mf, mb;
   int rc = serial_run(&ws, &L, reps, &mf, &mb);
   if (!rc) {
@@ -466,11 +473,7 @@ static const char *layout_refusal(int layout, int N, int T, int H, char *buf, si
 static int bench_layout(int layout, int N, int T, int H, int dh, int reps, int check, double roof) {
   layer L;
   ts_ws ws;
-  if (layer_init(&L, T, H, dh) != 0) return -1;
-  if (ts_ws_init(&ws, L.tile, L.tile, 1, dh) != 0) {
-    layer_free(&L);
-    return -1;
-  }
+  if (layer_open(&L, &ws, T, H, dh) != 0) return -1;
   rank_stats *st = calloc((size_t)N, sizeof *st);
   double *times = malloc((size_t)2 * N * reps * sizeof(double));
   double mf = 0.0, mb = 0.0;
