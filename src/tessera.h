@@ -340,8 +340,11 @@ int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const 
 // gradients in parts (--zero 2 and 3, src/parallel/zero.c): `params` before
 // a layer's forward and its backward (whole: 1) and after them (may go: 0),
 // `grads_done` when a layer's backward has written its whole gradient on
-// this rank. Non-zero returns end the pass with that error. The hooks see
-// layers only; the embeddings and the head stay whole. NULL: no hooks.
+// this rank. Non-zero returns end the pass with that error. `params` sees
+// the ends too: layer -1 around the embeddings' forward and backward, layer
+// L (the model's layer count) around the head's (final norm, head, loss);
+// `grads_done` sees layers only (the ends' gradients are complete at the end
+// of the pass). NULL: no hooks.
 typedef struct {
   int (*params)(void *ctx, int layer, int whole);
   int (*grads_done)(void *ctx, int layer);
@@ -404,6 +407,12 @@ size_t ts_model_num_params(const ts_model *m);
 size_t ts_model_split_params(const ts_model *m);
 float *ts_model_params(ts_model *m);
 float *ts_model_grads(ts_model *m);
+// The model's layers as runs of those buffers: layer first + k is [lo[k],
+// lo[k + 1]) for k < *nlay (0: none; lo has room for n_layer + 1). 0 when
+// each layer is one run and they follow one another; 1 when another
+// tensor lies between them (*bad: its index in ts_model_tensors), 2 when a
+// layer is not one run (*bad: the layer).
+int ts_model_layer_runs(const ts_model *m, int *first, int *nlay, size_t *lo, int *bad);
 // The copies this model holds of tensors another stage owns (see
 // ts_model_create_stage): their number, and their views (parameters only).
 int ts_model_num_copies(const ts_model *m);

@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 void ts_tree_init(ts_tree *t, size_t n) {
   memset(t, 0, sizeof *t);
   t->n = n;
@@ -31,6 +33,7 @@ float *ts_tree_take(ts_tree *t) {
 static void give(ts_tree *t, float *b) { t->pool[t->npool++] = b; }
 
 void ts_tree_reset(ts_tree *t, uint64_t start) {
+  if (t->part) { give(t, t->part); t->part = NULL; } // (a leaf left half pushed)
   for (int k = 0; k < TS_TREE_MAX_LEVELS; k++)
     if (t->slot[k]) { give(t, t->slot[k]); t->slot[k] = NULL; }
   t->count = start;
@@ -109,6 +112,74 @@ void ts_tree_finish(ts_tree *t, float *out) {
     memset(out, 0, t->n * sizeof(float));
   }
   t->count = 0;
+}
+
+// Pushing in parts follows ts_tree_push's buffers exactly: with a left
+// neighbour in slot 0 the leaf is added into it, else it is copied into a
+// buffer of its own (taken at the first part); then the carry merges with
+// the slots of the levels the position completes, each left + carry into
+// the left, whose buffer carries on. The slots change only at the end.
+static void dead(float *b, size_t lo, size_t hi) {
+  ts_pages_discard(b + lo, (hi - lo) * sizeof(float));
+}
+
+int ts_tree_push_part(ts_tree *t, const float *leaf, size_t lo, size_t hi, float *out) {
+  if (lo >= hi) return 0;
+  const size_t m = hi - lo;
+  float *carry;
+  int k;
+  if ((t->count & 1u) && t->slot[0]) {
+    carry = t->slot[0];
+    ts_tree_add(carry + lo, leaf + lo, m);
+    k = 1;
+  } else {
+    if (!t->part && !(t->part = ts_tree_take(t))) return -1;
+    carry = t->part;
+    memcpy(carry + lo, leaf + lo, m * sizeof(float));
+    k = 0;
+  }
+  for (; (t->count >> k) & 1u; k++) {
+    float *left = t->slot[k];
+    if (!left || left == carry) continue; // (slot 0's, added into already)
+    ts_tree_add(left + lo, carry + lo, m);
+    dead(carry, lo, hi);
+    carry = left;
+  }
+  if (!out) return 0;
+  // the last leaf: ts_tree_finish's sums of these elements, from the lowest
+  // slot above the carry's level up, each the left operand
+  for (k++; k < TS_TREE_MAX_LEVELS; k++) {
+    float *s = t->slot[k];
+    if (!s) continue;
+    ts_tree_add(s + lo, carry + lo, m);
+    dead(carry, lo, hi);
+    carry = s;
+  }
+  memcpy(out + lo, carry + lo, m * sizeof(float));
+  dead(carry, lo, hi);
+  return 0;
+}
+
+void ts_tree_push_parts_end(ts_tree *t, int finished) {
+  float *carry = t->part;
+  int k = 0;
+  t->part = NULL;
+  if ((t->count & 1u) && t->slot[0]) {
+    carry = t->slot[0];
+    t->slot[0] = NULL;
+    k = 1;
+  }
+  for (; (t->count >> k) & 1u; k++) {
+    float *left = t->slot[k];
+    t->slot[k] = NULL;
+    if (left && left != carry) {
+      give(t, carry);
+      carry = left;
+    }
+  }
+  t->slot[k] = carry;
+  t->count++;
+  if (finished) ts_tree_reset(t, 0);
 }
 
 float ts_tree_sum(const float *x, size_t n) {

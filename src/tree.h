@@ -27,6 +27,7 @@ typedef struct {
   int npool;
   float *owned[TS_TREE_MAX_BUFS];        // every buffer ever allocated, for free()
   int nowned;
+  float *part;                           // the leaf pushed in parts: its copy, or NULL
 } ts_tree;
 
 void ts_tree_init(ts_tree *t, size_t n);
@@ -47,6 +48,19 @@ void ts_tree_skip(ts_tree *t, uint64_t count);
 // Writes the sum of everything pushed (zeros when all were empty) into out.
 // The tree is left reset to position 0.
 void ts_tree_finish(ts_tree *t, float *out);
+
+// A leaf pushed in parts, for a caller that has its elements a part at a
+// time (a pipeline stage's gradient, layer by layer) and wants no whole copy
+// of it: ts_tree_push_part does for leaf[lo, hi) what ts_tree_push does for
+// the whole leaf, the same additions in the same order, so the same bits;
+// with out (the leaf is the last) ts_tree_finish's too, into out[lo, hi)
+// (out may be the leaf). The part of every tree buffer it leaves dead goes
+// back to the system (ts_pages_discard), so that the tree's memory follows
+// the parts. The parts of one leaf must not overlap; once they cover [0, n)
+// ts_tree_push_parts_end moves to the next position (with out: resets, as
+// ts_tree_finish). The leaf must not be empty. -1: out of memory.
+int ts_tree_push_part(ts_tree *t, const float *leaf, size_t lo, size_t hi, float *out);
+void ts_tree_push_parts_end(ts_tree *t, int finished);
 
 // The canonical tree sum of n scalars (x[i] is leaf i).
 float ts_tree_sum(const float *x, size_t n);

@@ -87,6 +87,13 @@ expect_stdout() {
   fi
 }
 
+# expect_equal LABEL GOT WANT: a counted value (bytes, messages) is the one
+# its formula gives.
+expect_equal() {
+  TS_CHECKS=$((TS_CHECKS + 1))
+  if [ "$2" = "$3" ]; then pass "$1: $2"; else fail "$1: '$2', expected $3"; fi
+}
+
 # expect_compare WANT LABEL A B: `tessera compare A B` prints exactly WANT
 # ("identical" for two logs, "same model state" for two checkpoints).
 expect_compare() {

@@ -103,35 +103,30 @@ n=$(($(state "$TS_TMP/dp4-serial.jsonl" grads) / 4))
 for key in optimizer model_sum; do
   got=$(state "$TS_TMP/dp4.jsonl" $key)
   case $key in optimizer) want=$((8 * (n / 4))) ;; model_sum) want=$((4 * 8 * n + 8 * n)) ;; esac
-  TS_CHECKS=$((TS_CHECKS + 1))
-  [ "$got" = "$want" ] && pass "dp 4 --zero 1: $key $got bytes (n = $n parameters)" ||
-    fail "dp 4 --zero 1: $key '$got' bytes, expected $want (n = $n parameters)"
+  expect_equal "dp 4 --zero 1: $key bytes (n = $n parameters)" "$got" "$want"
 done
 
-# stages 2 and 3 (rank 0's record): the gradients (2) and parameters (3) of
-# the layers but rank 0's shard let go; the ends stay whole. tiny: the
-# embeddings (256 + 64 rows of 64) come before the layers, the final norm
-# (2·64) after; rank 0's shard is the first ⌊n/4⌋ elements, so it holds
-# ⌊n/4⌋ + 128 of them.
-held=$((4 * (n / 4 + 128)))
-layers=$((n - (256 + 64) * 64 - 128))
+# stages 2 and 3 (rank 0's record): the gradients (2) and parameters (3)
+# but rank 0's shard let go, the ends' as the layers' (outside a pipeline);
+# rank 0's shard is the first ⌊n/4⌋ elements. Summed over the 4 ranks: each
+# gradient once (2, 3), each parameter once (3) or on every rank (2), the
+# moments once: the serial run's 16·n bytes under 3.
 for z in 2 3; do
   for key in grads params optimizer model_sum; do
-    got=$(state "$TS_TMP/dp4-z3.jsonl" $key)
-    [ $z = 2 ] && got=$(state "$TS_TMP/dp4-z2.jsonl" $key)
+    got=$(state "$TS_TMP/dp4-z$z.jsonl" $key)
     case $key in
-      grads) want=$held ;;
-      params) want=$([ $z = 3 ] && echo $held || echo $((4 * n))) ;;
+      grads) want=$((4 * (n / 4))) ;;
+      params) want=$([ $z = 3 ] && echo $((4 * (n / 4))) || echo $((4 * n))) ;;
       optimizer) want=$((8 * (n / 4))) ;;
-      model_sum) # every replica's ends and its shard of the layers, the moments once
-        ends=$((4 * (4 * (n - layers) + layers)))
-        want=$((ends + 8 * n + $([ $z = 3 ] && echo $ends || echo $((4 * 4 * n))))) ;;
+      model_sum) want=$((4 * n + 8 * n + $([ $z = 3 ] && echo $((4 * n)) || echo $((4 * 4 * n))))) ;;
     esac
-    TS_CHECKS=$((TS_CHECKS + 1))
-    [ "$got" = "$want" ] && pass "dp 4 --zero $z: $key $got bytes (n = $n)" ||
-      fail "dp 4 --zero $z: $key '$got' bytes, expected $want (n = $n)"
+    expect_equal "dp 4 --zero $z: $key bytes (n = $n)" "$got" "$want"
   done
 done
+# and the same for the serial run's state under --sp: the rows of the
+# position table are each rank's own, the rest is sharded
+got=$(state "$TS_TMP/sp2-z3.jsonl" model_sum) want=$(state "$TS_TMP/sp2-z3-serial.jsonl" model_sum)
+expect_equal "sp 2 --zero 3: the model state's bytes over the ranks, against serial's" "$got" "$want"
 
 # under --pp 2 --dp 2 (rank 0: stage 0 of data replica 0, Z = 2): stage 0
 # holds the positional table (64 rows of 64) and half the layers, n0 of its
@@ -155,9 +150,7 @@ for z in 2 3; do
         want=$((4 * (2 * ends + layers) + 8 * n + 4 * 2 * copy + \
                 $([ $z = 3 ] && echo $((4 * (2 * ends + layers))) || echo $((4 * 2 * n))))) ;;
     esac
-    TS_CHECKS=$((TS_CHECKS + 1))
-    [ "$got" = "$want" ] && pass "pp 2 dp 2 --zero $z: $key $got bytes (n = $n)" ||
-      fail "pp 2 dp 2 --zero $z: $key '$got' bytes, expected $want (n = $n)"
+    expect_equal "pp 2 dp 2 --zero $z: $key bytes (n = $n)" "$got" "$want"
   done
 done
 
@@ -206,6 +199,14 @@ expect_exit 0 "" $RUN_MPI -n 2 "$T" train $C3 --dp 2 --zero 2 --ckpt-dir "$TS_TM
   --log "$TS_TMP/k3.jsonl" --resume
 expect_compare identical "--zero 3 resumed under --dp 2 --zero 2, against the straight run" \
   "$TS_TMP/k3s.jsonl" "$TS_TMP/k3.jsonl"
+# and the serial checkpoint resumed under --dp 2 --zero 3: each rank reads
+# its shard, the ends' included
+rm -rf "$TS_TMP/k3r" && mkdir "$TS_TMP/k3r"
+cp "$TS_TMP/k3s/step-00000002.safetensors" "$TS_TMP/k3r/" && cp "$TS_TMP/k3s.jsonl" "$TS_TMP/k3r.jsonl"
+expect_exit 0 "" $RUN_MPI -n 2 "$T" train $C3 --dp 2 --zero 3 --ckpt-dir "$TS_TMP/k3r" \
+  --log "$TS_TMP/k3r.jsonl" --resume
+expect_compare identical "serial resumed under --dp 2 --zero 3, against the straight run" \
+  "$TS_TMP/k3s.jsonl" "$TS_TMP/k3r.jsonl"
 # --init-from under partitioned layouts: each rank reads the byte ranges of
 # what it holds (a stage's tensors and the copies it keeps), its moments
 # start at zero; the runs equal the serial run from the same weights
@@ -296,9 +297,7 @@ for z in 1 2 3; do
         want=$((8 * n + 4 * 2 * copy + $([ $z = 3 ] && echo $part || echo $whole) + \
                 $([ $z = 1 ] && echo $whole || echo $part))) ;;
     esac
-    TS_CHECKS=$((TS_CHECKS + 1))
-    [ "$got" = "$want" ] && pass "mapl pp 2 dp 2 --zero $z: $key $got bytes (n = $n)" ||
-      fail "mapl pp 2 dp 2 --zero $z: $key '$got' bytes, expected $want (n = $n)"
+    expect_equal "mapl pp 2 dp 2 --zero $z: $key bytes (n = $n)" "$got" "$want"
   done
 done
 
@@ -322,9 +321,7 @@ TS_CHECKS=$((TS_CHECKS + 1))
 for key in grads params optimizer; do
   got=$(state "$TS_TMP/vq8.jsonl" $key)
   want=$(($([ $key = optimizer ] && echo 8 || echo 4) * n0))
-  TS_CHECKS=$((TS_CHECKS + 1))
-  [ "$got" = "$want" ] && pass "mapl-vq 8 rounds --zero 3: rank 0's $key $got bytes (n0 = $n0)" ||
-    fail "mapl-vq 8 rounds --zero 3: rank 0's $key '$got' bytes, expected $want (n0 = $n0)"
+  expect_equal "mapl-vq 8 rounds --zero 3: rank 0's $key bytes (n0 = $n0)" "$got" "$want"
 done
 
 # --- refused before any work ----------------------------------------------------------

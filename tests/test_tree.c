@@ -297,6 +297,58 @@ static void test_large_leaves(void **state) {
   free(want);
 }
 
+// A leaf pushed in parts (ts_tree_push_part) is the same leaf pushed whole:
+// n leaves, some empty (pushed whole), the rest in parts cut at pseudo-random
+// places and given in a shuffled order, the last one finished into a copy of
+// itself in place (out = the leaf, as a pipeline stage's gradient buffer).
+// Large leaves, so that the pages the parts let go are real pages.
+static void test_push_in_parts(void **state) {
+  (void)state;
+  const size_t m = 3 * 4096 + 17;
+  float *leaves = malloc(40 * m * sizeof(float)), *leaf = malloc(m * sizeof(float));
+  float *got = malloc(m * sizeof(float)), *want = malloc(m * sizeof(float));
+  assert_non_null(leaves);
+  assert_non_null(leaf);
+  assert_non_null(got);
+  assert_non_null(want);
+  fill_wide(leaves, 40 * m, 7);
+  int present[40];
+  uint32_t x = 12345;
+  for (int i = 0; i < 40; i++) present[i] = (i % 7) != 3;
+  for (size_t n = 1; n <= 40; n++) {
+    if (!present[n - 1]) continue; // (the last leaf is pushed in parts)
+    ts_tree t;
+    ts_tree_init(&t, m);
+    for (size_t i = 0; i < n; i++) {
+      if (!present[i]) {
+        assert_int_equal(ts_tree_push(&t, NULL), 0);
+        continue;
+      }
+      memcpy(leaf, leaves + i * m, m * sizeof(float));
+      size_t cut[6] = {0, 0, 0, 0, 0, m};
+      for (int c = 1; c < 5; c++) cut[c] = (x = x * 1664525u + 1013904223u) % m;
+      for (int c = 1; c < 5; c++) // sorted: five parts, some empty
+        for (int d = c + 1; d < 5; d++)
+          if (cut[d] < cut[c]) { size_t tmp = cut[c]; cut[c] = cut[d]; cut[d] = tmp; }
+      const int last = i + 1 == n;
+      for (int q = 0; q < 5; q++) {
+        const int p = (q * 3 + (int)i) % 5; // every part once, in a shuffled order
+        assert_int_equal(ts_tree_push_part(&t, leaf, cut[p], cut[p + 1], last ? leaf : NULL), 0);
+      }
+      ts_tree_push_parts_end(&t, last);
+    }
+    memcpy(got, leaf, m * sizeof(float));
+    ref_sum(want, leaves, present, n, m);
+    assert_memory_equal(got, want, m * sizeof(float));
+    assert_int_equal(t.count, 0);
+    ts_tree_free(&t);
+  }
+  free(leaves);
+  free(leaf);
+  free(got);
+  free(want);
+}
+
 static void test_add(void **state) {
   float a[3] = {1.0f, 16777216.0f, -2.0f};
   const float b[3] = {0.5f, 1.0f, 2.0f};
@@ -316,6 +368,7 @@ int main(void) {
       cmocka_unit_test(test_tree_sum_equals_tree),
       cmocka_unit_test(test_large_leaves),
       cmocka_unit_test(test_add),
+      cmocka_unit_test(test_push_in_parts),
       cmocka_unit_test(test_buffers_log_n),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

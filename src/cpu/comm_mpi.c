@@ -125,41 +125,56 @@ static int mpi_bcast(ts_comm *c, void *buf, size_t bytes, int root) {
 }
 
 // ---- exact reductions ------------------------------------------------------------------
-// Copies the chunks c = first (mod stride) of buf into out, in chunk order;
-// returns the floats copied.
-static size_t pack(float *out, const float *buf, size_t n, int P, int first, int stride) {
-  size_t k = 0;
-  for (int c = first; c < P; c += stride) {
+// A round's chunks (c = first, first + stride, ... < P) side by side are its
+// stream: [o, o + k) of it is copied out of buf (store 0: into out) or, with
+// store, from `in` into their places in buf (added: buf + in, when add).
+static void stream_part(float *buf, size_t n, int P, int first, int stride, size_t o, size_t k,
+                        float *out, const float *in, int store, int add) {
+  size_t at = 0; // the stream offset of chunk c
+  for (int c = first; c < P && k > 0; c += stride) {
     size_t off, len;
     ts_comm_chunk(n, P, c, &off, &len);
-    memcpy(out + k, buf + off, len * sizeof(float));
-    k += len;
+    if (o < at + len) {
+      const size_t a = o - at, m = len - a < k ? len - a : k; // (o >= at: in order)
+      if (!store) memcpy(out, buf + off + a, m * sizeof(float)), out += m;
+      else if (add) ts_tree_add(buf + off + a, in, m), in += m;
+      else memcpy(buf + off + a, in, m * sizeof(float)), in += m;
+      o += m;
+      k -= m;
+    }
+    at += len;
   }
-  return k;
 }
+
+// Floats a round swaps at a time: the packing space stays this small
+// whatever the vector (a gradient, or lss's [dK | dV] of a whole sequence).
+// Each element is added exactly as in one swap, so the bits do not depend
+// on it.
+#define TREE_PIECE ((size_t)1 << 20)
 
 // Rounds 0 .. nrounds-1 of the tree schedule (comm_tree.h) on buf (n,): in
 // each, the chunks sent are packed into sendbuf, swapped with the partner's,
-// and the partner's land in their places, added (ours + theirs) or stored.
+// and the partner's land in their places, added (ours + theirs) or stored;
+// piece by piece, TREE_PIECE floats of each stream at a time (the partner
+// cuts its streams the same way: ours sent is its received).
 static int tree_rounds(ts_comm *c, float *buf, size_t n, int nrounds) {
   mpi_state *s = c->state;
   const int P = c->size, r = c->rank;
-  int rc = reserve(s, ts_comm_tree_max_floats(n, P) + 1);
+  const size_t most = ts_comm_tree_max_floats(n, P);
+  int rc = reserve(s, (most < TREE_PIECE ? most : TREE_PIECE) + 1);
   if (rc) return rc;
   for (int k = 0; k < nrounds; k++) {
     const ts_comm_round q = ts_comm_tree_round(P, r, k);
-    size_t ns = pack(s->sendbuf, buf, n, P, q.send, q.stride);
-    size_t nr = ts_comm_tree_floats(n, P, q.recv, q.stride);
-    if ((rc = mpi_sendrecv(c, s->sendbuf, ns * sizeof(float), q.partner, s->recvbuf,
-                           nr * sizeof(float), q.partner)))
-      return rc;
-    const float *in = s->recvbuf;
-    for (int ch = q.recv; ch < P; ch += q.stride) {
-      size_t off, len;
-      ts_comm_chunk(n, P, ch, &off, &len);
-      if (q.add) ts_tree_add(buf + off, in, len);
-      else memcpy(buf + off, in, len * sizeof(float));
-      in += len;
+    const size_t ns = ts_comm_tree_floats(n, P, q.send, q.stride);
+    const size_t nr = ts_comm_tree_floats(n, P, q.recv, q.stride);
+    for (size_t o = 0; o < ns || o < nr; o += TREE_PIECE) {
+      const size_t ks = o < ns ? (ns - o < TREE_PIECE ? ns - o : TREE_PIECE) : 0;
+      const size_t kr = o < nr ? (nr - o < TREE_PIECE ? nr - o : TREE_PIECE) : 0;
+      stream_part(buf, n, P, q.send, q.stride, o, ks, s->sendbuf, NULL, 0, 0);
+      if ((rc = mpi_sendrecv(c, s->sendbuf, ks * sizeof(float), q.partner, s->recvbuf,
+                             kr * sizeof(float), q.partner)))
+        return rc;
+      stream_part(buf, n, P, q.recv, q.stride, o, kr, NULL, s->recvbuf, 1, q.add);
     }
   }
   return TS_OK;

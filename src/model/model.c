@@ -10,7 +10,7 @@
 #include "model_impl.h"
 
 // Layer l's parameters whole (1) or free to go (0), for layouts that hold
-// them in parts (ts_layer_hooks).
+// them in parts (ts_layer_hooks; l = -1: the embeddings, L: the head).
 static int hold_layer(ts_model *m, int l, int whole) {
   return m->hooks.params ? m->hooks.params(m->hooks.ctx, l, whole) : TS_OK;
 }
@@ -28,6 +28,7 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
   memcpy(m->targets, targets, (size_t)N * sizeof(int));
   m->rc = TS_OK;
   if (m->l0 == 0) {
+    if ((m->rc = hold_layer(m, -1, 1))) return NAN;
     for (int k = 0; k < m->nrun; k++) {
       const size_t row = (size_t)k * m->run_len;
       m->be->encoder_forward(m->res[0] + row * C, m->inputs + row, m->p.wte,
@@ -35,6 +36,7 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
                                : NULL,
                       m->nrun == 1 ? B : 1, m->run_len, C);
     }
+    if ((m->rc = hold_layer(m, -1, 0))) return NAN;
   } else { // a later pipeline stage: the previous stage's output, decoded (boundary.h)
     m->bd->decode(m, ts_boundary_at(m, m->l0), m->x_in, m->res[m->l0]);
   }
@@ -53,7 +55,9 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     m->loss_sum = m->loss = 0.0f;
     return 0.0f;
   }
+  if ((m->rc = hold_layer(m, m->L, 1))) return NAN;
   ts_head_forward(m);
+  if ((m->rc = hold_layer(m, m->L, 0))) return NAN;
   m->loss = m->loss_sum / (float)m->ntok_global;
   return m->loss;
 }
@@ -62,7 +66,9 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
 int ts_model_backward(ts_model *m, uint64_t step) {
   int rc = 0, crc; // rc: allocation failures in the trees; crc: a collective's error
   if (m->l1 == m->L) {
+    if ((crc = hold_layer(m, m->L, 1))) return crc;
     rc |= ts_head_backward(m);
+    if ((crc = hold_layer(m, m->L, 0))) return crc;
   } else { // an earlier pipeline stage: the next stage's gradient of our output, encoded
     if ((crc = m->bd->encode_backward(m, ts_boundary_at(m, m->l1), m->dy_in, m->dres, step)))
       return crc;
@@ -86,7 +92,9 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     if (rc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
     return TS_OK;
   }
+  if ((crc = hold_layer(m, -1, 1))) return crc; // (a tied head's weight gradient reads them)
   rc |= ts_embedding_backward(m);
+  if ((crc = hold_layer(m, -1, 0))) return crc;
   if (rc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
   return TS_OK;
 }

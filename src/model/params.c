@@ -618,6 +618,40 @@ void ts_model_tensors(ts_model *m, ts_tensor *params, ts_tensor *grads) {
   if (grads) memcpy(grads, m->gtens, (size_t)m->nown * sizeof(ts_tensor));
 }
 
+// Each layer one run, the layers one after another (the canonical order),
+// nothing else between them.
+int ts_model_layer_runs(const ts_model *m, int *first, int *nlay, size_t *lo, int *bad) {
+  const ts_tensor *t = m->ptens;
+  const int nt = m->nown;
+  int f = -1, last = -1;
+  for (int i = 0; i < nt; i++)
+    if (t[i].role == TS_ROLE_LAYER) {
+      if (f < 0 || t[i].index < f) f = t[i].index;
+      if (t[i].index > last) last = t[i].index;
+    }
+  *first = f;
+  *nlay = f < 0 ? 0 : last - f + 1;
+  size_t at = 0;
+  int l = f;
+  for (int i = 0; i < nt && *nlay; i++) {
+    if (t[i].role != TS_ROLE_LAYER) {
+      if (l > f && l <= last) return *bad = i, 1;
+      continue;
+    }
+    const size_t a = (size_t)(t[i].data - m->params), n = (size_t)ts_tensor_numel(&t[i]);
+    if (t[i].index == l) { // the first tensor of the next layer
+      if (l > f && a != at) return *bad = l, 2;
+      lo[l - f] = a;
+      l++;
+    } else if (t[i].index != l - 1 || a != at) {
+      return *bad = t[i].index, 2;
+    }
+    at = a + n;
+  }
+  if (*nlay) lo[*nlay] = at;
+  return 0;
+}
+
 int ts_model_num_copies(const ts_model *m) { return m->ntens - m->nown; }
 
 void ts_model_copies(ts_model *m, ts_tensor *params) {

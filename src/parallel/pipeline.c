@@ -37,6 +37,13 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   pl->lsums = calloc((size_t)pl->runs * M, sizeof(float));
   if (!pl->store || !pl->dy || !pl->lsums) return ts_fail(TS_ERUNTIME, "out of memory (pipeline buffers)");
   ts_tree_init(&pl->tree, ts_model_num_params(m));
+  int bad;
+  if (!(pl->lay_lo = calloc((size_t)cfg->n_layer + 1, sizeof *pl->lay_lo)))
+    return ts_fail(TS_ERUNTIME, "out of memory");
+  if (ts_model_layer_runs(m, &pl->lay_l0, &pl->nlay, pl->lay_lo, &bad) != 0 || pl->nlay == 0) {
+    free(pl->lay_lo); // (pushed whole, as a stage without layers would be)
+    pl->lay_lo = NULL;
+  }
   pl->tied = cfg->tied;
   pl->wte_len = pl->tied ? (size_t)cfg->vocab * cfg->d : 0;
   pl->d = (size_t)cfg->d;
@@ -80,6 +87,7 @@ void ts_pipeline_free(ts_pipeline *pl) {
     pl->be->free(pl->wte_grad2);
   }
   free(pl->lsums);
+  free(pl->lay_lo);
   if (pl->tied_store) ts_tree_free(&pl->wte_tree);
   ts_tree_free(&pl->tree);
   memset(pl, 0, sizeof *pl);
@@ -116,6 +124,35 @@ static int forward(pass *ps, int mu) {
   return TS_OK;
 }
 
+// [lo, hi) of the model's gradient, g, into the tree over the microbatches
+// (pipeline.h: parts_of): the last microbatch's sum written over it, an
+// earlier one's let go once in the tree (its next backward writes it again).
+static int push_part(ts_pipeline *pl, float *g, size_t lo, size_t hi) {
+  const int last = pl->tree.count + 1 == (uint64_t)pl->M;
+  if (ts_tree_push_part(&pl->tree, g, lo, hi, last ? g : NULL) != 0)
+    return ts_fail(TS_ERUNTIME, "out of memory (gradient tree over microbatches)");
+  if (!last && hi > lo) ts_pages_discard(g + lo, (hi - lo) * sizeof(float));
+  return TS_OK;
+}
+
+// The model's hook: layer l's gradient is complete.
+static int layer_grads_in_parts(void *ctx, int l) {
+  ts_pipeline *pl = ctx;
+  const int k = l - pl->lay_l0;
+  return push_part(pl, ts_model_grads(pl->parts_of), pl->lay_lo[k], pl->lay_lo[k + 1]);
+}
+
+// After the backward: the rest of the gradient (before and after the
+// layers), and the leaf done.
+static int rest_in_parts(ts_pipeline *pl, ts_model *m) {
+  float *g = ts_model_grads(m);
+  const int last = pl->tree.count + 1 == (uint64_t)pl->M;
+  int rc = push_part(pl, g, 0, pl->lay_lo[0]);
+  if (!rc) rc = push_part(pl, g, pl->lay_lo[pl->nlay], ts_model_num_params(m));
+  if (!rc) ts_tree_push_parts_end(&pl->tree, last);
+  return rc;
+}
+
 // The backward of microbatch mu, its stage input in its slot and the next
 // stage's gradient in pl->dy; its activations recomputed unless held.
 static int backward(pass *ps, int mu) {
@@ -133,6 +170,7 @@ static int backward(pass *ps, int mu) {
   pl->inflight--;
   // in rounds: summed over the groups, the rank's shard kept (shard.h)
   if (pl->round_done) return pl->round_done(pl->seq_ctx);
+  if (pl->parts_of) return rest_in_parts(pl, ps->m); // (its layers' went in already)
   // a sequence's gradient: the sequence group's sum first
   if (pl->seq_grads && (rc = pl->seq_grads(pl->seq_ctx, ts_model_grads(ps->m)))) return rc;
   if (ts_tree_push(&pl->tree, ts_model_grads(ps->m)) != 0)
@@ -266,12 +304,22 @@ int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, co
   pass ps = {pl, m, b0, inputs, targets, step, train, -1, pl->rows};
   pl->inflight = pl->peak_inflight = 0;
   ts_tree_reset(&pl->tree, 0);
+  // the gradient in parts (pipeline.h), through the model's layer hooks
+  // (without rounds: no other hooks)
+  pl->parts_of = train && pl->lay_lo && !pl->round_done && !pl->seq_grads &&
+                         pl->be == &ts_backend_cpu ? m : NULL;
+  if (pl->parts_of) {
+    pl->hooks = (ts_layer_hooks){.grads_done = layer_grads_in_parts, .ctx = pl};
+    ts_model_set_layer_hooks(m, &pl->hooks);
+  }
   int rc = train && pl->schedule == 1 ? one_f_one_b(&ps) : gpipe(&ps);
+  if (pl->parts_of) ts_model_set_layer_hooks(m, NULL);
   if (rc) return rc;
   // (in rounds the rank's shard of the gradient; the tied embedding's after
-  // it, whole, over whatever the rounds left there)
+  // it, whole, over whatever the rounds left there; in parts, the sum is in
+  // place already)
   if (train && pl->rounds_finish) pl->rounds_finish(pl->seq_ctx);
-  else if (train) ts_tree_finish(&pl->tree, ts_model_grads(m));
+  else if (train && !pl->parts_of) ts_tree_finish(&pl->tree, ts_model_grads(m));
   if (train && pl->tied && (rc = tied_embedding(&ps))) return rc;
   // the loss from the last stage to all: the tree over microbatches, or with
   // a sequence group first each sequence's tree over its segments; in rounds

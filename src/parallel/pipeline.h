@@ -40,6 +40,20 @@ typedef struct {
   size_t rows;          // a microbatch's rows on this rank (mb·T, or mb·T/N under --sp)
   size_t d;             // the model's width
   ts_tree tree;         // the stage's gradients over microbatches
+  // Without rounds and a sequence group (on the CPU), each microbatch's
+  // gradient goes into `tree` in parts (ts_tree_push_part): each layer's as
+  // its backward ends (the model's grads_done hook), the rest (embeddings,
+  // head, codec tensors) after the backward, the model's buffer let go behind
+  // them and the last microbatch's sum written into it part by part. A stage
+  // then holds two gradient-sized buffers besides the model's at no point
+  // where it would have held three (M ≥ 3: the tree's two subtrees and the
+  // microbatch being computed, now one of them going as the other comes).
+  // lay_l0, nlay, lay_lo: the stage's layers' runs (ts_model_layer_runs;
+  // lay_lo NULL: not one run each, no parts).
+  int lay_l0, nlay;
+  size_t *lay_lo;
+  ts_layer_hooks hooks;
+  ts_model *parts_of;   // the model whose gradient goes in parts this pass, else NULL
   // Under --sp N (one sequence per microbatch): the sequence group, whose
   // segment loss sums the last stage combines, and the shard's sums of a
   // sequence over it (shard.h), run on each microbatch's gradient before it

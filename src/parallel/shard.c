@@ -155,7 +155,9 @@ int ts_shard_gather_params(ts_shard *sh) {
   float *params = ts_model_params(sh->m);
   const size_t end = sh->cut[sh->replica->size];
   if (sh->zero < 3 || sh->nlay == 0) return ts_zero_gather(sh, params, 0, end);
-  // under --zero 3 the layers' come one layer at a time, when used
+  // under --zero 3 the layers' come one layer at a time, when used, and so
+  // do the ends' when sharded too
+  if (sh->ends) return TS_OK;
   int rc = ts_zero_gather(sh, params, 0, sh->lay_lo[0]);
   return rc ? rc : ts_zero_gather(sh, params, sh->lay_lo[sh->nlay], end);
 }
@@ -498,5 +500,6 @@ int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group) {
   // the tree over the sequences (a pipeline keeps its own)
   if ((sh->seq && sh->nb > 1 && !sh->pl) || sh->M > 1) ts_tree_finish(&sh->seq_tree, g);
   if ((rc = ts_zero_sum(sh, data_group, g, 0, sh->np))) return rc;
+  ts_zero_ends_summed(sh); // --zero 2, 3: all but the rank's shard of them go
   return TS_OK;
 }

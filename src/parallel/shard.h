@@ -45,9 +45,14 @@ typedef struct {
   // lay_lo[nlay]) in all. A layer's gradient is summed over the sequence and
   // data groups as soon as its backward ends and all but the rank's shard of
   // it let go; under 3 its parameters too, gathered just before each use.
-  // The rest (embeddings, final norm, head) stays whole.
-  int nlay, lay_l0;
-  size_t *lay_lo;
+  // The ends (embeddings, final norm, head) too when `ends` (not under a
+  // pipeline, whose tied embedding moves between the stages whole, nor a
+  // tensor split, whose blocks follow the head): [0, lay_lo[0]) and [lay_lo[nlay], ends_hi), gathered
+  // around the embeddings' and the head's forward and backward (the head's
+  // with a tied embedding's [wte_lo, wte_hi)), and under 2 and 3 their
+  // gradients let go but the rank's shard once summed over the groups.
+  int nlay, lay_l0, ends;
+  size_t *lay_lo, ends_hi, wte_lo, wte_hi;
   ts_comm *data;
   ts_layer_hooks hooks;
   // Stages 2 and 3 over several passes (the microbatches of accumulation,
@@ -131,19 +136,23 @@ int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group);
 
 // After the optimizer step under --zero: each shard's owner broadcasts its
 // updated parameters to the replica group (one broadcast per shard), so that
-// every replica holds them all again; under --zero 3 the ends alone (the
-// layers' come when used, zero.c). Nothing without --zero.
+// every replica holds them all again; under --zero 3 the ends alone, or
+// nothing when they are sharded too (`ends`: each part comes when used,
+// zero.c). Nothing without --zero.
 int ts_shard_gather_params(ts_shard *sh);
 
 // zero.c. ts_zero_plan: the layers' runs and the model's hooks under --zero
 // 2 and 3 (nothing below). ts_zero_release: under 3, every layer's
-// parameters but the rank's shard let go (after the initialisation, a load
-// and each step). ts_zero_sum: the sum over `group` of g[lo, hi) without the
+// parameters (and the ends', `ends`) but the rank's shard let go (after the
+// initialisation, a load and each step). ts_zero_ends_summed: once the
+// ends' gradients are summed over the groups, all but the rank's shard of
+// them let go (`ends`; else nothing). ts_zero_sum: the sum over `group` of g[lo, hi) without the
 // layers', which their hooks summed already (without --zero 2: all of it).
 // ts_zero_gather: each shard's part of p[lo, hi) from its owner to the
 // replica group (one broadcast per shard it meets).
 // ts_zero_held: the parameters (grads 0) or gradients (1) the rank holds
-// between a layer's uses: its shard of the layers', and the ends.
+// between a layer's uses: its shard of the layers', and the ends (whole, or
+// its shard of them too: `ends`).
 // ts_zero_pass_done: in rounds, after a pass's backward, its ends summed
 // over the groups and the rank's shard of the pass's sum pushed into the
 // tree over the rounds; ts_zero_rounds_finish: that tree's sum into the
@@ -154,6 +163,7 @@ int ts_zero_pass_done(ts_shard *sh);
 void ts_zero_rounds_finish(ts_shard *sh);
 int ts_zero_gather(ts_shard *sh, float *p, size_t lo, size_t hi);
 void ts_zero_release(ts_shard *sh);
+void ts_zero_ends_summed(ts_shard *sh);
 int ts_zero_sum(ts_shard *sh, ts_comm *group, float *g, size_t lo, size_t hi);
 // The same over the sequence group, with a rank's second run's partials
 // (lss-zigzag: ts_model_second_run_grads) summed and added too.

@@ -15,8 +15,16 @@
 //     pages outside the rank's shard are given back.
 // The buffers keep the model's layout, so no kernel changes: a given-back
 // page reads as zeros and costs no memory until written again. The ends
-// (embeddings, final norm, head: small next to the layers) stay whole and
-// are summed as before, at the end of the pass (ts_zero_sum).
+// (embeddings, final norm, head) are summed at the end of the pass
+// (ts_zero_sum: a tied embedding's gradient is complete only after the
+// embeddings' backward). Outside a pipeline they are sharded as the layers
+// are (`ends`): under 3 the embeddings' parameters come whole just for the
+// embeddings' forward and backward, the final norm's and the head's (with a
+// tied embedding's) just for the head's, and under 2 and 3 their summed
+// gradients are let go but the rank's shard. With a learned position table
+// as long as the context they are no longer small (at T = 8192 the table is
+// a fifth of the `small` model). In a pipeline they stay whole: a stage's
+// tied embedding goes whole between the first and the last stage.
 //
 // A layer's gradient must be complete when its backward ends: with one pass
 // a step (the rank's share of the batch at once; one sequence per rank
@@ -99,16 +107,26 @@ int ts_zero_gather(ts_shard *sh, float *p, size_t lo, size_t hi) {
   return TS_OK;
 }
 
-// Layer l's parameters whole (each shard's part from its owner) or let go.
+// p[lo, hi) whole (each shard's part from its owner) or let go.
+static int whole_or_go(ts_shard *sh, float *p, size_t lo, size_t hi, int whole) {
+  if (lo >= hi) return TS_OK;
+  if (whole) return ts_zero_gather(sh, p, lo, hi);
+  let_go(sh, p, lo, hi);
+  return TS_OK;
+}
+
+// Layer l's parameters whole or let go; l before the stage's layers: the
+// embeddings', after them: the final norm's and the head's (`ends`).
 static int layer_params_in(void *ctx, int l, int whole) {
   ts_shard *sh = ctx;
   if (sh->zero < 3) return TS_OK;
   float *p = ts_model_params(sh->m);
   const int i = l - sh->lay_l0;
-  const size_t lo = sh->lay_lo[i], hi = sh->lay_lo[i + 1];
-  if (whole) return ts_zero_gather(sh, p, lo, hi);
-  let_go(sh, p, lo, hi);
-  return TS_OK;
+  if (i >= 0 && i < sh->nlay) return whole_or_go(sh, p, sh->lay_lo[i], sh->lay_lo[i + 1], whole);
+  if (!sh->ends) return TS_OK;
+  if (i < 0) return whole_or_go(sh, p, 0, sh->lay_lo[0], whole);
+  const int rc = whole_or_go(sh, p, sh->lay_lo[sh->nlay], sh->ends_hi, whole);
+  return rc ? rc : whole_or_go(sh, p, sh->wte_lo, sh->wte_hi, whole); // a tied head's
 }
 
 // Layer l's gradient summed over the sequence group, then the data group,
@@ -153,7 +171,15 @@ int ts_zero_pass_done(ts_shard *sh) {
   memcpy(sh->round + (sh->own_hi - sh->own_lo), g + nz, rows * sizeof(float));
   if (ts_tree_push(&sh->rounds, sh->round) != 0)
     return ts_fail(TS_ERUNTIME, "out of memory (gradient tree over the rounds)");
+  ts_zero_ends_summed(sh); // (the next pass's backward writes them whole again)
   return TS_OK;
+}
+
+void ts_zero_ends_summed(ts_shard *sh) {
+  if (!sh->ends) return;
+  float *g = ts_model_grads(sh->m);
+  let_go(sh, g, 0, sh->lay_lo[0]);
+  let_go(sh, g, sh->lay_lo[sh->nlay], sh->ends_hi);
 }
 
 void ts_zero_rounds_finish(ts_shard *sh) {
@@ -170,40 +196,29 @@ int ts_zero_plan(ts_shard *sh) {
   ts_model *m = sh->m;
   const int nt = ts_model_num_tensors(m);
   ts_tensor *t = calloc((size_t)nt + 1, sizeof *t);
-  if (!t) return ts_fail(TS_ERUNTIME, "out of memory");
+  sh->lay_lo = calloc((size_t)ts_model_config(m)->n_layer + 1, sizeof *sh->lay_lo);
+  if (!t || !sh->lay_lo) {
+    free(t);
+    return ts_fail(TS_ERUNTIME, "out of memory");
+  }
   ts_model_tensors(m, t, NULL);
   const float *base = ts_model_params(m);
-  int first = -1, last = -1;
-  for (int i = 0; i < nt; i++)
-    if (t[i].role == TS_ROLE_LAYER) {
-      if (first < 0 || t[i].index < first) first = t[i].index;
-      if (t[i].index > last) last = t[i].index;
-    }
-  int rc = TS_OK;
-  sh->nlay = first < 0 ? 0 : last - first + 1;
-  sh->lay_l0 = first;
-  if (sh->nlay && !(sh->lay_lo = calloc((size_t)sh->nlay + 1, sizeof *sh->lay_lo)))
-    rc = ts_fail(TS_ERUNTIME, "out of memory");
-  // each layer one run, the layers one after another (the canonical order)
-  size_t at = 0;
-  int l = first;
-  for (int i = 0; i < nt && !rc && sh->nlay; i++) {
-    if (t[i].role != TS_ROLE_LAYER) {
-      if (l > first && l <= last) rc = ts_fail(TS_ERUNTIME, "--zero %d: a tensor between the layers' "
-                                               "(%s)", sh->zero, t[i].name);
-      continue;
-    }
-    const size_t a = (size_t)(t[i].data - base), n = (size_t)ts_tensor_numel(&t[i]);
-    if (t[i].index == l) { // the first tensor of the next layer
-      if (l > first && a != at) rc = ts_fail(TS_ERUNTIME, "--zero %d: layer %d is not one run", sh->zero, l);
-      sh->lay_lo[l - first] = a;
-      l++;
-    } else if (t[i].index != l - 1 || a != at) {
-      rc = ts_fail(TS_ERUNTIME, "--zero %d: layer %d is not one run", sh->zero, t[i].index);
-    }
-    at = a + n;
+  int rc = TS_OK, bad;
+  switch (ts_model_layer_runs(m, &sh->lay_l0, &sh->nlay, sh->lay_lo, &bad)) {
+  case 1: rc = ts_fail(TS_ERUNTIME, "--zero %d: a tensor between the layers' (%s)", sh->zero,
+                       t[bad].name); break;
+  case 2: rc = ts_fail(TS_ERUNTIME, "--zero %d: layer %d is not one run", sh->zero, bad); break;
   }
-  if (!rc && sh->nlay) sh->lay_lo[sh->nlay] = at;
+  // the ends sharded too, outside a pipeline and a tensor split (shard.h):
+  // up to the positional rows under --sp (each rank's own), and a tied
+  // head's embedding
+  sh->ends = !sh->pl && sh->split_len == 0;
+  sh->ends_hi = ts_model_num_params(m) - (sh->seq ? sh->wpe_len : 0);
+  for (int i = 0; i < nt && !rc; i++)
+    if (t[i].role == TS_ROLE_EMBEDDING && ts_model_config(m)->tied) {
+      sh->wte_lo = (size_t)(t[i].data - base);
+      sh->wte_hi = sh->wte_lo + (size_t)ts_tensor_numel(&t[i]);
+    }
   free(t);
   if (rc) return rc;
   if (sh->nlay == 0) return ts_fail(TS_ERUNTIME, "--zero %d: the stage holds no layers", sh->zero);
@@ -225,6 +240,7 @@ int ts_zero_plan(ts_shard *sh) {
 size_t ts_zero_held(const ts_shard *sh, int grads) {
   const size_t np = ts_model_num_params(sh->m);
   if (sh->zero < (grads ? 2 : 3) || sh->nlay == 0) return np;
+  if (sh->ends) return sh->own_hi - sh->own_lo + (np - sh->ends_hi); // (and the rank's rows)
   const size_t L0 = sh->lay_lo[0], L1 = sh->lay_lo[sh->nlay];
   const size_t a = sh->own_lo < L0 ? L0 : sh->own_lo, b = sh->own_hi > L1 ? L1 : sh->own_hi;
   return np - (L1 - L0) + (b > a ? b - a : 0);
@@ -232,5 +248,7 @@ size_t ts_zero_held(const ts_shard *sh, int grads) {
 
 void ts_zero_release(ts_shard *sh) {
   if (sh->zero < 3 || sh->nlay == 0) return;
-  let_go(sh, ts_model_params(sh->m), sh->lay_lo[0], sh->lay_lo[sh->nlay]);
+  float *p = ts_model_params(sh->m);
+  if (sh->ends) let_go(sh, p, 0, sh->ends_hi);
+  else let_go(sh, p, sh->lay_lo[0], sh->lay_lo[sh->nlay]);
 }
