@@ -19,6 +19,7 @@
 // query tiles are an aligned subtree of the serial dK/dV tree over query
 // tiles, and the reduce-scatter sums those subtrees over ranks in tree order
 // (docs/EXACTNESS.md R3). So every variant is bit for bit the serial run.
+#include <stdlib.h>
 #include <string.h>
 
 #include "parallel/cp.h"
@@ -32,11 +33,30 @@ static int basic(const ts_model *m) {
 // The ablations concatenate the attention outputs of the group.
 static int concat(const ts_model *m) { return m->cp != &ts_cp_lss && m->cp != &ts_cp_lss_zigzag; }
 
-// K, V and the gathered norm output hold the whole sequence: T rows.
+// K, V and their gradients hold the whole sequence: T rows. The strategy's
+// own scratch holds T rows of C for the ablations' concatenation, and for
+// the gathered norm output where V's rows cannot (Ckv < C: grouped-query
+// attention); otherwise the gathered rows wait in V's buffer (gather_kv),
+// and [dK | dV] go to the reduce-scatter in their own (reduce_scatter_kv):
+// no buffer of the whole sequence beyond K, V, dK and dV.
 static void lss_sizes(const ts_model *m, ts_cp_sizes *out) {
   const int64_t N = m->ntok, Nk = (int64_t)m->B * m->T;
+  const int own = concat(m) || m->Ckv < m->C;
   *out = (ts_cp_sizes){.layer_rows = N, .q_rows = N, .kv_rows = Nk, .dkv_rows = Nk,
-                       .scratch = (size_t)Nk * m->C * 2}; // gathered rows, packed [dK|dV], full dE
+                       .scratch = own ? (size_t)Nk * m->C : 0};
+}
+
+// V (Nk rows) from the gathered norm output x held in V's own buffer (C ==
+// Ckv): a block of the rank's row count at a time through dtmp, so that each
+// block's rows are read before they are written over. Row blocks of whole
+// leaves: the same bits as one product over all the rows.
+static void v_over_x(ts_model *m, const layer_params *w, float *v, int64_t Nk) {
+  const int C = m->C, Ckv = m->Ckv, dh = m->dh, rows = m->cfg.leaf;
+  const int64_t n = m->ntok;
+  for (int64_t b = 0; b < Nk; b += n) {
+    m->be->linear_forward_heads(m->dtmp, v + (size_t)b * C, w->wv, w->bv, n, C, Ckv, dh, rows);
+    m->be->copy(v + (size_t)b * Ckv, m->dtmp, (size_t)n * Ckv * sizeof(float));
+  }
 }
 
 // K and V of the whole sequence (Nk rows) from the rank's rows of the norm
@@ -50,11 +70,14 @@ static int gather_kv(ts_model *m, int l, const layer_params *w, layer_acts *a) {
     int rc = ts_comm_allgather(m->seq, m->dtmp, a->k, bytes, l);
     return rc ? rc : ts_comm_allgather(m->seq, m->dtmp2, a->v, bytes, l);
   }
-  // fused: one gather of the norm output, then K and V of every row
-  int rc = ts_comm_allgather(m->seq, m->ln_out, m->spbuf, (size_t)N * C * sizeof(float), l);
+  // fused: one gather of the norm output (into V's buffer when there is no
+  // scratch: lss_sizes), then K and V of every row
+  float *x = m->spbuf ? m->spbuf : a->v;
+  int rc = ts_comm_allgather(m->seq, m->ln_out, x, (size_t)N * C * sizeof(float), l);
   if (rc) return rc;
-  m->be->linear_forward_heads(a->k, m->spbuf, w->wk, w->bk, Nk, C, Ckv, dh, rows);
-  m->be->linear_forward_heads(a->v, m->spbuf, w->wv, w->bv, Nk, C, Ckv, dh, rows);
+  m->be->linear_forward_heads(a->k, x, w->wk, w->bk, Nk, C, Ckv, dh, rows);
+  if (x == a->v) v_over_x(m, w, a->v, Nk);
+  else m->be->linear_forward_heads(a->v, x, w->wv, w->bv, Nk, C, Ckv, dh, rows);
   if (m->llama) m->be->rope_forward(a->k, Nk, m->T, 0, m->Hkv, dh, Ckv, m->rope); // every row
   return TS_OK;
 }
@@ -82,14 +105,42 @@ static int concat_backward(ts_model *m, int l, float *datt) {
   return rc;
 }
 
+// The 2P blocks of buf (blk floats each: dK's P row blocks, then dV's)
+// reordered in place into [dK_0 | dV_0 | dK_1 | dV_1 | ...], by the cycles
+// of the permutation, one block at a time through tmp (blk floats).
+static int interleave_blocks(const ts_backend *be, float *buf, int P, size_t blk, float *tmp) {
+  unsigned char *done = calloc((size_t)2 * P, 1);
+  if (!done) return ts_fail(TS_ERUNTIME, "out of memory");
+  const size_t bytes = blk * sizeof(float);
+  for (int start = 0; start < 2 * P; start++) {
+    if (done[start]) continue;
+    be->copy(tmp, buf + (size_t)start * blk, bytes);
+    for (int p = start;;) { // position p takes the block that belongs there
+      const int from = p % 2 == 0 ? p / 2 : P + p / 2;
+      done[p] = 1;
+      if (from == start) {
+        be->copy(buf + (size_t)p * blk, tmp, bytes);
+        break;
+      }
+      be->copy(buf + (size_t)p * blk, buf + (size_t)from * blk, bytes);
+      p = from;
+    }
+  }
+  free(done);
+  return TS_OK;
+}
+
 // dK, dV of every key row (each rank's partial over its query tiles) to the
 // rows' owners, summed over the group in tree order (R3): one reduce-scatter
-// of the packed [dK | dV] (two separate ones for lss-basic). On return the
-// first N rows of m->dk, m->dv are this rank's rows, the serial bits.
+// of [dK | dV], rank q's rows of both side by side (two separate ones for
+// lss-basic). dK and dV are one buffer (dv follows dk's rows), reordered in
+// place (interleave_blocks): the sums are element by element, so the order
+// moves no bit. On return the first N rows of m->dk, m->dv are this rank's
+// rows, the serial bits.
 static int reduce_scatter_kv(ts_model *m, int l) {
-  const int Ckv = m->Ckv;
+  const int Ckv = m->Ckv, P = m->seq->size, q = m->seq->rank;
   const int64_t N = m->ntok, Nk = (int64_t)m->B * m->T;
-  const size_t row = (size_t)Ckv * sizeof(float);
+  const size_t row = (size_t)Ckv * sizeof(float), blk = (size_t)N * Ckv;
   int rc;
   if (basic(m)) {
     if ((rc = ts_comm_reduce_scatter_tree(m->seq, m->dk, (size_t)Nk * Ckv, l))) return rc;
@@ -98,18 +149,13 @@ static int reduce_scatter_kv(ts_model *m, int l) {
     memmove(m->dv, m->dv + (size_t)m->t0 * Ckv, (size_t)N * row);
     return TS_OK;
   }
-  float *pack = m->spbuf; // (Nk, 2·Ckv)
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < Nk; t++) {
-    memcpy(pack + (size_t)t * 2 * Ckv, m->dk + (size_t)t * Ckv, row);
-    memcpy(pack + (size_t)t * 2 * Ckv + Ckv, m->dv + (size_t)t * Ckv, row);
-  }
-  if ((rc = ts_comm_reduce_scatter_tree(m->seq, pack, (size_t)Nk * 2 * Ckv, l))) return rc;
-  const float *own = pack + (size_t)m->t0 * 2 * Ckv;
-  for (int64_t t = 0; t < N; t++) {
-    memcpy(m->dk + (size_t)t * Ckv, own + (size_t)t * 2 * Ckv, row);
-    memcpy(m->dv + (size_t)t * Ckv, own + (size_t)t * 2 * Ckv + Ckv, row);
-  }
+  if (m->dv != m->dk + (size_t)Nk * Ckv || Nk != (int64_t)P * N)
+    return ts_fail(TS_ERUNTIME, "lss: dK and dV are not one buffer of the group's row blocks");
+  if ((rc = interleave_blocks(m->be, m->dk, P, blk, m->dtmp))) return rc;
+  if ((rc = ts_comm_reduce_scatter_tree(m->seq, m->dk, 2 * (size_t)Nk * Ckv, l))) return rc;
+  const float *own = m->dk + 2 * (size_t)q * blk; // [dK_q | dV_q]
+  if (q > 0) m->be->copy(m->dk, own, blk * sizeof(float));
+  if (2 * q + 1 != P) m->be->copy(m->dv, own + blk, blk * sizeof(float));
   return TS_OK;
 }
 
