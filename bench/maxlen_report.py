@@ -578,7 +578,8 @@ def main():
               "estimate for a strategy whose ranks do the same work when some of them grow from step to "
               "step and others do not (see the growth runs below)." % (setup.get("steps", "?"), N))
     md.append("- The slope b is, per token of the whole sequence, what one rank adds: the position table "
-              "and its gradient and AdamW state (16·d = %d bytes a token, on every rank, %.4f MiB per token) "
+              "and its gradient and AdamW state (16·d = %d bytes a token, %.4f MiB, in the serial run; "
+              "under sequence parallelism each rank holds only its segment's rows, 1/N of that) "
               "plus the rank's activations." % (16 * d, 16.0 * d / MIB))
     md.append("")
 

@@ -1,1 +1,1 @@
-tessera train --model small --seq 1048576 --batch 1 --steps 1 --threads 2 --checkpoint --fused-ce --tiled-mlp --data RANDOM_FILE --val-frac 0.5 --quiet
+/tmp/tessera-max train --model small --seq 1048576 --batch 1 --steps 1 --threads 2 --checkpoint --fused-ce --tiled-mlp --data RANDOM_FILE --data-format bytes --val-frac 0.5 --quiet

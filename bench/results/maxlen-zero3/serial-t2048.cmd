@@ -1,1 +1,1 @@
-tessera train --model small --seq 2048 --batch 1 --steps 2 --checkpoint --fused-ce --tiled-mlp --eval-batches 1 --data data/corpus.txt --quiet --log bench/results/maxlen-zero3/serial-t2048.jsonl --threads 2
+/tmp/tessera-max train --model small --seq 2048 --batch 1 --steps 2 --checkpoint --fused-ce --tiled-mlp --eval-batches 1 --data data/corpus.txt --quiet --log bench/results/maxlen-zero3/serial-t2048.jsonl --threads 2

@@ -1,1 +1,1 @@
-mpiexec -n 4 build/tessera train --model large --layers 8 --seq 1024 --batch 4 --steps 1 --warmup 1 --eval-batches 1 --checkpoint --fused-ce --tiled-mlp --threads 1 --quiet --data data/corpus.txt --log bench/results/state-issue/large8-pp4.jsonl --pp 4 --microbatches 4
+mpiexec -n 4 tessera train --model large --layers 8 --seq 1024 --batch 4 --steps 1 --warmup 1 --eval-batches 1 --checkpoint --fused-ce --tiled-mlp --threads 1 --quiet --data data/corpus.txt --log bench/results/state-full/large8-pp4.jsonl --pp 4 --microbatches 4

@@ -1,0 +1,1 @@
+mpiexec -n 4 tessera train --model large --layers 8 --seq 1024 --batch 1 --steps 1 --warmup 1 --eval-batches 1 --checkpoint --fused-ce --tiled-mlp --threads 1 --quiet --data data/corpus.txt --log bench/results/state-full/large8-lss4-z3.jsonl --sp 4 --sp-mode lss --zero 3
