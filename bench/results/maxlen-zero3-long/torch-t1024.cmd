@@ -1,0 +1,1 @@
+/usr/bin/python3 bench/torch_gpt.py --seq 1024 --batch 1 --steps 2 --threads 2 --d 512 --layers 6 --heads 8
