@@ -343,7 +343,6 @@ void ts_shard_free(ts_shard *sh) {
   free(sh->lsums);
   if (sh->has_tree) ts_tree_free(&sh->seq_tree);
   if (sh->strided) ts_tree_free(&sh->rounds);
-  free(sh->round);
   free(sh->rows_in);
   free(sh->rows_tg);
   memset(sh, 0, sizeof *sh);

@@ -61,10 +61,10 @@ typedef struct {
   // data rank r taking the sequences from (j·D + r)·s (s per pass), so that
   // a round is one aligned run of D·s sequences of the serial tree. Each
   // pass's gradient is summed over the groups (its layers' by the hooks, the
-  // ends after it), the rank's shard of the sum copied into `round` and
-  // pushed into the tree over the rounds (rounds: shard-sized buffers).
-  int strided, D, r, s;
-  float *round;
+  // ends after it), and the rank's shard of the sum pushed into the tree
+  // over the rounds part by part as the sums end (rounds: shard-sized
+  // buffers; the last of the `passes` writes the step's sum in place).
+  int strided, D, r, s, passes;
   ts_tree rounds;
   const ts_backend *be; // allocates slots, pack and the wpe buffers (the model's backend)
   int fast;            // --fast: MPI's own sums
@@ -154,9 +154,10 @@ int ts_shard_gather_params(ts_shard *sh);
 // between a layer's uses: its shard of the layers', and the ends (whole, or
 // its shard of them too: `ends`).
 // ts_zero_pass_done: in rounds, after a pass's backward, its ends summed
-// over the groups and the rank's shard of the pass's sum pushed into the
-// tree over the rounds; ts_zero_rounds_finish: that tree's sum into the
-// rank's shard of the gradient.
+// over the groups and the rest of the rank's shard of the pass's sum pushed
+// into the tree over the rounds (the layers' went in from the hooks); after
+// the last pass the tree's sum is the rank's shard of the gradient, in
+// place. ts_zero_rounds_finish: the tree ready for the next step.
 int ts_zero_plan(ts_shard *sh);
 size_t ts_zero_held(const ts_shard *sh, int grads);
 int ts_zero_pass_done(ts_shard *sh);

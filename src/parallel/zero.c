@@ -129,6 +129,24 @@ static int layer_params_in(void *ctx, int l, int whole) {
   return rc ? rc : whole_or_go(sh, p, sh->wte_lo, sh->wte_hi, whole); // a tied head's
 }
 
+// In rounds the tree's leaf is the rank's shard of a pass's summed gradient,
+// then its positional rows (own + rows floats); it goes in by parts
+// (ts_tree_push_part), each layer's as its sums end and the rest after the
+// pass, read where the model's gradient holds them: x[k] for k in [lo, hi)
+// (x: the gradient at the shard, or at the rows less own). The last pass's
+// sum is written back there; an earlier pass's part is let go once in the
+// tree, so that no shard-sized copy of a pass is kept beside the tree.
+static int last_round(const ts_shard *sh) { return sh->rounds.count + 1 == (uint64_t)sh->passes; }
+
+static int round_part(ts_shard *sh, float *x, size_t lo, size_t hi) {
+  if (lo >= hi) return TS_OK;
+  const int last = last_round(sh);
+  if (ts_tree_push_part(&sh->rounds, x, lo, hi, last ? x : NULL) != 0)
+    return ts_fail(TS_ERUNTIME, "out of memory (gradient tree over the rounds)");
+  if (!last) ts_pages_discard(x + lo, (hi - lo) * sizeof(float));
+  return TS_OK;
+}
+
 // Layer l's gradient summed over the sequence group, then the data group,
 // and all but the rank's shard of it let go.
 static int layer_grads_done(void *ctx, int l) {
@@ -139,9 +157,9 @@ static int layer_grads_done(void *ctx, int l) {
   int rc = seq_sum(sh, g, lo, hi, 1);
   if (!rc) rc = group_sum(sh, sh->data, g, lo, hi);
   if (rc) return rc;
-  if (sh->strided) { // the rank's part of this pass's sum, for the tree over the rounds
+  if (sh->strided) { // the rank's part of this pass's sum, into the tree over the rounds
     const size_t a = sh->own_lo < lo ? lo : sh->own_lo, b = sh->own_hi > hi ? hi : sh->own_hi;
-    if (a < b) memcpy(sh->round + (a - sh->own_lo), g + a, (b - a) * sizeof(float));
+    if (a < b && (rc = round_part(sh, g + sh->own_lo, a - sh->own_lo, b - sh->own_lo))) return rc;
   }
   let_go(sh, g, lo, hi);
   return TS_OK;
@@ -160,17 +178,18 @@ int ts_zero_pass_done(ts_shard *sh) {
   int rc = ts_zero_seq_sum(sh, g, sh->seq_skip, nz);
   if (!rc) rc = ts_zero_sum(sh, sh->data, g, sh->seq_skip, np);
   if (rc) return rc;
-  // the rank's shard of the ends (its layers' came from the hooks), then its rows
-  const size_t L0 = sh->lay_lo[0], L1 = sh->lay_lo[sh->nlay];
+  // the rank's shard of the ends (its layers' came from the hooks), then its
+  // rows: the rest of the pass's leaf
+  const size_t L0 = sh->lay_lo[0], L1 = sh->lay_lo[sh->nlay], own = sh->own_hi - sh->own_lo;
   const size_t ends[2][2] = {{sh->own_lo, sh->own_hi < L0 ? sh->own_hi : L0},
                              {sh->own_lo > L1 ? sh->own_lo : L1, sh->own_hi}};
-  for (int k = 0; k < 2; k++)
+  const int last = last_round(sh);
+  for (int k = 0; k < 2 && !rc; k++)
     if (ends[k][0] < ends[k][1])
-      memcpy(sh->round + (ends[k][0] - sh->own_lo), g + ends[k][0],
-             (ends[k][1] - ends[k][0]) * sizeof(float));
-  memcpy(sh->round + (sh->own_hi - sh->own_lo), g + nz, rows * sizeof(float));
-  if (ts_tree_push(&sh->rounds, sh->round) != 0)
-    return ts_fail(TS_ERUNTIME, "out of memory (gradient tree over the rounds)");
+      rc = round_part(sh, g + sh->own_lo, ends[k][0] - sh->own_lo, ends[k][1] - sh->own_lo);
+  if (!rc) rc = round_part(sh, g + nz - own, own, own + rows);
+  if (rc) return rc;
+  ts_tree_push_parts_end(&sh->rounds, last); // (the last: the sum in its place already)
   ts_zero_ends_summed(sh); // (the next pass's backward writes them whole again)
   return TS_OK;
 }
@@ -183,12 +202,9 @@ void ts_zero_ends_summed(ts_shard *sh) {
 }
 
 void ts_zero_rounds_finish(ts_shard *sh) {
-  float *g = ts_model_grads(sh->m);
-  const size_t rows = own_rows(sh), nz = ts_model_num_params(sh->m) - rows;
-  const size_t own = sh->own_hi - sh->own_lo;
-  ts_tree_finish(&sh->rounds, sh->round);
-  memcpy(g + sh->own_lo, sh->round, own * sizeof(float));
-  memcpy(g + nz, sh->round + own, rows * sizeof(float));
+  // the last pass wrote the sum in place (round_part); a step cut short
+  // leaves the tree to start again
+  ts_tree_reset(&sh->rounds, 0);
 }
 
 int ts_zero_plan(ts_shard *sh) {
@@ -227,8 +243,7 @@ int ts_zero_plan(ts_shard *sh) {
   const int passes = sh->pl ? sh->pl->M : sh->seq ? sh->nb : sh->M;
   if (passes > 1 || sh->pl) {
     sh->s = sh->seq ? 1 : sh->mb;
-    if (!(sh->round = malloc((sh->nupd_floats ? sh->nupd_floats : 1) * sizeof(float))))
-      return ts_fail(TS_ERUNTIME, "out of memory");
+    sh->passes = passes;
     ts_tree_init(&sh->rounds, sh->nupd_floats);
     sh->strided = 1;
   }
