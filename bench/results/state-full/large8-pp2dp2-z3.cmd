@@ -1,1 +1,1 @@
-mpiexec -n 4 build/tessera train --model large --layers 8 --seq 1024 --batch 4 --steps 1 --warmup 1 --eval-batches 1 --checkpoint --fused-ce --tiled-mlp --threads 1 --quiet --data data/corpus.txt --log bench/results/state-issue/large8-pp2dp2-z3.jsonl --pp 2 --dp 2 --microbatches 2 --zero 3
+mpiexec -n 4 tessera train --model large --layers 8 --seq 1024 --batch 4 --steps 1 --warmup 1 --eval-batches 1 --checkpoint --fused-ce --tiled-mlp --threads 1 --quiet --data data/corpus.txt --log bench/results/state-full/large8-pp2dp2-z3.jsonl --pp 2 --dp 2 --microbatches 2 --zero 3
