@@ -123,7 +123,7 @@ static void dead(float *b, size_t lo, size_t hi) {
   ts_pages_discard(b + lo, (hi - lo) * sizeof(float));
 }
 
-int ts_tree_push_part(ts_tree *t, const float *leaf, size_t lo, size_t hi, float *out) {
+int ts_tree_push_part(ts_tree *t, float *leaf, size_t lo, size_t hi, int last) {
   if (lo >= hi) return 0;
   const size_t m = hi - lo;
   float *carry;
@@ -145,7 +145,10 @@ int ts_tree_push_part(ts_tree *t, const float *leaf, size_t lo, size_t hi, float
     dead(carry, lo, hi);
     carry = left;
   }
-  if (!out) return 0;
+  if (!last) {
+    dead(leaf, lo, hi);
+    return 0;
+  }
   // the last leaf: ts_tree_finish's sums of these elements, from the lowest
   // slot above the carry's level up, each the left operand
   for (k++; k < TS_TREE_MAX_LEVELS; k++) {
@@ -155,7 +158,7 @@ int ts_tree_push_part(ts_tree *t, const float *leaf, size_t lo, size_t hi, float
     dead(carry, lo, hi);
     carry = s;
   }
-  memcpy(out + lo, carry + lo, m * sizeof(float));
+  memcpy(leaf + lo, carry + lo, m * sizeof(float));
   dead(carry, lo, hi);
   return 0;
 }

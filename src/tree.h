@@ -49,17 +49,18 @@ void ts_tree_skip(ts_tree *t, uint64_t count);
 // The tree is left reset to position 0.
 void ts_tree_finish(ts_tree *t, float *out);
 
-// A leaf pushed in parts, for a caller that has its elements a part at a
-// time (a pipeline stage's gradient, layer by layer) and wants no whole copy
-// of it: ts_tree_push_part does for leaf[lo, hi) what ts_tree_push does for
-// the whole leaf, the same additions in the same order, so the same bits;
-// with out (the leaf is the last) ts_tree_finish's too, into out[lo, hi)
-// (out may be the leaf). The part of every tree buffer it leaves dead goes
-// back to the system (ts_pages_discard), so that the tree's memory follows
-// the parts. The parts of one leaf must not overlap; once they cover [0, n)
-// ts_tree_push_parts_end moves to the next position (with out: resets, as
+// A leaf pushed in parts, in place, for a caller that has its elements a
+// part at a time (a gradient, layer by layer) and wants no whole copy of it:
+// ts_tree_push_part does for leaf[lo, hi) what ts_tree_push does for the
+// whole leaf, the same additions in the same order, so the same bits. The
+// leaf's part is then given back to the system (ts_pages_discard: it reads
+// zeros until written again), or when the leaf is the `last`, ts_tree_finish's
+// sum of those elements is written over it. The part of every tree buffer it
+// leaves dead goes back too, so that the tree's memory follows the parts.
+// The parts of one leaf must not overlap; once they cover [0, n)
+// ts_tree_push_parts_end moves to the next position (last: resets, as
 // ts_tree_finish). The leaf must not be empty. -1: out of memory.
-int ts_tree_push_part(ts_tree *t, const float *leaf, size_t lo, size_t hi, float *out);
+int ts_tree_push_part(ts_tree *t, float *leaf, size_t lo, size_t hi, int last);
 void ts_tree_push_parts_end(ts_tree *t, int finished);
 
 // The canonical tree sum of n scalars (x[i] is leaf i).

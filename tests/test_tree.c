@@ -299,8 +299,8 @@ static void test_large_leaves(void **state) {
 
 // A leaf pushed in parts (ts_tree_push_part) is the same leaf pushed whole:
 // n leaves, some empty (pushed whole), the rest in parts cut at pseudo-random
-// places and given in a shuffled order, the last one finished into a copy of
-// itself in place (out = the leaf, as a pipeline stage's gradient buffer).
+// places and given in a shuffled order, the last one finished in place (as
+// a pipeline stage's gradient buffer; the earlier ones' parts given back).
 // Large leaves, so that the pages the parts let go are real pages.
 static void test_push_in_parts(void **state) {
   (void)state;
@@ -333,7 +333,7 @@ static void test_push_in_parts(void **state) {
       const int last = i + 1 == n;
       for (int q = 0; q < 5; q++) {
         const int p = (q * 3 + (int)i) % 5; // every part once, in a shuffled order
-        assert_int_equal(ts_tree_push_part(&t, leaf, cut[p], cut[p + 1], last ? leaf : NULL), 0);
+        assert_int_equal(ts_tree_push_part(&t, leaf, cut[p], cut[p + 1], last), 0);
       }
       ts_tree_push_parts_end(&t, last);
     }

@@ -127,11 +127,11 @@ static int forward(pass *ps, int mu) {
 // [lo, hi) of the model's gradient, g, into the tree over the microbatches
 // (pipeline.h: parts_of): the last microbatch's sum written over it, an
 // earlier one's let go once in the tree (its next backward writes it again).
+static int last_microbatch(const ts_pipeline *pl) { return pl->tree.count + 1 == (uint64_t)pl->M; }
+
 static int push_part(ts_pipeline *pl, float *g, size_t lo, size_t hi) {
-  const int last = pl->tree.count + 1 == (uint64_t)pl->M;
-  if (ts_tree_push_part(&pl->tree, g, lo, hi, last ? g : NULL) != 0)
+  if (ts_tree_push_part(&pl->tree, g, lo, hi, last_microbatch(pl)) != 0)
     return ts_fail(TS_ERUNTIME, "out of memory (gradient tree over microbatches)");
-  if (!last && hi > lo) ts_pages_discard(g + lo, (hi - lo) * sizeof(float));
   return TS_OK;
 }
 
@@ -146,7 +146,7 @@ static int layer_grads_in_parts(void *ctx, int l) {
 // layers), and the leaf done.
 static int rest_in_parts(ts_pipeline *pl, ts_model *m) {
   float *g = ts_model_grads(m);
-  const int last = pl->tree.count + 1 == (uint64_t)pl->M;
+  const int last = last_microbatch(pl);
   int rc = push_part(pl, g, 0, pl->lay_lo[0]);
   if (!rc) rc = push_part(pl, g, pl->lay_lo[pl->nlay], ts_model_num_params(m));
   if (!rc) ts_tree_push_parts_end(&pl->tree, last);
@@ -315,11 +315,10 @@ int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, co
   int rc = train && pl->schedule == 1 ? one_f_one_b(&ps) : gpipe(&ps);
   if (pl->parts_of) ts_model_set_layer_hooks(m, NULL);
   if (rc) return rc;
-  // (in rounds the rank's shard of the gradient; the tied embedding's after
-  // it, whole, over whatever the rounds left there; in parts, the sum is in
-  // place already)
-  if (train && pl->rounds_finish) pl->rounds_finish(pl->seq_ctx);
-  else if (train && !pl->parts_of) ts_tree_finish(&pl->tree, ts_model_grads(m));
+  // (in rounds, and in parts, the last microbatch wrote the sum in place:
+  // in rounds the rank's shard of the gradient, the tied embedding's after
+  // it, whole, over whatever the rounds left there)
+  if (train && !pl->round_done && !pl->parts_of) ts_tree_finish(&pl->tree, ts_model_grads(m));
   if (train && pl->tied && (rc = tied_embedding(&ps))) return rc;
   // the loss from the last stage to all: the tree over microbatches, or with
   // a sequence group first each sequence's tree over its segments; in rounds

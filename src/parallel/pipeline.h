@@ -75,14 +75,13 @@ typedef struct {
   // b0 + mu·stride (stride mb, or D·mb in rounds), and each one's gradient,
   // as its backward ends, goes to round_done (summed over the groups, the
   // rank's shard of it into the tree over the rounds) in place of seq_grads
-  // and `tree`, which then holds nothing; after the last, rounds_finish
-  // writes the rank's shard of the step's gradient. seq_flat then sums the
+  // and `tree`, which then holds nothing; the last writes the rank's shard
+  // of the step's gradient in place. seq_flat then sums the
   // tied embedding's part over the data group too, and the last stage's
   // loss_sum (ctx seq_ctx) combines the microbatches' loss sums over the
   // groups by their places in the serial tree. NULL: none of this.
   int stride;
   int (*round_done)(void *ctx);
-  void (*rounds_finish)(void *ctx);
   int (*loss_sum)(void *ctx, const float *lsums, int M, float *out);
   // A tied head (--tied): the first stage keeps each microbatch's gradient of
   // the embedding output, the last its last residual (M × rows × d each);

@@ -209,7 +209,6 @@ static int pipeline_seq_flat(void *ctx, float *buf, float *buf2, size_t n) {
 }
 static int rounds_loss(ts_shard *sh, const float *lsums, int n, float *out);
 static int pipeline_round_done(void *ctx) { return ts_zero_pass_done(ctx); }
-static void pipeline_rounds_finish(void *ctx) { ts_zero_rounds_finish(ctx); }
 static int pipeline_loss_sum(void *ctx, const float *lsums, int M, float *out) {
   return rounds_loss(ctx, lsums, M, out);
 }
@@ -317,7 +316,6 @@ int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *
     }
     pl->stride = out->D * out->s;
     pl->round_done = pipeline_round_done;
-    pl->rounds_finish = pipeline_rounds_finish;
     pl->loss_sum = pipeline_loss_sum;
     pl->seq_flat = pipeline_seq_flat;
     pl->seq_ctx = out;
@@ -491,10 +489,9 @@ static int rounds_loss(ts_shard *sh, const float *lsums, int n, float *out) {
 int ts_shard_sync_grads(ts_shard *sh, ts_comm *data_group) {
   int rc;
   float *g = ts_model_grads(sh->m);
-  if (sh->strided) { // every pass summed over the groups already, and its shard in the tree
-    if (!sh->pl) ts_zero_rounds_finish(sh); // (a pipeline's at the end of its pass)
-    return TS_OK;
-  }
+  // in rounds every pass was summed over the groups already, and the last
+  // wrote the rank's shard of the step's gradient in place
+  if (sh->strided) return TS_OK;
   // the sequence group's sums came per sequence (ts_shard_sequence_done);
   // the tree over the sequences (a pipeline keeps its own)
   if ((sh->seq && sh->nb > 1 && !sh->pl) || sh->M > 1) ts_tree_finish(&sh->seq_tree, g);

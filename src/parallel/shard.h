@@ -157,11 +157,10 @@ int ts_shard_gather_params(ts_shard *sh);
 // over the groups and the rest of the rank's shard of the pass's sum pushed
 // into the tree over the rounds (the layers' went in from the hooks); after
 // the last pass the tree's sum is the rank's shard of the gradient, in
-// place. ts_zero_rounds_finish: the tree ready for the next step.
+// place.
 int ts_zero_plan(ts_shard *sh);
 size_t ts_zero_held(const ts_shard *sh, int grads);
 int ts_zero_pass_done(ts_shard *sh);
-void ts_zero_rounds_finish(ts_shard *sh);
 int ts_zero_gather(ts_shard *sh, float *p, size_t lo, size_t hi);
 void ts_zero_release(ts_shard *sh);
 void ts_zero_ends_summed(ts_shard *sh);

@@ -139,11 +139,8 @@ static int layer_params_in(void *ctx, int l, int whole) {
 static int last_round(const ts_shard *sh) { return sh->rounds.count + 1 == (uint64_t)sh->passes; }
 
 static int round_part(ts_shard *sh, float *x, size_t lo, size_t hi) {
-  if (lo >= hi) return TS_OK;
-  const int last = last_round(sh);
-  if (ts_tree_push_part(&sh->rounds, x, lo, hi, last ? x : NULL) != 0)
+  if (ts_tree_push_part(&sh->rounds, x, lo, hi, last_round(sh)) != 0)
     return ts_fail(TS_ERUNTIME, "out of memory (gradient tree over the rounds)");
-  if (!last) ts_pages_discard(x + lo, (hi - lo) * sizeof(float));
   return TS_OK;
 }
 
@@ -201,11 +198,6 @@ void ts_zero_ends_summed(ts_shard *sh) {
   let_go(sh, g, sh->lay_lo[sh->nlay], sh->ends_hi);
 }
 
-void ts_zero_rounds_finish(ts_shard *sh) {
-  // the last pass wrote the sum in place (round_part); a step cut short
-  // leaves the tree to start again
-  ts_tree_reset(&sh->rounds, 0);
-}
 
 int ts_zero_plan(ts_shard *sh) {
   if (sh->zero < 2) return TS_OK;
