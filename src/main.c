@@ -27,6 +27,7 @@
 
 #include "backend.h"
 #include "compare.h"
+#include "cpu/isa.h"
 #include "data.h"
 #include "parallel/cp.h"
 #include "parallel/grid.h"
@@ -1076,6 +1077,13 @@ int main(int argc, char **argv) {
       command_help(cmd, stdout);
       return 0;
     }
+  // TESSERA_ISA picks the path of the exact products (same bits on each): a
+  // name this CPU cannot run is refused before any work, never ignored.
+  char isa_err[160];
+  if (ts_isa_check_env(isa_err, sizeof isa_err) != 0) {
+    fprintf(stderr, "tessera: %s\n", isa_err);
+    return 2;
+  }
 
   // Before parsing, so that a usage error is printed by rank 0 alone.
   if (cmd->id == C_TRAIN && ts_mpi_init(NULL, NULL) != TS_OK) {

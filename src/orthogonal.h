@@ -2,9 +2,9 @@
 // (docs/ALGORITHMS.md §8): Muon's quintic Newton–Schulz, Polar Express, the Muon
 // update of a 2-D weight, and SPEL on the Stiefel manifold St(d, r).
 //
-// Every matrix product is one single-threaded sgemm of a fixed shape (the
-// trainer runs BLAS on one thread), so the results are the same bits on any
-// layout: every rank runs the same update on the same replica.
+// Every matrix product is the canonical one (src/cpu/mm.h), so the results
+// are the same bits on any layout and any machine: every rank runs the same
+// update on the same replica.
 #ifndef TS_ORTHOGONAL_H
 #define TS_ORTHOGONAL_H
 #include <stddef.h>

@@ -16,7 +16,6 @@
 
 #include "testdata.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -42,7 +41,6 @@ static float *falloc(size_t n) {
 }
 
 static int setup(void **state) {
-  openblas_set_num_threads(1); // as the trainer does (R1)
   return 0;
 }
 

@@ -25,13 +25,14 @@
 
 #include "testdata.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cpu/attention_tile.h"
+#include "cpu/isa.h"
+#include "cpu/mm.h"
 #include "cpu/fastexp.h"
 #include "kernels.h"
 #include "parallel/ring.h"
@@ -114,8 +115,6 @@ static double dot_r(const double *r, const double *y, size_t n) {
 }
 
 static int setup(void **state) {
-  // The kernels expect single-threaded BLAS inside their OpenMP loops (R1).
-  openblas_set_num_threads(1);
   return 0;
 }
 
@@ -377,7 +376,7 @@ static void run_tile_mm(int M, int N, int K, int transposed, float alpha, int ac
   memcpy(want, C0, (size_t)M * ldc * sizeof(float));
   tile_ref(want, ldc, A, ai, ak, B, ldb, M, N, K, alpha, accumulate, 0);
   int ran = 0;
-  for (int isa = TS_TILE_SCALAR; isa <= TS_TILE_AVX512; isa++) {
+  for (int isa = 0; isa < TS_ISA_COUNT; isa++) {
     memcpy(got, C0, (size_t)M * ldc * sizeof(float));
     if (ts_tile_mm_isa(isa, got, ldc, A, ai, ak, B, ldb, M, N, K, alpha, accumulate) != 0)
       continue; // this CPU lacks it
@@ -426,51 +425,116 @@ static void test_tile_mm(void **state) {
       }
 }
 
-// Under OpenBLAS's SkylakeX and Cooperlake kernels (the machine class of
-// golden/MACHINE), cblas_sgemm computes the same chains for attention's call
-// shapes, which is why the golden files recorded with BLAS in attention are
-// reproduced byte for byte: every call shape of the golden configurations
-// (tile 8, 32, 64; dh 16) and of `small` (tile 64, dh 64), beta 0 and 1, A or
-// B transposed as attention.c used them. Other kernels reduce in other
-// orders: skipped there (OPENBLAS_CORETYPE=Cooperlake runs it on such a CPU).
-char *openblas_get_corename(void);
-static void test_tile_mm_blas(void **state) {
-  const char *core = openblas_get_corename();
-  if (strcmp(core, "Cooperlake") != 0 && strcmp(core, "SkylakeX") != 0) {
-    print_message("  OpenBLAS kernel %s: not the golden files' class, skipped\n", core);
-    skip();
+// ---- the canonical product (ts_mm) ---------------------------------------------
+// The definition (src/cpu/mm.h) written out here once more, for every
+// transpose: op(A)(i,k) and op(B)(k,j) read where the flags say, one fma
+// chain over k ascending from +0, then alpha·t or fma(alpha, t, C).
+static void mm_ref(int tA, int tB, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, int accumulate, float *C, int ldc) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      float t = 0.0f;
+      for (int k = 0; k < K; k++)
+        t = fmaf(tA ? A[(size_t)k * lda + i] : A[(size_t)i * lda + k],
+                 tB ? B[(size_t)j * ldb + k] : B[(size_t)k * ldb + j], t);
+      float *c = C + (size_t)i * ldc + j;
+      *c = accumulate ? fmaf(alpha, t, *c) : alpha * t;
+    }
+}
+
+// Equal bits, except that any NaN equals any NaN: which NaN payload an fma
+// returns is the instruction set's choice (not part of the definition).
+static int same_bits(const float *a, const float *b, size_t n, size_t *where) {
+  for (size_t i = 0; i < n; i++) {
+    if (isnan(a[i]) && isnan(b[i])) continue;
+    if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+      *where = i;
+      return 0;
+    }
   }
-  static const int td[][2] = {{8, 16}, {32, 16}, {64, 16}, {64, 64}}; // (tile, dh)
-  uint64_t seed = 5000;
-  for (size_t c = 0; c < sizeof td / sizeof td[0]; c++)
-    for (int kind = 0; kind < 3; kind++)
-      for (int beta = 0; beta < 2; beta++) {
-        const int t = td[c][0], dh = td[c][1];
-        // 0: S = X·Yᵀ (t, t, dh); 1: C (+)= P·V (t, dh, t); 2: part = Pᵀ·X (t, dh, t)
-        const int M = t, N = kind == 0 ? t : dh, K = kind == 0 ? dh : t, ld = t + dh + 3;
-        float *A = falloc((size_t)t * ld), *B = falloc((size_t)t * ld), *Bt = falloc((size_t)t * ld);
-        float *want = falloc((size_t)M * N), *got = falloc((size_t)M * N);
-        fill_normal(A, (size_t)t * ld, seed++, 1.0);
-        fill_normal(B, (size_t)t * ld, seed++, 1.0);
-        for (size_t i = 0; i < (size_t)t * ld; i += 5) A[i] = (i / 5) % 2 ? -0.0f : 0.0f;
-        fill_normal(want, (size_t)M * N, seed++, 1.0);
-        memcpy(got, want, (size_t)M * N * sizeof(float));
-        if (kind == 0) {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, ld, B, ld,
-                      (float)beta, want, N);
-          ts_tile_transpose(Bt, B, ld, N, K);
-          ts_tile_mm(got, N, A, ld, 1, Bt, N, M, N, K, 1.0f, beta);
-        } else {
-          cblas_sgemm(CblasRowMajor, kind == 2 ? CblasTrans : CblasNoTrans, CblasNoTrans, M, N,
-                      K, 1.0f, A, ld, B, ld, (float)beta, want, N);
-          ts_tile_mm(got, N, A, kind == 2 ? 1 : ld, kind == 2 ? ld : 1, B, ld, M, N, K, 1.0f,
-                     beta);
-        }
-        if (memcmp(got, want, (size_t)M * N * sizeof(float)) != 0)
-          fail_msg("tile %d dh %d kind %d beta %d: ts_tile_mm differs from cblas_sgemm (%s)", t,
-                   dh, kind, beta, core);
-        free(A); free(B); free(Bt); free(want); free(got);
-      }
+  return 1;
+}
+
+// kind 0: normal values; 1: with zeros of both signs, denormals and huge
+// magnitudes; 2: with an Inf and a NaN in A, and an Inf in B.
+static void run_mm(int M, int N, int K, int tA, int tB, float alpha, int accumulate, int kind,
+                   uint64_t seed) {
+  const int lda = (tA ? M : K) + 3, ldb = (tB ? K : N) + 5, ldc = N + 7;
+  const size_t na = (size_t)(tA ? K : M) * lda, nb = (size_t)(tB ? N : K) * ldb,
+               nc = (size_t)M * ldc;
+  float *A = falloc(na), *B = falloc(nb), *C0 = falloc(nc), *want = falloc(nc), *got = falloc(nc);
+  fill_normal(A, na, seed, 1.0);
+  fill_normal(B, nb, seed + 1, 3.0);
+  fill_normal(C0, nc, seed + 2, 10.0);
+  if (kind == 1) {
+    for (size_t i = 0; i < na; i += 7) A[i] = (i / 7) % 2 ? -0.0f : 0.0f;
+    for (size_t i = 3; i < na; i += 13) A[i] = ldexpf(A[i], -130); // denormal
+    for (size_t i = 3; i < nb; i += 11) B[i] = ldexpf(B[i], (int)(i % 61) - 30);
+    for (size_t i = 1; i < nc; i += 5) C0[i] = (i / 5) % 2 ? -0.0f : 0.0f;
+  } else if (kind == 2 && na && nb) {
+    A[na / 2] = INFINITY;
+    A[na / 3] = NAN;
+    B[nb / 2] = -INFINITY;
+  }
+  memcpy(want, C0, nc * sizeof(float));
+  mm_ref(tA, tB, M, N, K, alpha, A, lda, B, ldb, accumulate, want, ldc);
+  int ran = 0;
+  for (int isa = 0; isa < TS_ISA_COUNT; isa++)
+    for (int threads = 0; threads < 2; threads++) {
+      memcpy(got, C0, nc * sizeof(float));
+      if (ts_mm_isa(isa, threads, tA, tB, M, N, K, alpha, A, lda, B, ldb, accumulate, got, ldc))
+        continue; // this CPU lacks it
+      ran++;
+      size_t at = 0;
+      if (!same_bits(got, want, nc, &at))
+        fail_msg("ts_mm %s%s, %dx%dx%d tA %d tB %d alpha %a acc %d kind %d: element (%zu, %zu) "
+                 "%a, the definition %a", ts_isa_name(isa), threads ? " (1 thread)" : "", M, N, K,
+                 tA, tB, (double)alpha, accumulate, kind, at / ldc, at % ldc, (double)got[at],
+                 (double)want[at]);
+    }
+  assert_true(ran >= 2);
+  free(A); free(B); free(C0); free(want); free(got);
+}
+
+static void test_mm(void **state) {
+  // (M, N, K): 1x1x1, primes, k = 0, the register block's remainders (rows
+  // not a multiple of 6, columns of 16 and 64), the linear layers' shapes
+  // (a leaf of rows, heads of 16 columns, the tiny model's widths)
+  static const int shapes[][3] = {{1, 1, 1},    {1, 1, 0},    {3, 5, 0},    {7, 13, 5},
+                                  {13, 67, 17}, {6, 64, 64},  {5, 1, 300},  {37, 131, 257},
+                                  {64, 16, 64}, {64, 192, 64}, {64, 64, 256}, {2, 97, 3},
+                                  {100, 65, 33}};
+  static const float alphas[] = {1.0f, -1.0f, 0.17677669f};
+  uint64_t seed = 9000;
+  for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
+    for (int tA = 0; tA < 2; tA++)
+      for (int tB = 0; tB < 2; tB++)
+        for (int acc = 0; acc < 2; acc++)
+          for (int kind = 0; kind < 3; kind++)
+            run_mm(shapes[c][0], shapes[c][1], shapes[c][2], tA, tB,
+                   alphas[(c + (size_t)kind) % 3], acc, kind, seed++);
+}
+
+// A product's bits do not depend on its call's shape: rows, columns or heads
+// computed by separate calls are the bits of one call (what lets a layer be
+// one product on all threads and a rank project a subset of heads alone).
+static void test_mm_cuts(void **state) {
+  const int M = 50, N = 70, K = 90;
+  float *A = falloc((size_t)M * K), *B = falloc((size_t)N * K), *one = falloc((size_t)M * N),
+        *cut = falloc((size_t)M * N);
+  fill_normal(A, (size_t)M * K, 31, 1.0);
+  fill_normal(B, (size_t)N * K, 32, 1.0);
+  ts_mm(0, 1, M, N, K, 1.0f, A, K, B, K, 0, one, N);
+  // rows 0..16 and 17..49; within the second, columns 0..29 and 30..69
+  ts_mm(0, 1, 17, N, K, 1.0f, A, K, B, K, 0, cut, N);
+  ts_mm(0, 1, M - 17, 30, K, 1.0f, A + 17 * K, K, B, K, 0, cut + 17 * N, N);
+  ts_mm(0, 1, M - 17, N - 30, K, 1.0f, A + 17 * K, K, B + 30 * K, K, 0, cut + 17 * N + 30, N);
+  assert_memory_equal(one, cut, (size_t)M * N * sizeof(float));
+  // teeth: the chain cut in two halves added together is another computation
+  ts_mm(0, 1, M, N, K / 2, 1.0f, A, K, B, K, 0, cut, N);
+  ts_mm(0, 1, M, N, K - K / 2, 1.0f, A + K / 2, K, B + K / 2, K, 1, cut, N);
+  assert_true(memcmp(one, cut, (size_t)M * N * sizeof(float)) != 0);
+  free(A); free(B); free(one); free(cut);
 }
 
 // ts_tile_transpose and ts_tile_copy move values without touching them.
@@ -963,7 +1027,8 @@ int main(void) {
       cmocka_unit_test(test_fastexp),
       cmocka_unit_test(test_dropout),
       cmocka_unit_test(test_tile_mm),
-      cmocka_unit_test(test_tile_mm_blas),
+      cmocka_unit_test(test_mm),
+      cmocka_unit_test(test_mm_cuts),
       cmocka_unit_test(test_tile_pack),
       cmocka_unit_test(test_attention),
       cmocka_unit_test(test_ring_attention),

@@ -8,7 +8,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,7 +260,6 @@ static void test_init_is_counter_based(void **state) {
 }
 
 int main(void) {
-  openblas_set_num_threads(1);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_thread_count_invariance),
       cmocka_unit_test(test_batch_composition_invariance),

@@ -13,6 +13,9 @@
 // intrinsics), and the scalar path computes the same bits as the vector ones.
 #include "attention_tile.h"
 
+#include "cpu/isa.h"
+#include "cpu/mm.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -169,38 +172,34 @@ AVX2 static void mm_avx2(float *C, int ldc, const float *A, ptrdiff_t ai, ptrdif
     rows256(C + (size_t)i * ldc, ldc, A + i * ai, ai, ak, B, ldb, N, K, alpha, accumulate, 1);
 }
 
-static int have(int isa) {
-  if (isa == TS_TILE_AVX512) return __builtin_cpu_supports("avx512f");
-  if (isa == TS_TILE_AVX2) return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return 1;
-}
-#else
-static int have(int isa) { return isa == TS_TILE_SCALAR; }
 #endif
 
 int ts_tile_mm_isa(int isa, float *C, int ldc, const float *A, ptrdiff_t ai, ptrdiff_t ak,
                    const float *B, int ldb, int M, int N, int K, float alpha, int accumulate) {
-  if (isa == TS_TILE_BEST) isa = have(TS_TILE_AVX512) ? TS_TILE_AVX512
-                               : have(TS_TILE_AVX2)   ? TS_TILE_AVX2
-                                                      : TS_TILE_SCALAR;
-  if (!have(isa)) return -1;
+  if (!ts_isa_available(isa)) return -1;
 #if TS_TILE_X86
-  if (isa == TS_TILE_AVX512) {
+  if (isa == TS_ISA_AVX512) {
     mm_avx512(C, ldc, A, ai, ak, B, ldb, M, N, K, alpha, accumulate);
     return 0;
   }
-  if (isa == TS_TILE_AVX2) {
+  if (isa == TS_ISA_AVX2) {
     mm_avx2(C, ldc, A, ai, ak, B, ldb, M, N, K, alpha, accumulate);
     return 0;
   }
 #endif
+  // NEON: the general product's kernels (the same definition), A read as it
+  // lies when one of its strides is 1, as attention's operands always are
+  if (isa == TS_ISA_NEON && (ak == 1 || ai == 1) &&
+      ts_mm_isa(isa, 1, ak != 1, 0, M, N, K, alpha, A, (int)(ak == 1 ? ai : ak), B, ldb,
+                accumulate, C, ldc) == 0)
+    return 0;
   mm_scalar(C, ldc, A, ai, ak, B, ldb, M, N, K, alpha, accumulate);
   return 0;
 }
 
 void ts_tile_mm(float *C, int ldc, const float *A, ptrdiff_t ai, ptrdiff_t ak, const float *B,
                 int ldb, int M, int N, int K, float alpha, int accumulate) {
-  ts_tile_mm_isa(TS_TILE_BEST, C, ldc, A, ai, ak, B, ldb, M, N, K, alpha, accumulate);
+  ts_tile_mm_isa(ts_isa(), C, ldc, A, ai, ak, B, ldb, M, N, K, alpha, accumulate);
 }
 
 void ts_tile_transpose(float *dst, const float *src, int lds, int rows, int cols) {

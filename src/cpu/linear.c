@@ -1,23 +1,25 @@
-// Linear layers: y = x·Wᵀ + b on fixed row blocks, and their gradients.
-#include <cblas.h>
+// Linear layers: y = x·Wᵀ + b, and their gradients. Every product is the
+// canonical one (mm.h), whose bits do not depend on the call's shape: a layer
+// is one product over all its rows (its weight packed once, on all threads),
+// and a head's columns projected alone are the same bits as in the whole.
 #include <string.h>
 
+#include "cpu/mm.h"
 #include "kernels.h"
+
+// y (n, OC; rows ld apart) += b, row by row
+static void add_bias(float *y, int ld, const float *b, int64_t n, int OC) {
+#pragma omp parallel for schedule(static) if (n * OC >= 65536)
+  for (int64_t r = 0; r < n; r++)
+    for (int o = 0; o < OC; o++) y[r * ld + o] += b[o];
+}
 
 void linear_forward(float *out, const float *inp, const float *W, const float *b,
                     int64_t ntok, int C, int OC, int rows) {
-  int64_t nblocks = ntok / rows;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < nblocks; t++) {
-    const float *x = inp + t * rows * C;
-    float *y = out + t * rows * OC;
-    // y (rows, OC) = x (rows, C) · Wᵀ
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, OC, C, 1.0f, x, C, W, C,
-                0.0f, y, OC);
-    if (b)
-      for (int r = 0; r < rows; r++)
-        for (int o = 0; o < OC; o++) y[(size_t)r * OC + o] += b[o];
-  }
+  (void)rows; // the product's bits do not depend on how its rows are cut
+  // out (ntok, OC) = inp (ntok, C) · Wᵀ
+  ts_mm(0, 1, (int)ntok, OC, C, 1.0f, inp, C, W, C, 0, out, OC);
+  if (b) add_bias(out, OC, b, ntok, OC);
 }
 
 void linear_forward_heads(float *out, const float *inp, const float *W, const float *b,
@@ -28,33 +30,24 @@ void linear_forward_heads(float *out, const float *inp, const float *W, const fl
 void linear_forward_head_list(float *out, int ld, const float *inp, const float *W,
                               const float *b, const int *heads, int n, int64_t ntok, int C,
                               int hd, int rows) {
-  int64_t nblocks = ntok / rows;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < nblocks; t++) {
-    const float *x = inp + t * rows * C;
-    for (int k = 0; k < n; k++) {
-      const int h = heads ? heads[k] : k;
-      float *y = out + t * rows * ld + (size_t)k * hd;
-      // y (rows, hd) = x (rows, C) · W[h·hd : (h+1)·hd, :]ᵀ — one call per head
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, hd, C, 1.0f, x, C,
-                  W + (size_t)h * hd * C, C, 0.0f, y, ld);
-      if (b)
-        for (int r = 0; r < rows; r++)
-          for (int o = 0; o < hd; o++) y[(size_t)r * ld + o] += b[h * hd + o];
-    }
+  (void)rows;
+  // a run of consecutive heads is one product: its weight rows and its output
+  // columns are adjacent, and the bits are those of one head at a time
+  for (int k = 0, run; k < n; k += run) {
+    const int h = heads ? heads[k] : k;
+    for (run = 1; k + run < n && (heads ? heads[k + run] : k + run) == h + run;) run++;
+    float *y = out + (size_t)k * hd;
+    // y (ntok, run·hd; rows ld apart) = inp (ntok, C) · W[h·hd : (h+run)·hd, :]ᵀ
+    ts_mm(0, 1, (int)ntok, run * hd, C, 1.0f, inp, C, W + (size_t)h * hd * C, C, 0, y, ld);
+    if (b) add_bias(y, ld, b + (size_t)h * hd, ntok, run * hd);
   }
 }
 
 void linear_backward_input(float *dinp, const float *dout, const float *W, int64_t ntok,
                            int C, int OC, int rows, int accumulate) {
-  int64_t nblocks = ntok / rows;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < nblocks; t++) {
-    // dx (rows, C) (+)= dy (rows, OC) · W (OC, C)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, OC, 1.0f,
-                dout + t * rows * OC, OC, W, C, accumulate ? 1.0f : 0.0f,
-                dinp + t * rows * C, C);
-  }
+  (void)rows;
+  // dx (ntok, C) (+)= dy (ntok, OC) · W (OC, C)
+  ts_mm(0, 0, (int)ntok, C, OC, 1.0f, dout, OC, W, C, accumulate, dinp, C);
 }
 
 void linear_weight_leaf(float *out, const float *dout, const float *inp, int64_t leaf_index,
@@ -62,8 +55,7 @@ void linear_weight_leaf(float *out, const float *dout, const float *inp, int64_t
   const float *dy = dout + leaf_index * leaf * OC;
   const float *x = inp + leaf_index * leaf * C;
   // out (OC, C) = dy (leaf, OC)ᵀ · x (leaf, C)
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, leaf, 1.0f, dy, OC, x, C,
-              0.0f, out, C);
+  ts_mm(1, 0, OC, C, leaf, 1.0f, dy, OC, x, C, 0, out, C);
 }
 
 void column_sum(float *out, const float *x, int64_t rows, int cols, int accumulate) {

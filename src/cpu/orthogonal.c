@@ -1,8 +1,9 @@
 // Newton–Schulz, Polar Express, Muon and SPEL (orthogonal.h): the CPU backend's
-// muon_update, spel_step and spel_step_unconstrained, with host cblas.
+// muon_update, spel_step and spel_step_unconstrained, with the canonical product.
 #include "orthogonal.h"
 
-#include <cblas.h>
+#include "cpu/mm.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -64,12 +65,12 @@ static void iterate(float *X, int rows, int cols, int steps, float scale, ts_ort
     float a, b, c;
     ts_ortho_coefficients(how, k, &a, &b, &c);
     // A = W Wᵀ (m × m); A2 = b·A + c·A·A
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, m, n, 1.0f, W, n, W, n, 0.0f, A, m);
+    ts_mm(0, 1, m, m, n, 1.0f, W, n, W, n, 0, A, m);
     for (size_t i = 0; i < (size_t)m * m; i++) A2[i] = b * A[i];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, m, m, c, A, m, A, m, 1.0f, A2, m);
+    ts_mm(0, 0, m, m, m, c, A, m, A, m, 1, A2, m); // A2 = fma(c, A·A, b·A)
     // W ← a·W + A2·W
-    memcpy(Wn, W, mn * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, m, 1.0f, A2, m, W, n, a, Wn, n);
+    for (size_t i = 0; i < mn; i++) Wn[i] = a * W[i];
+    ts_mm(0, 0, m, n, m, 1.0f, A2, m, W, n, 1, Wn, n);
     memcpy(W, Wn, mn * sizeof(float));
   }
   if (tall) transpose(X, W, m, n);
@@ -100,14 +101,14 @@ void ts_muon_update(float *p, const float *g, float *buf, int rows, int cols, fl
 }
 
 void ts_stiefel_tangent(float *out, const float *A, const float *g, int d, int r, float *S) {
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r, r, d, 1.0f, A, r, g, r, 0.0f, S, r);
+  ts_mm(1, 0, r, r, d, 1.0f, A, r, g, r, 0, S, r); // S = Aᵀ g
   for (int i = 0; i < r; i++)
     for (int j = 0; j < i; j++) {
       float s = 0.5f * (S[(size_t)i * r + j] + S[(size_t)j * r + i]);
       S[(size_t)i * r + j] = S[(size_t)j * r + i] = s;
     }
   memcpy(out, g, (size_t)d * r * sizeof(float));
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d, r, r, -1.0f, A, r, S, r, 1.0f, out, r);
+  ts_mm(0, 0, d, r, r, -1.0f, A, r, S, r, 1, out, r); // out = g − A S
 }
 
 void ts_spel_step(float *A, const float *g, float *m, int d, int r, float alpha, float beta,
