@@ -1,7 +1,9 @@
 // Picks the backend for --device (backend.h).
 #include "config.h"
 
-#include <mpi.h>
+#ifdef TS_HAVE_CUDA
+#include <mpi.h> // (configure: CUDA builds have MPI)
+#endif
 #include <stdio.h>
 #include <string.h>
 

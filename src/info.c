@@ -3,13 +3,19 @@
 // BLAS, which MPI, which flags" — the things that change floating-point bits.
 #include "config.h"
 
+#ifdef TS_HAVE_BLAS
 #include <cblas.h>
+#endif
+#ifdef TS_HAVE_MPI
 #include <mpi.h>
+#endif
 #include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "backend.h"
+#include "cpu/isa.h"
+#include "run/fingerprint.h"
 #include "parallel/cp.h"
 #include "tessera.h"
 
@@ -23,6 +29,7 @@
 
 static void row(const char *key, const char *value) { printf("  %-16s %s\n", key, value); }
 
+#ifdef TS_HAVE_MPI
 // The text after "key:" on its line of a multi-line banner, tabs trimmed.
 static int banner_field(const char *banner, const char *key, char *out, size_t cap) {
   const char *p = strstr(banner, key);
@@ -59,6 +66,7 @@ static void mpi_description(char *out, size_t cap) {
   first[n] = '\0';
   snprintf(out, cap, "%s, MPI %d.%d", first, major, minor);
 }
+#endif
 
 int ts_info(void) {
   char buf[512];
@@ -70,12 +78,33 @@ int ts_info(void) {
 #else
   row("floating point", "no fast-math; contraction fixed at build time");
 #endif
+  // The exact path's products are tessera's own on every build; the ISA
+  // changes their speed, never their bits.
+  char isa[128];
+  ts_isa_describe(isa, sizeof isa);
+  snprintf(buf, sizeof buf, "ts_mm on %s; TESSERA_ISA=NAME picks another, with the same bits", isa);
+  row("products", buf);
+  // the bits of a fixed computation through the real kernels: two machines
+  // whose fingerprints match compute the same bits (docs/PORTABILITY.md)
+  ts_arith_describe(buf, sizeof buf);
+  row("arithmetic", buf);
+#ifdef TS_HAVE_BLAS
   snprintf(buf, sizeof buf, "%s, %d threads", openblas_get_config(), openblas_get_num_threads());
   row("BLAS", buf);
+  row("MFU roof", "the faster of ts_mm and OpenBLAS sgemm, 1024^3 on all threads, measured as "
+                  "train starts");
+#else
+  row("BLAS", "none: built --without-blas (no result depends on it)");
+  row("MFU roof", "ts_mm, 1024^3 on all threads, measured as train starts");
+#endif
   snprintf(buf, sizeof buf, "OpenMP %d, max threads %d", _OPENMP, omp_get_max_threads());
   row("threads", buf);
+#ifdef TS_HAVE_MPI
   mpi_description(buf, sizeof buf);
   row("MPI", buf);
+#else
+  row("MPI", "none: built --without-mpi (one process: serial layouts only)");
+#endif
 #ifdef TS_HAVE_SENTENCEPIECE
   row("tokenizers", "bytes, sentencepiece (docs/TOKENIZER.md)");
 #else
@@ -83,7 +112,11 @@ int ts_info(void) {
 #endif
 
   printf("backends\n");
-  row("cpu", "built (OpenMP + OpenBLAS; MPI between processes)");
+#ifdef TS_HAVE_MPI
+  row("cpu", "built (OpenMP; MPI between processes)");
+#else
+  row("cpu", "built (OpenMP; one process)");
+#endif
 #ifdef TS_HAVE_CUDA
   row("cuda", "built (cuBLAS + NCCL; --device cuda, --precision fp32|bf16)");
   ts_backend_cuda_describe(buf, sizeof buf);
@@ -92,7 +125,11 @@ int ts_info(void) {
   row("cuda", "not built (configure --enable-cuda)");
 #endif
 
+#ifdef TS_HAVE_MPI
   printf("layouts (docs/DISTRIBUTED.md)\n");
+#else
+  printf("layouts (docs/DISTRIBUTED.md; a build with MPI runs them, this one only the serial run)\n");
+#endif
   row("--dp", "data parallel: exact");
   { // the strategies, from the registry (src/parallel/strategies.def)
     char tier[2][160] = {"", ""};

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "boundary/boundary.h"
+#include "exactmath.h"
 #include "orthogonal.h"
 #include "parallel/owners.h"
 #include "util.h"
@@ -36,12 +37,8 @@ void ts_adamw_update(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nte
                      float lr, float wd, float beta1, float beta2, float eps,
                      const unsigned char *skip) {
   opt->step++;
-  // Same arithmetic as torch.optim.AdamW (non-fused, single tensor): decay,
-  // moments, then p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps).
-  float bc1 = 1.0f - powf(beta1, (float)opt->step);
-  float bc2 = 1.0f - powf(beta2, (float)opt->step);
-  float step_size = lr / bc1;
-  float bc2_sqrt = sqrtf(bc2);
+  float step_size, bc2_sqrt;
+  ts_adamw_scalars(lr, beta1, beta2, opt->step, &step_size, &bc2_sqrt);
   size_t off = 0;
   for (int t = 0; t < ntens; t++) {
     float *p = params[t].data;
@@ -53,6 +50,18 @@ void ts_adamw_update(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nte
     float decay = params[t].ndim >= 2 ? 1.0f - lr * wd : 1.0f;
     opt->be->adamw(p, g, m, v, n, decay, beta1, beta2, step_size, bc2_sqrt, eps);
   }
+}
+
+void ts_adamw_scalars(float lr, float beta1, float beta2, uint64_t step, float *step_size,
+                      float *bc2_sqrt) {
+  // Same arithmetic as torch.optim.AdamW (non-fused, single tensor): decay,
+  // moments, then p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps). β^step
+  // is tessera's (exactmath.h), rounded to float as powf's would be: libm's
+  // powf is not the same bits on every machine.
+  float bc1 = 1.0f - (float)ts_powi((double)beta1, step);
+  float bc2 = 1.0f - (float)ts_powi((double)beta2, step);
+  *step_size = lr / bc1;
+  *bc2_sqrt = sqrtf(bc2);
 }
 
 void ts_adamw_elements(float *p, const float *g, float *m, float *v, int64_t n, float decay,
@@ -288,7 +297,8 @@ const char *const ts_lr_schedule_names[TS_LR_NSCHEDULES] = {"cosine", "linear", 
 // After the warmup, progress p = (s - warmup) / max(1, steps - warmup) runs
 // from 0 towards 1 (the last step's is (steps-1-warmup)/(steps-warmup): no
 // schedule reaches lr_min, cosine's as before), and each shape maps it to a
-// rate between lr and lr_min (docs/MODEL.md). In double, rounded once.
+// rate between lr and lr_min (docs/MODEL.md). In double, rounded once; the
+// cosine is tessera's (exactmath.h).
 float ts_lr_at(const ts_config *cfg, int64_t s) {
   double lr = cfg->lr, lr_min = cfg->lr * cfg->min_lr_frac;
   if (s < cfg->warmup) return (float)(lr * (double)(s + 1) / cfg->warmup);
@@ -304,6 +314,6 @@ float ts_lr_at(const ts_config *cfg, int64_t s) {
     if (prog < start) return (float)lr;
     return (float)(lr - (lr - lr_min) * ((prog - start) / f));
   }
-  default: return (float)(lr_min + 0.5 * (lr - lr_min) * (1.0 + cos(3.141592653589793 * prog)));
+  default: return (float)(lr_min + 0.5 * (lr - lr_min) * (1.0 + ts_cos(3.141592653589793 * prog)));
   }
 }

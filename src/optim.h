@@ -27,6 +27,12 @@ void ts_adamw_update(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nte
                      float lr, float wd, float beta1, float beta2, float eps,
                      const unsigned char *skip);
 
+// The scalars of AdamW's update number step (1-based) at rate lr: step_size =
+// lr/(1 − β1^step), bc2_sqrt = √(1 − β2^step), the powers tessera's own
+// (src/exactmath.h), so they are the same bits on every machine.
+void ts_adamw_scalars(float lr, float beta1, float beta2, uint64_t step, float *step_size,
+                      float *bc2_sqrt);
+
 // The element-wise AdamW update of n floats (the CPU backend's adamw):
 // p ← p·decay − step_size·m/(√v / bc2_sqrt + eps) after the moment updates.
 void ts_adamw_elements(float *p, const float *g, float *m, float *v, int64_t n, float decay,

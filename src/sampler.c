@@ -1,10 +1,12 @@
 // The next token from a position's logits (sampler.h). Everything is in
-// double, in a fixed order, so one seed gives the same token on every run.
+// double, in a fixed order, with tessera's exp and log (exactmath.h), so one
+// seed gives the same token and log-probability on every run and machine.
 #include "sampler.h"
 
 #include <math.h>
 #include <stdlib.h>
 
+#include "exactmath.h"
 #include "rng.h"
 #include "tessera.h"
 
@@ -53,7 +55,7 @@ int ts_sample_next(ts_sampler *sm, const ts_sampling *s, const float *logits, ui
   const double mx = (double)logits[best] / tau;
   double Z = 0.0;
   for (int i = 0; i < V; i++) {
-    sm->cand[i] = (ts_sample_cand){exp((double)logits[i] / tau - mx), i};
+    sm->cand[i] = (ts_sample_cand){ts_exp((double)logits[i] / tau - mx), i};
     Z += sm->cand[i].p;
   }
   int tok = best;
@@ -88,6 +90,6 @@ int ts_sample_next(ts_sampler *sm, const ts_sampling *s, const float *logits, ui
     p_tok = sm->cand[r].p;
   }
   *token = tok;
-  *logprob = log(p_tok) - log(Z);
+  *logprob = ts_log(p_tok) - ts_log(Z);
   return TS_OK;
 }

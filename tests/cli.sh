@@ -130,8 +130,9 @@ wait
 
 # --- info ------------------------------------------------------------------------
 expect_exit 0 "" "$T" info
-expect_stdout "OpenBLAS"
-expect_stdout "MPICH"
+expect_stdout "^  products +ts_mm on "
+expect_stdout "^  BLAS +(OpenBLAS|none: built --without-blas)"
+expect_stdout "^  MPI +(MPICH|none: built --without-mpi)"
 expect_stdout "cuda"
 expect_stdout "tile"
 

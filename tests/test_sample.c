@@ -10,7 +10,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,7 +242,6 @@ static void test_sampler_filters_and_proportions(void **state) {
 }
 
 int main(void) {
-  openblas_set_num_threads(1);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_decoder_equals_forward),
       cmocka_unit_test(test_decoder_feeds_in_pieces),

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "attention_tile.h"
+#include "exactmath.h"
 #include "fastexp.h"
 #include "index.h"
 #include "kernels.h"
@@ -206,7 +207,7 @@ static void forward_walk(ts_ws *ws, float *out, float *lse, float *lsum, const f
     if (last) {
       for (int i = 0; i < tile; i++) {
         for (int c = 0; c < dh; c++) O[(size_t)i * Co + c] = acc[(size_t)i * dh + c] / l[i];
-        L[i] = m[i] + logf(l[i]);
+        L[i] = m[i] + ts_logf(l[i]);
       }
     } else { // for the block of earlier keys
       for (int i = 0; i < tile; i++) {

@@ -1,6 +1,5 @@
 // Softmax cross-entropy per token over V classes, and the canonical loss sum.
-#include <math.h>
-
+#include "exactmath.h"
 #include "fastexp.h"
 #include "kernels.h"
 
@@ -13,7 +12,7 @@ void crossentropy_forward(float *losses, const float *logits, const int *targets
     for (int i = 1; i < V; i++) mx = z[i] > mx ? z[i] : mx;
     float s = 0.0f;
     for (int i = 0; i < V; i++) s += ts_expf(z[i] - mx);
-    losses[t] = logf(s) + mx - z[targets[t]];
+    losses[t] = ts_logf(s) + mx - z[targets[t]]; // (not libm's: exactmath.h)
   }
 }
 

@@ -32,8 +32,10 @@ typedef struct {
   ts_comm *model;
 } ts_grid;
 
-// MPI's lifetime, for main() only. Without mpiexec MPI starts as a world of
-// one (MPICH singleton). Queries before init (or without it) say rank 0 of 1.
+// MPI's lifetime, for main() only (world_mpi.c). Without mpiexec MPI starts
+// as a world of one (MPICH singleton). Queries before init (or without it)
+// say rank 0 of 1, and so does every query in a build without MPI
+// (world_serial.c), where init starts nothing.
 int ts_mpi_init(int *argc, char ***argv); // argc, argv may be NULL
 int ts_mpi_active(void);
 void ts_mpi_finalize(void);
@@ -54,6 +56,12 @@ void ts_mpi_sum_max(double x, double *sum, double *max);
 // many ranks say `failed`, the first of them in *first (-1: none).
 int ts_mpi_allgather_raw(const void *send, void *recv, size_t bytes);
 int ts_mpi_failed_ranks(int failed, int *first);
+
+// The group of the world's ranks with the same color, ordered by key (a group
+// of one rank is the serial communicator), and the number of ranks on this
+// node: for ts_grid_create (collective over the world).
+int ts_mpi_split(int color, int key, ts_comm **out);
+int ts_mpi_local_size(void);
 
 // TS_EUSAGE, naming --dp and the world size, unless dp × sp × pp ranks run.
 int ts_grid_check(int dp, int sp, int pp);

@@ -2,13 +2,16 @@
 // and what it found with rank 0's, so that ranks started with different
 // flags, data or checkpoints stop at once with one line saying which rank
 // differs and in what, instead of hanging in a collective that does not
-// match or finishing with a silently different result.
+// match or finishing with a silently different result. They also compare
+// their arithmetic (run/fingerprint.h): a rank built or set up to compute
+// other bits would make the exact layouts differ from the serial run.
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "parallel/grid.h"
+#include "run/fingerprint.h"
 #include "run/run.h"
 #include "util.h"
 
@@ -21,6 +24,7 @@ typedef struct {
   char data[96];               // its token counts and digest (ts_run_data_id)
   int64_t ckpt_step;           // --resume, --init-from: the checkpoint's step (0: none)
   char ckpt_crc[12];           // and its header's checksum
+  ts_arith arith;              // the bits its kernels compute
 } statement;
 
 static const char *const layout_flags[10] = {
@@ -43,6 +47,7 @@ static int state(statement *st, const ts_config *cfg, const ts_layout *lay, cons
     st->ckpt_step = ck->step;
     snprintf(st->ckpt_crc, sizeof st->ckpt_crc, "%s", crc ? crc : "");
   }
+  if (ts_arith_fingerprint(&st->arith)) return ts_fail(TS_ERUNTIME, "out of memory");
   return TS_OK;
 }
 
@@ -87,6 +92,17 @@ int ts_run_agree(const ts_config *cfg, const ts_layout *lay, const ts_data *data
     if (differs(&all[0], &all[q], q, what, sizeof what))
       rc = ts_fail_everywhere(TS_EUSAGE, "rank %d disagrees with rank 0 on %s: every rank must "
                               "be started with the same flags, data and checkpoints", q, what);
+  // Same flags, other bits: the part named is the first that differs.
+  for (int q = 1; q < n && !rc; q++) {
+    const ts_arith *a = &all[0].arith, *b = &all[q].arith;
+    if (a->all == b->all) continue;
+    int i = 0;
+    while (i < TS_ARITH_NPARTS - 1 && a->part[i] == b->part[i]) i++;
+    rc = ts_fail_everywhere(TS_ERUNTIME, "rank %d's arithmetic differs from rank 0's: fingerprint "
+                            "0x%016" PRIx64 " vs 0x%016" PRIx64 ", first in its %s (a different "
+                            "build, compiler flags, libm, or CPU mode); see docs/PORTABILITY.md",
+                            q, b->all, a->all, ts_arith_part_name(i));
+  }
   free(mine);
   free(all);
   return rc;

@@ -20,10 +20,10 @@
 #define TS_EVAL_STEP_BASE (1ull << 39)
 
 // ---- common.c ---------------------------------------------------------------------------
-// OpenMP threads (the node's, shared by its local_ranks unless --threads) and
-// single-threaded BLAS inside them (docs/EXACTNESS.md R1).
+// OpenMP threads (the node's, shared by its local_ranks unless --threads).
 void ts_run_setup_threads(const ts_config *cfg, int local_ranks);
-// The machine's sgemm roof in GFLOP/s, for MFU (0 when it cannot be measured).
+// The machine's roof in GFLOP/s for MFU, the faster of ts_mm and (when built
+// with it) OpenBLAS's sgemm on a 1024^3 product (0 when it cannot be measured).
 double ts_run_sgemm_roof(void);
 // The run's data: path (NULL: cfg's validation file alone) and cfg's
 // validation file in cfg's format (resolved, or detected here), every token
