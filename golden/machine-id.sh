@@ -1,6 +1,8 @@
 #!/bin/sh
-# Prints what decides the bits of the serial reference on a machine: the CPU
-# model and the BLAS kernel OpenBLAS picked for it. Usage: machine-id.sh TESSERA_BIN
+# Prints where golden files were recorded, for golden/MACHINE: the CPU model
+# and the instruction set the products ran on. Provenance only: the files are
+# the same bytes on every machine (docs/PORTABILITY.md), and no test reads it.
+# Usage: machine-id.sh TESSERA_BIN
 cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n1)
-blas=$("$1" info 2>/dev/null | sed -n 's/^ *BLAS *//p' | sed 's/, [0-9]* threads//' | head -n1)
-echo "$cpu | $blas"
+isa=$("$1" info 2>/dev/null | sed -n 's/^ *products *ts_mm on \([a-z0-9]*\).*/\1/p' | head -n1)
+echo "$cpu | $(uname -m) | products on $isa"
