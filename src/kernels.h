@@ -1,8 +1,9 @@
 // CPU kernels of the reference model: forward/backward pairs, outputs first,
 // sizes last. Every kernel follows the exactness contract (docs/EXACTNESS.md):
-//   R1  row-wise work is done per block of rows (`rows`: the leaf for linear
-//       layers, the tile in attention) with BLAS calls whose shapes never
-//       depend on the layout; BLAS runs single-threaded inside an OpenMP loop;
+//   R1  every matrix product is the canonical one (src/cpu/mm.h): one fma
+//       chain per element over k ascending, so its bits do not depend on the
+//       call's shape, the threads or the CPU; `rows` arguments that still
+//       name a block of rows (the leaf, the tile) no longer change a result;
 //   R2  attention visits key tiles from the diagonal down with online softmax;
 //   R3  sums over tokens are canonical trees over leaves of `leaf` rows.
 // Rows are tokens in (batch, position) order; `ntok` = B*T is a multiple of
@@ -72,8 +73,8 @@ int layernorm_backward(ts_ws *ws, float *dinp, float *dw, float *db, const float
 // ---- linear: out = inp · Wᵀ + b, W (OC, C) ------------------------------------------
 void linear_forward(float *out, const float *inp, const float *W, const float *b,
                     int64_t ntok, int C, int OC, int rows);
-// Same result layout, computed one group of `hd` output columns at a time
-// (per head), so that any subset of heads can be projected alone (R1).
+// Same result as linear_forward, head by head (hd output columns each): any
+// subset of heads projected alone gives the same bits (R1).
 void linear_forward_heads(float *out, const float *inp, const float *W, const float *b,
                           int64_t ntok, int C, int OC, int hd, int rows);
 // The same for a list of n heads (heads NULL: 0..n-1), head k's columns of
@@ -97,9 +98,9 @@ void linear_weight_leaf(float *out, const float *dout, const float *inp, int64_t
 void column_sum(float *out, const float *x, int64_t rows, int cols, int accumulate);
 
 // ---- general products (matmul.c) ----------------------------------------------------------
-// out (M, N; ldc) = op(A) · op(B) + beta·out, in blocks of 64 rows of out on the
-// OpenMP threads (BLAS itself single-threaded, R1). op(A) is (M, K): A is
-// (M, K) with lda, or (K, M) when transA; op(B) is (K, N) likewise.
+// out (M, N; ldc) = op(A) · op(B) (beta 0) or out + op(A) · op(B) (beta 1; no
+// other beta), the canonical product (R1) on the OpenMP threads. op(A) is
+// (M, K): A is (M, K) with lda, or (K, M) when transA; op(B) is (K, N) likewise.
 void matmul(int transA, int transB, int M, int N, int K, const float *A, int lda, const float *B,
             int ldb, float beta, float *out, int ldc);
 

@@ -5,8 +5,8 @@
 // the whole context.
 //
 // The bits are the training forward's. Its row-wise work (linear layers) is
-// one BLAS call per leaf of rows, whose bits depend on the call's shape
-// (docs/EXACTNESS.md R1) but not on the other rows' values; its attention
+// the canonical product, each element its own chain whatever the call's shape
+// or the other rows' values (docs/EXACTNESS.md R1); its attention
 // walks a query tile's key tiles from the diagonal down (R2). So the decoder
 // makes the same calls on the leaf that holds the new rows (rows it has not
 // fed yet are zeros, rows fed before keep what they last held: they only
