@@ -12,6 +12,7 @@
 #include "cpu/mm.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,18 +271,44 @@ static void pack_panel(float *P, int nr, const float *B, int ldb, int transB, in
 }
 
 // Each thread's packing space, kept from call to call (aligned for the
-// vector loads of the panels).
-static _Thread_local float *pack_buf;
-static _Thread_local size_t pack_cap;
+// vector loads of the panels). It hangs on a pthread key so that a thread
+// that ends (OpenMP's team shrinks when a product asks for fewer threads)
+// gives its space back instead of leaking it.
+typedef struct {
+  float *buf;
+  size_t cap; // floats
+} pack_t;
+
+static pthread_key_t pack_key;
+static pthread_once_t pack_once = PTHREAD_ONCE_INIT;
+static int pack_key_ok;
+
+static void pack_release(void *v) {
+  pack_t *p = v;
+  free(p->buf);
+  free(p);
+}
+
+static void pack_key_make(void) { pack_key_ok = pthread_key_create(&pack_key, pack_release) == 0; }
 
 static float *pack_space(size_t floats) {
-  if (floats > pack_cap) {
-    free(pack_buf);
-    size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
-    pack_buf = aligned_alloc(64, bytes);
-    pack_cap = pack_buf ? bytes / sizeof(float) : 0;
+  pthread_once(&pack_once, pack_key_make);
+  if (!pack_key_ok) return NULL;
+  pack_t *p = pthread_getspecific(pack_key);
+  if (!p) {
+    p = calloc(1, sizeof *p);
+    if (!p || pthread_setspecific(pack_key, p) != 0) {
+      free(p);
+      return NULL;
+    }
   }
-  return pack_buf;
+  if (floats > p->cap) {
+    free(p->buf);
+    size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
+    p->buf = aligned_alloc(64, bytes);
+    p->cap = p->buf ? bytes / sizeof(float) : 0;
+  }
+  return p->buf;
 }
 
 // Sizes of the blocking: a group of panels is packed at once (about 256 KB),
