@@ -38,6 +38,8 @@
 #include "parallel/ring.h"
 #include "rng.h"
 
+#include <omp.h>
+
 // ---- data and checks --------------------------------------------------------------
 
 static double unif(uint64_t *s) { return ((double)(mix64(s) >> 11) + 0.5) / 9007199254740992.0; }
@@ -513,6 +515,64 @@ static void test_mm(void **state) {
           for (int kind = 0; kind < 3; kind++)
             run_mm(shapes[c][0], shapes[c][1], shapes[c][2], tA, tB,
                    alphas[(c + (size_t)kind) % 3], acc, kind, seed++);
+}
+
+// ts_mm_leaves against its definition written out here: each leaf's chain
+// (mm_ref over the leaf's k), then the canonical tree of the leaves' values
+// (ts_tree_sum, tree.c's own code), on every path, odd shapes, leaf counts
+// that are and are not powers of two, none, and the special values.
+static void run_mm_leaves(int M, int N, int nl, int leaf, int kind, uint64_t seed) {
+  const int K = nl * leaf, lda = M + 3, ldb = N + 5, ldc = N + 7;
+  const size_t na = (size_t)(K ? K : 1) * lda, nb = (size_t)(K ? K : 1) * ldb, nc = (size_t)M * ldc;
+  float *A = falloc(na), *B = falloc(nb), *want = falloc(nc), *got = falloc(nc);
+  float *t = falloc((size_t)M * N * (nl ? nl : 1)), *vals = falloc(nl ? nl : 1);
+  fill_normal(A, na, seed, 1.0);
+  fill_normal(B, nb, seed + 1, 3.0);
+  if (kind == 1) {
+    for (size_t i = 0; i < na; i += 7) A[i] = (i / 7) % 2 ? -0.0f : 0.0f;
+    for (size_t i = 3; i < na; i += 13) A[i] = ldexpf(A[i], -130);
+    for (size_t i = 3; i < nb; i += 11) B[i] = ldexpf(B[i], (int)(i % 61) - 30);
+  } else if (kind == 2 && K) {
+    A[na / 2] = INFINITY;
+    A[na / 3] = NAN;
+    B[nb / 2] = -INFINITY;
+  }
+  for (int l = 0; l < nl; l++) // leaf l's chains
+    mm_ref(1, 0, M, N, leaf, 1.0f, A + (size_t)l * leaf * lda, lda, B + (size_t)l * leaf * ldb, ldb,
+           0, t + (size_t)l * M * N, N);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      for (int l = 0; l < nl; l++) vals[l] = t[(size_t)l * M * N + (size_t)i * N + j];
+      want[(size_t)i * ldc + j] = ts_tree_sum(vals, (size_t)nl);
+    }
+  int ran = 0;
+  for (int isa = 0; isa < TS_ISA_COUNT; isa++)
+    for (int threads = 0; threads < 2; threads++) {
+      memset(got, 0x7f, nc * sizeof(float)); // what lies between rows stays
+      if (ts_mm_leaves_isa(isa, threads, M, N, nl, leaf, A, lda, B, ldb, got, ldc)) continue;
+      ran++;
+      for (int i = 0; i < M; i++) {
+        size_t at = 0;
+        if (!same_bits(got + (size_t)i * ldc, want + (size_t)i * ldc, (size_t)N, &at))
+          fail_msg("ts_mm_leaves %s%s, %dx%d, %d leaves of %d, kind %d: element (%d, %zu) %a, the "
+                   "definition %a", ts_isa_name(isa), threads ? " (1 thread)" : "", M, N, nl, leaf,
+                   kind, i, at, (double)got[(size_t)i * ldc + at], (double)want[(size_t)i * ldc + at]);
+        for (int j = N; j < ldc && i + 1 < M; j++) assert_true(got[(size_t)i * ldc + j] != 0.0f);
+      }
+    }
+  assert_true(ran >= 2);
+  free(A); free(B); free(want); free(got); free(t); free(vals);
+}
+
+static void test_mm_leaves(void **state) {
+  // (M, N, leaves, leaf)
+  static const int shapes[][4] = {{1, 1, 1, 1},   {1, 1, 0, 4},    {3, 5, 2, 1},   {7, 13, 3, 5},
+                                  {13, 67, 5, 8},  {6, 64, 8, 8},   {37, 131, 13, 3}, {64, 16, 1, 64},
+                                  {100, 65, 32, 8}, {5, 200, 7, 2}};
+  uint64_t seed = 9500;
+  for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
+    for (int kind = 0; kind < 3; kind++)
+      run_mm_leaves(shapes[c][0], shapes[c][1], shapes[c][2], shapes[c][3], kind, seed++);
 }
 
 // A product's bits do not depend on its call's shape: rows, columns or heads
@@ -1018,6 +1078,78 @@ static void test_encoder(void **state) {
   run_encoder(4);
 }
 
+// ---- weight gradients: the tree inside the product ------------------------------------
+// linear_backward_weights and encoder_backward_wte sum their leaves inside the
+// product (ts_mm_leaves), the tied head's token rows apart; the result must be
+// the bits of the tree over whole partials (ts_leaf_tree_sum of each leaf's
+// (OC, C) partial, as the backward made it before), whatever the number of
+// leaves (powers of two or not), the shapes and the threads.
+
+typedef struct {
+  const float *dout, *inp, *dlogits;
+  const int *tok;
+  int leaf, C, OC, bias;
+} whole_leaf_ctx;
+
+static void whole_weight_leaf(const void *vctx, int64_t li, float *out) {
+  const whole_leaf_ctx *c = vctx;
+  linear_weight_leaf(out, c->dout, c->inp, li, c->leaf, c->C, c->OC);
+  if (c->bias)
+    column_sum(out + (size_t)c->OC * c->C, c->dout + li * c->leaf * c->OC, c->leaf, c->OC, 0);
+}
+
+static void whole_wte_leaf(const void *vctx, int64_t li, float *out) {
+  const whole_leaf_ctx *c = vctx;
+  if (c->dlogits)
+    linear_weight_leaf(out, c->dlogits, c->inp, li, c->leaf, c->C, c->OC);
+  else
+    memset(out, 0, (size_t)c->OC * c->C * sizeof(float));
+  encoder_wte_leaf_scatter(out, c->dout, c->tok, li, c->leaf, c->C);
+}
+
+static void test_weight_grads(void **state) {
+  static const int shapes[][4] = {// nleaves, leaf, C, OC
+                                  {1, 4, 7, 5},    {3, 2, 70, 37},  {5, 4, 1, 1000}, {8, 4, 33, 13},
+                                  {13, 2, 64, 101}, {6, 8, 70, 1000}, {0, 4, 9, 11}};
+  const int max_threads = omp_get_max_threads();
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+    for (int threads = 1; threads <= 3; threads++) {
+      const int nl = shapes[si][0], leaf = shapes[si][1], C = shapes[si][2], OC = shapes[si][3];
+      const int64_t ntok = (int64_t)nl * leaf;
+      const size_t nw = (size_t)OC * C, n = nw + (size_t)OC;
+      float *dy = falloc((size_t)(ntok ? ntok : 1) * OC), *x = falloc((size_t)(ntok ? ntok : 1) * C);
+      float *dout = falloc((size_t)(ntok ? ntok : 1) * C);
+      fill_normal(dy, (size_t)ntok * OC, 80 + si, 1.0);
+      fill_normal(x, (size_t)ntok * C, 90 + si, 1.0);
+      fill_normal(dout, (size_t)ntok * C, 95 + si, 1.0);
+      int *tok = calloc((size_t)(ntok ? ntok : 1), sizeof(int));
+      uint64_t sd = 100 + si;
+      for (int64_t t = 0; t < ntok; t++) tok[t] = (int)(mix64(&sd) % (uint64_t)OC);
+      if (ntok > 2) tok[1] = tok[2] = tok[0]; // repeats within a leaf
+      omp_set_num_threads(threads);
+      ts_ws ws;
+      assert_int_equal(ts_ws_init(&ws, leaf, leaf, n, 8), 0);
+      float *want = falloc(n), *dW = falloc(nw), *db = falloc(OC);
+      for (int bias = 0; bias <= 1; bias++) {
+        whole_leaf_ctx c = {dy, x, NULL, tok, leaf, C, OC, bias};
+        assert_int_equal(ts_leaf_tree_sum(&ws, want, bias ? n : nw, nl, whole_weight_leaf, &c), 0);
+        assert_int_equal(linear_backward_weights(&ws, dW, bias ? db : NULL, dy, x, ntok, C, OC), 0);
+        assert_memory_equal(dW, want, nw * sizeof(float));
+        if (bias) assert_memory_equal(db, want + nw, (size_t)OC * sizeof(float));
+      }
+      for (int head = 0; head <= 1; head++) { // the tied head's gradient, or the scatter alone
+        whole_leaf_ctx c = {dout, x, head ? dy : NULL, tok, leaf, C, OC, 0};
+        assert_int_equal(ts_leaf_tree_sum(&ws, want, nw, nl, whole_wte_leaf, &c), 0);
+        assert_int_equal(
+            encoder_backward_wte(&ws, dW, dout, tok, head ? dy : NULL, x, ntok, OC, C), 0);
+        assert_memory_equal(dW, want, nw * sizeof(float));
+      }
+      ts_ws_free(&ws);
+      free(dy); free(x); free(dout); free(tok); free(want); free(dW); free(db);
+    }
+  omp_set_num_threads(max_threads);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_layernorm),
@@ -1029,12 +1161,14 @@ int main(void) {
       cmocka_unit_test(test_tile_mm),
       cmocka_unit_test(test_mm),
       cmocka_unit_test(test_mm_cuts),
+      cmocka_unit_test(test_mm_leaves),
       cmocka_unit_test(test_tile_pack),
       cmocka_unit_test(test_attention),
       cmocka_unit_test(test_ring_attention),
       cmocka_unit_test(test_crossentropy),
       cmocka_unit_test(test_token_tree_sum),
       cmocka_unit_test(test_encoder),
+      cmocka_unit_test(test_weight_grads),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

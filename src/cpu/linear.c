@@ -75,28 +75,23 @@ void column_sum(float *out, const float *x, int64_t rows, int cols, int accumula
 }
 
 typedef struct {
-  const float *dout, *inp;
-  int leaf, C, OC;
-  int with_bias;
-} weight_leaf_ctx;
+  const float *dout;
+  int leaf, OC;
+} bias_leaf_ctx;
 
-static void weight_leaf(const void *vctx, int64_t li, float *out) {
-  const weight_leaf_ctx *c = vctx;
-  linear_weight_leaf(out, c->dout, c->inp, li, c->leaf, c->C, c->OC);
-  // bias partial: rows of the leaf summed in order, after the weight block
-  if (c->with_bias)
-    column_sum(out + (size_t)c->OC * c->C, c->dout + li * c->leaf * c->OC, c->leaf, c->OC, 0);
+// A leaf's bias partial: its rows of dout summed in order.
+static void bias_leaf(const void *vctx, int64_t li, float *out) {
+  const bias_leaf_ctx *c = vctx;
+  column_sum(out, c->dout + li * c->leaf * c->OC, c->leaf, c->OC, 0);
 }
 
 int linear_backward_weights(ts_ws *ws, float *dW, float *db, const float *dout,
                             const float *inp, int64_t ntok, int C, int OC) {
-  weight_leaf_ctx c = {dout, inp, ws->leaf, C, OC, db != NULL};
-  size_t nw = (size_t)OC * C;
-  size_t n = nw + (db ? (size_t)OC : 0);
-  // dW and db are adjacent in the partial; the tree result is split back out.
-  float *sum = ws->sumbuf;
-  if (ts_leaf_tree_sum(ws, sum, n, ntok / ws->leaf, weight_leaf, &c) != 0) return -1;
-  memcpy(dW, sum, nw * sizeof(float));
-  if (db) memcpy(db, sum + nw, (size_t)OC * sizeof(float));
-  return 0;
+  // dW (OC, C) = the canonical tree over leaves of dout (leaf, OC)ᵀ · inp (leaf, C),
+  // summed inside the product (no OC x C partial per leaf); db its own tree
+  const int nl = (int)(ntok / ws->leaf);
+  ts_mm_leaves(OC, C, nl, ws->leaf, dout, OC, inp, C, dW, C);
+  if (!db) return 0;
+  bias_leaf_ctx c = {dout, ws->leaf, OC};
+  return ts_leaf_tree_sum(ws, db, (size_t)OC, nl, bias_leaf, &c);
 }

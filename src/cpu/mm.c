@@ -46,6 +46,8 @@ typedef struct {
   int ldc, w; // w: columns of C the panel holds (the rest is padding)
   float alpha;
   int accumulate;
+  int nl;       // ts_mm_leaves: leaves of K each (A and P continue leaf after leaf)
+  float *stack; // and a block of MR x nr floats per level of their tree
 } block;
 
 // ---- generic C: the definition, 16 columns at a time -----------------------
@@ -72,16 +74,14 @@ static void kern_generic(const block *b, int rb) {
 
 // ---- AVX-512: 6 rows by 4 vectors of 16 columns, 24 chains in registers ----
 #define NR_AVX512 64
-AVX512 INLINE void k512(const block *b, const int rb) {
-  __m512 t[MR][4];
+// t = the chains of K steps from +0 over A's rows and the panel p
+AVX512 INLINE void chain512(__m512 t[MR][4], const float *A, ptrdiff_t ai, ptrdiff_t ak,
+                            const float *p, int K, const int rb) {
 #pragma GCC unroll 6
   for (int r = 0; r < rb; r++)
 #pragma GCC unroll 4
     for (int v = 0; v < 4; v++) t[r][v] = _mm512_setzero_ps();
-  const float *A = b->A;
-  const ptrdiff_t ai = b->ai, ak = b->ak;
-  const float *p = b->P;
-  for (int k = 0; k < b->K; k++, p += NR_AVX512) {
+  for (int k = 0; k < K; k++, p += NR_AVX512) {
     const __m512 b0 = _mm512_load_ps(p), b1 = _mm512_load_ps(p + 16);
     const __m512 b2 = _mm512_load_ps(p + 32), b3 = _mm512_load_ps(p + 48);
 #pragma GCC unroll 6
@@ -93,6 +93,11 @@ AVX512 INLINE void k512(const block *b, const int rb) {
       t[r][3] = _mm512_fmadd_ps(a, b3, t[r][3]);
     }
   }
+}
+
+AVX512 INLINE void k512(const block *b, const int rb) {
+  __m512 t[MR][4];
+  chain512(t, b->A, b->ai, b->ak, b->P, b->K, rb);
   const __m512 al = _mm512_set1_ps(b->alpha);
 #pragma GCC unroll 4
   for (int v = 0; v < 4; v++) {
@@ -106,6 +111,64 @@ AVX512 INLINE void k512(const block *b, const int rb) {
                                      : _mm512_mul_ps(al, t[r][v]);
       _mm512_mask_storeu_ps(c, m, x);
     }
+  }
+}
+
+// ts_mm_leaves: each leaf's chains in registers, merged there with the
+// complete subtrees to their left (a level's block in the stack, the left
+// operand), and the finished levels summed lowest first, as ts_tree does.
+AVX512 INLINE void k512_leaves(const block *b, const int rb) {
+  const size_t level = (size_t)MR * NR_AVX512;
+  __m512 t[MR][4];
+  for (int l = 0; l < b->nl; l++) {
+    chain512(t, b->A + (ptrdiff_t)l * b->K * b->ak, b->ai, b->ak,
+             b->P + (size_t)l * b->K * NR_AVX512, b->K, rb);
+    int lev = 0;
+    for (; (l >> lev) & 1; lev++) {
+      const float *s = b->stack + lev * level;
+#pragma GCC unroll 6
+      for (int r = 0; r < rb; r++)
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++)
+          t[r][v] = _mm512_add_ps(_mm512_load_ps(s + r * NR_AVX512 + 16 * v), t[r][v]);
+    }
+    float *s = b->stack + lev * level;
+#pragma GCC unroll 6
+    for (int r = 0; r < rb; r++)
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; v++) _mm512_store_ps(s + r * NR_AVX512 + 16 * v, t[r][v]);
+  }
+  int have = 0;
+  for (int lev = 0; (b->nl >> lev) != 0; lev++) {
+    if (!((b->nl >> lev) & 1)) continue;
+    const float *s = b->stack + lev * level;
+#pragma GCC unroll 6
+    for (int r = 0; r < rb; r++)
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; v++) {
+        const __m512 x = _mm512_load_ps(s + r * NR_AVX512 + 16 * v);
+        t[r][v] = have ? _mm512_add_ps(x, t[r][v]) : x;
+      }
+    have = 1;
+  }
+  for (int v = 0; v < 4; v++) {
+    const int left = b->w - 16 * v;
+    if (left <= 0) break;
+    const __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+    for (int r = 0; r < rb; r++)
+      _mm512_mask_storeu_ps(b->C + (size_t)r * b->ldc + 16 * v, m,
+                            have ? t[r][v] : _mm512_setzero_ps());
+  }
+}
+
+AVX512 static void kern_avx512_leaves(const block *b, int rb) {
+  switch (rb) {
+  case 6: k512_leaves(b, 6); break;
+  case 5: k512_leaves(b, 5); break;
+  case 4: k512_leaves(b, 4); break;
+  case 3: k512_leaves(b, 3); break;
+  case 2: k512_leaves(b, 2); break;
+  default: k512_leaves(b, 1); break;
   }
 }
 
@@ -127,14 +190,11 @@ AVX2 static inline __m256i lanes256(int from, int n) { // lanes from .. from+7 b
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), idx);
 }
 
-AVX2 INLINE void k256(const block *b, const int rb) {
-  __m256 t[MR][2];
+AVX2 INLINE void chain256(__m256 t[MR][2], const float *A, ptrdiff_t ai, ptrdiff_t ak,
+                          const float *p, int K, const int rb) {
 #pragma GCC unroll 6
   for (int r = 0; r < rb; r++) t[r][0] = t[r][1] = _mm256_setzero_ps();
-  const float *A = b->A;
-  const ptrdiff_t ai = b->ai, ak = b->ak;
-  const float *p = b->P;
-  for (int k = 0; k < b->K; k++, p += NR_AVX2) {
+  for (int k = 0; k < K; k++, p += NR_AVX2) {
     const __m256 b0 = _mm256_load_ps(p), b1 = _mm256_load_ps(p + 8);
 #pragma GCC unroll 6
     for (int r = 0; r < rb; r++) {
@@ -143,6 +203,11 @@ AVX2 INLINE void k256(const block *b, const int rb) {
       t[r][1] = _mm256_fmadd_ps(a, b1, t[r][1]);
     }
   }
+}
+
+AVX2 INLINE void k256(const block *b, const int rb) {
+  __m256 t[MR][2];
+  chain256(t, b->A, b->ai, b->ak, b->P, b->K, rb);
   const __m256 al = _mm256_set1_ps(b->alpha);
   const __m256i m0 = lanes256(0, b->w), m1 = lanes256(8, b->w);
 #pragma GCC unroll 6
@@ -158,6 +223,55 @@ AVX2 INLINE void k256(const block *b, const int rb) {
     }
     _mm256_maskstore_ps(c, m0, x0);
     _mm256_maskstore_ps(c + 8, m1, x1);
+  }
+}
+
+AVX2 INLINE void k256_leaves(const block *b, const int rb) {
+  const size_t level = (size_t)MR * NR_AVX2;
+  __m256 t[MR][2];
+  for (int l = 0; l < b->nl; l++) {
+    chain256(t, b->A + (ptrdiff_t)l * b->K * b->ak, b->ai, b->ak,
+             b->P + (size_t)l * b->K * NR_AVX2, b->K, rb);
+    int lev = 0;
+    for (; (l >> lev) & 1; lev++) {
+      const float *s = b->stack + lev * level;
+#pragma GCC unroll 6
+      for (int r = 0; r < rb; r++)
+        for (int v = 0; v < 2; v++)
+          t[r][v] = _mm256_add_ps(_mm256_load_ps(s + r * NR_AVX2 + 8 * v), t[r][v]);
+    }
+    float *s = b->stack + lev * level;
+#pragma GCC unroll 6
+    for (int r = 0; r < rb; r++)
+      for (int v = 0; v < 2; v++) _mm256_store_ps(s + r * NR_AVX2 + 8 * v, t[r][v]);
+  }
+  int have = 0;
+  for (int lev = 0; (b->nl >> lev) != 0; lev++) {
+    if (!((b->nl >> lev) & 1)) continue;
+    const float *s = b->stack + lev * level;
+    for (int r = 0; r < rb; r++)
+      for (int v = 0; v < 2; v++) {
+        const __m256 x = _mm256_load_ps(s + r * NR_AVX2 + 8 * v);
+        t[r][v] = have ? _mm256_add_ps(x, t[r][v]) : x;
+      }
+    have = 1;
+  }
+  const __m256i m0 = lanes256(0, b->w), m1 = lanes256(8, b->w);
+  for (int r = 0; r < rb; r++) {
+    float *c = b->C + (size_t)r * b->ldc;
+    _mm256_maskstore_ps(c, m0, have ? t[r][0] : _mm256_setzero_ps());
+    _mm256_maskstore_ps(c + 8, m1, have ? t[r][1] : _mm256_setzero_ps());
+  }
+}
+
+AVX2 static void kern_avx2_leaves(const block *b, int rb) {
+  switch (rb) {
+  case 6: k256_leaves(b, 6); break;
+  case 5: k256_leaves(b, 5); break;
+  case 4: k256_leaves(b, 4); break;
+  case 3: k256_leaves(b, 3); break;
+  case 2: k256_leaves(b, 2); break;
+  default: k256_leaves(b, 1); break;
   }
 }
 
@@ -230,6 +344,58 @@ static int panel_width(int isa) {
   if (isa == TS_ISA_NEON) return NR_NEON;
 #endif
   return NR_GENERIC;
+}
+
+// Levels of the tree over nl leaves: the bits of nl.
+static int levels_of(int nl) {
+  int n = 0;
+  while (n < 31 && (nl >> n) != 0) n++;
+  return n;
+}
+
+// ts_mm_leaves on the paths without a kernel of their own (generic C, NEON):
+// each leaf's chains through the path's kernel into a level block of the
+// stack (alpha 1: the chain itself), merged in memory with the complete
+// subtrees to their left, then the finished levels summed lowest first, each
+// higher one the left operand. The same additions as the vector kernels.
+static void leaves_by_kernel(kern_fn kern, int nr, const block *b, int rb) {
+  const size_t level = (size_t)MR * nr;
+  float *top = b->stack + (size_t)levels_of(b->nl) * level; // the leaf being made
+  block one = *b;
+  one.alpha = 1.0f;
+  one.accumulate = 0;
+  one.ldc = nr;
+  one.w = nr;
+  one.C = top;
+  for (int l = 0; l < b->nl; l++) {
+    one.A = b->A + (ptrdiff_t)l * b->K * b->ak;
+    one.P = b->P + (size_t)l * b->K * nr;
+    kern(&one, rb);
+    int lev = 0;
+    for (; (l >> lev) & 1; lev++) {
+      const float *s = b->stack + lev * level;
+      for (size_t e = 0; e < (size_t)rb * nr; e++) top[e] = s[e] + top[e];
+    }
+    memcpy(b->stack + lev * level, top, (size_t)rb * nr * sizeof(float));
+  }
+  int have = 0;
+  for (int lev = 0; (b->nl >> lev) != 0; lev++) {
+    if (!((b->nl >> lev) & 1)) continue;
+    const float *s = b->stack + lev * level;
+    for (size_t e = 0; e < (size_t)rb * nr; e++) top[e] = have ? s[e] + top[e] : s[e];
+    have = 1;
+  }
+  for (int r = 0; r < rb; r++)
+    for (int j = 0; j < b->w; j++) b->C[(size_t)r * b->ldc + j] = have ? top[(size_t)r * nr + j] : 0.0f;
+}
+
+static kern_fn leaves_kernel_of(int isa) {
+#if MM_X86
+  if (isa == TS_ISA_AVX512) return kern_avx512_leaves;
+  if (isa == TS_ISA_AVX2) return kern_avx2_leaves;
+#endif
+  (void)isa;
+  return NULL; // leaves_by_kernel
 }
 
 static kern_fn kernel_of(int isa) {
@@ -319,11 +485,16 @@ static float *pack_space(size_t floats) {
 
 // The product, single-threaded or on the OpenMP threads; any split gives the
 // same bits (each element is computed whole by one register block).
+// nl = 0: the product over K. nl > 0: ts_mm_leaves, nl leaves of `leaf`
+// steps each (K = nl * leaf), alpha 1 and no accumulation.
 static int run(int isa, int threads, int transA, int transB, int M, int N, int K, float alpha,
-               const float *A, int lda, const float *B, int ldb, int accumulate, float *C, int ldc) {
+               const float *A, int lda, const float *B, int ldb, int accumulate, float *C, int ldc,
+               int nl, int leaf) {
   if (M <= 0 || N <= 0) return 0;
   const int nr = panel_width(isa);
-  const kern_fn kern = kernel_of(isa);
+  const kern_fn kern = kernel_of(isa), kern_leaves = leaves_kernel_of(isa);
+  // the leaves' tree: a block per level, and (generic, NEON) the leaf being made
+  const size_t stack_floats = nl > 0 ? (size_t)(levels_of(nl) + 1) * MR * nr : 0;
   const ptrdiff_t ai = transA ? 1 : lda, ak = transA ? lda : 1;
   const int Kp = K > 0 ? K : 1;
   const int npanels = (N + nr - 1) / nr;
@@ -358,7 +529,8 @@ static int run(int isa, int threads, int transA, int transB, int M, int N, int K
   for (int u = 0; u < units; u++) {
     const int g = u / R, r = u % R;
     const int p0 = g * G, p1 = p0 + G < npanels ? p0 + G : npanels;
-    float *P = pack_space((size_t)(p1 - p0) * Kp * nr);
+    const size_t panel_floats = (size_t)(p1 - p0) * Kp * nr;
+    float *P = pack_space(panel_floats + stack_floats);
     if (!P) {
       failed = 1;
       continue;
@@ -372,12 +544,18 @@ static int run(int isa, int threads, int transA, int transB, int M, int N, int K
       const int c1 = c0 + mc < i_end ? c0 + mc : i_end;
       for (int p = p0; p < p1; p++) {
         const int j0 = p * nr;
-        block b = {NULL, ai, ak, P + (size_t)(p - p0) * Kp * nr, K, NULL, ldc,
-                   N - j0 < nr ? N - j0 : nr, alpha, accumulate};
+        block b = {NULL, ai, ak, P + (size_t)(p - p0) * Kp * nr, nl > 0 ? leaf : K, NULL, ldc,
+                   N - j0 < nr ? N - j0 : nr, alpha, accumulate, nl, P + panel_floats};
         for (int i = c0; i < c1; i += MR) {
           b.A = A + (size_t)i * ai;
           b.C = C + (size_t)i * ldc + j0;
-          kern(&b, c1 - i < MR ? c1 - i : MR);
+          const int rb = c1 - i < MR ? c1 - i : MR;
+          if (nl == 0)
+            kern(&b, rb);
+          else if (kern_leaves)
+            kern_leaves(&b, rb);
+          else
+            leaves_by_kernel(kern, nr, &b, rb);
         }
       }
     }
@@ -387,7 +565,7 @@ static int run(int isa, int threads, int transA, int transB, int M, int N, int K
 
 void ts_mm(int transA, int transB, int M, int N, int K, float alpha, const float *A, int lda,
            const float *B, int ldb, int accumulate, float *C, int ldc) {
-  if (run(ts_isa(), 0, transA, transB, M, N, K, alpha, A, lda, B, ldb, accumulate, C, ldc) == 0)
+  if (run(ts_isa(), 0, transA, transB, M, N, K, alpha, A, lda, B, ldb, accumulate, C, ldc, 0, 0) == 0)
     return;
   // no memory for a panel: the definition itself, element by element, needs
   // none (slow, and the same bits)
@@ -405,5 +583,42 @@ void ts_mm(int transA, int transB, int M, int N, int K, float alpha, const float
 int ts_mm_isa(int isa, int threads, int transA, int transB, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, int accumulate, float *C, int ldc) {
   if (!ts_isa_available(isa)) return -1;
-  return run(isa, threads, transA, transB, M, N, K, alpha, A, lda, B, ldb, accumulate, C, ldc);
+  return run(isa, threads, transA, transB, M, N, K, alpha, A, lda, B, ldb, accumulate, C, ldc, 0, 0);
+}
+
+// The definition of ts_mm_leaves element by element, for when no memory can
+// be had for a panel: each leaf's chain, then ts_tree's order over them.
+static void leaves_slow(int M, int N, int nl, int leaf, const float *A, int lda, const float *B,
+                        int ldb, float *C, int ldc) {
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      float stack[32], acc = 0.0f;
+      for (int l = 0; l < nl; l++) {
+        float t = 0.0f;
+        for (int k = l * leaf; k < (l + 1) * leaf; k++)
+          t = fmaf(A[(size_t)k * lda + i], B[(size_t)k * ldb + j], t);
+        int lev = 0;
+        for (; (l >> lev) & 1; lev++) t = stack[lev] + t;
+        stack[lev] = t;
+      }
+      int have = 0;
+      for (int lev = 0; (nl >> lev) != 0; lev++)
+        if ((nl >> lev) & 1) {
+          acc = have ? stack[lev] + acc : stack[lev];
+          have = 1;
+        }
+      C[(size_t)i * ldc + j] = acc;
+    }
+}
+
+void ts_mm_leaves(int M, int N, int nleaves, int leaf, const float *A, int lda, const float *B,
+                  int ldb, float *C, int ldc) {
+  if (run(ts_isa(), 0, 1, 0, M, N, nleaves * leaf, 1.0f, A, lda, B, ldb, 0, C, ldc, nleaves, leaf) != 0)
+    leaves_slow(M, N, nleaves, leaf, A, lda, B, ldb, C, ldc);
+}
+
+int ts_mm_leaves_isa(int isa, int threads, int M, int N, int nleaves, int leaf, const float *A,
+                     int lda, const float *B, int ldb, float *C, int ldc) {
+  if (!ts_isa_available(isa)) return -1;
+  return run(isa, threads, 1, 0, M, N, nleaves * leaf, 1.0f, A, lda, B, ldb, 0, C, ldc, nleaves, leaf);
 }

@@ -28,4 +28,22 @@ void ts_mm(int transA, int transB, int M, int N, int K, float alpha, const float
 // or build lacks isa (or no memory could be had for a panel), 0 otherwise.
 int ts_mm_isa(int isa, int threads, int transA, int transB, int M, int N, int K, float alpha,
               const float *A, int lda, const float *B, int ldb, int accumulate, float *C, int ldc);
+
+// A weight gradient's sum over tokens, which the exactness contract makes a
+// canonical tree over leaves of `leaf` tokens (docs/EXACTNESS.md R3), done
+// in the product itself: for leaf l = 0 .. nleaves-1 its chain
+//
+//     t_l = +0;  for k = l·leaf .. (l+1)·leaf - 1:  t_l = fma(A[k*lda + i], B[k*ldb + j], t_l)
+//
+// (ts_mm's chain, transA and not transB, over the leaf's k), and C(i,j) =
+// the t_l summed in ts_tree's order (src/tree.h: the perfect binary tree over
+// positions 0 .. nleaves-1, positions past the end empty). The same bits as
+// each leaf's ts_mm(1, 0, M, N, leaf, 1, ...) pushed through a ts_tree, with
+// no M x N partial per leaf in memory: the tree of a register block lives in
+// registers and a few cache lines. nleaves 0 gives +0.
+void ts_mm_leaves(int M, int N, int nleaves, int leaf, const float *A, int lda, const float *B,
+                  int ldb, float *C, int ldc);
+// The same on a chosen instruction set, for the tests (as ts_mm_isa).
+int ts_mm_leaves_isa(int isa, int threads, int M, int N, int nleaves, int leaf, const float *A,
+                     int lda, const float *B, int ldb, float *C, int ldc);
 #endif
