@@ -11,6 +11,7 @@
 #endif
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
@@ -97,7 +98,9 @@ int ts_info(void) {
   row("BLAS", "none: built --without-blas (no result depends on it)");
   row("MFU roof", "ts_mm, 1024^3 on all threads, measured as train starts");
 #endif
-  snprintf(buf, sizeof buf, "OpenMP %d, max threads %d", _OPENMP, omp_get_max_threads());
+  const char *wait = getenv("OMP_WAIT_POLICY");
+  snprintf(buf, sizeof buf, "OpenMP %d, max threads %d, OMP_WAIT_POLICY=%s", _OPENMP,
+           omp_get_max_threads(), wait ? wait : "unset");
   row("threads", buf);
 #ifdef TS_HAVE_MPI
   mpi_description(buf, sizeof buf);

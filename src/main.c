@@ -32,6 +32,7 @@
 #include "parallel/cp.h"
 #include "parallel/grid.h"
 #include "plot.h"
+#include "run/wait_policy.h"
 #include "tessera.h"
 
 // ---------------------------------------------------------------------------
@@ -1041,6 +1042,7 @@ static int plot(const command *cmd, const cli *c, const char *const *logs, int n
 }
 
 int main(int argc, char **argv) {
+  ts_wait_policy_passive(argv); // (src/run/wait_policy.c: why)
   if (argc < 2) {
     main_help(stderr);
     return 2;
