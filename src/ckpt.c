@@ -753,7 +753,8 @@ static int check_crc(ts_ckpt *ck) {
 
 static int open_checked(ts_ckpt *ck) {
   const char *path = ck->path;
-  ck->fd = open(path, O_RDONLY | O_CLOEXEC);
+  // without blocking (a FIFO would wait for a writer), checked regular below
+  ck->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (ck->fd < 0) return bad(path, "cannot open: %s", strerror(errno));
   struct stat st;
   if (fstat(ck->fd, &st) != 0) return bad(path, "cannot stat: %s", strerror(errno));

@@ -3,6 +3,7 @@
 // write is checked: a full disk or /dev/full ends the run with exit 1 rather
 // than a log that stops mid-line while the run reports success.
 #include "log.h"
+#include "util.h"
 
 #include <errno.h>
 #include <string.h>
@@ -16,8 +17,9 @@ int ts_log_open(ts_log *log, const char *path, int append) {
   log->f = NULL;
   log->path = path;
   if (path == NULL || path[0] == '\0') return TS_OK; // logging off
-  log->f = fopen(path, append ? "a" : "w");
-  if (log->f == NULL) return ts_fail(TS_ERUNTIME, "cannot open log %s: %s", path, strerror(errno));
+  const char *why = "";
+  log->f = ts_fopen_regular(path, append ? "a" : "w", &why); // (a FIFO would block)
+  if (log->f == NULL) return ts_fail(TS_ERUNTIME, "cannot open log %s: %s", path, why);
   return TS_OK;
 }
 

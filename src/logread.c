@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "logread.h"
+#include "util.h"
 #include "tessera.h"
 
 const ts_log_result ts_log_results[TS_LOG_NRESULTS] = {
@@ -42,8 +43,9 @@ static int is_hash(const char *s) {
 int ts_log_reader_open(ts_log_reader *r, const char *path) {
   memset(r, 0, sizeof *r);
   r->path = path;
-  r->f = fopen(path, "r");
-  if (r->f == NULL) return ts_fail(TS_EUSAGE, "cannot open %s: %s", path, strerror(errno));
+  const char *why = "";
+  r->f = ts_fopen_regular(path, "r", &why);
+  if (r->f == NULL) return ts_fail(TS_EUSAGE, "cannot open %s: %s", path, why);
   return TS_OK;
 }
 

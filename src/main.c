@@ -32,8 +32,9 @@
 #include "parallel/cp.h"
 #include "parallel/grid.h"
 #include "plot.h"
-#include "run/wait_policy.h"
+#include "run/omp_env.h"
 #include "tessera.h"
+#include "util.h"
 
 // ---------------------------------------------------------------------------
 // Commands.
@@ -652,6 +653,10 @@ static int store(const flag *f, const char *raw, cli *c) {
   case K_FLOAT: bad = parse_float(raw, p, &why); break;
   case K_DOUBLE: bad = parse_double(raw, p, &why); break;
   case K_STR:
+    // an empty value would read as "not given" (no log, no checkpoints):
+    // only a prompt or a title may be empty
+    if (!raw[0] && strcmp(f->name, "--prompt") != 0 && strcmp(f->name, "--title") != 0)
+      return ts_fail(TS_EUSAGE, "%s: empty value (leave the flag out for its default)", f->name);
     if (strlen(raw) >= f->size) {
       return ts_fail(TS_EUSAGE, "%s: value too long (at most %zu bytes)", f->name, f->size - 1);
     }
@@ -921,7 +926,8 @@ static int check_outputs(const command *cmd, const cli *c) {
 // where a run log starts with '{'; unreadable, by its name.
 static int is_checkpoint(const char *path) {
   unsigned char head[9];
-  FILE *f = fopen(path, "rb");
+  const char *why;
+  FILE *f = ts_fopen_regular(path, "rb", &why);
   if (f) {
     const size_t got = fread(head, 1, sizeof head, f);
     fclose(f);
@@ -1042,7 +1048,7 @@ static int plot(const command *cmd, const cli *c, const char *const *logs, int n
 }
 
 int main(int argc, char **argv) {
-  ts_wait_policy_passive(argv); // (src/run/wait_policy.c: why)
+  ts_wait_policy_passive(argv); // (src/run/omp_env.c: why)
   if (argc < 2) {
     main_help(stderr);
     return 2;
@@ -1084,6 +1090,11 @@ int main(int argc, char **argv) {
   char isa_err[160];
   if (ts_isa_check_env(isa_err, sizeof isa_err) != 0) {
     fprintf(stderr, "tessera: %s\n", isa_err);
+    return 2;
+  }
+  // OpenMP's own settings, checked like --threads (libgomp crashes on some)
+  if (ts_omp_env_check() != TS_OK) {
+    fprintf(stderr, "tessera: %s\n", ts_errmsg());
     return 2;
   }
 

@@ -8,6 +8,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <fnmatch.h>
 #include <signal.h>
 #include <stdio.h>
@@ -124,17 +125,42 @@ int ts_remove_stale_temps(const char *dir, const char *name) {
   return removed;
 }
 
-int ts_open_regular(const char *path, FILE **out, size_t *size) {
-  *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return ts_fail(TS_ERUNTIME, "%s: cannot open: %s", path, strerror(errno));
-  // fopen succeeds on a directory on Linux; say so instead of a confusing read error.
-  struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-    fclose(f);
-    return ts_fail(TS_ERUNTIME, "%s: not a regular file", path);
+FILE *ts_fopen_regular(const char *path, const char *mode, const char **why) {
+  // Opened without blocking, then checked: open() on a FIFO would wait for
+  // the other end forever, and fopen succeeds on a directory on Linux.
+  const int reading = mode[0] == 'r' && !strchr(mode, '+');
+  const int flags = reading ? O_RDONLY
+                            : O_WRONLY | O_CREAT | (mode[0] == 'a' ? O_APPEND : O_TRUNC);
+  int fd = open(path, flags | O_NONBLOCK | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    *why = errno == ENXIO ? "a FIFO with no reader" : strerror(errno);
+    return NULL;
   }
-  *out = f;
-  *size = (size_t)st.st_size;
+  struct stat st;
+  // an output may also be a character device (/dev/null, a terminal) or a
+  // FIFO that has its reader already (the open above did not fail)
+  if (fstat(fd, &st) != 0 ||
+      !(S_ISREG(st.st_mode) || (!reading && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))))) {
+    close(fd);
+    errno = EINVAL;
+    *why = "not a regular file";
+    return NULL;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  FILE *f = fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0 ? NULL : fdopen(fd, mode);
+  if (!f) {
+    *why = strerror(errno);
+    close(fd);
+  }
+  return f;
+}
+
+int ts_open_regular(const char *path, FILE **out, size_t *size) {
+  const char *why = "";
+  *out = ts_fopen_regular(path, "rb", &why);
+  if (!*out) return ts_fail(TS_ERUNTIME, "%s: cannot open: %s", path, why);
+  struct stat st;
+  if (fstat(fileno(*out), &st) != 0) st.st_size = 0;
+  if (size) *size = (size_t)st.st_size;
   return TS_OK;
 }

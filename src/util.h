@@ -28,4 +28,9 @@ int ts_remove_stale_temps(const char *dir, const char *name);
 // Opens a regular file for reading, its size in *size: TS_ERUNTIME naming
 // the file when it cannot be opened or is not a regular file (a directory).
 int ts_open_regular(const char *path, FILE **out, size_t *size);
+// fopen for a regular file only (an output may also be a character device such
+// as /dev/null, or a FIFO whose reader is there): opened without blocking, so
+// a FIFO is refused instead of waiting forever for its other end. NULL with
+// *why saying why.
+FILE *ts_fopen_regular(const char *path, const char *mode, const char **why);
 #endif

@@ -314,4 +314,37 @@ if grep -q '"data_path":"/[^"]*corpus.txt"' "$ELSEWHERE/run.jsonl" 2>/dev/null; 
 else
   fail "run from another directory: no absolute corpus path in its config record"
 fi
+# --- the environment is input: OpenMP's settings checked like --threads ----------
+# (libgomp segfaults creating 100000 threads, and stops with a message naming
+# no setting on a stack too small for a thread)
+TINY1="train --model tiny --steps 1 --eval-batches 1 --quiet"
+expect_exit 2 "^tessera: OMP_NUM_THREADS=100000: must be a number of threads from 1 to 1024" \
+  env OMP_NUM_THREADS=100000 "$T" $TINY1
+# (values libgomp itself finds invalid it also names, in lines of its own, as it
+# loads: tessera's one line is the last)
+last_line_is() { TS_CHECKS=$((TS_CHECKS + 1)); tail -n 1 "$TS_ERR" | grep -Eq -- "$1" &&
+  pass "last line: $1" || fail "last line '$(tail -n 1 "$TS_ERR")' does not match /$1/"; }
+expect_exit 2 "" env OMP_NUM_THREADS=0 "$T" $TINY1 && last_line_is "^tessera: OMP_NUM_THREADS=0: "
+expect_exit 2 "" env OMP_NUM_THREADS=two "$T" $TINY1 && last_line_is "^tessera: OMP_NUM_THREADS=two: "
+expect_exit 2 "^tessera: OMP_STACKSIZE=16K: must be a size of at least 1M" env OMP_STACKSIZE=16K "$T" $TINY1
+expect_exit 2 "" env OMP_THREAD_LIMIT=-1 "$T" $TINY1 && last_line_is "^tessera: OMP_THREAD_LIMIT=-1: "
+expect_exit 0 "" env OMP_NUM_THREADS=2,1 OMP_STACKSIZE=4M "$T" $TINY1
+
+# --- a FIFO is refused, never waited on in open() --------------------------------
+# (timeout: before, each of these blocked forever waiting for the FIFO's other end)
+FIFO=$TS_TMP/fifo
+mkfifo "$FIFO"
+expect_exit 1 "^tessera: .*fifo: cannot open: not a regular file" timeout 60 "$T" $TINY1 --data "$FIFO"
+expect_exit 1 "^tessera: .*fifo: cannot open: not a regular file" timeout 60 "$T" $TINY1 --tokenizer "$FIFO"
+expect_exit 1 "^tessera: checkpoint .*fifo: not a regular file" timeout 60 "$T" $TINY1 --init-from "$FIFO"
+expect_exit 1 "^tessera: cannot open log .*fifo: a FIFO with no reader" timeout 60 "$T" $TINY1 --log "$FIFO"
+expect_exit 1 "^tessera: checkpoint .*fifo: not a regular file" timeout 60 "$T" eval --ckpt "$FIFO"
+expect_exit 2 "not a regular file" timeout 60 "$T" compare "$FIFO" "$FIFO"
+expect_exit 0 "" "$T" $TINY1 --log /dev/null # a character device is a fine output
+
+# --- an empty path is an error naming its flag, never "not given" ------------------
+for f in --data --val-data --tokenizer --init-from --ckpt-dir --log; do
+  expect_exit 2 "^tessera train: $f: empty value" "$T" $TINY1 $f ''
+done
+expect_exit 2 "^tessera eval: --ckpt: empty value" "$T" eval --ckpt ''
 done_testing

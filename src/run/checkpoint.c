@@ -751,8 +751,10 @@ int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_tensor *upd, int
 // is written): a log that ends earlier is another run's, and continuing it
 // would leave a log with steps missing.
 int ts_run_trim_log(const char *path, int64_t upto) {
-  FILE *f = fopen(path, "r");
-  if (!f) return TS_OK; // no old log: start a new one
+  const char *why = "";
+  FILE *f = ts_fopen_regular(path, "r", &why);
+  if (!f && errno == ENOENT) return TS_OK; // no old log: start a new one
+  if (!f) return ts_fail(TS_ERUNTIME, "--log %s: cannot open: %s", path, why);
   char tmp[4200];
   if (ts_temp_path(tmp, sizeof tmp, path)) {
     fclose(f);

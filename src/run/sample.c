@@ -15,6 +15,7 @@
 #include "run/run.h"
 #include "sampler.h"
 #include "tokenizer.h"
+#include "util.h"
 
 // Prompt files larger than this are refused: no context holds that many tokens.
 #define PROMPT_FILE_MAX (64u << 20)
@@ -22,8 +23,9 @@
 // The prompt file's bytes, malloc'd into *text (NUL-terminated).
 static int read_prompt_file(const char *path, char **text, size_t *len) {
   *text = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return ts_fail(TS_ERUNTIME, "--prompt-file %s: cannot open", path);
+  const char *why = "";
+  FILE *f = ts_fopen_regular(path, "rb", &why);
+  if (!f) return ts_fail(TS_ERUNTIME, "--prompt-file %s: cannot open: %s", path, why);
   char *buf = malloc(PROMPT_FILE_MAX + 1);
   size_t n = buf ? fread(buf, 1, PROMPT_FILE_MAX + 1, f) : 0;
   const int err = ferror(f);

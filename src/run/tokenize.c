@@ -5,6 +5,7 @@
 #include "config.h"
 #endif
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +70,15 @@ int ts_tokenize(const char *tokenizer, const char *ckpt, const char *in, const c
                    "hold; use u32", vocab);
   }
   const int width = format == TS_DATA_U16 ? 2 : 4;
-  FILE *fi = fopen(in, "rb"), *fo = NULL;
+  // --in may be a pipe (/dev/stdin): opened without blocking, so that a FIFO
+  // with no writer reads as empty instead of waiting in open() forever
+  FILE *fi = NULL, *fo = NULL;
+  const int fdi = open(in, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fdi >= 0) {
+    const int fl = fcntl(fdi, F_GETFL);
+    if (fl >= 0 && fcntl(fdi, F_SETFL, fl & ~O_NONBLOCK) == 0) fi = fdopen(fdi, "rb");
+    if (!fi) close(fdi);
+  }
   char tmp[4200] = "";
   char *buf = NULL;
   unsigned char *packed = malloc(65536 * 4);
