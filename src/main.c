@@ -459,6 +459,9 @@ static const flag flags[] = {
     {"--resume", K_SET, AT(cfg.resume), 1, NULL,
      "continue from the latest checkpoint (none yet: start at step 0; without --data, its "
      "recorded data)", "off", TRAIN, G_OUT, NULL},
+    {"--restart", K_SET, AT(cfg.restart), 1, NULL,
+     "start over in a --ckpt-dir that holds checkpoints: they are removed first (without it "
+     "such a directory is refused unless --resume)", "off", TRAIN, G_OUT, NULL},
     {"--init-from", K_STR, AT(cfg.init_from), 0, "FILE",
      "start from this checkpoint's weights (same architecture), with a new optimizer state and "
      "schedule from step 0; not with --resume", "none", TRAIN, G_OUT, NULL},

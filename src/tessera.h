@@ -112,6 +112,7 @@ typedef struct {
   int ckpt_every;
   int keep_last;        // keep only the latest N checkpoints in ckpt_dir (0: all)
   int resume;
+  int restart;          // a fresh run may replace --ckpt-dir's checkpoints (else refused)
   int quiet;
   int log_every;        // a progress line every N steps and after the last (0: every step);
                         // the log has every step. Not in the JSON form, nor keep_last

@@ -151,18 +151,44 @@ mkdir -p "$TS_TMP/keep"
 : >"$TS_TMP/keep/notes.txt"
 : >"$TS_TMP/keep/step-3.safetensors"             # not tessera's name for step 3
 : >"$TS_TMP/keep/step-00000001.safetensors.bak"
-: >"$TS_TMP/keep/step-00000099.safetensors"      # a later step: another run's
 : >"$TS_TMP/target"
 ln -s "$TS_TMP/target" "$TS_TMP/keep/step-00000003.safetensors" # a link, not a file it wrote
 expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/keep" --ckpt-every 2 --keep-last 2 \
   --log "$TS_TMP/keep.jsonl"
 TS_CHECKS=$((TS_CHECKS + 1))
 got=$(cd "$TS_TMP/keep" && LC_ALL=C ls | tr '\n' ' ')
-want="notes.txt step-00000001.safetensors.bak step-00000003.safetensors step-00000006.safetensors step-00000008.safetensors step-00000099.safetensors step-3.safetensors "
+want="notes.txt step-00000001.safetensors.bak step-00000003.safetensors step-00000006.safetensors step-00000008.safetensors step-3.safetensors tessera.lock "
 [ "$got" = "$want" ] && [ -e "$TS_TMP/target" ] && pass "--keep-last 2: $got" || fail "--keep-last 2 left '$got'"
 expect_compare identical "--keep-last changes no result" "$TS_TMP/straight.jsonl" "$TS_TMP/keep.jsonl"
 expect_compare "same model state" "--keep-last's step 8, against the run's without it" \
   "$TS_TMP/ck/step-00000008.safetensors" "$TS_TMP/keep/step-00000008.safetensors"
+
+# --- a checkpoint directory has an owner --------------------------------------
+# a fresh run (no --resume) refuses a directory that holds another run's
+# checkpoints, touching nothing; --restart removes them (and only them)
+rm -rf "$TS_TMP/owner" && mkdir -p "$TS_TMP/owner"
+cp "$TS_TMP/ck/step-00000008.safetensors" "$TS_TMP/owner/step-00000099.safetensors"
+: >"$TS_TMP/owner/notes.txt"
+expect_exit 2 "^tessera train: --ckpt-dir .*owner holds checkpoints up to step 99: --resume continues that run, --restart removes them" \
+  "$TESSERA_BIN" train $FLAGS --steps 2 --ckpt-dir "$TS_TMP/owner"
+TS_CHECKS=$((TS_CHECKS + 1))
+cmp -s "$TS_TMP/ck/step-00000008.safetensors" "$TS_TMP/owner/step-00000099.safetensors" &&
+  pass "the refused run left the other run's checkpoint as it was" || fail "the other run's checkpoint changed"
+expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --steps 2 --ckpt-dir "$TS_TMP/owner" --restart
+got=$(cd "$TS_TMP/owner" && LC_ALL=C ls | tr '\n' ' ')
+TS_CHECKS=$((TS_CHECKS + 1))
+[ "$got" = "notes.txt step-00000002.safetensors tessera.lock " ] && pass "--restart: $got" ||
+  fail "--restart left '$got'"
+# one directory, one run: a second run on it while the first runs is refused
+# at once, naming the holder, and the first run's checkpoints are its own
+rm -rf "$TS_TMP/busy"
+"$TESSERA_BIN" train $FLAGS --steps 400 --ckpt-dir "$TS_TMP/busy" --ckpt-every 100 >/dev/null 2>&1 &
+first=$!
+for _ in $(seq 1 100); do [ -s "$TS_TMP/busy/tessera.lock" ] && break; sleep 0.1; done
+expect_exit 1 "^tessera: --ckpt-dir .*busy is in use by another run \(host .*, pid $first\)" \
+  timeout 60 "$TESSERA_BIN" train $FLAGS --steps 2 --ckpt-dir "$TS_TMP/busy" --resume
+kill $first 2>/dev/null
+wait $first 2>/dev/null
 
 # --- --init-from CKPT: the weights alone; a new optimizer, schedule and step count ---
 INIT="--model tiny --steps 3 --warmup 2 --data $DATA --quiet --eval-batches 1"

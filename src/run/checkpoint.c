@@ -655,6 +655,26 @@ static int64_t own_checkpoint_step(const char *name) {
   return strcmp(again, name) == 0 ? (int64_t)s : 0;
 }
 
+int64_t ts_run_latest_own_checkpoint(const char *dir, char *path, size_t cap) {
+  DIR *d = opendir(dir);
+  path[0] = 0;
+  if (!d) return -1;
+  int64_t best = 0;
+  struct dirent *e;
+  char p[4400];
+  struct stat st;
+  while ((e = readdir(d))) {
+    const int64_t s = own_checkpoint_step(e->d_name);
+    if (s <= best) continue;
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    if (lstat(p, &st) != 0 || !S_ISREG(st.st_mode)) continue; // a link, a directory
+    best = s;
+    if ((size_t)snprintf(path, cap, "%s", p) >= cap) path[0] = 0;
+  }
+  closedir(d);
+  return best;
+}
+
 static int by_step_descending(const void *a, const void *b) {
   const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
   return (x < y) - (x > y);

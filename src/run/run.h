@@ -58,6 +58,11 @@ int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_
 
 // ---- checkpoint.c -----------------------------------------------------------------------
 int ts_run_mkdir_p(const char *dir);
+// Rank 0's claim on --ckpt-dir, before any step (src/run/ckpt_owner.c): the
+// directory is made and locked for this process (a second run on it is
+// refused, naming the holder), and a fresh run (no --resume) refuses one that
+// holds checkpoints unless --restart, which removes them. TS_OK, or the error.
+int ts_run_claim_ckpt_dir(const ts_config *cfg);
 // A checkpoint's tensors (*out, malloc'd; returns their number, -1 when out of
 // memory): the canonical model's parameters, then the AdamW moments as
 // "adam.m.<name>" and "adam.v.<name>", whatever part of the model m holds;
@@ -76,6 +81,9 @@ int ts_run_save_checkpoint(const ts_owners *owners, ts_model *m, ts_adamw *opt,
                            const ts_tensor *upd, int nupd, const ts_config *cfg, int64_t step);
 // The highest step-*.safetensors in dir (its step; 0 and path "" when none; -1: no dir).
 int64_t ts_run_latest_checkpoint(const char *dir, char *path, size_t cap);
+// The same among regular files named as tessera names them
+// (step-NNNNNNNN.safetensors): checkpoints a run wrote, not links or lookalikes.
+int64_t ts_run_latest_own_checkpoint(const char *dir, char *path, size_t cap);
 // A checkpoint opened and checked (checkpoint.c): its configuration and step.
 typedef struct {
   ts_ckpt *ck;

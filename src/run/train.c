@@ -259,6 +259,8 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
            ck.step + 1, cfg.steps, cfg.steps);
   if (cfg.init_from[0] && (rc = ts_run_open_init(&cfg, grid->local_size, grid->pp, &ck)))
     goto done;
+  // --ckpt-dir: made, locked and checked before step 1 (rank 0 writes it)
+  if (root && (rc = ts_run_claim_ckpt_dir(&cfg))) goto done;
   // the format the files are read in, which the run records and a resumed
   // run must share (a look at their first bytes; the whole files come later)
   if ((rc = ts_data_resolve(cfg.data_path, cfg.val_path, cfg.data_format, &cfg.data_format)) ||
