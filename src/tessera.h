@@ -180,6 +180,39 @@ int ts_config_run_from_json(ts_config *cfg, const char *json);
 // The JSON key of the first field in which two configurations' JSON forms
 // (ts_config_to_json's) differ, into key; "" when they do not.
 void ts_config_json_difference(const char *a, const char *b, char *key, size_t cap);
+
+// What the ranks of a distributed run must have in common in a field of the
+// configuration (ts_run_agree compares them before any work).
+typedef enum {
+  TS_AGREE_SAME,     // the same value
+  TS_AGREE_GIVEN,    // an input known by its content, which the ranks compare apart (the
+                     // data's digest, a checkpoint's header): given or not alike, but a
+                     // node may hold its copy under another path
+  TS_AGREE_PER_RANK, // each rank its own (src/config_json.c says why, at the field)
+} ts_agreement;
+// The form of cfg the ranks compare: every field but the per-rank ones, the
+// fields the JSON form leaves out (--keep-last, --log-every) among them, an
+// input as whether it was given. JSON; TS_CONFIG_JSON_MAX bytes suffice.
+int ts_config_agreement_json(const ts_config *cfg, char *buf, size_t cap);
+// The first field in which two such forms differ: the flag that sets it and
+// its value in each, as people read them ("given", "not given" for an input).
+typedef struct {
+  char flag[64];
+  char a[160], b[160];
+} ts_config_difference;
+// 1 and *d when a and b differ, else 0.
+int ts_config_agreement_difference(const char *a, const char *b, ts_config_difference *d);
+// The fields of ts_config as the JSON form and the ranks' agreement know
+// them, in the JSON form's order: the i-th into *out, 0 past the last. They
+// are all of its fields (test_config checks that they tile the struct).
+typedef struct {
+  const char *key;  // in the JSON form
+  const char *flag; // the flag that sets it
+  size_t offset, size, align;
+  int written;         // in the JSON form (logs, checkpoints); 0: compared between ranks only
+  ts_agreement agree;
+} ts_config_field;
+int ts_config_field_at(int i, ts_config_field *out);
 // Names of the presets, NULL-terminated.
 extern const char *const ts_preset_names[];
 

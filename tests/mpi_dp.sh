@@ -11,7 +11,9 @@
 # unaccumulated run bit for bit, serially and under --dp, and holds the
 # activations of one microbatch. Layouts that cannot be exact, and a world of
 # the wrong size, are refused before any work; a failure on one rank ends
-# every rank.
+# every rank, and so do ranks started with different flags (any field of the
+# configuration but a rank's own), within seconds and with one line naming
+# the flag.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/mpi_lib.sh"
@@ -245,29 +247,57 @@ expect_exit 2 "--microbatches 2 with --sp 2: a microbatch is one sequence" \
 
 # Ranks agree before they work: ranks started with different flags, data, a
 # usage error or different checkpoints all stop at once (exit 2), the message
-# naming the rank and what differs, once; none hangs, none trains.
+# naming the rank and what differs, once; none hangs, none trains. A hang
+# (ranks in collectives that do not match: one evaluates, the other steps)
+# is killed after 60 s and fails, and so does an end later than 20 s.
 AG="--model tiny --batch 4 --warmup 1 --eval-batches 1 --quiet --threads 1 --dp 2 --steps 3"
 head -c 30000 "$DATA" > "$TS_TMP/short.txt"
+promptly() { # LABEL T0: the check that the run ended within 20 s of T0
+  TS_CHECKS=$((TS_CHECKS + 1))
+  _dt=$(($(date +%s) - $2))
+  if [ "$_dt" -le 20 ]; then
+    pass "$1: every rank stopped with one line after ${_dt}s"
+  else
+    fail "$1: took ${_dt}s to stop"
+  fi
+}
 disagree() { # LABEL PATTERN RANK0_FLAGS -- RANK1_FLAGS
-  label=$1 pattern=$2 f0=$3 f1=$4
+  label=$1 pattern=$2 f0=$3 f1=$4 t0=$(date +%s)
   # word lists on purpose
   # shellcheck disable=SC2086
-  expect_exit 2 "$pattern" $RUN_MPI -n 1 "$T" train $AG $f0 : -n 1 "$T" train $AG $f1 &&
-    pass "$label: every rank stopped with one line"
+  expect_exit 2 "$pattern" timeout -k 5 60 $MPIEXEC -n 1 "$T" train $AG $f0 : -n 1 "$T" train $AG $f1 &&
+    promptly "$label" "$t0"
 }
-disagree "different --steps" "^tessera train: rank 1 disagrees with rank 0 on the configuration: \"steps\" differs" \
+SAME=": every rank must be started with the same flags\$"
+disagree "different --steps" "^tessera train: rank 1 differs from rank 0 in --steps \\(rank 0: 3, rank 1: 4\\)$SAME" \
   "--data $DATA" "--data $DATA --steps 4"
-disagree "different --seed" "rank 1 disagrees with rank 0 on the configuration: \"seed\" differs" \
+disagree "different --seed" "^tessera train: rank 1 differs from rank 0 in --seed \\(rank 0: 1, rank 1: 2\\)$SAME" \
   "--data $DATA --seed 1" "--data $DATA --seed 2"
 disagree "different data" "rank 1 disagrees with rank 0 on the data: rank 0 read [0-9]+\\+[0-9]+ tokens, digest [0-9a-f]{16}, rank 1 [0-9]+\\+[0-9]+ tokens, digest [0-9a-f]{16}" \
   "--data $DATA" "--data $TS_TMP/short.txt"
 # the AdamW constants and the schedule are the computation's: derived, not listed
-disagree "different --beta2" "rank 1 disagrees with rank 0 on the configuration: \"beta2\" differs" \
+disagree "different --beta2" "rank 1 differs from rank 0 in --beta2 \\(rank 0: 0\\.9[0-9]*, rank 1: 0\\.99[0-9]*\\)$SAME" \
   "--data $DATA" "--data $DATA --beta2 0.99"
-disagree "different --lr-schedule" "rank 1 disagrees with rank 0 on the configuration: \"lr_schedule\" differs" \
+disagree "different --lr-schedule" "rank 1 differs from rank 0 in --lr-schedule \\(rank 0: cosine, rank 1: linear\\)$SAME" \
   "--data $DATA" "--data $DATA --lr-schedule linear"
-disagree "different --sp-mode" "rank 1 disagrees with rank 0 on the layout: --sp-mode" \
+disagree "different --sp-mode" "rank 1 differs from rank 0 in --sp-mode \\(rank 0: lss, rank 1: ulysses\\)$SAME" \
   "--data $DATA --dp 1 --sp 2" "--data $DATA --dp 1 --sp 2 --sp-mode ulysses"
+# what changes when a rank evaluates, checkpoints or talks is compared too:
+# rank 0 evaluating after step 1 while rank 1 goes on to step 2 hung in the
+# gradients' all-reduce, or ended in an MPI stack
+disagree "different --eval-every" "^tessera train: rank 1 differs from rank 0 in --eval-every \\(rank 0: 1, rank 1: 0\\)$SAME" \
+  "--data $DATA --eval-every 1" "--data $DATA"
+disagree "different --eval-batches" "^tessera train: rank 1 differs from rank 0 in --eval-batches \\(rank 0: 1, rank 1: 2\\)$SAME" \
+  "--data $DATA" "--data $DATA --eval-batches 2"
+# flags the JSON form of logs and checkpoints leaves out
+disagree "different --log-every" "^tessera train: rank 1 differs from rank 0 in --log-every \\(rank 0: 0, rank 1: 2\\)$SAME" \
+  "--data $DATA" "--data $DATA --log-every 2"
+# a rank's own: its threads (the bits do not depend on them), its quiet (only
+# rank 0 talks), and where it finds the data (its digest is compared)
+cp "$DATA" "$TS_TMP/corpus-copy.txt"
+# shellcheck disable=SC2086
+expect_exit 0 "" $RUN_MPI -n 1 "$T" train $AG --data "$DATA" --log "$TS_TMP/own.jsonl" : \
+  -n 1 "$T" train $AG --threads 2 --data "$TS_TMP/corpus-copy.txt" --log "$TS_TMP/own.jsonl"
 # a usage error on one rank: that rank says it, rank 0 says that it did
 TS_CHECKS=$((TS_CHECKS + 1))
 $RUN_MPI -n 1 "$T" train $AG --data "$DATA" : -n 1 "$T" train $AG --data "$DATA" --steps -1 \
@@ -279,17 +309,33 @@ if [ "$rc" = 2 ] && grep -q "^tessera train: rank 1: --steps -1: must be >= 1" "
 else
   fail "a usage error on rank 1 alone: exit $rc: $(head -c 400 "$TS_ERR")"
 fi
-# node-local checkpoint directories that hold different steps
+# checkpoints: the directory a run writes is one (ranks that name different
+# ones are refused), but node-local copies of it may hold different steps:
+# each rank's --ckpt-dir ck in its own working directory
 rm -rf "$TS_TMP/ra" "$TS_TMP/rb"
-expect_exit 0 "" "$T" train $AG --dp 1 --data "$DATA" --ckpt-dir "$TS_TMP/ra" --ckpt-every 1
-cp -r "$TS_TMP/ra" "$TS_TMP/rb"
-rm -f "$TS_TMP"/ra/step-00000003.safetensors "$TS_TMP"/rb/step-0000000[23].safetensors
-disagree "different checkpoints" \
+mkdir -p "$TS_TMP/ra" "$TS_TMP/rb"
+expect_exit 0 "" "$T" train $AG --dp 1 --data "$DATA" --ckpt-dir "$TS_TMP/ra/ck" --ckpt-every 1
+cp -r "$TS_TMP/ra/ck" "$TS_TMP/rb/ck"
+rm -f "$TS_TMP"/ra/ck/step-00000003.safetensors "$TS_TMP"/rb/ck/step-0000000[23].safetensors
+disagree "different --ckpt-dir" \
+  "^tessera train: rank 1 differs from rank 0 in --ckpt-dir \\(rank 0: \".*/ra/ck\", rank 1: \".*/rb/ck\"\\)$SAME" \
+  "--data $DATA --ckpt-dir $TS_TMP/ra/ck --resume" "--data $DATA --ckpt-dir $TS_TMP/rb/ck --resume"
+TA=$(cd "$(dirname "$T")" && pwd)/$(basename "$T") # the ranks start elsewhere
+t0=$(date +%s)
+# shellcheck disable=SC2086
+expect_exit 2 \
   "rank 1 disagrees with rank 0 on the checkpoint it starts from: rank 0 found step 2 .*, rank 1 step 1" \
-  "--data $DATA --ckpt-dir $TS_TMP/ra --resume" "--data $DATA --ckpt-dir $TS_TMP/rb --resume"
+  timeout -k 5 60 $MPIEXEC -n 1 -wdir "$TS_TMP/ra" "$TA" train $AG --data "$DATA" --ckpt-dir ck --resume : \
+  -n 1 -wdir "$TS_TMP/rb" "$TA" train $AG --data "$DATA" --ckpt-dir ck --resume &&
+  promptly "different checkpoints in node-local directories" "$t0"
+# --init-from: a copy elsewhere is the same checkpoint; another step is not
+cp "$TS_TMP/ra/ck/step-00000002.safetensors" "$TS_TMP/init-copy.safetensors"
 disagree "different --init-from checkpoints" \
   "rank 1 disagrees with rank 0 on the checkpoint it starts from: rank 0 found step 2 .*, rank 1 step 1" \
-  "--data $DATA --init-from $TS_TMP/ra/step-00000002.safetensors" \
-  "--data $DATA --init-from $TS_TMP/rb/step-00000001.safetensors"
+  "--data $DATA --init-from $TS_TMP/init-copy.safetensors" \
+  "--data $DATA --init-from $TS_TMP/rb/ck/step-00000001.safetensors"
+disagree "--init-from on one rank" \
+  "^tessera train: rank 1 differs from rank 0 in --init-from \\(rank 0: given, rank 1: not given\\)$SAME" \
+  "--data $DATA --init-from $TS_TMP/init-copy.safetensors" "--data $DATA"
 
 done_testing

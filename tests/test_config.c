@@ -417,6 +417,118 @@ static void test_architecture_json(void **state) {
   assert_string_equal(key, "n_kv_head");
 }
 
+// The table behind the JSON form and the ranks' agreement has every field of
+// ts_config: sorted by offset the fields tile the struct, each gap less than
+// the next one's alignment (padding). A field added to the struct and
+// not to the table moves an offset or the size and fails here, so that no
+// field escapes the ranks' agreement unsaid. (One place it cannot see: an
+// int in the 4 bytes of padding before `seed`.)
+static void test_fields_cover_config(void **state) {
+  (void)state;
+  ts_config_field f[128];
+  int n = 0;
+  while (n < 128 && ts_config_field_at(n, &f[n])) n++;
+  assert_true(n > 0 && n < 128);
+  for (int i = 1; i < n; i++) // insertion sort by offset
+    for (int j = i; j > 0 && f[j].offset < f[j - 1].offset; j--) {
+      ts_config_field t = f[j];
+      f[j] = f[j - 1], f[j - 1] = t;
+    }
+  size_t end = 0;
+  for (int i = 0; i < n; i++) {
+    if (f[i].offset < end) fail_msg("\"%s\" overlaps the field before it", f[i].key);
+    if (f[i].offset - end >= f[i].align)
+      fail_msg("ts_config: %zu bytes at offset %zu, before \"%s\", are no field of config_json.c's "
+               "table: add the new field there", f[i].offset - end, end, f[i].key);
+    assert_true(f[i].size > 0 && f[i].flag[0] == '-' && f[i].flag[1] == '-');
+    end = f[i].offset + f[i].size;
+  }
+  if ((sizeof(ts_config) - end) >= _Alignof(ts_config))
+    fail_msg("ts_config: its last %zu bytes are no field of config_json.c's table",
+             sizeof(ts_config) - end);
+}
+
+// The ranks' agreement: a change of any field is named by its flag, with both
+// values, but for the fields each rank holds its own; an input path counts as
+// given or not (what it holds is compared apart).
+static void test_agreement(void **state) {
+  (void)state;
+  static char ja[TS_CONFIG_JSON_MAX], jb[TS_CONFIG_JSON_MAX];
+  ts_config a, b;
+  ts_config_difference d;
+  ts_config_field f;
+  base(&a, "tiny");
+  assert_int_equal(ts_config_finalize(&a), TS_OK);
+  assert_int_equal(ts_config_agreement_json(&a, ja, sizeof ja), TS_OK);
+  assert_int_equal(ts_config_agreement_difference(ja, ja, &d), 0);
+  for (int i = 0; ts_config_field_at(i, &f); i++) {
+    b = a;
+    unsigned char *p = (unsigned char *)&b + f.offset;
+    if (f.align == 1) // a string: another one, or (an input's) a path given against none
+      snprintf((char *)p, f.size, "%s", p[0] ? "" : "x");
+    else
+      p[0] ^= 1; // an int's, a float's lowest bit; a seed's
+    assert_int_equal(ts_config_agreement_json(&b, jb, sizeof jb), TS_OK);
+    const int differ = ts_config_agreement_difference(ja, jb, &d);
+    if (f.agree == TS_AGREE_PER_RANK) {
+      if (differ) fail_msg("\"%s\" is each rank's own, yet %s is said to differ", f.key, d.flag);
+      continue;
+    }
+    if (!differ) fail_msg("a different \"%s\" (%s) goes unnoticed", f.key, f.flag);
+    assert_string_equal(d.flag, f.flag);
+    assert_string_not_equal(d.a, d.b);
+  }
+  // the values as people read them
+  b = a;
+  b.eval_every = 1;
+  assert_int_equal(ts_config_agreement_json(&b, jb, sizeof jb), TS_OK);
+  assert_int_equal(ts_config_agreement_difference(ja, jb, &d), 1);
+  assert_string_equal(d.flag, "--eval-every");
+  assert_string_equal(d.a, "0");
+  assert_string_equal(d.b, "1");
+  b = a;
+  b.lr = nextafterf(a.lr, 1.0f); // one ulp: the decimal form tells them apart
+  assert_int_equal(ts_config_agreement_json(&b, jb, sizeof jb), TS_OK);
+  assert_int_equal(ts_config_agreement_difference(ja, jb, &d), 1);
+  assert_string_equal(d.flag, "--lr");
+  assert_true(strtof(d.a, NULL) == a.lr && strtof(d.b, NULL) == b.lr);
+  b = a;
+  snprintf(b.ckpt_dir, sizeof b.ckpt_dir, "ck");
+  assert_int_equal(ts_config_agreement_json(&b, jb, sizeof jb), TS_OK);
+  assert_int_equal(ts_config_agreement_difference(ja, jb, &d), 1);
+  assert_string_equal(d.flag, "--ckpt-dir");
+  assert_string_equal(d.a, "\"\"");
+  assert_string_equal(d.b, "\"ck\"");
+  // a copy of the data elsewhere is the same data (its digest is compared)
+  b = a;
+  snprintf(b.data_path, sizeof b.data_path, "/elsewhere/corpus.txt");
+  assert_int_equal(ts_config_agreement_json(&b, jb, sizeof jb), TS_OK);
+  assert_int_equal(ts_config_agreement_difference(ja, jb, &d), 0);
+  snprintf(b.val_path, sizeof b.val_path, "val.bin");
+  assert_int_equal(ts_config_agreement_json(&b, jb, sizeof jb), TS_OK);
+  assert_int_equal(ts_config_agreement_difference(ja, jb, &d), 1);
+  assert_string_equal(d.flag, "--val-data");
+  assert_string_equal(d.a, "not given");
+  assert_string_equal(d.b, "given");
+  // a path too long to show is cut, the line stays short
+  b = a;
+  memset(b.log_path, 'p', sizeof b.log_path - 1);
+  b.log_path[sizeof b.log_path - 1] = 0;
+  assert_int_equal(ts_config_agreement_json(&b, jb, sizeof jb), TS_OK);
+  assert_int_equal(ts_config_agreement_difference(ja, jb, &d), 1);
+  assert_string_equal(d.flag, "--log");
+  assert_true(strlen(d.b) < sizeof d.b && strstr(d.b, "...\"") != NULL);
+  // the JSON form of logs and checkpoints is as it was: the unwritten fields
+  // stay out of it, and are not read from it
+  b = a;
+  b.keep_last = 3, b.log_every = 5;
+  assert_int_equal(ts_config_to_json(&b, jb, sizeof jb), TS_OK);
+  assert_null(strstr(jb, "keep_last"));
+  assert_null(strstr(jb, "log_every"));
+  assert_int_equal(ts_config_run_from_json(&b, "{\"keep_last\":7,\"threads\":2}"), TS_OK);
+  assert_int_equal(b.keep_last, 3);
+}
+
 // Layouts (ts_layout_check): exact data parallelism needs every rank's
 // gradient leaves to be an aligned power-of-two subtree of the serial tree.
 static void test_layout_rules(void **state) {
@@ -645,6 +757,7 @@ int main(void) {
       cmocka_unit_test(test_sp_mode_names),   cmocka_unit_test(test_head_parallel_rules),
       cmocka_unit_test(test_compress_rules),  cmocka_unit_test(test_param_floor),
       cmocka_unit_test(test_architecture_json),
+      cmocka_unit_test(test_fields_cover_config), cmocka_unit_test(test_agreement),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

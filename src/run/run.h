@@ -93,11 +93,13 @@ typedef struct {
 } ts_run_ckpt;
 
 // ---- agree.c ----------------------------------------------------------------------------
-// Every rank's computation (the configuration but its run settings, the
-// layout), its data (token counts and digest) and on --resume or --init-from
+// Every rank's configuration (every field but a rank's own:
+// ts_config_agreement_json), layout, device and precision, its data (token
+// counts and digest), its tokenizer (digest) and on --resume or --init-from
 // its checkpoint (step and header checksum; ck NULL or closed: none) compared with rank 0's
 // over the world before any work. A difference: TS_EUSAGE on every rank
-// alike (ts_fail_everywhere), naming the first rank that differs and in what.
+// alike (ts_fail_everywhere), naming the first rank that differs and the
+// flag, or what else, in which it does.
 int ts_run_agree(const ts_config *cfg, const ts_layout *lay, const ts_data *data,
                  const ts_run_ckpt *ck);
 // Opens path and checks everything in its header before anything is
