@@ -338,4 +338,27 @@ disagree "--init-from on one rank" \
   "^tessera train: rank 1 differs from rank 0 in --init-from \\(rank 0: given, rank 1: not given\\)$SAME" \
   "--data $DATA --init-from $TS_TMP/init-copy.safetensors" "--data $DATA"
 
+# --- the checkpoint directory's claim is rank 0's, its refusal every rank's ----------
+# (a fresh run on a directory holding checkpoints: one line, exit 2, at once)
+expect_exit 2 "^tessera train: --ckpt-dir .* holds checkpoints up to step [0-9]*: --resume continues that run" \
+  $RUN_MPI -n 2 "$T" train $BASE --dp 2 --ckpt-dir "$CK"
+
+# --- SIGTERM to mpiexec itself: the launcher passes it to every rank, which stop
+# after a whole step with a checkpoint (docs/CHECKPOINTS.md; SIGHUP it does not pass)
+MT=$TS_TMP/launcher-term.jsonl
+MTCK=$TS_TMP/launcher-term
+$RUN_MPI -n 2 "$T" train $SGFLAGS --steps 100000 --dp 2 --ckpt-dir "$MTCK" --log "$MT" \
+  >"$TS_OUT" 2>"$TS_ERR" &
+bg=$!
+wait_for_step "$MT" $bg
+launcher=$(pgrep -P $bg | head -n 1)
+[ -n "$launcher" ] && kill -TERM "$launcher"
+wait $bg
+TS_CHECKS=$((TS_CHECKS + 1))
+if grep -q "^tessera: stopped by SIGTERM after step [0-9]* of 100000: checkpoint .*launcher-term/step-[0-9]*\.safetensors written" "$TS_ERR" &&
+   ls "$MTCK"/step-*.safetensors >/dev/null 2>&1; then
+  pass "SIGTERM to mpiexec: every rank stopped with a checkpoint: $(grep stopped "$TS_ERR")"
+else
+  fail "SIGTERM to mpiexec (pid ${launcher:-not found}): stderr $(head -c 400 "$TS_ERR"), checkpoints: $(ls "$MTCK" 2>&1 | tr '\n' ' ')"
+fi
 done_testing

@@ -201,3 +201,26 @@ int ts_run_agree(const ts_config *cfg, const ts_layout *lay, const ts_data *data
   free(all);
   return rc;
 }
+
+// What rank 0 alone did (claiming the checkpoint directory), made every
+// rank's verdict: its code and message travel to all, so that a refusal ends
+// every rank with rank 0's one line and exit code, instead of rank 0 aborting
+// the world while the others wait in the next collective.
+int ts_run_root_verdict(int rc) {
+  const int n = ts_mpi_world_size();
+  if (n == 1) return rc;
+  typedef struct {
+    int32_t rc;
+    char msg[508];
+  } verdict;
+  verdict mine = {0}, *all = malloc((size_t)n * sizeof *all);
+  if (ts_mpi_world_rank() == 0 && rc) {
+    mine.rc = rc;
+    snprintf(mine.msg, sizeof mine.msg, "%s", ts_errmsg());
+  }
+  if (!all) return ts_fail(TS_ERUNTIME, "out of memory");
+  int arc = ts_mpi_allgather_raw(&mine, all, sizeof mine);
+  if (!arc && all[0].rc) arc = ts_fail_everywhere(all[0].rc, "%s", all[0].msg);
+  free(all);
+  return arc ? arc : rc;
+}

@@ -63,6 +63,9 @@ int ts_run_mkdir_p(const char *dir);
 // refused, naming the holder), and a fresh run (no --resume) refuses one that
 // holds checkpoints unless --restart, which removes them. TS_OK, or the error.
 int ts_run_claim_ckpt_dir(const ts_config *cfg);
+// Rank 0's rc (and message) of a step it alone takes, returned on every rank
+// (src/run/agree.c); a world of one returns rc.
+int ts_run_root_verdict(int rc);
 // A checkpoint's tensors (*out, malloc'd; returns their number, -1 when out of
 // memory): the canonical model's parameters, then the AdamW moments as
 // "adam.m.<name>" and "adam.v.<name>", whatever part of the model m holds;

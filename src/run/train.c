@@ -259,8 +259,6 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
            ck.step + 1, cfg.steps, cfg.steps);
   if (cfg.init_from[0] && (rc = ts_run_open_init(&cfg, grid->local_size, grid->pp, &ck)))
     goto done;
-  // --ckpt-dir: made, locked and checked before step 1 (rank 0 writes it)
-  if (root && (rc = ts_run_claim_ckpt_dir(&cfg))) goto done;
   // the format the files are read in, which the run records and a resumed
   // run must share (a look at their first bytes; the whole files come later)
   if ((rc = ts_data_resolve(cfg.data_path, cfg.val_path, cfg.data_format, &cfg.data_format)) ||
@@ -269,17 +267,20 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   // the tokenizer the data was made with, for its checkpoints (--tokenizer)
   if ((rc = ts_run_checkpoint_tokenizer(&cfg))) goto done;
   if (cfg.resume && (rc = ts_run_check_resume_tokenizer(&ck))) goto done;
-  if (root) {
-    int gone = ts_run_remove_stale_temps(&cfg);
-    if (gone && !cfg.quiet) printf("removed %d temporary file%s a killed run left\n", gone,
-                                   gone == 1 ? "" : "s");
-  }
   if ((rc = ts_run_open_data(&cfg, cfg.data_path, &data))) goto done;
   if ((rc = injected_fault(grid, cfg.data_path))) goto done;
   ts_run_checkpoint_data(data);
   if (cfg.resume && (rc = ts_run_check_resume_data(&ck, data))) goto done;
   // every rank with the same computation, data and checkpoint, before any work
   if ((rc = ts_run_agree(&cfg, &lay, data, &ck))) goto done;
+  // --ckpt-dir: made, locked and checked before step 1, once the ranks agree
+  // (--restart removes checkpoints); then what a killed run left there
+  if ((rc = ts_run_root_verdict(root ? ts_run_claim_ckpt_dir(&cfg) : TS_OK))) goto done;
+  if (root) {
+    int gone = ts_run_remove_stale_temps(&cfg);
+    if (gone && !cfg.quiet) printf("removed %d temporary file%s a killed run left\n", gone,
+                                   gone == 1 ? "" : "s");
+  }
   // which process on which host is which rank, for the log and the output
   if ((rc = ts_run_gather_ranks(&ranks))) goto done;
   if ((rc = ts_shard_create(&cfg, grid, &lay, &sh))) goto done;
