@@ -872,9 +872,12 @@ static int same_file(const char *a, const char *b) {
 }
 
 // Whether path is, or would be, one of the files `names` (fnmatch) in dir.
+// An existing path is followed through its links first: a link named
+// data.txt may be dir/config.json.
 static int file_in(const char *path, const char *dir, const char *names) {
-  char d[4096], base[4096];
-  split_path(path, d, sizeof d, base, sizeof base);
+  char d[4096], base[4096], *real = realpath(path, NULL);
+  split_path(real ? real : path, d, sizeof d, base, sizeof base);
+  free(real);
   return fnmatch(names, base, FNM_PERIOD) == 0 && same_file(d, dir);
 }
 
@@ -886,6 +889,8 @@ static int check_outputs(const command *cmd, const cli *c) {
     return ts_fail(TS_EUSAGE, "--log %s: the --data file (it would be overwritten)", log);
   if (cmd->id == C_TRAIN && log[0] && val[0] && same_file(log, val))
     return ts_fail(TS_EUSAGE, "--log %s: the --val-data file (it would be overwritten)", log);
+  if (cmd->id == C_TRAIN && log[0] && cfg->tokenizer_path[0] && same_file(log, cfg->tokenizer_path))
+    return ts_fail(TS_EUSAGE, "--log %s: the --tokenizer file (it would be overwritten)", log);
   if (cmd->id == C_TRAIN && ck[0] && val[0] &&
       (same_file(val, ck) || file_in(val, ck, "step-*.safetensors*")))
     return ts_fail(TS_EUSAGE,

@@ -347,4 +347,23 @@ for f in --data --val-data --tokenizer --init-from --ckpt-dir --log; do
   expect_exit 2 "^tessera train: $f: empty value" "$T" $TINY1 $f ''
 done
 expect_exit 2 "^tessera eval: --ckpt: empty value" "$T" eval --ckpt ''
+# --- outputs over inputs through links: refused by what they are, not their names ---
+LK=$TS_TMP/links
+mkdir -p "$LK/out" "$LK/ck"
+cp "$TESSERA_SRCDIR/data/corpus.txt" "$LK/out/config.json"
+cp "$LK/out/config.json" "$LK/config.orig"
+ln -s out/config.json "$LK/data.txt"
+expect_exit 2 "^tessera dump: --data .*data.txt: a file tessera dump writes into --out" \
+  "$T" dump --out "$LK/out" --data "$LK/data.txt"
+cmp -s "$LK/out/config.json" "$LK/config.orig" && pass "the linked data is untouched" || fail "dump wrote over its linked --data"
+if expect_exit 0 "" "$T" $TINY1 --ckpt-dir "$LK/ck"; then
+  ln -s ck/step-00000001.safetensors "$LK/init.safetensors"
+  expect_exit 2 "^tessera train: --init-from .*init.safetensors: a checkpoint of --ckpt-dir" \
+    "$T" $TINY1 --ckpt-dir "$LK/ck" --init-from "$LK/init.safetensors" --restart
+  [ -f "$LK/ck/step-00000001.safetensors" ] && pass "the linked --init-from checkpoint stays" ||
+    fail "--restart removed the --init-from checkpoint it was linked to"
+fi
+cp "$LK/config.orig" "$LK/tok.model"
+expect_exit 2 "^tessera train: --log .*tok.model: the --tokenizer file" \
+  "$T" $TINY1 --tokenizer "$LK/tok.model" --log "$LK/tok.model"
 done_testing
