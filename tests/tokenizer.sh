@@ -42,6 +42,27 @@ expect_exit 0 "" "$T" tokenize --tokenizer "$D/m.model" --in "$D/text.txt" --out
 expect_stdout "^tessera tokenize: [0-9]+ tokens .* into .*tokens\.bin, u16, sentencepiece tokenizer, 400 ids"
 expect_stdout "^train on it: tessera train --data .*tokens\.bin --data-format u16 --vocab 400 --tokenizer .*m\.model"
 ls "$D"/tokens.bin.tmp.* >/dev/null 2>&1 && fail "tokenize left its temporary file"
+# stopped (SIGTERM between its 4 MB chunks; a background job ignores SIGINT):
+# exit 143, one line, nothing left under --out's name, not even the temporary file
+for _ in $(seq 1 40); do cat "$CORPUS"; done >"$D/big.txt"
+"$T" tokenize --tokenizer "$D/m.model" --in "$D/big.txt" --out "$D/big.bin" --quiet \
+  >"$TS_OUT" 2>"$TS_ERR" &
+tk=$!
+sleep 1
+kill -TERM $tk 2>/dev/null
+wait $tk
+rc=$?
+TS_CHECKS=$((TS_CHECKS + 1))
+if [ $rc -eq 0 ]; then
+  pass "tokenize finished before SIGTERM reached it (a fast machine): nothing to check"
+elif [ $rc -eq 143 ] && [ "$(grep -c . "$TS_ERR")" -eq 1 ] &&
+     grep -q "^tessera: tokenize stopped by SIGTERM: --out .*big.bin not written" "$TS_ERR" &&
+     [ ! -e "$D/big.bin" ] && ! ls "$D"/big.bin.tmp.* >/dev/null 2>&1; then
+  pass "tokenize stopped by SIGTERM: exit 143, no --out, no temporary file"
+else
+  fail "tokenize after SIGTERM: exit $rc, stderr $(head -c 300 "$TS_ERR"), left: $(ls "$D" | grep big.bin | tr '\n' ' ')"
+fi
+rm -f "$D/big.txt"
 # each line's ids, then the id of the byte piece <0x0A> (its line in m.vocab, from 0)
 nl=$(awk -F'\t' '$1 == "<0x0A>" { print NR - 1 }' "$D/m.vocab")
 spm_encode --model="$D/m.model" --output_format=id <"$D/text.txt" |

@@ -110,7 +110,17 @@ int ts_tokenize(const char *tokenizer, const char *ckpt, const char *in, const c
   const double every = tty ? 1.0 : 10.0;
   const char *start = tty ? "\r" : "", *end = tty ? "" : "\n";
   double last = ts_now();
+  // SIGINT, SIGTERM, SIGHUP: stop between chunks, the temporary file removed
+  // (a second signal ends the process at once, as in train)
+  ts_run_stop_install(0);
   for (int eof = 0; !eof;) {
+    const int sig = ts_run_stop_requested();
+    if (sig) {
+      ts_run_stopped(sig);
+      rc = ts_fail(TS_ESTOPPED, "tokenize stopped by %s: --out %s not written", ts_run_signal_name(sig),
+                   out);
+      goto end;
+    }
     const size_t got = fread(buf + have, 1, cap - have, fi);
     if (got < cap - have) {
       if (ferror(fi)) {
@@ -179,6 +189,7 @@ int ts_tokenize(const char *tokenizer, const char *ckpt, const char *in, const c
            ts_tokenizer_path(tok));
   }
 end:
+  ts_run_stop_restore();
   if (fi) fclose(fi);
   if (fo) fclose(fo);
   if (tmp[0]) unlink(tmp);
