@@ -163,6 +163,19 @@ expect_compare identical "--keep-last changes no result" "$TS_TMP/straight.jsonl
 expect_compare "same model state" "--keep-last's step 8, against the run's without it" \
   "$TS_TMP/ck/step-00000008.safetensors" "$TS_TMP/keep/step-00000008.safetensors"
 
+# --- --resume --log OTHER: another run's log is refused by its configuration
+# record, whatever its length, and left as it was
+rm -rf "$TS_TMP/spl"
+if expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --steps 3 --ckpt-dir "$TS_TMP/spl/a" --log "$TS_TMP/spl-a.jsonl" &&
+   expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --steps 3 --seed 7 --ckpt-dir "$TS_TMP/spl/b" --log "$TS_TMP/spl-b.jsonl"; then
+  cp "$TS_TMP/spl-a.jsonl" "$TS_TMP/spl-a.orig"
+  expect_exit 2 "^tessera train: --log .*spl-a.jsonl: another run's log \(.*--seed 7.*\); name a new --log" \
+    "$TESSERA_BIN" train $FLAGS --steps 4 --seed 7 --ckpt-dir "$TS_TMP/spl/b" --resume --log "$TS_TMP/spl-a.jsonl"
+  cmp -s "$TS_TMP/spl-a.jsonl" "$TS_TMP/spl-a.orig" && pass "the other run's log is untouched" ||
+    fail "the other run's log was changed"
+  expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --steps 4 --seed 7 --ckpt-dir "$TS_TMP/spl/b" --resume --log "$TS_TMP/spl-b.jsonl"
+fi
+
 # --- a checkpoint directory has an owner --------------------------------------
 # a fresh run (no --resume) refuses a directory that holds another run's
 # checkpoints, touching nothing; --restart removes them (and only them)

@@ -770,7 +770,51 @@ int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_tensor *upd, int
 // run's log reaches its checkpoint's step (it is synced before the checkpoint
 // is written): a log that ends earlier is another run's, and continuing it
 // would leave a log with steps missing.
-int ts_run_trim_log(const char *path, int64_t upto) {
+// The text of the object that follows "key": in a JSON line, into a new
+// string (NULL: none, or no memory). Strings are skipped whole, so braces in
+// a path do not count.
+static char *member_object(const char *line, const char *key) {
+  const char *p = strstr(line, key);
+  if (!p || (p = strchr(p + strlen(key), '{')) == NULL) return NULL;
+  int depth = 0, in_str = 0;
+  for (const char *q = p; *q; q++) {
+    if (in_str) {
+      if (*q == '\\' && q[1]) q++;
+      else if (*q == '"') in_str = 0;
+    } else if (*q == '"') {
+      in_str = 1;
+    } else if (*q == '{') {
+      depth++;
+    } else if (*q == '}' && --depth == 0) {
+      const size_t n = (size_t)(q - p) + 1;
+      char *out = malloc(n + 1);
+      if (out) memcpy(out, p, n), out[n] = 0;
+      return out;
+    }
+  }
+  return NULL;
+}
+
+// A log's first record is its run's configuration: a log whose run differs
+// from the checkpoint's (another seed, model, batch...) is another run's,
+// whatever its length. TS_OK when it matches or says nothing to compare.
+static int log_of_this_run(const char *path, const char *first, const ts_run_ckpt *ck) {
+  if (!strstr(first, "\"type\":\"config\"")) return TS_OK;
+  char *model = member_object(first, "\"model\":");
+  if (!model) return TS_OK;
+  ts_config was;
+  int rc = ts_config_from_json(&was, model);
+  free(model);
+  if (rc) return TS_OK; // unreadable: the length check below still applies
+  if (check_resume_config(&was, &ck->cfg, ck->step, ts_ckpt_path(ck->ck)) == TS_OK) return TS_OK;
+  char why[1024];
+  snprintf(why, sizeof why, "%s", ts_errmsg());
+  return ts_fail(TS_EUSAGE, "--log %s: another run's log (its configuration record against the "
+                 "checkpoint: %s); name a new --log to start one", path, why);
+}
+
+int ts_run_trim_log(const char *path, const ts_run_ckpt *ck) {
+  const int64_t upto = ck->step;
   const char *why = "";
   FILE *f = ts_fopen_regular(path, "r", &why);
   if (!f && errno == ENOENT) return TS_OK; // no old log: start a new one
@@ -790,7 +834,13 @@ int ts_run_trim_log(const char *path, int64_t upto) {
   errno = 0;
   while (ok && (len = getline(&line, &cap, f)) > 0) {
     if (line[len - 1] != '\n') break; // torn
-    records++;
+    if (records++ == 0 && log_of_this_run(path, line, ck) != TS_OK) {
+      free(line);
+      fclose(f);
+      fclose(o);
+      unlink(tmp);
+      return TS_EUSAGE;
+    }
     const char *sp = strstr(line, "\"step\":");
     long long s = sp ? strtoll(sp + 7, NULL, 10) : 0;
     int is_final = strstr(line, "\"type\":\"final\"") != NULL;

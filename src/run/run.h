@@ -151,9 +151,11 @@ int ts_run_restate(const char *path, const char *what);
 // read from its byte ranges alone. opt NULL: the parameters only (evaluation).
 int ts_run_load_checkpoint(ts_model *m, ts_adamw *opt, const ts_tensor *upd, int nupd,
                            const ts_run_ckpt *ck);
-// The run log cut back to the records up to step `upto` (a resumed run's
-// log), its torn last line, if any, dropped.
-int ts_run_trim_log(const char *path, int64_t upto);
+// The run log cut back to the records up to the checkpoint's step (a resumed
+// run's log), its torn last line, if any, dropped. Another run's log is
+// refused: one whose configuration record differs from the checkpoint's run
+// in what --resume checks, or whose steps end before the checkpoint's.
+int ts_run_trim_log(const char *path, const ts_run_ckpt *ck);
 // Removes what a killed run left of its temporary files (util.h), in the
 // checkpoint directory and next to the log; how many.
 int ts_run_remove_stale_temps(const ts_config *cfg);

@@ -70,7 +70,7 @@ static int resume(const ts_shard *sh, ts_adamw *opt, const ts_run_ckpt *ck,
                   const ts_config *cfg, int root) {
   int rc;
   if ((rc = ts_run_load_checkpoint(sh->m, opt, sh->upd_p, sh->nupd, ck))) return rc;
-  if (root && cfg->log_path[0] && (rc = ts_run_trim_log(cfg->log_path, ck->step))) return rc;
+  if (root && cfg->log_path[0] && (rc = ts_run_trim_log(cfg->log_path, ck))) return rc;
   if (root) printf("resumed from %s (step %" PRId64 ")\n", ts_ckpt_path(ck->ck), ck->step);
   return TS_OK;
 }
