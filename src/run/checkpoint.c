@@ -655,6 +655,16 @@ static int64_t own_checkpoint_step(const char *name) {
   return strcmp(again, name) == 0 ? (int64_t)s : 0;
 }
 
+// The step of dir/name when it is a checkpoint a run wrote: tessera's name
+// for it and a regular file (a link or a directory is not one), else 0; its
+// path goes to p.
+static int64_t written_checkpoint(const char *dir, const char *name, char *p, size_t cap) {
+  const int64_t s = own_checkpoint_step(name);
+  struct stat st;
+  if (s < 1 || (size_t)snprintf(p, cap, "%s/%s", dir, name) >= cap) return 0;
+  return lstat(p, &st) == 0 && S_ISREG(st.st_mode) ? s : 0;
+}
+
 int64_t ts_run_latest_own_checkpoint(const char *dir, char *path, size_t cap) {
   DIR *d = opendir(dir);
   path[0] = 0;
@@ -662,12 +672,9 @@ int64_t ts_run_latest_own_checkpoint(const char *dir, char *path, size_t cap) {
   int64_t best = 0;
   struct dirent *e;
   char p[4400];
-  struct stat st;
   while ((e = readdir(d))) {
-    const int64_t s = own_checkpoint_step(e->d_name);
+    const int64_t s = written_checkpoint(dir, e->d_name, p, sizeof p);
     if (s <= best) continue;
-    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-    if (lstat(p, &st) != 0 || !S_ISREG(st.st_mode)) continue; // a link, a directory
     best = s;
     if ((size_t)snprintf(path, cap, "%s", p) >= cap) path[0] = 0;
   }
@@ -689,12 +696,10 @@ int ts_run_prune_checkpoints(const char *dir, int64_t step, int keep) {
   struct dirent *e;
   char p[4400];
   while (!rc && (e = readdir(d))) {
-    const int64_t s = own_checkpoint_step(e->d_name);
-    struct stat st;
-    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
     // a later step's file is another run's, and a link or a directory is
     // not a file tessera wrote: both stay
-    if (s < 1 || s > step || lstat(p, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    const int64_t s = written_checkpoint(dir, e->d_name, p, sizeof p);
+    if (s < 1 || s > step) continue;
     if (n == cap) {
       int64_t *grown = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *steps);
       if (!grown) rc = ts_fail(TS_ERUNTIME, "out of memory");
