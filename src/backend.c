@@ -13,7 +13,7 @@
 static const ts_backend *current = &ts_backend_cpu;
 
 #ifdef TS_HAVE_CUDA
-int ts_backend_cuda_init(int local_rank, int local_size, ts_precision precision,
+int ts_backend_cuda_init(int local_rank, int local_size, ts_precision precision, int fast,
                          const ts_backend **out);
 int ts_backend_cuda_share(void);
 
@@ -72,7 +72,7 @@ const char *ts_backend_precision_name(void) {
   return chosen == TS_PRECISION_BF16 ? "bf16" : "fp32";
 }
 
-int ts_backend_get(const char *device, ts_precision precision, const ts_backend **out) {
+int ts_backend_get(const char *device, ts_precision precision, int fast, const ts_backend **out) {
   if (device == NULL || device[0] == '\0' || strcmp(device, "cpu") == 0) {
     if (precision != TS_PRECISION_FP32)
       return ts_fail(TS_EUSAGE, "--precision bf16: needs --device cuda (the CPU computes in fp32)");
@@ -85,13 +85,14 @@ int ts_backend_get(const char *device, ts_precision precision, const ts_backend 
 #ifdef TS_HAVE_CUDA
   int rank, size;
   local_ranks(&rank, &size);
-  int rc = ts_backend_cuda_init(rank, size, precision, out);
+  int rc = ts_backend_cuda_init(rank, size, precision, fast, out);
   // every rank calls this once, at the same point: agree even when this
   // rank failed, so that none waits for it
   nccl = all_have_own_gpu(rc == TS_OK && ts_backend_cuda_share() == 1);
   if (rc == TS_OK) chosen = precision;
   return rc;
 #else
+  (void)fast;
   return ts_fail(TS_EUSAGE, "--device cuda: this build has no CUDA backend (configure --enable-cuda)");
 #endif
 }

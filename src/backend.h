@@ -52,9 +52,13 @@ const ts_backend *ts_backend_current(void);
 // one is set up on first use: it picks GPU local_rank % devices (local_rank:
 // this process's index among the MPI ranks on its node, 0 without MPI), so
 // with more ranks than GPUs on a node some ranks share one.
+// `fast` picks the CUDA backend's tier (docs/GPU.md): 0, the exact tier, in
+// which fp32 kernels compute the CPU's canonical definitions bit for bit
+// (docs/EXACTNESS.md); 1 (`--fast`), cuBLAS's products, checked within a
+// tolerance. bf16 is always the fast tier. The CPU ignores it.
 // Errors name the flag: a build without CUDA, a machine without a GPU,
 // bf16 on the CPU. Returns TS_OK or an error code with a message.
-int ts_backend_get(const char *device, ts_precision precision, const ts_backend **out);
+int ts_backend_get(const char *device, ts_precision precision, int fast, const ts_backend **out);
 
 // The precision of the last backend ts_backend_get gave ("fp32", "bf16"),
 // for the run log.

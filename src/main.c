@@ -1206,7 +1206,8 @@ int main(int argc, char **argv) {
   // After MPI is up, so that the ranks of a node take different GPUs.
   const ts_backend *be = NULL;
   rc = ts_backend_get(c.device,
-                      strcmp(c.precision, "bf16") == 0 ? TS_PRECISION_BF16 : TS_PRECISION_FP32, &be);
+                      strcmp(c.precision, "bf16") == 0 ? TS_PRECISION_BF16 : TS_PRECISION_FP32,
+                      c.cfg.fast, &be);
   if (rc == TS_EUSAGE) return usage_error(cmd);
   if (rc != TS_OK) return finish(cmd, rc);
   ts_backend_set(be);

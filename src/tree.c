@@ -1,4 +1,5 @@
 #include "tree.h"
+#include "tree_hd.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -186,25 +187,10 @@ void ts_tree_push_parts_end(ts_tree *t, int finished) {
 }
 
 float ts_tree_sum(const float *x, size_t n) {
-  // Same tree as ts_tree with scalar leaves, computed in place on a stack.
-  float stack[TS_TREE_MAX_LEVELS];
-  int have[TS_TREE_MAX_LEVELS] = {0};
-  for (size_t i = 0; i < n; i++) {
-    float carry = x[i];
-    int k = 0;
-    for (; (i >> k) & 1u; k++) {
-      carry = stack[k] + carry;
-      have[k] = 0;
-    }
-    stack[k] = carry;
-    have[k] = 1;
-  }
-  int any = 0;
-  float acc = 0.0f;
-  for (int k = 0; k < TS_TREE_MAX_LEVELS; k++) {
-    if (!have[k]) continue;
-    acc = any ? stack[k] + acc : stack[k];
-    any = 1;
-  }
-  return acc;
+  // Same tree as ts_tree with scalar leaves (src/tree_hd.h, which the GPU's
+  // kernels share).
+  ts_tree1 t;
+  ts_tree1_init(&t);
+  for (size_t i = 0; i < n; i++) ts_tree1_push(&t, x[i]);
+  return ts_tree1_finish(&t);
 }

@@ -396,10 +396,10 @@ int main(void) {
   if (R != 0 && !getenv("TESSERA_TEST_ALL_RANKS")) (void)!freopen("/dev/null", "w", stdout);
 #ifdef TS_TEST_NCCL
   // a GPU per rank (TS_EMU_DEVICES must give as many), as NCCL needs
-  int ts_backend_cuda_init(int local_rank, int local_size, ts_precision precision,
+  int ts_backend_cuda_init(int local_rank, int local_size, ts_precision precision, int fast,
                            const ts_backend **out);
   const ts_backend *gpu = NULL;
-  if (ts_backend_cuda_init(R, P, TS_PRECISION_FP32, &gpu) != TS_OK) {
+  if (ts_backend_cuda_init(R, P, TS_PRECISION_FP32, 0, &gpu) != TS_OK) {
     fprintf(stderr, "test_comm: %s\n", ts_errmsg());
     return 99;
   }

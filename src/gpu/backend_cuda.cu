@@ -12,6 +12,7 @@ static struct {
   int share; // the node's ranks on this device, this one included
   size_t memory; // the device's, in bytes
   ts_precision precision;
+  int fast; // --fast: cuBLAS's products (the fast tier) in fp32 too
   cudaStream_t stream;
   cublasHandle_t cublas;
   void *scratch;
@@ -22,6 +23,7 @@ static struct {
 cudaStream_t ts_cuda_stream(void) { return g.stream; }
 cublasHandle_t ts_cuda_cublas(void) { return g.cublas; }
 int ts_cuda_bf16(void) { return g.precision == TS_PRECISION_BF16; }
+int ts_cuda_exact(void) { return g.precision == TS_PRECISION_FP32 && !g.fast; }
 
 // One line, then every rank goes down: a kernel failure has no error path
 // back through the kernels.h signatures, and a rank that stopped alone would
@@ -110,9 +112,10 @@ static const ts_backend cuda_backend = {
 
 // ---- setup -----------------------------------------------------------------------------------
 extern "C" int ts_backend_cuda_init(int local_rank, int local_size, ts_precision precision,
-                                    const ts_backend **out) {
-  if (g.ready) { // set up already: only the precision may change (tests switch it)
+                                    int fast, const ts_backend **out) {
+  if (g.ready) { // set up already: only the precision and tier may change (tests switch them)
     g.precision = precision;
+    g.fast = fast;
     *out = &cuda_backend;
     return TS_OK;
   }
@@ -143,6 +146,7 @@ extern "C" int ts_backend_cuda_init(int local_rank, int local_size, ts_precision
   if (s != CUBLAS_STATUS_SUCCESS)
     return ts_fail(TS_ERUNTIME, "--device cuda: cuBLAS: %s", cublasGetStatusString(s));
   g.precision = precision;
+  g.fast = fast;
   g.ready = 1;
   *out = &cuda_backend;
   return TS_OK;

@@ -25,6 +25,10 @@ cublasHandle_t ts_cuda_cublas(void);
 // --precision bf16: matrix products and attention read their operands
 // rounded to bf16; accumulation, master weights and every buffer stay fp32.
 int ts_cuda_bf16(void);
+// The exact tier (fp32 without --fast; docs/GPU.md): every kernel computes
+// the CPU's canonical definition (docs/EXACTNESS.md), so the bits are the
+// CPU's. Otherwise the fast tier: cuBLAS's products, within a tolerance.
+int ts_cuda_exact(void);
 
 // A CUDA error inside a kernel entry point cannot be returned through the
 // kernels.h signatures: it ends the process (every MPI rank) with one line
