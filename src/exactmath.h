@@ -25,24 +25,26 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint64_t ts_em_bits(double x) {
+#include "hd.h" // TS_HD: the GPU's exact tier computes the same bits from this source
+
+static inline TS_HD uint64_t ts_em_bits(double x) {
   uint64_t u;
   memcpy(&u, &x, sizeof u);
   return u;
 }
 
-static inline double ts_em_double(uint64_t u) {
+static inline TS_HD double ts_em_double(uint64_t u) {
   double x;
   memcpy(&x, &u, sizeof x);
   return x;
 }
 
 // 2^k for -1022 <= k <= 1023.
-static inline double ts_em_pow2(int k) { return ts_em_double((uint64_t)(k + 1023) << 52); }
+static inline TS_HD double ts_em_pow2(int k) { return ts_em_double((uint64_t)(k + 1023) << 52); }
 
 // a·b = p + e exactly (Dekker's product with Veltkamp's split: no fma, so no
 // library call where the CPU lacks the instruction). |a|, |b| < 2^995.
-static inline double ts_em_mul_err(double a, double b, double p) {
+static inline TS_HD double ts_em_mul_err(double a, double b, double p) {
   const double split = 134217729.0; // 2^27 + 1
   double ca = split * a, ah = ca - (ca - a), al = a - ah;
   double cb = split * b, bh = cb - (cb - b), bl = b - bh;
@@ -54,7 +56,7 @@ static const double ts_em_ln2_hi = 0x1.62e42fee00000p-1; // 32 bits: k·ln2_hi i
 static const double ts_em_ln2_lo = 0x1.a39ef35793c76p-33;
 
 // x = 2^k·m with m in [√½, √2): f = m − 1 (exact), k. x positive and finite.
-static inline double ts_em_log_reduce(double x, int *k) {
+static inline TS_HD double ts_em_log_reduce(double x, int *k) {
   int e = 0;
   if (x < 0x1p-1022) { // subnormal: make it normal first
     x *= 0x1p54;
@@ -77,7 +79,7 @@ static inline double ts_em_log_reduce(double x, int *k) {
 
 // R(z) = Σ 2z^n/(2n+1) of log(1+f) = 2·atanh(s) = 2s + s·R(s²), s = f/(2+f):
 // |s| <= 0.1716, so z <= 0.0295 and 11 terms leave under 2^-60 of the result.
-static inline double ts_em_log_series(double z) {
+static inline TS_HD double ts_em_log_series(double z) {
   double R = 0x1.642c8590b2164p-4; // 2/23
   R = R * z + 0x1.8618618618618p-4; // 2/21
   R = R * z + 0x1.af286bca1af28p-4; // 2/19
@@ -96,7 +98,7 @@ static inline double ts_em_log_series(double z) {
 // about 2^-59 of log(x) relative: s is carried as sh + sl and every rounding
 // error of the large terms is kept, so only s·R(s²) (at most 0.0034) is a
 // plain double. x positive and finite.
-static inline void ts_em_log_dd(double x, double *hi, double *lo) {
+static inline TS_HD void ts_em_log_dd(double x, double *hi, double *lo) {
   int k;
   double f = ts_em_log_reduce(x, &k);
   double dh = 2.0 + f, dl = f - (dh - 2.0); // 2 + f exactly
@@ -115,7 +117,7 @@ static inline void ts_em_log_dd(double x, double *hi, double *lo) {
 
 // Natural logarithm: hi of the above, so the one rounding that is not exact
 // is the last.
-static inline double ts_log(double x) {
+static inline TS_HD double ts_log(double x) {
   if (!(x > 0.0)) return x == 0.0 ? -INFINITY : (x - x) / 0.0; // NaN for x < 0 and NaN
   if (x == INFINITY) return x;
   double hi, lo;
@@ -127,7 +129,7 @@ static inline double ts_log(double x) {
 // e^(x + xl) for |xl| <= ulp(x) (xl = 0: plain exp). x = k·ln2 + r with
 // |r| <= ln2/2; e^r = 1 + r + r²·P(r), P the Taylor series to r^11/13!
 // (the next term is under 2^-57).
-static inline double ts_em_exp_dd(double x, double xl) {
+static inline TS_HD double ts_em_exp_dd(double x, double xl) {
   if (x != x) return x + x;
   if (x > 709.782712893384) return INFINITY;
   if (x < -745.1332191019412) return 0.0;
@@ -157,11 +159,11 @@ static inline double ts_em_exp_dd(double x, double xl) {
   return y * ts_em_pow2(k);
 }
 
-static inline double ts_exp(double x) { return ts_em_exp_dd(x, 0.0); }
+static inline TS_HD double ts_exp(double x) { return ts_em_exp_dd(x, 0.0); }
 
 // x^y for x >= 0 (NaN for x < 0): e^(y·log x) with log x and the product
 // carried to twice double precision, so that the error is exp's alone.
-static inline double ts_pow(double x, double y) {
+static inline TS_HD double ts_pow(double x, double y) {
   if (y == 0.0 || x == 1.0) return 1.0;
   if (x != x || y != y) return x + y;
   if (x < 0.0) return (x - x) / 0.0;
@@ -179,7 +181,7 @@ static inline double ts_pow(double x, double y) {
 // squaring in double-double, every product's rounding error kept, so the
 // result is x^n rounded once (the pieces lose precision only where x^n is
 // below 2^-960).
-static inline void ts_em_dd_mul(double *h, double *l, double bh, double bl) {
+static inline TS_HD void ts_em_dd_mul(double *h, double *l, double bh, double bl) {
   double p = *h * bh;
   double e = ts_em_mul_err(*h, bh, p) + (*h * bl + *l * bh);
   double s = p + e;
@@ -187,7 +189,7 @@ static inline void ts_em_dd_mul(double *h, double *l, double bh, double bl) {
   *h = s;
 }
 
-static inline double ts_powi(double x, uint64_t n) {
+static inline TS_HD double ts_powi(double x, uint64_t n) {
   double rh = 1.0, rl = 0.0, bh = x, bl = 0.0;
   while (n) {
     if (n & 1) ts_em_dd_mul(&rh, &rl, bh, bl);
@@ -201,7 +203,7 @@ static inline double ts_powi(double x, uint64_t n) {
 // sin and cos of h + l, |h| <= π/4 (a hair more after rounding), |l| <= ulp(h):
 // Taylor series to r^17 and r^16 (the next terms are under 2^-60), with the
 // last additions arranged so that 1 − r²/2 loses nothing.
-static inline void ts_em_sincos_kernel(double h, double l, double *s, double *c) {
+static inline TS_HD void ts_em_sincos_kernel(double h, double l, double *s, double *c) {
   double z = h * h;
   double S = 0x1.952c77030ad4ap-49;   // 1/17!
   S = S * z - 0x1.ae7f3e733b81fp-41;  // 1/15!
@@ -228,7 +230,7 @@ static inline void ts_em_sincos_kernel(double h, double l, double *s, double *c)
 // that k·piece is exact for k < 2^29, and r carried as hi + lo: exact for
 // |a| < 8.4e8 (beyond that, and for inf and NaN, both are NaN; RoPE's angles
 // are below the sequence length).
-static inline void ts_sincos(double a, double *s, double *c) {
+static inline TS_HD void ts_sincos(double a, double *s, double *c) {
   if (!(fabs(a) < 8.4e8)) {
     *s = *c = (a - a) / 0.0;
     return;
@@ -261,7 +263,7 @@ static inline void ts_sincos(double a, double *s, double *c) {
   }
 }
 
-static inline double ts_cos(double a) {
+static inline TS_HD double ts_cos(double a) {
   double s, c;
   ts_sincos(a, &s, &c);
   return c;
@@ -269,5 +271,5 @@ static inline double ts_cos(double a) {
 
 // ---- float --------------------------------------------------------------------------------
 // logf through the double log: the result is rounded once more, to float.
-static inline float ts_logf(float x) { return (float)ts_log((double)x); }
+static inline TS_HD float ts_logf(float x) { return (float)ts_log((double)x); }
 #endif

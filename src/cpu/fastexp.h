@@ -19,7 +19,9 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float ts_expf(float x) {
+#include "hd.h" // TS_HD: the GPU's exact tier computes the same bits from this source
+
+static inline TS_HD float ts_expf(float x) {
   // Below -87.3 the result is under FLT_MIN: return exactly 0 (masked scores
   // are -inf and must give probability 0).
   const float lo = -87.3f, hi = 88.7f;
