@@ -51,6 +51,11 @@ static inline TS_HD double ts_em_mul_err(double a, double b, double p) {
   return ((ah * bh - p) + ah * bl + al * bh) + al * bl;
 }
 
+// A NaN for an argument out of a function's domain: 0/0 for a finite x, x's
+// own NaN for a NaN (the bits of (x − x)/0, without a constant division by
+// zero that nvcc warns about).
+static inline TS_HD double ts_em_nan(double x) { return (x - x) / (x - x); }
+
 // ---- log ----------------------------------------------------------------------------------
 static const double ts_em_ln2_hi = 0x1.62e42fee00000p-1; // 32 bits: k·ln2_hi is exact
 static const double ts_em_ln2_lo = 0x1.a39ef35793c76p-33;
@@ -118,7 +123,7 @@ static inline TS_HD void ts_em_log_dd(double x, double *hi, double *lo) {
 // Natural logarithm: hi of the above, so the one rounding that is not exact
 // is the last.
 static inline TS_HD double ts_log(double x) {
-  if (!(x > 0.0)) return x == 0.0 ? -INFINITY : (x - x) / 0.0; // NaN for x < 0 and NaN
+  if (!(x > 0.0)) return x == 0.0 ? -INFINITY : ts_em_nan(x); // NaN for x < 0 and NaN
   if (x == INFINITY) return x;
   double hi, lo;
   ts_em_log_dd(x, &hi, &lo);
@@ -166,7 +171,7 @@ static inline TS_HD double ts_exp(double x) { return ts_em_exp_dd(x, 0.0); }
 static inline TS_HD double ts_pow(double x, double y) {
   if (y == 0.0 || x == 1.0) return 1.0;
   if (x != x || y != y) return x + y;
-  if (x < 0.0) return (x - x) / 0.0;
+  if (x < 0.0) return ts_em_nan(x);
   if (x == 0.0) return y > 0.0 ? 0.0 : INFINITY;
   if (x == INFINITY) return y > 0.0 ? INFINITY : 0.0;
   double lh, ll;
@@ -232,7 +237,7 @@ static inline TS_HD void ts_em_sincos_kernel(double h, double l, double *s, doub
 // are below the sequence length).
 static inline TS_HD void ts_sincos(double a, double *s, double *c) {
   if (!(fabs(a) < 8.4e8)) {
-    *s = *c = (a - a) / 0.0;
+    *s = *c = ts_em_nan(a);
     return;
   }
   if (a == 0.0) { // (the sum below would lose the sign of −0)

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "tree.h"
+#include "tree_hd.h"
 
 // ---- the reference ----------------------------------------------------------------
 
@@ -349,6 +350,32 @@ static void test_push_in_parts(void **state) {
   free(want);
 }
 
+// ts_tree1 (src/tree_hd.h: the GPU's scalar tree) against the reference, with
+// empty positions anywhere (the position embedding's tree keeps one leaf in nj).
+static void test_scalar_tree_with_empties(void **state) {
+  (void)state;
+  enum { N = 70 };
+  float leaves[N];
+  int present[N];
+  for (int trial = 0; trial < 200; trial++) {
+    const size_t n = (size_t)(trial % N) + (trial >= N);
+    fill_wide(leaves, n, (uint64_t)trial + 1); // magnitudes far apart: the order shows
+    for (size_t i = 0; i < n; i++) {
+      present[i] = trial % 3 == 0 ? 1 : (int)((i * 7 + (size_t)trial) % 3 != 0);
+    }
+    ts_tree1 t;
+    ts_tree1_init(&t);
+    for (size_t i = 0; i < n; i++) {
+      if (present[i]) ts_tree1_push(&t, leaves[i]);
+      else ts_tree1_skip(&t);
+    }
+    float got = ts_tree1_finish(&t), want;
+    ref_sum(&want, leaves, present, n, 1);
+    if (memcmp(&got, &want, sizeof got) != 0)
+      fail_msg("trial %d (n %zu): ts_tree1 %a, the tree %a", trial, n, (double)got, (double)want);
+  }
+}
+
 static void test_add(void **state) {
   float a[3] = {1.0f, 16777216.0f, -2.0f};
   const float b[3] = {0.5f, 1.0f, 2.0f};
@@ -368,6 +395,7 @@ int main(void) {
       cmocka_unit_test(test_tree_sum_equals_tree),
       cmocka_unit_test(test_large_leaves),
       cmocka_unit_test(test_add),
+      cmocka_unit_test(test_scalar_tree_with_empties),
       cmocka_unit_test(test_push_in_parts),
       cmocka_unit_test(test_buffers_log_n),
   };

@@ -1,30 +1,17 @@
 // LayerNorm over the feature dimension (GPT variant). Row-wise, so any split
-// of rows gives the same bits; dw/db sums over rows go through leaf trees.
+// of rows gives the same bits (each row's arithmetic is src/norm_hd.h's, which
+// the GPU shares); dw/db sums over rows go through leaf trees.
 #include <math.h>
 #include <string.h>
 
 #include "kernels.h"
+#include "norm_hd.h"
 
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                        const float *w, const float *b, int64_t ntok, int C) {
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < ntok; t++) {
-    const float *x = inp + t * C;
-    float s = 0.0f;
-    for (int i = 0; i < C; i++) s += x[i];
-    float m = s / C;
-    float v = 0.0f;
-    for (int i = 0; i < C; i++) {
-      float dx = x[i] - m;
-      v += dx * dx;
-    }
-    v = v / C;
-    float r = 1.0f / sqrtf(v + 1e-5f);
-    float *y = out + t * C;
-    for (int i = 0; i < C; i++) y[i] = (x[i] - m) * r * w[i] + b[i];
-    mean[t] = m;
-    rstd[t] = r;
-  }
+  for (int64_t t = 0; t < ntok; t++)
+    ts_layernorm_row(out + t * C, &mean[t], &rstd[t], inp + t * C, w, b, C);
 }
 
 typedef struct {
@@ -59,25 +46,7 @@ int layernorm_backward(ts_ws *ws, float *dinp, float *dw, float *db, const float
   memcpy(dw, sum, (size_t)C * sizeof(float));
   memcpy(db, sum + C, (size_t)C * sizeof(float));
 #pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < ntok; t++) {
-    const float *x = inp + t * C, *dy = dout + t * C;
-    float m = mean[t], rs = rstd[t];
-    // dx = rstd * (g - mean(g) - n * mean(g * n)), g = dy * w, n = normalised x
-    float sg = 0.0f, sgn = 0.0f;
-    for (int i = 0; i < C; i++) {
-      float n = (x[i] - m) * rs;
-      float g = dy[i] * w[i];
-      sg += g;
-      sgn += g * n;
-    }
-    sg = sg / C;
-    sgn = sgn / C;
-    float *dx = dinp + t * C;
-    for (int i = 0; i < C; i++) {
-      float n = (x[i] - m) * rs;
-      float g = dy[i] * w[i];
-      dx[i] = (g - sg - n * sgn) * rs;
-    }
-  }
+  for (int64_t t = 0; t < ntok; t++)
+    ts_layernorm_dinp_row(dinp + t * C, dout + t * C, inp + t * C, w, mean[t], rstd[t], C);
   return 0;
 }

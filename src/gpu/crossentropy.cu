@@ -1,12 +1,64 @@
-// Softmax cross-entropy on the GPU: a block per token row. The row's max and
-// sum are block reductions in a fixed order (per-thread strided sums, then a
-// shared-memory tree), so two runs agree bit for bit.
+// Softmax cross-entropy on the GPU, in two tiers (docs/GPU.md).
+//  - Exact: a thread per token row takes the row's max and Σ e^(z − max) in
+//    index order with tessera's exp and log, as the CPU does
+//    (src/cpu/crossentropy.c); the gradient is then a thread per element.
+//    The CPU's bits.
+//  - Fast: a block per row; the max and the sum are block reductions in a
+//    fixed order (per-thread strided sums, then a shared-memory tree), so two
+//    runs agree bit for bit.
 #include <stdlib.h>
 
+#include "cpu/fastexp.h"
+#include "exactmath.h"
 #include "gpu.h"
 
 #define THREADS 256
 
+// ---- the exact tier ---------------------------------------------------------------------------
+// The row's max and Σ e^(z − max), in index order (the CPU's loops).
+__device__ void row_stats_exact(const float *z, int V, float *mx, float *s) {
+  float m = z[0];
+  for (int i = 1; i < V; i++) m = z[i] > m ? z[i] : m;
+  float acc = 0.0f;
+  for (int i = 0; i < V; i++) acc += ts_expf(z[i] - m);
+  *mx = m;
+  *s = acc;
+}
+
+__global__ void crossentropy_forward_exact(float *losses, const float *logits, const int *targets,
+                                           int64_t ntok, int V) {
+  int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= ntok) return;
+  const float *z = logits + t * V;
+  float mx, s;
+  row_stats_exact(z, V, &mx, &s);
+  losses[t] = ts_logf(s) + mx - z[targets[t]];
+}
+
+// stats (ntok, 2): each row's max and 1/Σ.
+__global__ void crossentropy_stats_exact(float *stats, const float *logits, int64_t ntok, int V) {
+  int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= ntok) return;
+  float mx, s;
+  row_stats_exact(logits + t * V, V, &mx, &s);
+  stats[2 * t] = mx;
+  stats[2 * t + 1] = 1.0f / s;
+}
+
+// dz = e^(z − max)·(1/Σ)·scale, less scale at the target: the CPU's
+// operations in its order. dz may be z itself (each thread reads its element
+// before writing it).
+__global__ void crossentropy_backward_exact(float *dlogits, const float *logits,
+                                            const int *targets, const float *stats, float scale,
+                                            int64_t ntok, int V) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= ntok * V) return;
+  int64_t t = i / V;
+  float g = ts_expf(logits[i] - stats[2 * t]) * stats[2 * t + 1] * scale;
+  dlogits[i] = i - t * V == targets[t] ? g - scale : g;
+}
+
+// ---- the fast tier ----------------------------------------------------------------------------
 // Reduces v over the block (THREADS threads) with op; every thread gets it.
 template <typename Op>
 __device__ float block_reduce(float v, float *sh, Op op) {
@@ -69,12 +121,27 @@ __global__ void crossentropy_backward_kernel(float *dlogits, const float *logits
 
 extern "C" void cuda_crossentropy_forward(float *losses, const float *logits, const int *targets,
                                           int64_t ntok, int V) {
+  if (ts_cuda_exact()) {
+    ts_launch(crossentropy_forward_exact, ts_blocks(ntok, THREADS), THREADS, 0, losses, logits,
+              targets, ntok, V);
+    ts_cuda_finish("crossentropy_forward");
+    return;
+  }
   ts_launch(crossentropy_forward_kernel, (unsigned)ntok, THREADS, 0, losses, logits, targets, V);
   ts_cuda_finish("crossentropy_forward");
 }
 
 extern "C" void cuda_crossentropy_backward(float *dlogits, const float *logits, const int *targets,
                                            float scale, int64_t ntok, int V) {
+  if (ts_cuda_exact()) {
+    float *stats = (float *)ts_cuda_scratch((size_t)ntok * 2 * sizeof(float));
+    ts_launch(crossentropy_stats_exact, ts_blocks(ntok, THREADS), THREADS, 0, stats, logits, ntok,
+              V);
+    ts_launch(crossentropy_backward_exact, ts_blocks(ntok * V, THREADS), THREADS, 0, dlogits,
+              logits, targets, (const float *)stats, scale, ntok, V);
+    ts_cuda_finish("crossentropy_backward");
+    return;
+  }
   ts_launch(crossentropy_backward_kernel, (unsigned)ntok, THREADS, 0, dlogits, logits, targets,
             scale, V);
   ts_cuda_finish("crossentropy_backward");

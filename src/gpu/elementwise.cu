@@ -1,10 +1,13 @@
 // Element-wise and row-gather kernels of the GPU backend: embeddings,
 // activations, rotary embeddings, dropout, residual adds. One thread per
 // element; each computes what the CPU reference computes for that element
-// (src/cpu/), in the same order of operations, so most results match the CPU
-// to the last bit or two (expf and tanh differ between the two libraries).
+// (src/cpu/), in the same order of operations and with the same exp
+// (src/activation_hd.h is both sides' source), so the bits are the CPU's in
+// both tiers; the position embedding's gradient is the CPU's canonical tree.
+#include "activation_hd.h"
 #include "gpu.h"
 #include "philox.h"
+#include "tree_hd.h"
 
 #define THREADS 256
 
@@ -28,49 +31,42 @@ extern "C" void cuda_encoder_forward(float *out, const int *tokens, const float 
   ts_cuda_finish("encoder_forward");
 }
 
-// dwpe (T, C) = Σ_b dout[b, t] in batch order: one thread per element, so no
-// two threads ever add into the same place.
-__global__ void encoder_wpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
+// dwpe (T, C): row block j of `leaf` positions receives leaf (b, j) of every
+// sequence b, through the canonical tree over all B·nj leaves in (batch,
+// position) order with the other positions empty (src/cpu/encoder.c). One
+// thread per element, so no two threads ever add into the same place.
+__global__ void encoder_wpe_kernel(float *dwpe, const float *dout, int B, int T, int C, int leaf) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= (int64_t)T * C) return;
-  float s = dout[i];
-  for (int b = 1; b < B; b++) s += dout[(int64_t)b * T * C + i];
-  dwpe[i] = s;
+  const int nj = T / leaf;
+  if (i >= (int64_t)nj * leaf * C) return;
+  const int j = (int)(i / ((int64_t)leaf * C));
+  ts_tree1 tree;
+  ts_tree1_init(&tree);
+  for (int64_t li = 0; li < (int64_t)B * nj; li++) {
+    if (li % nj == j) ts_tree1_push(&tree, dout[(li - j) * leaf * C + i]);
+    else ts_tree1_skip(&tree);
+  }
+  dwpe[i] = ts_tree1_finish(&tree);
 }
 
 extern "C" int cuda_encoder_backward_wpe(ts_ws *ws, float *dwpe, const float *dout, int B,
                                          int T, int C) {
-  (void)ws;
-  int64_t n = (int64_t)T * C;
-  ts_launch(encoder_wpe_kernel, ts_blocks(n, THREADS), THREADS, 0, dwpe, dout, B, T, C);
+  int64_t n = (int64_t)(T / ws->leaf) * ws->leaf * C;
+  ts_launch(encoder_wpe_kernel, ts_blocks(n, THREADS), THREADS, 0, dwpe, dout, B, T, C, ws->leaf);
   ts_cuda_finish("encoder_backward_wpe");
   return 0;
 }
 
 // ---- GeLU (tanh form) and SwiGLU -----------------------------------------------------------
-#define GELU_K 0.7978845608028654f // sqrt(2/pi)
-
-// tanh through one exp, as the CPU reference computes it.
-__device__ __forceinline__ float tanh_exp(float u) { return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f); }
-
 __global__ void gelu_forward_kernel(float *out, const float *inp, int64_t n) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  float x = inp[i];
-  float u = GELU_K * __fadd_rn(x, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x));
-  out[i] = __fmul_rn(__fmul_rn(0.5f, x), 1.0f + tanh_exp(u));
+  if (i < n) out[i] = ts_gelu(inp[i]);
 }
 
 __global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout,
                                      int64_t n) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  float x = inp[i];
-  float u = GELU_K * __fadd_rn(x, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x));
-  float th = tanh_exp(u);
-  float sech2 = __fsub_rn(1.0f, __fmul_rn(th, th));
-  float du = GELU_K * __fadd_rn(1.0f, __fmul_rn(__fmul_rn(3.0f * 0.044715f, x), x));
-  dinp[i] = dout[i] * __fadd_rn(0.5f * (1.0f + th), __fmul_rn(__fmul_rn(0.5f * x, sech2), du));
+  if (i < n) dinp[i] = ts_gelu_backward(inp[i], dout[i]);
 }
 
 extern "C" void cuda_gelu_forward(float *out, const float *inp, int64_t n) {
@@ -85,9 +81,7 @@ extern "C" void cuda_gelu_backward(float *dinp, const float *inp, const float *d
 
 __global__ void swiglu_forward_kernel(float *h, const float *g, const float *u, int64_t n) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  float s = 1.0f / (1.0f + expf(-g[i]));
-  h[i] = __fmul_rn(__fmul_rn(g[i], s), u[i]);
+  if (i < n) h[i] = ts_swiglu(g[i], u[i]);
 }
 
 // dg may alias dh: each thread reads its dh before writing.
@@ -95,11 +89,10 @@ __global__ void swiglu_backward_kernel(float *dg, float *du, const float *g, con
                                        const float *dh, int64_t n) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  float s = 1.0f / (1.0f + expf(-g[i]));
-  float d = dh[i];
-  float silu = __fmul_rn(g[i], s);
-  du[i] = __fmul_rn(d, silu);
-  dg[i] = __fmul_rn(__fmul_rn(d, u[i]), __fadd_rn(s, __fmul_rn(silu, 1.0f - s)));
+  float dgi, dui;
+  ts_swiglu_backward(g[i], u[i], dh[i], &dgi, &dui);
+  du[i] = dui;
+  dg[i] = dgi;
 }
 
 extern "C" void cuda_swiglu_forward(float *h, const float *g, const float *u, int64_t n) {

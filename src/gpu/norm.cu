@@ -1,9 +1,15 @@
-// LayerNorm (GPT) and RMSNorm (LLaMA) on the GPU. A warp per row: the row's
-// sums are a fixed shuffle tree, so every run gives the same bits (not the
-// CPU's, whose sums run in index order). The weight and bias gradients are
-// sums over rows, taken in chunks of rows and then over chunks (gpu.h),
-// never with atomics.
+// LayerNorm (GPT) and RMSNorm (LLaMA) on the GPU, in two tiers (docs/GPU.md).
+//  - Exact: a thread per row runs the CPU's row (src/norm_hd.h, one source
+//    for both), and a thread per feature sums the weight and bias gradients
+//    as the CPU does: each leaf's rows in order from +0, then the canonical
+//    tree over leaves (src/tree_hd.h). The CPU's bits.
+//  - Fast: a warp per row, the row's sums a fixed shuffle tree; the gradients
+//    over rows in chunks, then over chunks (gpu.h). Every run gives the same
+//    bits, not the CPU's.
+// Never atomics.
 #include "gpu.h"
+#include "norm_hd.h"
+#include "tree_hd.h"
 
 #define WARP 32
 #define ROWS_PER_BLOCK 8 // warps per block
@@ -15,6 +21,67 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 static unsigned row_blocks(int64_t ntok) { return ts_blocks(ntok, ROWS_PER_BLOCK); }
+
+// ---- the exact tier ---------------------------------------------------------------------------
+#define THREADS 128
+
+__global__ void layernorm_forward_exact(float *out, float *mean, float *rstd, const float *inp,
+                                        const float *w, const float *b, int64_t ntok, int C) {
+  int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < ntok) ts_layernorm_row(out + t * C, &mean[t], &rstd[t], inp + t * C, w, b, C);
+}
+
+__global__ void layernorm_dinp_exact(float *dinp, const float *dout, const float *inp,
+                                     const float *w, const float *mean, const float *rstd,
+                                     int64_t ntok, int C) {
+  int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < ntok) ts_layernorm_dinp_row(dinp + t * C, dout + t * C, inp + t * C, w, mean[t], rstd[t], C);
+}
+
+// dw[i], db[i] (db NULL: RMSNorm, whose n is x·rstd): each leaf's rows from +0
+// in order, as the CPU's leaf partials (src/cpu/layernorm.c, rmsnorm.c), then
+// the canonical tree over the leaves.
+__global__ void norm_param_exact(float *dw, float *db, const float *dout, const float *inp,
+                                 const float *mean, const float *rstd, int64_t nleaves, int leaf,
+                                 int C) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= C) return;
+  ts_tree1 tw, tb;
+  ts_tree1_init(&tw);
+  ts_tree1_init(&tb);
+  for (int64_t li = 0; li < nleaves; li++) {
+    float pw = 0.0f, pb = 0.0f;
+    for (int r = 0; r < leaf; r++) {
+      int64_t t = li * leaf + r;
+      float x = inp[t * C + i], dy = dout[t * C + i], rs = rstd[t];
+      if (db) {
+        float n = (x - mean[t]) * rs;
+        pw += n * dy;
+        pb += dy;
+      } else {
+        pw += x * rs * dy;
+      }
+    }
+    ts_tree1_push(&tw, pw);
+    if (db) ts_tree1_push(&tb, pb);
+  }
+  dw[i] = ts_tree1_finish(&tw);
+  if (db) db[i] = ts_tree1_finish(&tb);
+}
+
+__global__ void rmsnorm_forward_exact(float *out, float *rstd, const float *inp, const float *w,
+                                      int64_t ntok, int C) {
+  int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < ntok) ts_rmsnorm_row(out + t * C, &rstd[t], inp + t * C, w, C);
+}
+
+__global__ void rmsnorm_dinp_exact(float *dinp, const float *dout, const float *inp,
+                                   const float *w, const float *rstd, int64_t ntok, int C) {
+  int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t < ntok) ts_rmsnorm_dinp_row(dinp + t * C, dout + t * C, inp + t * C, w, rstd[t], C);
+}
+
+// ---- the fast tier ----------------------------------------------------------------------------
 
 // ---- LayerNorm -------------------------------------------------------------------------------
 __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
@@ -42,6 +109,12 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
 
 extern "C" void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                                        const float *w, const float *b, int64_t ntok, int C) {
+  if (ts_cuda_exact()) {
+    ts_launch(layernorm_forward_exact, ts_blocks(ntok, THREADS), THREADS, 0, out, mean, rstd, inp,
+              w, b, ntok, C);
+    ts_cuda_finish("layernorm_forward");
+    return;
+  }
   ts_launch(layernorm_forward_kernel, row_blocks(ntok), dim3(WARP, ROWS_PER_BLOCK), 0, out, mean,
             rstd, inp, w, b, ntok, C);
   ts_cuda_finish("layernorm_forward");
@@ -93,7 +166,14 @@ __global__ void layernorm_param_kernel(float *partial, const float *dout, const 
 extern "C" int cuda_layernorm_backward(ts_ws *ws, float *dinp, float *dw, float *db,
                                        const float *dout, const float *inp, const float *w,
                                        const float *mean, const float *rstd, int64_t ntok, int C) {
-  (void)ws;
+  if (ts_cuda_exact()) {
+    ts_launch(norm_param_exact, ts_blocks(C, THREADS), THREADS, 0, dw, db, dout, inp, mean, rstd,
+              ntok / ws->leaf, ws->leaf, C);
+    ts_launch(layernorm_dinp_exact, ts_blocks(ntok, THREADS), THREADS, 0, dinp, dout, inp, w, mean,
+              rstd, ntok, C);
+    ts_cuda_finish("layernorm_backward");
+    return 0;
+  }
   int64_t nchunks = (ntok + TS_CHUNK_ROWS - 1) / TS_CHUNK_ROWS;
   float *partial = (float *)ts_cuda_scratch((size_t)nchunks * 2 * C * sizeof(float));
   ts_launch(layernorm_param_kernel, dim3(ts_blocks(C, 128), (unsigned)nchunks), 128, 0, partial,
@@ -123,6 +203,12 @@ __global__ void rmsnorm_forward_kernel(float *out, float *rstd, const float *inp
 
 extern "C" void cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w,
                                      int64_t ntok, int C) {
+  if (ts_cuda_exact()) {
+    ts_launch(rmsnorm_forward_exact, ts_blocks(ntok, THREADS), THREADS, 0, out, rstd, inp, w, ntok,
+              C);
+    ts_cuda_finish("rmsnorm_forward");
+    return;
+  }
   ts_launch(rmsnorm_forward_kernel, row_blocks(ntok), dim3(WARP, ROWS_PER_BLOCK), 0, out, rstd, inp,
             w, ntok, C);
   ts_cuda_finish("rmsnorm_forward");
@@ -157,7 +243,14 @@ __global__ void rmsnorm_param_kernel(float *partial, const float *dout, const fl
 extern "C" int cuda_rmsnorm_backward(ts_ws *ws, float *dinp, float *dw, const float *dout,
                                      const float *inp, const float *w, const float *rstd,
                                      int64_t ntok, int C) {
-  (void)ws;
+  if (ts_cuda_exact()) {
+    ts_launch(norm_param_exact, ts_blocks(C, THREADS), THREADS, 0, dw, (float *)NULL, dout, inp,
+              (const float *)NULL, rstd, ntok / ws->leaf, ws->leaf, C);
+    ts_launch(rmsnorm_dinp_exact, ts_blocks(ntok, THREADS), THREADS, 0, dinp, dout, inp, w, rstd,
+              ntok, C);
+    ts_cuda_finish("rmsnorm_backward");
+    return 0;
+  }
   int64_t nchunks = (ntok + TS_CHUNK_ROWS - 1) / TS_CHUNK_ROWS;
   float *partial = (float *)ts_cuda_scratch((size_t)nchunks * C * sizeof(float));
   ts_launch(rmsnorm_param_kernel, dim3(ts_blocks(C, 128), (unsigned)nchunks), 128, 0, partial, dout,
