@@ -1,7 +1,8 @@
 #!/bin/bash
 # GPU benchmark: tessera's CUDA backend against PyTorch on the same GPU, one run after
 # the other in one invocation. Models: the `small` GPT preset and the `llama-100m`
-# preset (docs/MODEL.md), batch 1, T = 4096, 16384 and 65536, fp32 and bf16. For each
+# preset (docs/MODEL.md), batch 1, T = 4096, 16384 and 65536, in fp32 (tessera's exact
+# tier: the CPU's bits), fp32 with --fast (cuBLAS's products) and bf16. For each
 # run: tokens/s (median over the steps after the first), MFU against the H200's dense
 # peak (989 TFLOP/s bf16, 67 TFLOP/s fp32), and peak device memory, sampled with
 # nvidia-smi every 0.2 s (largest sample minus the idle reading before the run).
@@ -18,7 +19,8 @@
 #   STEPS       optimizer steps per run, the first is warm-up (default 4, at least 2)
 #   CASES       MODEL:T words, run in this order (default: every model at T=4096, then
 #               16384, then 65536, so the short cases are measured first)
-#   PRECISIONS  default "fp32 bf16"
+#   PRECISIONS  default "fp32 fast bf16": fp32 is tessera's exact tier, fast is fp32 with
+#               --fast (docs/GPU.md); PyTorch runs fp32 (its row is shown for both) and bf16
 #   IMPLS       default "tessera torch"
 #   BUDGET_S    seconds for all runs together (default 150). Before each run the time
 #               left is checked, and a run that the same implementation's run at a
@@ -43,7 +45,7 @@ TESSERA=${TESSERA:-$ROOT/build-cuda/tessera}
 PYTHON=${PYTHON:-python3}
 STEPS=${STEPS:-4}
 CASES=${CASES:-"small:4096 llama-100m:4096 small:16384 llama-100m:16384 small:65536 llama-100m:65536"}
-PRECISIONS=${PRECISIONS:-"fp32 bf16"}
+PRECISIONS=${PRECISIONS:-"fp32 fast bf16"}
 IMPLS=${IMPLS:-"tessera torch"}
 BUDGET_S=${BUDGET_S:-150}
 RUN_MAX_S=${RUN_MAX_S:-120}
@@ -63,7 +65,7 @@ for c in $CASES; do
   esac
   { is_uint "$t" && [ "$t" -gt 0 ]; } || usage "CASES: '$c': T must be a positive whole number (MODEL:T)"
 done
-for p in $PRECISIONS; do case "$p" in fp32 | bf16) ;; *) usage "PRECISIONS: '$p': fp32 or bf16" ;; esac; done
+for p in $PRECISIONS; do case "$p" in fp32 | fast | bf16) ;; *) usage "PRECISIONS: '$p': fp32, fast or bf16" ;; esac; done
 for i in $IMPLS; do case "$i" in tessera | torch) ;; *) usage "IMPLS: '$i': tessera or torch" ;; esac; done
 [ -f "$ROOT/data/corpus.txt" ] || die "$ROOT/data/corpus.txt: missing"
 command -v timeout > /dev/null || die "timeout (coreutils) not found"
@@ -215,7 +217,9 @@ for c in $CASES; do
       if [ "$impl" = tessera ]; then
         if [ $TS_OK = 0 ]; then skip_run "$name" tessera "$model" "$T" "$prec" "$TS_WHY"; continue; fi
         pflag=()
-        if [ $HAVE_PREC = 1 ]; then
+        if [ "$prec" = fast ]; then
+          pflag=(--fast)
+        elif [ $HAVE_PREC = 1 ]; then
           pflag=(--precision "$prec")
         elif [ "$prec" != fp32 ]; then
           skip_run "$name" tessera "$model" "$T" "$prec" "this tessera has no --precision flag"; continue
@@ -224,6 +228,8 @@ for c in $CASES; do
           --model "$model" --seq "$T" --batch 1 --steps "$STEPS" --eval-batches 1 \
           --data data/corpus.txt --log "$RAW/$name.jsonl" --quiet
       else
+        # PyTorch has no exact tier: its fp32 run stands beside both of tessera's
+        [ "$prec" = fast ] && continue
         if [ -n "$TORCH_ERR" ]; then skip_run "$name" torch "$model" "$T" "$prec" "$TORCH_ERR"; continue; fi
         measure "$name" torch "$model" "$T" "$prec" "$PYTHON" "$ROOT/bench/torch_gpu.py" \
           --model "$model" --seq "$T" --batch 1 --steps "$STEPS" --precision "$prec"

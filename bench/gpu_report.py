@@ -24,7 +24,7 @@ import statistics
 import sys
 
 # H200 SXM dense peaks (NVIDIA's datasheet figures, without sparsity), FLOP/s
-PEAK = {"bf16": 989e12, "fp32": 67e12}
+PEAK = {"bf16": 989e12, "fp32": 67e12, "fast": 67e12}  # fast: fp32 with --fast
 
 
 def read_meta(path):
@@ -219,7 +219,7 @@ def report(a):
         key = (m.get("model", "?"), m.get("seq", 0), m.get("prec", "?"))
         if key not in cases:
             cases.append(key)
-    order = {"fp32": 0, "bf16": 1}
+    order = {"fp32": 0, "fast": 1, "bf16": 2}
     cases.sort(key=lambda k: (k[0], k[1] if isinstance(k[1], int) else 0, order.get(k[2], 9)))
 
     def find(impl, key):
@@ -262,7 +262,8 @@ def report(a):
     L.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for key in cases:
         model, T, prec = key
-        ts, pt = find("tessera", key), find("torch", key)
+        # PyTorch's fp32 run stands beside tessera's exact (fp32) and fast tiers
+        ts, pt = find("tessera", key), find("torch", (model, T, "fp32" if prec == "fast" else prec))
         ok_ts = ts is not None and ts["status"] == "ok"
         ok_pt = pt is not None and pt["status"] == "ok"
         if torch_missing and not ok_pt:
@@ -272,7 +273,8 @@ def report(a):
                         fmt_mib(pt["mem_mib"]) if ok_pt else "–",
                         fmt_mib(pt.get("alloc_mib")) if ok_pt else "–"]
         m_ts, m_pt = mfu(ts, prec), mfu(pt, prec)
-        row = [model, f"{T:,}" if isinstance(T, int) else str(T), prec,
+        label = {"fp32": "fp32 (exact)", "fast": "fp32 --fast"}.get(prec, prec)
+        row = [model, f"{T:,}" if isinstance(T, int) else str(T), label,
                cell(ts, lambda r: fmt_int(r["tps"])), pt_cells[0],
                ratio(ts["tps"], pt["tps"]) if ok_ts and ok_pt else "–",
                f"{100 * m_ts:.1f}%" if m_ts is not None else "–",

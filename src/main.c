@@ -61,7 +61,9 @@ static const command commands[] = {
      "for bit. --fast is for distributed layouts, where it lets MPI choose its own\n"
      "summation order and ring attention merge its blocks by their log-sum-exp\n"
      "(checked within a tolerance); the serial reference computes the same exact\n"
-     "result either way.\n"
+     "result either way. With --device cuda, fp32 is exact too (the CPU's bits)\n"
+     "unless --fast picks cuBLAS's faster products; bf16 is never exact\n"
+     "(docs/GPU.md).\n"
      "SIGTERM, SIGINT or SIGHUP stops the run after the step under way, writes that\n"
      "step's checkpoint (with --ckpt-dir) and exits 128 + the signal's number (143,\n"
      "130, 129), saying how to --resume; a second signal exits at once.",
@@ -363,7 +365,7 @@ static const flag flags[] = {
      NULL},
     {"--fast", K_SET, AT(cfg.fast), 1, NULL,
      "library-chosen reduction order in distributed runs; ring attention merges blocks by "
-     "log-sum-exp", NULL, TD, G_RUN, NULL},
+     "log-sum-exp; on a GPU, cuBLAS's products (the fast tier)", NULL, TD, G_RUN, NULL},
     {"--device", K_STR, AT(device), 0, "cpu|cuda", "where to compute", NULL, TEDS, G_RUN,
      check_device},
     {"--precision", K_STR, AT(precision), 0, "fp32|bf16",
