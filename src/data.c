@@ -106,7 +106,7 @@ int ts_data_resolve(const char *path, const char *val_path, int format, int *out
   for (int i = 0; i < 2; i++) {
     if (!files[i]) continue;
     int rc = ts_data_detect(files[i], &got[i]);
-    if (rc) return rc;
+    if (rc) return ts_fail_flag(rc, flag[i], files[i]);
     if (got[i] == TS_DATA_DETECT)
       return ts_fail(TS_EUSAGE,
                      "%s %s: a .bin without llm.c's header does not say whether its token ids are "

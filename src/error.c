@@ -1,5 +1,6 @@
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "tessera.h"
 
@@ -52,5 +53,14 @@ int ts_fail_everywhere(int code, const char *fmt, ...) {
 }
 
 int ts_error_everywhere(void) { return everywhere; }
+
+int ts_fail_flag(int code, const char *flag, const char *path) {
+  char was[sizeof errbuf];
+  snprintf(was, sizeof was, "%s", ts_errmsg());
+  const size_t n = strlen(path);
+  const char *why = strncmp(was, path, n) == 0 && was[n] == ':' && was[n + 1] == ' ' ? was + n + 2
+                                                                                     : was;
+  return ts_fail(code, "%s %s: %s", flag, path, why);
+}
 
 const char *ts_errmsg(void) { return errbuf[0] ? errbuf : "unknown error"; }

@@ -25,6 +25,10 @@ const char *ts_errmsg(void);
 int ts_fail_everywhere(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // Whether the last error was made so.
 int ts_error_everywhere(void);
+// The last error said again with the flag that named its file: "PATH: why"
+// becomes "FLAG PATH: why" (any other message "FLAG PATH: message"), so the
+// user reads which flag to fix. Returns code.
+int ts_fail_flag(int code, const char *flag, const char *path);
 
 // ---------------------------------------------------------------------------
 // Configuration: the model (what is learned) and the run (how it is trained).
@@ -61,6 +65,7 @@ extern const char *const ts_data_format_names[TS_DATA_NFORMATS];
 
 typedef struct {
   // model
+  uint64_t seed; // first: no padding anywhere in the struct (tests/test_config checks it)
   char preset[32];
   ts_variant variant;
   int vocab;    // V
@@ -76,7 +81,6 @@ typedef struct {
   // run
   int batch;    // B: sequences per step (global)
   int steps;
-  uint64_t seed;
   int tile;     // tokens per tile (R1); 0 = default from T
   int leaf;     // tokens per gradient-sum leaf (R3); 0 = default from T
   float lr, min_lr_frac, weight_decay, beta1, beta2, eps, grad_clip;
@@ -165,7 +169,7 @@ int ts_config_finalize(ts_config *cfg);
 double ts_config_param_floor(const ts_config *cfg);
 // Writes the config as one JSON object (no newline) into buf; TS_CONFIG_JSON_MAX
 // bytes always suffice.
-#define TS_CONFIG_JSON_MAX (5 * 6 * 4096 + 4096) // five paths, each escaped at worst 6x
+#define TS_CONFIG_JSON_MAX (6 * 6 * 4096 + 4096) // six paths, each escaped at worst 6x
 int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap);
 // Reads a config written by ts_config_to_json; every field present is set
 // (floats bit-exact via their _hex form); the model fields are required.

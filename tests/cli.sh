@@ -334,10 +334,13 @@ expect_exit 0 "" env OMP_NUM_THREADS=2,1 OMP_STACKSIZE=4M "$T" $TINY1
 # (timeout: before, each of these blocked forever waiting for the FIFO's other end)
 FIFO=$TS_TMP/fifo
 mkfifo "$FIFO"
-expect_exit 1 "^tessera: .*fifo: cannot open: not a regular file" timeout 60 "$T" $TINY1 --data "$FIFO"
-expect_exit 1 "^tessera: .*fifo: cannot open: not a regular file" timeout 60 "$T" $TINY1 --tokenizer "$FIFO"
+expect_exit 1 "^tessera: --data .*fifo: cannot open: not a regular file" timeout 60 "$T" $TINY1 --data "$FIFO"
+expect_exit 1 "^tessera: --tokenizer .*fifo: cannot open: not a regular file" timeout 60 "$T" $TINY1 --tokenizer "$FIFO"
 expect_exit 1 "^tessera: checkpoint .*fifo: not a regular file" timeout 60 "$T" $TINY1 --init-from "$FIFO"
 expect_exit 1 "^tessera: cannot open log .*fifo: a FIFO with no reader" timeout 60 "$T" $TINY1 --log "$FIFO"
+# an input that cannot be opened is named by its flag
+expect_exit 1 "^tessera: --data .*nothere: cannot open: No such file" "$T" $TINY1 --data "$TS_TMP/nothere"
+expect_exit 1 "^tessera: --val-data .*nothere: cannot open: No such file" "$T" $TINY1 --val-data "$TS_TMP/nothere"
 expect_exit 1 "^tessera: checkpoint .*fifo: not a regular file" timeout 60 "$T" eval --ckpt "$FIFO"
 expect_exit 2 "not a regular file" timeout 60 "$T" compare "$FIFO" "$FIFO"
 expect_exit 0 "" "$T" $TINY1 --log /dev/null # a character device is a fine output

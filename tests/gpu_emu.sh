@@ -188,10 +188,10 @@ layout() {
   # shellcheck disable=SC2086
   expect_exit 0 "" timeout 180 "$EMU" train $flags $common --device cuda --log "$S" || return
   # shellcheck disable=SC2086
-  expect_exit 0 "" env TS_EMU_DEVICES=1 timeout 180 $MPIEXEC -n "$n" "$EMU" train $flags $common \
+  expect_exit 0 "" env TS_EMU_DEVICES=1 timeout -k 10 180 $MPIEXEC -n "$n" "$EMU" train $flags $common \
     --device cuda $lay --log "$M" || return
   # shellcheck disable=SC2086
-  expect_exit 0 "" env TS_EMU_DEVICES="$n" timeout 180 $MPIEXEC -n "$n" "$EMU" train $flags $common \
+  expect_exit 0 "" env TS_EMU_DEVICES="$n" timeout -k 10 180 $MPIEXEC -n "$n" "$EMU" train $flags $common \
     --device cuda $lay --log "$N" || return
   for f in "$M:mpi" "$N:nccl"; do
     TS_CHECKS=$((TS_CHECKS + 1))
@@ -237,6 +237,6 @@ layout 4 "--model llama-tiny" "--dp 2 --sp 2 --sp-mode ulysses"
 layout 4 "--model tiny" "--pp 2 --sp 2 --microbatches 2"
 
 # --zero 2 and 3 give a layer's host pages back between uses: not on a GPU
-expect_exit 2 "--zero 3 with --device cuda: not built" timeout 180 $MPIEXEC -n 2 "$EMU" train \
+expect_exit 2 "--zero 3 with --device cuda: not built" timeout -k 10 180 $MPIEXEC -n 2 "$EMU" train \
   --model tiny --steps 1 --data "$DATA" --dp 2 --device cuda --zero 3 --log "$TS_TMP/never.jsonl"
 done_testing

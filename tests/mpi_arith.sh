@@ -23,7 +23,7 @@
 T=$TESSERA_BIN
 DATA=$TESSERA_SRCDIR/data/corpus.txt
 BASE="--batch 4 --steps 3 --warmup 2 --eval-batches 1 --data $DATA --quiet --threads 1"
-RUN_MPI="timeout 120 $MPIEXEC"
+RUN_MPI="timeout -k 10 120 $MPIEXEC"
 
 # the instruction sets this CPU and build run, widest first
 ISAS=""

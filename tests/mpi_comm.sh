@@ -13,7 +13,7 @@ fi
 
 for n in 2 4; do
   # ranks busy-poll: with more ranks than cores a collective costs ms, not µs
-  if expect_exit 0 "" timeout 120 $MPIEXEC -n "$n" "$PROG"; then
+  if expect_exit 0 "" timeout -k 10 120 $MPIEXEC -n "$n" "$PROG"; then
     grep -E "PASSED|SKIPPED" "$TS_OUT" | sed "s/^/  [$n ranks] /"
   else
     cat "$TS_OUT" "$TS_ERR" | tail -40

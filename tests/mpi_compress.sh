@@ -19,7 +19,7 @@
 . "$(dirname "$0")/mpi_lib.sh"
 T=$TESSERA_BIN
 DATA=$TESSERA_SRCDIR/data/corpus.txt
-RUN_MPI="timeout 180 $MPIEXEC"
+RUN_MPI="timeout -k 10 180 $MPIEXEC"
 common="--batch 4 --steps 3 --warmup 1 --eval-batches 1 --data $DATA --quiet --threads 1"
 M4="--model llama-tiny --layers 4 --dropout 0.1" # d 64, T 64
 R=16

@@ -25,7 +25,7 @@
 . "$(dirname "$0")/mpi_lib.sh"
 T=$TESSERA_BIN
 DATA=$TESSERA_SRCDIR/data/corpus.txt
-RUN_MPI="timeout 180 $MPIEXEC"
+RUN_MPI="timeout -k 10 180 $MPIEXEC"
 common="--batch 2 --steps 2 --warmup 1 --eval-batches 1 --data $DATA --quiet --threads 1"
 
 # equal MODEL_FLAGS RUN...: each run "N:D:mode:U:schedule" against serial

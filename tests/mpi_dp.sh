@@ -24,7 +24,7 @@ DATA=$TESSERA_SRCDIR/data/corpus.txt
 EVB=2
 BASE="--model tiny --batch 4 --steps 3 --warmup 2 --eval-batches $EVB --data $DATA --quiet --threads 1"
 # a hung rank must fail the test, not stall it
-RUN_MPI="timeout 120 $MPIEXEC"
+RUN_MPI="timeout -k 10 120 $MPIEXEC"
 
 field() { # field FILE TYPE KEY: the numeric value of KEY in the first TYPE record
   grep "\"type\":\"$2\"" "$1" | head -n 1 | sed -n "s/.*\"$3\":\([0-9]*\).*/\1/p"

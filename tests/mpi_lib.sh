@@ -31,7 +31,7 @@ expect_fault_ends_all() {
   shift 2
   TS_CHECKS=$((TS_CHECKS + 1))
   _t0=$(date +%s)
-  TESSERA_FAULT_RANK=1 timeout 60 $MPIEXEC -n "$_n" "$TESSERA_BIN" "$@" >"$TS_OUT" 2>"$TS_ERR"
+  TESSERA_FAULT_RANK=1 timeout -k 10 60 $MPIEXEC -n "$_n" "$TESSERA_BIN" "$@" >"$TS_OUT" 2>"$TS_ERR"
   _rc=$?
   _dt=$(($(date +%s) - _t0))
   if [ "$_rc" -eq 0 ] || [ "$_rc" -eq 124 ] || [ "$_rc" -eq 137 ]; then
@@ -59,7 +59,7 @@ expect_resume_identical() {
     --log "$_log" || return
   cp "$_log" "$_straight"
   rm -f "$_ck/step-$(printf %08d "$_last").safetensors"
-  expect_exit 0 "" timeout 180 $MPIEXEC -n "$_n" "$TESSERA_BIN" train "$@" $_rflags \
+  expect_exit 0 "" timeout -k 10 180 $MPIEXEC -n "$_n" "$TESSERA_BIN" train "$@" $_rflags \
     --ckpt-dir "$_ck" --resume --log "$_log" || return
   expect_stdout "resumed from .*step-$(printf %08d $((_last - 1)))"
   expect_exit 0 "" "$TESSERA_BIN" compare "$_straight" "$_log"

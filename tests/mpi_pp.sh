@@ -26,7 +26,7 @@
 . "$(dirname "$0")/mpi_lib.sh"
 T=$TESSERA_BIN
 DATA=$TESSERA_SRCDIR/data/corpus.txt
-RUN_MPI="timeout 180 $MPIEXEC"
+RUN_MPI="timeout -k 10 180 $MPIEXEC"
 common="--batch 4 --steps 2 --warmup 1 --eval-batches 1 --data $DATA --quiet --threads 1"
 
 field() { # FILE KEY: the first step record's numeric KEY

@@ -16,7 +16,7 @@ if [ ! -x "$PROG" ]; then
 fi
 
 # ranks busy-poll: with more ranks than cores a collective costs ms, not µs
-if expect_exit 0 "" timeout 120 $MPIEXEC -n 4 "$PROG"; then
+if expect_exit 0 "" timeout -k 10 120 $MPIEXEC -n 4 "$PROG"; then
   grep -E "^\[ +OK +\]" "$TS_OUT" | sed "s/^/  [4 ranks] /"
 else
   cat "$TS_OUT" "$TS_ERR" | tail -40

@@ -40,7 +40,7 @@ DATA=$TESSERA_SRCDIR/data/corpus.txt
 SEQ=64
 DM=64
 BASE="--model tiny --batch 2 --steps 2 --warmup 1 --eval-batches 1 --data $DATA --quiet --threads 1"
-RUN_MPI="timeout 180 $MPIEXEC"
+RUN_MPI="timeout -k 10 180 $MPIEXEC"
 
 # expected per-layer record of rank 0: nb sequences per rank, mode, N
 layer_counts() { # nb mode N

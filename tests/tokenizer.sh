@@ -83,9 +83,9 @@ cmp -s "$D/want32.txt" "$D/got32.txt" && pass "tokenize --data-format u32 = spm_
   fail "tokenize u32 differs from spm_encode: $(diff "$D/want32.txt" "$D/got32.txt" | head -3 | tr '\n' ' ')"
 
 # --- refusals ----------------------------------------------------------------------
-expect_exit 1 "^tessera: .*missing\.model: cannot open: No such file" \
+expect_exit 1 "^tessera: --tokenizer .*missing\.model: cannot open: No such file" \
   "$T" tokenize --tokenizer "$D/missing.model" --in "$D/text.txt" --out "$D/x.bin"
-expect_exit 1 "^tessera: .*corpus\.txt: not a SentencePiece model file" \
+expect_exit 1 "^tessera: --tokenizer .*corpus\.txt: not a SentencePiece model file" \
   "$T" tokenize --tokenizer "$CORPUS" --in "$D/text.txt" --out "$D/x.bin"
 expect_exit 1 "^tessera: --in .*nothere\.txt: cannot read" \
   "$T" tokenize --tokenizer "$D/m.model" --in "$D/nothere.txt" --out "$D/x.bin"
@@ -99,7 +99,7 @@ expect_exit 2 "^tessera tokenize: --data-format llmc: tessera tokenize writes u1
 RUN="train --model tiny --warmup 1 --eval-batches 1 --quiet --data $D/tokens.bin --data-format u16"
 expect_exit 2 "^tessera train: --tokenizer .*m\.model has 400 ids, but --vocab is 512" \
   "$T" $RUN --steps 2 --vocab 512 --tokenizer "$D/m.model"
-expect_exit 1 "^tessera: .*missing\.model: cannot open" \
+expect_exit 1 "^tessera: --tokenizer .*missing\.model: cannot open" \
   "$T" $RUN --steps 2 --vocab 400 --tokenizer "$D/missing.model"
 expect_exit 1 "^tessera: .*corpus\.txt: not a SentencePiece model file" \
   "$T" $RUN --steps 2 --vocab 400 --tokenizer "$CORPUS"

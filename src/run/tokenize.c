@@ -58,8 +58,8 @@ int ts_tokenize(const char *tokenizer, const char *ckpt, const char *in, const c
     if ((rc = ts_run_open_checkpoint(ckpt, &base, 0, 1, 1, &ck))) return rc;
     rc = ts_run_open_ckpt_tokenizer(&ck, tokenizer, &tok);
     ts_run_close_checkpoint(&ck);
-  } else {
-    rc = ts_tokenizer_open(tokenizer, &tok);
+  } else if ((rc = ts_tokenizer_open(tokenizer, &tok))) {
+    rc = ts_fail_flag(rc, "--tokenizer", tokenizer);
   }
   if (rc) return rc;
   const int vocab = ts_tokenizer_vocab(tok);

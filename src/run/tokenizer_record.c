@@ -75,7 +75,7 @@ int ts_run_checkpoint_tokenizer(const ts_config *cfg) {
   if (!cfg->tokenizer_path[0]) return TS_OK;
   ts_tokenizer *tok;
   int rc = ts_tokenizer_open(cfg->tokenizer_path, &tok);
-  if (rc) return rc;
+  if (rc) return ts_fail_flag(rc, "--tokenizer", cfg->tokenizer_path);
   ts_run_tokenizer t = {.vocab = ts_tokenizer_vocab(tok), .digest = ts_tokenizer_digest(tok)};
   snprintf(t.kind, sizeof t.kind, "%s", ts_tokenizer_kind(tok));
   ts_tokenizer_free(tok);
@@ -120,7 +120,7 @@ int ts_run_open_ckpt_tokenizer(const ts_run_ckpt *ck, const char *path, ts_token
   const char *use = given ? path : rec.kind[0] ? rec.file : NULL;
   ts_tokenizer *tok;
   if ((rc = ts_tokenizer_open(use, &tok))) {
-    if (given) return rc;
+    if (given) return ts_fail_flag(rc, "--tokenizer", path);
     char why[1024];
     snprintf(why, sizeof why, "%s", ts_errmsg());
     return ts_fail(TS_ERUNTIME, "checkpoint %s was trained with tokenizer %s, which cannot be "
