@@ -127,7 +127,7 @@ expect_exit 2 "--prompt: 64 tokens leave no room in the checkpoint's context of 
 # a tokenizer whose vocabulary is not the checkpoint's: both named
 expect_exit 0 "" "$T" train --model tiny --vocab 300 --steps 2 --data "$DATA" --ckpt-dir ck-v300 \
   --eval-batches 1 --threads 1 --quiet
-expect_exit 2 "--tokenizer \(default\): the bytes tokenizer has 256 ids but checkpoint ck-v300/step-00000002.safetensors has a vocabulary of 300" \
+expect_exit 2 "checkpoint ck-v300/step-00000002.safetensors has a vocabulary of 300 and records no tokenizer, and the default \(bytes, 256 ids\) does not fit it" \
   "$T" sample --ckpt ck-v300/step-00000002.safetensors $P
 empty_stdout
 

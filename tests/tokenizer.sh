@@ -130,7 +130,7 @@ TS_CHECKS=$((TS_CHECKS + 1))
 grep -aq "tessera.tokenizer" "$D/ck-plain/step-00000003.safetensors" &&
   fail "a run without --tokenizer recorded one" || pass "a run without --tokenizer records none"
 # its token ids are no bytes: tokenize --ckpt asks for the tokenizer
-expect_exit 2 "^tessera tokenize: --tokenizer \(default\): the bytes tokenizer has 256 ids but checkpoint .*ck-plain/step-00000003\.safetensors has a vocabulary of 400" \
+expect_exit 2 "^tessera tokenize: checkpoint .*ck-plain/step-00000003\.safetensors has a vocabulary of 400 and records no tokenizer, and the default \(bytes, 256 ids\) does not fit it: name its tokenizer with --tokenizer" \
   "$T" tokenize --ckpt "$D/ck-plain/step-00000003.safetensors" --in "$D/text.txt" --out "$D/x.bin"
 # --resume: another model file is refused, the same one (or none) accepted
 rm "$D/ck/step-00000003.safetensors"
@@ -167,4 +167,8 @@ expect_exit 1 "^tessera: checkpoint .* was trained with tokenizer .*m\.model, wh
 expect_exit 1 "^tessera: checkpoint .* was trained with tokenizer .*m\.model, which cannot be opened" \
   "$T" sample --ckpt "$CK3" --prompt "the salt" --tokens 2
 expect_exit 0 "" "$T" sample --ckpt "$CK3" --prompt "the salt" --tokens 2 --tokenizer "$D/moved.model"
+# another model in the recorded file's place: the file is blamed, not a flag never given
+cp "$D/other.model" "$D/m.model"
+expect_exit 1 "^tessera: checkpoint .* was trained with tokenizer .*m\.model \(digest [0-9a-f]*\), but that file has changed since .*: name a copy of the original with --tokenizer" \
+  "$T" sample --ckpt "$CK3" --prompt "the salt" --tokens 2
 done_testing

@@ -126,14 +126,23 @@ int ts_run_open_ckpt_tokenizer(const ts_run_ckpt *ck, const char *path, ts_token
     return ts_fail(TS_ERUNTIME, "checkpoint %s was trained with tokenizer %s, which cannot be "
                    "opened (%s): name a copy of it with --tokenizer", ckpt, rec.file, why);
   }
-  if (rec.kind[0] && ts_tokenizer_digest(tok) != rec.digest)
+  // (a flag not given is not blamed: the recorded file is, or the missing record)
+  if (rec.kind[0] && ts_tokenizer_digest(tok) != rec.digest && given)
     rc = ts_fail(TS_EUSAGE, "--tokenizer %s: not the tokenizer checkpoint %s was trained with (%s, "
                  "digest %016" PRIx64 "; this file's digest is %016" PRIx64 ")", path, ckpt,
                  rec.file, rec.digest, ts_tokenizer_digest(tok));
-  else if (ts_tokenizer_vocab(tok) != ck->cfg.vocab)
+  else if (rec.kind[0] && ts_tokenizer_digest(tok) != rec.digest)
+    rc = ts_fail(TS_ERUNTIME, "checkpoint %s was trained with tokenizer %s (digest %016" PRIx64
+                 "), but that file has changed since (digest %016" PRIx64 "): name a copy of the "
+                 "original with --tokenizer", ckpt, rec.file, rec.digest, ts_tokenizer_digest(tok));
+  else if (ts_tokenizer_vocab(tok) != ck->cfg.vocab && given)
     rc = ts_fail(TS_EUSAGE, "--tokenizer %s: the %s tokenizer has %d ids but checkpoint %s has a "
-                 "vocabulary of %d", use ? use : "(default)", ts_tokenizer_kind(tok),
-                 ts_tokenizer_vocab(tok), ckpt, ck->cfg.vocab);
+                 "vocabulary of %d", path, ts_tokenizer_kind(tok), ts_tokenizer_vocab(tok), ckpt,
+                 ck->cfg.vocab);
+  else if (ts_tokenizer_vocab(tok) != ck->cfg.vocab)
+    rc = ts_fail(TS_EUSAGE, "checkpoint %s has a vocabulary of %d and records no tokenizer, and "
+                 "the default (%s, %d ids) does not fit it: name its tokenizer with --tokenizer",
+                 ckpt, ck->cfg.vocab, ts_tokenizer_kind(tok), ts_tokenizer_vocab(tok));
   if (rc) {
     ts_tokenizer_free(tok);
     return rc;
