@@ -567,6 +567,11 @@ static void test_attention_layouts(void **state) {
                       .seed = 77, .step = 3, .index_base = 99, .h0 = 2, .Hg = 6,
                       .ldq = 6 * 48, .ldo = 2 * 48 + 8, .ldkv = 6 * 48};
   attention_shape("tensor split", s, 1.0f, gpu, 1e-5);
+  // tiles over 64 (the exact tier keeps their score tiles in device scratch,
+  // not shared memory), GQA, dropout, query tiles that are no power of two
+  s = (ts_attn_shape){.B = 2, .T = 384, .H = 2, .dh = 24, .tile = 128, .dropout = 0.1f,
+                      .seed = 9, .step = 1, .index_base = 5, .Hkv = 1};
+  attention_shape("tile 128", s, 1.0f, gpu, 1e-5);
 }
 
 // Exact ring attention's calls (src/parallel/ring.h): the last segment of

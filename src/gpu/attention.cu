@@ -1,8 +1,11 @@
 // Causal multi-head attention on the GPU: the semantics of attention_forward
-// and attention_backward in src/cpu/attention.c (kernels.h), agreeing with
-// them to fp32 rounding (the GPU is in docs/EXACTNESS.md's tolerance tier).
+// and attention_backward in src/cpu/attention.c (kernels.h). Two tiers
+// (docs/GPU.md): the exact tier (fp32 without --fast) computes the CPU's
+// bits with its own kernels, "the exact tier" below; the fast tier (--fast,
+// bf16) runs the kernels described here, agreeing with the CPU to fp32
+// rounding (bf16: to the operands' rounding).
 //
-// Design. Each row of work (a query row in the forward and in dQ, a key row
+// Design of the fast tier. Each row of work (a query row in the forward and in dQ, a key row
 // in dK/dV) is owned by SPLIT adjacent lanes of one warp, each holding 32 of
 // the head's features (dh <= 32: 1 lane, <= 64: 2, <= 128: 4), so the row's
 // vectors and fp32 accumulators live in registers; dot products are summed
@@ -32,7 +35,16 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
+#include "cpu/fastexp.h"
+#ifdef __CUDACC__ // exactmath.h's NaNs made as (x - x) / 0.0 on purpose
+#pragma nv_diag_suppress 39
+#endif
+#include "exactmath.h"
+#ifdef __CUDACC__
+#pragma nv_diag_default 39
+#endif
 #include "gpu.h"
 #include "index.h"
 #include "philox.h"
@@ -426,6 +438,402 @@ attn_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const f
   store_row<SPLIT>(dv + kvrow, dva, s.dh, sub);
 }
 
+// ---- the exact tier ----------------------------------------------------------------------
+// fp32 without --fast (ts_cuda_exact): the CPU's bits, by the CPU's operations
+// in the CPU's order (src/cpu/attention.c, docs/EXACTNESS.md R2). The unit of
+// work is the CPU's: a (query tile, head) for the forward and dQ, a (key tile,
+// kv head) for dK/dV, one block each, and every element of a tile product is
+// one thread's fused multiply-add chain over k in ascending order from +0,
+// then scaled (the scores, by 1/√dh) or added to the accumulator
+// (ts_tile_mm's definition). Per key tile of the forward, as
+// online_softmax_t: the row's max from the running max over the keys in
+// order, corr = ts_expf(m − mx), P = ts_expf(S − mx), the row's sum over the
+// keys in order from +0, l = l·corr + sum, acc ·= corr (always), then the
+// dropout mask, then acc += P~·V. The element-wise steps run a thread per
+// element; the two in-order reductions of a row (max, sum) a thread per row.
+// The backward recomputes P = ts_expf(S − lse) and dP = dO·Vᵀ per tile pair
+// and forms dS = P∘(dP~ − D)·scale as tile_grads, D = Σ_c dO·O in feature
+// order. dQ (one block per query tile) adds its key tiles' terms from the
+// diagonal down; dK/dV (one block per key tile) sums, per query tile, the
+// group's heads in head order into a leaf and pushes it into the canonical
+// tree over query tiles (positions counted from the first local one, those
+// before the key tile empty), whose levels live in device scratch.
+//
+// Cost: the same arithmetic as the CPU's, tile·tile·dh multiply-adds per tile
+// pair and product, the backward's scores and dP computed twice (once for dQ,
+// once for dK/dV, as flash attention's backward does); every operand is read
+// from global memory (L1/L2) rather than staged, the row reductions are
+// serial over the tile, and a philox draw is made per probability per pass.
+// Expect several times the fast tier's time; parallelism is B·H·T/tile blocks
+// of EX_THREADS threads.
+#define EX_THREADS 256 // threads per block
+#define EX_SHTILE 64   // tiles up to this size keep their score tiles in shared memory
+// The thread's index and the block's size, read where used rather than kept
+// in variables: the emulator (tests/gpu_emu) tells barriers apart by their
+// call site, and a compiler that knew a thread's loop bounds could not
+// change between two barriers might thread its jumps through a copy of one.
+#define EX_TID ((int)threadIdx.x)
+#define EX_NT ((int)blockDim.x)
+
+struct ex_args {
+  ts_attn_shape s;
+  float scale;   // 1/sqrt(dh), as on the CPU
+  int G;         // query heads per key/value head
+  int qa, qb;    // global query tiles held: [qa, qb)
+  int ka, kb;    // global key tiles held: [ka, kb)
+  int first, last; // forward: start the state afresh / finish it
+  int b0;        // first sequence of this launch (grid.z counts from it)
+  int levels;    // dK/dV: tree levels per element
+  float *scr;    // device scratch (per block: see the launches), or NULL
+};
+
+// The keep/drop draw of probability (b, h, global query position i, key j):
+// the CPU's ts_rng_uniform(seed, TS_RNG_DROPOUT_ATTN, step, attn_index(...)).
+__device__ __forceinline__ bool ex_kept(const ts_attn_shape &s, int b, int h, int64_t i,
+                                        int64_t j) {
+  return ts_philox_uniform(s.seed, TS_RNG_DROPOUT_ATTN, s.step, attn_index(s, b, h, i, j)) >=
+         s.dropout;
+}
+
+// One element of a tile product: the fma chain over c of a[c] · b[c] from +0
+// (ts_tile_mm's definition, before its alpha).
+__device__ __forceinline__ float ex_dot(const float *a, const float *b, int n) {
+  float t = 0.0f;
+  for (int c = 0; c < n; c++) t = fmaf(a[c], b[c], t);
+  return t;
+}
+
+// The block's buffers: static shared memory for tiles up to EX_SHTILE, else
+// `per` floats of scratch for block `blk` at offset `off` of its slot.
+__device__ __forceinline__ float *ex_buf(float *sh, const ex_args &a, size_t per, size_t off,
+                                         size_t blk) {
+  return a.s.tile <= EX_SHTILE ? sh : a.scr + blk * per + off;
+}
+
+// Forward: grid (local query tiles, H, sequences), the last query tile first.
+// acc lives in out (the CPU's acc, which a block walk stores there anyway),
+// m and l in the block's buffer.
+__global__ void __launch_bounds__(EX_THREADS)
+ex_forward_kernel(float *out, float *lse, float *lsum, const float *q, const float *k,
+                  const float *v, ex_args a) {
+  __shared__ float sh[EX_SHTILE * EX_SHTILE + 4 * EX_SHTILE];
+  const ts_attn_shape &s = a.s;
+  const int tile = s.tile, dh = s.dh;
+  const int nq = a.qb - a.qa, lq = nq - 1 - (int)blockIdx.x, qt = a.qa + lq;
+  const int h = blockIdx.y, b = a.b0 + blockIdx.z, kvh = h / a.G;
+  const size_t blk = ((size_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  float *St = ex_buf(sh, a, (size_t)tile * tile + 4 * tile, 0, blk); // Stᵀ: (key j, query i)
+  float *m = St + (size_t)tile * tile, *l = m + tile, *mx = l + tile, *corr = mx + tile;
+  const float *Q = q + ((size_t)b * s.Tq + (size_t)lq * tile) * s.ldq + (size_t)h * dh;
+  float *O = out + ((size_t)b * s.Tq + (size_t)lq * tile) * s.ldo + (size_t)h * dh;
+  float *L = lse + ((size_t)b * s.H + h) * s.Tq + (size_t)lq * tile;
+  float *Ls = lsum ? lsum + ((size_t)b * s.H + h) * s.Tq + (size_t)lq * tile : NULL;
+  const size_t khead = (size_t)b * s.Tk * s.ldkv + (size_t)kvh * dh;
+  const float keep = 1.0f / (1.0f - s.dropout);
+  if (a.first) {
+    for (int e = EX_TID; e < tile * dh; e += EX_NT) O[(size_t)(e / dh) * s.ldo + e % dh] = 0.0f;
+    for (int i = EX_TID; i < tile; i += EX_NT) m[i] = -INFINITY, l[i] = 0.0f;
+  } else { // the state the blocks of later keys left
+    for (int i = EX_TID; i < tile; i += EX_NT) m[i] = L[i], l[i] = Ls[i];
+  }
+  __syncthreads();
+  for (int kt = qt < a.kb - 1 ? qt : a.kb - 1; kt >= a.ka; kt--) {
+    const float *K = k + khead + (size_t)(kt - a.ka) * tile * s.ldkv;
+    const float *V = v + khead + (size_t)(kt - a.ka) * tile * s.ldkv;
+    for (int e = EX_TID; e < tile * tile; e += EX_NT) {
+      const int j = e / tile, i = e % tile;
+      float sc = a.scale * ex_dot(K + (size_t)j * s.ldkv, Q + (size_t)i * s.ldq, dh);
+      St[e] = kt == qt && j > i ? -INFINITY : sc; // the diagonal tile's mask
+    }
+    __syncthreads();
+    for (int i = EX_TID; i < tile; i += EX_NT) { // the row's max over its keys in order
+      float x = m[i];
+      for (int j = 0; j < tile; j++) {
+        const float r = St[(size_t)j * tile + i];
+        x = r > x ? r : x;
+      }
+      mx[i] = x;
+      corr[i] = ts_expf(m[i] - x); // m = -inf on the first tile: corr = 0
+    }
+    __syncthreads();
+    for (int e = EX_TID; e < tile * tile; e += EX_NT) St[e] = ts_expf(St[e] - mx[e % tile]);
+    __syncthreads();
+    for (int i = EX_TID; i < tile; i += EX_NT) { // the row's sum over its keys in order
+      float sum = 0.0f;
+      for (int j = 0; j < tile; j++) sum += St[(size_t)j * tile + i];
+      l[i] = l[i] * corr[i] + sum;
+      m[i] = mx[i];
+    }
+    __syncthreads();
+    if (s.dropout > 0.0f) {
+      for (int e = EX_TID; e < tile * tile; e += EX_NT) {
+        const int j = e / tile, i = e % tile;
+        St[e] = ex_kept(s, b, h, (int64_t)qt * tile + i, (int64_t)kt * tile + j) ? St[e] * keep
+                                                                                 : 0.0f;
+      }
+      __syncthreads();
+    }
+    for (int e = EX_TID; e < tile * dh; e += EX_NT) { // acc = acc·corr + P~·V
+      const int i = e / dh, c = e % dh;
+      float *o = O + (size_t)i * s.ldo + c;
+      const float ac = *o * corr[i];
+      float t = 0.0f;
+      for (int j = 0; j < tile; j++) t = fmaf(St[(size_t)j * tile + i], V[(size_t)j * s.ldkv + c], t);
+      *o = fmaf(1.0f, t, ac);
+    }
+    __syncthreads();
+  }
+  if (a.last) {
+    for (int e = EX_TID; e < tile * dh; e += EX_NT) {
+      float *o = O + (size_t)(e / dh) * s.ldo + e % dh;
+      *o = *o / l[e / dh];
+    }
+    for (int i = EX_TID; i < tile; i += EX_NT) L[i] = m[i] + ts_logf(l[i]);
+  } else { // for the block of earlier keys (acc is in out already)
+    for (int i = EX_TID; i < tile; i += EX_NT) L[i] = m[i], Ls[i] = l[i];
+  }
+}
+
+// D = Σ_c dO_c · O_c in feature order, a thread per (row, head): dsum (B, H, Tq).
+__global__ void ex_dsum_kernel(float *dsum, const float *dout, const float *out, ex_args a) {
+  const ts_attn_shape &s = a.s;
+  const int64_t x = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (x >= (int64_t)s.B * s.Tq * s.H) return;
+  const int h = (int)(x % s.H);
+  const int64_t r = x / s.H;
+  const int b = (int)(r / s.Tq), i = (int)(r % s.Tq);
+  const float *o = out + r * s.ldo + (size_t)h * s.dh, *g = dout + r * s.ldo + (size_t)h * s.dh;
+  float acc = 0.0f;
+  for (int c = 0; c < s.dh; c++) acc += g[c] * o[c];
+  dsum[((size_t)b * s.H + h) * s.Tq + i] = acc;
+}
+
+// tile_grads for the pair (query tile qt of head h, key tile kt): S (query i,
+// key j) ← P~, dS ← P∘(dP~ − D)·scale. Q, dO: the query tile's rows; K, V the
+// key tile's; L, D: the query rows' lse and dsum.
+__device__ __forceinline__ void ex_tile_grads(float *S, float *dS, const float *Q,
+                                              const float *dO, const float *K, const float *V,
+                                              const float *L, const float *D, const ex_args &a,
+                                              int b, int h, int qt, int kt) {
+  const ts_attn_shape &s = a.s;
+  const int tile = s.tile, dh = s.dh;
+  const float inv_keep = 1.0f / (1.0f - s.dropout);
+  for (int e = threadIdx.x; e < tile * tile; e += blockDim.x) {
+    const int i = e / tile, j = e % tile;
+    float sc = a.scale * ex_dot(Q + (size_t)i * s.ldq, K + (size_t)j * s.ldkv, dh);
+    if (kt == qt && j > i) sc = -INFINITY;
+    const float p = ts_expf(sc - L[i]);
+    float dp = 1.0f * ex_dot(dO + (size_t)i * s.ldo, V + (size_t)j * s.ldkv, dh);
+    if (s.dropout > 0.0f) {
+      const bool kept = ex_kept(s, b, h, (int64_t)qt * tile + i, (int64_t)kt * tile + j);
+      dp = kept ? dp * inv_keep : 0.0f;
+      S[e] = kept ? p * inv_keep : 0.0f;
+    } else {
+      S[e] = p;
+    }
+    dS[e] = p * (dp - D[i]) * a.scale;
+  }
+}
+
+// dQ: grid (local query tiles, H, sequences); a block adds its query tile's
+// terms over the key tiles from the diagonal down, dq in place.
+__global__ void __launch_bounds__(EX_THREADS)
+ex_dq_kernel(float *dq, const float *dout, const float *q, const float *k, const float *v,
+             const float *lse, const float *dsum, ex_args a) {
+  __shared__ float sh[2 * EX_SHTILE * EX_SHTILE];
+  const ts_attn_shape &s = a.s;
+  const int tile = s.tile, dh = s.dh;
+  const int nq = a.qb - a.qa, lq = nq - 1 - (int)blockIdx.x, qt = a.qa + lq;
+  const int h = blockIdx.y, b = a.b0 + blockIdx.z, kvh = h / a.G;
+  const size_t blk = ((size_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  float *S = ex_buf(sh, a, (size_t)2 * tile * tile, 0, blk), *dS = S + (size_t)tile * tile;
+  const size_t qrow = ((size_t)b * s.Tq + (size_t)lq * tile) * s.ldq + (size_t)h * dh;
+  const float *Q = q + qrow;
+  float *dQ = dq + qrow;
+  const float *dO = dout + ((size_t)b * s.Tq + (size_t)lq * tile) * s.ldo + (size_t)h * dh;
+  const float *L = lse + ((size_t)b * s.H + h) * s.Tq + (size_t)lq * tile;
+  const float *D = dsum + ((size_t)b * s.H + h) * s.Tq + (size_t)lq * tile;
+  const size_t khead = (size_t)b * s.Tk * s.ldkv + (size_t)kvh * dh;
+  if (!s.dq_acc)
+    for (int e = EX_TID; e < tile * dh; e += EX_NT) dQ[(size_t)(e / dh) * s.ldq + e % dh] = 0.0f;
+  for (int kt = qt < a.kb - 1 ? qt : a.kb - 1; kt >= a.ka; kt--) {
+    const float *K = k + khead + (size_t)(kt - a.ka) * tile * s.ldkv;
+    const float *V = v + khead + (size_t)(kt - a.ka) * tile * s.ldkv;
+    ex_tile_grads(S, dS, Q, dO, K, V, L, D, a, b, h, qt, kt);
+    __syncthreads();
+    for (int e = EX_TID; e < tile * dh; e += EX_NT) { // dQ += dS · K
+      const int i = e / dh, c = e % dh;
+      float t = 0.0f;
+      for (int j = 0; j < tile; j++) t = fmaf(dS[(size_t)i * tile + j], K[(size_t)j * s.ldkv + c], t);
+      float *d = dQ + (size_t)i * s.ldq + c;
+      *d = fmaf(1.0f, t, *d);
+    }
+    __syncthreads();
+  }
+}
+
+// dK/dV: grid (local key tiles, Hkv, sequences of this launch). The block's
+// scratch: `levels` tree slots of 2·tile·dh floats ([dK | dV] of the tile),
+// the group's leaf, then (tile > EX_SHTILE) the score tiles. Each element is
+// one thread's for the whole walk, so its tree needs no synchronisation; the
+// tree's shape (count, occupied levels) is the same in every thread.
+__global__ void __launch_bounds__(EX_THREADS)
+ex_dkv_kernel(float *dk, float *dv, const float *dout, const float *q, const float *k,
+              const float *v, const float *lse, const float *dsum, ex_args a) {
+  __shared__ float sh[2 * EX_SHTILE * EX_SHTILE];
+  const ts_attn_shape &s = a.s;
+  const int tile = s.tile, dh = s.dh;
+  const int kt = a.ka + (int)blockIdx.x, j = blockIdx.y, b = a.b0 + blockIdx.z;
+  const size_t ne = (size_t)2 * tile * dh; // elements: [dK | dV]
+  const size_t blk = ((size_t)blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  const size_t per = ne * (a.levels + 1) + (tile > EX_SHTILE ? (size_t)2 * tile * tile : 0);
+  float *slot = a.scr + blk * per, *leaf = slot + ne * a.levels;
+  float *S = tile > EX_SHTILE ? leaf + ne : sh, *dS = S + (size_t)tile * tile;
+  const size_t rowk = (size_t)b * s.Tk * s.ldkv + (size_t)j * dh + (size_t)(kt - a.ka) * tile * s.ldkv;
+  const float *K = k + rowk, *V = v + rowk;
+  if (kt >= a.qb) { // no local query sees this key tile: -0.0, the identity of addition
+    for (int e = EX_TID; e < tile * dh; e += EX_NT) {
+      const size_t x = (size_t)(e / dh) * s.ldkv + e % dh;
+      dk[rowk + x] = -0.0f;
+      dv[rowk + x] = -0.0f;
+    }
+    return;
+  }
+  const int first = kt > a.qa ? kt : a.qa;
+  uint64_t count = (uint64_t)(first - a.qa), have = 0; // the tree: positions, occupied levels
+  for (int qt = first; qt < a.qb; qt++) {
+    const int lq = qt - a.qa;
+    for (int g = 0; g < a.G; g++) {
+      const int h = j * a.G + g;
+      const float *Q = q + ((size_t)b * s.Tq + (size_t)lq * tile) * s.ldq + (size_t)h * dh;
+      const float *dO = dout + ((size_t)b * s.Tq + (size_t)lq * tile) * s.ldo + (size_t)h * dh;
+      const float *L = lse + ((size_t)b * s.H + h) * s.Tq + (size_t)lq * tile;
+      const float *D = dsum + ((size_t)b * s.H + h) * s.Tq + (size_t)lq * tile;
+      ex_tile_grads(S, dS, Q, dO, K, V, L, D, a, b, h, qt, kt);
+      __syncthreads();
+      for (size_t e = EX_TID; e < ne; e += EX_NT) {
+        const int w = e >= (size_t)tile * dh; // 0: dK = dSᵀ·Q, 1: dV = P~ᵀ·dO
+        const int x = (int)(e - (size_t)w * tile * dh), jj = x / dh, c = x % dh;
+        const float *P = w ? S : dS, *R = w ? dO : Q;
+        const int ld = w ? s.ldo : s.ldq;
+        float t = 0.0f;
+        for (int i = 0; i < tile; i++) t = fmaf(P[(size_t)i * tile + jj], R[(size_t)i * ld + c], t);
+        t = 1.0f * t; // ts_tile_mm's overwrite form, alpha 1
+        if (a.G > 1) { // the group's heads in head order
+          if (g == 0) leaf[e] = t;
+          else leaf[e] = leaf[e] + t;
+          if (g < a.G - 1) continue;
+          t = leaf[e];
+        }
+        // ts_tree_push: merge with the complete subtrees to the left (empty
+        // levels, positions before the first, are skipped), left + right
+        float carry = t;
+        int lv = 0;
+        for (; (count >> lv) & 1u; lv++)
+          if ((have >> lv) & 1u) carry = slot[lv * ne + e] + carry;
+        slot[lv * ne + e] = carry;
+      }
+      __syncthreads();
+    }
+    int lv = 0;
+    for (; (count >> lv) & 1u; lv++) have &= ~((uint64_t)1 << lv);
+    have |= (uint64_t)1 << lv;
+    count++;
+  }
+  for (size_t e = EX_TID; e < ne; e += EX_NT) { // ts_tree_finish: lowest level up, higher ones left
+    float acc = 0.0f;
+    int any = 0;
+    for (int lv = 0; lv < a.levels; lv++) {
+      if (!((have >> lv) & 1u)) continue;
+      acc = any ? slot[lv * ne + e] + acc : slot[lv * ne + e];
+      any = 1;
+    }
+    const int w = e >= (size_t)tile * dh;
+    const int x = (int)(e - (size_t)w * tile * dh);
+    (w ? dv : dk)[rowk + (size_t)(x / dh) * s.ldkv + x % dh] = acc;
+  }
+}
+
+static ex_args ex_make_args(const ts_attn_shape *shape) {
+  ex_args a;
+  memset(&a, 0, sizeof a);
+  a.s = ts_attn_resolved(shape);
+  a.scale = 1.0f / sqrtf((float)a.s.dh);
+  a.G = a.s.H / a.s.Hkv;
+  a.qa = a.s.q0 / a.s.tile;
+  a.qb = a.qa + a.s.Tq / a.s.tile;
+  a.ka = a.s.k0 / a.s.tile;
+  a.kb = a.ka + a.s.Tk / a.s.tile;
+  a.first = a.last = 1;
+  return a;
+}
+
+// Sequences per launch so that the blocks' scratch (per_seq bytes a sequence)
+// stays near 256 MiB: at least one. Emulated, 256 KiB, so that the tests'
+// small shapes run the split into several launches too.
+static int ex_seqs_per_launch(size_t per_seq, int B) {
+#ifdef TS_CUDA_EMULATE
+  const size_t cap = (size_t)256 << 10;
+#else
+  const size_t cap = (size_t)256 << 20;
+#endif
+  size_t n = per_seq ? cap / per_seq : (size_t)B;
+  if (n < 1) n = 1;
+  return n < (size_t)B ? (int)n : B;
+}
+
+static void ex_forward(float *out, float *lse, float *lsum, const float *q, const float *k,
+                       const float *v, ex_args a, const char *what) {
+  const ts_attn_shape &s = a.s;
+  const int nq = a.qb - a.qa, tile = s.tile;
+  if (s.B <= 0 || nq <= 0 || s.H <= 0) return ts_cuda_finish(what);
+  const size_t per = tile > EX_SHTILE ? ((size_t)tile * tile + 4 * tile) * sizeof(float) : 0;
+  const int nb = ex_seqs_per_launch(per * nq * s.H, s.B);
+  if (per) a.scr = (float *)ts_cuda_scratch(per * nq * s.H * nb);
+  for (int b0 = 0; b0 < s.B; b0 += nb) {
+    a.b0 = b0;
+    dim3 grid(nq, s.H, b0 + nb <= s.B ? nb : s.B - b0);
+    ts_launch(ex_forward_kernel, grid, EX_THREADS, 0, out, lse, lsum, q, k, v, a);
+  }
+  ts_cuda_finish(what);
+}
+
+static void ex_backward(float *dq, float *dk, float *dv, float *dsum, const float *dout,
+                        const float *q, const float *k, const float *v, const float *out,
+                        const float *lse, ex_args a) {
+  const ts_attn_shape &s = a.s;
+  const int nq = a.qb - a.qa, nk = a.kb - a.ka, tile = s.tile;
+  const bool rows = s.B > 0 && nq > 0 && s.H > 0, keys = s.B > 0 && nk > 0 && s.Hkv > 0;
+  // Scratch per block: dQ's score tiles when they do not fit in shared
+  // memory; dK/dV's tree levels, leaf and those tiles. One request for both,
+  // so that the buffer is not reallocated under the dQ launches.
+  a.levels = 1;
+  while (((int64_t)1 << a.levels) <= nq) a.levels++;
+  const size_t tiles = tile > EX_SHTILE ? (size_t)2 * tile * tile * sizeof(float) : 0;
+  const size_t per_kv = ((size_t)2 * tile * s.dh * (a.levels + 1)) * sizeof(float) + tiles;
+  const int nbq = ex_seqs_per_launch(tiles * nq * s.H, s.B);
+  const int nbk = ex_seqs_per_launch(per_kv * nk * s.Hkv, s.B);
+  size_t need = rows ? tiles * nq * s.H * nbq : 0;
+  if (keys && per_kv * nk * s.Hkv * nbk > need) need = per_kv * nk * s.Hkv * nbk;
+  a.scr = need ? (float *)ts_cuda_scratch(need) : NULL;
+  if (rows) {
+    const int64_t n = (int64_t)s.B * s.Tq * s.H;
+    ts_launch(ex_dsum_kernel, ts_blocks(n, 256), 256, 0, dsum, dout, out, a);
+    for (int b0 = 0; b0 < s.B; b0 += nbq) {
+      a.b0 = b0;
+      dim3 grid(nq, s.H, b0 + nbq <= s.B ? nbq : s.B - b0);
+      ts_launch(ex_dq_kernel, grid, EX_THREADS, 0, dq, dout, q, k, v, lse, dsum, a);
+    }
+  }
+  if (keys)
+    for (int b0 = 0; b0 < s.B; b0 += nbk) {
+      a.b0 = b0;
+      dim3 grid(nk, s.Hkv, b0 + nbk <= s.B ? nbk : s.B - b0);
+      ts_launch(ex_dkv_kernel, grid, EX_THREADS, 0, dk, dv, dout, q, k, v, lse, dsum, a);
+    }
+  ts_cuda_finish("attention_backward");
+}
+
 // ---- entry points ----------------------------------------------------------------------
 
 // Lanes per row for head dimension dh; above ATTN_MAX_DH the accumulators would
@@ -472,6 +880,8 @@ static void forward_walk(float *out, float *lse, float *lsum, const float *q, co
 void cuda_attention_forward(ts_ws *ws, float *out, float *lse, const float *q, const float *k,
                             const float *v, const ts_attn_shape *shape) {
   (void)ws; // no host scratch on the GPU
+  if (ts_cuda_exact())
+    return ex_forward(out, lse, NULL, q, k, v, ex_make_args(shape), "attention_forward");
   forward_walk(out, lse, NULL, q, k, v, attn_make_args(shape), "attention_forward");
 }
 
@@ -479,6 +889,12 @@ void cuda_attention_forward_block(ts_ws *ws, float *acc, float *m, float *l, con
                                   const float *k, const float *v, const ts_attn_shape *shape,
                                   int first, int last) {
   (void)ws;
+  if (ts_cuda_exact()) {
+    ex_args e = ex_make_args(shape);
+    e.first = first;
+    e.last = last;
+    return ex_forward(acc, m, l, q, k, v, e, "attention_forward_block");
+  }
   attn_args a = attn_make_args(shape);
   a.first = first;
   a.last = last;
@@ -489,6 +905,10 @@ int cuda_attention_backward(ts_ws *ws, float *dq, float *dk, float *dv, float *d
                             const float *dout, const float *q, const float *k, const float *v,
                             const float *out, const float *lse, const ts_attn_shape *shape) {
   (void)ws;
+  if (ts_cuda_exact()) {
+    ex_backward(dq, dk, dv, dsum, dout, q, k, v, out, lse, ex_make_args(shape));
+    return TS_OK;
+  }
   const attn_args a = attn_make_args(shape);
   const int split = attn_split(a.s.dh, "attention_backward");
   // dQ first: it writes the dsum that the dK/dV kernel reads (same stream).
