@@ -1,6 +1,6 @@
 // Sums of per-leaf partials on the GPU (kernels.h, ts_leaf_sum): the leaves
 // one after another on the calling thread, each leaf's partial made by the
-// backend's own kernels (the leaf function calls them) into a device buffer
+// backend's own kernels (the leaf function calls them) into a managed buffer
 // of this file's, apart from the shared scratch those kernels use.
 //
 // The exact tier sums them as the CPU does (ts_leaf_tree_sum in
@@ -46,7 +46,11 @@ static int have(int b, size_t n) {
     for (int k = 0; k < NBUF; k++) buf[k] = NULL;
     capacity = n;
   }
-  if (buf[b] == NULL && n > 0 && cudaMalloc((void **)&buf[b], capacity * sizeof(float)) != cudaSuccess) {
+  // managed, as the model's buffers: a leaf function may write its partial
+  // from the host too (mapl's anchor leaves clear it with memset)
+  if (buf[b] == NULL && n > 0 &&
+      cudaMallocManaged((void **)&buf[b], capacity * sizeof(float), cudaMemAttachGlobal) !=
+          cudaSuccess) {
     cudaGetLastError();
     buf[b] = NULL;
     return -1;
@@ -85,6 +89,8 @@ static int tree_sum(float *const *dst, const size_t *len, int nparts, size_t n, 
       slot[k] = -1;
     }
     slot[k] = c;
+    // the next leaf may take a buffer merged from just now, and write it from the host
+    ts_cuda_finish("leaf_sum");
   }
   int acc = -1;
   for (int k = 0; k < TS_TREE1_LEVELS; k++) {
