@@ -45,8 +45,9 @@ __global__ void __launch_bounds__(MM_THREADS)
     mm_kernel(int transA, int transB, int M, int N, int nleaves, int leaf, float alpha,
               const float *A, int lda, const float *B, int ldb, int accumulate, float *C,
               int ldc, const float *add, int ldadd, const int *order, const int *start) {
-  // As[kk][ii] = op(A)(i0 + ii, k0 + kk), Bs[kk][jj] = op(B)(k0 + kk, j0 + jj)
-  __shared__ float As[MM_KT][MM_TILE], Bs[MM_KT][MM_TILE];
+  // As[kk][ii] = op(A)(i0 + ii, k0 + kk), Bs[kk][jj] = op(B)(k0 + kk, j0 + jj); a row
+  // one float longer than the tile, so that a load along k spreads over the banks
+  __shared__ float As[MM_KT][MM_TILE + 1], Bs[MM_KT][MM_TILE + 1];
   const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
   const int64_t i0 = (int64_t)blockIdx.x * MM_TILE, j0 = (int64_t)blockIdx.y * MM_TILE;
   float t[MM_PER][MM_PER];
