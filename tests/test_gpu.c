@@ -178,6 +178,29 @@ static void test_linear(void **state) {
     b->free(y[r]); b->free(yh[r]); b->free(dx[r]); b->free(dw[r]); b->free(db[r]);
     b->free(dwl[r]);
   }
+  // The weight gradients' trees over a count of leaves that is no power of
+  // two (25 leaves of 8 rows: leaves shorter than the GPU's slices of k, and
+  // subtrees left over at the end), over the first 200 rows.
+  ts_ws ws8;
+  assert_int_equal(ts_ws_init(&ws8, 8, 8, OC, DH), 0);
+  for (int r = 0; r < 3; r++) {
+    gpu_run(r);
+    const ts_backend *b = be[r ? 1 : 0];
+    float *X = take(b, x, NTOK * C), *DY = take(b, dy, NTOK * OC);
+    dw[r] = take(b, NULL, OC * C);
+    db[r] = take(b, NULL, OC);
+    assert_int_equal(b->linear_backward_weights(&ws8, dw[r], db[r], DY, X, 200, C, OC), 0);
+    b->free(X); b->free(DY);
+  }
+  check("linear dW (25 leaves of 8)", dw[0], dw[1], OC * C, 1e-5);
+  check("linear db (25 leaves of 8)", db[0], db[1], OC, 1e-5);
+  check_same_bits("linear dW (25 leaves of 8)", dw[1], dw[2], OC * C);
+  check_same_bits("linear db (25 leaves of 8)", db[1], db[2], OC);
+  for (int r = 0; r < 3; r++) {
+    const ts_backend *b = be[r ? 1 : 0];
+    b->free(dw[r]); b->free(db[r]);
+  }
+  ts_ws_free(&ws8);
 }
 
 // A head subset into a strided buffer (the head-parallel layers' call).
@@ -206,17 +229,18 @@ static void test_linear_head_list(void **state) {
 // The general product in its four transpositions, with rows that are not a
 // whole number of the CPU's blocks of 64, slices of wider matrices (leading
 // dimensions past the columns used) and beta 1 onto what out holds (sums over
-// K = 96 features: 1e-5).
+// K = 96 features: 1e-5), and again with K = 37, no whole number of the GPU's
+// slices of k.
 static void test_matmul(void **state) {
   (void)state;
-  enum { M = 100, N = 72, K = 96, LD = 112 };
+  enum { M = 100, N = 72, LD = 112 };
   float a[LD * LD], b_[LD * LD], o0[M * LD];
   fill(a, LD * LD, 120, 1.0f);
   fill(b_, LD * LD, 121, 0.1f);
   fill(o0, M * LD, 122, 1.0f);
   const ts_backend *be[2] = {&ts_backend_cpu, gpu};
-  for (int t = 0; t < 8; t++) {
-    const int ta = t & 1, tb = (t >> 1) & 1;
+  for (int t = 0; t < 16; t++) {
+    const int ta = t & 1, tb = (t >> 1) & 1, K = t & 8 ? 37 : 96;
     const float beta = t & 4 ? 1.0f : 0.0f;
     float *out[3];
     for (int r = 0; r < 3; r++) {
@@ -229,8 +253,8 @@ static void test_matmul(void **state) {
       b->free(Bm);
     }
     char what[64];
-    snprintf(what, sizeof what, "matmul %c%c beta %g", ta ? 'T' : 'N', tb ? 'T' : 'N',
-             (double)beta);
+    snprintf(what, sizeof what, "matmul %c%c beta %g K %d", ta ? 'T' : 'N', tb ? 'T' : 'N',
+             (double)beta, K);
     check(what, out[0], out[1], M * LD, 1e-5);
     check_same_bits(what, out[1], out[2], M * LD);
     for (int r = 0; r < 3; r++) be[r ? 1 : 0]->free(out[r]);

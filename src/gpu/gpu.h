@@ -57,6 +57,31 @@ void ts_cuda_sum_chunks(float *out, const float *partial, int64_t nchunks, int64
 // out (n) = column sums of x (rows, n), through the chunks above.
 void ts_cuda_column_sums(float *out, const float *x, int64_t rows, int64_t n);
 
+// The exact tier's sums over rows: out (n) = the canonical tree over nleaves
+// leaves of `leaf` rows of each leaf's column sums of x (rows n apart), each
+// leaf's column summed in row order from its first row: ts_leaf_tree_sum of
+// column_sum's partials on the CPU (a bias gradient), the same bits.
+void ts_cuda_leaf_column_sums(float *out, const float *x, int64_t nleaves, int leaf, int64_t n);
+
+// The canonical product (src/cpu/mm.h; src/gpu/mm.cu), the exact tier's
+// every matrix product: ts_mm's arguments and bits, queued on the stream.
+// C (M, N; rows ldc apart) = alpha·op(A)·op(B), or fmaf(alpha, ·, C) when
+// accumulate; op(A)(i,k) = A[i*lda + k] (A[k*lda + i] when transA), op(B)(k,j)
+// = B[k*ldb + j] (B[j*ldb + k] when transB).
+void ts_cuda_mm(int transA, int transB, int M, int N, int K, float alpha, const float *A,
+                int lda, const float *B, int ldb, int accumulate, float *C, int ldc);
+// ts_mm_leaves: C (M, N) = the canonical tree over nleaves leaves of each
+// leaf's chain over its `leaf` k, A[k*lda + i]·B[k*ldb + j].
+void ts_cuda_mm_leaves(int M, int N, int nleaves, int leaf, const float *A, int lda,
+                       const float *B, int ldb, float *C, int ldc);
+// The same with rows of `add` added to each leaf's partial before the tree:
+// for row i of C, the rows order[p], p in [start[i], start[i + 1]) (ascending),
+// each to the partial of the leaf it lies in, in order (the token
+// embedding's gradient: encoder_backward_wte in src/cpu/encoder.c).
+void ts_cuda_mm_leaves_scatter(int M, int N, int nleaves, int leaf, const float *A, int lda,
+                               const float *B, int ldb, float *C, int ldc, const float *add,
+                               int ldadd, const int *order, const int *start);
+
 // Blocks of `threads` covering n items.
 static inline unsigned ts_blocks(int64_t n, int threads) {
   return (unsigned)((n + threads - 1) / threads);

@@ -1,10 +1,15 @@
 // Muon and SPEL on the GPU (orthogonal.h): the momentum, the Newton–Schulz or
-// Polar Express iteration with cuBLAS products, and the update (SPEL's: the
-// tangent projection, the direction and the retraction), with the CPU's
-// orientation, coefficients and normalisation. The products are fp32 in
-// either --precision: the iteration amplifies rounding (its first steps
-// have coefficients near 8 and −24), so bf16 operands would not converge to
-// the CPU's polar factor.
+// Polar Express iteration, and the update (SPEL's: the tangent projection,
+// the direction and the retraction), with the CPU's orientation,
+// coefficients and normalisation.
+//
+// The exact tier is src/cpu/orthogonal.c step by step: its canonical products
+// (src/gpu/mm.cu) with its alpha and accumulate forms, every element-wise step
+// in its order, and the norm's sum of squares in double in index order, so
+// the bits are the CPU's. The fast tier: cuBLAS products, fp32 in either
+// --precision: the iteration amplifies rounding (its first steps have
+// coefficients near 8 and −24), so bf16 operands would not converge to the
+// CPU's polar factor.
 #include <math.h>
 
 #include "gpu.h"
@@ -35,6 +40,43 @@ __global__ void inverse_norm_kernel(float *out, const float *x, int64_t n, doubl
   if (threadIdx.x == 0) *out = (float)(1.0 / (sqrt(sh[0]) * scale + 1e-7));
 }
 
+// The exact tier's: *out = 1 / (‖x‖_F·scale + 1e-7) with the CPU's sum, one
+// double chain s += x[i]·x[i] in index order (frobenius in
+// src/cpu/orthogonal.c). The block squares a slice of x together (each square
+// exact in double, so who makes it does not matter) and thread 0 adds the
+// slice in order: the chain cannot be split.
+__global__ void inverse_norm_exact_kernel(float *out, const float *x, int64_t n, float scale) {
+  __shared__ double sq[THREADS * 4];
+  double s = 0.0;
+  for (int64_t i0 = 0; i0 < n; i0 += THREADS * 4) {
+    for (int q = 0; q < 4; q++) {
+      const int64_t i = i0 + threadIdx.x + q * THREADS;
+      sq[threadIdx.x + q * THREADS] = i < n ? (double)x[i] * x[i] : 0.0;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const int64_t m = min((int64_t)THREADS * 4, n - i0);
+      for (int64_t k = 0; k < m; k++) s += sq[k];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = (float)(1.0 / (sqrt(s) * scale + 1e-7));
+}
+
+// y = by · x, element by element (A2 = b·A and W' = a·W of the iteration).
+__global__ void times_kernel(float *y, const float *x, int64_t n, float by) {
+  int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = __fmul_rn(by, x[i]);
+}
+
+// dst (cols × rows, row-major) = srcᵀ (rows × cols): a copy, bits unchanged.
+__global__ void transpose_kernel(float *dst, const float *src, int rows, int cols) {
+  int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= (int64_t)rows * cols) return;
+  const int64_t i = k / cols, j = k % cols;
+  dst[j * rows + i] = src[k];
+}
+
 __global__ void scale_kernel(float *x, const float *by, int64_t n) {
   int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= *by;
@@ -57,6 +99,11 @@ static void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k
 
 // dst (cols × rows, row-major) = srcᵀ, src (rows × cols, row-major).
 static void transpose(float *dst, const float *src, int rows, int cols) {
+  if (ts_cuda_exact()) {
+    ts_launch(transpose_kernel, ts_blocks((int64_t)rows * cols, THREADS), THREADS, 0, dst, src,
+              rows, cols);
+    return;
+  }
   const float one = 1.0f, zero = 0.0f;
   // column-major: src is (cols × rows); dst = its transpose (rows × cols)
   ts_cublas_check(cublasSgeam(ts_cuda_cublas(), CUBLAS_OP_T, CUBLAS_OP_N, rows, cols, &one, src,
@@ -83,21 +130,35 @@ static void iterate(float *X, int rows, int cols, int steps, ts_ortho how, float
   // W (m × n, row-major) is the wide orientation of X
   if (tall) transpose(W, X, rows, cols);
   else ts_cuda_check(cudaMemcpyAsync(W, X, mn * sizeof(float), cudaMemcpyDeviceToDevice, st), what);
-  ts_launch(inverse_norm_kernel, 1, THREADS, 0, inv, W, mn, how == TS_ORTHO_PE ? 1.01 : 1.0);
+  const int exact = ts_cuda_exact();
+  if (exact) // the CPU's scale is a float (1.01f), widened
+    ts_launch(inverse_norm_exact_kernel, 1, THREADS, 0, inv, W, mn,
+              how == TS_ORTHO_PE ? 1.01f : 1.0f);
+  else ts_launch(inverse_norm_kernel, 1, THREADS, 0, inv, W, mn, how == TS_ORTHO_PE ? 1.01 : 1.0);
   ts_launch(scale_kernel, ts_blocks(mn, THREADS), THREADS, 0, W, inv, mn);
-  // Row-major W (m × n) is column-major M = Wᵀ (n × m): A = W·Wᵀ = MᵀM, and
-  // W ← a·W + A2·W is M ← a·M + M·A2 (A2 symmetric).
   for (int k = 0; k < steps; k++) {
     float a, b, c;
     ts_ortho_coefficients(how, k, &a, &b, &c);
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, m, m, n, 1.0f, W, n, W, n, 0.0f, A, m);
-    const float zero = 0.0f;
-    ts_cublas_check(cublasSgeam(ts_cuda_cublas(), CUBLAS_OP_N, CUBLAS_OP_N, m, m, &b, A, m, &zero,
-                                A, m, A2, m),
+    if (exact) {
+      // A (m × m) = W Wᵀ; A2 = fma(c, A·A, b·A); W' = a·W, then W' + A2·W (accumulating)
+      ts_cuda_mm(0, 1, m, m, n, 1.0f, W, n, W, n, 0, A, m);
+      ts_launch(times_kernel, ts_blocks(mm, THREADS), THREADS, 0, A2, A, mm, b);
+      ts_cuda_mm(0, 0, m, m, m, c, A, m, A, m, 1, A2, m);
+      ts_launch(times_kernel, ts_blocks(mn, THREADS), THREADS, 0, Wn, W, mn, a);
+      ts_cuda_mm(0, 0, m, n, m, 1.0f, A2, m, W, n, 1, Wn, n);
+    } else {
+      // Row-major W (m × n) is column-major M = Wᵀ (n × m): A = W·Wᵀ = MᵀM, and
+      // W ← a·W + A2·W is M ← a·M + M·A2 (A2 symmetric).
+      gemm(CUBLAS_OP_T, CUBLAS_OP_N, m, m, n, 1.0f, W, n, W, n, 0.0f, A, m);
+      const float zero = 0.0f;
+      ts_cublas_check(cublasSgeam(ts_cuda_cublas(), CUBLAS_OP_N, CUBLAS_OP_N, m, m, &b, A, m,
+                                  &zero, A, m, A2, m),
+                      what);
+      gemm(CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, c, A, m, A, m, 1.0f, A2, m);
+      ts_cuda_check(cudaMemcpyAsync(Wn, W, mn * sizeof(float), cudaMemcpyDeviceToDevice, st),
                     what);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, c, A, m, A, m, 1.0f, A2, m);
-    ts_cuda_check(cudaMemcpyAsync(Wn, W, mn * sizeof(float), cudaMemcpyDeviceToDevice, st), what);
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, n, m, m, 1.0f, W, n, A2, m, a, Wn, n);
+      gemm(CUBLAS_OP_N, CUBLAS_OP_N, n, m, m, 1.0f, W, n, A2, m, a, Wn, n);
+    }
     float *t = W;
     W = Wn;
     Wn = t;
@@ -153,6 +214,16 @@ __global__ void symmetrise_kernel(float *S, const float *T, int r) {
 static void stiefel_tangent(float *out, const float *A, const float *g, int d, int r,
                             float *scratch) {
   float *T = scratch, *S = T + (int64_t)r * r;
+  if (ts_cuda_exact()) {
+    // T (r × r) = Aᵀ g; S = sym(T); out = g, then out = fma(−1, A·S, out): out − A S
+    ts_cuda_mm(1, 0, r, r, d, 1.0f, A, r, g, r, 0, T, r);
+    ts_launch(symmetrise_kernel, ts_blocks((int64_t)r * r, THREADS), THREADS, 0, S, T, r);
+    ts_cuda_check(cudaMemcpyAsync(out, g, (size_t)d * r * sizeof(float),
+                                  cudaMemcpyDeviceToDevice, ts_cuda_stream()),
+                  "spel");
+    ts_cuda_mm(0, 0, d, r, r, -1.0f, A, r, S, r, 1, out, r);
+    return;
+  }
   // Row-major A and g (d × r) are column-major Aᵀ and gᵀ (r × d): the
   // column-major product gᵀ·(Aᵀ)ᵀ = gᵀA is (Aᵀg)ᵀ, which sym makes the same.
   gemm(CUBLAS_OP_N, CUBLAS_OP_T, r, r, d, 1.0f, g, r, A, r, 0.0f, T, r);

@@ -1,0 +1,2 @@
+// src/gpu/mm.cu compiled by g++ against the emulator (cuda_emu.h).
+#include "gpu/mm.cu"
