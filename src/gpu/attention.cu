@@ -38,13 +38,7 @@
 #include <string.h>
 
 #include "cpu/fastexp.h"
-#ifdef __CUDACC__ // exactmath.h's NaNs made as (x - x) / 0.0 on purpose
-#pragma nv_diag_suppress 39
-#endif
 #include "exactmath.h"
-#ifdef __CUDACC__
-#pragma nv_diag_default 39
-#endif
 #include "gpu.h"
 #include "index.h"
 #include "philox.h"
