@@ -25,6 +25,7 @@ import json
 import math
 import os
 import re
+import stat
 import struct
 import sys
 import zlib
@@ -513,14 +514,28 @@ def detect_format(path, head):
     return None if path.endswith(".bin") else "bytes"
 
 
+def _read_regular(path, flag):
+    """A regular file's bytes, as tessera reads its inputs: opened without blocking (a FIFO
+    would wait for its writer forever) and refused unless it is a regular file (a device
+    such as /dev/zero would be read until memory runs out)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise TesseraError(f"{flag} {path}: cannot open: {e.strerror}")
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TesseraError(f"{flag} {path}: cannot open: not a regular file")
+        os.set_blocking(fd, True)
+        try:
+            return f.read()
+        except OSError as e:
+            raise TesseraError(f"{flag} {path}: cannot read: {e.strerror}")
+
+
 def read_tokens(path, fmt, vocab, flag="--data", raw_ids=None):
     """All token ids of a file (int64), checked below vocab. fmt None: what the file says;
     a .bin that says nothing is read as raw_ids ("u16" or "u32") when given."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise TesseraError(f"{flag} {path}: cannot read: {e.strerror}")
+    raw = _read_regular(path, flag)
     fmt = fmt or detect_format(path, raw[:4]) or raw_ids
     if fmt is None:
         raise TesseraError(f"{flag} {path}: a .bin without llm.c's header does not say whether "
@@ -743,22 +758,54 @@ def _parser():
     return ap
 
 
+def _recorded(ck, key, kind, default):
+    """A member of the checkpoint's configuration, of the kind its writer gives it: a
+    member of another kind is the file's fault, said in one line."""
+    v = ck.config.get(key, default)
+    try:
+        if kind == "hex":
+            return float.fromhex(v)
+        if kind == "int" and isinstance(v, int) and not isinstance(v, bool):
+            return v
+        if kind == "path" and isinstance(v, str):
+            return v
+    except (TypeError, ValueError):
+        pass
+    want = {"hex": "a float in hexadecimal", "int": "a whole number", "path": "a path"}[kind]
+    raise TesseraError(f"{ck.path}: its configuration's {key} is {json.dumps(v)[:60]}, not {want}")
+
+
+INT_MAX = 2**31 - 1  # tessera's integer flags are C ints
+
+
 def _loss_command(a):
+    # tessera's rules first, before anything is read
+    if a.val_data is not None and a.val_frac is not None:
+        raise TesseraError("--val-frac: not with --val-data (that file is the validation split "
+                           "and all of --data trains)", usage=True)
+    if a.eval_batches is not None and a.eval_batches > INT_MAX:
+        raise TesseraError(f"--eval-batches {a.eval_batches}: out of range", usage=True)
+    for flag, path in (("--data", a.data), ("--val-data", a.val_data)):
+        if path == "":
+            raise TesseraError(f"{flag}: empty value (leave the flag out for its default)",
+                               usage=True)
     ck = Checkpoint(a.ckpt)
-    cfg = ck.config
-    data = a.data or cfg.get("data_path") or ""
-    val_data = a.val_data if a.val_data is not None else (None if a.data else cfg.get("val_path"))
+    data = a.data or _recorded(ck, "data_path", "path", "") or ""
+    val_data = a.val_data if a.val_data is not None else \
+        (None if a.data else _recorded(ck, "val_path", "path", ""))
     val_frac = a.val_frac if a.val_frac is not None else \
-        float.fromhex(cfg["val_frac_hex"]) if "val_frac_hex" in cfg else 0.1
-    batches = a.eval_batches if a.eval_batches is not None else int(cfg.get("eval_batches", 4))
+        _recorded(ck, "val_frac_hex", "hex", "0x1.99999ap-4")
+    batches = a.eval_batches if a.eval_batches is not None else \
+        _recorded(ck, "eval_batches", "int", 4)
     if not 0.0 < val_frac < 1.0:
         raise TesseraError(f"--val-frac {val_frac:g}: must be in (0, 1)", usage=True)
-    if batches < 1:
+    if not 1 <= batches <= INT_MAX:
         raise TesseraError(f"--eval-batches {batches}: must be >= 1", usage=True)
     if not val_data and not data:
         raise TesseraError("--data: the checkpoint records no data_path; name the file", usage=True)
     # a raw .bin says nothing: it holds the checkpoint's raw ids if it trained on such
-    raw_ids = cfg.get("data_format") if cfg.get("data_format") in ("u16", "u32") else None
+    recorded_format = ck.config.get("data_format")
+    raw_ids = recorded_format if recorded_format in ("u16", "u32") else None
     dtype = getattr(torch, a.dtype)
     model = TesseraLM(ck.shape)
     model.load_state_dict(ck.params, strict=True)

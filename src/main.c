@@ -723,13 +723,43 @@ static int parse_args(const command *cmd, int argc, char **argv, parsed *out, in
       value = eq + 1;
     } else {
       // a following flag is not a value: `--log --quiet` is a mistake
-      if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0)
+      if (i + 1 >= argc)
         return ts_fail(TS_EUSAGE, "%s: missing value (%s)", f->name, f->meta);
+      if (strncmp(argv[i + 1], "--", 2) == 0)
+        return ts_fail(TS_EUSAGE, "%s: missing value (%s) before %s; a value that begins with "
+                       "-- is written %s=VALUE", f->name, f->meta, argv[i + 1], f->name);
       value = argv[++i];
     }
     int rc = store(f, value ? value : "", &scratch);
     if (rc != TS_OK) return rc;
     out[(*n_out)++] = (parsed){f, value};
+  }
+  return TS_OK;
+}
+
+// Settings whose 0 is the configuration's "not given" (the default is filled
+// in later) and that no parse-time check refuses at 0: a 0 written on the
+// command line would silently be the default, so it is refused; none of them
+// has a meaning at 0.
+static const char *const zero_means_default[] = {
+    "--muon-lr", "--proj-lr", "--vq-gamma", "--vq-commit", "--rope-theta"};
+
+// What the flags given say, checked against the whole configuration: a 0
+// that would read as the default, and a flag the model has no use for (the
+// other flags that need a setting are refused where the setting is checked).
+static int check_given(const parsed *p, int n, const cli *c) {
+  for (int i = 0; i < n; i++) {
+    const flag *f = p[i].f;
+    for (size_t k = 0; k < sizeof zero_means_default / sizeof zero_means_default[0]; k++)
+      if (strcmp(f->name, zero_means_default[k]) == 0 && p[i].value &&
+          strtod(p[i].value, NULL) == 0.0)
+        return ts_fail(TS_EUSAGE, "%s %s: must be above 0 (leave the flag out for its default)",
+                       f->name, p[i].value);
+    if (f->off == offsetof(cli, cfg.rope_theta) && c->cfg.variant != TS_LLAMA)
+      return ts_fail(TS_EUSAGE, "--rope-theta: only with a LLaMA model (the GPT variant learns "
+                     "its positions)");
+    if (f->off == offsetof(cli, cfg.compress_stages) && c->cfg.compress == 0)
+      return ts_fail(TS_EUSAGE, "--compress-stages: only with --compress");
   }
   return TS_OK;
 }
@@ -750,6 +780,7 @@ static int build(const parsed *p, int n, cli *c) {
     if (p[i].f->off == offsetof(cli, cfg.val_frac)) c->val_frac_given = 1;
     if (p[i].f->off == offsetof(cli, cfg.data_path)) c->data_given = 1;
   }
+  if ((rc = check_given(p, n, c)) != TS_OK) return rc;
   // the data a resumed run or an evaluation reads unless told: the checkpoint's
   c->cfg.data_from_ckpt = !c->data_given;
   c->cfg.val_frac_from_ckpt = !c->val_frac_given;

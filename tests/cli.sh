@@ -36,7 +36,8 @@ NODATA="--data $TS_TMP/never-read.txt"
 expect_exit 2 "unknown command 'fly'" "$T" fly
 expect_exit 2 "--frobnicate: unknown flag" "$T" train --frobnicate $NODATA
 expect_exit 2 "--steps: missing value" "$T" train $NODATA --steps
-expect_exit 2 "--log: missing value" "$T" train $NODATA --log --quiet
+expect_exit 2 "--log: missing value \(FILE\) before --quiet; a value that begins with -- is written --log=VALUE" \
+  "$T" train $NODATA --log --quiet
 expect_exit 2 "--steps abc: not an integer" "$T" train $NODATA --steps abc
 expect_exit 2 "--steps 12x: not an integer" "$T" train $NODATA --steps 12x
 expect_exit 2 "--seq 1.5: not an integer" "$T" train $NODATA --seq 1.5
@@ -69,6 +70,17 @@ expect_exit 2 "--vocab 100: --data-format bytes has token ids 0..255" "$T" train
 expect_exit 2 "^tessera train: --val-frac: not with --val-data" "$T" train $NODATA --val-data "$TS_TMP/v.bin" --val-frac 0.2
 expect_exit 2 "--vocab: not a flag of 'tessera eval'" "$T" eval $NODATA --ckpt x --vocab 300
 expect_exit 2 "--muon-lr 0.1: only with --optimizer muon or muon-pe" "$T" train $NODATA --muon-lr 0.1
+# a 0 that the configuration would read as "not given" is refused, not made the default
+for c in "--muon-lr 0:--muon-lr 0" "--muon-lr 0:--optimizer muon --muon-lr 0" \
+  "--vq-commit 0:--vq-commit 0" "--proj-lr 0.0:--proj-lr 0.0" \
+  "--vq-gamma 0:--compress mapl-vq --rank 16 --compress-stages 2 --vq-gamma 0"; do
+  # shellcheck disable=SC2086  # the flags are several words
+  expect_exit 2 "^tessera train: ${c%%:*}: must be above 0 \(leave the flag out for its default\)" \
+    "$T" train $NODATA ${c#*:}
+done
+# and a flag the model has no use for is refused on every variant
+expect_exit 2 "^tessera train: --rope-theta: only with a LLaMA model" "$T" train $NODATA --rope-theta 500
+expect_exit 2 "^tessera train: --compress-stages: only with --compress" "$T" train $NODATA --compress-stages 2
 expect_exit 2 "--sp-mode zigzag" "$T" train $NODATA --sp-mode zigzag
 expect_exit 2 "--device cuda: " "$T" train $NODATA --device cuda
 expect_exit 2 "--device tpu: must be cpu or cuda" "$T" train $NODATA --device tpu

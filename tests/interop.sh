@@ -77,6 +77,25 @@ expect_exit 2 "^tessera_torch: argument --format: invalid choice: 'gpt3'" \
 expect_exit 2 "^tessera_torch: --data .*ids.bin: a \.bin without llm.c's header .*--data-format" \
   pyrun loss --ckpt "$TS_TMP/gpt/step-00000020.safetensors" --data "$TS_TMP/ids.bin"
 
+# tessera's input rules, shared: each bad input to the loss is refused by tessera eval and
+# by tessera_torch alike, with the same message and exit status
+gck=$TS_TMP/gpt/step-00000020.safetensors
+mkfifo "$TS_TMP/fifo"
+# both STATUS MESSAGE ARGS...
+both() {
+  code=$1 msg=$2
+  shift 2
+  expect_exit "$code" "^tessera( eval)?: $msg" "$TESSERA_BIN" eval --ckpt "$gck" "$@"
+  expect_exit "$code" "^tessera_torch: $msg" timeout 60 "$python" -B "$tt" loss --ckpt "$gck" "$@"
+}
+both 1 "--data /dev/zero: cannot open: not a regular file" --data /dev/zero
+both 1 "--data .*fifo: cannot open: not a regular file" --data "$TS_TMP/fifo"
+both 1 "--data .*nothere: cannot open: No such file or directory" --data "$TS_TMP/nothere"
+both 2 "--val-frac: not with --val-data" --val-data "$corpus" --val-frac 0.2
+both 2 "--eval-batches 0: must be >= 1" --eval-batches 0
+both 2 "--eval-batches 99999999999: out of range" --eval-batches 99999999999
+both 2 "--data: empty value" --data ""
+
 expect_exit 0 "" "$TESSERA_BIN" train --model llama-tiny --layers 2 --compress mapl --rank 8 \
   --compress-stages 2 --steps 2 --ckpt-dir "$TS_TMP/mapl" --ckpt-every 2 --data "$corpus" --quiet
 expect_exit 1 "^tessera_torch: .*: a compressed model \(--compress mapl, 2 stages\)" \

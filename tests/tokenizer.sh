@@ -167,6 +167,18 @@ expect_exit 1 "^tessera: checkpoint .* was trained with tokenizer .*m\.model, wh
 expect_exit 1 "^tessera: checkpoint .* was trained with tokenizer .*m\.model, which cannot be opened" \
   "$T" sample --ckpt "$CK3" --prompt "the salt" --tokens 2
 expect_exit 0 "" "$T" sample --ckpt "$CK3" --prompt "the salt" --tokens 2 --tokenizer "$D/moved.model"
+# --init-from and eval check what the checkpoint was trained on: another tokenizer, or text
+# for a model of token ids (and the other way round), is refused by name
+INIT="train --model tiny --warmup 1 --eval-batches 1 --quiet --steps 1 --vocab 400"
+expect_exit 2 "^tessera train: --init-from .*step-00000003\.safetensors was trained with tokenizer .*; this run's --tokenizer .*other\.model is another" \
+  "$T" $INIT --data "$D/tokens.bin" --data-format u16 --tokenizer "$D/other.model" \
+  --init-from "$D/ck/step-00000003.safetensors"
+expect_exit 2 "^tessera train: --init-from .*step-00000003\.safetensors was trained on token ids, but this run's --data .*corpus\.txt is text \(bytes\)" \
+  "$T" $INIT --data "$CORPUS" --init-from "$D/ck/step-00000003.safetensors"
+expect_exit 0 "" "$T" $INIT --data "$D/tokens.bin" --data-format u16 \
+  --init-from "$D/ck/step-00000003.safetensors"
+expect_exit 2 "^tessera eval: --data .*corpus\.txt is text \(bytes\), but checkpoint .*step-00000003\.safetensors was trained on token ids \(u16\)" \
+  "$T" eval --ckpt "$D/ck/step-00000003.safetensors" --data "$CORPUS"
 # another model in the recorded file's place: the file is blamed, not a flag never given
 cp "$D/other.model" "$D/m.model"
 expect_exit 1 "^tessera: checkpoint .* was trained with tokenizer .*m\.model \(digest [0-9a-f]*\), but that file has changed since .*: name a copy of the original with --tokenizer" \

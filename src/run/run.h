@@ -189,6 +189,11 @@ const char *ts_run_tokenizer_id(void);
 // digest) than this run's --tokenizer is refused (TS_EUSAGE); a run without
 // --tokenizer continues to record the checkpoint's.
 int ts_run_check_resume_tokenizer(const ts_run_ckpt *ck);
+// --init-from: a checkpoint trained on text (bytes) for a run on token ids, or
+// the other way round, is refused, and so is one whose recorded tokenizer is
+// another file (by its digest) than this run's --tokenizer (TS_EUSAGE). After
+// ts_run_checkpoint_tokenizer and the data format's resolution.
+int ts_run_check_init_source(const ts_run_ckpt *ck, const ts_config *cfg);
 // The tokenizer to encode and decode text for an open checkpoint: the file
 // `path` when given, else the one it records (neither: bytes). Refused when
 // the file is not the recorded tokenizer (its digest differs: TS_EUSAGE

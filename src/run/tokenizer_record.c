@@ -110,6 +110,28 @@ int ts_run_check_resume_tokenizer(const ts_run_ckpt *ck) {
   return TS_OK;
 }
 
+int ts_run_check_init_source(const ts_run_ckpt *ck, const ts_config *cfg) {
+  const char *path = ts_ckpt_path(ck->ck), *was = ts_ckpt_meta(ck->ck, TS_META_TOKENIZER);
+  // text (bytes) and token ids are other languages: the ids would mean other things
+  const int a = ck->cfg.data_format, b = cfg->data_format;
+  if ((a == TS_DATA_BYTES) != (b == TS_DATA_BYTES) && a >= 0 && a < TS_DATA_NFORMATS &&
+      b >= 0 && b < TS_DATA_NFORMATS)
+    return ts_fail(TS_EUSAGE, "--init-from %s was trained on %s, but this run's --data %s is %s: "
+                   "its weights would read other tokens", path,
+                   a == TS_DATA_BYTES ? "text (bytes)" : "token ids", cfg->data_path,
+                   b == TS_DATA_BYTES ? "text (bytes)" : "token ids");
+  if (!was || !was[0] || !tokenizer_id[0]) return TS_OK; // nothing to compare
+  ts_run_tokenizer old, cur;
+  int rc = record_parse(was, path, &old);
+  if (!rc) rc = record_parse(tokenizer_id, path, &cur);
+  if (rc) return rc;
+  if (cur.digest != old.digest)
+    return ts_fail(TS_EUSAGE, "--init-from %s was trained with tokenizer %s (digest %016" PRIx64
+                   "); this run's --tokenizer %s is another (digest %016" PRIx64 "): the same ids "
+                   "would be other words", path, old.file, old.digest, cur.file, cur.digest);
+  return TS_OK;
+}
+
 int ts_run_open_ckpt_tokenizer(const ts_run_ckpt *ck, const char *path, ts_tokenizer **out) {
   *out = NULL;
   const char *ckpt = ts_ckpt_path(ck->ck), *was = ts_ckpt_meta(ck->ck, TS_META_TOKENIZER);

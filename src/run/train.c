@@ -267,6 +267,7 @@ int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
   // the tokenizer the data was made with, for its checkpoints (--tokenizer)
   if ((rc = ts_run_checkpoint_tokenizer(&cfg))) goto done;
   if (cfg.resume && (rc = ts_run_check_resume_tokenizer(&ck))) goto done;
+  if (cfg.init_from[0] && (rc = ts_run_check_init_source(&ck, &cfg))) goto done;
   if ((rc = ts_run_open_data(&cfg, cfg.data_path, &data))) goto done;
   if ((rc = injected_fault(grid, cfg.data_path))) goto done;
   ts_run_checkpoint_data(data);
