@@ -672,6 +672,40 @@ static void case_dir(const world *w, char *dir, size_t cap) {
   if ((size_t)snprintf(dir, cap, "%s/case", w->work) >= cap) die("--work %s: too long", w->work);
 }
 
+// The checkpoint at path made something other than a plain file (a case in
+// eight): a link to the same bytes, which every reader follows and judges as
+// the file itself; a directory, a FIFO, a dangling link or a link to itself,
+// which every reader refuses in one line naming it, and never waits on.
+static void place_oddly(rng *r, const world *w, const char *path, desc *d) {
+  char other[2400];
+  int rc = 0;
+  switch (below(r, 5)) {
+  case 0:
+    snprintf(other, sizeof other, "%s/linked.safetensors", w->work);
+    unlink(other);
+    rc = rename(path, other) || symlink(other, path);
+    note(d, "as-link");
+    break;
+  case 1:
+    rc = unlink(path) || mkdir(path, 0777);
+    note(d, "as-directory");
+    break;
+  case 2:
+    rc = unlink(path) || mkfifo(path, 0666);
+    note(d, "as-fifo");
+    break;
+  case 3:
+    snprintf(other, sizeof other, "%s/nothere.safetensors", w->work);
+    rc = unlink(path) || symlink(other, path);
+    note(d, "as-dangling-link");
+    break;
+  default:
+    rc = unlink(path) || symlink(path, path);
+    note(d, "as-link-loop");
+  }
+  if (rc) die("cannot place %s oddly: %s", path, strerror(errno));
+}
+
 // An empty case directory: the resume path takes the latest checkpoint there.
 static void clear_dir(const char *dir) {
   mkdir(dir, 0777);
@@ -682,7 +716,7 @@ static void clear_dir(const char *dir) {
   while ((e = readdir(d)))
     if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
       snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-      unlink(p);
+      if (unlink(p) != 0) rmdir(p); // (place_oddly's directory)
     }
   closedir(d);
 }
@@ -1076,6 +1110,8 @@ static void keep_case(const world *w, int k, const char *path, const char *ext) 
   mkdir(w->keep, 0777);
   char dst[4300];
   snprintf(dst, sizeof dst, "%s/case-%d.%s", w->keep, k, ext);
+  struct stat st; // (a FIFO would block the read; place_oddly's description says what it was)
+  if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return;
   buf b;
   if (read_file(path, &b) == 0) {
     write_file(dst, &b);
@@ -1245,6 +1281,7 @@ static int run_case(world *w, uint64_t seed, int k, int exec_every, tally *t) {
   }
   write_file(path, &f);
   b_free(&f);
+  if ((target == T_CKPT_RAW || target == T_CKPT_FIXED) && chance(&r, 12)) place_oddly(&r, w, path, &d);
 
   // the library, in a child
   pid_t pid = spawn();
