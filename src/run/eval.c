@@ -56,14 +56,15 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
       (ck.cfg.data_format == TS_DATA_U16 || ck.cfg.data_format == TS_DATA_U32))
     cfg.data_format = ck.cfg.data_format;
   // text (bytes) and token ids are other languages: a loss of one on the other means nothing
-  if (!recorded && cfg.data_format != TS_DATA_DETECT &&
+  // (a checkpoint that does not say what it was trained on is not refused)
+  if (!recorded && cfg.data_format != TS_DATA_DETECT && ck.cfg.data_format >= 0 &&
+      ck.cfg.data_format < TS_DATA_NFORMATS &&
       (cfg.data_format == TS_DATA_BYTES) != (ck.cfg.data_format == TS_DATA_BYTES)) {
     rc = ts_fail(TS_EUSAGE, "%s %s is %s, but checkpoint %s was trained on %s (%s)",
                  cfg.val_path[0] ? "--val-data" : "--data", file,
                  cfg.data_format == TS_DATA_BYTES ? "text (bytes)" : "token ids", ckpt_path,
                  ck.cfg.data_format == TS_DATA_BYTES ? "text (bytes)" : "token ids",
-                 ck.cfg.data_format >= 0 && ck.cfg.data_format < TS_DATA_NFORMATS
-                     ? ts_data_format_names[ck.cfg.data_format] : "unknown");
+                 ts_data_format_names[ck.cfg.data_format]);
     goto done;
   }
   if ((rc = ts_run_open_data(&cfg, cfg.val_path[0] ? NULL : cfg.data_path, &data))) goto done;
