@@ -175,7 +175,12 @@ double ts_config_param_floor(const ts_config *cfg) {
 }
 
 // Every check names the flag that sets the field, so a user knows what to fix.
-int ts_config_finalize(ts_config *cfg) {
+// A check written as !(x ok) refuses NaN too.
+
+// The model: its variant and shape, its tokens, and what the variant
+// allows (GPT: as many key/value heads as heads; LLaMA: grouped-query
+// attention and RoPE).
+static int finalize_model(ts_config *cfg) {
   if (cfg->variant != TS_GPT && cfg->variant != TS_LLAMA)
     return ts_fail(TS_EUSAGE, "variant %d: unknown", (int)cfg->variant);
   if (cfg->vocab < 2) return ts_fail(TS_EUSAGE, "--vocab %d: must be >= 2", cfg->vocab);
@@ -209,8 +214,13 @@ int ts_config_finalize(ts_config *cfg) {
     return ts_fail(TS_EUSAGE, "tied %d: must be 0 or 1", cfg->tied);
   if (!(cfg->dropout >= 0.0f && cfg->dropout < 1.0f))
     return ts_fail(TS_EUSAGE, "--dropout %g: must be in [0, 1)", cfg->dropout);
+  return TS_OK;
+}
 
-  // sequence, tile, leaf (R1, R3)
+// The sequence, tile and leaf (R1, R3): the tile and leaf, by default from
+// the sequence length, are powers of two that divide it, the leaf a whole
+// number of tiles.
+static int finalize_sequence(ts_config *cfg) {
   if (cfg->seq < 8) return ts_fail(TS_EUSAGE, "--seq %d: must be >= 8", cfg->seq);
   if (cfg->tile == 0) cfg->tile = ts_default_tile(cfg->seq);
   if (cfg->leaf == 0) {
@@ -229,7 +239,12 @@ int ts_config_finalize(ts_config *cfg) {
     return ts_fail(TS_EUSAGE, "--seq %d: must be a multiple of the tile (%d)", cfg->seq, cfg->tile);
   if (cfg->seq % cfg->leaf != 0)
     return ts_fail(TS_EUSAGE, "--seq %d: must be a multiple of the leaf (%d)", cfg->seq, cfg->leaf);
+  return TS_OK;
+}
 
+// The optimizer, and Muon's own learning rate: given only with a Muon
+// optimizer, 0.02 when not given.
+static int finalize_optimizer(ts_config *cfg) {
   if (cfg->optimizer < TS_OPT_ADAMW || cfg->optimizer > TS_OPT_MUON_PE)
     return ts_fail(TS_EUSAGE, "optimizer %d: unknown", cfg->optimizer);
   if (cfg->optimizer == TS_OPT_ADAMW && cfg->muon_lr != 0.0f)
@@ -238,10 +253,12 @@ int ts_config_finalize(ts_config *cfg) {
   if (cfg->optimizer != TS_OPT_ADAMW && cfg->muon_lr == 0.0f) cfg->muon_lr = 0.02f;
   if (!(cfg->muon_lr >= 0.0f && cfg->muon_lr < 10.0f))
     return ts_fail(TS_EUSAGE, "--muon-lr %g: must be in [0, 10)", (double)cfg->muon_lr);
-  // stage-boundary compression: the common rules, then the codec's (boundary.h)
-  int rc = ts_boundary_finalize(cfg);
-  if (rc) return rc;
-  // run; written as !(x ok) so that NaN fails too
+  return TS_OK;
+}
+
+// The training schedule: the batch, the steps, AdamW's hyperparameters and
+// the learning rate's schedule (decay_frac wsd's alone).
+static int finalize_schedule(ts_config *cfg) {
   if (cfg->batch < 1) return ts_fail(TS_EUSAGE, "--batch %d: must be >= 1", cfg->batch);
   if (cfg->steps < 1) return ts_fail(TS_EUSAGE, "--steps %d: must be >= 1", cfg->steps);
   if (!(cfg->lr > 0.0f && isfinite(cfg->lr)))
@@ -271,6 +288,12 @@ int ts_config_finalize(ts_config *cfg) {
     cfg->decay_frac = TS_WSD_DECAY_FRAC;
   if (cfg->lr_schedule == TS_LR_WSD && !(cfg->decay_frac > 0.0f && cfg->decay_frac <= 1.0f))
     return ts_fail(TS_EUSAGE, "--decay-frac %g: must be in (0, 1]", (double)cfg->decay_frac);
+  return TS_OK;
+}
+
+// The run around the training: evaluation, threads, switches, checkpoints
+// and logging.
+static int finalize_run(ts_config *cfg) {
   if (!(cfg->val_frac > 0.0f && cfg->val_frac < 1.0f))
     return ts_fail(TS_EUSAGE, "--val-frac %g: must be in (0, 1)", cfg->val_frac);
   if (cfg->eval_every < 0)
@@ -306,4 +329,18 @@ int ts_config_finalize(ts_config *cfg) {
   if (cfg->log_every < 0) // 0 (the default) and 1: every step
     return ts_fail(TS_EUSAGE, "--log-every %d: must be >= 1", cfg->log_every);
   return TS_OK;
+}
+
+// The steps in this order, each stopping at its first failing check: an
+// invalid configuration is refused by the same message, whatever else is
+// wrong with it.
+int ts_config_finalize(ts_config *cfg) {
+  int rc;
+  if ((rc = finalize_model(cfg))) return rc;
+  if ((rc = finalize_sequence(cfg))) return rc;
+  if ((rc = finalize_optimizer(cfg))) return rc;
+  // stage-boundary compression: the common rules, then the codec's (boundary.h)
+  if ((rc = ts_boundary_finalize(cfg))) return rc;
+  if ((rc = finalize_schedule(cfg))) return rc;
+  return finalize_run(cfg);
 }
