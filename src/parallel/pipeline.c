@@ -93,6 +93,27 @@ void ts_pipeline_free(ts_pipeline *pl) {
   memset(pl, 0, sizeof *pl);
 }
 
+void ts_pipeline_set_sequence_hooks(ts_pipeline *pl, ts_comm *seq,
+                                    int (*seq_grads)(void *ctx, float *g),
+                                    int (*seq_flat)(void *ctx, float *buf, float *buf2, size_t n),
+                                    void *ctx) {
+  pl->seq = seq;
+  pl->seq_grads = seq_grads;
+  pl->seq_flat = seq_flat;
+  pl->seq_ctx = ctx;
+}
+
+void ts_pipeline_set_round_hooks(ts_pipeline *pl, int stride, int (*round_done)(void *ctx),
+                                 int (*loss_sum)(void *ctx, const float *lsums, int M, float *out),
+                                 int (*seq_flat)(void *ctx, float *buf, float *buf2, size_t n),
+                                 void *ctx) {
+  pl->stride = stride;
+  pl->round_done = round_done;
+  pl->loss_sum = loss_sum;
+  pl->seq_flat = seq_flat;
+  pl->seq_ctx = ctx;
+}
+
 // One pass's state: which microbatch the model's activations hold.
 typedef struct {
   ts_pipeline *pl;

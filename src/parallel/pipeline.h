@@ -101,6 +101,20 @@ typedef struct {
 // For a model already created with one microbatch (mb sequences).
 int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int schedule, int mb);
 void ts_pipeline_free(ts_pipeline *pl);
+// The shard's sums that the pipeline runs (shard.c), ctx the shard they are
+// given. Under --sp: the sequence group, and seq_grads and seq_flat (the
+// fields' comment above).
+void ts_pipeline_set_sequence_hooks(ts_pipeline *pl, ts_comm *seq,
+                                    int (*seq_grads)(void *ctx, float *g),
+                                    int (*seq_flat)(void *ctx, float *buf, float *buf2, size_t n),
+                                    void *ctx);
+// Under --zero 2 and 3: the microbatches in the shard's rounds, microbatch
+// mu's sequences from b0 + mu·stride, with round_done, loss_sum and
+// seq_flat (the fields' comment above).
+void ts_pipeline_set_round_hooks(ts_pipeline *pl, int stride, int (*round_done)(void *ctx),
+                                 int (*loss_sum)(void *ctx, const float *lsums, int M, float *out),
+                                 int (*seq_flat)(void *ctx, float *buf, float *buf2, size_t n),
+                                 void *ctx);
 // Bytes of the stage's buffers (inputs in flight, the gradient back, the
 // tied head's stores; not the gradient trees).
 size_t ts_pipeline_buffer_bytes(const ts_pipeline *pl);

@@ -213,114 +213,130 @@ static int pipeline_loss_sum(void *ctx, const float *lsums, int M, float *out) {
   return rounds_loss(ctx, lsums, M, out);
 }
 
-int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *lay,
-                    ts_shard *out) {
-  ts_shard sh = {0};
-  sh.be = ts_backend_current();
-  sh.fast = cfg->fast;
-  sh.nb = cfg->batch / grid->dp;
-  sh.b0 = grid->dp_rank * sh.nb;
-  sh.T = cfg->seq;
-  sh.seq = grid->sp > 1 ? grid->seq : NULL;
+// The rank's model, its pipeline stage's layers (all of them without --pp),
+// and under --pp the stage's pipeline.
+static int create_stage(ts_shard *sh, const ts_config *cfg, const ts_grid *grid,
+                        const ts_layout *lay) {
+  sh->be = ts_backend_current();
+  sh->fast = cfg->fast;
+  sh->nb = cfg->batch / grid->dp;
+  sh->b0 = grid->dp_rank * sh->nb;
+  sh->T = cfg->seq;
+  sh->seq = grid->sp > 1 ? grid->seq : NULL;
   int rc;
-  const int mb = sh.nb / lay->microbatches; // a microbatch's sequences (--sp: one)
+  const int mb = sh->nb / lay->microbatches; // a microbatch's sequences (--sp: one)
   // a pipeline stage's layers (pipeline.h), or all of them
   const int per = cfg->n_layer / grid->pp, l0 = grid->pp_rank * per;
-  ts_seq_shard sp = {sh.seq, lay->sp_mode, lay->upipe_u, lay->upipe_sched, lay->ulysses_degree};
-  if (sh.seq) {
-    sh.cp = ts_cp_get(lay->sp_mode);
-    rc = ts_model_create_stage(cfg, sh.b0, 1, &sp, l0, l0 + per, &sh.m);
+  ts_seq_shard sp = {sh->seq, lay->sp_mode, lay->upipe_u, lay->upipe_sched, lay->ulysses_degree};
+  if (sh->seq) {
+    sh->cp = ts_cp_get(lay->sp_mode);
+    rc = ts_model_create_stage(cfg, sh->b0, 1, &sp, l0, l0 + per, &sh->m);
   } else { // under --pp, or accumulating (--microbatches without it), one microbatch at a time
-    sh.M = grid->pp == 1 ? lay->microbatches : 1;
-    sh.mb = mb;
-    rc = ts_model_create_stage(cfg, sh.b0, grid->pp > 1 || sh.M > 1 ? mb : sh.nb, NULL, l0,
-                               l0 + per, &sh.m);
+    sh->M = grid->pp == 1 ? lay->microbatches : 1;
+    sh->mb = mb;
+    rc = ts_model_create_stage(cfg, sh->b0, grid->pp > 1 || sh->M > 1 ? mb : sh->nb, NULL, l0,
+                               l0 + per, &sh->m);
   }
   if (rc) return rc;
   if (grid->pp > 1) {
-    if (!(sh.pl = calloc(1, sizeof *sh.pl))) rc = ts_fail(TS_ERUNTIME, "out of memory");
-    if (!rc) rc = ts_pipeline_create(sh.pl, sh.m, grid->pipe, lay->microbatches, lay->schedule, mb);
+    if (!(sh->pl = calloc(1, sizeof *sh->pl))) rc = ts_fail(TS_ERUNTIME, "out of memory");
+    if (!rc)
+      rc = ts_pipeline_create(sh->pl, sh->m, grid->pipe, lay->microbatches, lay->schedule, mb);
     if (rc) {
-      if (sh.pl) ts_pipeline_free(sh.pl);
-      free(sh.pl);
-      ts_model_free(sh.m);
+      if (sh->pl) ts_pipeline_free(sh->pl);
+      free(sh->pl);
+      ts_model_free(sh->m);
       return rc;
     }
   }
-  ts_model_positions(sh.m, &sh.t0, &sh.Tl);
-  sh.nrun = ts_model_runs(sh.m, sh.run_pos, &sh.run_len);
-  sh.np = ts_model_num_params(sh.m);
-  sh.split_len = ts_model_split_params(sh.m);
-  int nt = ts_model_num_tensors(sh.m);
+  return TS_OK;
+}
+
+// Where the rank's part of the model lies: its positions and runs of the
+// sequence, its parameters and its tensor split's share of them, and the
+// positional table's rows (none: LLaMA; under --sp the rank's rows, one
+// piece per run, consecutive), which plan_state keeps apart.
+static int find_positions(ts_shard *sh) {
+  ts_model_positions(sh->m, &sh->t0, &sh->Tl);
+  sh->nrun = ts_model_runs(sh->m, sh->run_pos, &sh->run_len);
+  sh->np = ts_model_num_params(sh->m);
+  sh->split_len = ts_model_split_params(sh->m);
+  int nt = ts_model_num_tensors(sh->m);
   ts_tensor *t = calloc((size_t)nt, sizeof *t);
-  if (!t) {
-    ts_shard_free(&sh);
-    return ts_fail(TS_ERUNTIME, "out of memory");
-  }
-  ts_model_tensors(sh.m, t, NULL);
-  // the positional table (none: LLaMA); under --sp the rank's rows, one
-  // piece per run, consecutive
+  if (!t) return ts_fail(TS_ERUNTIME, "out of memory");
+  ts_model_tensors(sh->m, t, NULL);
   for (int i = 0; i < nt; i++)
     if (t[i].role == TS_ROLE_POSITIONAL) {
-      if (sh.wpe_len == 0) sh.wpe_off = (size_t)(t[i].data - ts_model_params(sh.m));
-      sh.wpe_len += (size_t)ts_tensor_numel(&t[i]);
+      if (sh->wpe_len == 0) sh->wpe_off = (size_t)(t[i].data - ts_model_params(sh->m));
+      sh->wpe_len += (size_t)ts_tensor_numel(&t[i]);
     }
   free(t);
-  if ((rc = plan_state(&sh, cfg, grid, lay))) {
+  return TS_OK;
+}
+
+// The buffers of a step's several passes: under accumulation the
+// microbatches' loss sums and gradient tree; under --sp the sequences'
+// (two runs' loss sums, the tree, the rank's rows of inputs and targets).
+static int alloc_pass_buffers(ts_shard *sh) {
+  if (sh->M > 1) { // accumulation
+    sh->lsums = calloc((size_t)sh->M, sizeof(float));
+    ts_tree_init(&sh->seq_tree, sh->np);
+    sh->has_tree = 1;
+    if (!sh->lsums) return ts_fail(TS_ERUNTIME, "out of memory");
+  }
+  if (sh->seq) {
+    sh->lsums = calloc((size_t)2 * sh->nb, sizeof(float)); // two runs' sums (lss-zigzag)
+    ts_tree_init(&sh->seq_tree, sh->np);
+    sh->has_tree = 1;
+    const size_t seqs = sh->pl ? (size_t)sh->nb : 1; // the pipeline takes them all at once
+    sh->rows_in = malloc(seqs * sh->Tl * sizeof(int));
+    sh->rows_tg = malloc(seqs * sh->Tl * sizeof(int));
+    if (!sh->lsums || !sh->rows_in || !sh->rows_tg)
+      return ts_fail(TS_ERUNTIME, "out of memory (sequence-parallel buffers)");
+  }
+  return TS_OK;
+}
+
+// A pipeline's microbatches in the shard's rounds (pipeline.h), once
+// ts_zero_plan has chosen them; sh is the shard's final place, which the
+// hooks are given.
+static int pipeline_in_rounds(ts_shard *sh) {
+  ts_pipeline *pl = sh->pl;
+  if (pl->tied && pl->s == pl->P - 1 && pl->wte_off != 0)
+    return ts_fail(TS_ERUNTIME, "--zero %d: the tied embedding does not lead the last "
+                   "stage's tensors", sh->zero);
+  ts_pipeline_set_round_hooks(pl, sh->D * sh->s, pipeline_round_done, pipeline_loss_sum,
+                              pipeline_seq_flat, sh);
+  return TS_OK;
+}
+
+int ts_shard_create(const ts_config *cfg, const ts_grid *grid, const ts_layout *lay,
+                    ts_shard *out) {
+  ts_shard sh = {0};
+  int rc = create_stage(&sh, cfg, grid, lay);
+  if (rc) return rc;
+  rc = find_positions(&sh);
+  if (!rc) rc = plan_state(&sh, cfg, grid, lay);
+  if (!rc) rc = alloc_pass_buffers(&sh);
+  if (rc) {
     ts_shard_free(&sh);
     return rc;
   }
-  if (sh.M > 1) { // accumulation: the microbatches' loss sums and gradient tree
-    sh.lsums = calloc((size_t)sh.M, sizeof(float));
-    ts_tree_init(&sh.seq_tree, sh.np);
-    sh.has_tree = 1;
-    if (!sh.lsums) {
-      ts_shard_free(&sh);
-      return ts_fail(TS_ERUNTIME, "out of memory");
-    }
-  }
-  if (sh.seq) {
-    sh.lsums = calloc((size_t)2 * sh.nb, sizeof(float)); // two runs' sums (lss-zigzag)
-    ts_tree_init(&sh.seq_tree, sh.np);
-    sh.has_tree = 1;
-    const size_t seqs = sh.pl ? (size_t)sh.nb : 1; // the pipeline takes them all at once
-    sh.rows_in = malloc(seqs * sh.Tl * sizeof(int));
-    sh.rows_tg = malloc(seqs * sh.Tl * sizeof(int));
-    if (!sh.lsums || !sh.rows_in || !sh.rows_tg) {
-      ts_shard_free(&sh);
-      return ts_fail(TS_ERUNTIME, "out of memory (sequence-parallel buffers)");
-    }
-    if (sh.pl) { // the stages' sequences: segment losses, each sequence's sums
-      sh.pl->seq = sh.seq;
-      sh.pl->seq_grads = pipeline_seq_grads;
-      sh.pl->seq_flat = pipeline_seq_flat;
-      sh.pl->seq_ctx = out; // the shard's final place (copied there below)
-    }
-  }
+  // the stages' sequences: segment losses, each sequence's sums (ctx: the
+  // shard's final place, copied there below)
+  if (sh.pl && sh.seq)
+    ts_pipeline_set_sequence_hooks(sh.pl, sh.seq, pipeline_seq_grads, pipeline_seq_flat, out);
   // a tied embedding leads the last stage's gradient, summed apart (pipeline.h)
   if (sh.pl && sh.pl->tied && grid->pp_rank == grid->pp - 1) sh.seq_skip = sh.pl->wte_len;
   sh.data = grid->data;
   sh.D = grid->dp;
   sh.r = grid->dp_rank;
   *out = sh;
-  if ((rc = ts_zero_plan(out))) { // its hooks hold the shard's final place
-    ts_shard_free(out);
-    return rc;
-  }
-  if (out->pl && out->strided) { // a pipeline's microbatches in rounds (pipeline.h)
-    ts_pipeline *pl = out->pl;
-    if (pl->tied && pl->s == pl->P - 1 && pl->wte_off != 0) {
-      ts_shard_free(out);
-      return ts_fail(TS_ERUNTIME, "--zero %d: the tied embedding does not lead the last "
-                     "stage's tensors", lay->zero);
-    }
-    pl->stride = out->D * out->s;
-    pl->round_done = pipeline_round_done;
-    pl->loss_sum = pipeline_loss_sum;
-    pl->seq_flat = pipeline_seq_flat;
-    pl->seq_ctx = out;
-  }
-  return TS_OK;
+  // the zero plan's hooks and the pipeline's hold the shard's final place
+  rc = ts_zero_plan(out);
+  if (!rc && out->pl && out->strided) rc = pipeline_in_rounds(out);
+  if (rc) ts_shard_free(out);
+  return rc;
 }
 
 size_t ts_shard_buffer_bytes(const ts_shard *sh) {
