@@ -44,18 +44,19 @@ void ts_comm_chunk(size_t n, int P, int r, size_t *off, size_t *len) {
 }
 
 uint64_t ts_comm_tree_bytes(size_t n, int P, int r) {
-  // The reduce-scatter's rounds (comm_tree.h): each sends one set of chunks
-  // and receives another.
+  // The reduce-scatter's swaps (comm_tree.h): each sends one set of chunks
+  // and receives another (the all-gather's mirror the same).
   uint64_t floats = 0;
   for (int k = 0; k < ts_comm_tree_nrounds(P, 0); k++) {
-    const ts_comm_round q = ts_comm_tree_round(P, r, k);
-    floats += ts_comm_tree_floats(n, P, q.send, q.stride);
-    floats += ts_comm_tree_floats(n, P, q.recv, q.stride);
+    ts_comm_swap q;
+    for (int at = 0; ts_comm_tree_next(P, r, k, &at, &q);) {
+      floats += ts_comm_tree_floats(n, P, q.send, q.stride);
+      floats += ts_comm_tree_floats(n, P, q.recv, q.stride);
+    }
   }
   return floats * sizeof(float);
 }
 
-static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 // ---- counting ----------------------------------------------------------------------
 static int count(ts_comm *c, ts_comm_kind kind, uint64_t bytes, int layer) {
@@ -180,18 +181,9 @@ int ts_comm_bcast(ts_comm *c, void *buf, size_t bytes, int root, int layer) {
   TIMED(c, rc, c->ops->bcast(c, buf, bytes, root));
 }
 
-static int tree_size_ok(const ts_comm *c, const char *what) {
-  if (is_pow2(c->size)) return TS_OK;
-  return ts_fail(TS_EUSAGE,
-                 "exact %s over %d ranks: the group size must be a power of two (the "
-                 "canonical tree combines ranks in pairs)",
-                 what, c->size);
-}
-
 int ts_comm_reduce_scatter_tree(ts_comm *c, float *buf, size_t n, int layer) {
   if (c->size == 1) return TS_OK;
-  int rc = tree_size_ok(c, "reduce-scatter");
-  if (!rc) rc = count(c, TS_COMM_REDUCE_SCATTER, ts_comm_tree_bytes(n, c->size, c->rank), layer);
+  int rc = count(c, TS_COMM_REDUCE_SCATTER, ts_comm_tree_bytes(n, c->size, c->rank), layer);
   TIMED(c, rc, c->ops->reduce_scatter_tree(c, buf, n));
 }
 
@@ -211,13 +203,12 @@ static int allreduce_pieces(ts_comm *c, float *buf, size_t n) {
 
 int ts_comm_allreduce_tree(ts_comm *c, float *buf, size_t n, int layer) {
   if (c->size == 1) return TS_OK;
-  int rc = tree_size_ok(c, "all-reduce");
   uint64_t bytes = 0;
   for (size_t o = 0; o < n; o += ts_comm_allreduce_piece)
     bytes += 2 * ts_comm_tree_bytes(n - o < ts_comm_allreduce_piece ? n - o
                                                                     : ts_comm_allreduce_piece,
                                     c->size, c->rank);
-  if (!rc) rc = count(c, TS_COMM_ALLREDUCE, bytes, layer);
+  int rc = count(c, TS_COMM_ALLREDUCE, bytes, layer);
   TIMED(c, rc, allreduce_pieces(c, buf, n));
 }
 

@@ -11,7 +11,8 @@
 // Exactness (docs/EXACTNESS.md R6): the float reductions come in two kinds.
 //   *_tree  the canonical tree over ranks (R3), done with this library's own
 //           additions in the rounds of comm_tree.h; MPI (or NCCL) only moves
-//           bytes. Group size must be a power of two.
+//           bytes. Any group size: past the last rank the tree's positions
+//           are empty, as the serial tree pads its leaves.
 //   *_fast  MPI's own reduction (--fast): unspecified association, checked
 //           within a tolerance only.
 #ifndef TS_COMM_H

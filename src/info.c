@@ -17,7 +17,7 @@
 #include "backend.h"
 #include "cpu/isa.h"
 #include "run/fingerprint.h"
-#include "parallel/cp.h"
+#include "parallel/strategy.h"
 #include "tessera.h"
 
 #if defined(__clang__)

@@ -1,11 +1,11 @@
 // The parallel layout (ts_layout, tessera.h): the --sp-mode names and the
 // rules a layout must follow to be exact; each strategy adds its own
-// (src/parallel/cp.h).
+// (src/parallel/strategy.h).
 #include <stdio.h>
 #include <string.h>
 
 #include "boundary/boundary.h"
-#include "parallel/cp.h"
+#include "parallel/strategy.h"
 #include "tessera.h"
 
 static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
@@ -27,8 +27,8 @@ int ts_sp_mode_parse(const char *name, ts_sp_mode *out) {
 // The layout. Data parallelism is exact when every rank's gradient leaves
 // form an aligned subtree of the serial tree (docs/EXACTNESS.md R3): each rank holds
 // batch/dp whole sequences, i.e. (batch/dp)·(seq/leaf) leaves, and that count
-// and dp must be powers of two. --fast lets MPI sum, so it needs only whole
-// sequences per rank.
+// must be a power of two (dp may be any number). --fast lets MPI sum, so it
+// needs only whole sequences per rank.
 // A strategy's own setting (its `own_flags`), given while another strategy
 // runs, is refused naming the strategies that take it.
 static int foreign_setting(const ts_layout *lay, const char *flag, int given) {
@@ -83,7 +83,8 @@ static int check_zero(const ts_config *cfg, const ts_layout *lay) {
   return TS_OK;
 }
 
-int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
+// The rules of the ranks, the stages and the strategy.
+static int check_ranks(const ts_config *cfg, ts_layout *lay) {
   if (lay->dp < 1) return ts_fail(TS_EUSAGE, "--dp %d: must be >= 1", lay->dp);
   if (lay->sp < 1) return ts_fail(TS_EUSAGE, "--sp %d: must be >= 1", lay->sp);
   if (lay->pp < 1) return ts_fail(TS_EUSAGE, "--pp %d: must be >= 1", lay->pp);
@@ -145,19 +146,18 @@ int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
                      "of tiles (%d) and of leaves (%d), so that its sums are subtrees of the "
                      "serial trees",
                      T, N, T / N, cfg->tile, cfg->leaf);
-    // the strategy's own rules (src/parallel/, cp.h)
+    // the strategy's own rules (src/parallel/, strategy.h)
     const ts_cp *cp = ts_cp_get(lay->sp_mode);
     int rc;
     if (!cp) return ts_fail(TS_EUSAGE, "--sp-mode: no strategy %d", (int)lay->sp_mode);
     if (cp->check && (rc = cp->check(cfg, lay))) return rc;
   }
+  // Any number of data ranks: the tree over them has empty positions past
+  // the last (comm_tree.h), as the serial tree over the batch's leaves has
+  // empty leaves past the last, so each rank's aligned subtree sits where
+  // the serial tree has it.
   const int D = lay->dp;
   if (D == 1) return TS_OK;
-  if (!cfg->fast && !is_pow2(D))
-    return ts_fail(TS_EUSAGE,
-                   "--dp %d: must be a power of two (exact data parallelism combines the ranks' "
-                   "gradients as a binary tree; --fast lifts this)",
-                   D);
   if (cfg->batch % D != 0)
     return ts_fail(TS_EUSAGE,
                    "--batch %d: must be divisible by --dp %d (each rank holds whole sequences)",
@@ -170,4 +170,23 @@ int ts_layout_check(const ts_config *cfg, ts_layout *lay) {
                    "serial tree; choose --batch so that batch/dp x seq/leaf is a power of two",
                    cfg->batch, D, cfg->batch / D, cfg->seq / cfg->leaf, per_rank);
   return TS_OK;
+}
+
+// What a device has not built: the host-only strategies (cp.h) and the
+// --zero stages that give a layer's host pages back between uses.
+static int check_device(const ts_layout *lay, const char *device) {
+  if (strcmp(device, "cpu") == 0) return TS_OK;
+  if (lay->zero >= 2)
+    return ts_fail(TS_EUSAGE, "--zero %d with --device %s: not built (stages 2 and 3 give a "
+                   "layer's host pages back between uses; use --zero 1)", lay->zero, device);
+  if (lay->sp > 1 && ts_cp_get(lay->sp_mode)->host_only)
+    return ts_fail(TS_EUSAGE, "--sp-mode %s with --device %s: not built (the contiguous LSS modes "
+                   "are)", ts_sp_mode_names[lay->sp_mode], device);
+  return TS_OK;
+}
+
+int ts_layout_check(const ts_config *cfg, ts_layout *lay, const char *device) {
+  int rc = check_ranks(cfg, lay);
+  if (!rc) rc = check_device(lay, device ? device : "cpu");
+  return rc;
 }

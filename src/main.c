@@ -29,7 +29,7 @@
 #include "compare.h"
 #include "cpu/isa.h"
 #include "data.h"
-#include "parallel/cp.h"
+#include "parallel/strategy.h"
 #include "parallel/grid.h"
 #include "plot.h"
 #include "run/omp_env.h"
@@ -43,14 +43,30 @@ enum {
   C_PLOT = 128
 };
 
-typedef struct {
+typedef struct cli cli;
+typedef struct command command;
+// A command's work once its flags are read (pos: the positional arguments):
+// the process's exit status.
+typedef int (*command_fn)(const command *cmd, cli *c, const char *const *pos, int n_pos);
+static int run_train(const command *cmd, cli *c, const char *const *pos, int n_pos);
+static int run_eval(const command *cmd, cli *c, const char *const *pos, int n_pos);
+static int run_sample(const command *cmd, cli *c, const char *const *pos, int n_pos);
+static int run_dump(const command *cmd, cli *c, const char *const *pos, int n_pos);
+static int run_compare(const command *cmd, cli *c, const char *const *pos, int n_pos);
+static int run_tokenize(const command *cmd, cli *c, const char *const *pos, int n_pos);
+static int run_plot(const command *cmd, cli *c, const char *const *pos, int n_pos);
+static int run_info(const command *cmd, cli *c, const char *const *pos, int n_pos);
+
+struct command {
   const char *name;
   int id;
   const char *args;    // after "tessera NAME" in the usage line
   const char *summary; // one line for `tessera --help`
   const char *about;   // a paragraph for `tessera NAME --help`
   const char *example;
-} command;
+  command_fn run;
+  int model; // 1: its flags are a model's run (checked as one), on a backend chosen first
+};
 
 static const command commands[] = {
     {"train", C_TRAIN, "[flags]", "train a model, logging every step",
@@ -67,7 +83,8 @@ static const command commands[] = {
      "SIGTERM, SIGINT or SIGHUP stops the run after the step under way, writes that\n"
      "step's checkpoint (with --ckpt-dir) and exits 128 + the signal's number (143,\n"
      "130, 129), saying how to --resume; a second signal exits at once.",
-     "tessera train --model mini --steps 200 --data data/corpus.txt --log run.jsonl"},
+     "tessera train --model mini --steps 200 --data data/corpus.txt --log run.jsonl",
+     run_train, 1},
     {"eval", C_EVAL, "--ckpt FILE [flags]", "evaluate a checkpoint on the validation split",
      "Computes the mean validation loss of a checkpoint; the model comes from the\n"
      "checkpoint, the number of batches from the flags, the data from --data or\n"
@@ -75,7 +92,8 @@ static const command commands[] = {
      "--val-frac). Only the validation split is read (--val-data, else the tail of\n"
      "--data); a .bin without llm.c's header is read as the checkpoint's raw token\n"
      "ids unless --data-format says otherwise.",
-     "tessera eval --ckpt ckpt/step-00000200.safetensors --eval-batches 16"},
+     "tessera eval --ckpt ckpt/step-00000200.safetensors --eval-batches 16",
+     run_eval, 1},
     {"sample", C_SAMPLE, "--ckpt FILE --prompt TEXT [flags]", "generate text from a checkpoint",
      "Continues a prompt with tokens drawn from a checkpoint's model (GPT or LLaMA)\n"
      "and prints the prompt and its continuation as text (docs/SAMPLING.md). Each\n"
@@ -86,12 +104,14 @@ static const command commands[] = {
      "--seed and the token's position; --temperature 0 is greedy (argmax). --top-k\n"
      "keeps the k most probable tokens, then --top-p the fewest of those whose\n"
      "probability reaches p.",
-     "tessera sample --ckpt ckpt/step-00000200.safetensors --prompt 'the model' --tokens 200"},
+     "tessera sample --ckpt ckpt/step-00000200.safetensors --prompt 'the model' --tokens 200",
+     run_sample, 1},
     {"dump", C_DUMP, "--out DIR [flags]", "write golden reference outputs for a configuration",
      "Writes the initial parameters, one forward/backward pass and a short training\n"
      "trajectory of a configuration into DIR (the files under golden/ and the\n"
      "PyTorch oracle's inputs).",
-     "tessera dump --model tiny --out golden/tiny --traj-steps 10"},
+     "tessera dump --model tiny --out golden/tiny --traj-steps 10",
+     run_dump, 1},
     {"compare", C_COMPARE, "A.jsonl B.jsonl [--rtol R] | A.safetensors B.safetensors",
      "compare two run logs (or two checkpoints), report the first divergence",
      "Compares two run logs record by record on their results (losses, gradient\n"
@@ -102,7 +122,8 @@ static const command commands[] = {
      "whatever layout wrote them (the run's own settings, paths and threads, may\n"
      "differ); prints \"same model state\" or the first difference.\n"
      "Exit status: 0 equal, 1 different, 2 unreadable or malformed input.",
-     "tessera compare serial.jsonl sp4.jsonl"},
+     "tessera compare serial.jsonl sp4.jsonl",
+     run_compare, 0},
     {"tokenize", C_TOKENIZE, "--tokenizer MODEL --in TEXT --out TOKENS [flags]",
      "turn a text file into a token file with a SentencePiece tokenizer",
      "Encodes a text file with a SentencePiece model (trained with spm_train, see\n"
@@ -113,7 +134,8 @@ static const command commands[] = {
      "time, the output written to a temporary name and renamed when complete.\n"
      "Then: tessera train --data TOKENS --data-format u16 --vocab V --tokenizer MODEL.\n"
      "With --ckpt the tokenizer is the one that checkpoint was trained with.",
-     "tessera tokenize --tokenizer m.model --in text.txt --out tokens.bin"},
+     "tessera tokenize --tokenizer m.model --in text.txt --out tokens.bin",
+     run_tokenize, 0},
     {"plot", C_PLOT, "A.jsonl [B.jsonl ...] --out FILE.svg [flags]",
      "draw the training and validation loss of run logs (SVG)",
      "Draws the training loss (a line) and the validation loss (markers) of one or\n"
@@ -121,15 +143,17 @@ static const command commands[] = {
      "and named by their files in the legend, as one SVG file. A log that tessera\n"
      "compare would refuse is refused the same way (exit 2, naming file and line);\n"
      "a non-finite loss (a diverged step) is left out and breaks the line.",
-     "tessera plot a.jsonl b.jsonl --out loss.svg --x tokens"},
+     "tessera plot a.jsonl b.jsonl --out loss.svg --x tokens",
+     run_plot, 0},
     {"info", C_INFO, "", "show the build: version, compiler, BLAS, MPI, backends",
-     "Shows what this binary was built with and the exactness defaults.", "tessera info"},
+     "Shows what this binary was built with and the exactness defaults.", "tessera info",
+     run_info, 0},
 };
 #define N_COMMANDS ((int)(sizeof commands / sizeof commands[0]))
 
 // ---------------------------------------------------------------------------
 // Everything the flags can set: the run configuration plus command options.
-typedef struct {
+struct cli {
   ts_config cfg;
   char device[8];
   char precision[8];
@@ -152,7 +176,7 @@ typedef struct {
   int log_y;
   int traj_steps;
   double rtol; // compare
-} cli;
+};
 
 static void cli_defaults(cli *c) {
   snprintf(c->device, sizeof c->device, "cpu");
@@ -392,7 +416,7 @@ static const flag flags[] = {
      "off", TED, G_RUN, NULL},
     // parallel layout
     {"--dp", K_INT, AT(lay.dp), 0, "D",
-     "data-parallel ranks: a power of two dividing --batch (mpiexec -n D)", NULL, TRAIN, G_PAR,
+     "data-parallel ranks, any number dividing --batch (mpiexec -n D)", NULL, TRAIN, G_PAR,
      check_parallel},
     {"--sp", K_INT, AT(lay.sp), 0, "N",
      "sequence-parallel ranks: a power of two; --seq splits into N segments (mpiexec -n D*N)",
@@ -1035,7 +1059,7 @@ static int finish(const command *cmd, int rc) {
 }
 
 // tessera tokenize: its files checked (none overwrites another), then the run.
-static int tokenize(const command *cmd, const cli *c) {
+static int run_tokenize(const command *cmd, cli *c, const char *const *pos, int n_pos) {
   const char *model = c->cfg.tokenizer_path, *ck = c->ckpt;
   int rc = TS_OK;
   if (!c->in[0]) rc = ts_fail(TS_EUSAGE, "--in TEXT is required");
@@ -1053,7 +1077,7 @@ static int tokenize(const command *cmd, const cli *c) {
 }
 
 // tessera compare: two logs, or two checkpoints.
-static int compare(const command *cmd, const cli *c, const char *const *pos, int n_pos) {
+static int run_compare(const command *cmd, cli *c, const char *const *pos, int n_pos) {
   if (n_pos != 2) {
     ts_fail(TS_EUSAGE, "needs two run logs (tessera compare A.jsonl B.jsonl)");
     return usage_error(cmd);
@@ -1069,7 +1093,7 @@ static int compare(const command *cmd, const cli *c, const char *const *pos, int
 }
 
 // tessera plot: the logs, then the drawing. The SVG must not replace a log.
-static int plot(const command *cmd, const cli *c, const char *const *logs, int n_logs) {
+static int run_plot(const command *cmd, cli *c, const char *const *logs, int n_logs) {
   if (n_logs == 0) {
     ts_fail(TS_EUSAGE, "needs at least one run log (tessera plot A.jsonl --out loss.svg)");
     return usage_error(cmd);
@@ -1088,35 +1112,182 @@ static int plot(const command *cmd, const cli *c, const char *const *logs, int n
   return rc == TS_EUSAGE ? usage_error(cmd) : finish(cmd, rc);
 }
 
-int main(int argc, char **argv) {
-  ts_wait_policy_passive(argv); // (src/run/omp_env.c: why)
-  if (argc < 2) {
+static int run_info(const command *cmd, cli *c, const char *const *pos, int n_pos) {
+  return finish(cmd, ts_info());
+}
+
+static int run_train(const command *cmd, cli *c, const char *const *pos, int n_pos) {
+  int rc = ranks_accept(cmd);
+  return rc ? rc : finish(cmd, ts_train(&c->cfg, &c->lay));
+}
+
+static int run_eval(const command *cmd, cli *c, const char *const *pos, int n_pos) {
+  return finish(cmd, ts_eval(&c->cfg, c->ckpt));
+}
+
+static int run_sample(const command *cmd, cli *c, const char *const *pos, int n_pos) {
+  const ts_sample_opts o = {.ckpt = c->ckpt,
+                            .prompt = c->prompt_given == 1 ? c->prompt : NULL,
+                            .prompt_file = c->prompt_file,
+                            .tokenizer = c->tokenizer,
+                            .tokens = c->tokens,
+                            .temperature = c->temperature,
+                            .top_k = c->top_k,
+                            .top_p = c->top_p,
+                            .seed = c->sample_seed,
+                            .json = c->json};
+  return finish(cmd, ts_sample(&c->cfg, &o, stdout));
+}
+
+static int run_dump(const command *cmd, cli *c, const char *const *pos, int n_pos) {
+  return finish(cmd, ts_dump(&c->cfg, c->out, c->traj_steps));
+}
+
+// What needs no command line: none (usage), --help, help COMMAND and
+// --version. Returns 1 with *status set when it answered.
+static int answered_alone(int argc, char **argv, int *status) {
+  const char *name = argc < 2 ? NULL : argv[1];
+  *status = 0;
+  if (!name) {
     main_help(stderr);
+    *status = 2;
+  } else if (strcmp(name, "help") == 0 && argc > 2) {
+    for (int i = 0; i < N_COMMANDS; i++)
+      if (strcmp(argv[2], commands[i].name) == 0) {
+        command_help(&commands[i], stdout);
+        return 1;
+      }
+    fprintf(stderr, "tessera: unknown command '%s' (see 'tessera --help')\n", argv[2]);
+    *status = 2;
+  } else if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+    main_help(stdout);
+  } else if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) {
+    printf("tessera %s\n", TS_VERSION_STRING);
+  } else {
+    return 0;
+  }
+  return 1;
+}
+
+// The environment is input too: TESSERA_ISA picks the path of the exact
+// products (same bits on each), and a name this CPU cannot run is refused
+// before any work, never ignored, as is an OPENBLAS_CORETYPE whose kernel
+// it cannot run (OpenBLAS would die of SIGILL); OpenMP's own settings are checked like
+// --threads (libgomp crashes on some). 0, or the exit status.
+static int check_environment(void) {
+  char isa_err[200];
+  if (ts_isa_check_env(isa_err, sizeof isa_err) != 0 ||
+      ts_isa_check_blas_env(isa_err, sizeof isa_err) != 0) {
+    fprintf(stderr, "tessera: %s\n", isa_err);
     return 2;
   }
-  const char *name = argv[1];
-  if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
-    if (strcmp(name, "help") == 0 && argc > 2) {
-      for (int i = 0; i < N_COMMANDS; i++)
-        if (strcmp(argv[2], commands[i].name) == 0) {
-          command_help(&commands[i], stdout);
-          return 0;
-        }
-      fprintf(stderr, "tessera: unknown command '%s' (see 'tessera --help')\n", argv[2]);
-      return 2;
+  if (ts_omp_env_check() != TS_OK) {
+    fprintf(stderr, "tessera: %s\n", ts_errmsg());
+    return 2;
+  }
+  return 0;
+}
+
+// The flags into *c and the positional arguments into *pos (the logs of
+// compare and plot; the caller frees it). 0, or the exit status.
+static int read_flags(const command *cmd, int argc, char **argv, cli *c, const char ***pos,
+                      int *n_pos) {
+  parsed *p = calloc((size_t)argc + 1, sizeof *p);
+  *pos = calloc((size_t)argc + 1, sizeof **pos);
+  if (p == NULL || *pos == NULL) {
+    free(p);
+    free(*pos);
+    *pos = NULL;
+    ts_mpi_finalize();
+    fprintf(stderr, "tessera: out of memory\n");
+    return 1;
+  }
+  int n = 0;
+  *n_pos = 0;
+  int rc = parse_args(cmd, argc, argv, p, &n, *pos, n_pos);
+  if (rc == TS_OK) rc = build(p, n, c);
+  free(p);
+  if (rc == TS_OK) return 0;
+  free(*pos);
+  *pos = NULL;
+  return usage_error(cmd);
+}
+
+// The flags of a model's run that no single flag's check sees: those a
+// command requires, and those that exclude each other.
+static int check_required(const command *cmd, const cli *c) {
+  if ((cmd->id == C_EVAL || cmd->id == C_SAMPLE) && c->ckpt[0] == '\0')
+    return ts_fail(TS_EUSAGE, "--ckpt FILE is required");
+  if (cmd->id == C_SAMPLE && c->prompt_given != 1 && c->prompt_given != 2)
+    return ts_fail(TS_EUSAGE, c->prompt_given ? "--prompt, --prompt-file: give one of them, not both"
+                                              : "--prompt TEXT or --prompt-file FILE is required");
+  if (cmd->id == C_DUMP && c->out[0] == '\0') return ts_fail(TS_EUSAGE, "--out DIR is required");
+  if (cmd->id == C_DUMP && c->cfg.fused_ce)
+    return ts_fail(TS_EUSAGE, "--fused-ce: a dump holds the logits, which --fused-ce never keeps; "
+                   "dump without it (on the CPU it gives the same bits)");
+  // the validation file is the validation split: no fraction of --data is held out
+  if (c->cfg.val_path[0] && c->val_frac_given)
+    return ts_fail(TS_EUSAGE, "--val-frac: not with --val-data (that file is the validation split "
+                   "and all of --data trains)");
+  if (c->cfg.init_from[0] && c->cfg.resume)
+    return ts_fail(TS_EUSAGE, "--init-from: not with --resume (a resumed run's weights and "
+                   "optimizer state are its checkpoint's)");
+  return TS_OK;
+}
+
+// A model's run, checked whole before anything runs: the configuration, the
+// layout on its device, the outputs against the inputs, and the data's
+// format where the files say it, or fail to (a .bin that does not): a usage
+// error now, said once by rank 0. A file that cannot be read is the run's to
+// report, in its order (eval: the checkpoint's format may decide,
+// run/eval.c; --resume without --data: the checkpoint's data).
+static int check_run(const command *cmd, cli *c) {
+  int rc = check_required(cmd, c);
+  if (rc) return rc;
+  // a pipeline's stages are the compressed model's unless said otherwise
+  if (c->cfg.compress != TS_COMPRESS_NONE && c->cfg.compress_stages == 0)
+    c->cfg.compress_stages = c->lay.pp;
+  if (cmd->id == C_SAMPLE) c->cfg.threads = c->sample_threads;
+  rc = ts_config_finalize(&c->cfg);
+  if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_layout_check(&c->cfg, &c->lay, c->device);
+  if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_grid_check(c->lay.dp, c->lay.sp, c->lay.pp);
+  if (rc == TS_OK) rc = check_outputs(cmd, c);
+  if (rc == TS_OK && cmd->id != C_EVAL && cmd->id != C_SAMPLE &&
+      !(c->cfg.resume && c->cfg.data_from_ckpt)) {
+    int format;
+    int drc = ts_data_resolve(c->cfg.data_path, c->cfg.val_path, c->cfg.data_format, &format);
+    if (drc == TS_EUSAGE) rc = drc;
+    if (drc == TS_OK) {
+      c->cfg.data_format = format;
+      rc = ts_data_check_vocab(format, c->cfg.vocab, c->cfg.data_path);
     }
-    main_help(stdout);
-    return 0;
   }
-  if (strcmp(name, "--version") == 0 || strcmp(name, "-V") == 0) {
-    printf("tessera %s\n", TS_VERSION_STRING);
-    return 0;
-  }
+  return rc;
+}
+
+// A model's run checked and its backend chosen (after MPI is up, so that
+// the ranks of a node take different GPUs). 0, or the exit status.
+static int prepare_run(const command *cmd, cli *c) {
+  if (check_run(cmd, c) != TS_OK) return usage_error(cmd);
+  const ts_backend *be = NULL;
+  int rc = ts_backend_get(c->device,
+                          strcmp(c->precision, "bf16") == 0 ? TS_PRECISION_BF16 : TS_PRECISION_FP32,
+                          c->cfg.fast, &be);
+  if (rc == TS_EUSAGE) return usage_error(cmd);
+  if (rc != TS_OK) return finish(cmd, rc);
+  ts_backend_set(be);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  ts_wait_policy_passive(argv); // (src/run/omp_env.c: why)
+  int rc;
+  if (answered_alone(argc, argv, &rc)) return rc;
   const command *cmd = NULL;
   for (int i = 0; i < N_COMMANDS; i++)
-    if (strcmp(name, commands[i].name) == 0) cmd = &commands[i];
+    if (strcmp(argv[1], commands[i].name) == 0) cmd = &commands[i];
   if (cmd == NULL) {
-    fprintf(stderr, "tessera: unknown command '%s' (see 'tessera --help')\n", name);
+    fprintf(stderr, "tessera: unknown command '%s' (see 'tessera --help')\n", argv[1]);
     return 2;
   }
   argc -= 2;
@@ -1126,142 +1297,18 @@ int main(int argc, char **argv) {
       command_help(cmd, stdout);
       return 0;
     }
-  // TESSERA_ISA picks the path of the exact products (same bits on each): a
-  // name this CPU cannot run is refused before any work, never ignored.
-  char isa_err[160];
-  if (ts_isa_check_env(isa_err, sizeof isa_err) != 0) {
-    fprintf(stderr, "tessera: %s\n", isa_err);
-    return 2;
-  }
-  // OpenMP's own settings, checked like --threads (libgomp crashes on some)
-  if (ts_omp_env_check() != TS_OK) {
-    fprintf(stderr, "tessera: %s\n", ts_errmsg());
-    return 2;
-  }
-
+  if ((rc = check_environment())) return rc;
   // Before parsing, so that a usage error is printed by rank 0 alone.
   if (cmd->id == C_TRAIN && ts_mpi_init(NULL, NULL) != TS_OK) {
     fprintf(stderr, "tessera: %s\n", ts_errmsg());
     return 1;
   }
-
-  parsed *p = calloc((size_t)argc + 1, sizeof *p);
-  if (p == NULL) {
-    ts_mpi_finalize();
-    fprintf(stderr, "tessera: out of memory\n");
-    return 1;
-  }
-  const char **pos = calloc((size_t)argc + 1, sizeof *pos); // the logs of compare, plot
-  if (pos == NULL) {
-    free(p);
-    ts_mpi_finalize();
-    fprintf(stderr, "tessera: out of memory\n");
-    return 1;
-  }
-  int n = 0, n_pos = 0;
   cli c;
-  int rc = parse_args(cmd, argc, argv, p, &n, pos, &n_pos);
-  if (rc == TS_OK) rc = build(p, n, &c);
-  free(p);
-  if (rc != TS_OK) {
-    free(pos);
-    return usage_error(cmd);
-  }
-  if (cmd->id == C_COMPARE || cmd->id == C_PLOT) {
-    rc = cmd->id == C_PLOT ? plot(cmd, &c, pos, n_pos) : compare(cmd, &c, pos, n_pos);
-    free(pos);
-    return rc;
-  }
+  const char **pos;
+  int n_pos;
+  if ((rc = read_flags(cmd, argc, argv, &c, &pos, &n_pos))) return rc;
+  rc = cmd->model ? prepare_run(cmd, &c) : 0;
+  if (rc == 0) rc = cmd->run(cmd, &c, pos, n_pos);
   free(pos);
-  if (cmd->id == C_INFO) return finish(cmd, ts_info());
-  if (cmd->id == C_TOKENIZE) return tokenize(cmd, &c);
-
-  if ((cmd->id == C_EVAL || cmd->id == C_SAMPLE) && c.ckpt[0] == '\0') {
-    ts_fail(TS_EUSAGE, "--ckpt FILE is required");
-    return usage_error(cmd);
-  }
-  if (cmd->id == C_SAMPLE && c.prompt_given != 1 && c.prompt_given != 2) {
-    ts_fail(TS_EUSAGE, c.prompt_given ? "--prompt, --prompt-file: give one of them, not both"
-                                      : "--prompt TEXT or --prompt-file FILE is required");
-    return usage_error(cmd);
-  }
-  if (cmd->id == C_DUMP && c.out[0] == '\0') {
-    ts_fail(TS_EUSAGE, "--out DIR is required");
-    return usage_error(cmd);
-  }
-  if (cmd->id == C_DUMP && c.cfg.fused_ce) {
-    ts_fail(TS_EUSAGE, "--fused-ce: a dump holds the logits, which --fused-ce never keeps; dump "
-                       "without it (on the CPU it gives the same bits)");
-    return usage_error(cmd);
-  }
-  // the validation file is the validation split: no fraction of --data is held out
-  if (c.cfg.val_path[0] && c.val_frac_given) {
-    ts_fail(TS_EUSAGE, "--val-frac: not with --val-data (that file is the validation split and "
-                       "all of --data trains)");
-    return usage_error(cmd);
-  }
-  if (c.cfg.init_from[0] && c.cfg.resume) {
-    ts_fail(TS_EUSAGE, "--init-from: not with --resume (a resumed run's weights and optimizer "
-                       "state are its checkpoint's)");
-    return usage_error(cmd);
-  }
-  // a pipeline's stages are the compressed model's unless said otherwise
-  if (c.cfg.compress != TS_COMPRESS_NONE && c.cfg.compress_stages == 0)
-    c.cfg.compress_stages = c.lay.pp;
-  if (cmd->id == C_SAMPLE) c.cfg.threads = c.sample_threads;
-  rc = ts_config_finalize(&c.cfg);
-  if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_layout_check(&c.cfg, &c.lay);
-  if (rc == TS_OK && cmd->id == C_TRAIN && c.lay.zero >= 2 && strcmp(c.device, "cpu") != 0)
-    rc = ts_fail(TS_EUSAGE, "--zero %d with --device %s: not built (stages 2 and 3 give a "
-                 "layer's host pages back between uses; use --zero 1)", c.lay.zero, c.device);
-  if (rc == TS_OK && cmd->id == C_TRAIN && c.lay.sp > 1 && ts_cp_get(c.lay.sp_mode)->host_only &&
-      strcmp(c.device, "cpu") != 0)
-    rc = ts_fail(TS_EUSAGE, "--sp-mode %s with --device %s: not built (the contiguous LSS modes "
-                 "are)", ts_sp_mode_names[c.lay.sp_mode], c.device);
-  if (rc == TS_OK && cmd->id == C_TRAIN) rc = ts_grid_check(c.lay.dp, c.lay.sp, c.lay.pp);
-  if (rc == TS_OK) rc = check_outputs(cmd, &c);
-  // The data's format where the files say it, or fail to (a .bin that does
-  // not): a usage error now, said once by rank 0. A file that cannot be read
-  // is the run's to report, in its order (eval: the checkpoint's format may
-  // decide, run/eval.c).
-  // (--resume without --data: the checkpoint's data, which the run resolves)
-  if (rc == TS_OK && cmd->id != C_EVAL && cmd->id != C_SAMPLE &&
-      !(c.cfg.resume && c.cfg.data_from_ckpt)) {
-    int format;
-    int drc = ts_data_resolve(c.cfg.data_path, c.cfg.val_path, c.cfg.data_format, &format);
-    if (drc == TS_EUSAGE) rc = drc;
-    if (drc == TS_OK) {
-      c.cfg.data_format = format;
-      rc = ts_data_check_vocab(format, c.cfg.vocab, c.cfg.data_path);
-    }
-  }
-  if (rc != TS_OK) return usage_error(cmd);
-  // After MPI is up, so that the ranks of a node take different GPUs.
-  const ts_backend *be = NULL;
-  rc = ts_backend_get(c.device,
-                      strcmp(c.precision, "bf16") == 0 ? TS_PRECISION_BF16 : TS_PRECISION_FP32,
-                      c.cfg.fast, &be);
-  if (rc == TS_EUSAGE) return usage_error(cmd);
-  if (rc != TS_OK) return finish(cmd, rc);
-  ts_backend_set(be);
-  if (cmd->id == C_TRAIN && (rc = ranks_accept(cmd))) return rc;
-  switch (cmd->id) {
-  case C_TRAIN: return finish(cmd, ts_train(&c.cfg, &c.lay));
-  case C_EVAL: return finish(cmd, ts_eval(&c.cfg, c.ckpt));
-  case C_SAMPLE: {
-    const ts_sample_opts o = {.ckpt = c.ckpt,
-                              .prompt = c.prompt_given == 1 ? c.prompt : NULL,
-                              .prompt_file = c.prompt_file,
-                              .tokenizer = c.tokenizer,
-                              .tokens = c.tokens,
-                              .temperature = c.temperature,
-                              .top_k = c.top_k,
-                              .top_p = c.top_p,
-                              .seed = c.sample_seed,
-                              .json = c.json};
-    return finish(cmd, ts_sample(&c.cfg, &o, stdout));
-  }
-  case C_DUMP: return finish(cmd, ts_dump(&c.cfg, c.out, c.traj_steps));
-  }
-  return 2;
+  return rc;
 }

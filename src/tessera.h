@@ -225,15 +225,8 @@ extern const char *const ts_preset_names[];
 // JSON form in logs and checkpoints: any layout resumes any other's).
 // How a sequence group shares one sequence (docs/ALGORITHMS.md §2–§4): one
 // strategy per value, each in its own file of src/parallel/ (cp.h), listed
-// in src/parallel/strategies.def:
-//   lss          fused all-gather, distributed Q, gradient averaging: 2 per layer
-//   lss-fused    ablation: + concatenation of the attention outputs: 4 per layer
-//   lss-basic    ablation: K and V gathered separately + concatenation: 6 per layer
-//   megatron     tensor-split heads and MLP, sequence-split norms: 8 per layer
-//   ulysses      head-parallel attention by all-to-alls (DeepSpeed Ulysses)
-//   upipe        Ulysses in stages of U heads (UPipe)
-//   ring         ring attention: key/value blocks passed around (tolerance tier)
-//   ring-zigzag  ring attention on chunks r and 2N-1-r of 2N (balanced causal work)
+// in the registry src/parallel/strategies.def; each table's `summary` says
+// what it is (`tessera train --help` prints them).
 typedef enum {
 #define TS_CP(ID, NAME, TABLE) TS_SP_##ID,
 #include "parallel/strategies.def"
@@ -257,9 +250,11 @@ typedef struct {
   int ulysses_degree; // hybrid strategies: ranks of the inner head-parallel group (0: default)
   int zero;           // ZeRO stage over the replica group (0: none; 1: the optimizer moments sharded)
 } ts_layout;
-// Checks a layout against a finalized config (TS_EUSAGE naming the flag) and
-// fills in UPipe's defaults (upipe_u 0, upipe_sched -1).
-int ts_layout_check(const ts_config *cfg, ts_layout *lay);
+// Checks a layout against a finalized config and the device that runs it
+// ("cpu", "cuda"; NULL: "cpu"), TS_EUSAGE naming the flag, and fills in
+// UPipe's defaults (upipe_u 0, upipe_sched -1). Every rule a layout follows
+// is here: ts_train applies it too, for programs that call it directly.
+int ts_layout_check(const ts_config *cfg, ts_layout *lay, const char *device);
 
 // Default tile and leaf for a sequence length (docs/EXACTNESS.md: min(64, T/8), min(256, T/8)).
 int ts_default_tile(int T);

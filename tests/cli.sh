@@ -341,6 +341,17 @@ expect_exit 2 "" env OMP_NUM_THREADS=two "$T" $TINY1 && last_line_is "^tessera: 
 expect_exit 2 "^tessera: OMP_STACKSIZE=16K: must be a size of at least 1M" env OMP_STACKSIZE=16K "$T" $TINY1
 expect_exit 2 "" env OMP_THREAD_LIMIT=-1 "$T" $TINY1 && last_line_is "^tessera: OMP_THREAD_LIMIT=-1: "
 expect_exit 0 "" env OMP_NUM_THREADS=2,1 OMP_STACKSIZE=4M "$T" $TINY1
+# OpenBLAS runs the kernel OPENBLAS_CORETYPE names whether or not the CPU can
+# (the roof's sgemm then dies of SIGILL): one the CPU cannot run is refused
+if [ -r /proc/cpuinfo ] && [ "$(uname -m)" = x86_64 ]; then
+  if grep -qw avx512f /proc/cpuinfo; then
+    expect_exit 0 "" env OPENBLAS_CORETYPE=SkylakeX "$T" $TINY1
+  else
+    expect_exit 2 "^tessera: OPENBLAS_CORETYPE=SkylakeX: this CPU cannot run that OpenBLAS kernel \\(it lacks avx512f\\)" \
+      env OPENBLAS_CORETYPE=SkylakeX "$T" $TINY1
+  fi
+  expect_exit 0 "" env OPENBLAS_CORETYPE=Sandybridge "$T" $TINY1
+fi
 
 # --- a FIFO is refused, never waited on in open() --------------------------------
 # (timeout: before, each of these blocked forever waiting for the FIFO's other end)

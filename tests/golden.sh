@@ -22,7 +22,10 @@ for isa in avx512 avx2 neon; do have $isa && { best=$isa; break; }; done
 runs="$best:-"
 [ "$best" != avx2 ] && have avx2 && runs="$runs avx2:-"
 # (a build without BLAS has no kernel to pick: those runs would repeat the first)
-"$TESSERA_BIN" info 2>/dev/null | grep -q '^ *BLAS *OpenBLAS' && runs="$runs $best:Sandybridge $best:SkylakeX"
+# (SkylakeX only where the CPU has AVX-512: OpenBLAS dies of SIGILL otherwise)
+blas_wide=SkylakeX
+grep -qw avx512f /proc/cpuinfo 2>/dev/null || blas_wide=Haswell
+"$TESSERA_BIN" info 2>/dev/null | grep -q '^ *BLAS *OpenBLAS' && runs="$runs $best:Sandybridge $best:$blas_wide"
 echo "instruction sets: $best$(have avx2 && [ "$best" != avx2 ] && echo ', avx2'), generic (on: $GENERIC)"
 
 # dump NAME ISA CORETYPE OUT: one dump, compared file by file

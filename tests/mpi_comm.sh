@@ -11,7 +11,7 @@ if [ ! -x "$PROG" ]; then
   exit 99
 fi
 
-for n in 2 4; do
+for n in 2 3 4; do
   # ranks busy-poll: with more ranks than cores a collective costs ms, not µs
   if expect_exit 0 "" timeout -k 10 120 $MPIEXEC -n "$n" "$PROG"; then
     grep -E "PASSED|SKIPPED" "$TS_OUT" | sed "s/^/  [$n ranks] /"
@@ -25,7 +25,7 @@ done
 # memory (its MPI and staging paths), then in device memory (NCCL itself).
 EMU=${TESSERA_BUILDDIR:-$(dirname "$TESSERA_BIN")}/tests/test_comm_nccl_emu
 if [ -x "$EMU" ]; then
-  for n in 2 4; do
+  for n in 2 3 4; do
     for where in host device; do
       if expect_exit 0 "" env TS_EMU_DEVICES="$n" TS_TEST_BUFFERS=$where timeout 120 \
         $MPIEXEC -n "$n" "$EMU"; then

@@ -2,7 +2,8 @@
 # Exact data parallelism: `mpiexec -n D tessera train --dp D` equals the serial
 # run of the same global batch bit for bit (tessera compare says identical,
 # the final parameter hashes match), with dropout off and on, for D = 2 and 4,
-# and for D = 2 on a file of uint16 token ids.
+# for D = 2 on a file of uint16 token ids, and for D = 3 and 5 (data groups
+# of any size), also under --zero 2 and with gradient accumulation.
 # The step records count the collectives: per step one tree all-reduce of the
 # N gradient floats, 16·N·(D-1)/D bytes on rank 0 (4N(D-1)/D sent and as many
 # received in each of its two phases), and one all-gather of the ranks' loss
@@ -205,9 +206,36 @@ if expect_exit 0 "" "$T" train $TOK --log "$TS_TMP/tok-serial.jsonl" &&
   expect_stdout "^identical"
 fi
 
+# --- data groups that are not a power of two: the tree over ranks has empty
+# positions past the last rank, as the serial tree has empty leaves past the
+# batch's last (comm_tree.h), so D = 3 and 5 give the serial bits too. The
+# step's all-reduce bytes over the ranks are a power of two's, 16·N·(D-1)/D
+# each on average; rank 0 plays its own position alone.
+for spec in "3 6" "5 10"; do
+  D=${spec% *} B=${spec#* }
+  S=$TS_TMP/serial-b$B.jsonl L=$TS_TMP/dp$D-b$B.jsonl
+  expect_exit 0 "" "$T" train $BASE --batch $B --dropout 0.1 --log "$S" || continue
+  expect_exit 0 "" $RUN_MPI -n $D "$T" train $BASE --batch $B --dropout 0.1 --dp $D --log "$L" || continue
+  expect_exit 0 "" "$T" compare "$S" "$L"
+  expect_stdout "^identical"
+done
+# with --zero 2 (the gradients reduce-scattered over the 3 ranks) and with
+# gradient accumulation
+S=$TS_TMP/serial-b12.jsonl
+expect_exit 0 "" "$T" train $BASE --batch 12 --log "$S"
+for extra in "--zero 2" "--microbatches 2"; do
+  L=$TS_TMP/dp3-b12.jsonl
+  if expect_exit 0 "" $RUN_MPI -n 3 "$T" train $BASE --batch 12 --dp 3 $extra --log "$L"; then
+    expect_exit 0 "" "$T" compare "$S" "$L"
+    expect_stdout "^identical"
+  fi
+done
+
 # --- refused before any work: one line, exit 2, no log written ------------------------
 NOLOG=$TS_TMP/never.jsonl
-expect_exit 2 "--dp 3: must be a power of two" "$T" train $BASE --dp 3 --log "$NOLOG"
+# batch 9 over 3 ranks: 3 sequences x 8 leaves = 24 leaves per rank
+expect_exit 2 "--batch 9 with --dp 3: .*24 gradient leaves, not a power of two" \
+  "$T" train $BASE --batch 9 --dp 3 --log "$NOLOG"
 expect_exit 2 "--batch 2: must be divisible by --dp 4" "$T" train $BASE --batch 2 --dp 4 --log "$NOLOG"
 # batch 6 over 2 ranks: 3 sequences x 8 leaves = 24 leaves per rank
 expect_exit 2 "--batch 6 with --dp 2: .*24 gradient leaves, not a power of two" \

@@ -538,31 +538,43 @@ static void test_layout_rules(void **state) {
   base(&c, "tiny"); // B 4, T 64, leaf 8: 4 x 8 = 32 leaves
   assert_int_equal(ts_config_finalize(&c), TS_OK);
   ts_layout lay = {1, 1, 1, TS_SP_LSS, 0, -1, 1, 1};
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   lay.dp = 2; // 2 sequences x 8 leaves per rank
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   lay.dp = 4;
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   lay.dp = 3; // not a power of two
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--dp 3"));
   lay.dp = 8; // 4 sequences cannot be split over 8 ranks
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--batch 4"));
   c.batch = 6; // 3 sequences x 8 leaves per rank: not a subtree
   lay.dp = 2;
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "power of two"));
   c.fast = 1; // fast mode sums with MPI and only needs whole sequences
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   c.fast = 0;
   c.batch = 4;
   ts_layout pp = {1, 1, 2, TS_SP_LSS, 0, -1, 1, 1}, zero = {0, 1, 1, TS_SP_LSS, 0, -1, 1, 1};
-  assert_int_equal(ts_layout_check(&c, &pp), TS_OK); // a tied head runs in a pipeline too
+  assert_int_equal(ts_layout_check(&c, &pp, NULL), TS_OK); // a tied head runs in a pipeline too
   pp.pp = 3; // 2 layers
-  assert_int_equal(ts_layout_check(&c, &pp), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &pp, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--pp 3: the 2 layers must divide into 3 stages"));
-  assert_int_equal(ts_layout_check(&c, &zero), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &zero, NULL), TS_EUSAGE);
+  // what a device has not built is refused here too, not only by the CLI
+  ts_layout z2 = {2, 1, 1, TS_SP_LSS, 0, -1, 1, 1};
+  z2.zero = 2;
+  assert_int_equal(ts_layout_check(&c, &z2, "cpu"), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &z2, "cuda"), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--zero 2 with --device cuda"));
+  z2.zero = 1;
+  assert_int_equal(ts_layout_check(&c, &z2, "cuda"), TS_OK);
+  ts_layout host = {1, 2, 1, TS_SP_LSS_ZIGZAG, 0, -1, 1, 1};
+  assert_int_equal(ts_layout_check(&c, &host, NULL), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &host, "cuda"), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "with --device cuda: not built"));
 }
 
 // Sequence parallelism (tiny: T 64, tile 8, leaf 8): each segment must hold
@@ -575,47 +587,47 @@ static void test_sequence_layout_rules(void **state) {
   ts_layout lay = {1, 1, 1, TS_SP_LSS, 0, -1, 1, 1};
   for (int n = 1; n <= 8; n *= 2) {
     lay.sp = n;
-    assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+    assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   }
   lay.dp = 2; // composes with data parallelism
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   lay.dp = 1;
   lay.sp = 3;
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--sp 3: must be a power of two"));
   lay.sp = 16; // 4 tokens per segment: less than a tile
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--sp 16 segments of whole tiles"));
   c.seq = 96; // 48 tokens per segment: 6 tiles
   lay.sp = 2;
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "power of two of tiles"));
   c.fast = 1; // --fast sums with MPI: whole tiles and leaves are enough
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   lay.sp = 3; // 32 tokens each
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   lay.sp = 0;
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   // megatron splits heads and MLP columns: tiny's 4 heads allow up to 4 ranks
   c.fast = 0;
   c.seq = 64;
   lay.sp_mode = TS_SP_MEGATRON;
   lay.sp = 4;
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   lay.sp = 8;
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "the 4 heads and the MLP width 256 must divide by 8"));
   // its ranks own their blocks: not sharded again, nor orthogonalised whole
   lay.sp = 2;
   lay.zero = 1;
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--zero 1 with --sp-mode megatron: not built"));
   lay.zero = 0;
   c.optimizer = TS_OPT_MUON;
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--optimizer muon with --sp-mode megatron: not built"));
   c.optimizer = TS_OPT_ADAMW;
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
 }
 
 // Head-parallel attention (Ulysses, UPipe): whole heads and key/value heads
@@ -626,34 +638,34 @@ static void test_head_parallel_rules(void **state) {
   base(&c, "llama-tiny"); // H 4, Hkv 2
   assert_int_equal(ts_config_finalize(&c), TS_OK);
   ts_layout lay = {1, 2, 1, TS_SP_ULYSSES, 0, -1, 1, 1};
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   assert_int_equal(lay.upipe_u, 0); // Ulysses: all heads at once, UPipe's settings unset
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK); // and checked again (train.c) the same
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK); // and checked again (train.c) the same
   lay.upipe_u = 2;                                     // UPipe's alone
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--upipe-u: only with --sp N --sp-mode upipe"));
   lay.upipe_u = 0;
   lay.sp = 4;                       // 2 key/value heads over 4 ranks
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "2 key/value heads must divide by 4"));
   lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 0, -1, 1, 1};
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   assert_int_equal(lay.upipe_u, 2);     // default: U = N
   assert_int_equal(lay.upipe_sched, 1); // default with groups: gqa
   lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 3, 0, 1, 1};
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--upipe-u 3: must be a multiple of --sp 2"));
   lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 4, 1, 1, 1}; // gqa: U must divide Hkv
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 4, 0, 1, 1}; // natural: fine
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   base(&c, "tiny"); // no groups: no gqa schedule, natural by default
   assert_int_equal(ts_config_finalize(&c), TS_OK);
   lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 0, -1, 1, 1};
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   assert_int_equal(lay.upipe_sched, 0);
   lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 2, 1, 1, 1};
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
 }
 
 static void test_sp_mode_names(void **state) {
@@ -714,12 +726,12 @@ static void test_compress_rules(void **state) {
   c.compress = TS_COMPRESS_MAPL, c.compress_rank = 32, c.compress_stages = 4;
   assert_int_equal(ts_config_finalize(&c), TS_OK);
   ts_layout lay = {1, 1, 2, TS_SP_LSS, 0, -1, 1, 1};
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--pp 2 with --compress-stages 4"));
   lay.pp = 4;
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   lay.pp = 1, lay.sp = 2;
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--compress mapl with --sp 2"));
 }
 

@@ -168,20 +168,20 @@ static void test_rules_through_layout_check(void **state) {
   assert_int_equal(ts_config_finalize(&c), TS_OK);
   ts_layout lay = {.dp = 1, .sp = 4, .pp = 1, .sp_mode = TS_SP_USP, .upipe_sched = -1,
                    .microbatches = 1, .ulysses_degree = 0};
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   assert_int_equal(lay.ulysses_degree, 2); // the default: the largest divisor below N
   lay.ulysses_degree = 4;                  // 2 key/value heads do not split 4 ways
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--ulysses-degree 4"));
   lay = (ts_layout){.dp = 1, .sp = 2, .pp = 1, .sp_mode = TS_SP_MEGATRON, .upipe_sched = -1,
                     .microbatches = 1};
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE); // the GPT baseline only
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE); // the GPT baseline only
   assert_non_null(strstr(ts_errmsg(), "megatron"));
   lay.sp_mode = TS_SP_LSS;
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   // a strategy's own setting is refused with another strategy, naming its owner
   lay.ulysses_degree = 2;
-  assert_int_equal(ts_layout_check(&c, &lay), TS_EUSAGE);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--ulysses-degree: only with --sp N --sp-mode usp"));
 }
 

@@ -60,7 +60,7 @@ static ts_config tiny_config(int batch, int fast) {
   c.threads = 1;
   assert_int_equal(ts_config_finalize(&c), TS_OK);
   ts_layout lay = {DP, SP, 1, TS_SP_LSS, 0, -1, 1, 1};
-  assert_int_equal(ts_layout_check(&c, &lay), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   return c;
 }
 

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/model_impl.h"
 #include "rng.h"
 #include "util.h"
 

@@ -1,7 +1,7 @@
 // The stage-boundary interface: how the residual stream of a model cut into
 // S stages (--compress MODE --rank r --compress-stages S) crosses from one
 // stage to the next (docs/COMPRESSION.md, docs/ALGORITHMS.md §7). One table of
-// operations per codec, like the context-parallel strategies (parallel/cp.h);
+// operations per codec, like the context-parallel strategies (parallel/strategy.h);
 // the model calls its codec at the boundaries and never asks which one it
 // runs. Without --compress it runs the identity, whose wire is X itself and
 // whose only boundaries are a pipeline's.
@@ -30,7 +30,6 @@
 #include <stdint.h>
 
 #include "comm.h"
-#include "model/model_impl.h"
 #include "tessera.h"
 
 // The most tensors a codec declares for one stage.

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "boundary/boundary.h"
+#include "model/model_impl.h"
 
 static int identity_check(ts_config *cfg) {
   if (cfg->compress_rank != 0)

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "model/model_impl.h"
 #include "orthogonal.h"
 
 // Polar Express steps of the projectors' direction and retraction

@@ -15,6 +15,7 @@
 
 #include "boundary/mapl.h"
 #include "kernels.h"
+#include "model/model_impl.h"
 #include "util.h"
 #include "vq.h"
 

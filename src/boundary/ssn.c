@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "boundary/boundary.h"
+#include "model/model_impl.h"
 #include "rng.h"
 
 typedef struct {

@@ -153,10 +153,12 @@ static void stream_part(float *buf, size_t n, int P, int first, int stride, size
 #define TREE_PIECE ((size_t)1 << 20)
 
 // Rounds 0 .. nrounds-1 of the tree schedule (comm_tree.h) on buf (n,): in
-// each, the chunks sent are packed into sendbuf, swapped with the partner's,
-// and the partner's land in their places, added (ours + theirs) or stored;
-// piece by piece, TREE_PIECE floats of each stream at a time (the partner
-// cuts its streams the same way: ours sent is its received).
+// each swap, the chunks sent are packed into sendbuf, swapped with the
+// partner's, and the partner's land in their places, added (ours + theirs)
+// or stored; piece by piece, TREE_PIECE floats of each stream at a time (the
+// partner cuts its streams the same way: ours sent is its received). A rank
+// with several swaps in a round makes them one after another (the chunks
+// one swap changes are never those another sends).
 static int tree_rounds(ts_comm *c, float *buf, size_t n, int nrounds) {
   mpi_state *s = c->state;
   const int P = c->size, r = c->rank;
@@ -164,17 +166,19 @@ static int tree_rounds(ts_comm *c, float *buf, size_t n, int nrounds) {
   int rc = reserve(s, (most < TREE_PIECE ? most : TREE_PIECE) + 1);
   if (rc) return rc;
   for (int k = 0; k < nrounds; k++) {
-    const ts_comm_round q = ts_comm_tree_round(P, r, k);
-    const size_t ns = ts_comm_tree_floats(n, P, q.send, q.stride);
-    const size_t nr = ts_comm_tree_floats(n, P, q.recv, q.stride);
-    for (size_t o = 0; o < ns || o < nr; o += TREE_PIECE) {
-      const size_t ks = o < ns ? (ns - o < TREE_PIECE ? ns - o : TREE_PIECE) : 0;
-      const size_t kr = o < nr ? (nr - o < TREE_PIECE ? nr - o : TREE_PIECE) : 0;
-      stream_part(buf, n, P, q.send, q.stride, o, ks, s->sendbuf, NULL, 0, 0);
-      if ((rc = mpi_sendrecv(c, s->sendbuf, ks * sizeof(float), q.partner, s->recvbuf,
-                             kr * sizeof(float), q.partner)))
-        return rc;
-      stream_part(buf, n, P, q.recv, q.stride, o, kr, NULL, s->recvbuf, 1, q.add);
+    ts_comm_swap q;
+    for (int at = 0; ts_comm_tree_next(P, r, k, &at, &q);) {
+      const size_t ns = ts_comm_tree_floats(n, P, q.send, q.stride);
+      const size_t nr = ts_comm_tree_floats(n, P, q.recv, q.stride);
+      for (size_t o = 0; o < ns || o < nr; o += TREE_PIECE) {
+        const size_t ks = o < ns ? (ns - o < TREE_PIECE ? ns - o : TREE_PIECE) : 0;
+        const size_t kr = o < nr ? (nr - o < TREE_PIECE ? nr - o : TREE_PIECE) : 0;
+        stream_part(buf, n, P, q.send, q.stride, o, ks, s->sendbuf, NULL, 0, 0);
+        if ((rc = mpi_sendrecv(c, s->sendbuf, ks * sizeof(float), q.partner, s->recvbuf,
+                               kr * sizeof(float), q.partner)))
+          return rc;
+        stream_part(buf, n, P, q.recv, q.stride, o, kr, NULL, s->recvbuf, 1, q.add);
+      }
     }
   }
   return TS_OK;

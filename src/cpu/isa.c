@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *const names[TS_ISA_COUNT] = {"generic", "avx2", "avx512", "neon"};
 
@@ -65,6 +66,39 @@ int ts_isa_check_env(char *err, size_t cap) {
     return -1;
   }
   current = e;
+  return 0;
+}
+
+int ts_isa_check_blas_env(char *err, size_t cap) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  const char *s = getenv("OPENBLAS_CORETYPE");
+  if (!s || !*s) return 0;
+  // OpenBLAS's x86 kernels and the instructions each needs (names as it reads them)
+  static const struct {
+    const char *name, *needs;
+  } kernels[] = {{"SkylakeX", "avx512f"},  {"Cooperlake", "avx512bf16"},
+                 {"SapphireRapids", "avx512fp16"}, {"Haswell", "avx2"},
+                 {"Zen", "avx2"},         {"Sandybridge", "avx"},
+                 {"Bulldozer", "avx"},     {"Piledriver", "avx"},
+                 {"Steamroller", "avx"},   {"Excavator", "avx2"}};
+  for (size_t i = 0; i < sizeof kernels / sizeof *kernels; i++) {
+    if (strcasecmp(s, kernels[i].name) != 0) continue;
+    const char *needs = kernels[i].needs;
+    // __builtin_cpu_supports takes a string literal only
+    const int has = !strcmp(needs, "avx512f")      ? __builtin_cpu_supports("avx512f")
+                    : !strcmp(needs, "avx512bf16") ? __builtin_cpu_supports("avx512bf16")
+                    : !strcmp(needs, "avx512fp16") ? __builtin_cpu_supports("avx512fp16")
+                    : !strcmp(needs, "avx2")       ? __builtin_cpu_supports("avx2")
+                                                   : __builtin_cpu_supports("avx");
+    if (has) return 0;
+    snprintf(err, cap, "OPENBLAS_CORETYPE=%s: this CPU cannot run that OpenBLAS kernel (it "
+             "lacks %s); unset it or name one it runs", s, needs);
+    return -1;
+  }
+#else
+  (void)err;
+  (void)cap;
+#endif
   return 0;
 }
 

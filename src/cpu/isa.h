@@ -25,6 +25,12 @@ int ts_isa(void);
 // is then used); -1 with a one-line reason in err when it names no path or
 // one this CPU or build lacks.
 int ts_isa_check_env(char *err, size_t cap);
+// Reads OPENBLAS_CORETYPE (OpenBLAS's kernel, which it uses without asking
+// whether the CPU runs it: the roof's sgemm then dies of SIGILL): 0 when it
+// is unset, names no kernel known here, or one this CPU runs; -1 with a
+// one-line reason in err when it names a known kernel this CPU lacks the
+// instructions of.
+int ts_isa_check_blas_env(char *err, size_t cap);
 // Uses isa from now on (tests); returns -1 when it is not available.
 int ts_isa_set(int isa);
 // "avx512 (avx2, generic also available)": for tessera info and run headers.

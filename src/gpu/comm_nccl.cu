@@ -361,21 +361,32 @@ static int add_chunks(float *buf, const float *staging, size_t n, int P, int fir
 static int tree_rounds(ts_comm *c, float *buf, size_t n, int nrounds) {
   nccl_state *st = state_of(c);
   const int P = c->size, r = c->rank;
-  // staging for the largest receive that is added: round 0's, half the chunks
-  int rc = reserve(st, &st->recv, ts_comm_tree_max_floats(n, P));
+  // staging for a round's receives that are added, all its swaps' side by
+  // side: half the chunks at most when P is a power of two (one swap a
+  // round), else up to all of them on the rank that plays several
+  // positions. The same size on every rank: reserve agrees on it.
+  const size_t staging = (P & (P - 1)) == 0 ? ts_comm_tree_max_floats(n, P) : n;
+  int rc = reserve(st, &st->recv, staging);
   if (rc) return rc;
   for (int k = 0; k < nrounds; k++) {
-    const ts_comm_round q = ts_comm_tree_round(P, r, k);
+    const int add = k < ts_comm_tree_levels(P);
+    ts_comm_swap q;
+    size_t at_staging = 0;
     ncclResult_t x = ncclGroupStart();
-    if (x == ncclSuccess) {
+    for (int at = 0; x == ncclSuccess && ts_comm_tree_next(P, r, k, &at, &q);) {
       x = send_chunks(buf, n, P, q.send, q.stride, q.partner, st->nccl);
       if (x == ncclSuccess)
-        x = recv_chunks(buf, q.add ? st->recv.p : NULL, n, P, q.recv, q.stride, q.partner,
-                        st->nccl);
-      x = group_end(x);
+        x = recv_chunks(buf, add ? st->recv.p + at_staging : NULL, n, P, q.recv, q.stride,
+                        q.partner, st->nccl);
+      at_staging += ts_comm_tree_floats(n, P, q.recv, q.stride);
     }
-    if (x != ncclSuccess) return nccl_error(x, q.add ? "reduce-scatter" : "all-reduce (gather)");
-    if (q.add && (rc = add_chunks(buf, st->recv.p, n, P, q.recv, q.stride))) return rc;
+    x = group_end(x);
+    if (x != ncclSuccess) return nccl_error(x, add ? "reduce-scatter" : "all-reduce (gather)");
+    at_staging = 0;
+    for (int at = 0; add && ts_comm_tree_next(P, r, k, &at, &q);) {
+      if ((rc = add_chunks(buf, st->recv.p + at_staging, n, P, q.recv, q.stride))) return rc;
+      at_staging += ts_comm_tree_floats(n, P, q.recv, q.stride);
+    }
   }
   return TS_OK;
 }

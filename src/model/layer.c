@@ -1,5 +1,5 @@
 // One transformer layer, forward and backward: the norms, the strategy's
-// attention (src/parallel/cp.h) and the output projection, the MLP (mlp.c),
+// attention (src/parallel/strategy.h) and the output projection, the MLP (mlp.c),
 // dropout and the residuals; and the per-run pieces every layer uses (the
 // dropout indices and rotations of the rank's rows).
 #include "index.h"
@@ -72,7 +72,7 @@ int ts_layer_forward(ts_model *m, int l, uint64_t step, float p) {
   const float *x = m->res[l];
   float *y = m->res[l + 1];
   ts_model_norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b);
-  // the strategy: Q, K, V and attention, m->ln_out -> a->att (cp.h)
+  // the strategy: Q, K, V and attention, m->ln_out -> a->att (strategy.h)
   if ((rc = m->cp->attn_forward(m, l, step, p))) return rc;
   // res_mid = x + dropout(att · Woᵀ + bo)
   m->be->linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, rows);
@@ -115,7 +115,7 @@ int ts_layer_backward(ts_model *m, int l, uint64_t step, int *oom) {
   rc |= m->be->linear_backward_weights(ws, g->wo, g->bo, m->dtmp, a->att, N, C, C);
   m->be->linear_backward_input(m->datt, m->dtmp, w->wo, N, C, C, rows, 0);
   ts_model_norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, m->res[l], w->ln1w, w->ln1b);
-  // the strategy: m->datt -> m->dq, m->dk, m->dv, the rank's rows (cp.h)
+  // the strategy: m->datt -> m->dq, m->dk, m->dv, the rank's rows (strategy.h)
   if ((crc = m->cp->attn_backward(m, l, step))) return crc;
   if (m->llama) { // back through the rotations (row-wise: after the reduce-scatter)
     ts_model_rope_rows(m, m->dq, m->H, C, 1);

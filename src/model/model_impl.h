@@ -1,5 +1,5 @@
 // The model's insides, shared by the files of src/model/ and by the
-// context-parallel strategies (src/parallel/cp.h) and stage-boundary codecs
+// context-parallel strategies (src/parallel/strategy.h) and stage-boundary codecs
 // (src/boundary/), which run a layer's attention (or, tensor-split, the whole
 // layer) and a stage's edges on them. Everything else goes through tessera.h.
 #ifndef TS_MODEL_IMPL_H
@@ -51,7 +51,7 @@ struct ts_model {
   // 0, T). Token-wise buffers hold B*Tl rows; K and V hold whole sequences.
   int t0, Tl;
   ts_comm *seq;                // the sequence group (NULL: serial)
-  const struct ts_cp *cp;      // how the group shares a sequence (cp.h; serial: ts_cp_local)
+  const struct ts_cp *cp;      // how the group shares a sequence (strategy.h; serial: ts_cp_local)
   void *cp_state;              // the strategy's own (its create / destroy)
   // How the stream crosses stage boundaries (boundary/boundary.h; without
   // --compress the identity), and the codec's own state (its create / destroy).
@@ -85,7 +85,7 @@ struct ts_model {
   float *stds; // init std per tensor (0 = constant)
   float *consts;
   size_t nparams, ncopy;
-  size_t nsplit; // of the owned: the floats of a tensor split's blocks (cp.h `split`)
+  size_t nsplit; // of the owned: the floats of a tensor split's blocks (strategy.h `split`)
   float *params, *grads;
   // A rank that holds two runs whose gradient sums stay the serial tree
   // (lss-zigzag; src/parallel/run_partials.c): the second run's partials, in

@@ -222,7 +222,7 @@ static void set_geometry(ts_model *m, const ts_config *cfg, int b_begin, int b_c
 // Under sequence parallelism the positional table is owned by rows: each
 // rank holds the rows of its positions alone (its runs: docs/ALGORITHMS.md
 // §2), one piece per run, after the other owned tensors. Under a tensor
-// split (cp.h `split`) a rank holds a block of each split tensor, after the
+// split (strategy.h `split`) a rank holds a block of each split tensor, after the
 // whole tensors and before the positional rows: the replicated tensors stay
 // one run for the sequence group's gradient sum (shard.c).
 enum { HELD_NONE = 0, HELD_OWNED, HELD_SLICE, HELD_ROWS, HELD_COPY };
@@ -374,7 +374,7 @@ static int alloc_params(ts_model *m, const pspec *spec, const unsigned char *hel
   return TS_OK;
 }
 
-// The rows of the activation buffers, from the strategy's sizes (cp.h): Na of
+// The rows of the activation buffers, from the strategy's sizes (strategy.h): Na of
 // the attention output and MLP, Nq of Q and lse, Nk of K and V kept per
 // layer, Nkd of the dK, dV scratch; and the floats of each part.
 typedef struct {

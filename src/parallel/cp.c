@@ -1,4 +1,4 @@
-// The strategy registry and the pieces several strategies share (cp.h).
+// The strategy registry and the pieces several strategies share (strategy.h, cp.h).
 #include "parallel/cp.h"
 
 #include "kernels.h"

@@ -1,5 +1,5 @@
 // LSS sequence parallelism (docs/ALGORITHMS.md §2; the LSS Transformer paper) and
-// its two ablations, as context-parallel strategies (cp.h).
+// its two ablations, as context-parallel strategies (strategy.h).
 //
 // Rank s of the N-rank group holds positions [s·T/N, (s+1)·T/N) of one
 // sequence (t0 = s·Tl). Its queries attend to the whole sequence's keys:

@@ -9,7 +9,7 @@
 // 8 collectives per layer. The partial projections are summed across ranks,
 // so the result is not the serial bits: this mode is in the tolerance tier.
 //
-// A rank owns its slices (cp.h `split`): it allocates, initialises, updates
+// A rank owns its slices (strategy.h `split`): it allocates, initialises, updates
 // and checkpoints only the blocks of the split tensors its heads and columns
 // use, with their gradients and AdamW moments, each block kept contiguous:
 //   Q, K, V weights (C, C)   rows [h0·dh, h0·dh + Kl)   one run   (Kl, C)
@@ -230,7 +230,7 @@ static int megatron_layer_backward(ts_model *m, int l, uint64_t step) {
   return TS_OK;
 }
 
-// ---- the strategy (cp.h) ------------------------------------------------------------------
+// ---- the strategy (strategy.h) ------------------------------------------------------------
 static int megatron_check(const ts_config *cfg, ts_layout *lay) {
   const int N = lay->sp;
   if (lay->pp > 1)

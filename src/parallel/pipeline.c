@@ -7,7 +7,7 @@
 
 #include "backend.h"
 #include "boundary/boundary.h"
-#include "parallel/shard.h"
+#include "parallel/segment_sum.h"
 #include "util.h"
 
 int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int schedule, int mb) {

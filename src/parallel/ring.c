@@ -320,7 +320,7 @@ int ring_backward(ts_model *m, int l, uint64_t step) {
   return rc;
 }
 
-// ---- the strategies (cp.h) ----------------------------------------------------------------
+// ---- the strategies (strategy.h) ----------------------------------------------------------
 static int zigzag_check(const ts_config *cfg, ts_layout *lay) {
   const int N = lay->sp, T = cfg->seq;
   if (T % (2 * N) != 0 || (T / (2 * N)) % cfg->tile != 0 || (T / (2 * N)) % cfg->leaf != 0)

@@ -33,7 +33,9 @@
 #define TS_RING_H
 #include <stdint.h>
 
-#include "model/model_impl.h"
+#include "backend.h"
+#include "kernels.h"
+#include "tessera.h"
 
 // One ring of n places (USP runs one across its groups, usp.c): place p
 // holds the p-th block of `rows` consecutive positions, and its queries see

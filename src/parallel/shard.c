@@ -7,6 +7,7 @@
 #include "backend.h"
 #include "boundary/boundary.h"
 #include "parallel/cp.h"
+#include "parallel/segment_sum.h"
 #include "tree.h"
 #include "util.h"
 
@@ -362,50 +363,6 @@ void ts_shard_free(ts_shard *sh) {
   memset(sh, 0, sizeof *sh);
 }
 
-// out[j]: the tree over the group's ranks of their x[j], j < n (one
-// all-gather; group NULL: x itself).
-static int group_columns(ts_comm *group, const float *x, int n, float *out) {
-  const int N = group ? group->size : 1;
-  float *all = malloc((size_t)N * n * sizeof(float)), *col = malloc((size_t)N * sizeof(float));
-  int rc = !all || !col ? ts_fail(TS_ERUNTIME, "out of memory") : TS_OK;
-  if (!rc && group) rc = ts_comm_allgather(group, x, all, (size_t)n * sizeof(float), -1);
-  if (!rc && !group) memcpy(all, x, (size_t)n * sizeof(float));
-  for (int j = 0; j < n && !rc; j++) {
-    for (int r = 0; r < N; r++) col[r] = all[(size_t)r * n + j];
-    out[j] = ts_tree_sum(col, (size_t)N);
-  }
-  free(all);
-  free(col);
-  return rc;
-}
-
-// For ranks of two runs (lss-zigzag): lsums holds the first runs' sums of
-// the nb sequences, then the second runs'; seqsum[j], sequence j's, is the
-// tree over the ranks of each, added (src/parallel/run_partials.c).
-static int run_pairs_columns(ts_comm *seq, const float *lsums, int nb, float *seqsum) {
-  float *cols = malloc((size_t)2 * nb * sizeof(float));
-  int rc = cols ? group_columns(seq, lsums, 2 * nb, cols) : ts_fail(TS_ERUNTIME, "out of memory");
-  for (int j = 0; j < nb && !rc; j++) seqsum[j] = cols[j] + cols[nb + j];
-  free(cols);
-  return rc;
-}
-
-// Each of the nb sequences' loss sum from the rank's runs' sums (runs 1 or
-// 2, run k's of the nb from k·nb): the tree over the group's ranks, per run.
-static int sequence_sums(ts_comm *seq, const float *lsums, int nb, int runs, float *seqsum) {
-  return runs == 2 ? run_pairs_columns(seq, lsums, nb, seqsum)
-                   : group_columns(seq, lsums, nb, seqsum);
-}
-
-int ts_segment_loss_sum(ts_comm *seq, const float *lsums, int nb, int runs, float *out) {
-  float *seqsum = malloc((size_t)nb * sizeof(float));
-  int rc = seqsum ? sequence_sums(seq, lsums, nb, runs, seqsum)
-                  : ts_fail(TS_ERUNTIME, "out of memory");
-  if (!rc) *out = ts_tree_sum(seqsum, (size_t)nb);
-  free(seqsum);
-  return rc;
-}
-
 // In rounds: the global loss sum from each rank's n pass sums x (each an
 // aligned subtree): pass j of data rank r is position j·D + r of the tree.
 static int rounds_loss_sum(ts_shard *sh, const float *x, int n, float *out) {
@@ -495,7 +452,7 @@ int ts_shard_pass(ts_shard *sh, const int *inputs, const int *targets, uint64_t 
 static int rounds_loss(ts_shard *sh, const float *lsums, int n, float *out) {
   const int runs = ts_model_second_run_grads(sh->m) ? 2 : 1;
   float *seqsum = malloc((size_t)n * sizeof(float));
-  int rc = seqsum ? sequence_sums(sh->seq, lsums, n, runs, seqsum)
+  int rc = seqsum ? ts_segment_sequence_sums(sh->seq, lsums, n, runs, seqsum)
                   : ts_fail(TS_ERUNTIME, "out of memory");
   if (!rc) rc = rounds_loss_sum(sh, seqsum, n, out);
   free(seqsum);

@@ -71,13 +71,13 @@ typedef struct {
   int nb, b0;          // sequences
   int T, t0, Tl;       // positions
   int nrun, run_len, run_pos[2]; // as runs (ring-zigzag: two chunks; ts_model_runs)
-  const struct ts_cp *cp;        // the sequence group's strategy (its positions; cp.h)
+  const struct ts_cp *cp;        // the sequence group's strategy (its positions; strategy.h)
   int *rows_in, *rows_tg; // (Tl) this rank's tokens of one sequence, gathered from its runs
                           // (nb·Tl under --pp: every sequence's, for the pipeline)
   size_t np;           // parameters
   size_t wpe_off, wpe_len; // the positional embedding inside the gradient (under --sp
                            // the rank's rows: owned, not replicated; the last owned)
-  size_t split_len;    // a tensor split's blocks (cp.h `split`): the owned elements just
+  size_t split_len;    // a tensor split's blocks (strategy.h `split`): the owned elements just
                        // before the rows, each rank's alone, outside the sequence group's sum
   float *lsums;        // (nb) segment loss sums
   // Each sequence's gradient is summed over the sequence group as soon as its
@@ -169,10 +169,4 @@ int ts_zero_sum(ts_shard *sh, ts_comm *group, float *g, size_t lo, size_t hi);
 // (lss-zigzag: ts_model_second_run_grads) summed and added too.
 int ts_zero_seq_sum(ts_shard *sh, float *g, size_t lo, size_t hi);
 
-// The loss sum of nb sequences from each rank's segment sums lsums[nb]: one
-// all-gather over the sequence group, then per sequence the tree over its
-// segments, then the tree over the sequences. runs 2 (a rank of two runs
-// summed apart, lss-zigzag): lsums[2·nb] holds the first runs' sums, then
-// the second runs'; per sequence the tree over each, added.
-int ts_segment_loss_sum(ts_comm *seq, const float *lsums, int nb, int runs, float *out);
 #endif

@@ -316,7 +316,7 @@ int headpar_backward(ts_model *m, int l, uint64_t step) {
   return rc;
 }
 
-// ---- the strategies (cp.h) ----------------------------------------------------------------
+// ---- the strategies (strategy.h) ----------------------------------------------------------
 extern const ts_cp ts_cp_upipe;
 
 // Head-parallel attention (Ulysses, UPipe; ulysses.h): heads and key/value

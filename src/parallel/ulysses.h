@@ -36,7 +36,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/model_impl.h"
+#include "backend.h"
+#include "kernels.h"
+#include "tessera.h"
 
 typedef enum { TS_UPIPE_NATURAL = 0, TS_UPIPE_GQA = 1 } ts_upipe_schedule;
 

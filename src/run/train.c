@@ -26,7 +26,7 @@
 #include "backend.h"
 #include "log.h"
 #include "mem.h"
-#include "parallel/cp.h"
+#include "parallel/strategy.h"
 #include "parallel/grid.h"
 #include "run/run.h"
 #include "util.h"
@@ -212,240 +212,311 @@ static int stopped(ts_log *log, const ts_config *cfg, int signo, uint64_t step) 
                  cfg->ckpt_dir);
 }
 
-int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
-  ts_config cfg = *cfg_in;
-  ts_layout lay = lay_in ? *lay_in
-                         : (ts_layout){.dp = 1, .sp = 1, .pp = 1, .sp_mode = TS_SP_LSS,
-                                       .upipe_sched = -1, .microbatches = 1};
+// A run in progress: what the steps of ts_train share.
+typedef struct {
+  ts_config cfg;
+  ts_layout lay;
+  ts_grid *grid;
+  ts_data *data;
+  ts_shard sh;
+  ts_adamw opt;
+  ts_log log;
+  ts_run_ckpt ck; // --resume or --init-from: open from the checks until loaded
+  ts_run_ranks ranks;
+  int *inputs, *targets; // this rank's batch
+  int root;              // rank 0 alone talks to people and files
+  int shards;            // --zero: the state's shards (1 without)
+  int64_t start;         // the step the run starts after (a resumed one's)
+  int64_t saved;         // the latest checkpoint's step (0: none)
+  const ts_backend *be;
+  double roof, fpt; // the roof MFU is measured against (0: none) and FLOPs a token
+  char state[320];  // the step record's state_bytes member
+  char layout[64];  // the layout's name
+} trainer;
+
+// The layout's rules and its process grid; threads, memory shares and the
+// signal handlers of this process.
+static int setup(trainer *t, const ts_config *cfg_in, const ts_layout *lay_in) {
+  t->cfg = *cfg_in;
+  t->lay = lay_in ? *lay_in
+                  : (ts_layout){.dp = 1, .sp = 1, .pp = 1, .sp_mode = TS_SP_LSS,
+                                .upipe_sched = -1, .microbatches = 1};
   int rc;
-  ts_grid *grid = NULL;
-  ts_data *data = NULL;
-  ts_shard sh = {0};
-  ts_model *m = NULL;
-  ts_adamw opt = {0};
-  ts_log log = {0};
-  ts_run_ckpt ck = {0};
-  ts_run_ranks ranks = {0};
-  char *start_line = NULL;
-  int *inputs = NULL, *targets = NULL;
-  if ((rc = ts_layout_check(&cfg, &lay)) || (rc = ts_grid_create(lay.dp, lay.sp, lay.pp, &grid)))
+  if ((rc = ts_layout_check(&t->cfg, &t->lay, ts_backend_current()->name)) ||
+      (rc = ts_grid_create(t->lay.dp, t->lay.sp, t->lay.pp, &t->grid)))
     return rc;
-  ts_run_setup_threads(&cfg, grid->local_size);
-  ts_model_set_memory_share(grid->local_size); // the node's ranks share its memory
-  const int shards = lay.zero ? grid->replica->size : 1; // --zero: the state's shards
-  ts_model_set_state_shards(shards, lay.zero);
-  // rank 0 alone talks to people and files
-  const int root = grid->world_rank == 0;
-  if (!root) cfg.quiet = 1;
+  ts_run_setup_threads(&t->cfg, t->grid->local_size);
+  ts_model_set_memory_share(t->grid->local_size); // the node's ranks share its memory
+  t->shards = t->lay.zero ? t->grid->replica->size : 1;
+  ts_model_set_state_shards(t->shards, t->lay.zero);
+  t->root = t->grid->world_rank == 0;
+  if (!t->root) t->cfg.quiet = 1;
   ts_run_stopped(0);
-  ts_run_stop_install(!cfg.quiet);
-  const int D = grid->dp, nb = cfg.batch / D;
-  ts_comm *dgroup = grid->data;
-  // Before anything is allocated: a model that cannot fit, and on --resume
-  // everything in the checkpoint's header.
+  ts_run_stop_install(!t->cfg.quiet);
+  return TS_OK;
+}
+
+// Everything the run reads, checked before anything is allocated: that the
+// model fits, the checkpoint it resumes or starts from, the data and its
+// tokenizer; then that every rank agrees, and the checkpoint directory is
+// this run's.
+static int open_inputs(trainer *t) {
+  ts_config *cfg = &t->cfg;
+  const ts_grid *grid = t->grid;
+  int rc;
   // a tensor split's ranks hold blocks of the layers' matrices (cp.h `split`)
-  const int split = grid->sp > 1 && ts_cp_get(lay.sp_mode)->split ? grid->sp : 1;
-  if ((rc = ts_run_check_fit(&cfg, 1, grid->local_size, grid->pp, shards, lay.zero, split)))
-    goto done;
+  const int split = grid->sp > 1 && ts_cp_get(t->lay.sp_mode)->split ? grid->sp : 1;
+  if ((rc = ts_run_check_fit(cfg, 1, grid->local_size, grid->pp, t->shards, t->lay.zero, split)))
+    return rc;
   // (--resume: the checkpoint's data unless --data, resolved there)
-  if (cfg.resume && (rc = ts_run_open_resume(&cfg, grid->local_size, grid->pp, &ck))) goto done;
-  if (cfg.resume && !ck.ck) { // so that a job script can always pass --resume
-    if (root) printf("--resume: no checkpoint in %s yet: starting at step 0\n", cfg.ckpt_dir);
-    cfg.resume = 0;
+  if (cfg->resume && (rc = ts_run_open_resume(cfg, grid->local_size, grid->pp, &t->ck))) return rc;
+  if (cfg->resume && !t->ck.ck) { // so that a job script can always pass --resume
+    if (t->root) printf("--resume: no checkpoint in %s yet: starting at step 0\n", cfg->ckpt_dir);
+    cfg->resume = 0;
   }
-  if (cfg.resume && ck.cfg.steps != cfg.steps && root)
+  if (cfg->resume && t->ck.cfg.steps != cfg->steps && t->root)
     printf("--resume: --steps %d, the checkpoint's run had %d: the learning rate of steps %"
-           PRId64 "..%d follows the schedule of a %d-step run\n", cfg.steps, ck.cfg.steps,
-           ck.step + 1, cfg.steps, cfg.steps);
-  if (cfg.init_from[0] && (rc = ts_run_open_init(&cfg, grid->local_size, grid->pp, &ck)))
-    goto done;
+           PRId64 "..%d follows the schedule of a %d-step run\n", cfg->steps, t->ck.cfg.steps,
+           t->ck.step + 1, cfg->steps, cfg->steps);
+  if (cfg->init_from[0] && (rc = ts_run_open_init(cfg, grid->local_size, grid->pp, &t->ck)))
+    return rc;
   // the format the files are read in, which the run records and a resumed
   // run must share (a look at their first bytes; the whole files come later)
-  if ((rc = ts_data_resolve(cfg.data_path, cfg.val_path, cfg.data_format, &cfg.data_format)) ||
-      (rc = ts_data_check_vocab(cfg.data_format, cfg.vocab, cfg.data_path)))
-    goto done;
+  if ((rc = ts_data_resolve(cfg->data_path, cfg->val_path, cfg->data_format, &cfg->data_format)) ||
+      (rc = ts_data_check_vocab(cfg->data_format, cfg->vocab, cfg->data_path)))
+    return rc;
   // the tokenizer the data was made with, for its checkpoints (--tokenizer)
-  if ((rc = ts_run_checkpoint_tokenizer(&cfg))) goto done;
-  if (cfg.resume && (rc = ts_run_check_resume_tokenizer(&ck))) goto done;
-  if (cfg.init_from[0] && (rc = ts_run_check_init_source(&ck, &cfg))) goto done;
-  if ((rc = ts_run_open_data(&cfg, cfg.data_path, &data))) goto done;
-  if ((rc = injected_fault(grid, cfg.data_path))) goto done;
-  ts_run_checkpoint_data(data);
-  if (cfg.resume && (rc = ts_run_check_resume_data(&ck, data))) goto done;
+  if ((rc = ts_run_checkpoint_tokenizer(cfg))) return rc;
+  if (cfg->resume && (rc = ts_run_check_resume_tokenizer(&t->ck))) return rc;
+  if (cfg->init_from[0] && (rc = ts_run_check_init_source(&t->ck, cfg))) return rc;
+  if ((rc = ts_run_open_data(cfg, cfg->data_path, &t->data))) return rc;
+  if ((rc = injected_fault(grid, cfg->data_path))) return rc;
+  ts_run_checkpoint_data(t->data);
+  if (cfg->resume && (rc = ts_run_check_resume_data(&t->ck, t->data))) return rc;
   // every rank with the same computation, data and checkpoint, before any work
-  if ((rc = ts_run_agree(&cfg, &lay, data, &ck))) goto done;
+  if ((rc = ts_run_agree(cfg, &t->lay, t->data, &t->ck))) return rc;
   // --ckpt-dir: made, locked and checked before step 1, once the ranks agree
   // (--restart removes checkpoints); then what a killed run left there
-  if ((rc = ts_run_root_verdict(root ? ts_run_claim_ckpt_dir(&cfg) : TS_OK))) goto done;
-  if (root) {
-    int gone = ts_run_remove_stale_temps(&cfg);
-    if (gone && !cfg.quiet) printf("removed %d temporary file%s a killed run left\n", gone,
-                                   gone == 1 ? "" : "s");
+  if ((rc = ts_run_root_verdict(t->root ? ts_run_claim_ckpt_dir(cfg) : TS_OK))) return rc;
+  if (t->root) {
+    int gone = ts_run_remove_stale_temps(cfg);
+    if (gone && !cfg->quiet) printf("removed %d temporary file%s a killed run left\n", gone,
+                                    gone == 1 ? "" : "s");
   }
   // which process on which host is which rank, for the log and the output
-  if ((rc = ts_run_gather_ranks(&ranks))) goto done;
-  if ((rc = ts_shard_create(&cfg, grid, &lay, &sh))) goto done;
-  m = sh.m;
-  ts_model_init(m, cfg.seed);
-  ts_zero_release(&sh); // --zero 3: the layers' parameters but this rank's shard
-  // this rank's parameters (a pipeline stage's), and the canonical model's
+  return ts_run_gather_ranks(&t->ranks);
+}
+
+// This rank's share of the model (shard.h), initialised, resumed or loaded;
+// the optimizer's state for what it updates; the batch's buffers.
+static int build_state(trainer *t) {
+  int rc;
+  if ((rc = ts_shard_create(&t->cfg, t->grid, &t->lay, &t->sh))) return rc;
+  ts_model_init(t->sh.m, t->cfg.seed);
+  ts_zero_release(&t->sh); // --zero 3: the layers' parameters but this rank's shard
   // what this rank updates: its stage's tensors, or under --zero its shard of
-  // them (shard.h), with moments for those alone; and the canonical model's size
-  const size_t np_model = ts_model_canonical_params(m);
-  if ((rc = ts_adamw_init(&opt, sh.nupd_floats))) goto done;
-  const int nt = sh.nupd;
-  ts_tensor *pt = sh.upd_p, *gt = sh.upd_g;
-  inputs = malloc((size_t)nb * cfg.seq * sizeof(int));
-  targets = malloc((size_t)nb * cfg.seq * sizeof(int));
-  if (!inputs || !targets) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
+  // them (shard.h), with moments for those alone
+  if ((rc = ts_adamw_init(&t->opt, t->sh.nupd_floats))) return rc;
+  const size_t nbatch = (size_t)(t->cfg.batch / t->grid->dp) * (size_t)t->cfg.seq;
+  t->inputs = malloc(nbatch * sizeof(int));
+  t->targets = malloc(nbatch * sizeof(int));
+  if (!t->inputs || !t->targets) return ts_fail(TS_ERUNTIME, "out of memory");
+  state_json(&t->sh, &t->opt, t->state, sizeof t->state);
+  t->start = t->saved = t->cfg.resume ? t->ck.step : 0;
+  if (t->cfg.resume && (rc = resume(&t->sh, &t->opt, &t->ck, &t->cfg, t->root))) return rc;
+  if (t->cfg.init_from[0] && (rc = init_weights(&t->sh, &t->ck, t->root))) return rc;
+  if (t->cfg.resume || t->cfg.init_from[0]) ts_zero_release(&t->sh); // --zero 3: own shards
+  ts_run_close_checkpoint(&t->ck);
+  return TS_OK;
+}
 
-  char state[320];
-  state_json(&sh, &opt, state, sizeof state);
-  const int64_t start = cfg.resume ? ck.step : 0;
-  if (cfg.resume && (rc = resume(&sh, &opt, &ck, &cfg, root))) goto done;
-  if (cfg.init_from[0] && (rc = init_weights(&sh, &ck, root))) goto done;
-  if (cfg.resume || cfg.init_from[0]) ts_zero_release(&sh); // --zero 3: the layers' own shards
-  ts_run_close_checkpoint(&ck);
-
+// The log's first record (a resumed run's: its own start, whose layout and
+// processes may differ, which compare skips like the first) and the
+// run's banner.
+static int open_log(trainer *t) {
+  const ts_config *cfg = &t->cfg;
+  const ts_grid *grid = t->grid;
   // MFU counts every rank's cores: the roof is one process's, times the world.
   // On a GPU the roof is the device's, which is not measured here (0: no MFU
   // in the log; bench/gpu.sh divides by the datasheet peak).
-  const ts_backend *be = ts_backend_current();
-  double roof = root && be == &ts_backend_cpu ? ts_run_sgemm_roof() : 0.0;
-  double fpt = ts_model_flops_per_token(m);
-  if ((rc = ts_log_open(&log, root ? cfg.log_path : NULL, start > 0))) goto done;
-  char layout[64];
-  layout_name(grid, &lay, layout, sizeof layout);
-  ts_run_checkpoint_layout(layout);
-  // the first line of a run's log; a resumed run's record of its own start
-  // (its layout and processes may differ), which compare skips like the first
-  const size_t line_cap = TS_CONFIG_JSON_MAX + 512 + strlen(ranks.json) +
-                          strlen(ts_run_tokenizer_id());
-  if (!(start_line = malloc(line_cap))) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
-  if (start == 0) {
-    char cj[TS_CONFIG_JSON_MAX];
-    if ((rc = ts_config_to_json(&cfg, cj, sizeof cj))) goto done;
+  t->be = ts_backend_current();
+  t->roof = t->root && t->be == &ts_backend_cpu ? ts_run_sgemm_roof() : 0.0;
+  t->fpt = ts_model_flops_per_token(t->sh.m);
+  const size_t np_model = ts_model_canonical_params(t->sh.m); // the canonical model's size
+  int rc;
+  if ((rc = ts_log_open(&t->log, t->root ? cfg->log_path : NULL, t->start > 0))) return rc;
+  layout_name(grid, &t->lay, t->layout, sizeof t->layout);
+  ts_run_checkpoint_layout(t->layout);
+  const size_t cap = TS_CONFIG_JSON_MAX + 512 + strlen(t->ranks.json) +
+                     strlen(ts_run_tokenizer_id());
+  char *line = malloc(cap), *cj = malloc(TS_CONFIG_JSON_MAX);
+  if (!line || !cj) rc = ts_fail(TS_ERUNTIME, "out of memory");
+  else if (t->start > 0)
+    snprintf(line, cap,
+             "{\"type\":\"resume\",\"step\":%" PRId64 ",\"world\":%d,\"layout\":\"%s\","
+             "\"ranks\":%s}", t->start, grid->world_size, t->layout, t->ranks.json);
+  else if (!(rc = ts_config_to_json(cfg, cj, TS_CONFIG_JSON_MAX))) {
     const char *tokenizer = ts_run_tokenizer_id(); // "": none named, the field left out
-    snprintf(start_line, line_cap,
+    snprintf(line, cap,
              "{\"type\":\"config\",\"version\":\"%s\",\"world\":%d,\"layout\":\"%s\","
              "\"device\":\"%s\",\"precision\":\"%s\",\"comm\":\"%s\",\"params\":%zu,"
              "\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"ranks\":%s,\"model\":%s%s%s}",
-             TS_VERSION_STRING, grid->world_size, layout, be->name, ts_backend_precision_name(),
-             grid->world_size == 1 ? "none" : ts_backend_uses_nccl() ? "nccl" : "mpi", np_model, fpt,
-             roof, ranks.json, cj, tokenizer[0] ? ",\"tokenizer\":" : "", tokenizer);
-  } else {
-    snprintf(start_line, line_cap,
-             "{\"type\":\"resume\",\"step\":%" PRId64 ",\"world\":%d,\"layout\":\"%s\","
-             "\"ranks\":%s}", start, grid->world_size, layout, ranks.json);
+             TS_VERSION_STRING, grid->world_size, t->layout, t->be->name,
+             ts_backend_precision_name(),
+             grid->world_size == 1 ? "none" : ts_backend_uses_nccl() ? "nccl" : "mpi", np_model,
+             t->fpt, t->roof, t->ranks.json, cj, tokenizer[0] ? ",\"tokenizer\":" : "", tokenizer);
   }
-  if ((rc = ts_log_line(&log, start_line))) goto done;
-  if (!cfg.quiet)
+  if (!rc) rc = ts_log_line(&t->log, line);
+  free(line);
+  free(cj);
+  if (rc) return rc;
+  if (!cfg->quiet)
     printf("tessera train: %s, %zu parameters, B=%d T=%d, %d steps, %s (%d rank%s x %d threads), "
            "tile %d, leaf %d, sgemm roof %.0f GFLOP/s\n",
-           cfg.preset, np_model, cfg.batch, cfg.seq, cfg.steps, layout, grid->world_size,
-           grid->world_size == 1 ? "" : "s", omp_get_max_threads(), cfg.tile, cfg.leaf, roof);
-  if (!cfg.quiet && grid->world_size > 1) printf("%s\n", ranks.text);
+           cfg->preset, np_model, cfg->batch, cfg->seq, cfg->steps, t->layout, grid->world_size,
+           grid->world_size == 1 ? "" : "s", omp_get_max_threads(), cfg->tile, cfg->leaf,
+           t->roof);
+  if (!cfg->quiet && grid->world_size > 1) printf("%s\n", t->ranks.text);
+  return TS_OK;
+}
 
-  const double tokens = (double)cfg.batch * cfg.seq;
-  const int64_t ntok_global = (int64_t)cfg.batch * cfg.seq;
-  int64_t saved = start; // the latest checkpoint's step (0: none)
-  for (int64_t s = start; s < cfg.steps; s++) {
-    uint64_t step = (uint64_t)s + 1;
-    double t0 = ts_now();
-    ts_grid_reset_counts(grid);
-    ts_mem_reset_peaks();
-    if ((rc = ts_run_load_shard(data, TS_SPLIT_TRAIN, &cfg, step, &sh, inputs, targets))) goto done;
-    // forward and backward over this rank's share, then the sums over the
-    // sequence group and the data group (shard.h)
-    float lsum, loss;
-    if ((rc = ts_shard_pass(&sh, inputs, targets, step, 1, &lsum))) goto done;
-    if ((rc = ts_shard_sync_grads(&sh, dgroup))) goto done;
-    // (in rounds, the shard's sum is the global one already)
-    ts_comm *lgroup = D > 1 && !sh.strided ? dgroup : NULL;
-    if ((rc = ts_run_combine_loss(lgroup, &lsum, 1, ntok_global, &loss))) goto done;
-    float norm; // over the stages' parts in canonical order (owners.h): the serial bits
-    if ((rc = ts_grad_norm_owned(&sh.owners, gt, nt, &norm))) goto done;
-    // A diverged step stops the run before its update: nothing non-finite is
-    // applied, logged or checkpointed (every rank has the same loss and norm).
-    if (!isfinite(loss) || !isfinite(norm)) {
-      char kept[64] = "no checkpoint was written";
-      if (saved > 0 && cfg.ckpt_dir[0])
-        snprintf(kept, sizeof kept, "the checkpoint of step %" PRId64 " is kept", saved);
-      rc = ts_fail(TS_ERUNTIME, "step %" PRIu64 ": loss %g, gradient norm %g (diverged): stopped "
-                   "before its update, %s; try a smaller --lr", step, (double)loss, (double)norm,
-                   kept);
-      goto done;
-    }
-    ts_clip_tensors(gt, nt, norm, cfg.grad_clip);
-    float lr = ts_lr_at(&cfg, s);
-    if ((rc = ts_optimizer_step(&opt, pt, gt, nt, &cfg, s))) goto done;
-    if ((rc = ts_shard_gather_params(&sh))) goto done; // --zero: every shard to every replica
-    if (sh.pl && (rc = ts_pipeline_sync_copies(sh.pl, m, step))) goto done;
-    double dt = ts_now() - t0;
-    double comm_s = ts_grid_comm_seconds(grid);
-    double tps = tokens / dt;
-    // the busiest, the lightest and the mean rank's compute (with causal
-    // attention a sequence's later segments are the heavier ones: busiest ÷
-    // mean is the step's imbalance) and the largest memory; and the signal
-    // any rank got (the launcher may have told one rank only), so that all
-    // stop after this same step. One collective for them all: with more
-    // ranks than cores each costs milliseconds.
-    const double mine[3] = {dt - comm_s, ts_peak_rss_mb(), (double)ts_run_stop_requested()};
-    double mx[3], mn[3], mean[3];
-    ts_mpi_spread(mine, 3, mx, mn, mean);
-    const double rss_max = mx[1];
-    const int stop = (int)mx[2];
-    double mfu = roof > 0 ? fpt * tps / (roof * 1e9 * grid->world_size) : 0.0;
-    double rss = ts_peak_rss_mb();
-    const step_stats st = {step, loss, norm, lr, tps, dt, comm_s, mx[0], mn[0], mean[0], mfu, rss,
-                           rss_max};
-    if ((rc = log_step(&log, &st, &cfg, &sh, grid, be, state))) goto done;
-    int last = step == (uint64_t)cfg.steps;
-    if ((cfg.eval_every > 0 && step % (uint64_t)cfg.eval_every == 0) || last) {
-      if ((rc = evaluate_and_log(&log, &cfg, &sh, data, grid, step, inputs, targets))) goto done;
-    }
-    if (cfg.ckpt_dir[0] &&
-        ((cfg.ckpt_every > 0 && step % (uint64_t)cfg.ckpt_every == 0) || last || stop)) {
-      // the log's records up to this step are on disk before the checkpoint is
-      if (root && (rc = ts_log_sync(&log))) goto done;
-      // every owner writes its part (without --zero the first data replica's
-      // stages and sequence ranks: the others hold the same)
-      if ((sh.zero || grid->dp_rank == 0) &&
-          (rc = ts_run_save_checkpoint(&sh.owners, m, &opt, sh.upd_p, sh.nupd, &cfg,
-                                       (int64_t)step)))
-        goto done;
-      // the older ones go once this one is in place (rank 0 renamed it)
-      if (root && cfg.keep_last > 0 &&
-          (rc = ts_run_prune_checkpoints(cfg.ckpt_dir, (int64_t)step, cfg.keep_last)))
-        goto done;
-      saved = (int64_t)step;
-    }
-    // After the last step the run is complete: nothing is left to resume.
-    if (stop && !last) {
-      rc = stopped(&log, &cfg, stop, step);
-      goto done;
-    }
+// A diverged step stops the run before its update: nothing non-finite is
+// applied, logged or checkpointed (every rank has the same loss and norm).
+static int check_finite(const trainer *t, uint64_t step, float loss, float norm) {
+  if (isfinite(loss) && isfinite(norm)) return TS_OK;
+  char kept[64] = "no checkpoint was written";
+  if (t->saved > 0 && t->cfg.ckpt_dir[0])
+    snprintf(kept, sizeof kept, "the checkpoint of step %" PRId64 " is kept", t->saved);
+  return ts_fail(TS_ERUNTIME, "step %" PRIu64 ": loss %g, gradient norm %g (diverged): stopped "
+                 "before its update, %s; try a smaller --lr", step, (double)loss, (double)norm,
+                 kept);
+}
+
+// Step s + 1 (docs/ARCHITECTURE.md "One step"): this rank's share of the
+// batch, forward and backward, the gradients summed over the sequence and
+// data groups (shard.h), the loss and the norm, clipping and the update.
+static int step_update(trainer *t, int64_t s, step_stats *st) {
+  const uint64_t step = (uint64_t)s + 1;
+  ts_shard *sh = &t->sh;
+  float lsum;
+  int rc;
+  ts_grid_reset_counts(t->grid);
+  ts_mem_reset_peaks();
+  st->step = step;
+  if ((rc = ts_run_load_shard(t->data, TS_SPLIT_TRAIN, &t->cfg, step, sh, t->inputs, t->targets)) ||
+      (rc = ts_shard_pass(sh, t->inputs, t->targets, step, 1, &lsum)) ||
+      (rc = ts_shard_sync_grads(sh, t->grid->data)))
+    return rc;
+  // (in rounds, the shard's sum is the global one already)
+  ts_comm *lgroup = t->grid->dp > 1 && !sh->strided ? t->grid->data : NULL;
+  const int64_t ntok = (int64_t)t->cfg.batch * t->cfg.seq;
+  if ((rc = ts_run_combine_loss(lgroup, &lsum, 1, ntok, &st->loss))) return rc;
+  // over the stages' parts in canonical order (owners.h): the serial bits
+  if ((rc = ts_grad_norm_owned(&sh->owners, sh->upd_g, sh->nupd, &st->norm)) ||
+      (rc = check_finite(t, step, st->loss, st->norm)))
+    return rc;
+  ts_clip_tensors(sh->upd_g, sh->nupd, st->norm, t->cfg.grad_clip);
+  st->lr = ts_lr_at(&t->cfg, s);
+  if ((rc = ts_optimizer_step(&t->opt, sh->upd_p, sh->upd_g, sh->nupd, &t->cfg, s)) ||
+      (rc = ts_shard_gather_params(sh))) // --zero: every shard to every replica
+    return rc;
+  if (sh->pl) rc = ts_pipeline_sync_copies(sh->pl, sh->m, step);
+  return rc;
+}
+
+// The step's time, the ranks' spread of compute and memory, and the signal
+// any rank got (the launcher may have told one rank only), so that all stop
+// after this same step: returns that signal (0: none). With causal attention
+// a sequence's later segments are the heavier ones: busiest ÷ mean compute is
+// the step's imbalance. One collective for them all: with more ranks than
+// cores each costs milliseconds.
+static int measure_step(const trainer *t, double dt, step_stats *st) {
+  st->dt = dt;
+  st->comm_s = ts_grid_comm_seconds(t->grid);
+  st->tps = (double)t->cfg.batch * t->cfg.seq / dt;
+  const double mine[3] = {dt - st->comm_s, ts_peak_rss_mb(), (double)ts_run_stop_requested()};
+  double mx[3], mn[3], mean[3];
+  ts_mpi_spread(mine, 3, mx, mn, mean);
+  st->compute_max = mx[0];
+  st->compute_min = mn[0];
+  st->compute_mean = mean[0];
+  st->rss_max = mx[1];
+  st->mfu = t->roof > 0 ? t->fpt * st->tps / (t->roof * 1e9 * t->grid->world_size) : 0.0;
+  st->rss = ts_peak_rss_mb();
+  return (int)mx[2];
+}
+
+// After the update: the step's record, the validation loss and the
+// checkpoint when due; a stop requested on any rank ends the run here.
+static int after_step(trainer *t, const step_stats *st, int stop) {
+  const ts_config *cfg = &t->cfg;
+  const uint64_t step = st->step;
+  const int last = step == (uint64_t)cfg->steps;
+  int rc;
+  if ((rc = log_step(&t->log, st, cfg, &t->sh, t->grid, t->be, t->state))) return rc;
+  if (((cfg->eval_every > 0 && step % (uint64_t)cfg->eval_every == 0) || last) &&
+      (rc = evaluate_and_log(&t->log, cfg, &t->sh, t->data, t->grid, step, t->inputs, t->targets)))
+    return rc;
+  if (cfg->ckpt_dir[0] &&
+      ((cfg->ckpt_every > 0 && step % (uint64_t)cfg->ckpt_every == 0) || last || stop)) {
+    // the log's records up to this step are on disk before the checkpoint is
+    if (t->root && (rc = ts_log_sync(&t->log))) return rc;
+    // every owner writes its part (without --zero the first data replica's
+    // stages and sequence ranks: the others hold the same)
+    if ((t->sh.zero || t->grid->dp_rank == 0) &&
+        (rc = ts_run_save_checkpoint(&t->sh.owners, t->sh.m, &t->opt, t->sh.upd_p, t->sh.nupd,
+                                     cfg, (int64_t)step)))
+      return rc;
+    // the older ones go once this one is in place (rank 0 renamed it)
+    if (t->root && cfg->keep_last > 0 &&
+        (rc = ts_run_prune_checkpoints(cfg->ckpt_dir, (int64_t)step, cfg->keep_last)))
+      return rc;
+    t->saved = (int64_t)step;
   }
-  {
-    char line[256];
-    uint64_t hash;
-    if ((rc = ts_run_param_hash(&sh.owners, m, &hash))) goto done;
-    snprintf(line, sizeof line, "{\"type\":\"final\",\"step\":%d,\"param_hash\":\"%016" PRIx64 "\"}",
-             cfg.steps, hash);
-    if ((rc = ts_log_line(&log, line))) goto done;
-    if (!cfg.quiet) printf("done: parameter hash %016" PRIx64 "\n", hash);
-  }
-  rc = ts_log_close(&log);
-done:
+  // After the last step the run is complete: nothing is left to resume.
+  return stop && !last ? stopped(&t->log, cfg, stop, step) : TS_OK;
+}
+
+// The run complete: the final record, with the parameters' hash.
+static int finish_run(trainer *t) {
+  char line[256];
+  uint64_t hash;
+  int rc;
+  if ((rc = ts_run_param_hash(&t->sh.owners, t->sh.m, &hash))) return rc;
+  snprintf(line, sizeof line, "{\"type\":\"final\",\"step\":%d,\"param_hash\":\"%016" PRIx64 "\"}",
+           t->cfg.steps, hash);
+  if ((rc = ts_log_line(&t->log, line))) return rc;
+  if (!t->cfg.quiet) printf("done: parameter hash %016" PRIx64 "\n", hash);
+  return ts_log_close(&t->log);
+}
+
+static void trainer_free(trainer *t) {
   ts_run_stop_restore();
-  if (log.f) fclose(log.f); // open only after an error, which is the one reported
-  ts_run_close_checkpoint(&ck);
-  ts_run_free_ranks(&ranks);
-  free(start_line);
-  free(inputs); free(targets);
-  ts_adamw_free(&opt);
-  ts_shard_free(&sh);
-  ts_data_close(data);
-  ts_grid_free(grid);
+  if (t->log.f) fclose(t->log.f); // open only after an error, which is the one reported
+  ts_run_close_checkpoint(&t->ck);
+  ts_run_free_ranks(&t->ranks);
+  free(t->inputs);
+  free(t->targets);
+  ts_adamw_free(&t->opt);
+  ts_shard_free(&t->sh);
+  ts_data_close(t->data);
+  ts_grid_free(t->grid);
+}
+
+int ts_train(const ts_config *cfg_in, const ts_layout *lay_in) {
+  trainer t = {0};
+  int rc = setup(&t, cfg_in, lay_in);
+  if (!rc) rc = open_inputs(&t);
+  if (!rc) rc = build_state(&t);
+  if (!rc) rc = open_log(&t);
+  for (int64_t s = t.start; !rc && s < t.cfg.steps; s++) {
+    step_stats st = {0};
+    const double t0 = ts_now();
+    if ((rc = step_update(&t, s, &st))) break;
+    const int stop = measure_step(&t, ts_now() - t0, &st);
+    rc = after_step(&t, &st, stop);
+  }
+  if (!rc) rc = finish_run(&t);
+  if (t.grid) trainer_free(&t);
   return rc;
 }

@@ -1,0 +1,165 @@
+"""The source tree's shape, checked (tests/structure.sh; docs/ARCHITECTURE.md).
+
+1. Every strategy of the registry (src/parallel/strategies.def) is named in
+   docs/DISTRIBUTED.md and docs/ARCHITECTURE.md, every codec
+   (src/boundary/codecs.def) in docs/COMPRESSION.md and docs/ARCHITECTURE.md:
+   a new one is documented where a reader looks.
+2. No function outside the kernels (src/cpu/, src/gpu/) is over 100 lines:
+   a long function is split into its named steps.
+3. The model's internals (src/model/model_impl.h) are reached, directly or
+   through the headers a file includes, by src/model/ and, for now, only by
+   the files listed in REACHING_IN, whose seams have no io struct yet. The
+   list may shrink, never grow: a new file that reaches into the model fails.
+
+usage: python3 tests/structure.py SRCDIR
+"""
+import glob
+import os
+import re
+import sys
+
+MAX_LINES = 100
+KERNEL_DIRS = ("src/cpu/", "src/gpu/")
+# The files outside src/model/ that still reach the model's internals
+# (src/model/model_impl.h, directly or through a header they include): the
+# strategies and codecs whose seams have no io struct yet, and the sums over
+# a rank's share. Remove a line when its file stops reaching them (the test
+# fails until you do, so the list stays true); never add one.
+REACHING_IN = {
+    "src/boundary/boundary.c",
+    "src/boundary/identity.c",
+    "src/boundary/mapl.c",
+    "src/boundary/mapl_vq.c",
+    "src/boundary/ssn.c",
+    "src/parallel/cp.c",
+    "src/parallel/cp.h",
+    "src/parallel/local.c",
+    "src/parallel/lss.c",
+    "src/parallel/megatron.c",
+    "src/parallel/ring.c",
+    "src/parallel/run_partials.c",
+    "src/parallel/shard.c",
+    "src/parallel/ulysses.c",
+    "src/parallel/usp.c",
+    "src/parallel/zero.c",
+}
+MODEL_IMPL = "src/model/model_impl.h"
+
+def strip_c(text):
+    """text with comments, strings and character literals emptied (newlines kept)."""
+    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    text = re.sub(r'"(\\.|[^"\\\n])*"', '""', text)
+    return re.sub(r"'(\\.|[^'\\\n])*'", "''", text)
+
+
+def long_functions(path):
+    """(name, first line, lines) of each top-level function body over MAX_LINES."""
+    lines = strip_c(open(path, encoding="utf-8").read()).split("\n")
+    out, depth, start = [], 0, None
+    for i, line in enumerate(lines):
+        if depth == 0 and "{" in line and start is None:
+            head = " ".join(lines[max(0, i - 3) : i + 1])
+            # a function's body: after a parameter list, not an initialiser or a type
+            if ")" in head and "=" not in line and not re.match(
+                r"\s*(typedef|struct|enum|union|static const|const)\b", line
+            ):
+                start = i
+        depth += line.count("{") - line.count("}")
+        if depth == 0 and start is not None:
+            if i - start + 1 > MAX_LINES:
+                decl = start  # the declaration's first line: the one at column 0
+                while decl > 0 and lines[decl][:1] in (" ", "\t", ")"):
+                    decl -= 1
+                m = re.search(r"(\w+)\s*\(", lines[decl])
+                name = m.group(1) if m else "?"
+                out.append((name, start + 1, i - start + 1))
+            start = None
+    return out
+
+
+def quoted_includes(path):
+    """The files a source includes with quotes, resolved as the build does (its folder, then src/)."""
+    out = []
+    for name in re.findall(r'^#\s*include\s*"([^"]+)"', open(path, encoding="utf-8").read(), flags=re.M):
+        for cand in (os.path.join(os.path.dirname(path), name), os.path.join("src", name)):
+            if os.path.exists(cand):
+                out.append(os.path.normpath(cand))
+                break
+    return out
+
+
+def closure(path, includes):
+    """Every file path includes, directly or through another."""
+    seen, todo = set(), [path]
+    while todo:
+        for g in includes.get(todo.pop(), []):
+            if g not in seen:
+                seen.add(g)
+                todo.append(g)
+    return seen
+
+
+def registry_names(path, macro):
+    return re.findall(r"^" + macro + r"\(\w+,\s*\"([^\"]+)\"", open(path).read(), flags=re.M)
+
+
+def main():
+    src = sys.argv[1] if len(sys.argv) > 1 else "."
+    os.chdir(src)
+    failures, checked = [], 0
+
+    # each registry, and the pages that must name every entry of it
+    registries = [
+        ("src/parallel/strategies.def", "TS_CP", ("docs/DISTRIBUTED.md", "docs/ARCHITECTURE.md")),
+        ("src/boundary/codecs.def", "TS_BOUNDARY", ("docs/COMPRESSION.md", "docs/ARCHITECTURE.md")),
+    ]
+    nnames = 0
+    for registry, macro, pages in registries:
+        names = registry_names(registry, macro)
+        nnames += len(names)
+        if len(names) < 2:
+            failures.append(f"{registry}: no entries found: the pattern is out of date")
+        for page in pages:
+            text = open(page, encoding="utf-8").read()
+            for name in names:
+                checked += 1
+                # the name as a word of its own ("ring" inside "ring-zigzag" does not count)
+                if not re.search(r"(?<![\w-])" + re.escape(name) + r"(?![\w-])", text):
+                    failures.append(f"{page} does not name '{name}' of {registry}")
+
+    files = sorted(
+        glob.glob("src/**/*.c", recursive=True)
+        + glob.glob("src/**/*.cc", recursive=True)
+        + glob.glob("src/**/*.cu", recursive=True)
+    )
+    for path in files:
+        if path.startswith(KERNEL_DIRS):
+            continue
+        checked += 1
+        for name, first, n in long_functions(path):
+            failures.append(f"{path}:{first}: {name} is {n} lines (at most {MAX_LINES}: split it into its steps)")
+
+    sources = sorted(glob.glob("src/**/*.[ch]", recursive=True) + glob.glob("src/**/*.c[cu]", recursive=True))
+    includes = {path: quoted_includes(path) for path in sources}
+    for path in sources:
+        if path.startswith("src/model/"):
+            continue
+        checked += 1
+        reaches = MODEL_IMPL in closure(path, includes)
+        if reaches and path not in REACHING_IN:
+            via = [g for g in includes[path] if g == MODEL_IMPL or MODEL_IMPL in closure(g, includes)]
+            failures.append(f"{path} reaches {MODEL_IMPL} (through {', '.join(via)}): "
+                            "reach the model through a seam's io struct")
+        elif not reaches and path in REACHING_IN:
+            failures.append(f"{path} no longer reaches {MODEL_IMPL}: remove it from REACHING_IN")
+
+    for f in failures:
+        print("FAIL:", f)
+    print(f"{checked} checks, {len(failures)} failed; {nnames} registry names, "
+          f"{len(REACHING_IN)} files outside src/model/ still reach its internals")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
