@@ -48,6 +48,17 @@ skip() {
   exit 77
 }
 
+# need_python WHY: PY is Debian's python3 (the one with the packages
+# scripts/install-deps installs), else the first python3 on PATH; without one
+# the script is skipped, saying what it needed it for.
+need_python() {
+  PY=
+  for p in /usr/bin/python3 python3; do
+    if command -v "$p" >/dev/null 2>&1; then PY=$p; break; fi
+  done
+  [ -n "$PY" ] || skip "no python3 $1 (scripts/install-deps installs it)"
+}
+
 # expect_exit CODE PATTERN CMD [ARGS...]
 # Runs CMD with stdout and stderr captured in $TS_OUT and $TS_ERR and checks
 # the exit status. A non-empty PATTERN (grep -E) must match stderr, and stderr

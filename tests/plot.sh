@@ -6,11 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 
 T=$TESSERA_BIN
-PY=
-for p in /usr/bin/python3 python3; do
-  if command -v "$p" >/dev/null 2>&1; then PY=$p; break; fi
-done
-[ -n "$PY" ] || skip "no python3 to read the SVG back (scripts/install-deps installs it)"
+need_python "to read the SVG back"
 
 cd "$TS_TMP" || exit 99
 # two runs that differ in length, evaluation interval and tokens per step

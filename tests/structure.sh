@@ -4,9 +4,5 @@
 # model's internals behind their seams.
 . "$(dirname "$0")/lib.sh"
 
-PY=
-for p in /usr/bin/python3 python3; do
-  if command -v "$p" >/dev/null 2>&1; then PY=$p; break; fi
-done
-[ -n "$PY" ] || skip "no python3 (scripts/install-deps installs it)"
+need_python "to read the source tree"
 "$PY" "$TS_TESTS_DIR/structure.py" "$TESSERA_SRCDIR"
