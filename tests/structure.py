@@ -10,6 +10,8 @@
    through the headers a file includes, by src/model/ and, for now, only by
    the files listed in REACHING_IN, whose seams have no io struct yet. The
    list may shrink, never grow: a new file that reaches into the model fails.
+4. No strategy is told apart by its table's address (`cp == &ts_cp_...`):
+   variants of one strategy carry their differences as data (`opts`).
 
 usage: python3 tests/structure.py SRCDIR
 """
@@ -153,6 +155,14 @@ def main():
                             "reach the model through a seam's io struct")
         elif not reaches and path in REACHING_IN:
             failures.append(f"{path} no longer reaches {MODEL_IMPL}: remove it from REACHING_IN")
+
+    # variants as data: a comparison with a strategy table's address
+    for path in sources:
+        checked += 1
+        for n, line in enumerate(strip_c(open(path, encoding="utf-8").read()).split("\n"), 1):
+            if re.search(r"[!=]=\s*&ts_cp_\w+|&ts_cp_\w+\s*[!=]=", line):
+                failures.append(f"{path}:{n}: a strategy told apart by its table's address: "
+                                "give the variants `opts`")
 
     for f in failures:
         print("FAIL:", f)

@@ -24,14 +24,16 @@
 
 #include "parallel/cp.h"
 
-extern const ts_cp ts_cp_lss, ts_cp_lss_fused, ts_cp_lss_basic, ts_cp_lss_zigzag,
-    ts_cp_lss_fused_zigzag, ts_cp_lss_basic_zigzag;
+// What tells the variants apart (each table's `opts`): the ablations
+// concatenate the attention outputs of the group (lss-fused, lss-basic), and
+// lss-basic also gathers K and V separately, un-fused.
+typedef struct {
+  int concat, separate_kv;
+} lss_opts;
+static const lss_opts LSS = {0, 0}, LSS_FUSED = {1, 0}, LSS_BASIC = {1, 1};
 
-static int basic(const ts_model *m) {
-  return m->cp == &ts_cp_lss_basic || m->cp == &ts_cp_lss_basic_zigzag;
-}
-// The ablations concatenate the attention outputs of the group.
-static int concat(const ts_model *m) { return m->cp != &ts_cp_lss && m->cp != &ts_cp_lss_zigzag; }
+static int basic(const ts_model *m) { return ((const lss_opts *)m->cp->opts)->separate_kv; }
+static int concat(const ts_model *m) { return ((const lss_opts *)m->cp->opts)->concat; }
 
 // K, V and their gradients hold the whole sequence: T rows. The strategy's
 // own scratch holds T rows of C for the ablations' concatenation, and for
@@ -374,6 +376,7 @@ const ts_cp ts_cp_lss = {
     .sizes = lss_sizes,
     .attn_forward = lss_attn_forward,
     .attn_backward = lss_attn_backward,
+    .opts = &LSS,
 };
 
 const ts_cp ts_cp_lss_fused = {
@@ -383,6 +386,7 @@ const ts_cp ts_cp_lss_fused = {
     .sizes = lss_sizes,
     .attn_forward = lss_attn_forward,
     .attn_backward = lss_attn_backward,
+    .opts = &LSS_FUSED,
 };
 
 const ts_cp ts_cp_lss_basic = {
@@ -392,20 +396,22 @@ const ts_cp ts_cp_lss_basic = {
     .sizes = lss_sizes,
     .attn_forward = lss_attn_forward,
     .attn_backward = lss_attn_backward,
+    .opts = &LSS_BASIC,
 };
 
-// The balanced three differ in their name alone (basic() and concat() read it).
-#define ZIGZAG(NAME, SUMMARY)                                                                   \
+// The balanced three differ in their options alone (basic() and concat() read them).
+#define ZIGZAG(NAME, SUMMARY, OPTS)                                                             \
   {                                                                                             \
     .name = NAME, .summary = SUMMARY, .exact = 1, .host_only = 1, .run_partials = 1,            \
     .check = zigzag_check, .positions = ts_cp_zigzag_positions, .sizes = zigzag_sizes,          \
     .create = zigzag_create, .bytes = zigzag_bytes, .destroy = zigzag_destroy,                  \
-    .attn_forward = zigzag_forward, .attn_backward = zigzag_backward,                           \
+    .attn_forward = zigzag_forward, .attn_backward = zigzag_backward, .opts = &OPTS,            \
   }
 const ts_cp ts_cp_lss_zigzag =
-    ZIGZAG("lss-zigzag", "LSS balanced: chunks r and 2N-1-r of 2N, the same 2 collectives per layer");
+    ZIGZAG("lss-zigzag", "LSS balanced: chunks r and 2N-1-r of 2N, the same 2 collectives per layer",
+           LSS);
 const ts_cp ts_cp_lss_fused_zigzag =
-    ZIGZAG("lss-fused-zigzag", "lss-fused balanced as lss-zigzag: 4 per layer");
+    ZIGZAG("lss-fused-zigzag", "lss-fused balanced as lss-zigzag: 4 per layer", LSS_FUSED);
 const ts_cp ts_cp_lss_basic_zigzag =
-    ZIGZAG("lss-basic-zigzag", "lss-basic balanced as lss-zigzag: 6 per layer");
+    ZIGZAG("lss-basic-zigzag", "lss-basic balanced as lss-zigzag: 6 per layer", LSS_BASIC);
 

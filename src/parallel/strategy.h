@@ -102,6 +102,9 @@ typedef struct ts_cp {
   // The flags of settings only it reads, space-separated ("--ulysses-degree"):
   // ts_layout_check refuses them with any other strategy. NULL: none.
   const char *own_flags;
+  // Its own options (a struct of its file's): variants of one strategy share
+  // its functions and differ here, never by the table's address. NULL: none.
+  const void *opts;
 } ts_cp;
 
 // The strategy of a --sp-mode; the serial model runs ts_cp_local.

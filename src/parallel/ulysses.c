@@ -317,7 +317,6 @@ int headpar_backward(ts_model *m, int l, uint64_t step) {
 }
 
 // ---- the strategies (strategy.h) ----------------------------------------------------------
-extern const ts_cp ts_cp_upipe;
 
 // Head-parallel attention (Ulysses, UPipe; ulysses.h): heads and key/value
 // heads split over the group; UPipe's stages of U heads and their schedule.
@@ -366,10 +365,17 @@ static void headpar_sizes(const ts_model *m, ts_cp_sizes *out) {
   *out = (ts_cp_sizes){.layer_rows = m->ntok, .dkv_rows = m->ntok};
 }
 
+// What tells ulysses and upipe apart (each table's `opts`): upipe runs the
+// heads in stages of U (--upipe-u) in its schedule's order.
+typedef struct {
+  int staged;
+} headpar_opts;
+static const headpar_opts ULYSSES = {0}, UPIPE = {1};
+
 static int headpar_create(ts_model *m, const ts_seq_shard *sp) {
   headpar *h = malloc(sizeof *h);
   if (!h) return ts_fail(TS_ERUNTIME, "out of memory");
-  const int upipe = m->cp == &ts_cp_upipe;
+  const int upipe = ((const headpar_opts *)m->cp->opts)->staged;
   h->U = upipe ? sp->upipe_u : m->H;
   h->sched = upipe ? sp->upipe_sched : 0;
   m->cp_state = h;
@@ -395,6 +401,7 @@ const ts_cp ts_cp_ulysses = {
     .destroy = headpar_destroy,
     .attn_forward = headpar_forward,
     .attn_backward = headpar_backward,
+    .opts = &ULYSSES,
 };
 
 const ts_cp ts_cp_upipe = {
@@ -409,4 +416,5 @@ const ts_cp ts_cp_upipe = {
     .attn_backward = headpar_backward,
     .describe = upipe_describe,
     .own_flags = "--upipe-u --upipe-schedule",
+    .opts = &UPIPE,
 };
