@@ -25,9 +25,10 @@
 //   partner's player when they meet (the parent is that run's sum, which the
 //   player already has, for the chunks of both), so nothing is sent; two
 //   empty runs stay empty. A rank may so play several positions of its run
-//   and swap with several partners in a round (the last rank of a group that
-//   is not a power of two; its partners are ranks of a full run, each with
-//   one swap: no waiting cycle). With P a power of two every rank plays
+//   and swap with several partners in a round (the last ranks of a group
+//   that is not a power of two: at P = 5 rank 4 plays 4 to 7, at P = 6 ranks
+//   4 and 5 play 6 and 7; the partners are then ranks of a full run, each
+//   with one swap: no waiting cycle). With P a power of two every rank plays
 //   itself alone: one swap a round, with r xor d.
 //
 //   all-gather, rounds k = L .. 2L-1, the mirror image (d = 2^(2L-1-k) =

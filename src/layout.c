@@ -172,7 +172,7 @@ static int check_ranks(const ts_config *cfg, ts_layout *lay) {
   return TS_OK;
 }
 
-// What a device has not built: the host-only strategies (cp.h) and the
+// What a device has not built: the host-only strategies (strategy.h) and the
 // --zero stages that give a layer's host pages back between uses.
 static int check_device(const ts_layout *lay, const char *device) {
   if (strcmp(device, "cpu") == 0) return TS_OK;

@@ -416,7 +416,8 @@ static const flag flags[] = {
      "off", TED, G_RUN, NULL},
     // parallel layout
     {"--dp", K_INT, AT(lay.dp), 0, "D",
-     "data-parallel ranks, any number dividing --batch (mpiexec -n D)", NULL, TRAIN, G_PAR,
+     "data-parallel ranks, any number dividing --batch; batch/D x seq/leaf a power of two "
+     "(mpiexec -n D)", NULL, TRAIN, G_PAR,
      check_parallel},
     {"--sp", K_INT, AT(lay.sp), 0, "N",
      "sequence-parallel ranks: a power of two; --seq splits into N segments (mpiexec -n D*N)",

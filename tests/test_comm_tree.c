@@ -197,7 +197,7 @@ static void canonical(float *want, const world *w, const float *inputs) {
 }
 
 // Groups of every kind: powers of two, one past and one short of them, and
-// sizes whose last rank plays many positions.
+// sizes whose last ranks play many positions.
 static const int groups[] = {2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 16, 17, 24, 32, 33};
 #define NGROUPS (sizeof groups / sizeof groups[0])
 
