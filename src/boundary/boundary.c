@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model_impl.h"
 #include "rng.h"
 #include "util.h"
 
@@ -62,10 +61,10 @@ int ts_boundary_check_stages(ts_config *cfg) {
   return TS_OK;
 }
 
-int ts_boundary_at(const ts_model *m, int l) {
-  const int S = m->cfg.compress_stages; // 0 for the identity: no boundaries of the model's
-  if (S < 2 || l <= 0 || l >= m->L || l % (m->L / S) != 0) return -1;
-  return l / (m->L / S) - 1;
+int ts_boundary_at(const ts_config *cfg, int l) {
+  const int S = cfg->compress_stages, L = cfg->n_layer; // S 0 for the identity: no boundaries
+  if (S < 2 || l <= 0 || l >= L || l % (L / S) != 0) return -1;
+  return l / (L / S) - 1;
 }
 
 int ts_boundary_declare(ts_tensor *out, const char *fmt, int index, int64_t s0, int64_t s1,
@@ -80,82 +79,82 @@ size_t ts_boundary_float_wire(const ts_config *cfg, int backward) {
   return (size_t)cfg->compress_rank * sizeof(float);
 }
 
-float *ts_boundary_param(const ts_model *m, ts_role role, int index, int grad) {
-  const int i = ts_tensor_find(m->ptens, m->ntens, role, index);
+float *ts_boundary_param(const ts_boundary_io *io, ts_role role, int index, int grad) {
+  const int i = ts_tensor_find(io->ptens, io->ntens, role, index);
   if (i < 0) return NULL;
-  return (grad ? m->gtens : m->ptens)[i].data;
+  return (grad ? io->gtens : io->ptens)[i].data;
 }
 
 // ---- the buffers --------------------------------------------------------------------------
-int ts_boundary_buffers_create(ts_model *m, ts_boundary_buffers *b) {
-  const ts_config *c = &m->cfg;
+int ts_boundary_buffers_create(const ts_boundary_io *io, ts_boundary_buffers *b) {
+  const ts_config *c = io->cfg;
   b->S = c->compress_stages;
   b->r = c->compress_rank;
-  const size_t N = (size_t)m->ntok, d = (size_t)m->C, r = (size_t)b->r;
+  const size_t N = (size_t)io->ntok, d = (size_t)io->C, r = (size_t)b->r;
   b->y = calloc((size_t)b->S, sizeof(float *));
   b->wire = calloc((size_t)b->S, sizeof(unsigned char *));
   if (!b->y || !b->wire) return ts_fail(TS_ERUNTIME, "out of memory");
   int bad = 0;
   for (int p = 0; p + 1 < b->S; p++) {
-    bad |= !(b->y[p] = m->be->alloc(N * d * sizeof(float)));
-    bad |= !(b->wire[p] = m->be->alloc(N * m->bd->wire_bytes(c, 0)));
+    bad |= !(b->y[p] = io->be->alloc(N * d * sizeof(float)));
+    bad |= !(b->wire[p] = io->be->alloc(N * io->bd->wire_bytes(c, 0)));
   }
-  bad |= !(b->dz = m->be->alloc(N * r * sizeof(float)));
-  bad |= !(b->anc = m->be->alloc(N * d * sizeof(float)));
-  bad |= !(b->wt = m->be->alloc(r * d * sizeof(float)));
+  bad |= !(b->dz = io->be->alloc(N * r * sizeof(float)));
+  bad |= !(b->anc = io->be->alloc(N * d * sizeof(float)));
+  bad |= !(b->wt = io->be->alloc(r * d * sizeof(float)));
   bad |= !(b->qr = ts_alloc(r * d * sizeof(double))); // host scratch
   if (bad) return ts_fail(TS_ERUNTIME, "out of memory allocating the boundary buffers");
   return TS_OK;
 }
 
-void ts_boundary_buffers_free(ts_model *m, ts_boundary_buffers *b) {
+void ts_boundary_buffers_free(const ts_boundary_io *io, ts_boundary_buffers *b) {
   for (int p = 0; p < b->S; p++) {
-    if (b->wire) m->be->free(b->wire[p]);
-    if (b->y) m->be->free(b->y[p]);
+    if (b->wire) io->be->free(b->wire[p]);
+    if (b->y) io->be->free(b->y[p]);
   }
   free(b->wire);
   free(b->y);
-  m->be->free(b->dz);
-  m->be->free(b->anc);
-  m->be->free(b->wt);
+  io->be->free(b->dz);
+  io->be->free(b->anc);
+  io->be->free(b->wt);
   ts_free(b->qr);
 }
 
-size_t ts_boundary_buffer_floats(const ts_model *m) {
-  const ts_config *c = &m->cfg;
-  const size_t N = (size_t)m->ntok, d = (size_t)m->C, r = (size_t)c->compress_rank;
-  const size_t S = (size_t)c->compress_stages, row = m->bd->wire_bytes(c, 0);
+size_t ts_boundary_buffer_floats(const ts_boundary_io *io) {
+  const ts_config *c = io->cfg;
+  const size_t N = (size_t)io->ntok, d = (size_t)io->C, r = (size_t)c->compress_rank;
+  const size_t S = (size_t)c->compress_stages, row = io->bd->wire_bytes(c, 0);
   return (S - 1) * (N * d + N * (row + 3) / 4) + S * N * r + 3 * N * r + N * d + 2 * r * d;
 }
 
-void *ts_boundary_buffers_wire(const ts_model *m, int p) {
-  return ((const ts_boundary_buffers *)m->bd_state)->wire[p];
+void *ts_boundary_buffers_wire(const ts_boundary_io *io, int p) {
+  return ((const ts_boundary_buffers *)io->state)->wire[p];
 }
 
-float *ts_boundary_buffers_dz(const ts_model *m) {
-  return ((const ts_boundary_buffers *)m->bd_state)->dz;
+float *ts_boundary_buffers_dz(const ts_boundary_io *io) {
+  return ((const ts_boundary_buffers *)io->state)->dz;
 }
 
 // ---- the affine map -----------------------------------------------------------------------
-void ts_boundary_affine_encode(ts_model *m, const ts_boundary_affine *f, int p, const float *x,
+void ts_boundary_affine_encode(const ts_boundary_io *io, const ts_boundary_affine *f, int p, const float *x,
                                float *z) {
-  ts_boundary_buffers *b = m->bd_state;
-  const int64_t N = m->ntok;
-  const int d = m->C;
+  ts_boundary_buffers *b = io->state;
+  const int64_t N = io->ntok;
+  const int d = io->C;
   float *y = b->y[p];
-  f->anchor(m, p);
+  f->anchor(io, p);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N * d; i++) y[i] = x[i] - b->anc[i];
-  m->be->linear_forward(z, y, f->basis(m, p), NULL, N, d, b->r, m->cfg.leaf); // Y·Bᵀ
+  io->be->linear_forward(z, y, f->basis(io, p), NULL, N, d, b->r, io->cfg->leaf); // Y·Bᵀ
 }
 
-void ts_boundary_affine_decode(ts_model *m, const ts_boundary_affine *f, int p, const float *z,
+void ts_boundary_affine_decode(const ts_boundary_io *io, const ts_boundary_affine *f, int p, const float *z,
                                float *x) {
-  ts_boundary_buffers *b = m->bd_state;
-  const int64_t N = m->ntok;
-  const int d = m->C;
-  m->be->linear_backward_input(x, z, f->basis(m, p), N, d, b->r, m->cfg.leaf, 0); // Z·B
-  f->anchor(m, p + 1);
+  ts_boundary_buffers *b = io->state;
+  const int64_t N = io->ntok;
+  const int d = io->C;
+  io->be->linear_backward_input(x, z, f->basis(io, p), N, d, b->r, io->cfg->leaf, 0); // Z·B
+  f->anchor(io, p + 1);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N * d; i++) x[i] = x[i] + b->anc[i];
 }

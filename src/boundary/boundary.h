@@ -29,8 +29,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "comm.h"
 #include "tessera.h"
+
+// What a codec sees of the model, filled by the model (src/model/boundary_io.c)
+// for each call: its geometry and services, the rows' tokens, the two
+// residual buffers the identity's wire and dz are, and the model's tensors
+// (ts_boundary_param finds a codec's own among them by role).
+typedef struct ts_boundary_io {
+  const ts_config *cfg;
+  const ts_backend *be;
+  ts_ws *ws;
+  int C, V, T, L;              // width, vocabulary, positions, layers
+  int64_t ntok;                // the model's rows (B·Tl)
+  int64_t ntok_global;         // the global batch's tokens (Bg·T)
+  int b0;                      // the shard's first sequence of the global batch
+  const int *inputs;           // the rows' token ids (ntok)
+  float *out;                  // the stage's output rows (ntok × d)
+  float *dres;                 // the residual stream's gradient (ntok × d)
+  int ntens;                   // the model's tensors and their gradients
+  const ts_tensor *ptens, *gtens;
+  const struct ts_boundary *bd; // its own table
+  void *state;                  // its create's state (NULL before)
+} ts_boundary_io;
 
 // The most tensors a codec declares for one stage.
 #define TS_BOUNDARY_TENSORS 8
@@ -54,31 +76,32 @@ typedef struct ts_boundary {
   int (*tensors)(const ts_config *cfg, int s, ts_tensor *out);
   // Floats of the buffers it keeps (the model's memory estimate), and of a
   // thread's leaf partial (the model's workspace). Each NULL: none.
-  size_t (*activation_floats)(const ts_model *m);
+  size_t (*activation_floats)(const ts_boundary_io *io);
   size_t (*leaf_floats)(const ts_config *cfg);
   // ---- lifetime -----------------------------------------------------------------------
-  // Its state (m->bd_state) once the model's parameters exist; free (also of
+  // Its state (*state, io->state in every later call; set it before
+  // anything that can fail) once the model's parameters exist; free (also of
   // a half-made state). Each NULL: none.
-  int (*create)(ts_model *m);
-  void (*destroy)(ts_model *m);
+  int (*create)(const ts_boundary_io *io, void **state);
+  void (*destroy)(const ts_boundary_io *io);
   // Frozen bases from the seed and its tensors' starting values, after the
   // parameters' generic initialisation, on every rank alike. NULL: nothing.
-  void (*init)(ts_model *m, uint64_t seed);
+  void (*init)(const ts_boundary_io *io, uint64_t seed);
   // ---- the seam (p: the boundary; −1 at a pipeline stage's end that is no
   // boundary of the model's, which only the identity has) -------------------------------
   // x (rows × d) → boundary p's wire, kept with what the backward needs.
-  void (*encode)(ts_model *m, int p, const float *x);
+  void (*encode)(const ts_boundary_io *io, int p, const float *x);
   // What encode wrote (a stage's output on the wire).
-  void *(*wire)(const ts_model *m, int p);
+  void *(*wire)(const ts_boundary_io *io, int p);
   // Boundary p's wire → x (rows × d).
-  void (*decode)(ts_model *m, int p, const void *wire, float *x);
+  void (*decode)(const ts_boundary_io *io, int p, const void *wire, float *x);
   // G = dx (rows × d) → dz, the receiving stage's gradients after it.
-  int (*decode_backward)(ts_model *m, int p, const float *dx, float *dz);
+  int (*decode_backward)(const ts_boundary_io *io, int p, const float *dx, float *dz);
   // dz → dx (rows × d), the sending stage's gradients after it (step keys
   // anything seeded per step).
-  int (*encode_backward)(ts_model *m, int p, const float *dz, float *dx, uint64_t step);
+  int (*encode_backward)(const ts_boundary_io *io, int p, const float *dz, float *dx, uint64_t step);
   // The buffer of dz going back (a stage's input gradient on the wire).
-  float *(*dz)(const ts_model *m);
+  float *(*dz)(const ts_boundary_io *io);
   // ---- after a step -------------------------------------------------------------------
   // Whether it updates its tensors of a role itself, instead of AdamW (the
   // optimizer skips them). NULL: AdamW updates all of them.
@@ -95,11 +118,13 @@ typedef struct ts_boundary {
   // `peer`; 0: from the previous one). Pipeline stages replicate every
   // tensor, so the transfer is the one a stage holding only its own would
   // need, performed and counted as such. NULL: nothing changes.
-  int (*sync)(ts_model *m, ts_comm *pipe, int p, int peer, int send, uint64_t step);
+  int (*sync)(const ts_boundary_io *io, ts_comm *pipe, int p, int peer, int send, uint64_t step);
 } ts_boundary;
 
 // The codec of a --compress mode (NULL: none such).
 const ts_boundary *ts_boundary_get(int mode);
+// A pipeline's sync of the model's codec (its `sync`; src/model/boundary_io.c).
+int ts_model_boundary_sync(ts_model *m, ts_comm *pipe, int p, int peer, int send, uint64_t step);
 
 // ---- what the model and the rest of tessera use (boundary.c) ----------------------------
 // cfg's compression settings: the common rules (an unknown mode, another
@@ -107,7 +132,7 @@ const ts_boundary *ts_boundary_get(int mode);
 int ts_boundary_finalize(ts_config *cfg);
 // The boundary after layer l − 1 (l a multiple of L/S, 0 < l < L): its index
 // p, or −1 when l is not one.
-int ts_boundary_at(const ts_model *m, int l);
+int ts_boundary_at(const ts_config *cfg, int l);
 // Whether a tensor's gradient slot holds statistics, not a gradient
 // (mapl-vq's codebooks, vq.h): the gradient norm and the clip leave it out.
 static inline int ts_boundary_statistics(ts_role role) {
@@ -124,13 +149,13 @@ int ts_boundary_declare(ts_tensor *out, const char *fmt, int index, int64_t s0, 
 // r floats a row, each way (every codec but the identity and mapl-vq's codes).
 size_t ts_boundary_float_wire(const ts_config *cfg, int backward);
 // The model's parameter (grad 0) or gradient (1) of a role and index.
-float *ts_boundary_param(const ts_model *m, ts_role role, int index, int grad);
+float *ts_boundary_param(const ts_boundary_io *io, ts_role role, int index, int grad);
 // The rows of boundary p's subspace (r × d), and stage s's anchor rows of the
 // model's tokens into the buffers' anc: what makes a codec an affine map
 // X̂ = (X − anchor_p)·Bᵀ·B + anchor_{p+1}.
 typedef struct {
-  const float *(*basis)(ts_model *m, int p);
-  void (*anchor)(ts_model *m, int s);
+  const float *(*basis)(const ts_boundary_io *io, int p);
+  void (*anchor)(const ts_boundary_io *io, int s);
 } ts_boundary_affine;
 
 // The buffers every compressing codec keeps: the first member of its state.
@@ -146,19 +171,19 @@ typedef struct {
 
 // Allocates *b (rows of the model's tokens, the codec's wire_bytes) or
 // fails naming what; frees them (of a half-made set too).
-int ts_boundary_buffers_create(ts_model *m, ts_boundary_buffers *b);
-void ts_boundary_buffers_free(ts_model *m, ts_boundary_buffers *b);
+int ts_boundary_buffers_create(const ts_boundary_io *io, ts_boundary_buffers *b);
+void ts_boundary_buffers_free(const ts_boundary_io *io, ts_boundary_buffers *b);
 // The memory estimate of ssn and mapl: the buffers, and of their own a row
 // block (rows × r) per stage, three more, and two (r × d). mapl-vq adds its own.
-size_t ts_boundary_buffer_floats(const ts_model *m);
-// Of the buffers at the start of m->bd_state: boundary p's wire, and dz.
-void *ts_boundary_buffers_wire(const ts_model *m, int p);
-float *ts_boundary_buffers_dz(const ts_model *m);
+size_t ts_boundary_buffer_floats(const ts_boundary_io *io);
+// Of the buffers at the start of io->state: boundary p's wire, and dz.
+void *ts_boundary_buffers_wire(const ts_boundary_io *io, int p);
+float *ts_boundary_buffers_dz(const ts_boundary_io *io);
 // The affine encode: y_p = x − anchor_p, z = y_p·Bᵀ (rows × r).
-void ts_boundary_affine_encode(ts_model *m, const ts_boundary_affine *f, int p, const float *x,
+void ts_boundary_affine_encode(const ts_boundary_io *io, const ts_boundary_affine *f, int p, const float *x,
                                float *z);
 // The affine decode: x = z·B + anchor_{p+1}.
-void ts_boundary_affine_decode(ts_model *m, const ts_boundary_affine *f, int p, const float *z,
+void ts_boundary_affine_decode(const ts_boundary_io *io, const ts_boundary_affine *f, int p, const float *z,
                                float *x);
 // q (n × k, row-major) ← the Q of the QR factorisation of a seeded Gaussian
 // n × k matrix (key `which`): modified Gram–Schmidt in double (a, n × k,

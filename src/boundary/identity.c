@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "boundary/boundary.h"
-#include "model/model_impl.h"
 
 static int identity_check(ts_config *cfg) {
   if (cfg->compress_rank != 0)
@@ -20,40 +19,40 @@ static size_t identity_wire_bytes(const ts_config *cfg, int backward) {
 }
 
 // The stage's output is its wire already.
-static void identity_encode(ts_model *m, int p, const float *x) {
-  (void)m, (void)p, (void)x;
+static void identity_encode(const ts_boundary_io *io, int p, const float *x) {
+  (void)io, (void)p, (void)x;
 }
 
-static void *identity_wire(const ts_model *m, int p) {
+static void *identity_wire(const ts_boundary_io *io, int p) {
   (void)p;
-  return m->res[m->l1];
+  return io->out;
 }
 
 // dst ← src, a row block of the model's tokens (rows × d); nothing when they are one.
-static void copy_rows(const ts_model *m, float *dst, const float *src) {
-  if (dst != src) memcpy(dst, src, (size_t)m->ntok * m->C * sizeof(float));
+static void copy_rows(const ts_boundary_io *io, float *dst, const float *src) {
+  if (dst != src) memcpy(dst, src, (size_t)io->ntok * io->C * sizeof(float));
 }
 
-static void identity_decode(ts_model *m, int p, const void *wire, float *x) {
+static void identity_decode(const ts_boundary_io *io, int p, const void *wire, float *x) {
   (void)p;
-  copy_rows(m, x, wire);
+  copy_rows(io, x, wire);
 }
 
 // dz is dx (identity_dz): the gradient of the stage's input goes back as it is.
-static int identity_decode_backward(ts_model *m, int p, const float *dx, float *dz) {
+static int identity_decode_backward(const ts_boundary_io *io, int p, const float *dx, float *dz) {
   (void)p;
-  copy_rows(m, dz, dx);
+  copy_rows(io, dz, dx);
   return TS_OK;
 }
 
-static int identity_encode_backward(ts_model *m, int p, const float *dz, float *dx,
+static int identity_encode_backward(const ts_boundary_io *io, int p, const float *dz, float *dx,
                                     uint64_t step) {
   (void)p, (void)step;
-  copy_rows(m, dx, dz);
+  copy_rows(io, dx, dz);
   return TS_OK;
 }
 
-static float *identity_dz(const ts_model *m) { return m->dres; }
+static float *identity_dz(const ts_boundary_io *io) { return io->dres; }
 
 const ts_boundary ts_boundary_identity = {
     .name = "none",

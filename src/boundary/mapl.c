@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "kernels.h"
-#include "model/model_impl.h"
 #include "orthogonal.h"
 
 // Polar Express steps of the projectors' direction and retraction
@@ -20,42 +19,42 @@
 
 // Stage s's anchor E_s (V × r) and boundary p's projector A_p (d × r), or
 // their gradients (grad 1).
-static float *anchor_table(const ts_model *m, int s, int grad) {
-  return ts_boundary_param(m, TS_ROLE_ANCHOR, s, grad);
+static float *anchor_table(const ts_boundary_io *io, int s, int grad) {
+  return ts_boundary_param(io, TS_ROLE_ANCHOR, s, grad);
 }
-static float *projector(const ts_model *m, int p, int grad) {
-  return ts_boundary_param(m, TS_ROLE_PROJECTOR, p, grad);
+static float *projector(const ts_boundary_io *io, int p, int grad) {
+  return ts_boundary_param(io, TS_ROLE_PROJECTOR, p, grad);
 }
 
-int ts_mapl_create(ts_model *m, ts_mapl *k) {
-  int rc = ts_boundary_buffers_create(m, &k->b);
+int ts_mapl_create(const ts_boundary_io *io, ts_mapl *k) {
+  int rc = ts_boundary_buffers_create(io, &k->b);
   if (rc) return rc;
   const int S = k->b.S;
   k->fixed = calloc((size_t)S, sizeof(float *));
   k->arow = calloc((size_t)S, sizeof(float *));
   if (!k->fixed || !k->arow) return ts_fail(TS_ERUNTIME, "out of memory");
-  const size_t N = (size_t)m->ntok, d = (size_t)m->C, r = (size_t)k->b.r;
+  const size_t N = (size_t)io->ntok, d = (size_t)io->C, r = (size_t)k->b.r;
   int bad = 0;
   for (int s = 0; s < S; s++) {
-    bad |= !(k->fixed[s] = m->be->alloc(r * d * sizeof(float)));
-    bad |= !(k->arow[s] = m->be->alloc(N * r * sizeof(float)));
+    bad |= !(k->fixed[s] = io->be->alloc(r * d * sizeof(float)));
+    bad |= !(k->arow[s] = io->be->alloc(N * r * sizeof(float)));
   }
-  bad |= !(k->gath = m->be->alloc(N * r * sizeof(float)));
-  bad |= !(k->dwt = m->be->alloc(r * d * sizeof(float)));
+  bad |= !(k->gath = io->be->alloc(N * r * sizeof(float)));
+  bad |= !(k->dwt = io->be->alloc(r * d * sizeof(float)));
   if (bad) return ts_fail(TS_ERUNTIME, "out of memory allocating the boundary buffers");
   return TS_OK;
 }
 
-void ts_mapl_free(ts_model *m, ts_mapl *k) {
+void ts_mapl_free(const ts_boundary_io *io, ts_mapl *k) {
   for (int s = 0; s < k->b.S; s++) {
-    if (k->fixed) m->be->free(k->fixed[s]);
-    if (k->arow) m->be->free(k->arow[s]);
+    if (k->fixed) io->be->free(k->fixed[s]);
+    if (k->arow) io->be->free(k->arow[s]);
   }
   free(k->fixed);
   free(k->arow);
-  m->be->free(k->gath);
-  m->be->free(k->dwt);
-  ts_boundary_buffers_free(m, &k->b);
+  io->be->free(k->gath);
+  io->be->free(k->dwt);
+  ts_boundary_buffers_free(io, &k->b);
 }
 
 int ts_mapl_tensors(const ts_config *cfg, int s, ts_tensor *out) {
@@ -66,9 +65,9 @@ int ts_mapl_tensors(const ts_config *cfg, int s, ts_tensor *out) {
   return n;
 }
 
-void ts_mapl_init(ts_model *m, uint64_t seed) {
-  ts_mapl *k = m->bd_state;
-  const int d = m->C, r = k->b.r;
+void ts_mapl_init(const ts_boundary_io *io, uint64_t seed) {
+  ts_mapl *k = io->state;
+  const int d = io->C, r = k->b.r;
   float *q = k->b.wt; // (d × r) scratch, transposed into place
   for (int s = 0; s < k->b.S; s++) {
     ts_boundary_orthonormal(q, k->b.qr, d, r, seed, TS_BASIS_FIXED + (uint64_t)s);
@@ -77,98 +76,98 @@ void ts_mapl_init(ts_model *m, uint64_t seed) {
   // the projectors start on St(d, r), each its own random point (a
   // pipeline stage's: those it holds)
   for (int p = 0; p + 1 < k->b.S; p++)
-    if (projector(m, p, 0))
-      ts_boundary_orthonormal(projector(m, p, 0), k->b.qr, d, r, seed, TS_BASIS_PROJ + (uint64_t)p);
+    if (projector(io, p, 0))
+      ts_boundary_orthonormal(projector(io, p, 0), k->b.qr, d, r, seed, TS_BASIS_PROJ + (uint64_t)p);
 }
 
 // anc (rows × d) ← E_s[tok]·P_s.
-static void mapl_anchor(ts_model *m, int s) {
-  ts_mapl *k = m->bd_state;
-  const int64_t N = m->ntok;
-  const int d = m->C, r = k->b.r;
-  const float *E = anchor_table(m, s, 0);
+static void mapl_anchor(const ts_boundary_io *io, int s) {
+  ts_mapl *k = io->state;
+  const int64_t N = io->ntok;
+  const int d = io->C, r = k->b.r;
+  const float *E = anchor_table(io, s, 0);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; i++)
-    memcpy(k->gath + i * r, E + (size_t)m->inputs[i] * r, (size_t)r * sizeof(float));
+    memcpy(k->gath + i * r, E + (size_t)io->inputs[i] * r, (size_t)r * sizeof(float));
   // E_s[tok]·P_s: (rows × r)(r × d)
-  m->be->linear_backward_input(k->b.anc, k->gath, k->fixed[s], N, d, r, m->cfg.leaf, 0);
+  io->be->linear_backward_input(k->b.anc, k->gath, k->fixed[s], N, d, r, io->cfg->leaf, 0);
 }
 
 // wt ← A_pᵀ (r × d).
-static const float *mapl_basis(ts_model *m, int p) {
-  ts_mapl *k = m->bd_state;
-  ts_boundary_transpose(k->b.wt, projector(m, p, 0), m->C, k->b.r);
+static const float *mapl_basis(const ts_boundary_io *io, int p) {
+  ts_mapl *k = io->state;
+  ts_boundary_transpose(k->b.wt, projector(io, p, 0), io->C, k->b.r);
   return k->b.wt;
 }
 
 const ts_boundary_affine ts_mapl_affine = {mapl_basis, mapl_anchor};
 
-static void mapl_encode(ts_model *m, int p, const float *x) {
-  ts_mapl *k = m->bd_state;
-  ts_boundary_affine_encode(m, &ts_mapl_affine, p, x, (float *)k->b.wire[p]); // Z is the wire
+static void mapl_encode(const ts_boundary_io *io, int p, const float *x) {
+  ts_mapl *k = io->state;
+  ts_boundary_affine_encode(io, &ts_mapl_affine, p, x, (float *)k->b.wire[p]); // Z is the wire
 }
 
-static void mapl_decode(ts_model *m, int p, const void *wire, float *x) {
-  ts_boundary_affine_decode(m, &ts_mapl_affine, p, wire, x);
+static void mapl_decode(const ts_boundary_io *io, int p, const void *wire, float *x) {
+  ts_boundary_affine_decode(io, &ts_mapl_affine, p, wire, x);
 }
 
 typedef struct {
-  const ts_model *m;
+  const ts_boundary_io *io;
   const float *rows;
 } anchor_leaf_ctx;
 
 static void anchor_leaf(const void *vctx, int64_t li, float *out) {
   const anchor_leaf_ctx *c = vctx;
-  const int r = c->m->cfg.compress_rank;
-  memset(out, 0, (size_t)c->m->V * r * sizeof(float));
-  c->m->be->embedding_leaf_scatter(out, c->rows, c->m->inputs, li, c->m->cfg.leaf, r);
+  const int r = c->io->cfg->compress_rank;
+  memset(out, 0, (size_t)c->io->V * r * sizeof(float));
+  c->io->be->embedding_leaf_scatter(out, c->rows, c->io->inputs, li, c->io->cfg->leaf, r);
 }
 
 // Stage s's anchor gradient from its rows: the sum over leaves of their
 // scatter by token (the backend's leaf_sum: on the CPU the canonical tree).
-static int anchor_grad(ts_model *m, int s) {
-  const ts_mapl *k = m->bd_state;
-  anchor_leaf_ctx c = {m, k->arow[s]};
-  float *dst[1] = {anchor_table(m, s, 1)};
-  const size_t len[1] = {(size_t)m->V * k->b.r};
-  if (m->be->leaf_sum(&m->ws, dst, len, 1, m->ntok / m->cfg.leaf, anchor_leaf, &c))
+static int anchor_grad(const ts_boundary_io *io, int s) {
+  const ts_mapl *k = io->state;
+  anchor_leaf_ctx c = {io, k->arow[s]};
+  float *dst[1] = {anchor_table(io, s, 1)};
+  const size_t len[1] = {(size_t)io->V * k->b.r};
+  if (io->be->leaf_sum(io->ws, dst, len, 1, io->ntok / io->cfg->leaf, anchor_leaf, &c))
     return ts_fail(TS_ERUNTIME, "out of memory (anchor gradient tree)");
   return TS_OK;
 }
 
-int ts_mapl_decode_backward(ts_model *m, int p, const float *dx, float *dz) {
-  ts_mapl *k = m->bd_state;
-  const int64_t N = m->ntok;
-  const int d = m->C, r = k->b.r, s = p + 1;
-  m->be->linear_forward(dz, dx, mapl_basis(m, p), NULL, N, d, r, m->cfg.leaf); // G·A
+int ts_mapl_decode_backward(const ts_boundary_io *io, int p, const float *dx, float *dz) {
+  ts_mapl *k = io->state;
+  const int64_t N = io->ntok;
+  const int d = io->C, r = k->b.r, s = p + 1;
+  io->be->linear_forward(dz, dx, mapl_basis(io, p), NULL, N, d, r, io->cfg->leaf); // G·A
   // G·P_sᵀ: the receiving stage's anchor rows, after its output boundary's
   float *a = k->arow[s];
   if (s == k->b.S - 1) {
-    m->be->linear_forward(a, dx, k->fixed[s], NULL, N, d, r, m->cfg.leaf);
+    io->be->linear_forward(a, dx, k->fixed[s], NULL, N, d, r, io->cfg->leaf);
   } else {
-    m->be->linear_forward(k->gath, dx, k->fixed[s], NULL, N, d, r, m->cfg.leaf);
+    io->be->linear_forward(k->gath, dx, k->fixed[s], NULL, N, d, r, io->cfg->leaf);
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < N * r; i++) a[i] = a[i] + k->gath[i];
   }
-  return anchor_grad(m, s);
+  return anchor_grad(io, s);
 }
 
-int ts_mapl_encode_backward(ts_model *m, int p, const float *dz, float *dx, uint64_t step) {
+int ts_mapl_encode_backward(const ts_boundary_io *io, int p, const float *dz, float *dx, uint64_t step) {
   (void)step;
-  ts_mapl *k = m->bd_state;
-  const int64_t N = m->ntok;
-  const int d = m->C, r = k->b.r;
-  m->be->linear_backward_input(dx, dz, mapl_basis(m, p), N, d, r, m->cfg.leaf, 0); // dZ·Aᵀ
+  ts_mapl *k = io->state;
+  const int64_t N = io->ntok;
+  const int d = io->C, r = k->b.r;
+  io->be->linear_backward_input(dx, dz, mapl_basis(io, p), N, d, r, io->cfg->leaf, 0); // dZ·Aᵀ
   // A_p's gradient Yᵀ·dZ, computed as (dZᵀ·Y)ᵀ by the weight-gradient tree
-  if (m->be->linear_backward_weights(&m->ws, k->dwt, NULL, dz, k->b.y[p], N, d, r))
+  if (io->be->linear_backward_weights(io->ws, k->dwt, NULL, dz, k->b.y[p], N, d, r))
     return ts_fail(TS_ERUNTIME, "out of memory (projector gradient tree)");
-  ts_boundary_transpose(projector(m, p, 1), k->dwt, r, d);
+  ts_boundary_transpose(projector(io, p, 1), k->dwt, r, d);
   // the sender subtracted its anchor: −dX·P_pᵀ
   float *a = k->arow[p];
-  m->be->linear_forward(a, dx, k->fixed[p], NULL, N, d, r, m->cfg.leaf);
+  io->be->linear_forward(a, dx, k->fixed[p], NULL, N, d, r, io->cfg->leaf);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N * r; i++) a[i] = -a[i];
-  return p == 0 ? anchor_grad(m, 0) : TS_OK;
+  return p == 0 ? anchor_grad(io, 0) : TS_OK;
 }
 
 int ts_mapl_check(ts_config *cfg) {
@@ -211,26 +210,25 @@ static void unconstrained_update(const ts_config *cfg, ts_tensor *params, const 
                  moment, sched, scratch);
 }
 
-int ts_mapl_sync(ts_model *m, ts_comm *pipe, int p, int peer, int send, uint64_t step) {
+int ts_mapl_sync(const ts_boundary_io *io, ts_comm *pipe, int p, int peer, int send, uint64_t step) {
   (void)step;
-  float *A = projector(m, p, 0);
-  const size_t bytes = (size_t)m->C * m->cfg.compress_rank * sizeof(float);
+  float *A = projector(io, p, 0);
+  const size_t bytes = (size_t)io->C * io->cfg->compress_rank * sizeof(float);
   return send ? ts_comm_send(pipe, A, bytes, peer, -1) : ts_comm_recv(pipe, A, bytes, peer, -1);
 }
 
-static int mapl_create(ts_model *m) {
+static int mapl_create(const ts_boundary_io *io, void **state) {
   ts_mapl *k = calloc(1, sizeof *k);
   if (!k) return ts_fail(TS_ERUNTIME, "out of memory");
-  m->bd_state = k;
-  return ts_mapl_create(m, k);
+  *state = k;
+  return ts_mapl_create(io, k);
 }
 
-static void mapl_destroy(ts_model *m) {
-  ts_mapl *k = m->bd_state;
+static void mapl_destroy(const ts_boundary_io *io) {
+  ts_mapl *k = io->state;
   if (!k) return;
-  ts_mapl_free(m, k);
+  ts_mapl_free(io, k);
   free(k);
-  m->bd_state = NULL;
 }
 
 // What the three share: all but the projectors' step.

@@ -23,17 +23,17 @@ typedef struct {
   float *dwt;    // (r × d): the gradient of A_pᵀ
 } ts_mapl;
 
-// Its part of a state m->bd_state already points to; frees it (not k).
-int ts_mapl_create(ts_model *m, ts_mapl *k);
-void ts_mapl_free(ts_model *m, ts_mapl *k);
+// Its part of a state io->state already points to; frees it (not k).
+int ts_mapl_create(const ts_boundary_io *io, ts_mapl *k);
+void ts_mapl_free(const ts_boundary_io *io, ts_mapl *k);
 // Stage s's anchor and, but for the last stage, its output boundary's projector.
 int ts_mapl_tensors(const ts_config *cfg, int s, ts_tensor *out);
 // The P_s, and each projector at its own seeded point of St(d, r).
-void ts_mapl_init(ts_model *m, uint64_t seed);
+void ts_mapl_init(const ts_boundary_io *io, uint64_t seed);
 // B_p = A_pᵀ, anchor_s = E_s[tok]·P_s.
 extern const ts_boundary_affine ts_mapl_affine;
-int ts_mapl_decode_backward(ts_model *m, int p, const float *dx, float *dz);
-int ts_mapl_encode_backward(ts_model *m, int p, const float *dz, float *dx, uint64_t step);
+int ts_mapl_decode_backward(const ts_boundary_io *io, int p, const float *dx, float *dz);
+int ts_mapl_encode_backward(const ts_boundary_io *io, int p, const float *dz, float *dx, uint64_t step);
 // The rank and stages, and --proj-lr's default (0.1 × the Muon rate) and range.
 int ts_mapl_check(ts_config *cfg);
 // It updates its projectors itself, by SPEL (ts_mapl_update); the anchors
@@ -42,5 +42,5 @@ int ts_mapl_owns(ts_role role);
 void ts_mapl_update(const ts_config *cfg, ts_tensor *params, const ts_tensor *grads, int nt, int t,
                     float *moment, float sched, uint64_t step, float *scratch);
 // The pipeline's sync: boundary p's projector, from its sender to its receiver.
-int ts_mapl_sync(ts_model *m, ts_comm *pipe, int p, int peer, int send, uint64_t step);
+int ts_mapl_sync(const ts_boundary_io *io, ts_comm *pipe, int p, int peer, int send, uint64_t step);
 #endif

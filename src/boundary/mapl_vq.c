@@ -15,7 +15,6 @@
 
 #include "boundary/mapl.h"
 #include "kernels.h"
-#include "model/model_impl.h"
 #include "util.h"
 #include "vq.h"
 
@@ -28,8 +27,8 @@ typedef struct {
 } vq_state;
 
 // Boundary p's codebook tensor of a role (TS_ROLE_VQ_*), or its gradient slot.
-static float *book(const ts_model *m, ts_role role, int p, int grad) {
-  return ts_boundary_param(m, role, p, grad);
+static float *book(const ts_boundary_io *io, ts_role role, int p, int grad) {
+  return ts_boundary_param(io, role, p, grad);
 }
 
 static const char *vq_own_setting(const ts_config *cfg) {
@@ -89,9 +88,9 @@ static int vq_tensors(const ts_config *cfg, int s, ts_tensor *out) {
   return n;
 }
 
-static size_t vq_activation_floats(const ts_model *m) {
-  const size_t S = (size_t)m->cfg.compress_stages;
-  return ts_boundary_buffer_floats(m) + (S - 1) * (size_t)m->ntok * m->cfg.compress_rank;
+static size_t vq_activation_floats(const ts_boundary_io *io) {
+  const size_t S = (size_t)io->cfg->compress_stages;
+  return ts_boundary_buffer_floats(io) + (S - 1) * (size_t)io->ntok * io->cfg->compress_rank;
 }
 
 // A thread's leaf partial of the codebook statistics.
@@ -101,58 +100,57 @@ static size_t vq_leaf_floats(const ts_config *cfg) {
   return ts_vq_stat_floats(&q);
 }
 
-static int vq_create(ts_model *m) {
+static int vq_create(const ts_boundary_io *io, void **state) {
   vq_state *k = calloc(1, sizeof *k);
   if (!k) return ts_fail(TS_ERUNTIME, "out of memory");
-  m->bd_state = k;
-  ts_vq_shape_of(&m->cfg, &k->vq);
-  int rc = ts_mapl_create(m, &k->mapl);
+  *state = k;
+  ts_vq_shape_of(io->cfg, &k->vq);
+  int rc = ts_mapl_create(io, &k->mapl);
   if (rc) return rc;
   const int S = k->mapl.b.S;
   k->zkeep = calloc((size_t)S, sizeof(float *));
   if (!k->zkeep) return ts_fail(TS_ERUNTIME, "out of memory");
-  const size_t N = (size_t)m->ntok, r = (size_t)k->vq.r;
+  const size_t N = (size_t)io->ntok, r = (size_t)k->vq.r;
   int bad = 0;
-  for (int p = 0; p + 1 < S; p++) bad |= !(k->zkeep[p] = m->be->alloc(N * r * sizeof(float)));
-  bad |= !(k->dzq = m->be->alloc(N * r * sizeof(float)));
+  for (int p = 0; p + 1 < S; p++) bad |= !(k->zkeep[p] = io->be->alloc(N * r * sizeof(float)));
+  bad |= !(k->dzq = io->be->alloc(N * r * sizeof(float)));
   bad |= !(k->cand = ts_alloc(ts_vq_ncodes(&k->vq) * sizeof(int64_t))); // host scratch
   if (bad) return ts_fail(TS_ERUNTIME, "out of memory allocating the boundary buffers");
   return TS_OK;
 }
 
-static void vq_destroy(ts_model *m) {
-  vq_state *k = m->bd_state;
+static void vq_destroy(const ts_boundary_io *io) {
+  vq_state *k = io->state;
   if (!k) return;
-  for (int p = 0; k->zkeep && p < k->mapl.b.S; p++) m->be->free(k->zkeep[p]);
+  for (int p = 0; k->zkeep && p < k->mapl.b.S; p++) io->be->free(k->zkeep[p]);
   free(k->zkeep);
-  m->be->free(k->dzq);
+  io->be->free(k->dzq);
   ts_free(k->cand);
-  ts_mapl_free(m, &k->mapl);
+  ts_mapl_free(io, &k->mapl);
   free(k);
-  m->bd_state = NULL;
 }
 
-static void vq_init(ts_model *m, uint64_t seed) {
-  vq_state *k = m->bd_state;
-  ts_mapl_init(m, seed);
+static void vq_init(const ts_boundary_io *io, uint64_t seed) {
+  vq_state *k = io->state;
+  ts_mapl_init(io, seed);
   for (int p = 0; p + 1 < k->mapl.b.S; p++) // (a pipeline stage's: those it holds)
-    if (book(m, TS_ROLE_VQ_CODES, p, 0))
-      ts_vq_init(&k->vq, seed, p, book(m, TS_ROLE_VQ_COUNT, p, 0), book(m, TS_ROLE_VQ_SUM, p, 0),
-               book(m, TS_ROLE_VQ_CODES, p, 0), book(m, TS_ROLE_VQ_RECV, p, 0));
+    if (book(io, TS_ROLE_VQ_CODES, p, 0))
+      ts_vq_init(&k->vq, seed, p, book(io, TS_ROLE_VQ_COUNT, p, 0), book(io, TS_ROLE_VQ_SUM, p, 0),
+               book(io, TS_ROLE_VQ_CODES, p, 0), book(io, TS_ROLE_VQ_RECV, p, 0));
 }
 
-static void vq_encode(ts_model *m, int p, const float *x) {
-  vq_state *k = m->bd_state;
-  ts_boundary_affine_encode(m, &ts_mapl_affine, p, x, k->zkeep[p]);
-  ts_vq_encode(&k->vq, book(m, TS_ROLE_VQ_CODES, p, 0), k->zkeep[p], m->ntok, k->mapl.b.wire[p],
+static void vq_encode(const ts_boundary_io *io, int p, const float *x) {
+  vq_state *k = io->state;
+  ts_boundary_affine_encode(io, &ts_mapl_affine, p, x, k->zkeep[p]);
+  ts_vq_encode(&k->vq, book(io, TS_ROLE_VQ_CODES, p, 0), k->zkeep[p], io->ntok, k->mapl.b.wire[p],
                NULL);
 }
 
 // Ẑ by the receiver's copy of the codebooks, then MAPL's decode.
-static void vq_decode(ts_model *m, int p, const void *wire, float *x) {
-  vq_state *k = m->bd_state;
-  ts_vq_decode(&k->vq, book(m, TS_ROLE_VQ_RECV, p, 0), wire, m->ntok, k->dzq);
-  ts_boundary_affine_decode(m, &ts_mapl_affine, p, k->dzq, x);
+static void vq_decode(const ts_boundary_io *io, int p, const void *wire, float *x) {
+  vq_state *k = io->state;
+  ts_vq_decode(&k->vq, book(io, TS_ROLE_VQ_RECV, p, 0), wire, io->ntok, k->dzq);
+  ts_boundary_affine_decode(io, &ts_mapl_affine, p, k->dzq, x);
 }
 
 typedef struct {
@@ -171,27 +169,27 @@ static void stats_leaf(const void *vctx, int64_t li, float *out) {
 // Boundary p's step statistics into the gradient slots of its count, sum and
 // codes (contiguous, vq.h), and dZ plus the commitment term into k->dzq,
 // then MAPL's encode backward from it.
-static int vq_encode_backward(ts_model *m, int p, const float *dz, float *dx, uint64_t step) {
-  vq_state *k = m->bd_state;
-  const int64_t N = m->ntok;
+static int vq_encode_backward(const ts_boundary_io *io, int p, const float *dz, float *dx, uint64_t step) {
+  vq_state *k = io->state;
+  const int64_t N = io->ntok;
   const int r = k->vq.r;
-  const float *codes = book(m, TS_ROLE_VQ_CODES, p, 0);
-  ts_vq_candidates(&k->vq, m->cfg.seed, p, step, m->ntok_global, (int64_t)m->b0 * m->T, N,
+  const float *codes = book(io, TS_ROLE_VQ_CODES, p, 0);
+  ts_vq_candidates(&k->vq, io->cfg->seed, p, step, io->ntok_global, (int64_t)io->b0 * io->T, N,
                    k->cand);
-  stats_leaf_ctx c = {k, codes, p, m->cfg.leaf};
+  stats_leaf_ctx c = {k, codes, p, io->cfg->leaf};
   // the statistics are host code (vq.c) on every backend, summed by the CPU's
   // canonical tree, so that the counts and sums are the same bits everywhere
-  if (ts_leaf_tree_sum(&m->ws, book(m, TS_ROLE_VQ_COUNT, p, 1), ts_vq_stat_floats(&k->vq),
-                       N / m->cfg.leaf, stats_leaf, &c))
+  if (ts_leaf_tree_sum(io->ws, book(io, TS_ROLE_VQ_COUNT, p, 1), ts_vq_stat_floats(&k->vq),
+                       N / io->cfg->leaf, stats_leaf, &c))
     return ts_fail(TS_ERUNTIME, "out of memory (codebook statistics tree)");
-  memset(book(m, TS_ROLE_VQ_RECV, p, 1), 0, ts_vq_ncodes(&k->vq) * (size_t)k->vq.G * sizeof(float));
+  memset(book(io, TS_ROLE_VQ_RECV, p, 1), 0, ts_vq_ncodes(&k->vq) * (size_t)k->vq.G * sizeof(float));
   // ẑ by the sender's own codebook, and d/dz of w·Σ‖z − sg(ẑ)‖²/(tokens·r)
   ts_vq_decode(&k->vq, codes, k->mapl.b.wire[p], N, k->dzq);
-  const float scale = 2.0f * k->vq.commit / ((float)m->ntok_global * (float)r);
+  const float scale = 2.0f * k->vq.commit / ((float)io->ntok_global * (float)r);
   const float *z = k->zkeep[p];
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N * r; i++) k->dzq[i] = dz[i] + scale * (z[i] - k->dzq[i]);
-  return ts_mapl_encode_backward(m, p, k->dzq, dx, step);
+  return ts_mapl_encode_backward(io, p, k->dzq, dx, step);
 }
 
 static int vq_owns(ts_role role) { return ts_mapl_owns(role) || ts_boundary_statistics(role); }
@@ -215,18 +213,18 @@ static void vq_update(const ts_config *cfg, ts_tensor *params, const ts_tensor *
 
 // MAPL's projector, then the step's streamed codes: packed from the
 // sender's codebook, unpacked into the receiver's copy.
-static int vq_sync(ts_model *m, ts_comm *pipe, int p, int peer, int send, uint64_t step) {
-  int rc = ts_mapl_sync(m, pipe, p, peer, send, step);
+static int vq_sync(const ts_boundary_io *io, ts_comm *pipe, int p, int peer, int send, uint64_t step) {
+  int rc = ts_mapl_sync(io, pipe, p, peer, send, step);
   if (rc) return rc;
-  vq_state *k = m->bd_state;
+  vq_state *k = io->state;
   const size_t bytes = ts_vq_stream_floats(&k->vq) * sizeof(float);
   float *msg = malloc(bytes);
   if (!msg) return ts_fail(TS_ERUNTIME, "out of memory");
   if (send) {
-    ts_vq_stream_pack(&k->vq, m->cfg.seed, p, step, book(m, TS_ROLE_VQ_CODES, p, 0), msg, 0);
+    ts_vq_stream_pack(&k->vq, io->cfg->seed, p, step, book(io, TS_ROLE_VQ_CODES, p, 0), msg, 0);
     rc = ts_comm_send(pipe, msg, bytes, peer, -1);
   } else if (!(rc = ts_comm_recv(pipe, msg, bytes, peer, -1))) {
-    ts_vq_stream_pack(&k->vq, m->cfg.seed, p, step, book(m, TS_ROLE_VQ_RECV, p, 0), msg, 1);
+    ts_vq_stream_pack(&k->vq, io->cfg->seed, p, step, book(io, TS_ROLE_VQ_RECV, p, 0), msg, 1);
   }
   free(msg);
   return rc;

@@ -4,7 +4,7 @@
 // dropout indices and rotations of the rank's rows).
 #include "index.h"
 #include "model_impl.h"
-#include "parallel/cp.h"
+#include "parallel/strategy.h"
 #include "rng.h"
 
 // Global dropout indices (index.h) of this shard's first element in layer l:
@@ -30,14 +30,8 @@ static void dropout_rows(const ts_model *m, float *x, float p, uint32_t purpose,
 }
 
 void ts_model_rope_rows(const ts_model *m, float *x, int nh, int ld, int backward) {
-  if (!m->llama) return;
-  for (int k = 0; k < m->nrun; k++) {
-    float *xk = x + (size_t)k * m->run_len * ld;
-    if (backward)
-      m->be->rope_backward(xk, run_rows(m), m->run_len, m->run_pos[k], nh, m->dh, ld, m->rope);
-    else
-      m->be->rope_forward(xk, run_rows(m), m->run_len, m->run_pos[k], nh, m->dh, ld, m->rope);
-  }
+  const ts_cp_runs runs = {.n = m->nrun, .len = m->run_len, .pos = {m->run_pos[0], m->run_pos[1]}};
+  ts_rope_runs(m->be, &runs, m->ntok, m->dh, m->llama ? m->rope : NULL, x, nh, ld, backward);
 }
 
 uint64_t ts_model_attn_base(const ts_model *m, int l) {
@@ -61,19 +55,28 @@ int ts_model_norm_backward(ts_model *m, float *dinp, float *dw, float *db, const
 }
 
 // ---- the layer ------------------------------------------------------------------
+// A tensor split runs the whole layer at the layer seam (strategy.h).
+static int split_layer(ts_model *m, int l, uint64_t step, float p, int backward) {
+  ts_layer_io io;
+  ts_layer_io_fill(m, l, step, p, &io);
+  return backward ? m->cp->layer_backward(&io) : m->cp->layer_forward(&io);
+}
+
 // res[l] -> res[l + 1].
 int ts_layer_forward(ts_model *m, int l, uint64_t step, float p) {
   const int C = m->C, rows = m->cfg.leaf;
   const int64_t N = m->ntok;
   int rc;
-  if (m->cp->layer_forward) return m->cp->layer_forward(m, l, step, p); // tensor-split layers
+  if (m->cp->layer_forward) return split_layer(m, l, step, p, 0); // tensor-split layers
   layer_params *w = &m->p.layer[l];
   layer_acts *a = ts_layer_acts(m, l);
   const float *x = m->res[l];
   float *y = m->res[l + 1];
   ts_model_norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b);
   // the strategy: Q, K, V and attention, m->ln_out -> a->att (strategy.h)
-  if ((rc = m->cp->attn_forward(m, l, step, p))) return rc;
+  ts_attn_io io;
+  ts_attn_io_layer(m, l, step, p, &io);
+  if ((rc = m->cp->attn_forward(&io))) return rc;
   // res_mid = x + dropout(att · Woᵀ + bo)
   m->be->linear_forward(a->res_mid, a->att, w->wo, w->bo, N, C, C, rows);
   dropout_rows(m, a->res_mid, p, TS_RNG_DROPOUT_PROJ, step, l);
@@ -95,7 +98,7 @@ int ts_layer_backward(ts_model *m, int l, uint64_t step, int *oom) {
   const float p = m->cfg.dropout;
   ts_ws *ws = &m->ws;
   int rc = 0, crc;
-  if (m->cp->layer_backward) return m->cp->layer_backward(m, l, step); // tensor-split layers
+  if (m->cp->layer_backward) return split_layer(m, l, step, p, 1); // tensor-split layers
   layer_params *w = &m->p.layer[l], *g = &m->g.layer[l];
   layer_acts *a = ts_layer_acts(m, l);
   // checkpointing: the layer's activations again, from its input (same bits;
@@ -116,7 +119,9 @@ int ts_layer_backward(ts_model *m, int l, uint64_t step, int *oom) {
   m->be->linear_backward_input(m->datt, m->dtmp, w->wo, N, C, C, rows, 0);
   ts_model_norm_forward(m, m->ln_out, a->ln1_mean, a->ln1_rstd, m->res[l], w->ln1w, w->ln1b);
   // the strategy: m->datt -> m->dq, m->dk, m->dv, the rank's rows (strategy.h)
-  if ((crc = m->cp->attn_backward(m, l, step))) return crc;
+  ts_attn_io io;
+  ts_attn_io_layer(m, l, step, p, &io);
+  if ((crc = m->cp->attn_backward(&io))) return crc;
   if (m->llama) { // back through the rotations (row-wise: after the reduce-scatter)
     ts_model_rope_rows(m, m->dq, m->H, C, 1);
     ts_model_rope_rows(m, m->dk, m->Hkv, Ckv, 1);

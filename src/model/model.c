@@ -19,8 +19,15 @@ void ts_model_set_layer_hooks(ts_model *m, const ts_layer_hooks *hooks) {
   m->hooks = hooks ? *hooks : (ts_layer_hooks){0};
 }
 
+static ts_boundary_io codec_io(const ts_model *m) {
+  ts_boundary_io io;
+  ts_boundary_io_fill(m, &io);
+  return io;
+}
+
 float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
                        int training) {
+  const ts_boundary_io bio = codec_io(m); // the codec's view of the model (boundary.h)
   const int B = m->B, C = m->C;
   const int64_t N = m->ntok;
   const float p = training ? m->cfg.dropout : 0.0f;
@@ -38,20 +45,20 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     }
     if ((m->rc = hold_layer(m, -1, 0))) return NAN;
   } else { // a later pipeline stage: the previous stage's output, decoded (boundary.h)
-    m->bd->decode(m, ts_boundary_at(m, m->l0), m->x_in, m->res[m->l0]);
+    m->bd->decode(&bio, ts_boundary_at(&m->cfg, m->l0), m->x_in, m->res[m->l0]);
   }
   for (int l = m->l0; l < m->l1; l++) {
     if ((m->rc = hold_layer(m, l, 1)) || (m->rc = ts_layer_forward(m, l, step, p)) ||
         (m->rc = hold_layer(m, l, 0)))
       return NAN;
-    const int b = ts_boundary_at(m, l + 1);
+    const int b = ts_boundary_at(&m->cfg, l + 1);
     if (b >= 0 && l + 1 < m->l1) { // a boundary inside: encode and decode back to back
-      m->bd->encode(m, b, m->res[l + 1]);
-      m->bd->decode(m, b, m->bd->wire(m, b), m->res[l + 1]);
+      m->bd->encode(&bio, b, m->res[l + 1]);
+      m->bd->decode(&bio, b, m->bd->wire(&bio, b), m->res[l + 1]);
     }
   }
   if (m->l1 < m->L) { // an earlier pipeline stage: no loss here
-    m->bd->encode(m, ts_boundary_at(m, m->l1), m->res[m->l1]);
+    m->bd->encode(&bio, ts_boundary_at(&m->cfg, m->l1), m->res[m->l1]);
     m->loss_sum = m->loss = 0.0f;
     return 0.0f;
   }
@@ -64,30 +71,31 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
 
 // ---- backward ----------------------------------------------------------------------
 int ts_model_backward(ts_model *m, uint64_t step) {
+  const ts_boundary_io bio = codec_io(m); // the codec's view of the model (boundary.h)
   int rc = 0, crc; // rc: allocation failures in the trees; crc: a collective's error
   if (m->l1 == m->L) {
     if ((crc = hold_layer(m, m->L, 1))) return crc;
     rc |= ts_head_backward(m);
     if ((crc = hold_layer(m, m->L, 0))) return crc;
   } else { // an earlier pipeline stage: the next stage's gradient of our output, encoded
-    if ((crc = m->bd->encode_backward(m, ts_boundary_at(m, m->l1), m->dy_in, m->dres, step)))
+    if ((crc = m->bd->encode_backward(&bio, ts_boundary_at(&m->cfg, m->l1), m->dy_in, m->dres, step)))
       return crc;
   }
   for (int l = m->l1 - 1; l >= m->l0; l--) {
     if ((crc = hold_layer(m, l, 1)) || (crc = ts_layer_backward(m, l, step, &rc))) return crc;
     if (m->hooks.grads_done && (crc = m->hooks.grads_done(m->hooks.ctx, l))) return crc;
     if ((crc = hold_layer(m, l, 0))) return crc;
-    const int b = ts_boundary_at(m, l);
+    const int b = ts_boundary_at(&m->cfg, l);
     if (b >= 0 && l > m->l0) { // a boundary inside: its two backwards back to back
-      if ((crc = m->bd->decode_backward(m, b, m->dres, m->bd->dz(m))) ||
-          (crc = m->bd->encode_backward(m, b, m->bd->dz(m), m->dres, step)))
+      if ((crc = m->bd->decode_backward(&bio, b, m->dres, m->bd->dz(&bio))) ||
+          (crc = m->bd->encode_backward(&bio, b, m->bd->dz(&bio), m->dres, step)))
         return crc;
     }
   }
   // a later pipeline stage ends here: dres is the gradient of its input,
   // which goes back as the codec's dz (boundary.h)
   if (m->l0 > 0) {
-    if ((crc = m->bd->decode_backward(m, ts_boundary_at(m, m->l0), m->dres, m->bd->dz(m))))
+    if ((crc = m->bd->decode_backward(&bio, ts_boundary_at(&m->cfg, m->l0), m->dres, m->bd->dz(&bio))))
       return crc;
     if (rc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
     return TS_OK;
@@ -103,9 +111,13 @@ int ts_model_backward(ts_model *m, uint64_t step) {
 void ts_model_set_stage_input(ts_model *m, const void *x) { m->x_in = x; }
 void ts_model_set_stage_grad(ts_model *m, const float *dy) { m->dy_in = dy; }
 const void *ts_model_stage_output(const ts_model *m) {
-  return m->bd->wire(m, ts_boundary_at(m, m->l1));
+  const ts_boundary_io bio = codec_io(m);
+  return m->bd->wire(&bio, ts_boundary_at(&m->cfg, m->l1));
 }
-const float *ts_model_stage_dinput(const ts_model *m) { return m->bd->dz(m); }
+const float *ts_model_stage_dinput(const ts_model *m) {
+  const ts_boundary_io bio = codec_io(m);
+  return m->bd->dz(&bio);
+}
 size_t ts_model_boundary_bytes(const ts_model *m, int backward) {
   return m->bd->wire_bytes(&m->cfg, backward);
 }

@@ -11,14 +11,11 @@
 #include "comm.h"
 #include "kernels.h"
 #include "mem.h"
+#include "parallel/strategy.h"
 #include "tessera.h"
 
-// A layer's tensors. LLaMA: ln1w, ln2w are the RMSNorm weights, w1 the gate,
-// w3 the up projection; its biases (and ln*b) are NULL. GPT: w3 is NULL.
-typedef struct {
-  float *ln1w, *ln1b, *wq, *bq, *wk, *bk, *wv, *bv, *wo, *bo;
-  float *ln2w, *ln2b, *w1, *b1, *w3, *w2, *b2;
-} layer_params;
+// A layer's tensors (parallel/strategy.h: the seams pass them to strategies).
+typedef ts_layer_tensors layer_params;
 
 typedef struct {
   float *wte, *wpe, *lnfw, *lnfb, *lm_head; // lm_head NULL when tied
@@ -88,7 +85,7 @@ struct ts_model {
   size_t nsplit; // of the owned: the floats of a tensor split's blocks (strategy.h `split`)
   float *params, *grads;
   // A rank that holds two runs whose gradient sums stay the serial tree
-  // (lss-zigzag; src/parallel/run_partials.c): the second run's partials, in
+  // (lss-zigzag; src/model/run_partials.c): the second run's partials, in
   // the gradients' layout, and the backend wrapper that writes them. NULL
   // otherwise.
   float *grads2;
@@ -131,6 +128,15 @@ uint64_t ts_model_attn_base(const ts_model *m, int l);
 void ts_model_rope_rows(const ts_model *m, float *x, int nh, int ld, int backward);
 
 // ---- the pieces of src/model/ ---------------------------------------------------------
+// attn_io.c: the attention seam's io (parallel/strategy.h) of the model's
+// geometry and services alone (l = -1, no tensors), or of layer l's call.
+struct ts_attn_io;
+void ts_attn_io_geometry(const ts_model *m, struct ts_attn_io *io);
+void ts_attn_io_layer(ts_model *m, int l, uint64_t step, float p, struct ts_attn_io *io);
+void ts_layer_io_fill(ts_model *m, int l, uint64_t step, float p, ts_layer_io *io);
+// boundary_io.c: the stage-boundary seam's io (boundary/boundary.h).
+struct ts_boundary_io;
+void ts_boundary_io_fill(const ts_model *m, struct ts_boundary_io *io);
 // layer.c: res[l] -> res[l + 1]; and back (ts_layer_backward: a collective's
 // error at once, gradient-tree allocation failures or-ed into *oom).
 int ts_layer_forward(ts_model *m, int l, uint64_t step, float p);

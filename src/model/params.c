@@ -11,7 +11,8 @@
 
 #include "boundary/boundary.h"
 #include "model_impl.h"
-#include "parallel/cp.h"
+#include "model/run_partials.h"
+#include "parallel/strategy.h"
 #include "rng.h"
 
 // ---- parameter table ---------------------------------------------------------------
@@ -246,7 +247,10 @@ static size_t spec_numel(const pspec *ps) {
 // The block this rank holds of canonical tensor i under a tensor split (1),
 // or 0: the whole tensor. Only an owned tensor of a sequence group's model.
 static int split_block(const ts_model *m, int i, ts_cp_block *b) {
-  return m->seq && m->cp->split && m->cp->split(m, &m->all[i], b);
+  if (!m->seq || !m->cp->split) return 0;
+  ts_attn_io io;
+  ts_attn_io_geometry(m, &io);
+  return m->cp->split(&io, &m->all[i], b);
 }
 
 // A block's pieces: one when it spans whole rows (one canonical run), else
@@ -386,7 +390,9 @@ typedef struct {
 static void activation_layout(ts_model *m, act_layout *al) {
   const ts_config *cfg = &m->cfg;
   ts_cp_sizes cs;
-  m->cp->sizes(m, &cs);
+  ts_attn_io io;
+  ts_attn_io_geometry(m, &io);
+  m->cp->sizes(&io, &cs);
   const int64_t N = m->ntok, Na = cs.layer_rows, Nq = cs.q_rows, Nk = cs.kv_rows;
   const int64_t Nkd = cs.dkv_rows;
   size_t C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V, Ckv = (size_t)m->Ckv;
@@ -406,13 +412,44 @@ static void activation_layout(ts_model *m, act_layout *al) {
              al->scratch + al->rope;
 }
 
+// The strategy's state (its create) and its gradient plan: a rank of two runs
+// summed apart (strategy.h run_partials) gets the second run's partials.
+static int create_strategy(ts_model *m, const ts_seq_shard *sp) {
+  int rc = m->cp->run_partials ? ts_run_partials_create(m) : TS_OK;
+  if (rc || !m->cp->create) return rc;
+  ts_attn_io io;
+  ts_attn_io_geometry(m, &io);
+  return m->cp->create(&io, sp, &m->cp_state);
+}
+
+// The codec's state (boundary.h), once the parameters exist.
+static int create_codec(ts_model *m) {
+  if (!m->bd->create) return TS_OK;
+  ts_boundary_io bio;
+  ts_boundary_io_fill(m, &bio);
+  return m->bd->create(&bio, &m->bd_state);
+}
+
+static void destroy_strategy(ts_model *m) {
+  if (!m->cp) return;
+  if (m->cp->destroy) {
+    ts_attn_io io;
+    ts_attn_io_geometry(m, &io);
+    m->cp->destroy(&io);
+    m->cp_state = NULL;
+  }
+  if (m->rp) ts_run_partials_destroy(m);
+}
+
 // Refuse up front what cannot fit, rather than be killed mid-run by the
 // kernel's OOM killer (allocations succeed lazily under overcommit):
 // parameters, gradients and AdamW state, the activations, the codec's and
 // the memory options' buffers, estimated before any of them is allocated.
 static int fit_check(const ts_model *m) {
   const ts_config *cfg = &m->cfg;
-  const size_t boundary = m->bd->activation_floats ? m->bd->activation_floats(m) : 0;
+  ts_boundary_io bio;
+  ts_boundary_io_fill(m, &bio);
+  const size_t boundary = m->bd->activation_floats ? m->bd->activation_floats(&bio) : 0;
   // parameters and gradients, the AdamW moments (their shard under --zero),
   // the copies, the activations
   double need = ts_state_bytes_per_param(1, state_shards, state_zero) * (double)m->nparams +
@@ -544,8 +581,8 @@ int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const 
   free(held);
   if (!rc) rc = alloc_activations(m, &al);
   if (!rc) rc = alloc_scratch(m);
-  if (!rc && cp->create) rc = cp->create(m, sp);
-  if (!rc && m->bd->create) rc = m->bd->create(m);
+  if (!rc) rc = create_strategy(m, sp);
+  if (!rc) rc = create_codec(m);
   if (rc) {
     ts_model_free(m);
     return rc;
@@ -584,8 +621,13 @@ int ts_config_tensors(const ts_config *cfg, ts_tensor **out) {
 
 void ts_model_free(ts_model *m) {
   if (!m) return;
-  if (m->cp && m->cp->destroy) m->cp->destroy(m);
-  if (m->bd && m->bd->destroy) m->bd->destroy(m);
+  destroy_strategy(m);
+  if (m->bd && m->bd->destroy) {
+    ts_boundary_io bio;
+    ts_boundary_io_fill(m, &bio);
+    m->bd->destroy(&bio);
+    m->bd_state = NULL;
+  }
   m->be->free(m->ce_scratch);
   m->be->free(m->mlp_scratch);
   ts_ws_free(&m->ws);
@@ -607,7 +649,11 @@ void ts_model_init(ts_model *m, uint64_t seed) {
     for (int64_t j = 0; j < n; j++)
       t->data[j] = std > 0 ? std * ts_rng_normal(seed, TS_RNG_INIT, key, j0 + (uint64_t)j) : c;
   }
-  if (m->bd->init) m->bd->init(m, seed);
+  if (m->bd->init) {
+    ts_boundary_io bio;
+    ts_boundary_io_fill(m, &bio);
+    m->bd->init(&bio, seed);
+  }
 }
 
 // ---- accessors ---------------------------------------------------------------------
@@ -692,7 +738,13 @@ size_t ts_model_activation_bytes(const ts_model *m) {
   size_t scratch = 0; // the memory options' per-thread leaves
   if (m->cfg.fused_ce) scratch += ts_model_fused_ce_floats(m, m->ws.nthreads);
   if (m->cfg.tiled_mlp) scratch += ts_model_tiled_mlp_floats(m, m->ws.nthreads);
-  return (m->nacts + scratch) * sizeof(float) + (m->cp->bytes ? m->cp->bytes(m) : 0);
+  size_t own = m->rp ? ts_run_partials_bytes(m) : 0; // the gradient plan's, and the strategy's
+  if (m->cp->bytes) {
+    ts_attn_io io;
+    ts_attn_io_geometry(m, &io);
+    own += m->cp->bytes(&io);
+  }
+  return (m->nacts + scratch) * sizeof(float) + own;
 }
 
 double ts_model_flops_per_token(const ts_model *m) {

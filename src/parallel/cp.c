@@ -31,27 +31,35 @@ void ts_cp_positions(const ts_cp *cp, int n, int r, int T, ts_cp_runs *out) {
   *out = (ts_cp_runs){.n = 1, .len = T / n, .pos = {r * (T / n)}};
 }
 
-void ts_cp_project_q(ts_model *m, const layer_params *w, float *q) {
-  m->be->linear_forward_heads(q, m->ln_out, w->wq, w->bq, m->ntok, m->C, m->C, m->dh, m->cfg.leaf);
-  ts_model_rope_rows(m, q, m->H, m->C, 0);
+void ts_rope_runs(const ts_backend *be, const ts_cp_runs *runs, int64_t rows, int dh,
+                  const float *rope, float *x, int nh, int ld, int backward) {
+  if (!rope) return;
+  const int64_t run_rows = runs->n == 1 ? rows : runs->len; // one run: the B sequences
+  for (int k = 0; k < runs->n; k++) {
+    float *xk = x + (size_t)k * runs->len * ld;
+    if (backward) be->rope_backward(xk, run_rows, runs->len, runs->pos[k], nh, dh, ld, rope);
+    else be->rope_forward(xk, run_rows, runs->len, runs->pos[k], nh, dh, ld, rope);
+  }
 }
 
-void ts_cp_project_kv(ts_model *m, const layer_params *w, float *k, float *v) {
-  const int C = m->C, Ckv = m->Ckv, dh = m->dh, rows = m->cfg.leaf;
-  m->be->linear_forward_heads(k, m->ln_out, w->wk, w->bk, m->ntok, C, Ckv, dh, rows);
-  m->be->linear_forward_heads(v, m->ln_out, w->wv, w->bv, m->ntok, C, Ckv, dh, rows);
-  ts_model_rope_rows(m, k, m->Hkv, Ckv, 0);
+void ts_cp_rope(const ts_attn_io *io, float *x, int nh, int ld) {
+  ts_rope_runs(io->be, &io->runs, io->ntok, io->dh, io->rope, x, nh, ld, 0);
+}
+
+void ts_cp_project_q(const ts_attn_io *io, float *q) {
+  io->be->linear_forward_heads(q, io->x, io->wq, io->bq, io->ntok, io->C, io->C, io->dh,
+                               io->cfg->leaf);
+  ts_cp_rope(io, q, io->H, io->C);
+}
+
+void ts_cp_project_kv(const ts_attn_io *io, float *k, float *v) {
+  const int C = io->C, Ckv = io->Ckv, dh = io->dh, rows = io->cfg->leaf;
+  io->be->linear_forward_heads(k, io->x, io->wk, io->bk, io->ntok, C, Ckv, dh, rows);
+  io->be->linear_forward_heads(v, io->x, io->wv, io->bv, io->ntok, C, Ckv, dh, rows);
+  ts_cp_rope(io, k, io->Hkv, Ckv);
 }
 
 void ts_cp_zigzag_positions(int n, int r, int T, ts_cp_runs *out) {
   const int len = T / (2 * n);
   *out = (ts_cp_runs){.n = 2, .len = len, .pos = {r * len, (2 * n - 1 - r) * len}};
-}
-
-ts_attn_shape ts_cp_attn_shape(const ts_model *m, int l, float p, uint64_t step) {
-  ts_attn_shape as = {.B = m->B, .T = m->T, .H = m->H, .dh = m->dh, .tile = m->cfg.tile,
-                      .dropout = p, .seed = m->cfg.seed, .step = step,
-                      .index_base = ts_model_attn_base(m, l), .Tq = m->Tl, .q0 = m->t0,
-                      .Tk = m->T, .Hkv = m->Hkv};
-  return as;
 }

@@ -1,52 +1,43 @@
-// What the strategies share beyond their table (strategy.h): the model's
-// internals they work on, a rank's two runs summed apart (run_partials.c),
-// the projections and attention shapes several use (cp.c), and the LSS
-// family's attention (lss.c).
+// What the strategies share beyond their table (strategy.h): the
+// projections and rotations several use (cp.c), and the LSS family's
+// attention (lss.c).
 #ifndef TS_CP_H
 #define TS_CP_H
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/model_impl.h"
 #include "parallel/strategy.h"
 #include "tessera.h"
-
-// ---- a rank's two runs, summed as the serial tree (run_partials.c) ----------------------
-// The backend the model runs on, with its weight-gradient operations split
-// at the run boundary: the first run's rows summed into the gradients, the
-// second run's into m->grads2 (ts_model_second_run_grads), so that the group
-// sums each over its ranks and adds the two (the serial tree's root).
-typedef struct {
-  const ts_backend *real;
-  ts_backend split;
-  // a gradient summed outside the model's buffer (a pipeline's tied
-  // embedding, pipeline.h) and its second run's twin: NULL, none
-  float *outside, *outside2;
-  size_t outside_len;
-} ts_run_partials;
-int ts_run_partials_create(ts_model *m);
-void ts_run_partials_destroy(ts_model *m);
-// Until called again: the second run's partials of the n floats at g (a
-// gradient outside the model's buffer) go to g2 (n floats); g2 NULL ends it.
-void ts_run_partials_outside(ts_model *m, float *g, float *g2, size_t n);
-// m->grads2[lo, hi) set to -0.0, the identity of addition (after the group's sums).
-void ts_run_partials_clear(ts_model *m, size_t lo, size_t hi);
-size_t ts_run_partials_bytes(const ts_model *m);
 
 // ---- pieces several strategies share (cp.c) --------------------------------------------
 // Chunks r and 2N-1-r of 2N (ring-zigzag, lss-zigzag): every rank does the
 // same causal attention work.
 void ts_cp_zigzag_positions(int n, int r, int T, ts_cp_runs *out);
-// Q of the rank's rows (all heads, one call per head per leaf) from m->ln_out
+// Q of the rank's rows (all heads, one call per head per leaf) from io->x
 // into q, rotated (LLaMA).
-void ts_cp_project_q(ts_model *m, const layer_params *w, float *q);
-// K and V of the rank's rows from m->ln_out into k, v; K rotated.
-void ts_cp_project_kv(ts_model *m, const layer_params *w, float *k, float *v);
-// The attention shape of the rank's query rows against the whole sequence's
-// keys (a segment [t0, t0 + Tl) of B sequences).
-ts_attn_shape ts_cp_attn_shape(const ts_model *m, int l, float p, uint64_t step);
+void ts_cp_project_q(const ts_attn_io *io, float *q);
+// K and V of the rank's rows from io->x into k, v; K rotated.
+void ts_cp_project_kv(const ts_attn_io *io, float *k, float *v);
+// RoPE on the rank's rows (io->ntok, nh heads, row stride ld) at its runs'
+// positions; nothing for GPT.
+void ts_cp_rope(const ts_attn_io *io, float *x, int nh, int ld);
 
-// ---- the LSS family's attention (lss.c) ------------------------------------------------
+// ---- the LSS family (lss.c; its balanced layout: lss_zigzag.c) --------------------------
+// What tells the variants apart (each table's `opts`): the ablations
+// concatenate the attention outputs of the group (lss-fused, lss-basic), and
+// lss-basic also gathers K and V separately, un-fused.
+typedef struct {
+  int concat, separate_kv;
+} ts_lss_opts;
+extern const ts_lss_opts ts_lss_plain, ts_lss_fused, ts_lss_basic;
+static inline const ts_lss_opts *ts_lss_opts_of(const ts_attn_io *io) { return io->cp->opts; }
+// The ablations' concatenation: the group's attention outputs gathered (in
+// rank order: rank q's rows are its block, whatever positions they hold), the
+// rank going on from its own rows of them (io->scratch: the group's rows);
+// and its backward, the gradient of the whole output reduce-scattered.
+int ts_lss_concat_forward(const ts_attn_io *io, float *att);
+int ts_lss_concat_backward(const ts_attn_io *io, float *datt);
+
 // A rank's queries, its runs (rows k·len on: run k at position runs->pos[k]),
 // against the whole sequence's keys k, v: one kernel call per run, of `rank`
 // (ts_cp_attn_shape) with Tq and q0 set to the run's. lse is (H, len) run

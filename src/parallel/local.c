@@ -3,26 +3,21 @@
 // Q, K and V. Every other strategy is checked against it.
 #include "parallel/cp.h"
 
-static void local_sizes(const ts_model *m, ts_cp_sizes *out) {
-  const int64_t N = m->ntok; // B whole sequences
+static void local_sizes(const ts_attn_io *io, ts_cp_sizes *out) {
+  const int64_t N = io->ntok; // B whole sequences
   *out = (ts_cp_sizes){.layer_rows = N, .q_rows = N, .kv_rows = N, .dkv_rows = N};
 }
 
-static int local_attn_forward(ts_model *m, int l, uint64_t step, float p) {
-  const layer_params *w = &m->p.layer[l];
-  layer_acts *a = ts_layer_acts(m, l);
-  ts_cp_project_q(m, w, a->q);
-  ts_cp_project_kv(m, w, a->k, a->v);
-  ts_attn_shape as = ts_cp_attn_shape(m, l, p, step);
-  m->be->attention_forward(&m->ws, a->att, a->lse, a->q, a->k, a->v, &as);
+static int local_attn_forward(const ts_attn_io *io) {
+  ts_cp_project_q(io, io->q);
+  ts_cp_project_kv(io, io->k, io->v);
+  io->be->attention_forward(io->ws, io->att, io->lse, io->q, io->k, io->v, &io->shape);
   return TS_OK;
 }
 
-static int local_attn_backward(ts_model *m, int l, uint64_t step) {
-  layer_acts *a = ts_layer_acts(m, l);
-  ts_attn_shape as = ts_cp_attn_shape(m, l, m->cfg.dropout, step);
-  if (m->be->attention_backward(&m->ws, m->dq, m->dk, m->dv, m->dsum, m->datt, a->q, a->k, a->v,
-                                a->att, a->lse, &as) != 0)
+static int local_attn_backward(const ts_attn_io *io) {
+  if (io->be->attention_backward(io->ws, io->dq, io->dk, io->dv, io->dsum, io->datt, io->q, io->k,
+                                 io->v, io->att, io->lse, &io->shape) != 0)
     return ts_fail(TS_ERUNTIME, "out of memory in attention backward");
   return TS_OK;
 }

@@ -51,32 +51,32 @@ struct megatron {
   size_t nfloats;
 };
 
-static void megatron_free(ts_model *m);
+static void free_state(const ts_backend *be, struct megatron *mt);
 
-static int megatron_create(ts_model *m, const ts_seq_shard *sp) {
+static int megatron_create(const ts_attn_io *io, const ts_seq_shard *sp, void **state) {
   (void)sp;
   struct megatron *mt = calloc(1, sizeof *mt);
   if (!mt) return ts_fail(TS_ERUNTIME, "out of memory");
-  mt->N = m->seq->size;
-  mt->s = m->seq->rank;
-  mt->Hl = m->H / mt->N;
+  mt->N = io->seq->size;
+  mt->s = io->seq->rank;
+  mt->Hl = io->H / mt->N;
   mt->h0 = mt->s * mt->Hl;
-  mt->Kl = mt->Hl * m->dh;
-  mt->Fl = m->F / mt->N;
-  const size_t T = (size_t)m->T, C = (size_t)m->C, L = (size_t)m->L;
+  mt->Kl = mt->Hl * io->dh;
+  mt->Fl = io->F / mt->N;
+  const size_t T = (size_t)io->T, C = (size_t)io->C, L = (size_t)io->L;
   const size_t Kl = (size_t)mt->Kl, Fl = (size_t)mt->Fl, HT = (size_t)mt->Hl * T;
   size_t per_layer = 2 * T * C + 4 * T * Kl + HT + T * Fl;
   mt->nfloats = L * per_layer + T * C + 2 * T * Fl + 4 * T * Kl + HT;
   float ***lists[] = {&mt->X, &mt->X2, &mt->q, &mt->k, &mt->v, &mt->att, &mt->lse, &mt->fch};
   for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
-    if (!(*lists[i] = calloc(L, sizeof(float *)))) { m->cp_state = mt; megatron_free(m); return ts_fail(TS_ERUNTIME, "out of memory"); }
-  mt->mem = m->be->alloc(mt->nfloats * sizeof(float));
-  m->cp_state = mt;
+    if (!(*lists[i] = calloc(L, sizeof(float *)))) { free_state(io->be, mt); return ts_fail(TS_ERUNTIME, "out of memory"); }
+  mt->mem = io->be->alloc(mt->nfloats * sizeof(float));
   if (!mt->mem) {
-    megatron_free(m);
+    free_state(io->be, mt);
     return ts_fail(TS_ERUNTIME, "out of memory allocating %.1f MB of tensor-split activations",
                    (double)mt->nfloats * 4.0 / 1e6);
   }
+  *state = mt;
   float *a = mt->mem;
 #define TAKE(PTR, COUNT) do { PTR = a; a += (COUNT); } while (0)
   for (size_t l = 0; l < L; l++) {
@@ -91,18 +91,18 @@ static int megatron_create(ts_model *m, const ts_seq_shard *sp) {
   return TS_OK;
 }
 
-static void megatron_free(ts_model *m) {
-  struct megatron *mt = m->cp_state;
+static void free_state(const ts_backend *be, struct megatron *mt) {
   if (!mt) return;
-  m->be->free(mt->mem);
+  be->free(mt->mem);
   free(mt->X); free(mt->X2); free(mt->q); free(mt->k); free(mt->v); free(mt->att);
   free(mt->lse); free(mt->fch);
   free(mt);
-  m->cp_state = NULL;
 }
 
-static size_t megatron_bytes(const ts_model *m) {
-  const struct megatron *mt = m->cp_state;
+static void megatron_destroy(const ts_attn_io *io) { free_state(io->be, io->state); }
+
+static size_t megatron_bytes(const ts_attn_io *io) {
+  const struct megatron *mt = io->state;
   return mt ? mt->nfloats * sizeof(float) : 0;
 }
 
@@ -111,73 +111,78 @@ static size_t megatron_bytes(const ts_model *m) {
 // + beta·out, op(A) (M, K) being A (M, K) or, with transA, A (K, M)ᵀ; the CPU
 // takes them in blocks of 64 rows of out (docs/EXACTNESS.md R1). The bias
 // gradients are its column_sum onto zeroed slices: 0 + the rows in order.
-static ts_attn_shape heads_shape(const ts_model *m, int l, float p, uint64_t step) {
-  const struct megatron *mt = m->cp_state;
-  ts_attn_shape as = {.B = 1, .T = m->T, .H = mt->Hl, .dh = m->dh, .tile = m->cfg.tile,
-                      .dropout = p, .seed = m->cfg.seed, .step = step,
-                      .index_base = ts_model_attn_base(m, l), .h0 = mt->h0, .Hg = m->H,
+static ts_attn_shape heads_shape(const ts_attn_io *at) {
+  const struct megatron *mt = at->state;
+  ts_attn_shape as = {.B = 1, .T = at->T, .H = mt->Hl, .dh = at->dh, .tile = at->cfg->tile,
+                      .dropout = at->p, .seed = at->cfg->seed, .step = at->step,
+                      .index_base = at->shape.index_base, .h0 = mt->h0, .Hg = at->H,
                       .Hkv = mt->Hl}; // GPT: as many key/value heads as heads
   return as;
 }
 
 // own (Tl, C) = this rank's rows of the group's sum of `full` (T, C) + bias.
-static int reduce_scatter_rows(ts_model *m, int l, float *own, const float *bias) {
-  struct megatron *mt = m->cp_state;
-  const size_t C = (size_t)m->C, n = (size_t)m->T * C;
-  int rc = ts_comm_reduce_scatter_tree(m->seq, mt->full, n, l);
+static int reduce_scatter_rows(const ts_attn_io *at, float *own, const float *bias) {
+  struct megatron *mt = at->state;
+  const size_t C = (size_t)at->C, n = (size_t)at->T * C;
+  int rc = ts_comm_reduce_scatter_tree(at->seq, mt->full, n, at->l);
   if (rc) return rc;
-  m->be->add_rows(own, (int)C, mt->full + (size_t)m->t0 * C, (int)C, bias, 0, m->Tl, (int)C);
+  at->be->add_rows(own, (int)C, mt->full + (size_t)at->t0 * C, (int)C, bias, 0, at->Tl, (int)C);
   return TS_OK;
 }
 
 // ---- forward -----------------------------------------------------------------------
-static int megatron_layer_forward(ts_model *m, int l, uint64_t step, float p) {
-  struct megatron *mt = m->cp_state;
-  const int T = m->T, C = m->C, Tl = m->Tl, dh = m->dh, rows = m->cfg.leaf;
+static int megatron_layer_forward(const ts_layer_io *io) {
+  const ts_attn_io *at = &io->attn;
+  const int l = at->l;
+  const uint64_t step = at->step;
+  const float p = at->p;
+  struct megatron *mt = at->state;
+  const int T = at->T, C = at->C, Tl = at->Tl, dh = at->dh, rows = at->cfg->leaf;
   const int Kl = mt->Kl, Fl = mt->Fl;
   const size_t own = (size_t)Tl * C;
-  const uint64_t seed = m->cfg.seed;
-  layer_params *w = &m->p.layer[l];
-  layer_acts *a = &m->la[l];
-  const float *x = m->res[l];
-  float *y = m->res[l + 1];
+  const uint64_t seed = at->cfg->seed;
+  const ts_layer_tensors *w = io->w;
+  const float *x = io->x;
+  float *y = io->y;
   int rc;
   // attention: gather ln1(x), this rank's heads on the whole sequence
-  m->be->layernorm_forward(m->ln_out, a->ln1_mean, a->ln1_rstd, x, w->ln1w, w->ln1b, Tl, C);
-  if ((rc = ts_comm_allgather(m->seq, m->ln_out, mt->X[l], own * sizeof(float), l))) return rc;
-  m->be->linear_forward_heads(mt->q[l], mt->X[l], w->wq, w->bq, T, C, Kl, dh, rows);
-  m->be->linear_forward_heads(mt->k[l], mt->X[l], w->wk, w->bk, T, C, Kl, dh, rows);
-  m->be->linear_forward_heads(mt->v[l], mt->X[l], w->wv, w->bv, T, C, Kl, dh, rows);
-  ts_attn_shape as = heads_shape(m, l, p, step);
-  m->be->attention_forward(&m->ws, mt->att[l], mt->lse[l], mt->q[l], mt->k[l], mt->v[l], &as);
+  at->be->layernorm_forward(io->ln_out, io->ln1_mean, io->ln1_rstd, x, w->ln1w, w->ln1b, Tl, C);
+  if ((rc = ts_comm_allgather(at->seq, io->ln_out, mt->X[l], own * sizeof(float), l))) return rc;
+  at->be->linear_forward_heads(mt->q[l], mt->X[l], w->wq, w->bq, T, C, Kl, dh, rows);
+  at->be->linear_forward_heads(mt->k[l], mt->X[l], w->wk, w->bk, T, C, Kl, dh, rows);
+  at->be->linear_forward_heads(mt->v[l], mt->X[l], w->wv, w->bv, T, C, Kl, dh, rows);
+  ts_attn_shape as = heads_shape(at);
+  at->be->attention_forward(at->ws, mt->att[l], mt->lse[l], mt->q[l], mt->k[l], mt->v[l], &as);
   // partial output projection over this rank's heads: att (T, Kl) · Wo[:, heads]ᵀ
-  m->be->matmul(0, 1, T, C, Kl, mt->att[l], Kl, w->wo, Kl, 0.0f, mt->full, C);
-  if ((rc = reduce_scatter_rows(m, l, a->res_mid, w->bo))) return rc;
-  m->be->dropout_apply(a->res_mid, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
-  m->be->add(a->res_mid, x, a->res_mid, (int64_t)own);
+  at->be->matmul(0, 1, T, C, Kl, mt->att[l], Kl, w->wo, Kl, 0.0f, mt->full, C);
+  if ((rc = reduce_scatter_rows(at, io->res_mid, w->bo))) return rc;
+  at->be->dropout_apply(io->res_mid, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, io->row_base);
+  at->be->add(io->res_mid, x, io->res_mid, (int64_t)own);
   // MLP: gather ln2, this rank's columns of W1, partial W2
-  m->be->layernorm_forward(m->ln_out, a->ln2_mean, a->ln2_rstd, a->res_mid, w->ln2w, w->ln2b, Tl, C);
-  if ((rc = ts_comm_allgather(m->seq, m->ln_out, mt->X2[l], own * sizeof(float), l))) return rc;
-  m->be->linear_forward(mt->fch[l], mt->X2[l], w->w1, w->b1, T, C, Fl, rows);
-  m->be->gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl);
-  m->be->matmul(0, 1, T, C, Fl, mt->gelu, Fl, w->w2, Fl, 0.0f, mt->full, C);
-  if ((rc = reduce_scatter_rows(m, l, y, w->b2))) return rc;
-  m->be->dropout_apply(y, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
-  m->be->add(y, a->res_mid, y, (int64_t)own);
+  at->be->layernorm_forward(io->ln_out, io->ln2_mean, io->ln2_rstd, io->res_mid, w->ln2w, w->ln2b, Tl, C);
+  if ((rc = ts_comm_allgather(at->seq, io->ln_out, mt->X2[l], own * sizeof(float), l))) return rc;
+  at->be->linear_forward(mt->fch[l], mt->X2[l], w->w1, w->b1, T, C, Fl, rows);
+  at->be->gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl);
+  at->be->matmul(0, 1, T, C, Fl, mt->gelu, Fl, w->w2, Fl, 0.0f, mt->full, C);
+  if ((rc = reduce_scatter_rows(at, y, w->b2))) return rc;
+  at->be->dropout_apply(y, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, io->row_base);
+  at->be->add(y, io->res_mid, y, (int64_t)own);
   return TS_OK;
 }
 
 // ---- backward ----------------------------------------------------------------------
-static int megatron_layer_backward(ts_model *m, int l, uint64_t step) {
-  struct megatron *mt = m->cp_state;
-  const int T = m->T, C = m->C, Tl = m->Tl;
+static int megatron_layer_backward(const ts_layer_io *io) {
+  const ts_attn_io *at = &io->attn;
+  const int l = at->l;
+  const uint64_t step = at->step;
+  struct megatron *mt = at->state;
+  const int T = at->T, C = at->C, Tl = at->Tl;
   const int Kl = mt->Kl, Fl = mt->Fl;
   const size_t own = (size_t)Tl * C;
-  const float p = m->cfg.dropout;
-  const uint64_t seed = m->cfg.seed;
-  layer_params *w = &m->p.layer[l], *g = &m->g.layer[l];
-  layer_acts *a = &m->la[l];
-  ts_ws *ws = &m->ws;
+  const float p = at->p;
+  const uint64_t seed = at->cfg->seed;
+  const ts_layer_tensors *w = io->w, *g = io->g;
+  ts_ws *ws = at->ws;
   int rc, trc = 0;
   // the bias gradients are sums onto zeros (the weights' products overwrite)
   memset(g->bq, 0, (size_t)Kl * sizeof(float)); memset(g->bk, 0, (size_t)Kl * sizeof(float));
@@ -185,47 +190,47 @@ static int megatron_layer_backward(ts_model *m, int l, uint64_t step) {
   memset(g->b1, 0, (size_t)Fl * sizeof(float)); memset(g->b2, 0, (size_t)C * sizeof(float));
 
   // MLP: y = res_mid + dropout(RS(gelu · W2[:, cols]ᵀ) + b2)
-  m->be->copy(m->dtmp, m->dres, own * sizeof(float));
-  m->be->dropout_apply(m->dtmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, ts_model_row_base(m, l));
-  m->be->column_sum(g->b2, m->dtmp, Tl, C, 1);
-  if ((rc = ts_comm_allgather(m->seq, m->dtmp, mt->full, own * sizeof(float), l))) return rc;
-  m->be->gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl); // recomputed
-  m->be->matmul(1, 0, C, Fl, T, mt->full, C, mt->gelu, Fl, 0.0f, g->w2, Fl);
-  m->be->matmul(0, 0, T, Fl, C, mt->full, C, w->w2, Fl, 0.0f, mt->dfch, Fl);
-  m->be->gelu_backward(mt->dfch, mt->fch[l], mt->dfch, (int64_t)T * Fl);
-  m->be->matmul(1, 0, Fl, C, T, mt->dfch, Fl, mt->X2[l], C, 0.0f, g->w1, C);
-  m->be->column_sum(g->b1, mt->dfch, T, Fl, 1);
-  m->be->matmul(0, 0, T, C, Fl, mt->dfch, Fl, w->w1, C, 0.0f, mt->full, C);
-  if ((rc = ts_comm_reduce_scatter_tree(m->seq, mt->full, (size_t)T * C, l))) return rc;
-  m->be->copy(m->dtmp, mt->full + (size_t)m->t0 * C, own * sizeof(float));
-  trc |= m->be->layernorm_backward(ws, m->dtmp2, g->ln2w, g->ln2b, m->dtmp, a->res_mid, w->ln2w,
-                            a->ln2_mean, a->ln2_rstd, Tl, C);
-  m->be->add(m->dres, m->dres, m->dtmp2, (int64_t)own);
+  at->be->copy(at->tmp, io->dres, own * sizeof(float));
+  at->be->dropout_apply(at->tmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, io->row_base);
+  at->be->column_sum(g->b2, at->tmp, Tl, C, 1);
+  if ((rc = ts_comm_allgather(at->seq, at->tmp, mt->full, own * sizeof(float), l))) return rc;
+  at->be->gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl); // recomputed
+  at->be->matmul(1, 0, C, Fl, T, mt->full, C, mt->gelu, Fl, 0.0f, g->w2, Fl);
+  at->be->matmul(0, 0, T, Fl, C, mt->full, C, w->w2, Fl, 0.0f, mt->dfch, Fl);
+  at->be->gelu_backward(mt->dfch, mt->fch[l], mt->dfch, (int64_t)T * Fl);
+  at->be->matmul(1, 0, Fl, C, T, mt->dfch, Fl, mt->X2[l], C, 0.0f, g->w1, C);
+  at->be->column_sum(g->b1, mt->dfch, T, Fl, 1);
+  at->be->matmul(0, 0, T, C, Fl, mt->dfch, Fl, w->w1, C, 0.0f, mt->full, C);
+  if ((rc = ts_comm_reduce_scatter_tree(at->seq, mt->full, (size_t)T * C, l))) return rc;
+  at->be->copy(at->tmp, mt->full + (size_t)at->t0 * C, own * sizeof(float));
+  trc |= at->be->layernorm_backward(ws, at->tmp2, g->ln2w, g->ln2b, at->tmp, io->res_mid, w->ln2w,
+                            io->ln2_mean, io->ln2_rstd, Tl, C);
+  at->be->add(io->dres, io->dres, at->tmp2, (int64_t)own);
 
   // attention: res_mid = x + dropout(RS(att · Wo[:, heads]ᵀ) + bo)
-  m->be->copy(m->dtmp, m->dres, own * sizeof(float));
-  m->be->dropout_apply(m->dtmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, ts_model_row_base(m, l));
-  m->be->column_sum(g->bo, m->dtmp, Tl, C, 1);
-  if ((rc = ts_comm_allgather(m->seq, m->dtmp, mt->full, own * sizeof(float), l))) return rc;
-  m->be->matmul(1, 0, C, Kl, T, mt->full, C, mt->att[l], Kl, 0.0f, g->wo, Kl);
-  m->be->matmul(0, 0, T, Kl, C, mt->full, C, w->wo, Kl, 0.0f, mt->datt, Kl);
-  ts_attn_shape as = heads_shape(m, l, p, step);
-  trc |= m->be->attention_backward(ws, mt->dq, mt->dk, mt->dv, mt->dsum, mt->datt, mt->q[l], mt->k[l],
+  at->be->copy(at->tmp, io->dres, own * sizeof(float));
+  at->be->dropout_apply(at->tmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, io->row_base);
+  at->be->column_sum(g->bo, at->tmp, Tl, C, 1);
+  if ((rc = ts_comm_allgather(at->seq, at->tmp, mt->full, own * sizeof(float), l))) return rc;
+  at->be->matmul(1, 0, C, Kl, T, mt->full, C, mt->att[l], Kl, 0.0f, g->wo, Kl);
+  at->be->matmul(0, 0, T, Kl, C, mt->full, C, w->wo, Kl, 0.0f, mt->datt, Kl);
+  ts_attn_shape as = heads_shape(at);
+  trc |= at->be->attention_backward(ws, mt->dq, mt->dk, mt->dv, mt->dsum, mt->datt, mt->q[l], mt->k[l],
                             mt->v[l], mt->att[l], mt->lse[l], &as);
-  m->be->matmul(1, 0, Kl, C, T, mt->dq, Kl, mt->X[l], C, 0.0f, g->wq, C);
-  m->be->matmul(1, 0, Kl, C, T, mt->dk, Kl, mt->X[l], C, 0.0f, g->wk, C);
-  m->be->matmul(1, 0, Kl, C, T, mt->dv, Kl, mt->X[l], C, 0.0f, g->wv, C);
-  m->be->column_sum(g->bq, mt->dq, T, Kl, 1);
-  m->be->column_sum(g->bk, mt->dk, T, Kl, 1);
-  m->be->column_sum(g->bv, mt->dv, T, Kl, 1);
-  m->be->matmul(0, 0, T, C, Kl, mt->dq, Kl, w->wq, C, 0.0f, mt->full, C);
-  m->be->matmul(0, 0, T, C, Kl, mt->dk, Kl, w->wk, C, 1.0f, mt->full, C);
-  m->be->matmul(0, 0, T, C, Kl, mt->dv, Kl, w->wv, C, 1.0f, mt->full, C);
-  if ((rc = ts_comm_reduce_scatter_tree(m->seq, mt->full, (size_t)T * C, l))) return rc;
-  m->be->copy(m->dtmp, mt->full + (size_t)m->t0 * C, own * sizeof(float));
-  trc |= m->be->layernorm_backward(ws, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, m->res[l], w->ln1w,
-                            a->ln1_mean, a->ln1_rstd, Tl, C);
-  m->be->add(m->dres, m->dres, m->dtmp2, (int64_t)own);
+  at->be->matmul(1, 0, Kl, C, T, mt->dq, Kl, mt->X[l], C, 0.0f, g->wq, C);
+  at->be->matmul(1, 0, Kl, C, T, mt->dk, Kl, mt->X[l], C, 0.0f, g->wk, C);
+  at->be->matmul(1, 0, Kl, C, T, mt->dv, Kl, mt->X[l], C, 0.0f, g->wv, C);
+  at->be->column_sum(g->bq, mt->dq, T, Kl, 1);
+  at->be->column_sum(g->bk, mt->dk, T, Kl, 1);
+  at->be->column_sum(g->bv, mt->dv, T, Kl, 1);
+  at->be->matmul(0, 0, T, C, Kl, mt->dq, Kl, w->wq, C, 0.0f, mt->full, C);
+  at->be->matmul(0, 0, T, C, Kl, mt->dk, Kl, w->wk, C, 1.0f, mt->full, C);
+  at->be->matmul(0, 0, T, C, Kl, mt->dv, Kl, w->wv, C, 1.0f, mt->full, C);
+  if ((rc = ts_comm_reduce_scatter_tree(at->seq, mt->full, (size_t)T * C, l))) return rc;
+  at->be->copy(at->tmp, mt->full + (size_t)at->t0 * C, own * sizeof(float));
+  trc |= at->be->layernorm_backward(ws, at->tmp2, g->ln1w, g->ln1b, at->tmp, io->x, w->ln1w,
+                            io->ln1_mean, io->ln1_rstd, Tl, C);
+  at->be->add(io->dres, io->dres, at->tmp2, (int64_t)own);
   if (trc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
   return TS_OK;
 }
@@ -260,12 +265,12 @@ static int megatron_check(const ts_config *cfg, ts_layout *lay) {
 
 // The block of a layer's tensor this rank holds (the table in the header),
 // or 0: the whole tensor. Named "h.<layer>.<field>" (src/model/params.c).
-static int megatron_split(const ts_model *m, const ts_tensor *t, ts_cp_block *out) {
+static int megatron_split(const ts_attn_io *io, const ts_tensor *t, ts_cp_block *out) {
   const char *dot = t->role == TS_ROLE_LAYER ? strchr(t->name + 2, '.') : NULL;
   if (!dot) return 0;
   const char *f = dot + 1;
-  const int64_t N = m->seq->size, s = m->seq->rank, C = m->C;
-  const int64_t Kl = (int64_t)(m->H / N) * m->dh, k0 = s * Kl, Fl = m->F / N, f0 = s * Fl;
+  const int64_t N = io->seq->size, s = io->seq->rank, C = io->C;
+  const int64_t Kl = (int64_t)(io->H / N) * io->dh, k0 = s * Kl, Fl = io->F / N, f0 = s * Fl;
   static const char *const rows_of_heads[] = {"attn.wq", "attn.wk", "attn.wv"};
   static const char *const heads[] = {"attn.bq", "attn.bk", "attn.bv"};
   for (int i = 0; i < 3; i++) {
@@ -280,8 +285,8 @@ static int megatron_split(const ts_model *m, const ts_tensor *t, ts_cp_block *ou
 }
 
 // The layers keep their own buffers: none of the model's attention or MLP rows.
-static void megatron_sizes(const ts_model *m, ts_cp_sizes *out) {
-  (void)m;
+static void megatron_sizes(const ts_attn_io *io, ts_cp_sizes *out) {
+  (void)io;
   *out = (ts_cp_sizes){0};
 }
 
@@ -294,7 +299,7 @@ const ts_cp ts_cp_megatron = {
     .split = megatron_split,
     .create = megatron_create,
     .bytes = megatron_bytes,
-    .destroy = megatron_free,
+    .destroy = megatron_destroy,
     .layer_forward = megatron_layer_forward,
     .layer_backward = megatron_layer_backward,
 };

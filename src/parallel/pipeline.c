@@ -285,7 +285,7 @@ static int one_f_one_b(pass *ps) {
 // or its tree over microbatches, then the embedding's place in the gradient).
 // A rank of two runs computes each run's partial apart (wte_grad2: the
 // second's), and the sequence group sums each before adding them, as it
-// does the model's own gradients (src/parallel/run_partials.c).
+// does the model's own gradients (src/model/run_partials.c).
 static int tied_embedding(pass *ps) {
   ts_pipeline *pl = ps->pl;
   ts_model *m = ps->m;
@@ -359,11 +359,9 @@ int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, co
 
 int ts_pipeline_sync_copies(ts_pipeline *pl, ts_model *m, uint64_t step) {
   int rc = TS_OK;
-  const ts_boundary *bd = ts_boundary_get(ts_model_config(m)->compress);
-  if (bd->sync) { // down the chain: stage s receives boundary s−1's, then sends boundary s's
-    if (pl->s > 0) rc = bd->sync(m, pl->pipe, pl->s - 1, pl->s - 1, 0, step);
-    if (!rc && pl->s < pl->P - 1) rc = bd->sync(m, pl->pipe, pl->s, pl->s + 1, 1, step);
-  }
+  // down the chain: stage s receives boundary s−1's, then sends boundary s's
+  if (pl->s > 0) rc = ts_model_boundary_sync(m, pl->pipe, pl->s - 1, pl->s - 1, 0, step);
+  if (!rc && pl->s < pl->P - 1) rc = ts_model_boundary_sync(m, pl->pipe, pl->s, pl->s + 1, 1, step);
   if (rc || !pl->tied) return rc;
   // the tied embedding, updated on the last stage, to the first stage's copy
   if (pl->s == pl->P - 1)

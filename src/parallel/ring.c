@@ -67,10 +67,10 @@ static int buffer_planes(const ring_geom *g) {
 
 int ring_exact_planes(const ring_geom *g) { return buffer_planes(g); }
 
-static int ring_hop(ts_model *m, int l, const ring_geom *g, const float *send, size_t sfloats,
+static int ring_hop(const ts_attn_io *io, const ring_geom *g, const float *send, size_t sfloats,
                     float *recv, size_t rfloats) {
-  return ts_comm_sendrecv(m->seq, send, sfloats * sizeof(float), g->next, recv,
-                          rfloats * sizeof(float), g->prev, l);
+  return ts_comm_sendrecv(io->seq, send, sfloats * sizeof(float), g->next, recv,
+                          rfloats * sizeof(float), g->prev, io->l);
 }
 
 void ring_exact_forward_block(const ts_backend *be, ts_ws *ws, const ring_geom *g, int i, int c,
@@ -82,7 +82,7 @@ void ring_exact_forward_block(const ts_backend *be, ts_ws *ws, const ring_geom *
   be->attention_forward_block(ws, out, lse, lsum, q, blk, blk + g->wk, &as, i == 0, c == 0);
 }
 
-int ring_exact_forward(ts_model *m, int l, const ring_geom *g, const float *q, float *blk[2],
+int ring_exact_forward(const ts_attn_io *io, const ring_geom *g, const float *q, float *blk[2],
                        float *out, float *lse) {
   const size_t nblk = (size_t)g->rows * 2 * g->wk;
   float *cur = blk[0], *nxt = blk[1];
@@ -93,9 +93,9 @@ int ring_exact_forward(ts_model *m, int l, const ring_geom *g, const float *q, f
   for (int i = 0; i < g->n && !rc; i++) {
     const int c = chunk_at(g, g->at, i);
     if (c <= g->at) // blocks at, at − 1, …, 0: the serial order of key tiles
-      ring_exact_forward_block(m->be, &m->ws, g, i, c, q, cur, out, lse, lsum);
+      ring_exact_forward_block(io->be, io->ws, g, i, c, q, cur, out, lse, lsum);
     if (i < g->n - 1) {
-      rc = ring_hop(m, l, g, cur, nblk, nxt, nblk);
+      rc = ring_hop(io, g, cur, nblk, nxt, nblk);
       float *t = cur;
       cur = nxt;
       nxt = t;
@@ -127,7 +127,7 @@ int ring_exact_backward_block(const ts_backend *be, ts_ws *ws, const ring_geom *
 // out as rows of [K | V] or [dK | dV]: plane 0 the block's keys and values,
 // then the stack of its travelling tree, highest level first; a finished
 // block is its one plane of [dK | dV].
-int ring_exact_backward(ts_model *m, int l, const ring_geom *g, const float *dout,
+int ring_exact_backward(const ts_attn_io *io, const ring_geom *g, const float *dout,
                         const float *q, const float *out, const float *lse, const float *k,
                         const float *v, float *dq, float *dk, float *dv, int ldd) {
   const int wk = g->wk, rows = g->rows, nb = buffer_planes(g);
@@ -145,7 +145,7 @@ int ring_exact_backward(ts_model *m, int l, const ring_geom *g, const float *dou
     const float *send = cur;
     if (c <= g->at) { // this place's queries see block c: add their terms
       float *stack = cur + P;
-      if ((rc = ring_exact_backward_block(m->be, &m->ws, g, i, c, cur, dout, q, out, lse, dq,
+      if ((rc = ring_exact_backward_block(io->be, io->ws, g, i, c, cur, dout, q, out, lse, dq,
                                           dsum)))
         break;
       if (g->at == g->n - 1) send = stack; // the tree is complete: [dK | dV] alone
@@ -154,7 +154,7 @@ int ring_exact_backward(ts_model *m, int l, const ring_geom *g, const float *dou
     if (g->n == 1) break; // one place: the block never leaves
     // n hops: every block visits every place and comes home
     const int prev_at = (g->at + g->n - 1) % g->n;
-    rc = ring_hop(m, l, g, send, (size_t)sent_planes(g, g->at, i) * P, nxt,
+    rc = ring_hop(io, g, send, (size_t)sent_planes(g, g->at, i) * P, nxt,
                   (size_t)sent_planes(g, prev_at, i) * P);
     float *t = cur;
     cur = nxt;
@@ -173,48 +173,47 @@ int ring_exact_backward(ts_model *m, int l, const ring_geom *g, const float *dou
 
 // ---- tolerance ring attention (--fast, ring-zigzag) --------------------------------------
 // Position of run k of rank q (ring: one run; ring-zigzag: chunks q, 2N-1-q).
-static int run_at(const ts_model *m, int q, int k) {
+static int run_at(const ts_attn_io *io, int q, int k) {
   ts_cp_runs runs;
-  ts_cp_positions(m->cp, m->seq->size, q, m->T, &runs);
+  ts_cp_positions(io->cp, io->seq->size, q, io->T, &runs);
   return runs.pos[k];
 }
 
 // Queries of this rank's run qi against keys of run kj of rank src.
-static ts_attn_shape pair_shape(const ts_model *m, int l, float p, uint64_t step, int qi, int src,
-                                int kj, int ldkv) {
-  ts_attn_shape as = {.B = 1, .T = m->T, .H = m->H, .dh = m->dh, .tile = m->cfg.tile,
-                      .dropout = p, .seed = m->cfg.seed, .step = step,
-                      .index_base = ts_model_attn_base(m, l), .Tq = m->run_len,
-                      .q0 = m->run_pos[qi], .Tk = m->run_len, .k0 = run_at(m, src, kj),
-                      .Hkv = m->Hkv, .ldkv = ldkv};
+static ts_attn_shape pair_shape(const ts_attn_io *io, int qi, int src, int kj, int ldkv) {
+  ts_attn_shape as = io->shape;
+  as.B = 1;
+  as.Tq = as.Tk = io->runs.len;
+  as.q0 = io->runs.pos[qi];
+  as.k0 = run_at(io, src, kj);
+  as.ldkv = ldkv;
   return as;
 }
 
 // Keys of that run are not all in the queries' future.
-static int visible(const ts_model *m, int qi, int src, int kj) {
-  return run_at(m, src, kj) <= m->run_pos[qi];
+static int visible(const ts_attn_io *io, int qi, int src, int kj) {
+  return run_at(io, src, kj) <= io->runs.pos[qi];
 }
 
-static int hop(ts_model *m, int l, float *send, float *recv, size_t floats) {
-  const int N = m->seq->size, r = m->seq->rank;
-  return ts_comm_sendrecv(m->seq, send, floats * sizeof(float), (r + 1) % N, recv,
-                          floats * sizeof(float), (r + N - 1) % N, l);
+static int hop(const ts_attn_io *io, float *send, float *recv, size_t floats) {
+  const int N = io->seq->size, r = io->seq->rank;
+  return ts_comm_sendrecv(io->seq, send, floats * sizeof(float), (r + 1) % N, recv,
+                          floats * sizeof(float), (r + N - 1) % N, io->l);
 }
 
 // The rank's own Q, K, V rows and the output (and lse), live through the block.
-static size_t own_bytes(const ts_model *m) {
-  return ((size_t)2 * m->C + 2 * (size_t)m->Ckv + m->H) * m->Tl * sizeof(float);
+static size_t own_bytes(const ts_attn_io *io) {
+  return ((size_t)2 * io->C + 2 * (size_t)io->Ckv + io->H) * io->Tl * sizeof(float);
 }
 
 // The layout of the travelling block and of the lse: rows of [K | V] (and
 // [dK | dV] in backward), run after run; the lse of run k at k·H·run_len,
 // (H, run_len).
-int ring_forward(ts_model *m, int l, uint64_t step, float p) {
-  const int N = m->seq->size, r = m->seq->rank, Tl = m->Tl, C = m->C, Ckv = m->Ckv;
-  const int len = m->run_len, H = m->H;
-  layer_acts *a = ts_layer_acts(m, l);
+int ring_forward(const ts_attn_io *io) {
+  const int N = io->seq->size, r = io->seq->rank, Tl = io->Tl, C = io->C, Ckv = io->Ckv;
+  const int len = io->runs.len, H = io->H;
   ts_mem_phase(TS_PHASE_ATTN_FWD);
-  ts_mem_hold(own_bytes(m));
+  ts_mem_hold(own_bytes(io));
   const size_t nblk = (size_t)Tl * 2 * Ckv;
   float *cur = ts_mem_alloc(nblk * sizeof(float)), *nxt = ts_mem_alloc(nblk * sizeof(float));
   float *ob = ts_mem_alloc((size_t)len * C * sizeof(float));
@@ -222,27 +221,27 @@ int ring_forward(ts_model *m, int l, uint64_t step, float p) {
   int rc = TS_OK, have[2] = {0, 0};
   if (!cur || !nxt || !ob || !lb) rc = ts_fail(TS_ERUNTIME, "out of memory (ring attention)");
   for (int64_t t = 0; t < Tl && !rc; t++) { // the block: rows of [K | V]
-    memcpy(cur + (size_t)t * 2 * Ckv, a->k + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
-    memcpy(cur + (size_t)t * 2 * Ckv + Ckv, a->v + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
+    memcpy(cur + (size_t)t * 2 * Ckv, io->k + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
+    memcpy(cur + (size_t)t * 2 * Ckv + Ckv, io->v + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
   }
   for (int i = 0; i < N && !rc; i++) {
     const int src = (r + N - i) % N; // whose keys this rank holds now
-    for (int qi = 0; qi < m->nrun; qi++)
-      for (int kj = 0; kj < m->nrun; kj++) {
-        if (!visible(m, qi, src, kj)) continue; // keys all in the queries' future
-        ts_attn_shape as = pair_shape(m, l, p, step, qi, src, kj, 2 * Ckv);
-        const float *q = a->q + (size_t)qi * len * C, *k = cur + (size_t)kj * len * 2 * Ckv;
-        float *out = a->att + (size_t)qi * len * C, *lse = a->lse + (size_t)qi * H * len;
+    for (int qi = 0; qi < io->runs.n; qi++)
+      for (int kj = 0; kj < io->runs.n; kj++) {
+        if (!visible(io, qi, src, kj)) continue; // keys all in the queries' future
+        ts_attn_shape as = pair_shape(io, qi, src, kj, 2 * Ckv);
+        const float *q = io->q + (size_t)qi * len * C, *k = cur + (size_t)kj * len * 2 * Ckv;
+        float *out = io->att + (size_t)qi * len * C, *lse = io->lse + (size_t)qi * H * len;
         if (!have[qi]) {
-          m->be->attention_forward(&m->ws, out, lse, q, k, k + Ckv, &as);
+          io->be->attention_forward(io->ws, out, lse, q, k, k + Ckv, &as);
           have[qi] = 1;
         } else {
-          m->be->attention_forward(&m->ws, ob, lb, q, k, k + Ckv, &as);
-          m->be->ring_merge(out, lse, ob, lb, len, H, m->dh, C);
+          io->be->attention_forward(io->ws, ob, lb, q, k, k + Ckv, &as);
+          io->be->ring_merge(out, lse, ob, lb, len, H, io->dh, C);
         }
       }
     if (i < N - 1) {
-      rc = hop(m, l, cur, nxt, nblk);
+      rc = hop(io, cur, nxt, nblk);
       float *t = cur;
       cur = nxt;
       nxt = t;
@@ -252,17 +251,16 @@ int ring_forward(ts_model *m, int l, uint64_t step, float p) {
   ts_mem_free(nxt);
   ts_mem_free(ob);
   ts_mem_free(lb);
-  ts_mem_release(own_bytes(m));
+  ts_mem_release(own_bytes(io));
   ts_mem_phase(TS_PHASE_NONE);
   return rc;
 }
 
-int ring_backward(ts_model *m, int l, uint64_t step) {
-  const int N = m->seq->size, r = m->seq->rank, Tl = m->Tl, C = m->C, Ckv = m->Ckv;
-  const int len = m->run_len, H = m->H;
-  layer_acts *a = ts_layer_acts(m, l);
+int ring_backward(const ts_attn_io *io) {
+  const int N = io->seq->size, r = io->seq->rank, Tl = io->Tl, C = io->C, Ckv = io->Ckv;
+  const int len = io->runs.len, H = io->H;
   // and the gradients: of the output in, of Q, K, V out
-  const size_t held = own_bytes(m) + ((size_t)2 * C + 2 * (size_t)Ckv) * Tl * sizeof(float);
+  const size_t held = own_bytes(io) + ((size_t)2 * C + 2 * (size_t)Ckv) * Tl * sizeof(float);
   ts_mem_phase(TS_PHASE_ATTN_BWD);
   ts_mem_hold(held);
   const size_t w = (size_t)4 * Ckv, nblk = (size_t)Tl * w; // rows of [K | V | dK | dV]
@@ -275,40 +273,40 @@ int ring_backward(ts_model *m, int l, uint64_t step) {
     rc = ts_fail(TS_ERUNTIME, "out of memory (ring attention)");
   for (int64_t t = 0; t < Tl && !rc; t++) {
     float *row = cur + (size_t)t * w;
-    memcpy(row, a->k + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
-    memcpy(row + Ckv, a->v + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
+    memcpy(row, io->k + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
+    memcpy(row + Ckv, io->v + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
     memset(row + 2 * Ckv, 0, (size_t)2 * Ckv * sizeof(float));
   }
-  if (!rc) memset(m->dq, 0, (size_t)Tl * C * sizeof(float));
+  if (!rc) memset(io->dq, 0, (size_t)Tl * C * sizeof(float));
   for (int i = 0; i < N && !rc; i++) {
     const int src = (r + N - i) % N;
-    for (int qi = 0; qi < m->nrun && !rc; qi++)
-      for (int kj = 0; kj < m->nrun && !rc; kj++) {
-        if (!visible(m, qi, src, kj)) continue;
-        ts_attn_shape as = pair_shape(m, l, m->cfg.dropout, step, qi, src, kj, (int)w);
+    for (int qi = 0; qi < io->runs.n && !rc; qi++)
+      for (int kj = 0; kj < io->runs.n && !rc; kj++) {
+        if (!visible(io, qi, src, kj)) continue;
+        ts_attn_shape as = pair_shape(io, qi, src, kj, (int)w);
         float *blk = cur + (size_t)kj * len * w;
         const size_t qo = (size_t)qi * len * C;
-        if (m->be->attention_backward(&m->ws, dqb, part + 2 * Ckv, part + 3 * Ckv, dsum, m->datt + qo,
-                               a->q + qo, blk, blk + Ckv, a->att + qo,
-                               a->lse + (size_t)qi * H * len, &as) != 0) {
+        if (io->be->attention_backward(io->ws, dqb, part + 2 * Ckv, part + 3 * Ckv, dsum, io->datt + qo,
+                               io->q + qo, blk, blk + Ckv, io->att + qo,
+                               io->lse + (size_t)qi * H * len, &as) != 0) {
           rc = ts_fail(TS_ERUNTIME, "out of memory in attention backward");
           break;
         }
         // this pair's terms: dQ into the run's rows, dK, dV into the travelling block
-        m->be->add(m->dq + qo, m->dq + qo, dqb, (int64_t)len * C);
-        m->be->add_rows(blk + 2 * Ckv, (int)w, blk + 2 * Ckv, (int)w, part + 2 * Ckv, (int)w, len,
+        io->be->add(io->dq + qo, io->dq + qo, dqb, (int64_t)len * C);
+        io->be->add_rows(blk + 2 * Ckv, (int)w, blk + 2 * Ckv, (int)w, part + 2 * Ckv, (int)w, len,
                         2 * Ckv);
       }
     if (rc) break;
     // N hops: the block visits every rank and comes home
-    rc = hop(m, l, cur, nxt, nblk);
+    rc = hop(io, cur, nxt, nblk);
     float *t = cur;
     cur = nxt;
     nxt = t;
   }
   for (int64_t t = 0; t < Tl && !rc; t++) { // home: this rank's own dK, dV
-    memcpy(m->dk + (size_t)t * Ckv, cur + (size_t)t * w + 2 * Ckv, (size_t)Ckv * sizeof(float));
-    memcpy(m->dv + (size_t)t * Ckv, cur + (size_t)t * w + 3 * Ckv, (size_t)Ckv * sizeof(float));
+    memcpy(io->dk + (size_t)t * Ckv, cur + (size_t)t * w + 2 * Ckv, (size_t)Ckv * sizeof(float));
+    memcpy(io->dv + (size_t)t * Ckv, cur + (size_t)t * w + 3 * Ckv, (size_t)Ckv * sizeof(float));
   }
   ts_mem_free(cur);
   ts_mem_free(nxt);
@@ -333,79 +331,73 @@ static int zigzag_check(const ts_config *cfg, ts_layout *lay) {
 
 // The rank's own rows of Q, K and V; the blocks travel through scratch of
 // their own (ts_mem_alloc, tracked).
-static void ring_sizes(const ts_model *m, ts_cp_sizes *out) {
-  const int64_t N = m->ntok;
+static void ring_sizes(const ts_attn_io *io, ts_cp_sizes *out) {
+  const int64_t N = io->ntok;
   *out = (ts_cp_sizes){.layer_rows = N, .q_rows = N, .kv_rows = N, .dkv_rows = N};
 }
 
 // The ring of the sequence group for exact ring attention: place r is rank r.
-static ring_geom ring_geometry(const ts_model *m, int l, uint64_t step, float p) {
-  const int N = m->seq->size, r = m->seq->rank;
-  ring_geom g = {.n = N, .at = r, .next = (r + 1) % N, .prev = (r + N - 1) % N, .rows = m->Tl,
-                 .wk = m->Ckv,
-                 .as = {.B = 1, .T = m->T, .H = m->H, .dh = m->dh, .tile = m->cfg.tile,
-                        .dropout = p, .seed = m->cfg.seed, .step = step,
-                        .index_base = ts_model_attn_base(m, l), .Tq = m->Tl, .q0 = m->t0,
-                        .Tk = m->Tl, .Hkv = m->Hkv}};
+static ring_geom ring_geometry(const ts_attn_io *io) {
+  const int N = io->seq->size, r = io->seq->rank;
+  ring_geom g = {.n = N, .at = r, .next = (r + 1) % N, .prev = (r + N - 1) % N, .rows = io->Tl,
+                 .wk = io->Ckv, .as = io->shape};
+  g.as.B = 1;
+  g.as.Tk = io->Tl;
   return g;
 }
 
-static int exact_forward(ts_model *m, int l, uint64_t step, float p) {
-  const int Tl = m->Tl, Ckv = m->Ckv;
-  layer_acts *a = ts_layer_acts(m, l);
-  const ring_geom g = ring_geometry(m, l, step, p);
+static int exact_forward(const ts_attn_io *io) {
+  const int Tl = io->Tl, Ckv = io->Ckv;
+  const ring_geom g = ring_geometry(io);
   ts_mem_phase(TS_PHASE_ATTN_FWD);
-  ts_mem_hold(own_bytes(m));
+  ts_mem_hold(own_bytes(io));
   const size_t nblk = (size_t)Tl * 2 * Ckv;
   float *blk[2] = {ts_mem_alloc(nblk * sizeof(float)), ts_mem_alloc(nblk * sizeof(float))};
   int rc = blk[0] && blk[1] ? TS_OK : ts_fail(TS_ERUNTIME, "out of memory (ring attention)");
   for (int64_t t = 0; t < Tl && !rc; t++) { // the block: rows of [K | V]
-    memcpy(blk[0] + (size_t)t * 2 * Ckv, a->k + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
-    memcpy(blk[0] + (size_t)t * 2 * Ckv + Ckv, a->v + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
+    memcpy(blk[0] + (size_t)t * 2 * Ckv, io->k + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
+    memcpy(blk[0] + (size_t)t * 2 * Ckv + Ckv, io->v + (size_t)t * Ckv, (size_t)Ckv * sizeof(float));
   }
-  if (!rc) rc = ring_exact_forward(m, l, &g, a->q, blk, a->att, a->lse);
+  if (!rc) rc = ring_exact_forward(io, &g, io->q, blk, io->att, io->lse);
   ts_mem_free(blk[0]);
   ts_mem_free(blk[1]);
-  ts_mem_release(own_bytes(m));
+  ts_mem_release(own_bytes(io));
   ts_mem_phase(TS_PHASE_NONE);
   return rc;
 }
 
-static int exact_backward(ts_model *m, int l, uint64_t step) {
-  layer_acts *a = ts_layer_acts(m, l);
+static int exact_backward(const ts_attn_io *io) {
   // and the gradients: of the output in, of Q, K, V out
-  const size_t held = own_bytes(m) + ((size_t)2 * m->C + 2 * (size_t)m->Ckv) * m->Tl * sizeof(float);
-  const ring_geom g = ring_geometry(m, l, step, m->cfg.dropout);
+  const size_t held = own_bytes(io) + ((size_t)2 * io->C + 2 * (size_t)io->Ckv) * io->Tl * sizeof(float);
+  const ring_geom g = ring_geometry(io);
   ts_mem_phase(TS_PHASE_ATTN_BWD);
   ts_mem_hold(held);
-  int rc = ring_exact_backward(m, l, &g, m->datt, a->q, a->att, a->lse, a->k, a->v, m->dq, m->dk,
-                               m->dv, m->Ckv);
+  int rc = ring_exact_backward(io, &g, io->datt, io->q, io->att, io->lse, io->k, io->v, io->dq, io->dk,
+                               io->dv, io->Ckv);
   ts_mem_release(held);
   ts_mem_phase(TS_PHASE_NONE);
   return rc;
 }
 
-static void project(ts_model *m, int l) {
-  const layer_params *w = &m->p.layer[l];
-  layer_acts *a = ts_layer_acts(m, l);
-  ts_cp_project_q(m, w, a->q);
-  ts_cp_project_kv(m, w, a->k, a->v);
+static void project(const ts_attn_io *io) {
+  ts_cp_project_q(io, io->q);
+  ts_cp_project_kv(io, io->k, io->v);
 }
 
 // ring: exact; --fast keeps the log-sum-exp merge (the tolerance tier).
-static int ring_attn_forward(ts_model *m, int l, uint64_t step, float p) {
-  project(m, l);
-  return m->cfg.fast ? ring_forward(m, l, step, p) : exact_forward(m, l, step, p);
+static int ring_attn_forward(const ts_attn_io *io) {
+  project(io);
+  return io->cfg->fast ? ring_forward(io) : exact_forward(io);
 }
 
-static int ring_attn_backward(ts_model *m, int l, uint64_t step) {
-  return m->cfg.fast ? ring_backward(m, l, step) : exact_backward(m, l, step);
+static int ring_attn_backward(const ts_attn_io *io) {
+  return io->cfg->fast ? ring_backward(io) : exact_backward(io);
 }
 
 // ring-zigzag: the merge.
-static int zigzag_attn_forward(ts_model *m, int l, uint64_t step, float p) {
-  project(m, l);
-  return ring_forward(m, l, step, p);
+static int zigzag_attn_forward(const ts_attn_io *io) {
+  project(io);
+  return ring_forward(io);
 }
 
 const ts_cp ts_cp_ring = {

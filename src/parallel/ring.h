@@ -35,6 +35,7 @@
 
 #include "backend.h"
 #include "kernels.h"
+#include "parallel/strategy.h"
 #include "tessera.h"
 
 // One ring of n places (USP runs one across its groups, usp.c): place p
@@ -49,15 +50,16 @@ typedef struct {
                     // (the block's), ldkv (2·wk: rows of [K | V]) and dq_acc
 } ring_geom;
 
-// Exact ring attention of layer l. Forward: q (rows, as.ldq) against every
+// Exact ring attention of layer io->l (the messages on io->seq, the kernels
+// io->be's). Forward: q (rows, as.ldq) against every
 // visible block into out (rows, as.ldo) and lse (as.H, rows); blk[0] holds the
 // place's own block as rows of [K | V] (rows, 2·wk), blk[1] is as large;
 // both are overwritten.
-int ring_exact_forward(ts_model *m, int l, const ring_geom *g, const float *q, float *blk[2],
+int ring_exact_forward(const ts_attn_io *io, const ring_geom *g, const float *q, float *blk[2],
                        float *out, float *lse);
 // Backward: from dout (as out) and the forward's q, out, lse and the place's
 // own k, v (rows, wk), into dq (as q) and its own rows' dk, dv (row stride ldd).
-int ring_exact_backward(ts_model *m, int l, const ring_geom *g, const float *dout,
+int ring_exact_backward(const ts_attn_io *io, const ring_geom *g, const float *dout,
                         const float *q, const float *out, const float *lse, const float *k,
                         const float *v, float *dq, float *dk, float *dv, int ldd);
 
@@ -91,9 +93,9 @@ int ring_exact_planes(const ring_geom *g);
 unsigned ring_tree_levels(int c, int p);
 int ring_tree_push(const ts_backend *be, float *planes, size_t n, int c, int p);
 
-// Tolerance ring attention of layer l (--fast, ring-zigzag): from the layer's
-// q, k, v (the rank's rows) into its att and lse; and from m->datt into
-// m->dq, m->dk, m->dv (the rank's rows).
-int ring_forward(ts_model *m, int l, uint64_t step, float p);
-int ring_backward(ts_model *m, int l, uint64_t step);
+// Tolerance ring attention of layer io->l (--fast, ring-zigzag): from io->q,
+// k, v (the rank's rows) into io->att and lse; and from io->datt into
+// io->dq, dk, dv (the rank's rows).
+int ring_forward(const ts_attn_io *io);
+int ring_backward(const ts_attn_io *io);
 #endif

@@ -28,7 +28,7 @@ static int group_columns(ts_comm *group, const float *x, int n, float *out) {
 
 // For ranks of two runs (lss-zigzag): lsums holds the first runs' sums of
 // the nb sequences, then the second runs'; seqsum[j], sequence j's, is the
-// tree over the ranks of each, added (src/parallel/run_partials.c).
+// tree over the ranks of each, added (src/model/run_partials.c).
 static int run_pairs_columns(ts_comm *seq, const float *lsums, int nb, float *seqsum) {
   float *cols = malloc((size_t)2 * nb * sizeof(float));
   int rc = cols ? group_columns(seq, lsums, 2 * nb, cols) : ts_fail(TS_ERUNTIME, "out of memory");

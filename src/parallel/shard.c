@@ -6,7 +6,7 @@
 
 #include "backend.h"
 #include "boundary/boundary.h"
-#include "parallel/cp.h"
+#include "parallel/strategy.h"
 #include "parallel/segment_sum.h"
 #include "tree.h"
 #include "util.h"
@@ -170,7 +170,7 @@ int ts_shard_gather_params(ts_shard *sh) {
 // stage, a tied embedding (the first), which the pipeline sums apart.
 // A rank that holds two runs (lss-zigzag) keeps the second run's partials
 // apart (ts_model_second_run_grads): each is summed over the group, and the
-// two sums added, the serial tree's root (src/parallel/run_partials.c).
+// two sums added, the serial tree's root (src/model/run_partials.c).
 static int sum_sequence_group(ts_shard *sh, float *g) {
   return ts_zero_seq_sum(sh, g, sh->seq_skip, sh->np - sh->wpe_len - sh->split_len);
 }
@@ -192,7 +192,7 @@ int ts_shard_sequence_done(ts_shard *sh) {
 static int pipeline_seq_grads(void *ctx, float *g) { return sum_sequence_group(ctx, g); }
 // A microbatch's tied-embedding gradient: the sequence group's sum (a rank
 // of two runs: each run's partial summed apart, then added: the serial
-// tree's root, src/parallel/run_partials.c), and in rounds the data group's
+// tree's root, src/model/run_partials.c), and in rounds the data group's
 // after it (the round's subtree, as the hooks sum a layer's).
 static int pipeline_seq_flat(void *ctx, float *buf, float *buf2, size_t n) {
   ts_shard *sh = ctx;

@@ -8,17 +8,17 @@
 #include "mem.h"
 #include "parallel/cp.h"
 
-// The strategy's settings (m->cp_state): heads per stage (Ulysses: all H in
+// The strategy's settings (io->state): heads per stage (Ulysses: all H in
 // one stage) and UPipe's stage schedule.
 typedef struct {
   int U, sched;
 } headpar;
 
-static const headpar *hp(const ts_model *m) { return m->cp_state; }
+static const headpar *hp(const ts_attn_io *io) { return io->state; }
 
 typedef headpar_heads stage_heads;
 
-static int n_stages(const ts_model *m) { return m->H / hp(m)->U; }
+static int n_stages(const ts_attn_io *io) { return io->H / hp(io)->U; }
 
 void headpar_forward_heads(int N, int U, int G, int sched, int s, int c, headpar_heads *h) {
   const int per = U / N;
@@ -45,8 +45,8 @@ void headpar_forward_heads(int N, int U, int G, int sched, int s, int c, headpar
 }
 
 // Forward stage s (natural or gqa schedule) for rank c.
-static void forward_heads(const ts_model *m, int s, int c, stage_heads *h) {
-  headpar_forward_heads(m->seq->size, hp(m)->U, m->H / m->Hkv, hp(m)->sched, s, c, h);
+static void forward_heads(const ts_attn_io *io, int s, int c, stage_heads *h) {
+  headpar_forward_heads(io->seq->size, hp(io)->U, io->H / io->Hkv, hp(io)->sched, s, c, h);
 }
 
 void headpar_backward_heads(int N, int Ub, int G, int s, int c, headpar_heads *h) {
@@ -61,8 +61,8 @@ void headpar_backward_heads(int N, int Ub, int G, int s, int c, headpar_heads *h
 }
 
 // Backward stage s (natural order, U_b heads, whole groups per rank).
-static void backward_heads(const ts_model *m, int Ub, int s, int c, stage_heads *h) {
-  headpar_backward_heads(m->seq->size, Ub, m->H / m->Hkv, s, c, h);
+static void backward_heads(const ts_attn_io *io, int Ub, int s, int c, stage_heads *h) {
+  headpar_backward_heads(io->seq->size, Ub, io->H / io->Hkv, s, c, h);
 }
 
 static int gcd(int a, int b) { return b ? gcd(b, a % b) : a; }
@@ -120,27 +120,26 @@ int headpar_stage_backward(const ts_backend *be, ts_ws *ws, const ts_attn_shape 
 // Projects heads `heads[0..n)` of the rank's rows into out at column k·dh for
 // head k (row stride ld) with the serial kernel's shapes (docs/EXACTNESS.md R1);
 // RoPE for LLaMA.
-static void project(const ts_model *m, float *out, int ld, const float *W, const float *b,
+static void project(const ts_attn_io *io, float *out, int ld, const float *W, const float *b,
                     const int *heads, int n, int rotate, int nrot_heads) {
-  const int dh = m->dh;
-  m->be->linear_forward_head_list(out, ld, m->ln_out, W, b, heads, n, m->ntok, m->C, dh, m->cfg.leaf);
-  if (rotate && m->llama) m->be->rope_forward(out, m->ntok, m->Tl, m->t0, nrot_heads, dh, ld, m->rope);
+  const int dh = io->dh;
+  io->be->linear_forward_head_list(out, ld, io->x, W, b, heads, n, io->ntok, io->C, dh, io->cfg->leaf);
+  if (rotate && io->rope) io->be->rope_forward(out, io->ntok, io->Tl, io->t0, nrot_heads, dh, ld, io->rope);
 }
 
-static ts_attn_shape shape(const ts_model *m, int l, float p, uint64_t step) {
-  ts_attn_shape as = {.B = 1, .T = m->T, .dh = m->dh, .tile = m->cfg.tile, .dropout = p,
-                      .seed = m->cfg.seed, .step = step, .index_base = ts_model_attn_base(m, l),
-                      .Hg = m->H};
+static ts_attn_shape shape(const ts_attn_io *io) {
+  ts_attn_shape as = {.B = 1, .T = io->T, .dh = io->dh, .tile = io->cfg->tile, .dropout = io->p,
+                      .seed = io->cfg->seed, .step = io->step,
+                      .index_base = io->shape.index_base, .Hg = io->H};
   return as;
 }
 
 // ---- forward -----------------------------------------------------------------------------
-int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
-  const int N = m->seq->size, r = m->seq->rank, U = hp(m)->U, per = U / N, dh = m->dh;
-  const int C = m->C, Tl = m->Tl, T = m->T, nu = n_stages(m), G = m->H / m->Hkv;
+int headpar_forward(const ts_attn_io *io) {
+  const int N = io->seq->size, r = io->seq->rank, U = hp(io)->U, per = U / N, dh = io->dh;
+  const int C = io->C, Tl = io->Tl, T = io->T, nu = n_stages(io), G = io->H / io->Hkv;
   const size_t w = (size_t)per * dh;
-  layer_params *wt = &m->p.layer[l];
-  float *out = ts_layer_acts(m, l)->att; // the preallocated output: the rank's rows, all heads
+  float *out = io->att; // the preallocated output: the rank's rows, all heads
   // live through the block: its input X and the output
   ts_mem_phase(TS_PHASE_ATTN_FWD);
   ts_mem_hold(2 * (size_t)Tl * C * sizeof(float));
@@ -148,9 +147,9 @@ int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
   int rc = TS_OK, nkv_sent = 0;
   for (int s = 0; s < nu && !rc; s++) {
     stage_heads mine, to[64];
-    for (int c = 0; c < N; c++) forward_heads(m, s, c, &to[c]);
+    for (int c = 0; c < N; c++) forward_heads(io, s, c, &to[c]);
     mine = to[r];
-    const int send_kv = hp(m)->sched != TS_UPIPE_GQA || s % G == 0;
+    const int send_kv = hp(io)->sched != TS_UPIPE_GQA || s % G == 0;
     const int nkv = to[0].nkv; // the same count for every rank
     // 1. this rank's rows of the stage's query heads, chunk c for rank c
     float *qs = ts_mem_alloc((size_t)Tl * U * dh * sizeof(float));
@@ -158,13 +157,13 @@ int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
     int qlist[64];
     for (int c = 0; c < N; c++)
       for (int k = 0; k < per; k++) qlist[c * per + k] = to[c].q[k];
-    project(m, qs, U * dh, wt->wq, wt->bq, qlist, U, 1, U);
+    project(io, qs, U * dh, io->wq, io->bq, qlist, U, 1, U);
     // 2. Q' into slot s of the output: block src = src's rows of my heads,
     // stored where the output of src's heads for my rows will go
     ts_block2d sq = {(size_t)Tl, w, (size_t)U * dh, w, 1, 0};
     ts_block2d rq;
     float *slot;
-    if (hp(m)->sched == TS_UPIPE_GQA) {
+    if (hp(io)->sched == TS_UPIPE_GQA) {
       // the stage's heads (j·G + g) are G·dh apart in the output rows
       rq = (ts_block2d){(size_t)Tl, (size_t)dh, (size_t)C, (size_t)per * G * dh, (size_t)per,
                         (size_t)G * dh};
@@ -173,7 +172,7 @@ int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
       rq = (ts_block2d){(size_t)Tl, w, (size_t)C, w, 1, 0};
       slot = out + (size_t)s * U * dh;
     }
-    rc = ts_comm_alltoall_2d(m->seq, qs, &sq, slot, &rq, l);
+    rc = ts_comm_alltoall_2d(io->seq, qs, &sq, slot, &rq, io->l);
     ts_mem_free(qs);
     // 3. K', V': the key/value heads each rank needs, over the whole sequence
     if (!rc && send_kv) {
@@ -188,14 +187,14 @@ int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
       ts_block2d sk = {(size_t)Tl, wk, (size_t)N * wk, wk, 1, 0};
       ts_block2d rk = {(size_t)Tl, wk, wk, (size_t)Tl * wk, 1, 0};
       if (ks) {
-        project(m, ks, N * (int)wk, wt->wk, wt->bk, kvlist, N * nkv, 1, N * nkv);
+        project(io, ks, N * (int)wk, io->wk, io->bk, kvlist, N * nkv, 1, N * nkv);
         kc = ts_mem_alloc((size_t)T * wk * sizeof(float));
-        if (kc) rc = ts_comm_alltoall_2d(m->seq, ks, &sk, kc, &rk, l);
+        if (kc) rc = ts_comm_alltoall_2d(io->seq, ks, &sk, kc, &rk, io->l);
       }
       if (ks && kc && !rc) {
-        project(m, ks, N * (int)wk, wt->wv, wt->bv, kvlist, N * nkv, 0, 0);
+        project(io, ks, N * (int)wk, io->wv, io->bv, kvlist, N * nkv, 0, 0);
         vc = ts_mem_alloc((size_t)T * wk * sizeof(float));
-        if (vc) rc = ts_comm_alltoall_2d(m->seq, ks, &sk, vc, &rk, l);
+        if (vc) rc = ts_comm_alltoall_2d(io->seq, ks, &sk, vc, &rk, io->l);
       }
       ts_mem_free(ks);
       if (!rc && (!ks || !kc || !vc)) rc = ts_fail(TS_ERUNTIME, "out of memory (UPipe stage buffers)");
@@ -212,16 +211,16 @@ int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
       rc = ts_fail(TS_ERUNTIME, "out of memory (UPipe stage buffers)");
       break;
     }
-    const ts_attn_shape layer = shape(m, l, p, step);
-    headpar_stage_attention(m->be, &m->ws, &layer, &mine, hp(m)->sched, N, Tl, C, G, slot,
+    const ts_attn_shape layer = shape(io);
+    headpar_stage_attention(io->be, io->ws, &layer, &mine, hp(io)->sched, N, Tl, C, G, slot,
                             rq.block, kc, vc, nkv_sent, o, lse);
     ts_mem_free(lse);
     // 5. the output back: block c = segment c's rows of my heads, into the
     // slot (Q' is no longer needed)
     ts_block2d so = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0};
-    rc = ts_comm_alltoall_2d(m->seq, o, &so, slot, &rq, l);
+    rc = ts_comm_alltoall_2d(io->seq, o, &so, slot, &rq, io->l);
     ts_mem_free(o);
-    if (hp(m)->sched != TS_UPIPE_GQA || s % G == G - 1) {
+    if (hp(io)->sched != TS_UPIPE_GQA || s % G == G - 1) {
       ts_mem_free(kc);
       ts_mem_free(vc);
       kc = vc = NULL;
@@ -235,15 +234,13 @@ int headpar_forward(ts_model *m, int l, uint64_t step, float p) {
 }
 
 // ---- backward ----------------------------------------------------------------------------
-int headpar_backward(ts_model *m, int l, uint64_t step) {
-  const int N = m->seq->size, r = m->seq->rank, dh = m->dh, C = m->C, Ckv = m->Ckv;
-  const int Tl = m->Tl, T = m->T, G = m->H / m->Hkv;
-  const float p = m->cfg.dropout;
+int headpar_backward(const ts_attn_io *io) {
+  const int N = io->seq->size, r = io->seq->rank, dh = io->dh, C = io->C, Ckv = io->Ckv;
+  const int Tl = io->Tl, T = io->T, G = io->H / io->Hkv;
   // stages of whole groups on every rank
-  const int Ub = headpar_backward_stage(hp(m)->U, N, G);
-  const int per = Ub / N, nkv = per / G, nst = m->H / Ub;
+  const int Ub = headpar_backward_stage(hp(io)->U, N, G);
+  const int per = Ub / N, nkv = per / G, nst = io->H / Ub;
   const size_t w = (size_t)per * dh, wk = (size_t)nkv * dh;
-  layer_params *wt = &m->p.layer[l];
   ts_mem_phase(TS_PHASE_ATTN_BWD);
   // live through the block: X, the output, its gradient, and the gathered
   // dQ, dK, dV (rows of the rank)
@@ -252,7 +249,7 @@ int headpar_backward(ts_model *m, int l, uint64_t step) {
   int rc = TS_OK;
   for (int s = 0; s < nst && !rc; s++) {
     stage_heads to[64];
-    for (int c = 0; c < N; c++) backward_heads(m, Ub, s, c, &to[c]);
+    for (int c = 0; c < N; c++) backward_heads(io, Ub, s, c, &to[c]);
     int qlist[64 * 64], kvlist[64 * 64];
     for (int c = 0; c < N; c++) {
       for (int k = 0; k < per; k++) qlist[c * per + k] = to[c].q[k];
@@ -269,16 +266,16 @@ int headpar_backward(ts_model *m, int l, uint64_t step) {
     ts_block2d sq = {(size_t)Tl, w, (size_t)N * w, w, 1, 0}, rq = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0};
     ts_block2d sk = {(size_t)Tl, wk, (size_t)N * wk, wk, 1, 0}, rk = {(size_t)Tl, wk, wk, (size_t)Tl * wk, 1, 0};
     if (!rc) {
-      project(m, ql, N * (int)w, wt->wq, wt->bq, qlist, N * per, 1, N * per);
-      rc = ts_comm_alltoall_2d(m->seq, ql, &sq, Q, &rq, l);
+      project(io, ql, N * (int)w, io->wq, io->bq, qlist, N * per, 1, N * per);
+      rc = ts_comm_alltoall_2d(io->seq, ql, &sq, Q, &rq, io->l);
     }
     if (!rc) {
-      project(m, kl, N * (int)wk, wt->wk, wt->bk, kvlist, N * nkv, 1, N * nkv);
-      rc = ts_comm_alltoall_2d(m->seq, kl, &sk, K, &rk, l);
+      project(io, kl, N * (int)wk, io->wk, io->bk, kvlist, N * nkv, 1, N * nkv);
+      rc = ts_comm_alltoall_2d(io->seq, kl, &sk, K, &rk, io->l);
     }
     if (!rc) {
-      project(m, kl, N * (int)wk, wt->wv, wt->bv, kvlist, N * nkv, 0, 0);
-      rc = ts_comm_alltoall_2d(m->seq, kl, &sk, V, &rk, l);
+      project(io, kl, N * (int)wk, io->wv, io->bv, kvlist, N * nkv, 0, 0);
+      rc = ts_comm_alltoall_2d(io->seq, kl, &sk, V, &rk, io->l);
     }
     ts_mem_free(ql); // the local projections are sent: their memory goes back
     ts_mem_free(kl);
@@ -296,18 +293,18 @@ int headpar_backward(ts_model *m, int l, uint64_t step) {
     }
     // dO of the stage's heads: columns [s·Ub·dh, (s+1)·Ub·dh) of the rank's rows
     ts_block2d sd = {(size_t)Tl, w, (size_t)C, w, 1, 0};
-    if (!rc) rc = ts_comm_alltoall_2d(m->seq, m->datt + (size_t)s * Ub * dh, &sd, dO, &rq, l);
+    if (!rc) rc = ts_comm_alltoall_2d(io->seq, io->datt + (size_t)s * Ub * dh, &sd, dO, &rq, io->l);
     if (!rc) {
-      const ts_attn_shape layer = shape(m, l, p, step);
-      rc = headpar_stage_backward(m->be, &m->ws, &layer, per, nkv, to[r].q[0], Q, K, V, dO, O,
+      const ts_attn_shape layer = shape(io);
+      rc = headpar_stage_backward(io->be, io->ws, &layer, per, nkv, to[r].q[0], Q, K, V, dO, O,
                                   lse, dQ, dK, dV, dsum);
     }
     // head-sharded -> sequence-sharded, into the stage's columns of dq, dk, dv
     ts_block2d bq = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0}, dq_r = {(size_t)Tl, w, (size_t)C, w, 1, 0};
     ts_block2d bk = {(size_t)Tl, wk, wk, (size_t)Tl * wk, 1, 0}, dk_r = {(size_t)Tl, wk, (size_t)Ckv, wk, 1, 0};
-    if (!rc) rc = ts_comm_alltoall_2d(m->seq, dQ, &bq, m->dq + (size_t)s * Ub * dh, &dq_r, l);
-    if (!rc) rc = ts_comm_alltoall_2d(m->seq, dK, &bk, m->dk + (size_t)s * (Ub / G) * dh, &dk_r, l);
-    if (!rc) rc = ts_comm_alltoall_2d(m->seq, dV, &bk, m->dv + (size_t)s * (Ub / G) * dh, &dk_r, l);
+    if (!rc) rc = ts_comm_alltoall_2d(io->seq, dQ, &bq, io->dq + (size_t)s * Ub * dh, &dq_r, io->l);
+    if (!rc) rc = ts_comm_alltoall_2d(io->seq, dK, &bk, io->dk + (size_t)s * (Ub / G) * dh, &dk_r, io->l);
+    if (!rc) rc = ts_comm_alltoall_2d(io->seq, dV, &bk, io->dv + (size_t)s * (Ub / G) * dh, &dk_r, io->l);
     float *bufs[] = {ql, kl, Q, K, V, O, dO, dQ, dK, dV, lse, dsum};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ts_mem_free(bufs[i]);
   }
@@ -361,8 +358,8 @@ static int headpar_check(const ts_config *cfg, ts_layout *lay) {
 // No Q, K, V or lse kept between forward and backward: Q' lives in the
 // output's rows, the stage's K', V' in tracked scratch; the backward
 // recomputes. dK, dV come back as the rank's rows.
-static void headpar_sizes(const ts_model *m, ts_cp_sizes *out) {
-  *out = (ts_cp_sizes){.layer_rows = m->ntok, .dkv_rows = m->ntok};
+static void headpar_sizes(const ts_attn_io *io, ts_cp_sizes *out) {
+  *out = (ts_cp_sizes){.layer_rows = io->ntok, .dkv_rows = io->ntok};
 }
 
 // What tells ulysses and upipe apart (each table's `opts`): upipe runs the
@@ -372,20 +369,17 @@ typedef struct {
 } headpar_opts;
 static const headpar_opts ULYSSES = {0}, UPIPE = {1};
 
-static int headpar_create(ts_model *m, const ts_seq_shard *sp) {
+static int headpar_create(const ts_attn_io *io, const ts_seq_shard *sp, void **state) {
   headpar *h = malloc(sizeof *h);
   if (!h) return ts_fail(TS_ERUNTIME, "out of memory");
-  const int upipe = ((const headpar_opts *)m->cp->opts)->staged;
-  h->U = upipe ? sp->upipe_u : m->H;
+  const int upipe = ((const headpar_opts *)io->cp->opts)->staged;
+  h->U = upipe ? sp->upipe_u : io->H;
   h->sched = upipe ? sp->upipe_sched : 0;
-  m->cp_state = h;
+  *state = h;
   return TS_OK;
 }
 
-static void headpar_destroy(ts_model *m) {
-  free(m->cp_state);
-  m->cp_state = NULL;
-}
+static void headpar_destroy(const ts_attn_io *io) { free(io->state); }
 
 static void upipe_describe(const ts_layout *lay, char *buf, size_t cap) {
   snprintf(buf, cap, "-u%d-%s", lay->upipe_u, lay->upipe_sched ? "gqa" : "natural");

@@ -38,17 +38,18 @@
 
 #include "backend.h"
 #include "kernels.h"
+#include "parallel/strategy.h"
 #include "tessera.h"
 
 typedef enum { TS_UPIPE_NATURAL = 0, TS_UPIPE_GQA = 1 } ts_upipe_schedule;
 
-// The forward of layer l's attention: from m->ln_out (the rank's rows of the
-// norm output) into the layer's attention output (its rows, all heads).
-int headpar_forward(ts_model *m, int l, uint64_t step, float p);
-// The backward: from m->datt (d of the attention output, the rank's rows) and
-// m->ln_out (the norm output, recomputed) into m->dq (rows × d) and m->dk,
-// m->dv (rows × Hkv·dh), before the rotations are undone.
-int headpar_backward(ts_model *m, int l, uint64_t step);
+// The forward of layer io->l's attention: from io->x (the rank's rows of the
+// norm output) into io->att (its rows, all heads).
+int headpar_forward(const ts_attn_io *io);
+// The backward: from io->datt (d of the attention output, the rank's rows)
+// and io->x (the norm output, recomputed) into io->dq (rows × d) and io->dk,
+// io->dv (rows × Hkv·dh), before the rotations are undone.
+int headpar_backward(const ts_attn_io *io);
 
 // ---- the pieces without the model (bench/attention's --layout ulysses makes these calls) --
 // The heads rank c works on in one stage: nq query heads (global indices)

@@ -67,27 +67,24 @@ static int usp_check(const ts_config *cfg, ts_layout *lay) {
   return TS_OK;
 }
 
-static void usp_sizes(const ts_model *m, ts_cp_sizes *out) {
-  const int64_t N = m->ntok;
+static void usp_sizes(const ts_attn_io *io, ts_cp_sizes *out) {
+  const int64_t N = io->ntok;
   *out = (ts_cp_sizes){.layer_rows = N, .q_rows = N, .kv_rows = N, .dkv_rows = N};
 }
 
-static int usp_create(ts_model *m, const ts_seq_shard *sp) {
+static int usp_create(const ts_attn_io *io, const ts_seq_shard *sp, void **state) {
   usp *s = malloc(sizeof *s);
   if (!s) return ts_fail(TS_ERUNTIME, "out of memory");
-  const int N = m->seq->size;
-  s->U = sp->ulysses_degree > 0 ? sp->ulysses_degree : default_degree(N, m->H, m->Hkv);
+  const int N = io->seq->size;
+  s->U = sp->ulysses_degree > 0 ? sp->ulysses_degree : default_degree(N, io->H, io->Hkv);
   s->R = N / s->U;
-  s->g = m->seq->rank / s->U;
-  s->u = m->seq->rank % s->U;
-  m->cp_state = s;
+  s->g = io->seq->rank / s->U;
+  s->u = io->seq->rank % s->U;
+  *state = s;
   return TS_OK;
 }
 
-static void usp_destroy(ts_model *m) {
-  free(m->cp_state);
-  m->cp_state = NULL;
-}
+static void usp_destroy(const ts_attn_io *io) { free(io->state); }
 
 static void usp_describe(const ts_layout *lay, char *buf, size_t cap) {
   snprintf(buf, cap, "-U%d", lay->ulysses_degree);
@@ -107,9 +104,9 @@ typedef struct {
 enum { TO_HEADS, TO_ROWS };
 
 // Every part at once, packed row by row into one message per peer.
-static int exchange(ts_model *m, int l, part *pt, int np, int dir) {
-  const usp *s = m->cp_state;
-  const int Tl = m->Tl, base = m->seq->rank - s->u;
+static int exchange(const ts_attn_io *io, part *pt, int np, int dir) {
+  const usp *s = io->state;
+  const int Tl = io->Tl, base = io->seq->rank - s->u;
   size_t W = 0;
   for (int i = 0; i < np; i++) W += (size_t)pt[i].w;
   float *sb = ts_mem_alloc((size_t)Tl * W * sizeof(float));
@@ -130,7 +127,7 @@ static int exchange(ts_model *m, int l, part *pt, int np, int dir) {
     const float *got = sb;
     if (k > 0) {
       const size_t bytes = (size_t)Tl * W * sizeof(float);
-      rc = ts_comm_sendrecv(m->seq, sb, bytes, base + to, rb, bytes, base + from, l);
+      rc = ts_comm_sendrecv(io->seq, sb, bytes, base + to, rb, bytes, base + from, io->l);
       got = rb;
     }
     for (int64_t t = 0; t < Tl && !rc; t++) { // unpack what `from` sent
@@ -152,44 +149,41 @@ static int exchange(ts_model *m, int l, part *pt, int np, int dir) {
 // ---- the ring across groups ------------------------------------------------------------
 // The shape of this member's heads of the group's queries against the keys
 // of group src's block; ldkv: the row stride of the travelling block.
-static ts_attn_shape block_shape(const ts_model *m, int l, float p, uint64_t step, int src,
-                                 int ldkv) {
-  const usp *s = m->cp_state;
-  const int Tb = s->U * m->Tl, Hu = m->H / s->U;
-  ts_attn_shape as = {.B = 1, .T = m->T, .H = Hu, .dh = m->dh, .tile = m->cfg.tile,
-                      .dropout = p, .seed = m->cfg.seed, .step = step,
-                      .index_base = ts_model_attn_base(m, l), .Tq = Tb, .q0 = s->g * Tb,
-                      .Tk = Tb, .k0 = src * Tb, .h0 = s->u * Hu, .Hg = m->H,
-                      .Hkv = m->Hkv / s->U, .ldq = Hu * m->dh, .ldkv = ldkv,
-                      .ldo = Hu * m->dh};
+static ts_attn_shape block_shape(const ts_attn_io *io, int src, int ldkv) {
+  const usp *s = io->state;
+  const int Tb = s->U * io->Tl, Hu = io->H / s->U;
+  ts_attn_shape as = {.B = 1, .T = io->T, .H = Hu, .dh = io->dh, .tile = io->cfg->tile,
+                      .dropout = io->p, .seed = io->cfg->seed, .step = io->step,
+                      .index_base = io->shape.index_base, .Tq = Tb, .q0 = s->g * Tb,
+                      .Tk = Tb, .k0 = src * Tb, .h0 = s->u * Hu, .Hg = io->H,
+                      .Hkv = io->Hkv / s->U, .ldq = Hu * io->dh, .ldkv = ldkv,
+                      .ldo = Hu * io->dh};
   return as;
 }
 
 // The ring across the groups for exact ring attention (ring.h): place g is
 // group g, and this member talks to member u of the groups g ± 1.
-static ring_geom group_ring(const ts_model *m, int l, float p, uint64_t step) {
-  const usp *s = m->cp_state;
-  const int N = m->seq->size, r = m->seq->rank;
+static ring_geom group_ring(const ts_attn_io *io) {
+  const usp *s = io->state;
+  const int N = io->seq->size, r = io->seq->rank;
   ring_geom g = {.n = s->R, .at = s->g, .next = (r + s->U) % N, .prev = (r + N - s->U) % N,
-                 .rows = s->U * m->Tl, .wk = (m->Hkv / s->U) * m->dh,
-                 .as = block_shape(m, l, p, step, 0, 0)};
+                 .rows = s->U * io->Tl, .wk = (io->Hkv / s->U) * io->dh,
+                 .as = block_shape(io, 0, 0)};
   return g;
 }
 
 // One hop round the groups: to member u of group g+1, from group g−1.
-static int hop(ts_model *m, int l, float *send, float *recv, size_t floats) {
-  const usp *s = m->cp_state;
-  const int N = m->seq->size, r = m->seq->rank;
-  return ts_comm_sendrecv(m->seq, send, floats * sizeof(float), (r + s->U) % N, recv,
-                          floats * sizeof(float), (r + N - s->U) % N, l);
+static int hop(const ts_attn_io *io, float *send, float *recv, size_t floats) {
+  const usp *s = io->state;
+  const int N = io->seq->size, r = io->seq->rank;
+  return ts_comm_sendrecv(io->seq, send, floats * sizeof(float), (r + s->U) % N, recv,
+                          floats * sizeof(float), (r + N - s->U) % N, io->l);
 }
 
-static int usp_attn_forward(ts_model *m, int l, uint64_t step, float p) {
-  const usp *s = m->cp_state;
-  const int Tl = m->Tl, C = m->C, Ckv = m->Ckv, dh = m->dh, Tb = s->U * Tl;
-  const int Hu = m->H / s->U, wq = Hu * dh, wk = (m->Hkv / s->U) * dh;
-  const layer_params *w = &m->p.layer[l];
-  layer_acts *a = ts_layer_acts(m, l);
+static int usp_attn_forward(const ts_attn_io *io) {
+  const usp *s = io->state;
+  const int Tl = io->Tl, C = io->C, Ckv = io->Ckv, dh = io->dh, Tb = s->U * Tl;
+  const int Hu = io->H / s->U, wq = Hu * dh, wk = (io->Hkv / s->U) * dh;
   ts_mem_phase(TS_PHASE_ATTN_FWD);
   float *q = ts_mem_alloc((size_t)Tl * C * sizeof(float));
   float *k = ts_mem_alloc((size_t)Tl * Ckv * sizeof(float));
@@ -198,7 +192,7 @@ static int usp_attn_forward(ts_model *m, int l, uint64_t step, float p) {
   float *nxt = ts_mem_alloc((size_t)Tb * 2 * wk * sizeof(float));
   float *o = ts_mem_alloc((size_t)Tb * wq * sizeof(float)); // O' (Tb, wq)
   // --fast: a block's own output and lse, merged into o's
-  const int fast = m->cfg.fast;
+  const int fast = io->cfg->fast;
   float *ob = fast ? ts_mem_alloc((size_t)Tb * wq * sizeof(float)) : NULL;
   float *lb = fast ? ts_mem_alloc((size_t)Hu * Tb * sizeof(float)) : NULL;
   int rc = !q || !k || !v || !cur || !nxt || !o || (fast && (!ob || !lb))
@@ -206,44 +200,44 @@ static int usp_attn_forward(ts_model *m, int l, uint64_t step, float p) {
                : TS_OK;
   if (!rc) {
     // the rank's rows, every head, as the serial model projects them
-    ts_cp_project_q(m, w, q);
-    ts_cp_project_kv(m, w, k, v);
+    ts_cp_project_q(io, q);
+    ts_cp_project_kv(io, k, v);
     // to heads: Q' kept in the layer's q, K', V' in its k, v and in the block
-    part pt[] = {{q, C, a->q, wq, wq}, {k, Ckv, cur, 2 * wk, wk}, {v, Ckv, cur + wk, 2 * wk, wk}};
-    rc = exchange(m, l, pt, 3, TO_HEADS);
+    part pt[] = {{q, C, io->q, wq, wq}, {k, Ckv, cur, 2 * wk, wk}, {v, Ckv, cur + wk, 2 * wk, wk}};
+    rc = exchange(io, pt, 3, TO_HEADS);
   }
   if (!rc)
     for (int64_t t = 0; t < Tb; t++) {
-      memcpy(a->k + (size_t)t * wk, cur + (size_t)t * 2 * wk, (size_t)wk * sizeof(float));
-      memcpy(a->v + (size_t)t * wk, cur + (size_t)t * 2 * wk + wk, (size_t)wk * sizeof(float));
+      memcpy(io->k + (size_t)t * wk, cur + (size_t)t * 2 * wk, (size_t)wk * sizeof(float));
+      memcpy(io->v + (size_t)t * wk, cur + (size_t)t * 2 * wk + wk, (size_t)wk * sizeof(float));
     }
   if (!rc && !fast) { // the ring across the groups, exact (ring.h)
-    const ring_geom rg = group_ring(m, l, p, step);
+    const ring_geom rg = group_ring(io);
     float *blk[2] = {cur, nxt};
-    rc = ring_exact_forward(m, l, &rg, a->q, blk, o, a->lse);
+    rc = ring_exact_forward(io, &rg, io->q, blk, o, io->lse);
   }
   // --fast: at hop i the block of group g − i, visible unless it wrapped, merged
   for (int i = 0; i < s->R && !rc && fast; i++) {
     const int src = (s->g + s->R - i) % s->R;
     if (src <= s->g) {
-      ts_attn_shape as = block_shape(m, l, p, step, src, 2 * wk);
+      ts_attn_shape as = block_shape(io, src, 2 * wk);
       if (i == 0) {
-        m->be->attention_forward(&m->ws, o, a->lse, a->q, cur, cur + wk, &as);
+        io->be->attention_forward(io->ws, o, io->lse, io->q, cur, cur + wk, &as);
       } else {
-        m->be->attention_forward(&m->ws, ob, lb, a->q, cur, cur + wk, &as);
-        m->be->ring_merge(o, a->lse, ob, lb, Tb, Hu, dh, wq);
+        io->be->attention_forward(io->ws, ob, lb, io->q, cur, cur + wk, &as);
+        io->be->ring_merge(o, io->lse, ob, lb, Tb, Hu, dh, wq);
       }
     }
     if (i < s->R - 1) {
-      rc = hop(m, l, cur, nxt, (size_t)Tb * 2 * wk);
+      rc = hop(io, cur, nxt, (size_t)Tb * 2 * wk);
       float *t = cur;
       cur = nxt;
       nxt = t;
     }
   }
   if (!rc) { // the output back to the rank's rows
-    part pt[] = {{a->att, C, o, wq, wq}};
-    rc = exchange(m, l, pt, 1, TO_ROWS);
+    part pt[] = {{io->att, C, o, wq, wq}};
+    rc = exchange(io, pt, 1, TO_ROWS);
   }
   ts_mem_free(q); ts_mem_free(k); ts_mem_free(v);
   ts_mem_free(cur); ts_mem_free(nxt);
@@ -252,32 +246,31 @@ static int usp_attn_forward(ts_model *m, int l, uint64_t step, float p) {
   return rc;
 }
 
-static int usp_attn_backward(ts_model *m, int l, uint64_t step) {
-  const usp *s = m->cp_state;
-  const int Tl = m->Tl, C = m->C, Ckv = m->Ckv, dh = m->dh, Tb = s->U * Tl;
-  const int Hu = m->H / s->U, wq = Hu * dh, wk = (m->Hkv / s->U) * dh, wb = 4 * wk;
-  layer_acts *a = ts_layer_acts(m, l);
+static int usp_attn_backward(const ts_attn_io *io) {
+  const usp *s = io->state;
+  const int Tl = io->Tl, C = io->C, Ckv = io->Ckv, dh = io->dh, Tb = s->U * Tl;
+  const int Hu = io->H / s->U, wq = Hu * dh, wk = (io->Hkv / s->U) * dh, wb = 4 * wk;
   ts_mem_phase(TS_PHASE_ATTN_BWD);
   float *dO = ts_mem_alloc((size_t)Tb * wq * sizeof(float));
   float *o = ts_mem_alloc((size_t)Tb * wq * sizeof(float));
   float *dq = ts_mem_alloc((size_t)Tb * wq * sizeof(float));
   int rc = !dO || !o || !dq ? ts_fail(TS_ERUNTIME, "out of memory (USP attention)") : TS_OK;
   if (!rc) { // dO' and O' (the forward's output, exchanged again rather than kept)
-    part pt[] = {{m->datt, C, dO, wq, wq}, {a->att, C, o, wq, wq}};
-    rc = exchange(m, l, pt, 2, TO_HEADS);
+    part pt[] = {{io->datt, C, dO, wq, wq}, {io->att, C, o, wq, wq}};
+    rc = exchange(io, pt, 2, TO_HEADS);
   }
-  if (!m->cfg.fast) { // the ring across the groups, exact (ring.h), then dQ, dK, dV to rows
+  if (!io->cfg->fast) { // the ring across the groups, exact (ring.h), then dQ, dK, dV to rows
     float *dkv = ts_mem_alloc((size_t)Tb * 2 * wk * sizeof(float)); // rows of [dK' | dV']
     if (!rc && !dkv) rc = ts_fail(TS_ERUNTIME, "out of memory (USP attention)");
     if (!rc) {
-      const ring_geom rg = group_ring(m, l, m->cfg.dropout, step);
-      rc = ring_exact_backward(m, l, &rg, dO, a->q, o, a->lse, a->k, a->v, dq, dkv, dkv + wk,
+      const ring_geom rg = group_ring(io);
+      rc = ring_exact_backward(io, &rg, dO, io->q, o, io->lse, io->k, io->v, dq, dkv, dkv + wk,
                                2 * wk);
     }
     if (!rc) {
-      part pt[] = {{m->dq, C, dq, wq, wq}, {m->dk, Ckv, dkv, 2 * wk, wk},
-                   {m->dv, Ckv, dkv + wk, 2 * wk, wk}};
-      rc = exchange(m, l, pt, 3, TO_ROWS);
+      part pt[] = {{io->dq, C, dq, wq, wq}, {io->dk, Ckv, dkv, 2 * wk, wk},
+                   {io->dv, Ckv, dkv + wk, 2 * wk, wk}};
+      rc = exchange(io, pt, 3, TO_ROWS);
     }
     ts_mem_free(dO); ts_mem_free(o); ts_mem_free(dq); ts_mem_free(dkv);
     ts_mem_phase(TS_PHASE_NONE);
@@ -293,35 +286,35 @@ static int usp_attn_backward(ts_model *m, int l, uint64_t step) {
     rc = ts_fail(TS_ERUNTIME, "out of memory (USP attention)");
   for (int64_t t = 0; t < Tb && !rc; t++) {
     float *row = cur + (size_t)t * wb;
-    memcpy(row, a->k + (size_t)t * wk, (size_t)wk * sizeof(float));
-    memcpy(row + wk, a->v + (size_t)t * wk, (size_t)wk * sizeof(float));
+    memcpy(row, io->k + (size_t)t * wk, (size_t)wk * sizeof(float));
+    memcpy(row + wk, io->v + (size_t)t * wk, (size_t)wk * sizeof(float));
     memset(row + 2 * wk, 0, (size_t)2 * wk * sizeof(float));
   }
   if (!rc) memset(dq, 0, (size_t)Tb * wq * sizeof(float));
   for (int i = 0; i < s->R && !rc; i++) {
     const int src = (s->g + s->R - i) % s->R;
     if (src <= s->g) {
-      ts_attn_shape as = block_shape(m, l, m->cfg.dropout, step, src, wb);
-      if (m->be->attention_backward(&m->ws, dqb, part_kv + 2 * wk, part_kv + 3 * wk, dsum, dO,
-                                    a->q, cur, cur + wk, o, a->lse, &as) != 0) {
+      ts_attn_shape as = block_shape(io, src, wb);
+      if (io->be->attention_backward(io->ws, dqb, part_kv + 2 * wk, part_kv + 3 * wk, dsum, dO,
+                                    io->q, cur, cur + wk, o, io->lse, &as) != 0) {
         rc = ts_fail(TS_ERUNTIME, "out of memory in attention backward");
         break;
       }
       // this block's terms: dQ' summed over the blocks, dK', dV' into the travelling one
-      m->be->add(dq, dq, dqb, (int64_t)Tb * wq);
-      m->be->add_rows(cur + 2 * wk, wb, cur + 2 * wk, wb, part_kv + 2 * wk, wb, Tb, 2 * wk);
+      io->be->add(dq, dq, dqb, (int64_t)Tb * wq);
+      io->be->add_rows(cur + 2 * wk, wb, cur + 2 * wk, wb, part_kv + 2 * wk, wb, Tb, 2 * wk);
     }
     // R hops: the block visits every group and comes home (R = 1: it never left)
     if (s->R == 1) break;
-    rc = hop(m, l, cur, nxt, (size_t)Tb * wb);
+    rc = hop(io, cur, nxt, (size_t)Tb * wb);
     float *t = cur;
     cur = nxt;
     nxt = t;
   }
   if (!rc) { // dQ, dK, dV back to the rank's rows
-    part pt[] = {{m->dq, C, dq, wq, wq}, {m->dk, Ckv, cur + 2 * wk, wb, wk},
-                 {m->dv, Ckv, cur + 3 * wk, wb, wk}};
-    rc = exchange(m, l, pt, 3, TO_ROWS);
+    part pt[] = {{io->dq, C, dq, wq, wq}, {io->dk, Ckv, cur + 2 * wk, wb, wk},
+                 {io->dv, Ckv, cur + 3 * wk, wb, wk}};
+    rc = exchange(io, pt, 3, TO_ROWS);
   }
   ts_mem_free(dO); ts_mem_free(o); ts_mem_free(dq); ts_mem_free(dqb);
   ts_mem_free(cur); ts_mem_free(nxt); ts_mem_free(part_kv); ts_mem_free(dsum);

@@ -40,7 +40,7 @@
 // end, is summed whole per microbatch and written after). On the host only
 // (pages are host memory).
 #include "parallel/shard.h"
-#include "parallel/cp.h"
+#include "model/run_partials.h"
 
 #include <stdlib.h>
 #include <string.h>

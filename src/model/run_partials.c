@@ -26,7 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "parallel/cp.h"
+#include "model_impl.h"
+#include "run_partials.h"
 #include "util.h"
 
 // The model whose workspace an operation was given: the model calls every

@@ -1,0 +1,21 @@
+// The stage-boundary seam's io (boundary/boundary.h): what a codec sees of
+// the model, filled here. The one place a codec's view of the model is
+// written; every call of a codec goes through these wrappers.
+#include "boundary/boundary.h"
+#include "model_impl.h"
+
+void ts_boundary_io_fill(const ts_model *m, ts_boundary_io *io) {
+  *io = (ts_boundary_io){.cfg = &m->cfg, .be = m->be, .ws = (ts_ws *)&m->ws, .C = m->C,
+                         .V = m->V, .T = m->T, .L = m->L, .ntok = m->ntok,
+                         .ntok_global = m->ntok_global, .b0 = m->b0, .inputs = m->inputs,
+                         .out = m->res ? m->res[m->l1] : NULL, .dres = m->dres,
+                         .ntens = m->ntens, .ptens = m->ptens, .gtens = m->gtens, .bd = m->bd,
+                         .state = m->bd_state};
+}
+
+int ts_model_boundary_sync(ts_model *m, ts_comm *pipe, int p, int peer, int send, uint64_t step) {
+  if (!m->bd->sync) return TS_OK;
+  ts_boundary_io io;
+  ts_boundary_io_fill(m, &io);
+  return m->bd->sync(&io, pipe, p, peer, send, step);
+}
