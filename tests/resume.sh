@@ -157,7 +157,7 @@ expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/keep" --ckpt-ev
   --log "$TS_TMP/keep.jsonl"
 TS_CHECKS=$((TS_CHECKS + 1))
 got=$(cd "$TS_TMP/keep" && LC_ALL=C ls | tr '\n' ' ')
-want="notes.txt step-00000001.safetensors.bak step-00000003.safetensors step-00000006.safetensors step-00000008.safetensors step-3.safetensors tessera.lock "
+want="notes.txt step-00000001.safetensors.bak step-00000003.safetensors step-00000006.safetensors step-00000008.safetensors step-3.safetensors tessera.identity tessera.lock "
 [ "$got" = "$want" ] && [ -e "$TS_TMP/target" ] && pass "--keep-last 2: $got" || fail "--keep-last 2 left '$got'"
 expect_compare identical "--keep-last changes no result" "$TS_TMP/straight.jsonl" "$TS_TMP/keep.jsonl"
 expect_compare "same model state" "--keep-last's step 8, against the run's without it" \
@@ -190,7 +190,7 @@ cmp -s "$TS_TMP/ck/step-00000008.safetensors" "$TS_TMP/owner/step-00000099.safet
 expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --steps 2 --ckpt-dir "$TS_TMP/owner" --restart
 got=$(cd "$TS_TMP/owner" && LC_ALL=C ls | tr '\n' ' ')
 TS_CHECKS=$((TS_CHECKS + 1))
-[ "$got" = "notes.txt step-00000002.safetensors tessera.lock " ] && pass "--restart: $got" ||
+[ "$got" = "notes.txt step-00000002.safetensors tessera.identity tessera.lock " ] && pass "--restart: $got" ||
   fail "--restart left '$got'"
 # one directory, one run: a second run on it while the first runs is refused
 # at once, naming the holder, and the first run's checkpoints are its own
