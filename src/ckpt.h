@@ -50,6 +50,10 @@ typedef struct ts_ckpt ts_ckpt;
 // Opens and fully validates a checkpoint (size, header, offsets, checksum).
 // Errors are TS_ERUNTIME with a message naming the file and the damage.
 int ts_ckpt_open(const char *path, ts_ckpt **out);
+// The same but for the data section's checksum, which is not read: a reader
+// of the metadata alone (--keep-last asking which run wrote a file) costs a
+// header, not the whole file; its data, unchecked, is not to be used.
+int ts_ckpt_open_header(const char *path, ts_ckpt **out);
 void ts_ckpt_close(ts_ckpt *ck);
 // Metadata value or NULL when absent.
 const char *ts_ckpt_meta(const ts_ckpt *ck, const char *key);

@@ -233,14 +233,20 @@ int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap) {
   return write_json(cfg, PART_ALL, NULL, buf, cap);
 }
 
-int ts_config_run_json(const ts_config *cfg, const char *layout, char *buf, size_t cap) {
-  char extra[256] = "";
+int ts_config_run_json(const ts_config *cfg, const char *layout, const char *run_id, char *buf,
+                       size_t cap) {
+  char extra[384] = "";
   size_t len = 0;
   if (layout) {
     put(extra, sizeof extra, &len, "\"layout\":");
     put_string(extra, sizeof extra, &len, layout);
-    if (len >= sizeof extra) return ts_fail(TS_ERUNTIME, "layout name too long: %s", layout);
   }
+  if (run_id && run_id[0]) {
+    put(extra, sizeof extra, &len, "%s\"run_id\":", layout ? "," : "");
+    put_string(extra, sizeof extra, &len, run_id);
+  }
+  if (len >= sizeof extra)
+    return ts_fail(TS_ERUNTIME, "layout name or run id too long: %s", layout ? layout : run_id);
   return write_json(cfg, PART_RUN, extra, buf, cap);
 }
 

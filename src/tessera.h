@@ -176,9 +176,11 @@ int ts_config_to_json(const ts_config *cfg, char *buf, size_t cap);
 int ts_config_from_json(ts_config *cfg, const char *json);
 // The run's own settings and memory options alone (what
 // ts_config_computation_json leaves out), plus "layout": the layout's name
-// when not NULL (a record for people; not read back). A checkpoint's
-// "tessera.run".
-int ts_config_run_json(const ts_config *cfg, const char *layout, char *buf, size_t cap);
+// when not NULL (a record for people; not read back), and "run_id": the run
+// lineage that wrote it when not NULL or "" (docs/CHECKPOINTS.md; --keep-last
+// reads it back). A checkpoint's "tessera.run".
+int ts_config_run_json(const ts_config *cfg, const char *layout, const char *run_id, char *buf,
+                       size_t cap);
 // Reads a ts_config_run_json record over cfg; any other field is refused.
 int ts_config_run_from_json(ts_config *cfg, const char *json);
 // The JSON key of the first field in which two configurations' JSON forms

@@ -157,7 +157,7 @@ expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/keep" --ckpt-ev
   --log "$TS_TMP/keep.jsonl"
 TS_CHECKS=$((TS_CHECKS + 1))
 got=$(cd "$TS_TMP/keep" && LC_ALL=C ls | tr '\n' ' ')
-want="notes.txt step-00000001.safetensors.bak step-00000003.safetensors step-00000006.safetensors step-00000008.safetensors step-3.safetensors tessera.lock "
+want="notes.txt step-00000001.safetensors.bak step-00000003.safetensors step-00000006.safetensors step-00000008.safetensors step-3.safetensors tessera.identity tessera.lock "
 [ "$got" = "$want" ] && [ -e "$TS_TMP/target" ] && pass "--keep-last 2: $got" || fail "--keep-last 2 left '$got'"
 expect_compare identical "--keep-last changes no result" "$TS_TMP/straight.jsonl" "$TS_TMP/keep.jsonl"
 expect_compare "same model state" "--keep-last's step 8, against the run's without it" \
@@ -190,7 +190,7 @@ cmp -s "$TS_TMP/ck/step-00000008.safetensors" "$TS_TMP/owner/step-00000099.safet
 expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --steps 2 --ckpt-dir "$TS_TMP/owner" --restart
 got=$(cd "$TS_TMP/owner" && LC_ALL=C ls | tr '\n' ' ')
 TS_CHECKS=$((TS_CHECKS + 1))
-[ "$got" = "notes.txt step-00000002.safetensors tessera.lock " ] && pass "--restart: $got" ||
+[ "$got" = "notes.txt step-00000002.safetensors tessera.identity tessera.lock " ] && pass "--restart: $got" ||
   fail "--restart left '$got'"
 # one directory, one run: a second run on it while the first runs is refused
 # at once, naming the holder, and the first run's checkpoints are its own
@@ -202,6 +202,84 @@ expect_exit 1 "^tessera: --ckpt-dir .*busy is in use by another run \(host .*, p
   timeout 60 "$TESSERA_BIN" train $FLAGS --steps 2 --ckpt-dir "$TS_TMP/busy" --resume
 kill $first 2>/dev/null
 wait $first 2>/dev/null
+
+# --- a checkpoint directory's run lineage (its tessera.identity) ---------------
+# A run id: the directory's (its identity's), a checkpoint's (its tessera.run member's).
+dir_run_id() { sed -n 's/^{"run_id":"\([0-9a-f]\{16\}\)".*/\1/p' "$1/tessera.identity" 2>/dev/null; }
+ckpt_run_id() { LC_ALL=C grep -ao 'run_id\\":\\"[0-9a-f]\{16\}' "$1" | head -n 1 | sed 's/.*"//'; }
+LIN="$FLAGS --ckpt-every 2"
+rm -rf "$TS_TMP/lin" "$TS_TMP/lin2"
+expect_exit 0 "" "$TESSERA_BIN" train $LIN --steps 4 --ckpt-dir "$TS_TMP/lin"
+expect_exit 0 "" "$TESSERA_BIN" train $LIN --steps 4 --seed 7 --ckpt-dir "$TS_TMP/lin2"
+id1=$(dir_run_id "$TS_TMP/lin") id2=$(dir_run_id "$TS_TMP/lin2")
+TS_CHECKS=$((TS_CHECKS + 1))
+[ -n "$id1" ] && [ -n "$id2" ] && [ "$id1" != "$id2" ] &&
+  [ "$(ckpt_run_id "$TS_TMP/lin/step-00000004.safetensors")" = "$id1" ] &&
+  pass "a fresh run starts a lineage ($id1): its identity and its checkpoints say so" ||
+  fail "run ids: directories '$id1' and '$id2', checkpoint '$(ckpt_run_id "$TS_TMP/lin/step-00000004.safetensors")'"
+# a resumed run keeps the lineage: the identity untouched, its run id in the new checkpoints
+cp "$TS_TMP/lin/tessera.identity" "$TS_TMP/lin.identity"
+expect_exit 0 "" "$TESSERA_BIN" train $LIN --steps 6 --ckpt-dir "$TS_TMP/lin" --resume
+TS_CHECKS=$((TS_CHECKS + 1))
+cmp -s "$TS_TMP/lin/tessera.identity" "$TS_TMP/lin.identity" &&
+  [ "$(ckpt_run_id "$TS_TMP/lin/step-00000006.safetensors")" = "$id1" ] &&
+  pass "a resumed run keeps its directory's run id" ||
+  fail "the resumed run's identity or checkpoint changed its run id: $(head -c 60 "$TS_TMP/lin/tessera.identity")"
+# --keep-last removes the lineage's own checkpoints alone: one of another run
+# copied in, and a file of a checkpoint's name that is none, stay byte for byte
+cp "$TS_TMP/lin2/step-00000002.safetensors" "$TS_TMP/lin/step-00000001.safetensors"
+echo "not a checkpoint" >"$TS_TMP/lin/step-00000005.safetensors"
+cp "$TS_TMP/lin/step-00000001.safetensors" "$TS_TMP/foreign.bak"
+expect_exit 0 "" "$TESSERA_BIN" train $LIN --steps 8 --ckpt-dir "$TS_TMP/lin" --resume --keep-last 1
+got=$(cd "$TS_TMP/lin" && LC_ALL=C ls | tr '\n' ' ')
+expect_equal "--keep-last 1 with another run's checkpoint in the directory" "$got" \
+  "step-00000001.safetensors step-00000005.safetensors step-00000008.safetensors tessera.identity tessera.lock "
+TS_CHECKS=$((TS_CHECKS + 1))
+cmp -s "$TS_TMP/lin/step-00000001.safetensors" "$TS_TMP/foreign.bak" &&
+  [ "$(cat "$TS_TMP/lin/step-00000005.safetensors")" = "not a checkpoint" ] &&
+  pass "the other run's checkpoint and the lookalike are byte-identical" ||
+  fail "--keep-last changed a file its lineage did not write"
+rm -f "$TS_TMP/lin/step-00000001.safetensors" "$TS_TMP/lin/step-00000005.safetensors"
+# --resume from a checkpoint of another lineage is refused, the directory
+# untouched: with another configuration, naming the flag; with the same one,
+# saying whose directory it is
+mv "$TS_TMP/lin/step-00000008.safetensors" "$TS_TMP/lin8.bak"
+cp "$TS_TMP/lin2/step-00000004.safetensors" "$TS_TMP/lin/"
+expect_exit 2 "^tessera train: --resume: the run that owns --ckpt-dir .*/lin \(.*/lin/tessera.identity\) was written with --seed 1337, this run has 7$" \
+  "$TESSERA_BIN" train $LIN --steps 6 --seed 7 --ckpt-dir "$TS_TMP/lin" --resume
+rm -rf "$TS_TMP/lin3"
+expect_exit 0 "" "$TESSERA_BIN" train $LIN --steps 4 --ckpt-dir "$TS_TMP/lin3"
+id3=$(dir_run_id "$TS_TMP/lin3")
+rm -f "$TS_TMP/lin/step-00000004.safetensors"
+cp "$TS_TMP/lin3/step-00000004.safetensors" "$TS_TMP/lin/"
+expect_exit 2 "^tessera train: --resume: checkpoint .*/lin/step-00000004.safetensors is of run $id3, but --ckpt-dir .*/lin belongs to run $id1 \(its tessera.identity\): resume that checkpoint in a new --ckpt-dir$" \
+  "$TESSERA_BIN" train $LIN --steps 6 --ckpt-dir "$TS_TMP/lin" --resume
+TS_CHECKS=$((TS_CHECKS + 1))
+cmp -s "$TS_TMP/lin/tessera.identity" "$TS_TMP/lin.identity" &&
+  cmp -s "$TS_TMP/lin/step-00000004.safetensors" "$TS_TMP/lin3/step-00000004.safetensors" &&
+  pass "the refused resumes left the directory as it was" || fail "a refused resume changed the directory"
+# a copy into a new directory continues its lineage there
+rm -rf "$TS_TMP/lin4" && mkdir -p "$TS_TMP/lin4"
+cp "$TS_TMP/lin2/step-00000004.safetensors" "$TS_TMP/lin4/"
+expect_exit 0 "" "$TESSERA_BIN" train $LIN --steps 6 --seed 7 --ckpt-dir "$TS_TMP/lin4" --resume
+TS_CHECKS=$((TS_CHECKS + 1))
+[ "$(dir_run_id "$TS_TMP/lin4")" = "$id2" ] && grep -q '"first_step":4,' "$TS_TMP/lin4/tessera.identity" &&
+  pass "a checkpoint resumed in a new directory brings its lineage ($id2, from step 4)" ||
+  fail "the new directory's identity: $(head -c 120 "$TS_TMP/lin4/tessera.identity")"
+# --restart starts a new lineage
+expect_exit 0 "" "$TESSERA_BIN" train $LIN --steps 2 --ckpt-dir "$TS_TMP/lin" --restart
+new=$(dir_run_id "$TS_TMP/lin")
+TS_CHECKS=$((TS_CHECKS + 1))
+[ -n "$new" ] && [ "$new" != "$id1" ] &&
+  [ "$(ckpt_run_id "$TS_TMP/lin/step-00000002.safetensors")" = "$new" ] &&
+  pass "--restart writes a new identity ($new)" || fail "--restart's identity: '$new' (was $id1)"
+# an identity that is not one is refused, naming it, and not overwritten
+printf 'garbage' >"$TS_TMP/lin/tessera.identity"
+expect_exit 1 "^tessera: --ckpt-dir .*/lin: .*/lin/tessera.identity is not a run identity tessera writes \(not JSON\)" \
+  "$TESSERA_BIN" train $LIN --steps 4 --ckpt-dir "$TS_TMP/lin" --resume
+TS_CHECKS=$((TS_CHECKS + 1))
+[ "$(cat "$TS_TMP/lin/tessera.identity")" = garbage ] && pass "the damaged identity is left as it was" ||
+  fail "the damaged identity was overwritten"
 
 # --- --init-from CKPT: the weights alone; a new optimizer, schedule and step count ---
 INIT="--model tiny --steps 3 --warmup 2 --data $DATA --quiet --eval-batches 1"

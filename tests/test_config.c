@@ -311,11 +311,13 @@ static void test_json_parts(void **state) {
   awkward(&a);
   a.tiled_mlp = 1;
   assert_int_equal(ts_config_computation_json(&a, 0, comp, sizeof comp), TS_OK);
-  assert_int_equal(ts_config_run_json(&a, "dp2-sp2-lss-zero3", run, sizeof run), TS_OK);
+  assert_int_equal(ts_config_run_json(&a, "dp2-sp2-lss-zero3", "0123456789abcdef", run, sizeof run),
+                   TS_OK);
   assert_null(strstr(comp, "threads"));
   assert_null(strstr(comp, "data_path"));
   assert_null(strstr(comp, "fused_ce"));
-  assert_non_null(strstr(run, "\"layout\":\"dp2-sp2-lss-zero3\""));
+  assert_non_null(
+      strstr(run, "\"layout\":\"dp2-sp2-lss-zero3\",\"run_id\":\"0123456789abcdef\""));
   assert_null(strstr(run, "\"seed\""));
   memset(&b, 0, sizeof b);
   assert_int_equal(ts_config_from_json(&b, comp), TS_OK);

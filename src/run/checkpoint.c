@@ -227,7 +227,10 @@ int ts_run_save_checkpoint(const ts_owners *owners, ts_model *m, ts_adamw *opt,
   char *cfgjson = malloc(TS_CONFIG_JSON_MAX), *runjson = malloc(TS_CONFIG_JSON_MAX);
   if (!rc && (!cfgjson || !runjson)) rc = ts_fail(TS_ERUNTIME, "out of memory writing a checkpoint");
   if (!rc) rc = ts_config_computation_json(cfg, 0, cfgjson, TS_CONFIG_JSON_MAX);
-  if (!rc) rc = ts_config_run_json(cfg, layout_id[0] ? layout_id : NULL, runjson, TS_CONFIG_JSON_MAX);
+  // the run id: which lineage wrote it, for --keep-last (ckpt_owner.c)
+  if (!rc)
+    rc = ts_config_run_json(cfg, layout_id[0] ? layout_id : NULL, ts_run_lineage(), runjson,
+                            TS_CONFIG_JSON_MAX);
   ts_tensor *t = NULL;
   int n = rc ? 0 : ts_run_ckpt_tensors(m, opt, &t);
   if (n < 0) rc = ts_fail(TS_ERUNTIME, "out of memory writing a checkpoint");
@@ -298,21 +301,23 @@ int64_t ts_run_latest_checkpoint(const char *dir, char *path, size_t cap) {
 }
 
 // The fields that must agree for a resumed run to continue the same run.
+// what: whose configuration ck_cfg is, as the refusal names it ("checkpoint
+// PATH", or a checkpoint directory's run identity).
 static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, int64_t step,
-                               const char *path) {
+                               const char *what) {
   ts_config old = *ck_cfg;
 #define SAME_INT(F, FLAG)                                                                 \
   if (old.F != cfg->F)                                                                    \
-    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written with %s %lld, this run has %lld", \
-                   path, FLAG, (long long)old.F, (long long)cfg->F);
+    return ts_fail(TS_EUSAGE, "--resume: %s was written with %s %lld, this run has %lld", \
+                   what, FLAG, (long long)old.F, (long long)cfg->F);
 #define SAME_FLT(F, FLAG)                                                                 \
   if (memcmp(&old.F, &cfg->F, sizeof(float)) != 0)                                         \
-    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written with %s %g, this run has %g", \
-                   path, FLAG, (double)old.F, (double)cfg->F);
+    return ts_fail(TS_EUSAGE, "--resume: %s was written with %s %g, this run has %g", \
+                   what, FLAG, (double)old.F, (double)cfg->F);
   // the variant first: the other fields' flags mean other tensors in the other
   if (old.variant != cfg->variant && (old.variant == TS_GPT || old.variant == TS_LLAMA))
-    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written by a %s model, this run's "
-                   "--model %s is %s", path, old.variant == TS_LLAMA ? "LLaMA" : "GPT",
+    return ts_fail(TS_EUSAGE, "--resume: %s was written by a %s model, this run's "
+                   "--model %s is %s", what, old.variant == TS_LLAMA ? "LLaMA" : "GPT",
                    cfg->preset, cfg->variant == TS_LLAMA ? "LLaMA" : "GPT");
   SAME_INT(variant, "variant")
   SAME_INT(vocab, "--vocab") SAME_INT(d, "--d") SAME_INT(n_layer, "--layers")
@@ -324,8 +329,8 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, in
   SAME_INT(warmup, "--warmup") SAME_INT(optimizer, "--optimizer")
   if (old.lr_schedule != cfg->lr_schedule && old.lr_schedule >= 0 &&
       old.lr_schedule < TS_LR_NSCHEDULES)
-    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written with --lr-schedule %s, this "
-                   "run has %s", path, ts_lr_schedule_names[old.lr_schedule],
+    return ts_fail(TS_EUSAGE, "--resume: %s was written with --lr-schedule %s, this "
+                   "run has %s", what, ts_lr_schedule_names[old.lr_schedule],
                    ts_lr_schedule_names[cfg->lr_schedule]);
   SAME_INT(lr_schedule, "--lr-schedule") SAME_FLT(decay_frac, "--decay-frac")
   SAME_FLT(dropout, "--dropout") SAME_FLT(lr, "--lr") SAME_FLT(min_lr_frac, "--min-lr-frac")
@@ -336,11 +341,11 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, in
   // the steps done: the schedule of the steps left is then derived for the
   // new total (train.c says so), and the steps done stay as they were
   if (cfg->steps < step)
-    return ts_fail(TS_EUSAGE, "--resume: --steps %d: checkpoint %s is of step %" PRId64
-                   " already", cfg->steps, path, step);
+    return ts_fail(TS_EUSAGE, "--resume: --steps %d: %s is of step %" PRId64
+                   " already", cfg->steps, what, step);
   if (old.compress != cfg->compress && old.compress >= 0 && old.compress < TS_COMPRESS_NMODES)
-    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written with --compress %s, this run "
-                   "has %s", path, ts_compress_names[old.compress],
+    return ts_fail(TS_EUSAGE, "--resume: %s was written with --compress %s, this run "
+                   "has %s", what, ts_compress_names[old.compress],
                    ts_compress_names[cfg->compress]);
   SAME_INT(compress, "--compress") SAME_INT(compress_rank, "--rank")
   SAME_INT(compress_stages, "--compress-stages") SAME_FLT(proj_lr, "--proj-lr")
@@ -354,12 +359,12 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, in
   if (old.data_format != cfg->data_format && old.data_format >= 0 &&
       old.data_format < TS_DATA_NFORMATS && cfg->data_format >= 0 &&
       cfg->data_format < TS_DATA_NFORMATS)
-    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written reading --data-format %s, "
-                   "this run reads %s", path, ts_data_format_names[old.data_format],
+    return ts_fail(TS_EUSAGE, "--resume: %s was written reading --data-format %s, "
+                   "this run reads %s", what, ts_data_format_names[old.data_format],
                    ts_data_format_names[cfg->data_format]);
   if (!old.val_path[0] != !cfg->val_path[0])
-    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written %s --val-data, this run has %s",
-                   path, old.val_path[0] ? "with" : "without",
+    return ts_fail(TS_EUSAGE, "--resume: %s was written %s --val-data, this run has %s",
+                   what, old.val_path[0] ? "with" : "without",
                    cfg->val_path[0] ? "one" : "none");
 #undef SAME_INT
 #undef SAME_FLT
@@ -374,9 +379,9 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, in
     return TS_ERUNTIME;
   ts_config_json_difference(ja, jb, key, sizeof key);
   if (key[0])
-    return ts_fail(TS_EUSAGE, "--resume: checkpoint %s was written with another \"%s\" than "
+    return ts_fail(TS_EUSAGE, "--resume: %s was written with another \"%s\" than "
                    "this run's (a resumed run must compute what the run it continues computed)",
-                   path, key);
+                   what, key);
   return TS_OK;
 }
 
@@ -442,6 +447,54 @@ static int json_record(const char *path, const char *key, const char *js) {
   return TS_OK;
 }
 
+int ts_run_ckpt_run_id(const ts_ckpt *ck, char *out, size_t cap) {
+  const char *run = ts_ckpt_meta(ck, META_RUN);
+  out[0] = 0;
+  if (!run) return 0; // format 2: none
+  json_value v;
+  json_error err;
+  if (json_parse(&v, run, strlen(run), JSON_NONFINITE | JSON_ANY_BYTES, &err)) {
+    bad(ts_ckpt_path(ck), "%s is not JSON: %s at byte %zu", META_RUN, err.msg, err.pos);
+    return -1;
+  }
+  const json_value *id = v.type == JSON_OBJECT ? json_get(&v, "run_id") : NULL;
+  int rc = id ? 1 : 0; // none: written before checkpoints recorded their lineage
+  if (id && (id->type != JSON_STRING || !ts_run_id_valid(id->str) || cap <= TS_RUN_ID_LEN)) {
+    bad(ts_ckpt_path(ck), "%s: \"run_id\" is not %d lowercase hex digits (a run lineage's id)",
+        META_RUN, TS_RUN_ID_LEN);
+    rc = -1;
+  } else if (id) {
+    snprintf(out, cap, "%s", id->str);
+  }
+  json_free(&v);
+  return rc;
+}
+
+// The fields a configuration's JSON form holds only when set (and the data
+// format, which every file before the field read as bytes) at the value
+// their absence means, for a form to be read over.
+static void fields_written_when_set(ts_config *c) {
+  c->optimizer = 0, c->muon_lr = 0.0f;
+  c->checkpoint = c->fused_ce = c->tiled_mlp = 0;
+  c->compress = c->compress_rank = c->compress_stages = 0, c->proj_lr = 0.0f;
+  c->vq_groups = c->vq_rounds = c->vq_codes = c->vq_sync_codes = 0;
+  c->vq_gamma = c->vq_commit = 0.0f;
+  c->lr_schedule = TS_LR_COSINE, c->decay_frac = 0.0f;
+  c->data_format = TS_DATA_BYTES;
+  c->val_path[0] = c->init_from[0] = '\0';
+}
+
+int ts_run_check_recorded_config(const ts_config *cfg, const char *json, const char *what) {
+  ts_config was = *cfg;
+  fields_written_when_set(&was);
+  if (ts_config_from_json(&was, json)) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ts_errmsg());
+    return ts_fail(TS_ERUNTIME, "%s: %s", what, msg);
+  }
+  return check_resume_config(cfg, &was, 0, what);
+}
+
 // The configuration, read over base (the fields it lacks keep base's value;
 // those written only when set are 0 when absent) and validated like the
 // command line: it must be what ts_config_finalize leaves, unchanged (a run
@@ -456,18 +509,13 @@ static int read_config(const ts_ckpt *ck, const ts_config *base, int training, i
   if (!rc && run) rc = json_record(path, META_RUN, run);
   if (rc) return rc;
   *out = *base;
-  out->optimizer = 0, out->muon_lr = 0.0f;
-  out->checkpoint = out->fused_ce = out->tiled_mlp = 0;
-  out->compress = out->compress_rank = out->compress_stages = 0, out->proj_lr = 0.0f;
-  out->vq_groups = out->vq_rounds = out->vq_codes = out->vq_sync_codes = 0;
-  out->vq_gamma = out->vq_commit = 0.0f;
-  out->lr_schedule = TS_LR_COSINE, out->decay_frac = 0.0f;
-  out->data_format = TS_DATA_BYTES; // every file before the field read bytes
-  out->val_path[0] = out->init_from[0] = '\0';
+  fields_written_when_set(out);
   if (ts_config_from_json(out, js)) return ts_run_restate(path, META_CONFIG);
   // format 3: the run's own settings apart (a format-2 file has them in its
   // configuration); only those may be there
   if (run && ts_config_run_from_json(out, run)) return ts_run_restate(path, META_RUN);
+  char id[TS_RUN_ID_LEN + 1];
+  if (ts_run_ckpt_run_id(ck, id, sizeof id) < 0) return TS_ERUNTIME;
   if (out->tile == 0 || out->leaf == 0)
     return bad(path, "%s: %s 0: a run writes the one it used, never 0", META_CONFIG,
                out->tile == 0 ? "tile" : "leaf");
@@ -586,7 +634,9 @@ int ts_run_open_resume(ts_config *cfg, int share, int stages, ts_run_ckpt *ck) {
   // the format the files are read in, which the checkpoint's run recorded
   if (!rc) rc = ts_data_resolve(cfg->data_path, cfg->val_path, cfg->data_format, &cfg->data_format);
   if (!rc) rc = ts_data_check_vocab(cfg->data_format, cfg->vocab, cfg->data_path);
-  if (!rc) rc = check_resume_config(cfg, &ck->cfg, ck->step, path);
+  char what[4300];
+  snprintf(what, sizeof what, "checkpoint %s", path);
+  if (!rc) rc = check_resume_config(cfg, &ck->cfg, ck->step, what);
   if (rc) ts_run_close_checkpoint(ck);
   return rc;
 }
@@ -687,6 +737,20 @@ static int by_step_descending(const void *a, const void *b) {
   return (x < y) - (x > y);
 }
 
+// Whether the checkpoint at path is this run lineage's (its run id is
+// ts_run_lineage's): a file that cannot be read as a checkpoint, or that
+// records no run id or another, is not, and --keep-last leaves it alone.
+// Its header alone is read.
+static int of_this_lineage(const char *path) {
+  const char *lineage = ts_run_lineage();
+  ts_ckpt *ck;
+  char id[TS_RUN_ID_LEN + 1];
+  if (!lineage[0] || ts_ckpt_open_header(path, &ck)) return 0;
+  const int found = ts_run_ckpt_run_id(ck, id, sizeof id);
+  ts_ckpt_close(ck);
+  return found == 1 && strcmp(id, lineage) == 0;
+}
+
 int ts_run_prune_checkpoints(const char *dir, int64_t step, int keep) {
   DIR *d = opendir(dir);
   if (!d) return ts_fail(TS_ERUNTIME, "--keep-last: cannot open %s: %s", dir, strerror(errno));
@@ -696,10 +760,11 @@ int ts_run_prune_checkpoints(const char *dir, int64_t step, int keep) {
   struct dirent *e;
   char p[4400];
   while (!rc && (e = readdir(d))) {
-    // a later step's file is another run's, and a link or a directory is
-    // not a file tessera wrote: both stay
+    // a later step's file is another run's, a link or a directory is not a
+    // file tessera wrote, and a checkpoint of another run lineage (copied
+    // in, say) is not this run's: all stay
     const int64_t s = written_checkpoint(dir, e->d_name, p, sizeof p);
-    if (s < 1 || s > step) continue;
+    if (s < 1 || s > step || !of_this_lineage(p)) continue;
     if (n == cap) {
       int64_t *grown = realloc(steps, (cap = cap ? 2 * cap : 16) * sizeof *steps);
       if (!grown) rc = ts_fail(TS_ERUNTIME, "out of memory");
@@ -807,11 +872,14 @@ static int log_of_this_run(const char *path, const char *first, const ts_run_ckp
   if (!strstr(first, "\"type\":\"config\"")) return TS_OK;
   char *model = member_object(first, "\"model\":");
   if (!model) return TS_OK;
-  ts_config was;
+  ts_config was = ck->cfg; // read over: what the record leaves out is not garbage
+  fields_written_when_set(&was);
   int rc = ts_config_from_json(&was, model);
   free(model);
   if (rc) return TS_OK; // unreadable: the length check below still applies
-  if (check_resume_config(&was, &ck->cfg, ck->step, ts_ckpt_path(ck->ck)) == TS_OK) return TS_OK;
+  char what[4300];
+  snprintf(what, sizeof what, "checkpoint %s", ts_ckpt_path(ck->ck));
+  if (check_resume_config(&was, &ck->cfg, ck->step, what) == TS_OK) return TS_OK;
   char why[1024];
   snprintf(why, sizeof why, "%s", ts_errmsg());
   return ts_fail(TS_EUSAGE, "--log %s: another run's log (its configuration record against the "
@@ -884,7 +952,11 @@ static void literal_pattern(char *out, size_t cap, const char *s) {
 
 int ts_run_remove_stale_temps(const ts_config *cfg) {
   int n = 0;
-  if (cfg->ckpt_dir[0]) n += ts_remove_stale_temps(cfg->ckpt_dir, "step-*.safetensors");
+  // in --ckpt-dir only under its lock (ckpt_owner.c): no other run writes there
+  if (cfg->ckpt_dir[0]) {
+    n += ts_remove_stale_temps(cfg->ckpt_dir, "step-*.safetensors");
+    n += ts_remove_stale_temps(cfg->ckpt_dir, TS_RUN_IDENTITY);
+  }
   if (cfg->log_path[0]) {
     char dir[4096], name[8200];
     const char *slash = strrchr(cfg->log_path, '/');

@@ -58,11 +58,6 @@ int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_
 
 // ---- checkpoint.c -----------------------------------------------------------------------
 int ts_run_mkdir_p(const char *dir);
-// Rank 0's claim on --ckpt-dir, before any step (src/run/ckpt_owner.c): the
-// directory is made and locked for this process (a second run on it is
-// refused, naming the holder), and a fresh run (no --resume) refuses one that
-// holds checkpoints unless --restart, which removes them. TS_OK, or the error.
-int ts_run_claim_ckpt_dir(const ts_config *cfg);
 // Rank 0's rc (and message) of a step it alone takes, returned on every rank
 // (src/run/agree.c); a world of one returns rc.
 int ts_run_root_verdict(int rc);
@@ -95,6 +90,40 @@ typedef struct {
   uint64_t adam_step; // = step
 } ts_run_ckpt;
 
+// A checkpoint's run id (its "tessera.run" member's "run_id": the lineage
+// that wrote it) into out: 1, or 0 and "" when it records none (written
+// before checkpoints did, or format 2), or -1 and a refusal naming the file
+// when it is not TS_RUN_ID_LEN lowercase hex digits.
+int ts_run_ckpt_run_id(const ts_ckpt *ck, char *out, size_t cap);
+// A configuration recorded apart from a checkpoint (a run identity's: JSON as
+// ts_config_to_json writes it) held to what --resume holds a checkpoint's to,
+// with step 0: TS_EUSAGE naming the flag or field, the record called `what`;
+// TS_ERUNTIME when json is no configuration.
+int ts_run_check_recorded_config(const ts_config *cfg, const char *json, const char *what);
+
+// ---- ckpt_owner.c -----------------------------------------------------------------------
+// A checkpoint directory's identity (docs/CHECKPOINTS.md): the lineage's run
+// id, config digest, configuration, host, pid and first step, one JSON line.
+#define TS_RUN_IDENTITY "tessera.identity"
+#define TS_RUN_ID_LEN 16 // a run id: lowercase hex digits
+// Rank 0's claim on --ckpt-dir, before any step: the directory is made and
+// locked for this process (a second run on it is refused, naming the
+// holder), and a fresh run (no --resume) refuses one that holds checkpoints
+// unless --restart, which removes them; it then starts a run lineage (a new
+// run id in DIR/tessera.identity). A --resume from ck (its checkpoint open)
+// continues the directory's lineage, refused (TS_EUSAGE, one line) when the
+// identity's configuration is not this run's (naming the field) or ck is of
+// another lineage; a directory without an identity takes ck's. TS_OK, or the
+// error.
+int ts_run_claim_ckpt_dir(const ts_config *cfg, const ts_run_ckpt *ck);
+// Rank 0's lineage made every rank's (a collective; a world of one: nothing),
+// for the checkpoints each writes part of.
+int ts_run_share_lineage(void);
+// The run id of this run's lineage ("" before the claim).
+const char *ts_run_lineage(void);
+// 1 when s is a run id (TS_RUN_ID_LEN lowercase hex digits).
+int ts_run_id_valid(const char *s);
+
 // ---- agree.c ----------------------------------------------------------------------------
 // Every rank's configuration (every field but a rank's own:
 // ts_config_agreement_json), layout, device and precision, its data (token
@@ -125,9 +154,10 @@ int ts_run_open_resume(ts_config *cfg, int share, int stages, ts_run_ckpt *out);
 // loaded later by ts_run_load_checkpoint without an optimizer.
 int ts_run_open_init(const ts_config *cfg, int share, int stages, ts_run_ckpt *out);
 // --keep-last: removes the checkpoints of dir named as tessera names them
-// (step-NNNNNNNN.safetensors, regular files) up to `step` but the `keep`
-// latest, the one of `step` among them; a later step's file (another run's)
-// and any other file stay.
+// (step-NNNNNNNN.safetensors, regular files) of this run's lineage (their
+// run id is ts_run_lineage's) up to `step` but the `keep` latest, the one of
+// `step` among them; a later step's file, a checkpoint of another lineage or
+// of none, a file that is no checkpoint, and any other file stay.
 int ts_run_prune_checkpoints(const char *dir, int64_t step, int keep);
 void ts_run_close_checkpoint(ts_run_ckpt *ck);
 // The data this run's checkpoints are written from (their "tessera.data":

@@ -297,7 +297,10 @@ static int open_inputs(trainer *t) {
   if ((rc = ts_run_agree(cfg, &t->lay, t->data, &t->ck))) return rc;
   // --ckpt-dir: made, locked and checked before step 1, once the ranks agree
   // (--restart removes checkpoints); then what a killed run left there
-  if ((rc = ts_run_root_verdict(t->root ? ts_run_claim_ckpt_dir(cfg) : TS_OK))) return rc;
+  // (the directory's run lineage: continued on --resume, else a new one,
+  // which every rank's checkpoints record)
+  if ((rc = ts_run_root_verdict(t->root ? ts_run_claim_ckpt_dir(cfg, &t->ck) : TS_OK))) return rc;
+  if (cfg->ckpt_dir[0] && (rc = ts_run_share_lineage())) return rc;
   if (t->root) {
     int gone = ts_run_remove_stale_temps(cfg);
     if (gone && !cfg->quiet) printf("removed %d temporary file%s a killed run left\n", gone,
