@@ -15,7 +15,7 @@
 // --layout L --ranks N (default serial, 1): the local attention of a
 // distributed layout. For each rank r of N, one after another in this one
 // process, it makes the kernel calls rank r's strategy makes for one layer's
-// attention forward and backward (the helpers src/parallel/lss.c, ulysses.c
+// attention forward and backward (the helpers src/cp/lss.c, ulysses.c
 // and ring.c call themselves), on the rank's share of the same inputs;
 // communication is left out: what a rank would receive is laid out for it
 // untimed. Per T it prints the serial kernel's line ("serial ..."), one line
@@ -42,12 +42,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "cpu/mm.h"
-#include "kernels.h"
-#include "parallel/cp.h"
-#include "parallel/ring.h"
-#include "parallel/ulysses.h"
+#include "backend/kernels.h"
+#include "cp/cp.h"
+#include "cp/ring.h"
+#include "cp/ulysses.h"
 #include "tessera.h"
 
 static int nthreads = 1;
@@ -449,7 +449,7 @@ static int run_ring(job *J) {
 }
 
 // The refusal for T under the layout, or NULL (the trainer's rules for the
-// strategy: src/layout.c, lss.c, ulysses.c). buf: room for the message.
+// strategy: src/config/layout.c, lss.c, ulysses.c). buf: room for the message.
 static const char *layout_refusal(int layout, int N, int T, int H, char *buf, size_t cap) {
   const int tile = ts_default_tile(T);
   if (layout == L_SERIAL) return NULL;

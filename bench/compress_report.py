@@ -11,7 +11,7 @@ and the loss curves to IMG_DIR/compress_quality.png.
 
 Validation loss: the last eval record of each run (the mean over its --eval-batches
 held-out batches, the same batches for every run). Gap: (loss − loss_none) / loss_none.
-Bytes per token per boundary, from the model's configuration (src/boundary/, src/vq.h):
+Bytes per token per boundary, from the model's configuration (src/boundary/, src/boundary/vq.h):
 forward d·4 (none), r·4 (ssn, mapl*), R·r/G one-byte codes (mapl-vq); backward d·4 or
 r·4; after each step the projector A_p (d·r floats) and mapl-vq's streamed codes
 (R·sync·r floats) per boundary, shown amortised over the step's B·T tokens.

@@ -236,7 +236,7 @@ def tile_leaf(T):
 
 
 def valid_T(T, N):
-    """The exactness layout rules of src/config.c and src/layout.c (default tile and leaf, batch 1)."""
+    """The exactness layout rules of src/config/config.c and src/config/layout.c (default tile and leaf, batch 1)."""
     if T < 8:
         return False
     tile, leaf = tile_leaf(T)

@@ -17,7 +17,7 @@ rank 0, the first stage, writes the log. Two measures of the bubble, per step:
                 the most (compute = step_ms - comm_ms on each rank).
 
 Both are set against (P-1)/(M+P-1) and against an event model of the schedules exactly
-as src/parallel/pipeline.c runs them (same order of forwards and backwards, same
+as src/dist/pipeline.c runs them (same order of forwards and backwards, same
 recomputation of a microbatch's forward before its backward unless its activations are
 still held), with a backward BWD times a forward (--bwd, default 2) and free messages.
 Without recomputation the model gives the formula for both schedules (checked here).
@@ -376,7 +376,7 @@ def main():
               "`1 − compute_ms_max / step_ms`, the idle share of the rank that computed the most (each rank's "
               "compute is its `step_ms − comm_ms`); it is the bubble of the stage that bounds the step.")
     md.append("- *(P−1)/(M+P−1)* assumes equal stages whose backward is a plain backward. *model* is an event "
-              "model of the schedules as `src/parallel/pipeline.c` runs them: a forward costs 1, a backward "
+              "model of the schedules as `src/dist/pipeline.c` runs them: a forward costs 1, a backward "
               "%g, and a backward whose microbatch's activations are no longer held first recomputes the "
               "forward (+1); messages, the embedding, the head and the optimizer are free. Without the "
               "recomputation the model gives the formula on every stage, both schedules (checked)." % a.bwd)

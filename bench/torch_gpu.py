@@ -44,7 +44,7 @@ import statistics
 import sys
 import time
 
-# name: (variant, d, layers, heads, kv_heads, d_ff, seq, batch), as src/config.c presets[]
+# name: (variant, d, layers, heads, kv_heads, d_ff, seq, batch), as src/config/config.c presets[]
 # (kv_heads 0: as many as heads). Vocabulary 256 (bytes) for all.
 PRESETS = {
     "tiny": ("gpt", 64, 2, 4, 0, 256, 64, 4),

@@ -41,7 +41,7 @@ EVAL_STEP_BASE = 1 << 39       # the i-th validation batch is drawn as step 2^39
 RNG_DATA = 5                   # the generator's purpose for data windows
 LLMC_MAGIC = 20240520          # llm.c's token files (docs/DATA.md)
 DATA_FORMATS = ("bytes", "u16", "u32", "llmc")
-# --compress codecs in the order of src/boundary/codecs.def: the config records the number
+# --compress codecs in the order of src/codecs.def: the config records the number
 CODECS = ("none", "ssn", "mapl", "mapl-unconstrained", "mapl-vq", "mapl-frozen")
 
 
@@ -58,7 +58,7 @@ class TesseraError(Exception):
 
 _DTYPES = {"F32": (torch.float32, 4), "F64": (torch.float64, 8), "I32": (torch.int32, 4),
            "I64": (torch.int64, 8)}
-MAX_HEADER = 100000000  # as the reference reader (and src/ckpt.c): no garbage-sized allocation
+MAX_HEADER = 100000000  # as the reference reader (and src/train/ckpt.c): no garbage-sized allocation
 CHUNK = 1 << 22
 
 
@@ -271,7 +271,7 @@ class Checkpoint:
         if f"{st.data_crc32():08x}" != meta.get("tessera.data_crc32"):
             raise TesseraError(f"{path}: the data's CRC-32 is not tessera.data_crc32: "
                                f"a damaged file")
-        # the header with its own 8 digits read as '0' (src/ckpt.c): format 2
+        # the header with its own 8 digits read as '0' (src/train/ckpt.c): format 2
         # with the length word; format 3 without it, without the trailing
         # spaces, and without the run member (',"tessera.run":"..."'), which
         # may differ between layouts of one run
@@ -490,7 +490,7 @@ def load(path, dtype=torch.float32):
 
 def philox4x32_10(seed, purpose, step, index):
     """The four words of Philox4x32-10 for counter (index, step, purpose) under key seed:
-    64 bits of index, 40 of step, 24 of purpose (src/philox.h)."""
+    64 bits of index, 40 of step, 24 of purpose (src/exact/philox.h)."""
     M = 0xFFFFFFFF
     c = [index & M, index >> 32 & M, step & M, (step >> 32 & 0xFF) | (purpose & 0xFFFFFF) << 8]
     k0, k1 = seed & M, seed >> 32 & M

@@ -37,18 +37,18 @@ enum { TS_OPT_ADAMW = 0, TS_OPT_MUON = 1, TS_OPT_MUON_PE = 2 };
 // Stage-boundary compression (docs/ALGORITHMS.md §7): part of the model, so the
 // serial run of a compressed model is the reference of its pipelined runs. One
 // codec per value, each in its file of src/boundary/ (boundary.h), listed in
-// src/boundary/codecs.def in this order (the order is the configuration's, so
+// src/codecs.def in this order (the order is the configuration's, so
 // checkpoints keep it): none, ssn, mapl, mapl-unconstrained, mapl-vq, mapl-frozen.
 typedef enum {
 #define TS_BOUNDARY(ID, NAME, TABLE) TS_COMPRESS_##ID,
-#include "boundary/codecs.def"
+#include "codecs.def"
 #undef TS_BOUNDARY
   TS_COMPRESS_NMODES
 } ts_compress_mode;
 // The --compress names, in ts_compress_mode order.
 extern const char *const ts_compress_names[TS_COMPRESS_NMODES];
 
-// How --data (and --val-data) files hold their tokens (src/data.h): bytes is 0,
+// How --data (and --val-data) files hold their tokens (src/train/data.h): bytes is 0,
 // so a configuration written without the field (every one before it) reads
 // bytes; TS_DATA_DETECT, "tell from the file", is what the flag leaves for
 // the run to resolve, and never what a run records.
@@ -126,7 +126,7 @@ typedef struct {
   int data_from_ckpt, val_frac_from_ckpt;
 } ts_config;
 
-// The learning-rate schedules after the warmup (--lr-schedule; src/optim.c,
+// The learning-rate schedules after the warmup (--lr-schedule; src/train/optim.c,
 // docs/MODEL.md): cosine is 0, so a configuration without the field (every
 // one before it) is cosine.
 typedef enum {
@@ -194,7 +194,7 @@ typedef enum {
   TS_AGREE_GIVEN,    // an input known by its content, which the ranks compare apart (the
                      // data's digest, a checkpoint's header): given or not alike, but a
                      // node may hold its copy under another path
-  TS_AGREE_PER_RANK, // each rank its own (src/config_json.c says why, at the field)
+  TS_AGREE_PER_RANK, // each rank its own (src/config/config_json.c says why, at the field)
 } ts_agreement;
 // The form of cfg the ranks compare: every field but the per-rank ones, the
 // fields the JSON form leaves out (--keep-last, --log-every) among them, an
@@ -226,12 +226,12 @@ extern const char *const ts_preset_names[];
 // It never changes the result, so it is not part of ts_config (nor of its
 // JSON form in logs and checkpoints: any layout resumes any other's).
 // How a sequence group shares one sequence (docs/ALGORITHMS.md §2–§4): one
-// strategy per value, each in its own file of src/parallel/ (cp.h), listed
-// in the registry src/parallel/strategies.def; each table's `summary` says
+// strategy per value, each in its own file of src/cp/ (cp.h), listed
+// in the registry src/strategies.def; each table's `summary` says
 // what it is (`tessera train --help` prints them).
 typedef enum {
 #define TS_CP(ID, NAME, TABLE) TS_SP_##ID,
-#include "parallel/strategies.def"
+#include "strategies.def"
 #undef TS_CP
   TS_SP_NMODES
 } ts_sp_mode;
@@ -372,7 +372,7 @@ int ts_model_runs(const ts_model *m, int *pos, int *len);
 int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
                           int l0, int l1, ts_model **out);
 // Around each layer's use, for a layout that holds the parameters or the
-// gradients in parts (--zero 2 and 3, src/parallel/zero.c): `params` before
+// gradients in parts (--zero 2 and 3, src/dist/zero.c): `params` before
 // a layer's forward and its backward (whole: 1) and after them (may go: 0),
 // `grads_done` when a layer's backward has written its whole gradient on
 // this rank. Non-zero returns end the pass with that error. `params` sees

@@ -9,7 +9,7 @@
 #    result.
 # 2. A rank whose C library is another's (every exp, log, pow, sin, cos and
 #    tanh, float and double, one ulp off: tests/arith_shim.c) still trains
-#    to the serial bits: the exact path calls none of them (src/exactmath.h).
+#    to the serial bits: the exact path calls none of them (src/exact/exactmath.h).
 # 3. A rank that computes differently is refused before any step, with one
 #    line naming the rank and the first part that differs, and no hang: a C
 #    library whose fmaf is not fused, under the generic kernels that call it;

@@ -12,7 +12,7 @@
 # mb·T·R·r/G one-byte codes) and M of dZ back (mb·T·r floats); after the step,
 # for the learned projectors (not ssn, not mapl-frozen), A_0 (d·r floats) and under mapl-vq the streamed
 # codes (R·sync·r floats) to stage 1; and the gradient norm's 32-byte state,
-# folded over the stages' parts in canonical order (src/parallel/owners.h),
+# folded over the stages' parts in canonical order (src/dist/owners.h),
 # to stage 1. It reports the bytes per token each way.
 . "$(dirname "$0")/lib.sh"
 

@@ -2,7 +2,7 @@
 # Context parallelism (docs/ALGORITHMS.md §4): head-parallel attention, ring
 # attention and USP, their exact runs against serial, their tolerance
 # versions, and their traffic. Head-parallel attention
-# (src/parallel/ulysses.h):
+# (src/cp/ulysses.h):
 # `--sp-mode ulysses` and `--sp-mode upipe --upipe-u U` equal the serial run
 # bit for bit (tessera compare says identical) for the GPT and for LLaMA with
 # and without grouped-query attention, every valid U, both UPipe schedules,
@@ -117,12 +117,12 @@ for c in "natural 72" "gqa 64"; do
 done
 
 # --- ring attention and USP (exact) ---------------------------------------------------
-# `--sp-mode ring` (src/parallel/ring.h): rank r receives the key/value blocks
+# `--sp-mode ring` (src/cp/ring.h): rank r receives the key/value blocks
 # r, r−1, …, 0 in that order and carries each query row's online softmax from
 # block to block, so its output is the serial one; dQ adds the blocks' terms
 # in the same order and each block's dK/dV is the canonical tree over the
 # ranks' query tiles, pushed onto a binary-counter stack that travels with
-# the block. `--sp-mode usp --ulysses-degree U` (src/parallel/usp.c) runs
+# the block. `--sp-mode usp --ulysses-degree U` (src/cp/usp.c) runs
 # that ring across its N/U groups (U = 1: ring; U = N: Ulysses). Both equal
 # the serial run bit for bit: GPT and LLaMA (GQA: H 4, Hkv 2), dropout off
 # and on, alone and with --dp. Runs are "mode:N:D:U".

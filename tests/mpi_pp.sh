@@ -1,5 +1,5 @@
 #!/bin/sh
-# Pipeline parallelism (docs/ALGORITHMS.md §6, src/parallel/pipeline.h):
+# Pipeline parallelism (docs/ALGORITHMS.md §6, src/dist/pipeline.h):
 # `mpiexec -n P·D tessera train --pp P --microbatches M --schedule gpipe|1f1b`
 # equals the serial run of the same global batch bit for bit (tessera compare
 # says identical) for the GPT (tied and untied head) and LLaMA, any M dividing a data
@@ -16,7 +16,7 @@
 # computes the tied embedding's gradient, owns the embedding, and after the
 # step sends it (V·d floats) to stage 0's copy. Each stage holds only its own
 # tensors, so the gradient norm is a fold over the stages' parts in canonical
-# order (src/parallel/owners.h): its 32-byte state goes from stage 0 to the
+# order (src/dist/owners.h): its 32-byte state goes from stage 0 to the
 # next (tied: first from the last stage, whose embedding comes first).
 # A checkpoint of a pipelined run holds the serial checkpoint's tensors and
 # data byte for byte, and each resumes under the other layout (also one of

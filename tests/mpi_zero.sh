@@ -1,6 +1,6 @@
 #!/bin/sh
 # Partitioned model state under --zero (docs/ALGORITHMS.md §12,
-# src/parallel/shard.h, src/parallel/zero.c): the replica group (the dp·sp
+# src/dist/shard.h, src/dist/zero.c): the replica group (the dp·sp
 # ranks of a stage, which hold the same parameters) shards the stage's AdamW
 # moments (1), and its gradients (2) and layer parameters (3) as well; each
 # rank updates its shard and broadcasts it after the step (3: each layer's

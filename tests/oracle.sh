@@ -1,7 +1,7 @@
 #!/bin/sh
 # tessera against the independent PyTorch oracle (tests/oracle/, docs/GOLDEN.md).
 #
-# 1. The oracle's own checks: its Philox equals src/rng.c bit for bit, and
+# 1. The oracle's own checks: its Philox equals src/exact/rng.c bit for bit, and
 #    check.py accepts a correct dump and rejects slightly perturbed ones.
 # 2. Every golden/<name>/ directory: step-1 loss, logits and gradients and the
 #    K-step trajectory, within the tolerances stated in tests/oracle/check.py.
@@ -40,9 +40,9 @@ check() {
 TS_CHECKS=$((TS_CHECKS + 1))
 "$python" -B "$oracle/check_rng.py" "$TESSERA_SRCDIR"
 case $? in
-0) pass "the oracle's Philox equals src/rng.c" ;;
-77) echo "note: no C compiler, so the oracle's Philox was not compared with src/rng.c" ;;
-*) fail "the oracle's Philox differs from src/rng.c" ;;
+0) pass "the oracle's Philox equals src/exact/rng.c" ;;
+77) echo "note: no C compiler, so the oracle's Philox was not compared with src/exact/rng.c" ;;
+*) fail "the oracle's Philox differs from src/exact/rng.c" ;;
 esac
 check "check.py accepts correct dumps and rejects perturbed ones" "$oracle/selftest.py"
 

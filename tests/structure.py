@@ -1,18 +1,21 @@
 """The source tree's shape, checked (tests/structure.sh; docs/ARCHITECTURE.md).
 
-1. Every strategy of the registry (src/parallel/strategies.def) is named in
+1. Every strategy of the registry (src/strategies.def) is named in
    docs/DISTRIBUTED.md and docs/ARCHITECTURE.md, every codec
-   (src/boundary/codecs.def) in docs/COMPRESSION.md and docs/ARCHITECTURE.md:
+   (src/codecs.def) in docs/COMPRESSION.md and docs/ARCHITECTURE.md:
    a new one is documented where a reader looks.
 2. No function outside the kernels (src/cpu/, src/gpu/) is over 100 lines:
    a long function is split into its named steps.
 3. The model's internals (src/model/model_impl.h) are private to src/model/:
    no other file reaches them, directly or through the headers it includes.
    Strategies see the model through the io structs of the attention and
-   layer seams (src/parallel/strategy.h), codecs through the stage
+   layer seams (src/cp/strategy.h), codecs through the stage
    boundary's (src/boundary/boundary.h), which src/model/ fills.
 4. No strategy is told apart by its table's address (`cp == &ts_cp_...`):
    variants of one strategy carry their differences as data (`opts`).
+5. The folders of src/ are layers: no two include each other's headers,
+   directly or around a cycle (the files at the top, tessera.h and the two
+   registries, are the public API every layer may include).
 
 usage: python3 tests/structure.py SRCDIR
 """
@@ -80,6 +83,55 @@ def closure(path, includes):
     return seen
 
 
+def folder_of(path):
+    """The layer a source belongs to: its folder under src/ ("api" for the files at the top)."""
+    parts = path.split("/")
+    return parts[1] if len(parts) > 2 else "api"
+
+
+def folder_cycles(includes):
+    """The groups of folders that include each other in a cycle (Tarjan's components of
+    more than one folder), each with the includes that close it."""
+    edges = {}
+    for path, incs in includes.items():
+        for g in incs:
+            a, b = folder_of(path), folder_of(g)
+            if a != b:
+                edges.setdefault(a, {}).setdefault(b, f"{path} includes {g}")
+    index, low, stack, on, comps, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            comps.append(comp)
+
+    for v in sorted({folder_of(p) for p in includes}):
+        if v not in index:
+            visit(v)
+    out = []
+    for comp in comps:
+        if len(comp) > 1:
+            why = [edges[a][b] for a in sorted(comp) for b in sorted(edges.get(a, {})) if b in comp]
+            out.append((sorted(comp), why))
+    return out
+
+
 def registry_names(path, macro):
     return re.findall(r"^" + macro + r"\(\w+,\s*\"([^\"]+)\"", open(path).read(), flags=re.M)
 
@@ -91,8 +143,8 @@ def main():
 
     # each registry, and the pages that must name every entry of it
     registries = [
-        ("src/parallel/strategies.def", "TS_CP", ("docs/DISTRIBUTED.md", "docs/ARCHITECTURE.md")),
-        ("src/boundary/codecs.def", "TS_BOUNDARY", ("docs/COMPRESSION.md", "docs/ARCHITECTURE.md")),
+        ("src/strategies.def", "TS_CP", ("docs/DISTRIBUTED.md", "docs/ARCHITECTURE.md")),
+        ("src/codecs.def", "TS_BOUNDARY", ("docs/COMPRESSION.md", "docs/ARCHITECTURE.md")),
     ]
     nnames = 0
     for registry, macro, pages in registries:
@@ -130,6 +182,11 @@ def main():
             via = [g for g in includes[path] if g == MODEL_IMPL or MODEL_IMPL in closure(g, includes)]
             failures.append(f"{path} reaches {MODEL_IMPL} (through {', '.join(via)}): "
                             "reach the model through a seam's io struct")
+
+    # the folders are layers: none includes a header of a folder that includes its own
+    checked += 1
+    for comp, why in folder_cycles(includes):
+        failures.append(f"folders {', '.join(comp)} include each other: {'; '.join(why[:4])}")
 
     # nor does a test, a benchmark or a tool
     for path in sorted(glob.glob("tests/**/*.[ch]", recursive=True) + glob.glob("bench/**/*.[ch]", recursive=True)

@@ -20,8 +20,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "optim.h"
+#include "train/ckpt.h"
+#include "train/optim.h"
 #include "run/run.h"
 
 static char tmpdir[4096];

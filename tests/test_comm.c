@@ -9,7 +9,7 @@
 // fail. Counters are checked against the byte formulas of comm.h.
 //
 // Built a second time as tests/test_comm_nccl_emu (TS_TEST_NCCL): the same
-// tests on the NCCL communicator (src/gpu/comm_nccl.cu) between emulated GPUs
+// tests on the NCCL communicator (src/comm/comm_nccl.cu) between emulated GPUs
 // (tests/gpu_emu/nccl.h), with the buffers the collectives get in host memory
 // (the communicator's MPI and staging paths) or, with TS_TEST_BUFFERS=device,
 // in the backend's managed memory (NCCL itself).
@@ -27,9 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "comm.h"
-#include "parallel/grid.h"
+#include "backend/backend.h"
+#include "comm/comm.h"
+#include "dist/grid.h"
 #include "tessera.h"
 
 static int P, R; // world size and rank

@@ -1,4 +1,4 @@
-// The schedule of the exact reductions over ranks (src/comm_tree.h), without
+// The schedule of the exact reductions over ranks (src/comm/comm_tree.h), without
 // MPI: every rank's buffer lives in this process and the rounds are run on
 // all of them at once, each rank sending what it holds before the round and
 // adding with ts_tree_add (ours + theirs) as comm_mpi.c does. The results are
@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
-#include "comm_tree.h"
-#include "tree.h"
+#include "comm/comm.h"
+#include "comm/comm_tree.h"
+#include "exact/tree.h"
 
 typedef int (*next_fn)(int P, int r, int k, int *at, ts_comm_swap *q);
 

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "compare.h"
+#include "tools/compare.h"
 #include "tessera.h"
 
 static char tmpdir[256];

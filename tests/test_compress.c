@@ -2,7 +2,7 @@
 // backward is the gradient of the compressed model where the model is
 // differentiable through it, SPEL keeps every projector on St(d, r) over a
 // long run while the unconstrained ablation leaves it; and mapl-vq's
-// quantiser (src/vq.h): greedy residual codes, its statistics, the EMA update
+// quantiser (src/boundary/vq.h): greedy residual codes, its statistics, the EMA update
 // and the streamed, otherwise stale, receiver's copy.
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,11 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "optim.h"
-#include "orthogonal.h"
-#include "rng.h"
+#include "train/optim.h"
+#include "backend/orthogonal.h"
+#include "exact/rng.h"
 #include "tessera.h"
-#include "vq.h"
+#include "boundary/vq.h"
 
 enum { B = 2, T = 64, R = 16, S = 4 };
 

@@ -1,4 +1,4 @@
-// The context-parallel strategy registry (src/parallel/cp.h): every entry is a
+// The context-parallel strategy registry (src/cp/cp.h): every entry is a
 // complete strategy, its name is its --sp-mode name, the positions of any
 // layout it accepts cover each position of the sequence exactly once, and the
 // strategy's layout rules are reached through ts_layout_check. The strategies'
@@ -16,11 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "parallel/cp.h"
-#include "parallel/ring.h"
+#include "backend/backend.h"
+#include "cp/cp.h"
+#include "cp/ring.h"
 #include "tessera.h"
-#include "tree.h"
+#include "exact/tree.h"
 
 static void test_registry_complete(void **state) {
   (void)state;
@@ -105,7 +105,7 @@ static void test_zigzag_balanced(void **state) {
   }
 }
 
-// Exact ring attention's travelling tree (src/parallel/ring.h): the block of
+// Exact ring attention's travelling tree (src/cp/ring.h): the block of
 // place c collects the partials of places c … n−1 in that order on a stack of
 // planes that moves from place to place. At every place the stack holds one
 // plane per occupied level (ring_tree_levels), never more than log2 n, and

@@ -1,4 +1,4 @@
-// Tests of the data module (src/data.c): window contents, windows as a pure
+// Tests of the data module (src/train/data.c): window contents, windows as a pure
 // function of (seed, step, index), the train/validation boundary, the errors,
 // the rules the bundled data files promise, and the token-file formats (each
 // read back exactly, detection, every refusal) of docs/DATA.md.
@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "data.h"
-#include "rng.h"
+#include "train/data.h"
+#include "exact/rng.h"
 #include "tessera.h"
 
 // ---------------------------------------------------------------------------

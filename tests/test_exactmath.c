@@ -1,4 +1,4 @@
-// tessera's elementary functions (src/exactmath.h): accurate against a wider
+// tessera's elementary functions (src/exact/exactmath.h): accurate against a wider
 // reference, right at the edges, and the same bits on every machine (known
 // answers: hashes of their results on fixed arguments, recorded once).
 #include <stdarg.h>
@@ -11,8 +11,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "cpu/fastexp.h"
-#include "exactmath.h"
+#include "exact/fastexp.h"
+#include "exact/exactmath.h"
 
 static uint64_t rnd_state;
 static uint64_t rnd(void) { // xorshift64: the same arguments everywhere
@@ -34,7 +34,7 @@ static double ulps(double got, long double ref) {
 
 // Worst errors over 20000 arguments each, where long double is wider than
 // double (x86's 64-bit significand, aarch64's 113); the bounds are the
-// measured maxima (src/exactmath.h) with a little room.
+// measured maxima (src/exact/exactmath.h) with a little room.
 static void test_accuracy(void **state) {
   if (LDBL_MANT_DIG <= DBL_MANT_DIG) skip();
   double wlog = 0, wexp = 0, wsin = 0, wcos = 0, wpow = 0, wpowi = 0, wlogf = 0;

@@ -1,7 +1,7 @@
 // The CUDA backend against the CPU reference, op by op and on the whole
 // model (ggml's backend tests): the same inputs go through both tables of
 // backend.h, and the outputs are compared; every operation of
-// src/backend_ops.def has its test (op_test, at the end). Two programs:
+// src/backend/backend_ops.def has its test (op_test, at the end). Two programs:
 //  - tests/test_gpu (--enable-cuda): the kernels on the GPU; exits 77
 //    (skipped) with the reason when the machine has no usable GPU;
 //  - tests/test_gpu_emu (every build): the same sources of src/gpu/ compiled
@@ -39,10 +39,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "kernels.h"
-#include "optim.h"
-#include "rng.h"
+#include "backend/backend.h"
+#include "backend/kernels.h"
+#include "train/optim.h"
+#include "exact/rng.h"
 #include "tessera.h"
 
 static const ts_backend *gpu;
@@ -598,7 +598,7 @@ static void test_attention_layouts(void **state) {
   attention_shape("tile 128", s, 1.0f, gpu, 1e-5);
 }
 
-// Exact ring attention's calls (src/parallel/ring.h): the last segment of
+// Exact ring attention's calls (src/cp/ring.h): the last segment of
 // queries walks four blocks of keys in descending order, the online-softmax
 // state carried from block to block (attention_forward_block), and the
 // backward adds each block's dQ terms to the previous blocks' (dq_acc), with
@@ -1130,16 +1130,16 @@ static void test_model(void **state) {
 }
 
 // ---- every operation, by construction ------------------------------------------------------
-// The operations of src/backend_ops.def, by index.
+// The operations of src/backend/backend_ops.def, by index.
 enum {
 #define TS_OP(op, cpu, ret, params) OP_##op,
-#include "backend_ops.def"
+#include "backend/backend_ops.def"
   NOPS
 };
 
 static const char *const op_names[NOPS] = {
 #define TS_OP(op, cpu, ret, params) #op,
-#include "backend_ops.def"
+#include "backend/backend_ops.def"
 };
 
 // The test that compares each operation of the list, device against CPU (a
@@ -1213,7 +1213,7 @@ int main(void) {
   int missing = 0;
   for (int op = 0; op < NOPS; op++) {
     if (!op_test[op].test_func) {
-      fprintf(stderr, "test_gpu: no test compares the backend operation %s (src/backend_ops.def): "
+      fprintf(stderr, "test_gpu: no test compares the backend operation %s (src/backend/backend_ops.def): "
                       "add one to op_test in tests/test_gpu.c\n", op_names[op]);
       missing = 1;
       continue;

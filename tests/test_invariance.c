@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
-#include "tree.h"
+#include "backend/kernels.h"
+#include "exact/tree.h"
 
 // ---- data -------------------------------------------------------------------------------
 
@@ -534,7 +534,7 @@ static void test_attention_segments_and_heads(void **state) {
   free(os); free(ls); free(dqs); free(dss); free(dks); free(dvs); free(sum);
 }
 
-// Exact ring attention (src/parallel/ring.h): rank r of N holds queries
+// Exact ring attention (src/cp/ring.h): rank r of N holds queries
 // [r·T/N, (r+1)·T/N) and visits the key blocks r, r−1, …, 0 one call each,
 // carrying the online-softmax state (attention_forward_block): its output and
 // lse are the serial rows. Its backward adds dQ block by block (dq_acc): the

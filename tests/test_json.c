@@ -16,7 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "json.h"
+#include "base/json.h"
 
 // Parses s (NUL-terminated) or fails the test with the reader's message.
 static void parse_ok(json_value *v, const char *s, int flags) {

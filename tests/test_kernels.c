@@ -33,10 +33,10 @@
 #include "cpu/attention_tile.h"
 #include "cpu/isa.h"
 #include "cpu/mm.h"
-#include "cpu/fastexp.h"
-#include "kernels.h"
-#include "parallel/ring.h"
-#include "rng.h"
+#include "exact/fastexp.h"
+#include "backend/kernels.h"
+#include "cp/ring.h"
+#include "exact/rng.h"
 
 #include <omp.h>
 
@@ -778,7 +778,7 @@ static void run_attention(const attn_case *ac) {
   free(oref); free(lref); free(out); free(lse); free(dq); free(dk); free(dv); free(dsum); free(g);
 }
 
-// Ring attention (src/parallel/ring.h) is in the tolerance tier: each query
+// Ring attention (src/cp/ring.h) is in the tolerance tier: each query
 // segment attends to the key blocks of its own and earlier segments one block
 // at a time, and the blocks' outputs are merged by their log-sum-exp; the
 // backward sums dQ over blocks and dK, dV over query segments. The bound is

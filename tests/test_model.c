@@ -14,10 +14,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "optim.h"
-#include "rng.h"
+#include "train/optim.h"
+#include "exact/rng.h"
 #include "tessera.h"
-#include "util.h"
+#include "base/util.h"
 
 static ts_config preset_config(const char *preset, int B, int T, float dropout, int tied) {
   ts_config c;
@@ -216,7 +216,7 @@ static size_t resident_pages(void *p, size_t bytes) {
 }
 
 // --zero 2 and 3 hold a layer's state only while it is in use by giving its
-// pages back (src/parallel/zero.c): a large ts_alloc block is resident only
+// pages back (src/dist/zero.c): a large ts_alloc block is resident only
 // where written, ts_pages_discard gives back exactly the whole pages inside
 // its range (they read as zeros), and the values beside them stay.
 static void test_pages_given_back(void **state) {

@@ -1,4 +1,4 @@
-// Newton–Schulz, Polar Express, Muon and SPEL (src/orthogonal.h,
+// Newton–Schulz, Polar Express, Muon and SPEL (src/backend/orthogonal.h,
 // docs/ALGORITHMS.md §8).
 //
 //  - Polar Express with 10 steps is a retraction: ‖XᵀX − I‖_F ≤ 1e-5 for a
@@ -23,7 +23,7 @@
 #include <string.h>
 
 
-#include "orthogonal.h"
+#include "backend/orthogonal.h"
 #include "testdata.h"
 
 static void fill_gauss(float *x, size_t n, uint64_t seed) {

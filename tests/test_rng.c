@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exactmath.h"
-#include "rng.h"
+#include "exact/exactmath.h"
+#include "exact/rng.h"
 
 // ---- known answers ------------------------------------------------------------------
 // The published Random123 vectors for philox4x32_10 (counter c0..c3, key k0, k1).

@@ -1,7 +1,7 @@
 // tessera sample's pieces: the incremental decoder (src/model/decode.c) gives
 // the training forward's logits bit for bit, for the prompt and for every
 // token fed after it, however the tokens are fed; and the sampler
-// (src/sampler.h) is greedy at temperature 0, deterministic for a seed,
+// (src/text/sampler.h) is greedy at temperature 0, deterministic for a seed,
 // filters as top-k and top-p say, draws in proportion to the probabilities,
 // and refuses out-of-range settings naming the flag.
 #include <setjmp.h>
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
-#include "sampler.h"
+#include "exact/rng.h"
+#include "text/sampler.h"
 #include "tessera.h"
 
 // A model of one sequence: GPT (tied) or LLaMA (GQA: 4 heads, 2 key/value

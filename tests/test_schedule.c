@@ -1,4 +1,4 @@
-// The learning-rate schedules (--lr-schedule, src/optim.c; docs/MODEL.md):
+// The learning-rate schedules (--lr-schedule, src/train/optim.c; docs/MODEL.md):
 // each shape at steps of the warmup, of its middle and of its end, against
 // the documented formula evaluated here, bit for bit; and what holds of the
 // shapes whatever the formula's rounding (constant and wsd's stable phase
@@ -15,7 +15,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "optim.h"
+#include "train/optim.h"
 #include "tessera.h"
 
 #define W 4  // warmup

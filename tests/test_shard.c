@@ -25,9 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
-#include "parallel/grid.h"
-#include "parallel/shard.h"
+#include "comm/comm.h"
+#include "dist/grid.h"
+#include "dist/shard.h"
 #include "tessera.h"
 
 #define DP 2

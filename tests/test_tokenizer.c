@@ -1,4 +1,4 @@
-// Tests of the tokenizers (src/tokenizer.c): the bytes tokenizer's round
+// Tests of the tokenizers (src/text/tokenizer.c): the bytes tokenizer's round
 // trip, the refusals of files that are no model, and, in a build with
 // SentencePiece and spm_train on the PATH, models trained here on the
 // bundled corpus: encoding line by line with the line break's id, decoding
@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "tessera.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "text/tokenizer.h"
+#include "base/util.h"
 
 static char tmpdir[4096];
 

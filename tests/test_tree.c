@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tree.h"
-#include "tree_hd.h"
+#include "exact/tree.h"
+#include "exact/tree_hd.h"
 
 // ---- the reference ----------------------------------------------------------------
 
@@ -350,7 +350,7 @@ static void test_push_in_parts(void **state) {
   free(want);
 }
 
-// ts_tree1 (src/tree_hd.h: the GPU's scalar tree) against the reference, with
+// ts_tree1 (src/exact/tree_hd.h: the GPU's scalar tree) against the reference, with
 // empty positions anywhere (the position embedding's tree keeps one leaf in nj).
 static void test_scalar_tree_with_empties(void **state) {
   (void)state;

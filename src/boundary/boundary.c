@@ -1,28 +1,28 @@
 // The codec registry, the common configuration rules, and the pieces several
 // codecs share (boundary.h).
-#include "boundary/boundary.h"
+#include "boundary.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "rng.h"
-#include "util.h"
+#include "base/util.h"
+#include "exact/rng.h"
 
 #define TS_BOUNDARY(ID, NAME, TABLE) extern const ts_boundary TABLE;
-#include "boundary/codecs.def"
+#include "codecs.def"
 #undef TS_BOUNDARY
 
 static const ts_boundary *const registry[TS_COMPRESS_NMODES] = {
 #define TS_BOUNDARY(ID, NAME, TABLE) [TS_COMPRESS_##ID] = &TABLE,
-#include "boundary/codecs.def"
+#include "codecs.def"
 #undef TS_BOUNDARY
 };
 
 const char *const ts_compress_names[TS_COMPRESS_NMODES] = {
 #define TS_BOUNDARY(ID, NAME, TABLE) [TS_COMPRESS_##ID] = NAME,
-#include "boundary/codecs.def"
+#include "codecs.def"
 #undef TS_BOUNDARY
 };
 

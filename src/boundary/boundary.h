@@ -1,7 +1,7 @@
 // The stage-boundary interface: how the residual stream of a model cut into
 // S stages (--compress MODE --rank r --compress-stages S) crosses from one
 // stage to the next (docs/COMPRESSION.md, docs/ALGORITHMS.md §7). One table of
-// operations per codec, like the context-parallel strategies (parallel/strategy.h);
+// operations per codec, like the context-parallel strategies (cp/strategy.h);
 // the model calls its codec at the boundaries and never asks which one it
 // runs. Without --compress it runs the identity, whose wire is X itself and
 // whose only boundaries are a pipeline's.
@@ -23,14 +23,14 @@
 // pipeline do likewise, never by name.
 //
 // Adding a codec: one file in src/boundary/ defining a `const ts_boundary`,
-// and one line in src/boundary/codecs.def (docs/COMPRESSION.md).
+// and one line in src/codecs.def (docs/COMPRESSION.md).
 #ifndef TS_BOUNDARY_H
 #define TS_BOUNDARY_H
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "comm.h"
+#include "backend/backend.h"
+#include "comm/comm.h"
 #include "tessera.h"
 
 // What a codec sees of the model, filled by the model (src/model/boundary_io.c)

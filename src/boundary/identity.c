@@ -4,7 +4,7 @@
 // every stage end alike.
 #include <string.h>
 
-#include "boundary/boundary.h"
+#include "boundary.h"
 
 static int identity_check(ts_config *cfg) {
   if (cfg->compress_rank != 0)

@@ -5,13 +5,13 @@
 //   mapl-unconstrained  the same momentum and direction without the tangent
 //                       projection and the retraction: A_p leaves the manifold
 //   mapl-frozen         not at all: A_p stays at its seeded start, the anchors learn
-#include "boundary/mapl.h"
+#include "mapl.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
-#include "orthogonal.h"
+#include "backend/kernels.h"
+#include "backend/orthogonal.h"
 
 // Polar Express steps of the projectors' direction and retraction
 // (docs/ALGORITHMS.md §8: fewer than 8 leave AᵀA − I at 1e-2 or worse).

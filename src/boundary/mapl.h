@@ -13,7 +13,7 @@
 // tree, like the token embedding.
 #ifndef TS_BOUNDARY_MAPL_H
 #define TS_BOUNDARY_MAPL_H
-#include "boundary/boundary.h"
+#include "boundary.h"
 
 typedef struct {
   ts_boundary_buffers b;

@@ -1,5 +1,5 @@
 // mapl-vq (--compress mapl-vq): MAPL's Z quantised to one-byte codes by
-// greedy residual multi-codebook VQ (the algorithms: src/vq.h), so a token
+// greedy residual multi-codebook VQ (the algorithms: src/boundary/vq.h), so a token
 // crosses as R·r/G bytes; the receiver decodes with its own copy of the
 // codebooks, which the sender streams into after each step. Everything
 // else is MAPL's (mapl.h).
@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "boundary/mapl.h"
-#include "kernels.h"
-#include "util.h"
+#include "backend/kernels.h"
+#include "base/util.h"
+#include "mapl.h"
 #include "vq.h"
 
 typedef struct {

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "boundary/boundary.h"
-#include "rng.h"
+#include "boundary.h"
+#include "exact/rng.h"
 
 typedef struct {
   ts_boundary_buffers b;

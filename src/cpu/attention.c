@@ -17,11 +17,11 @@
 #include <string.h>
 
 #include "attention_tile.h"
-#include "exactmath.h"
-#include "fastexp.h"
-#include "index.h"
-#include "kernels.h"
-#include "rng.h"
+#include "backend/kernels.h"
+#include "exact/exactmath.h"
+#include "exact/fastexp.h"
+#include "exact/index.h"
+#include "exact/rng.h"
 
 
 // Global dropout index of probability (b, local head h, global positions i, j).

@@ -1,8 +1,8 @@
 // Merging two attention results over disjoint key sets by their
 // log-sum-exp (ring attention's blocks, docs/ALGORITHMS.md §4).
-#include "attention_merge.h"
+#include "exact/attention_merge.h"
 
-#include "kernels.h"
+#include "backend/kernels.h"
 
 void ring_merge(float *out, float *lse, const float *out_b, const float *lse_b, int rows, int H,
                 int dh, int ldo) {

@@ -13,8 +13,8 @@
 // intrinsics), and the scalar path computes the same bits as the vector ones.
 #include "attention_tile.h"
 
-#include "cpu/isa.h"
-#include "cpu/mm.h"
+#include "isa.h"
+#include "mm.h"
 
 #include <math.h>
 #include <string.h>

@@ -2,9 +2,8 @@
 // aligned host allocator.
 #include <string.h>
 
-#include "backend.h"
-#include "optim.h"
-#include "util.h"
+#include "backend/backend.h"
+#include "base/util.h"
 
 static void cpu_add(float *dst, const float *a, const float *b, int64_t n) {
 #pragma omp parallel for schedule(static)
@@ -26,5 +25,5 @@ const ts_backend ts_backend_cpu = {
     .free = ts_free,
     // each operation's reference kernel, as the list names it
 #define TS_OP(op, cpu, ret, params) .op = cpu,
-#include "backend_ops.def"
+#include "backend/backend_ops.def"
 };

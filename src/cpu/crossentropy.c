@@ -1,7 +1,7 @@
 // Softmax cross-entropy per token over V classes, and the canonical loss sum.
-#include "exactmath.h"
-#include "fastexp.h"
-#include "kernels.h"
+#include "backend/kernels.h"
+#include "exact/exactmath.h"
+#include "exact/fastexp.h"
 
 void crossentropy_forward(float *losses, const float *logits, const int *targets,
                           int64_t ntok, int V) {

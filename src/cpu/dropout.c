@@ -1,7 +1,7 @@
 // Dropout with counter-based masks (R4): the mask of element i is a pure
 // function of (seed, purpose, step, global index), so backward regenerates it.
-#include "kernels.h"
-#include "rng.h"
+#include "backend/kernels.h"
+#include "exact/rng.h"
 
 void dropout_apply(float *x, int64_t n, float p, uint64_t seed, uint32_t purpose,
                    uint64_t step, uint64_t base) {

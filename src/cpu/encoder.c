@@ -2,8 +2,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
-#include "cpu/mm.h"
+#include "backend/kernels.h"
+#include "mm.h"
 
 void encoder_forward(float *out, const int *tokens, const float *wte, const float *wpe,
                      int B, int T, int C) {

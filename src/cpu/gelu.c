@@ -1,10 +1,10 @@
 // GeLU, tanh form (GPT-2). Element-wise: each element's arithmetic is
-// src/activation_hd.h's, which the GPU shares.
+// src/exact/activation_hd.h's, which the GPU shares.
 #include <math.h>
 
-#include "activation_hd.h"
-#include "fastexp.h"
-#include "kernels.h"
+#include "backend/kernels.h"
+#include "exact/activation_hd.h"
+#include "exact/fastexp.h"
 
 #define GELU_CHUNK 4096
 

@@ -1,5 +1,5 @@
 // Which instruction set the exact products run on (isa.h).
-#include "cpu/isa.h"
+#include "isa.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,11 +1,11 @@
 // LayerNorm over the feature dimension (GPT variant). Row-wise, so any split
-// of rows gives the same bits (each row's arithmetic is src/norm_hd.h's, which
+// of rows gives the same bits (each row's arithmetic is src/exact/norm_hd.h's, which
 // the GPU shares); dw/db sums over rows go through leaf trees.
 #include <math.h>
 #include <string.h>
 
-#include "kernels.h"
-#include "norm_hd.h"
+#include "backend/kernels.h"
+#include "exact/norm_hd.h"
 
 void layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                        const float *w, const float *b, int64_t ntok, int C) {

@@ -4,8 +4,8 @@
 // and a head's columns projected alone are the same bits as in the whole.
 #include <string.h>
 
-#include "cpu/mm.h"
-#include "kernels.h"
+#include "backend/kernels.h"
+#include "mm.h"
 
 // y (n, OC; rows ld apart) += b, row by row
 static void add_bias(float *y, int ld, const float *b, int64_t n, int OC) {

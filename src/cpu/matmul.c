@@ -2,8 +2,8 @@
 // (the tensor-split baseline's slices of weights and its products over the
 // whole sequence): the canonical product (mm.h), whose bits do not depend on
 // the call's shape.
-#include "cpu/mm.h"
-#include "kernels.h"
+#include "backend/kernels.h"
+#include "mm.h"
 
 void matmul(int transA, int transB, int M, int N, int K, const float *A, int lda, const float *B,
             int ldb, float beta, float *out, int ldc) {

@@ -9,7 +9,7 @@
 // different columns. That is why every path, block shape, remainder and
 // thread count gives the definition's bits. The build has contraction off, so
 // each fused multiply-add below is written out (fmaf or the intrinsics).
-#include "cpu/mm.h"
+#include "mm.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu/isa.h"
+#include "isa.h"
 
 #ifdef _OPENMP
 #include <omp.h>

@@ -36,7 +36,7 @@ int ts_mm_isa(int isa, int threads, int transA, int transB, int M, int N, int K,
 //     t_l = +0;  for k = l·leaf .. (l+1)·leaf - 1:  t_l = fma(A[k*lda + i], B[k*ldb + j], t_l)
 //
 // (ts_mm's chain, transA and not transB, over the leaf's k), and C(i,j) =
-// the t_l summed in ts_tree's order (src/tree.h: the perfect binary tree over
+// the t_l summed in ts_tree's order (src/exact/tree.h: the perfect binary tree over
 // positions 0 .. nleaves-1, positions past the end empty). The same bits as
 // each leaf's ts_mm(1, 0, M, N, leaf, 1, ...) pushed through a ts_tree, with
 // no M x N partial per leaf in memory: the tree of a register block lives in

@@ -1,8 +1,8 @@
 // Newton–Schulz, Polar Express, Muon and SPEL (orthogonal.h): the CPU backend's
 // muon_update, spel_step and spel_step_unconstrained, with the canonical product.
-#include "orthogonal.h"
+#include "backend/orthogonal.h"
 
-#include "cpu/mm.h"
+#include "mm.h"
 
 #include <math.h>
 #include <string.h>

@@ -1,11 +1,11 @@
 // RMSNorm over the feature dimension (LLaMA variant): y = x·rstd·w with
-// rstd = 1/√(Σx²/d + 1e-5). Row-wise (src/norm_hd.h, shared with the GPU), so
+// rstd = 1/√(Σx²/d + 1e-5). Row-wise (src/exact/norm_hd.h, shared with the GPU), so
 // any split of rows gives the same bits; dw sums over rows go through leaf trees (R3).
 #include <math.h>
 #include <string.h>
 
-#include "kernels.h"
-#include "norm_hd.h"
+#include "backend/kernels.h"
+#include "exact/norm_hd.h"
 
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int64_t ntok,
                      int C) {

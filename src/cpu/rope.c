@@ -4,8 +4,8 @@
 // double precision and rounded to float, so every rank and layout uses the
 // same table bits; pow, cos and sin are tessera's own (exactmath.h), so every
 // machine does too.
-#include "exactmath.h"
-#include "kernels.h"
+#include "backend/kernels.h"
+#include "exact/exactmath.h"
 
 void rope_table(float *cs, int T, int dh, double theta) {
   for (int i = 0; i < dh / 2; i++) {

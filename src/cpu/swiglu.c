@@ -1,8 +1,8 @@
 // SwiGLU (LLaMA variant): h = silu(g) ⊙ u with silu(g) = g·σ(g), where g and
 // u are the gate and up projections. Element-wise.
-#include "activation_hd.h"
-#include "fastexp.h"
-#include "kernels.h"
+#include "backend/kernels.h"
+#include "exact/activation_hd.h"
+#include "exact/fastexp.h"
 
 TS_VECTOR_CLONES
 void swiglu_forward(float *h, const float *g, const float *u, int64_t n) {

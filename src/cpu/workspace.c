@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "backend/kernels.h"
 
 int ts_ws_init(ts_ws *ws, int tile, int leaf, size_t max_leaf_floats, int dh) {
   memset(ws, 0, sizeof *ws);

@@ -37,13 +37,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cpu/fastexp.h"
-#include "exactmath.h"
+#include "exact/fastexp.h"
+#include "exact/exactmath.h"
 #include "gpu.h"
-#include "index.h"
-#include "philox.h"
+#include "exact/index.h"
+#include "exact/philox.h"
 extern "C" {
-#include "rng.h"
+#include "exact/rng.h"
 }
 
 #define ATTN_CHUNK 32 // features of a row per lane

@@ -1,8 +1,8 @@
 // Ring attention's merge on the GPU (kernels.h, ring_merge): one thread per
 // (head, row), which merges the row's dh outputs and then writes its lse, so
 // no thread reads an lse another one has rewritten. The arithmetic is the
-// CPU's (src/attention_merge.h), expf and log1pf being the device's.
-#include "attention_merge.h"
+// CPU's (src/exact/attention_merge.h), expf and log1pf being the device's.
+#include "exact/attention_merge.h"
 #include "gpu.h"
 
 #define THREADS 256

@@ -104,7 +104,7 @@ static const ts_backend cuda_backend = {
     .alloc = cuda_alloc,
     .free = cuda_free,
 #define TS_OP(op, cpu, ret, params) .op = cuda_##op,
-#include "backend_ops.def"
+#include "backend/backend_ops.def"
     .memory_bytes = cuda_memory_bytes,
     .peak_bytes = cuda_peak_bytes,
     .leaf_slots = 1, // leaf_sum runs the leaves one after another (leaves.cu)

@@ -8,8 +8,8 @@
 //    runs agree bit for bit.
 #include <stdlib.h>
 
-#include "cpu/fastexp.h"
-#include "exactmath.h"
+#include "exact/fastexp.h"
+#include "exact/exactmath.h"
 #include "gpu.h"
 
 #define THREADS 256

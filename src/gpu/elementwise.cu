@@ -2,12 +2,12 @@
 // activations, rotary embeddings, dropout, residual adds. One thread per
 // element; each computes what the CPU reference computes for that element
 // (src/cpu/), in the same order of operations and with the same exp
-// (src/activation_hd.h is both sides' source), so the bits are the CPU's in
+// (src/exact/activation_hd.h is both sides' source), so the bits are the CPU's in
 // both tiers; the position embedding's gradient is the CPU's canonical tree.
-#include "activation_hd.h"
+#include "exact/activation_hd.h"
 #include "gpu.h"
-#include "philox.h"
-#include "tree_hd.h"
+#include "exact/philox.h"
+#include "exact/tree_hd.h"
 
 #define THREADS 256
 

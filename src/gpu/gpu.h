@@ -15,8 +15,8 @@
 #endif
 
 extern "C" {
-#include "backend.h"
-#include "kernels.h"
+#include "backend/backend.h"
+#include "backend/kernels.h"
 #include "tessera.h"
 }
 
@@ -114,6 +114,6 @@ inline void ts_launch(void (*kernel)(K...), dim3 grid, dim3 block, size_t shmem,
 // the same name, which does not compile.
 extern "C" {
 #define TS_OP(op, cpu, ret, params) ret cuda_##op params;
-#include "backend_ops.def"
+#include "backend/backend_ops.def"
 }
 #endif

@@ -21,7 +21,7 @@
 #include "gpu.h"
 
 extern "C" {
-#include "tree_hd.h"
+#include "exact/tree_hd.h"
 }
 
 #define MM_TILE 64    // a block's tile of C: MM_TILE x MM_TILE elements
@@ -33,7 +33,7 @@ extern "C" {
 // 0: no tree, C written from the chain). ts_mm_leaves (LEAVES 1): for leaf
 // l = 0 .. nleaves-1 its chain over k = l·leaf .. (l+1)·leaf − 1 (op(A)
 // transposed, op(B) not), then optionally the scatter below, then pushed
-// into the element's canonical tree (ts_tree1, src/tree_hd.h: ts_tree's
+// into the element's canonical tree (ts_tree1, src/exact/tree_hd.h: ts_tree's
 // additions in ts_tree's order); C(i,j) = the tree's sum. The scatter (the
 // token embedding's gradient, src/cpu/encoder.c): after leaf l's chain,
 // t = t + add[r, j] for each row r of the leaf with order[p] = r for p in

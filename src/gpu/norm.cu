@@ -1,15 +1,15 @@
 // LayerNorm (GPT) and RMSNorm (LLaMA) on the GPU, in two tiers (docs/GPU.md).
-//  - Exact: a thread per row runs the CPU's row (src/norm_hd.h, one source
+//  - Exact: a thread per row runs the CPU's row (src/exact/norm_hd.h, one source
 //    for both), and a thread per feature sums the weight and bias gradients
 //    as the CPU does: each leaf's rows in order from +0, then the canonical
-//    tree over leaves (src/tree_hd.h). The CPU's bits.
+//    tree over leaves (src/exact/tree_hd.h). The CPU's bits.
 //  - Fast: a warp per row, the row's sums a fixed shuffle tree; the gradients
 //    over rows in chunks, then over chunks (gpu.h). Every run gives the same
 //    bits, not the CPU's.
 // Never atomics.
 #include "gpu.h"
-#include "norm_hd.h"
-#include "tree_hd.h"
+#include "exact/norm_hd.h"
+#include "exact/tree_hd.h"
 
 #define WARP 32
 #define ROWS_PER_BLOCK 8 // warps per block

@@ -6,7 +6,7 @@
 #include "gpu.h"
 
 extern "C" {
-#include "tree_hd.h"
+#include "exact/tree_hd.h"
 }
 
 #define THREADS 256

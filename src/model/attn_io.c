@@ -1,9 +1,9 @@
-// The seams' io for strategies (parallel/strategy.h): what a strategy sees of
+// The seams' io for strategies (cp/strategy.h): what a strategy sees of
 // the model at the attention seam and, for a tensor split, at the layer seam,
 // filled here from the model's geometry, buffers and layer l's tensors. The
 // one place a strategy's view of the model is written.
+#include "cp/strategy.h"
 #include "model_impl.h"
-#include "parallel/strategy.h"
 
 void ts_attn_io_geometry(const ts_model *m, ts_attn_io *io) {
   *io = (ts_attn_io){

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "model_impl.h"
-#include "model/run_partials.h"
+#include "run_partials.h"
 
 // The bytes of the logits and their gradient (one leaf per slot with
 // --fused-ce), declared to the tracker (mem.h) for the loss's span.

@@ -1,11 +1,11 @@
 // One transformer layer, forward and backward: the norms, the strategy's
-// attention (src/parallel/strategy.h) and the output projection, the MLP (mlp.c),
+// attention (src/cp/strategy.h) and the output projection, the MLP (mlp.c),
 // dropout and the residuals; and the per-run pieces every layer uses (the
 // dropout indices and rotations of the rank's rows).
-#include "index.h"
+#include "cp/strategy.h"
+#include "exact/index.h"
+#include "exact/rng.h"
 #include "model_impl.h"
-#include "parallel/strategy.h"
-#include "rng.h"
 
 // Global dropout indices (index.h) of this shard's first element in layer l:
 // projection and MLP rows from position t0 (a sequence shard holds one

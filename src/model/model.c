@@ -1,7 +1,7 @@
 // The transformer family (GPT and LLaMA variants): forward and backward of
 // the rank's rows through the layers of its stage, stage boundaries (codecs:
 // src/boundary/) included. The pieces are params.c (parameters and buffers),
-// layer.c (a layer around the strategy's attention, src/parallel/strategy.h),
+// layer.c (a layer around the strategy's attention, src/cp/strategy.h),
 // mlp.c, head.c (the head, the loss and the embeddings' gradients).
 #include <math.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 // The model's insides, shared by the files of src/model/ and by the
-// context-parallel strategies (src/parallel/strategy.h) and stage-boundary codecs
+// context-parallel strategies (src/cp/strategy.h) and stage-boundary codecs
 // (src/boundary/), which run a layer's attention (or, tensor-split, the whole
 // layer) and a stage's edges on them. Everything else goes through tessera.h.
 #ifndef TS_MODEL_IMPL_H
@@ -7,14 +7,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "comm.h"
-#include "kernels.h"
-#include "mem.h"
-#include "parallel/strategy.h"
+#include "backend/backend.h"
+#include "backend/kernels.h"
+#include "backend/mem.h"
+#include "comm/comm.h"
+#include "cp/strategy.h"
 #include "tessera.h"
 
-// A layer's tensors (parallel/strategy.h: the seams pass them to strategies).
+// A layer's tensors (cp/strategy.h: the seams pass them to strategies).
 typedef ts_layer_tensors layer_params;
 
 typedef struct {
@@ -128,7 +128,7 @@ uint64_t ts_model_attn_base(const ts_model *m, int l);
 void ts_model_rope_rows(const ts_model *m, float *x, int nh, int ld, int backward);
 
 // ---- the pieces of src/model/ ---------------------------------------------------------
-// attn_io.c: the attention seam's io (parallel/strategy.h) of the model's
+// attn_io.c: the attention seam's io (cp/strategy.h) of the model's
 // geometry and services alone (l = -1, no tensors), or of layer l's call.
 struct ts_attn_io;
 void ts_attn_io_geometry(const ts_model *m, struct ts_attn_io *io);

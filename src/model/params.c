@@ -10,10 +10,10 @@
 #include <unistd.h>
 
 #include "boundary/boundary.h"
+#include "cp/strategy.h"
+#include "exact/rng.h"
 #include "model_impl.h"
-#include "model/run_partials.h"
-#include "parallel/strategy.h"
-#include "rng.h"
+#include "run_partials.h"
 
 // ---- parameter table ---------------------------------------------------------------
 typedef struct {

@@ -26,9 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "model_impl.h"
 #include "run_partials.h"
-#include "util.h"
 
 // The model whose workspace an operation was given: the model calls every
 // wrapped operation with its own &m->ws.

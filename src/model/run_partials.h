@@ -6,7 +6,7 @@
 #define TS_RUN_PARTIALS_H
 #include <stddef.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "tessera.h"
 
 // The backend the model runs on, with its weight-gradient operations split

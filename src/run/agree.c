@@ -13,12 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "json.h"
-#include "parallel/grid.h"
-#include "run/fingerprint.h"
-#include "run/run.h"
-#include "util.h"
+#include "backend/backend.h"
+#include "base/json.h"
+#include "base/util.h"
+#include "dist/grid.h"
+#include "fingerprint.h"
+#include "run.h"
 
 #define NLAYOUT 10
 // every field of ts_layout is one of layout_flags' (a new one: add it there)

@@ -21,11 +21,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "json.h"
-#include "parallel/pfile.h"
-#include "run/run.h"
-#include "util.h"
+#include "base/json.h"
+#include "base/util.h"
+#include "dist/pfile.h"
+#include "run.h"
+#include "train/ckpt.h"
 
 #define META_CONFIG TS_META_CONFIG
 #define META_STEP "tessera.step"

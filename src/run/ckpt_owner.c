@@ -26,10 +26,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "json.h"
-#include "parallel/grid.h"
-#include "run/run.h"
-#include "util.h"
+#include "base/json.h"
+#include "base/util.h"
+#include "dist/grid.h"
+#include "run.h"
 
 static int lock_fd = -1; // held open for the life of the process
 // this run's lineage (its checkpoints' run id); "" before the claim

@@ -10,11 +10,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "backend/backend.h"
+#include "base/util.h"
 #include "cpu/mm.h"
-#include "run/run.h"
-#include "tree.h"
-#include "util.h"
+#include "exact/tree.h"
+#include "run.h"
 
 // The thread count never changes a result; by default the ranks on one node
 // share its threads.

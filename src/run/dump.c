@@ -11,9 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "run/run.h"
-#include "util.h"
+#include "base/util.h"
+#include "run.h"
+#include "train/ckpt.h"
 
 static int write_text_atomic(const char *path, const char *text) {
   char tmp[4200];

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "run/run.h"
+#include "run.h"
+#include "train/ckpt.h"
 
 int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   ts_run_setup_threads(cfg_in, 1);

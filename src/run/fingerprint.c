@@ -3,23 +3,23 @@
 // and their remainders (odd sizes), and through every element-wise function
 // of the exact path, so a rank that would train to other bits is caught
 // before it trains. Inputs come from Philox (integers, so the same everywhere).
-#include "run/fingerprint.h"
+#include "fingerprint.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/kernels.h"
+#include "backend/orthogonal.h"
 #include "boundary/boundary.h"
 #include "cpu/attention_tile.h"
-#include "cpu/fastexp.h"
 #include "cpu/mm.h"
-#include "exactmath.h"
-#include "kernels.h"
-#include "optim.h"
-#include "orthogonal.h"
-#include "rng.h"
+#include "exact/exactmath.h"
+#include "exact/fastexp.h"
+#include "exact/rng.h"
 #include "tessera.h"
+#include "train/optim.h"
 
 #define FP_SEED 0x7e55e7aull
 #define FP_PURPOSE 0x7f // a purpose of its own: no run draws these

@@ -16,7 +16,7 @@
 
 // The parts hashed one by one, so that a difference can be named.
 enum {
-  TS_ARITH_ELEMENTARY,  // exp, log, pow, sin, cos (src/exactmath.h, src/cpu/fastexp.h)
+  TS_ARITH_ELEMENTARY,  // exp, log, pow, sin, cos (src/exact/exactmath.h, src/exact/fastexp.h)
   TS_ARITH_PRODUCTS,    // ts_mm, ts_tile_mm, Newton–Schulz
   TS_ARITH_NORMS,       // LayerNorm, RMSNorm, forward and backward
   TS_ARITH_ACTIVATIONS, // GeLU, SwiGLU

@@ -8,7 +8,7 @@
 // machine is quiet and keeps a step within about 2x its quiet time beside one
 // busy process, where spinning took about 3x. A user who sets
 // OMP_WAIT_POLICY (active, for a dedicated node) keeps it.
-#include "run/omp_env.h"
+#include "omp_env.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "json.h"
-#include "parallel/grid.h"
-#include "run/run.h"
+#include "base/json.h"
+#include "dist/grid.h"
+#include "run.h"
 
 #define HOST_MAX 64 // a longer host name is cut (it only has to be recognised)
 

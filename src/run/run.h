@@ -7,14 +7,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ckpt.h"
-#include "comm.h"
-#include "data.h"
-#include "optim.h"
-#include "parallel/owners.h"
-#include "parallel/shard.h"
+#include "comm/comm.h"
+#include "dist/owners.h"
+#include "dist/shard.h"
 #include "tessera.h"
-#include "tokenizer.h"
+#include "text/tokenizer.h"
+#include "train/ckpt.h"
+#include "train/data.h"
+#include "train/optim.h"
 
 // Validation windows are keyed by steps far above any training step.
 #define TS_EVAL_STEP_BASE (1ull << 39)

@@ -1,7 +1,7 @@
 // tessera sample: text from a checkpoint (docs/SAMPLING.md). The model comes
 // from the checkpoint as for tessera eval; the prompt is encoded with the
 // tokenizer, fed to the incremental decoder (src/model/decode.c), and each
-// next token drawn by the sampler (src/sampler.h) and fed back. Nothing is
+// next token drawn by the sampler (src/text/sampler.h) and fed back. Nothing is
 // printed until every token is made, so a failure leaves no partial output.
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "json.h"
-#include "run/run.h"
-#include "sampler.h"
-#include "tokenizer.h"
-#include "util.h"
+#include "base/json.h"
+#include "base/util.h"
+#include "run.h"
+#include "text/sampler.h"
+#include "text/tokenizer.h"
 
 // Prompt files larger than this are refused: no context holds that many tokens.
 #define PROMPT_FILE_MAX (64u << 20)

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "run/run.h"
+#include "run.h"
 
 static const int stop_signals[] = {SIGTERM, SIGINT, SIGHUP};
 #define N_STOP ((int)(sizeof stop_signals / sizeof stop_signals[0]))

@@ -13,8 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "run/run.h"
-#include "util.h"
+#include "base/util.h"
+#include "run.h"
 
 #define CHUNK (4u << 20) // bytes of text read at a time (grown for a longer line)
 

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt.h"
-#include "json.h"
-#include "run/run.h"
+#include "base/json.h"
+#include "run.h"
+#include "train/ckpt.h"
 
 // A record read back or about to be written.
 typedef struct {

@@ -23,13 +23,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "backend/backend.h"
+#include "backend/mem.h"
+#include "base/util.h"
+#include "cp/strategy.h"
+#include "dist/grid.h"
 #include "log.h"
-#include "mem.h"
-#include "parallel/strategy.h"
-#include "parallel/grid.h"
-#include "run/run.h"
-#include "util.h"
+#include "run.h"
 
 // A hidden hook for the tests of failure handling: the rank named by
 // TESSERA_FAULT_RANK fails as if its data file were unreadable, while the

@@ -20,7 +20,7 @@
 //          leaves the run's own settings out, which change no value), so whatever is
 //          accepted must load exactly the seed's values, step and config.
 //   fixed  after the edits the CRCs are recomputed (the header's as
-//          src/ckpt.c documents it, and usually the data's), so that the
+//          src/train/ckpt.c documents it, and usually the data's), so that the
 //          edits reach the parsers and the checks behind the checksums.
 //          What is accepted must keep every promise of the reader: finite
 //          values, step = adam_step in 1..steps, a resume only of the same
@@ -47,12 +47,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ckpt.h"
-#include "compare.h"
-#include "optim.h"
+#include "train/ckpt.h"
+#include "tools/compare.h"
+#include "train/optim.h"
 #include "run/run.h"
 #include "tessera.h"
-#include "util.h"
+#include "base/util.h"
 
 #define CASE_SECONDS 30             // a case that runs longer hangs
 #define CASE_MEMORY (3ull << 30)    // address space of a case's process
@@ -92,7 +92,7 @@ static int chance(rng *r, int percent) { return (int)below(r, 100) < percent; }
 #define PICK(r, arr) (arr[below(r, sizeof arr / sizeof arr[0])])
 
 // CRC-32 as zlib computes it (reflected 0xEDB88320), bytewise: the format's
-// checksums recomputed independently of src/ckpt.c, from its description.
+// checksums recomputed independently of src/train/ckpt.c, from its description.
 static uint32_t crc_table[256];
 static void crc_init(void) {
   for (uint32_t i = 0; i < 256; i++) {
@@ -581,7 +581,7 @@ static void edit_header(rng *r, buf *h, desc *d, int step) {
 }
 
 // Recomputes tessera.data_crc32 over the data section and (after it, as it
-// covers those digits) tessera.header_crc32 as src/ckpt.c describes: the CRC
+// covers those digits) tessera.header_crc32 as src/train/ckpt.c describes: the CRC
 // of the header with its own 8 digits read as '0', in format 2 after the
 // length word, in format 3 up to its last non-space byte with the run member
 // (',"tessera.run":"…"') left out. On the file as it stands, with the header

@@ -1,2 +1,2 @@
-// src/gpu/comm_nccl.cu compiled by g++ against the emulator (cuda_emu.h, nccl.h).
-#include "gpu/comm_nccl.cu"
+// src/comm/comm_nccl.cu compiled by g++ against the emulator (cuda_emu.h, nccl.h).
+#include "comm/comm_nccl.cu"

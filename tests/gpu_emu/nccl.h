@@ -1,4 +1,4 @@
-// Just enough of NCCL for src/gpu/comm_nccl.cu, over MPI (emu_nccl.cpp), so
+// Just enough of NCCL for src/comm/comm_nccl.cu, over MPI (emu_nccl.cpp), so
 // that tests/tessera_emu runs the NCCL communicator between emulated GPUs:
 // ranks on one host, each with its own "device" (TS_EMU_DEVICES, cuda_emu.h).
 //

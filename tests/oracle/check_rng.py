@@ -1,6 +1,6 @@
-"""Checks the oracle's Philox (model.py) against src/rng.c itself.
+"""Checks the oracle's Philox (model.py) against src/exact/rng.c itself.
 
-Compiles rng_print.c with src/rng.c (gcc, or $CC), then compares, bit for bit,
+Compiles rng_print.c with src/exact/rng.c (gcc, or $CC), then compares, bit for bit,
 ts_rng_u32, ts_rng_uniform and ts_rng_normal over keys that exercise every
 counter word (64-bit index, 40-bit step, purpose, 64-bit seed), and a few
 dropout keep-masks over consecutive indices. Exit 0: equal; 1: a difference;
@@ -28,7 +28,7 @@ def compile_printer(srcdir, tmp):
         return None
     exe = os.path.join(tmp, "rng_print")
     cmd = cc.split() + ["-std=c11", "-O1", "-ffp-contract=off", "-I", os.path.join(srcdir, "src"),
-                        os.path.join(srcdir, "src", "rng.c"), os.path.join(HERE, "rng_print.c"),
+                        os.path.join(srcdir, "src", "exact", "rng.c"), os.path.join(HERE, "rng_print.c"),
                         "-lm", "-o", exe]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -44,7 +44,7 @@ def main():
     try:
         exe = compile_printer(srcdir, tmp)
         if exe is None:
-            print("SKIP: no C compiler to build src/rng.c with")
+            print("SKIP: no C compiler to build src/exact/rng.c with")
             return 77
         out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout
         bad = 0
@@ -76,7 +76,7 @@ def main():
                 bad += 1
                 print(f"DIFF dropout mask (seed {seed}, purpose {purpose}, step {step}, "
                       f"base {base}, p {p}): {int((mine != theirs).sum())} of {cnt} differ")
-        print(f"rng: {n - bad}/{n} keys and masks equal to src/rng.c bit for bit: "
+        print(f"rng: {n - bad}/{n} keys and masks equal to src/exact/rng.c bit for bit: "
               f"{'PASS' if bad == 0 else 'FAIL'}")
         return 0 if bad == 0 else 1
     finally:

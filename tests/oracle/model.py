@@ -190,7 +190,7 @@ class Config:
 
 
 # ---------------------------------------------------------------------------
-# Philox4x32-10 and the counter-based draws of src/rng.c (docs/MODEL.md keys)
+# Philox4x32-10 and the counter-based draws of src/exact/rng.c (docs/MODEL.md keys)
 
 RNG_INIT, RNG_DROPOUT_ATTN, RNG_DROPOUT_PROJ, RNG_DROPOUT_MLP, RNG_DATA = 1, 2, 3, 4, 5
 _M32 = np.uint64(0xFFFFFFFF)

@@ -1,10 +1,10 @@
-// Prints src/rng.c's draws for a fixed set of keys, one line per key:
+// Prints src/exact/rng.c's draws for a fixed set of keys, one line per key:
 // seed purpose step index u32 uniform(%a) normal(%a). check_rng.py compares
 // them with its own Philox so the oracle's dropout masks are known to match.
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "rng.h"
+#include "exact/rng.h"
 
 // With arguments "SEED PURPOSE STEP BASE N P": prints the dropout keep-mask
 // (1 = kept: uniform >= p, both float) for indices BASE .. BASE+N-1, one line.

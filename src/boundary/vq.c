@@ -1,0 +1,196 @@
+// Residual multi-codebook vector quantisation (vq.h).
+#include "vq.h"
+
+#include <float.h>
+#include <string.h>
+
+#include "exact/rng.h"
+
+void ts_vq_shape_of(const ts_config *cfg, ts_vq_shape *q) {
+  q->r = cfg->compress_rank;
+  q->G = cfg->vq_groups;
+  q->R = cfg->vq_rounds;
+  q->K = cfg->vq_codes;
+  q->ng = q->G > 0 ? q->r / q->G : 0;
+  q->gamma = cfg->vq_gamma;
+  q->commit = cfg->vq_commit;
+  q->sync = cfg->vq_sync_codes;
+}
+
+// Code c = (j·ng + g)·K + k: round j, group g, code k; its G floats at c·G.
+static inline const float *code_at(const ts_vq_shape *q, const float *e, int j, int g, int k) {
+  return e + (((size_t)j * q->ng + (size_t)g) * q->K + (size_t)k) * q->G;
+}
+
+static int nearest(const ts_vq_shape *q, const float *e, int j, int g, const float *res) {
+  int best = 0;
+  float bd = FLT_MAX;
+  for (int k = 0; k < q->K; k++) {
+    const float *c = code_at(q, e, j, g, k);
+    float d = 0.0f;
+    for (int t = 0; t < q->G; t++) {
+      float diff = res[t] - c[t];
+      d = d + diff * diff;
+    }
+    if (d < bd) bd = d, best = k;
+  }
+  return best;
+}
+
+void ts_vq_encode(const ts_vq_shape *q, const float *e, const float *z, int64_t n,
+                  uint8_t *codes, float *zq) {
+  const size_t rb = ts_vq_row_bytes(q);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    float res[64], acc[64]; // G <= r <= d; groups wider than 64 are refused by the config
+    for (int g = 0; g < q->ng; g++) {
+      const float *zg = z + (size_t)i * q->r + (size_t)g * q->G;
+      for (int t = 0; t < q->G; t++) res[t] = zg[t], acc[t] = 0.0f;
+      for (int j = 0; j < q->R; j++) {
+        int k = nearest(q, e, j, g, res);
+        codes[(size_t)i * rb + (size_t)j * q->ng + g] = (uint8_t)k;
+        const float *c = code_at(q, e, j, g, k);
+        for (int t = 0; t < q->G; t++) res[t] = res[t] - c[t], acc[t] = acc[t] + c[t];
+      }
+      if (zq) memcpy(zq + (size_t)i * q->r + (size_t)g * q->G, acc, (size_t)q->G * sizeof(float));
+    }
+  }
+}
+
+void ts_vq_decode(const ts_vq_shape *q, const float *e, const uint8_t *codes, int64_t n, float *zq) {
+  const size_t rb = ts_vq_row_bytes(q);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++)
+    for (int g = 0; g < q->ng; g++) {
+      float *out = zq + (size_t)i * q->r + (size_t)g * q->G;
+      for (int t = 0; t < q->G; t++) out[t] = 0.0f;
+      for (int j = 0; j < q->R; j++) {
+        const float *c = code_at(q, e, j, g, codes[(size_t)i * rb + (size_t)j * q->ng + g]);
+        for (int t = 0; t < q->G; t++) out[t] = out[t] + c[t];
+      }
+    }
+}
+
+void ts_vq_stats_leaf(const ts_vq_shape *q, const float *e, const float *z, const uint8_t *codes,
+                      const int64_t *cand_row, int64_t li, int leaf, float *out) {
+  const size_t nc = ts_vq_ncodes(q), rb = ts_vq_row_bytes(q);
+  float *cnt = out, *sum = out + nc, *cand = sum + nc * q->G;
+  memset(out, 0, ts_vq_stat_floats(q) * sizeof(float));
+  const int64_t r0 = li * leaf, r1 = r0 + leaf;
+  for (int64_t i = r0; i < r1; i++)
+    for (int g = 0; g < q->ng; g++) {
+      float res[64];
+      memcpy(res, z + (size_t)i * q->r + (size_t)g * q->G, (size_t)q->G * sizeof(float));
+      for (int j = 0; j < q->R; j++) {
+        const int k = codes[(size_t)i * rb + (size_t)j * q->ng + g];
+        const size_t c = ((size_t)j * q->ng + (size_t)g) * q->K + (size_t)k;
+        cnt[c] = cnt[c] + 1.0f;
+        for (int t = 0; t < q->G; t++) sum[c * q->G + t] = sum[c * q->G + t] + res[t];
+        const float *ek = code_at(q, e, j, g, k);
+        for (int t = 0; t < q->G; t++) res[t] = res[t] - ek[t];
+      }
+    }
+  // candidates: the residual entering round j of the code's seeded row
+  for (size_t c = 0; c < nc; c++) {
+    const int64_t i = cand_row[c];
+    if (i < r0 || i >= r1) continue;
+    const int j = (int)(c / ((size_t)q->ng * q->K)), g = (int)(c / q->K % q->ng);
+    float res[64];
+    memcpy(res, z + (size_t)i * q->r + (size_t)g * q->G, (size_t)q->G * sizeof(float));
+    for (int jj = 0; jj < j; jj++) {
+      const float *ek = code_at(q, e, jj, g, codes[(size_t)i * rb + (size_t)jj * q->ng + g]);
+      for (int t = 0; t < q->G; t++) res[t] = res[t] - ek[t];
+    }
+    memcpy(cand + c * q->G, res, (size_t)q->G * sizeof(float));
+  }
+}
+
+void ts_vq_candidates(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
+                      int64_t ntok_global, int64_t g0, int64_t n, int64_t *cand_row) {
+  const size_t nc = ts_vq_ncodes(q);
+  for (size_t c = 0; c < nc; c++) {
+    int64_t row = (int64_t)ts_rng_below(seed, TS_RNG_VQ, step,
+                                        ((uint64_t)boundary << 32) | (uint64_t)c,
+                                        (uint64_t)ntok_global);
+    cand_row[c] = row >= g0 && row < g0 + n ? row - g0 : -1;
+  }
+}
+
+void ts_vq_init(const ts_vq_shape *q, uint64_t seed, int boundary, float *count, float *sum,
+                float *codes, float *recv) {
+  const size_t nc = ts_vq_ncodes(q), nf = nc * q->G;
+  memset(count, 0, nc * sizeof(float));
+  memset(sum, 0, nf * sizeof(float));
+  for (size_t i = 0; i < nf; i++)
+    codes[i] = 0.02f * ts_rng_normal(seed, TS_RNG_VQ, 0, ((uint64_t)boundary << 40) | i);
+  memcpy(recv, codes, nf * sizeof(float));
+}
+
+void ts_vq_update(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step, float *count,
+                  float *sum, float *codes, float *recv, const float *stats) {
+  const size_t nc = ts_vq_ncodes(q), per = (size_t)q->K;
+  const float *n = stats, *s = stats + nc, *cand = s + nc * q->G;
+  const float gm = q->gamma, eps = 1e-5f;
+  for (size_t c = 0; c < nc; c++) {
+    count[c] = gm * count[c] + (1.0f - gm) * n[c];
+    for (int t = 0; t < q->G; t++)
+      sum[c * q->G + t] = gm * sum[c * q->G + t] + (1.0f - gm) * s[c * q->G + t];
+  }
+  for (size_t b = 0; b < nc; b += per) { // one codebook: K codes of round j, group g
+    float tot = 0.0f;
+    for (size_t k = 0; k < per; k++) tot = tot + count[b + k];
+    for (size_t k = 0; k < per; k++) {
+      const size_t c = b + k;
+      const float sm = (count[c] + eps) / (tot + (float)q->K * eps) * tot;
+      if (count[c] < 2.0f) { // dead: its candidate, with the EMA sum to match
+        for (int t = 0; t < q->G; t++) {
+          codes[c * q->G + t] = cand[c * q->G + t];
+          sum[c * q->G + t] = cand[c * q->G + t] * sm;
+        }
+      } else {
+        for (int t = 0; t < q->G; t++) codes[c * q->G + t] = sum[c * q->G + t] / sm;
+      }
+    }
+  }
+  // the streamed sync
+  ts_vq_stream(q, seed, boundary, step, codes, recv);
+}
+
+int ts_vq_streamed_code(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step, int j,
+                        int i) {
+  return (int)ts_rng_below(seed, TS_RNG_VQ, step,
+                           (1ull << 63) | ((uint64_t)boundary << 32) | ((uint64_t)j << 16) |
+                               (uint64_t)i,
+                           (uint64_t)q->K);
+}
+
+// The floats of code k of round j, group g.
+static size_t code_offset(const ts_vq_shape *q, int j, int g, int k) {
+  return (((size_t)j * q->ng + (size_t)g) * q->K + (size_t)k) * q->G;
+}
+
+void ts_vq_stream(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
+                  const float *from, float *to) {
+  for (int j = 0; j < q->R; j++)
+    for (int i = 0; i < q->sync; i++) {
+      const int k = ts_vq_streamed_code(q, seed, boundary, step, j, i);
+      for (int g = 0; g < q->ng; g++) {
+        const size_t o = code_offset(q, j, g, k);
+        memcpy(to + o, from + o, (size_t)q->G * sizeof(float));
+      }
+    }
+}
+
+void ts_vq_stream_pack(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
+                       float *book, float *msg, int unpack) {
+  size_t n = 0;
+  for (int j = 0; j < q->R; j++)
+    for (int i = 0; i < q->sync; i++) {
+      const int k = ts_vq_streamed_code(q, seed, boundary, step, j, i);
+      for (int g = 0; g < q->ng; g++, n += (size_t)q->G) {
+        const size_t o = code_offset(q, j, g, k);
+        if (unpack) memcpy(book + o, msg + n, (size_t)q->G * sizeof(float));
+        else memcpy(msg + n, book + o, (size_t)q->G * sizeof(float));
+      }
+    }
+}

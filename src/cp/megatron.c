@@ -1,0 +1,305 @@
+// The Megatron-style sequence-parallel baseline (docs/ALGORITHMS.md §3; Korthikanti
+// et al. 2022): a tensor-parallel layer whose norms, dropout and residuals run
+// on the rank's sequence segment. Rank s of the N-rank group holds heads
+// [s·H/N, (s+1)·H/N) and MLP columns [s·F/N, (s+1)·F/N) of every layer:
+//   forward   all-gather ln1(x) · Q/K/V and attention of its heads on the
+//             whole sequence · partial output projection, reduce-scattered ·
+//             all-gather ln2 · its W1 columns, GeLU · partial W2, reduce-scattered
+//   backward  the mirror image: 4 all-gathers and 4 reduce-scatters.
+// 8 collectives per layer. The partial projections are summed across ranks,
+// so the result is not the serial bits: this mode is in the tolerance tier.
+//
+// A rank owns its slices (strategy.h `split`): it allocates, initialises, updates
+// and checkpoints only the blocks of the split tensors its heads and columns
+// use, with their gradients and AdamW moments, each block kept contiguous:
+//   Q, K, V weights (C, C)   rows [h0·dh, h0·dh + Kl)   one run   (Kl, C)
+//   Q, K, V biases (C)       the same entries           one run   (Kl)
+//   output projection (C, C) columns of its heads       C runs    (C, Kl)
+//   W1 (F, C), b1 (F)        rows, entries [f0, f0+Fl)  one run   (Fl, C), (Fl)
+//   W2 (C, F)                columns [f0, f0 + Fl)      C runs    (C, Fl)
+// The rest (embeddings, norms, the biases of the output projection and W2,
+// the head) is replicated. A block's gradient is complete on its rank, so the
+// trainer's sequence-group all-reduce covers the replicated gradients alone
+// (the norms' partial sums); the owners' folds (owners.h) take the blocks in
+// canonical order, so the gradient norm, the parameter hash and the
+// checkpoint are the serial layout's, and a checkpoint resumes under any
+// layout. Not with --zero (the blocks are shards already) nor Muon, which
+// orthogonalises whole matrices.
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "cp.h"
+#include "exact/rng.h"
+
+struct megatron {
+  int N, s;              // group size, this rank
+  int Hl, h0, Kl;        // local heads, first head, Kl = Hl·dh columns of Q/K/V
+  int Fl;                // local MLP columns
+  // kept for backward, per layer
+  float **X, **X2;       // (T, C) gathered ln1 and ln2 outputs
+  float **q, **k, **v;   // (T, Kl) this rank's heads
+  float **att;           // (T, Kl)
+  float **lse;           // (Hl, T)
+  float **fch;           // (T, Fl) pre-GeLU
+  // scratch
+  float *full;           // (T, C) partial sums before a reduce-scatter, gathered gradients
+  float *gelu, *dfch;    // (T, Fl)
+  float *dq, *dk, *dv, *datt; // (T, Kl)
+  float *dsum;           // (Hl, T)
+  float *mem;
+  size_t nfloats;
+};
+
+static void free_state(const ts_backend *be, struct megatron *mt);
+
+static int megatron_create(const ts_attn_io *io, const ts_seq_shard *sp, void **state) {
+  (void)sp;
+  struct megatron *mt = calloc(1, sizeof *mt);
+  if (!mt) return ts_fail(TS_ERUNTIME, "out of memory");
+  mt->N = io->seq->size;
+  mt->s = io->seq->rank;
+  mt->Hl = io->H / mt->N;
+  mt->h0 = mt->s * mt->Hl;
+  mt->Kl = mt->Hl * io->dh;
+  mt->Fl = io->F / mt->N;
+  const size_t T = (size_t)io->T, C = (size_t)io->C, L = (size_t)io->L;
+  const size_t Kl = (size_t)mt->Kl, Fl = (size_t)mt->Fl, HT = (size_t)mt->Hl * T;
+  size_t per_layer = 2 * T * C + 4 * T * Kl + HT + T * Fl;
+  mt->nfloats = L * per_layer + T * C + 2 * T * Fl + 4 * T * Kl + HT;
+  float ***lists[] = {&mt->X, &mt->X2, &mt->q, &mt->k, &mt->v, &mt->att, &mt->lse, &mt->fch};
+  for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
+    if (!(*lists[i] = calloc(L, sizeof(float *)))) { free_state(io->be, mt); return ts_fail(TS_ERUNTIME, "out of memory"); }
+  mt->mem = io->be->alloc(mt->nfloats * sizeof(float));
+  if (!mt->mem) {
+    free_state(io->be, mt);
+    return ts_fail(TS_ERUNTIME, "out of memory allocating %.1f MB of tensor-split activations",
+                   (double)mt->nfloats * 4.0 / 1e6);
+  }
+  *state = mt;
+  float *a = mt->mem;
+#define TAKE(PTR, COUNT) do { PTR = a; a += (COUNT); } while (0)
+  for (size_t l = 0; l < L; l++) {
+    TAKE(mt->X[l], T * C); TAKE(mt->X2[l], T * C);
+    TAKE(mt->q[l], T * Kl); TAKE(mt->k[l], T * Kl); TAKE(mt->v[l], T * Kl); TAKE(mt->att[l], T * Kl);
+    TAKE(mt->lse[l], HT); TAKE(mt->fch[l], T * Fl);
+  }
+  TAKE(mt->full, T * C); TAKE(mt->gelu, T * Fl); TAKE(mt->dfch, T * Fl);
+  TAKE(mt->dq, T * Kl); TAKE(mt->dk, T * Kl); TAKE(mt->dv, T * Kl); TAKE(mt->datt, T * Kl);
+  TAKE(mt->dsum, HT);
+#undef TAKE
+  return TS_OK;
+}
+
+static void free_state(const ts_backend *be, struct megatron *mt) {
+  if (!mt) return;
+  be->free(mt->mem);
+  free(mt->X); free(mt->X2); free(mt->q); free(mt->k); free(mt->v); free(mt->att);
+  free(mt->lse); free(mt->fch);
+  free(mt);
+}
+
+static void megatron_destroy(const ts_attn_io *io) { free_state(io->be, io->state); }
+
+static size_t megatron_bytes(const ts_attn_io *io) {
+  const struct megatron *mt = io->state;
+  return mt ? mt->nfloats * sizeof(float) : 0;
+}
+
+// ---- helpers ---------------------------------------------------------------------------
+// The products go through the backend's matmul: out (M, N; ldc) = op(A) · op(B)
+// + beta·out, op(A) (M, K) being A (M, K) or, with transA, A (K, M)ᵀ; the CPU
+// takes them in blocks of 64 rows of out (docs/EXACTNESS.md R1). The bias
+// gradients are its column_sum onto zeroed slices: 0 + the rows in order.
+static ts_attn_shape heads_shape(const ts_attn_io *at) {
+  const struct megatron *mt = at->state;
+  ts_attn_shape as = {.B = 1, .T = at->T, .H = mt->Hl, .dh = at->dh, .tile = at->cfg->tile,
+                      .dropout = at->p, .seed = at->cfg->seed, .step = at->step,
+                      .index_base = at->shape.index_base, .h0 = mt->h0, .Hg = at->H,
+                      .Hkv = mt->Hl}; // GPT: as many key/value heads as heads
+  return as;
+}
+
+// own (Tl, C) = this rank's rows of the group's sum of `full` (T, C) + bias.
+static int reduce_scatter_rows(const ts_attn_io *at, float *own, const float *bias) {
+  struct megatron *mt = at->state;
+  const size_t C = (size_t)at->C, n = (size_t)at->T * C;
+  int rc = ts_comm_reduce_scatter_tree(at->seq, mt->full, n, at->l);
+  if (rc) return rc;
+  at->be->add_rows(own, (int)C, mt->full + (size_t)at->t0 * C, (int)C, bias, 0, at->Tl, (int)C);
+  return TS_OK;
+}
+
+// ---- forward -----------------------------------------------------------------------
+static int megatron_layer_forward(const ts_layer_io *io) {
+  const ts_attn_io *at = &io->attn;
+  const int l = at->l;
+  const uint64_t step = at->step;
+  const float p = at->p;
+  struct megatron *mt = at->state;
+  const int T = at->T, C = at->C, Tl = at->Tl, dh = at->dh, rows = at->cfg->leaf;
+  const int Kl = mt->Kl, Fl = mt->Fl;
+  const size_t own = (size_t)Tl * C;
+  const uint64_t seed = at->cfg->seed;
+  const ts_layer_tensors *w = io->w;
+  const float *x = io->x;
+  float *y = io->y;
+  int rc;
+  // attention: gather ln1(x), this rank's heads on the whole sequence
+  at->be->layernorm_forward(io->ln_out, io->ln1_mean, io->ln1_rstd, x, w->ln1w, w->ln1b, Tl, C);
+  if ((rc = ts_comm_allgather(at->seq, io->ln_out, mt->X[l], own * sizeof(float), l))) return rc;
+  at->be->linear_forward_heads(mt->q[l], mt->X[l], w->wq, w->bq, T, C, Kl, dh, rows);
+  at->be->linear_forward_heads(mt->k[l], mt->X[l], w->wk, w->bk, T, C, Kl, dh, rows);
+  at->be->linear_forward_heads(mt->v[l], mt->X[l], w->wv, w->bv, T, C, Kl, dh, rows);
+  ts_attn_shape as = heads_shape(at);
+  at->be->attention_forward(at->ws, mt->att[l], mt->lse[l], mt->q[l], mt->k[l], mt->v[l], &as);
+  // partial output projection over this rank's heads: att (T, Kl) · Wo[:, heads]ᵀ
+  at->be->matmul(0, 1, T, C, Kl, mt->att[l], Kl, w->wo, Kl, 0.0f, mt->full, C);
+  if ((rc = reduce_scatter_rows(at, io->res_mid, w->bo))) return rc;
+  at->be->dropout_apply(io->res_mid, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, io->row_base);
+  at->be->add(io->res_mid, x, io->res_mid, (int64_t)own);
+  // MLP: gather ln2, this rank's columns of W1, partial W2
+  at->be->layernorm_forward(io->ln_out, io->ln2_mean, io->ln2_rstd, io->res_mid, w->ln2w, w->ln2b, Tl, C);
+  if ((rc = ts_comm_allgather(at->seq, io->ln_out, mt->X2[l], own * sizeof(float), l))) return rc;
+  at->be->linear_forward(mt->fch[l], mt->X2[l], w->w1, w->b1, T, C, Fl, rows);
+  at->be->gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl);
+  at->be->matmul(0, 1, T, C, Fl, mt->gelu, Fl, w->w2, Fl, 0.0f, mt->full, C);
+  if ((rc = reduce_scatter_rows(at, y, w->b2))) return rc;
+  at->be->dropout_apply(y, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, io->row_base);
+  at->be->add(y, io->res_mid, y, (int64_t)own);
+  return TS_OK;
+}
+
+// ---- backward ----------------------------------------------------------------------
+static int megatron_layer_backward(const ts_layer_io *io) {
+  const ts_attn_io *at = &io->attn;
+  const int l = at->l;
+  const uint64_t step = at->step;
+  struct megatron *mt = at->state;
+  const int T = at->T, C = at->C, Tl = at->Tl;
+  const int Kl = mt->Kl, Fl = mt->Fl;
+  const size_t own = (size_t)Tl * C;
+  const float p = at->p;
+  const uint64_t seed = at->cfg->seed;
+  const ts_layer_tensors *w = io->w, *g = io->g;
+  ts_ws *ws = at->ws;
+  int rc, trc = 0;
+  // the bias gradients are sums onto zeros (the weights' products overwrite)
+  memset(g->bq, 0, (size_t)Kl * sizeof(float)); memset(g->bk, 0, (size_t)Kl * sizeof(float));
+  memset(g->bv, 0, (size_t)Kl * sizeof(float)); memset(g->bo, 0, (size_t)C * sizeof(float));
+  memset(g->b1, 0, (size_t)Fl * sizeof(float)); memset(g->b2, 0, (size_t)C * sizeof(float));
+
+  // MLP: y = res_mid + dropout(RS(gelu · W2[:, cols]ᵀ) + b2)
+  at->be->copy(at->tmp, io->dres, own * sizeof(float));
+  at->be->dropout_apply(at->tmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, io->row_base);
+  at->be->column_sum(g->b2, at->tmp, Tl, C, 1);
+  if ((rc = ts_comm_allgather(at->seq, at->tmp, mt->full, own * sizeof(float), l))) return rc;
+  at->be->gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl); // recomputed
+  at->be->matmul(1, 0, C, Fl, T, mt->full, C, mt->gelu, Fl, 0.0f, g->w2, Fl);
+  at->be->matmul(0, 0, T, Fl, C, mt->full, C, w->w2, Fl, 0.0f, mt->dfch, Fl);
+  at->be->gelu_backward(mt->dfch, mt->fch[l], mt->dfch, (int64_t)T * Fl);
+  at->be->matmul(1, 0, Fl, C, T, mt->dfch, Fl, mt->X2[l], C, 0.0f, g->w1, C);
+  at->be->column_sum(g->b1, mt->dfch, T, Fl, 1);
+  at->be->matmul(0, 0, T, C, Fl, mt->dfch, Fl, w->w1, C, 0.0f, mt->full, C);
+  if ((rc = ts_comm_reduce_scatter_tree(at->seq, mt->full, (size_t)T * C, l))) return rc;
+  at->be->copy(at->tmp, mt->full + (size_t)at->t0 * C, own * sizeof(float));
+  trc |= at->be->layernorm_backward(ws, at->tmp2, g->ln2w, g->ln2b, at->tmp, io->res_mid, w->ln2w,
+                            io->ln2_mean, io->ln2_rstd, Tl, C);
+  at->be->add(io->dres, io->dres, at->tmp2, (int64_t)own);
+
+  // attention: res_mid = x + dropout(RS(att · Wo[:, heads]ᵀ) + bo)
+  at->be->copy(at->tmp, io->dres, own * sizeof(float));
+  at->be->dropout_apply(at->tmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, io->row_base);
+  at->be->column_sum(g->bo, at->tmp, Tl, C, 1);
+  if ((rc = ts_comm_allgather(at->seq, at->tmp, mt->full, own * sizeof(float), l))) return rc;
+  at->be->matmul(1, 0, C, Kl, T, mt->full, C, mt->att[l], Kl, 0.0f, g->wo, Kl);
+  at->be->matmul(0, 0, T, Kl, C, mt->full, C, w->wo, Kl, 0.0f, mt->datt, Kl);
+  ts_attn_shape as = heads_shape(at);
+  trc |= at->be->attention_backward(ws, mt->dq, mt->dk, mt->dv, mt->dsum, mt->datt, mt->q[l], mt->k[l],
+                            mt->v[l], mt->att[l], mt->lse[l], &as);
+  at->be->matmul(1, 0, Kl, C, T, mt->dq, Kl, mt->X[l], C, 0.0f, g->wq, C);
+  at->be->matmul(1, 0, Kl, C, T, mt->dk, Kl, mt->X[l], C, 0.0f, g->wk, C);
+  at->be->matmul(1, 0, Kl, C, T, mt->dv, Kl, mt->X[l], C, 0.0f, g->wv, C);
+  at->be->column_sum(g->bq, mt->dq, T, Kl, 1);
+  at->be->column_sum(g->bk, mt->dk, T, Kl, 1);
+  at->be->column_sum(g->bv, mt->dv, T, Kl, 1);
+  at->be->matmul(0, 0, T, C, Kl, mt->dq, Kl, w->wq, C, 0.0f, mt->full, C);
+  at->be->matmul(0, 0, T, C, Kl, mt->dk, Kl, w->wk, C, 1.0f, mt->full, C);
+  at->be->matmul(0, 0, T, C, Kl, mt->dv, Kl, w->wv, C, 1.0f, mt->full, C);
+  if ((rc = ts_comm_reduce_scatter_tree(at->seq, mt->full, (size_t)T * C, l))) return rc;
+  at->be->copy(at->tmp, mt->full + (size_t)at->t0 * C, own * sizeof(float));
+  trc |= at->be->layernorm_backward(ws, at->tmp2, g->ln1w, g->ln1b, at->tmp, io->x, w->ln1w,
+                            io->ln1_mean, io->ln1_rstd, Tl, C);
+  at->be->add(io->dres, io->dres, at->tmp2, (int64_t)own);
+  if (trc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
+  return TS_OK;
+}
+
+// ---- the strategy (strategy.h) ------------------------------------------------------------
+static int megatron_check(const ts_config *cfg, ts_layout *lay) {
+  const int N = lay->sp;
+  if (lay->pp > 1)
+    return ts_fail(TS_EUSAGE, "--pp %d with --sp-mode megatron: the tensor-split baseline "
+                   "does not run in pipeline stages", lay->pp);
+  if (cfg->checkpoint || cfg->tiled_mlp)
+    return ts_fail(TS_EUSAGE, "--%s: not available with --sp-mode megatron (its layers keep "
+                   "their own buffers)", cfg->checkpoint ? "checkpoint" : "tiled-mlp");
+  if (cfg->variant != TS_GPT)
+    return ts_fail(TS_EUSAGE, "--sp-mode megatron: the baseline is built for the GPT variant "
+                              "(use lss, lss-fused or lss-basic with --model %s)",
+                   cfg->preset);
+  if (lay->zero)
+    return ts_fail(TS_EUSAGE, "--zero %d with --sp-mode megatron: not built (a tensor-split "
+                   "rank holds only its heads' and columns' blocks already)", lay->zero);
+  if (cfg->optimizer != TS_OPT_ADAMW)
+    return ts_fail(TS_EUSAGE, "--optimizer %s with --sp-mode megatron: not built (a rank "
+                   "holds blocks of the matrices Muon orthogonalises whole)",
+                   cfg->optimizer == TS_OPT_MUON ? "muon" : "muon-pe");
+  if (cfg->n_head % N != 0 || cfg->d_ff % N != 0)
+    return ts_fail(TS_EUSAGE,
+                   "--sp-mode megatron with --sp %d: the %d heads and the MLP width %d must "
+                   "divide by %d (each rank holds a slice of both)",
+                   N, cfg->n_head, cfg->d_ff, N);
+  return TS_OK;
+}
+
+// The block of a layer's tensor this rank holds (the table in the header),
+// or 0: the whole tensor. Named "h.<layer>.<field>" (src/model/params.c).
+static int megatron_split(const ts_attn_io *io, const ts_tensor *t, ts_cp_block *out) {
+  const char *dot = t->role == TS_ROLE_LAYER ? strchr(t->name + 2, '.') : NULL;
+  if (!dot) return 0;
+  const char *f = dot + 1;
+  const int64_t N = io->seq->size, s = io->seq->rank, C = io->C;
+  const int64_t Kl = (int64_t)(io->H / N) * io->dh, k0 = s * Kl, Fl = io->F / N, f0 = s * Fl;
+  static const char *const rows_of_heads[] = {"attn.wq", "attn.wk", "attn.wv"};
+  static const char *const heads[] = {"attn.bq", "attn.bk", "attn.bv"};
+  for (int i = 0; i < 3; i++) {
+    if (!strcmp(f, rows_of_heads[i])) return *out = (ts_cp_block){k0, Kl, 0, C}, 1;
+    if (!strcmp(f, heads[i])) return *out = (ts_cp_block){0, 1, k0, Kl}, 1;
+  }
+  if (!strcmp(f, "attn.wo")) return *out = (ts_cp_block){0, C, k0, Kl}, 1;
+  if (!strcmp(f, "mlp.w1")) return *out = (ts_cp_block){f0, Fl, 0, C}, 1;
+  if (!strcmp(f, "mlp.b1")) return *out = (ts_cp_block){0, 1, f0, Fl}, 1;
+  if (!strcmp(f, "mlp.w2")) return *out = (ts_cp_block){0, C, f0, Fl}, 1;
+  return 0;
+}
+
+// The layers keep their own buffers: none of the model's attention or MLP rows.
+static void megatron_sizes(const ts_attn_io *io, ts_cp_sizes *out) {
+  (void)io;
+  *out = (ts_cp_sizes){0};
+}
+
+const ts_cp ts_cp_megatron = {
+    .name = "megatron",
+    .summary = "tensor-split heads and MLP, sequence-split norms: 8 collectives per layer",
+    .exact = 0,
+    .check = megatron_check,
+    .sizes = megatron_sizes,
+    .split = megatron_split,
+    .create = megatron_create,
+    .bytes = megatron_bytes,
+    .destroy = megatron_destroy,
+    .layer_forward = megatron_layer_forward,
+    .layer_backward = megatron_layer_backward,
+};
