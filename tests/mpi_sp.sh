@@ -2,7 +2,7 @@
 # Exact sequence parallelism (docs/ALGORITHMS.md §2): `mpiexec -n D·N tessera train
 # --sp N --dp D --sp-mode MODE` equals the serial run of the same global batch
 # bit for bit (tessera compare says identical, the final parameter hashes
-# match) for MODE lss, lss-fused, lss-basic, N in {1, 2, 4, 8}, D in {1, 2}
+# match) for MODE lss, lss-fused, lss-basic, lss-unfused, N in {1, 2, 4, 8}, D in {1, 2}
 # (world <= 8), dropout off and on.
 #
 # The step records count the collectives of every attention layer exactly.
@@ -14,6 +14,7 @@
 #   lss        1 all-gather (input)              + 1 reduce-scatter ([dK|dV])     = 2
 #   lss-fused  2 all-gathers (input, E)          + 2 reduce-scatters ([dK|dV], dE) = 4
 #   lss-basic  3 all-gathers (K, V, E)           + 3 reduce-scatters (dK, dV, dE)  = 6
+#   lss-unfused 2 all-gathers (K, V)             + 2 reduce-scatters (dK, dV)      = 4
 #   lss-zigzag 1 all-gather (input)              + 1 reduce-scatter ([dK|dV] of the
 #              first runs for the first chunks, of the second runs for both: 3/2 of
 #              lss's floats)                                                      = 2
@@ -53,6 +54,7 @@ layer_counts() { # nb mode N
   lss-basic-zigzag) echo "{\"reduce_scatter\":{\"calls\":$((3 * nb)),\"bytes\":$((nb * 4 * rs1))},\"allgather\":{\"calls\":$((3 * nb)),\"bytes\":$((nb * 3 * ag))}}" ;;
   lss-zigzag) echo "{\"reduce_scatter\":{\"calls\":$nb,\"bytes\":$((nb * 3 * rs1))},\"allgather\":{\"calls\":$nb,\"bytes\":$((nb * ag))}}" ;;
   lss-fused) echo "{\"reduce_scatter\":{\"calls\":$((2 * nb)),\"bytes\":$((nb * 3 * rs1))},\"allgather\":{\"calls\":$((2 * nb)),\"bytes\":$((nb * 2 * ag))}}" ;;
+  lss-unfused) echo "{\"reduce_scatter\":{\"calls\":$((2 * nb)),\"bytes\":$((nb * 2 * rs1))},\"allgather\":{\"calls\":$((2 * nb)),\"bytes\":$((nb * 2 * ag))}}" ;;
   lss-basic) echo "{\"reduce_scatter\":{\"calls\":$((3 * nb)),\"bytes\":$((nb * 3 * rs1))},\"allgather\":{\"calls\":$((3 * nb)),\"bytes\":$((nb * 3 * ag))}}" ;;
   megatron) echo "{\"reduce_scatter\":{\"calls\":$((4 * nb)),\"bytes\":$((nb * 4 * rs1))},\"allgather\":{\"calls\":$((4 * nb)),\"bytes\":$((nb * 4 * ag))}}" ;;
   esac
@@ -61,14 +63,14 @@ layer_counts() { # nb mode N
 for drop in 0 0.1; do
   S=$TS_TMP/serial-$drop.jsonl
   expect_exit 0 "" "$T" train $BASE --dropout $drop --log "$S"
-  for mode in lss lss-fused lss-basic lss-zigzag lss-fused-zigzag lss-basic-zigzag megatron; do
+  for mode in lss lss-fused lss-basic lss-unfused lss-zigzag lss-fused-zigzag lss-basic-zigzag megatron; do
     # N = 1 is the serial (D = 1) or data-parallel layout whatever the mode;
     # megatron splits the 4 heads of tiny, so N <= 4; lss-zigzag cuts T into
     # 2N chunks of whole tiles, so N <= 4
     case $mode in
     lss) layouts="1x1 1x2 2x1 2x2 4x1 4x2 8x1" ;;
     megatron|lss-zigzag) layouts="2x1 2x2 4x1" ;;
-    *-zigzag) layouts="2x1 4x1" ;;
+    *-zigzag|lss-unfused) layouts="2x1 4x1" ;;
     *) layouts="2x1 2x2 4x1 4x2 8x1" ;;
     esac
     for nd in $layouts; do
@@ -125,8 +127,8 @@ LBASE="--model llama-tiny --batch 2 --steps 2 --warmup 1 --eval-batches 1 --data
 for drop in 0 0.1; do
   S=$TS_TMP/llama-serial-$drop.jsonl
   expect_exit 0 "" "$T" train $LBASE --dropout $drop --log "$S"
-  for run in lss:2x1 lss:4x2 lss-fused:4x1 lss-basic:2x2 lss:8x1 lss-zigzag:2x2 lss-zigzag:4x1 \
-    lss-fused-zigzag:2x1 lss-basic-zigzag:2x2; do
+  for run in lss:2x1 lss:4x2 lss-fused:4x1 lss-basic:2x2 lss-unfused:2x1 lss:8x1 lss-zigzag:2x2 \
+    lss-zigzag:4x1 lss-fused-zigzag:2x1 lss-basic-zigzag:2x2; do
     mode=${run%:*} nd=${run#*:}
     N=${nd%x*} D=${nd#*x}
     L=$TS_TMP/llama-$mode-sp$N-dp$D-$drop.jsonl
@@ -201,7 +203,7 @@ fi
 expect_resume_identical 2 2 "" "--sp 2" $BASE
 expect_resume_identical 2 2 "" "--sp 2 --sp-mode lss-zigzag" $BASE
 
-# --- megatron owns its blocks (src/parallel/megatron.c) --------------------------------
+# --- megatron owns its blocks (src/cp/megatron.c) --------------------------------
 # Rank s of N holds of every layer the blocks of its heads and MLP columns,
 # the rest whole, and (all modes) its T/N rows of the positional table.
 # tiny: C 64, F 256, L 2, T 64; per layer the split tensors hold

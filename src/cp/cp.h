@@ -25,11 +25,11 @@ void ts_cp_rope(const ts_attn_io *io, float *x, int nh, int ld);
 // ---- the LSS family (lss.c; its balanced layout: lss_zigzag.c) --------------------------
 // What tells the variants apart (each table's `opts`): the ablations
 // concatenate the attention outputs of the group (lss-fused, lss-basic), and
-// lss-basic also gathers K and V separately, un-fused.
+// gather K and V separately, un-fused (lss-basic, lss-unfused).
 typedef struct {
   int concat, separate_kv;
 } ts_lss_opts;
-extern const ts_lss_opts ts_lss_plain, ts_lss_fused, ts_lss_basic;
+extern const ts_lss_opts ts_lss_plain, ts_lss_fused, ts_lss_basic, ts_lss_unfused;
 static inline const ts_lss_opts *ts_lss_opts_of(const ts_attn_io *io) { return io->cp->opts; }
 // The ablations' concatenation: the group's attention outputs gathered (in
 // rank order: rank q's rows are its block, whatever positions they hold), the

@@ -12,6 +12,9 @@
 //              reduce-scatter backward: 4 per layer.
 //   lss-basic  K and V projected locally and gathered separately, + the
 //              concatenation: 6 per layer.
+//   lss-unfused  gradient averaging without the fusion: K and V gathered
+//              separately, no concatenation, dK and dV reduce-scattered
+//              apart: 4 per layer.
 // Gradients are then averaged over the group without the positional
 // embedding, whose rows each rank owns (shard.h's double averaging).
 //
@@ -25,7 +28,8 @@
 
 #include "cp.h"
 
-const ts_lss_opts ts_lss_plain = {0, 0}, ts_lss_fused = {1, 0}, ts_lss_basic = {1, 1};
+const ts_lss_opts ts_lss_plain = {0, 0}, ts_lss_fused = {1, 0}, ts_lss_basic = {1, 1},
+                  ts_lss_unfused = {0, 1};
 
 static int basic(const ts_attn_io *io) { return ts_lss_opts_of(io)->separate_kv; }
 static int concat(const ts_attn_io *io) { return ts_lss_opts_of(io)->concat; }
@@ -235,4 +239,14 @@ const ts_cp ts_cp_lss_basic = {
     .attn_forward = lss_attn_forward,
     .attn_backward = lss_attn_backward,
     .opts = &ts_lss_basic,
+};
+
+const ts_cp ts_cp_lss_unfused = {
+    .name = "lss-unfused",
+    .summary = "LSS ablation: gradient averaging, K and V gathered separately: 4 per layer",
+    .exact = 1,
+    .sizes = lss_sizes,
+    .attn_forward = lss_attn_forward,
+    .attn_backward = lss_attn_backward,
+    .opts = &ts_lss_unfused,
 };
