@@ -437,15 +437,21 @@ sh -c 'exit 0' &
 dead=$!
 wait $dead
 mkdir -p "$TS_TMP/tmps"
-for f in step-00000003.safetensors.tmp.$dead step-00000003.safetensors.tmp.$$ other.tmp.$dead; do
+# temp names carry the writer's host (letters, digits and '-'; src/base/util.c)
+host=$(hostname | tr -c 'A-Za-z0-9\n-' '-' | cut -c1-63)
+[ -n "$host" ] || host=host
+for f in step-00000003.safetensors.tmp.$host.$dead step-00000003.safetensors.tmp.$host.$$ \
+  other.tmp.$host.$dead; do
   : >"$TS_TMP/tmps/$f"
 done
-: >"$TS_TMP/tl.jsonl.tmp.$dead"
+: >"$TS_TMP/tl.jsonl.tmp.$host.$dead"
+: >"$TS_TMP/tl.jsonl.tmp.elsewhere-$host.$dead" # another machine's writer: alive or not, unknown here
 expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --steps 1 --ckpt-dir "$TS_TMP/tmps" --log "$TS_TMP/tl.jsonl"
-[ ! -e "$TS_TMP/tmps/step-00000003.safetensors.tmp.$dead" ] && pass "a dead run's checkpoint temp removed" || fail "a dead run's checkpoint temp is still there"
-[ ! -e "$TS_TMP/tl.jsonl.tmp.$dead" ] && pass "a dead run's log temp removed" || fail "a dead run's log temp is still there"
-[ -e "$TS_TMP/tmps/step-00000003.safetensors.tmp.$$" ] && pass "a live writer's temp kept" || fail "a live writer's temp was removed"
-[ -e "$TS_TMP/tmps/other.tmp.$dead" ] && pass "a file of another pattern kept" || fail "a file of another pattern was removed"
+[ ! -e "$TS_TMP/tmps/step-00000003.safetensors.tmp.$host.$dead" ] && pass "a dead run's checkpoint temp removed" || fail "a dead run's checkpoint temp is still there"
+[ ! -e "$TS_TMP/tl.jsonl.tmp.$host.$dead" ] && pass "a dead run's log temp removed" || fail "a dead run's log temp is still there"
+[ -e "$TS_TMP/tl.jsonl.tmp.elsewhere-$host.$dead" ] && pass "another host's log temp kept" || fail "another host's log temp was removed"
+[ -e "$TS_TMP/tmps/step-00000003.safetensors.tmp.$host.$$" ] && pass "a live writer's temp kept" || fail "a live writer's temp was removed"
+[ -e "$TS_TMP/tmps/other.tmp.$host.$dead" ] && pass "a file of another pattern kept" || fail "a file of another pattern was removed"
 
 # --- a diverged run stops at that step (exit 1); what it kept is whole and loads ---
 expect_exit 1 "step [0-9]+: .*diverged" "$TESSERA_BIN" train $FLAGS --steps 30 --lr 1000 --grad-clip 0 --warmup 0 \

@@ -95,20 +95,39 @@ void ts_free(void *p) {
   else free(base);
 }
 
+// This host's name as a temp file's tag: letters, digits and '-' (any other
+// character, the dots included, becomes '-', so the pid stays the part after
+// the last dot), at most 63 characters; "host" where it has none.
+static void host_tag(char *out, size_t cap) {
+  char host[256] = "";
+  if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "host");
+  size_t k = 0;
+  for (const char *c = host; *c && k + 1 < cap && k < 63; c++, k++)
+    out[k] = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                     *c == '-'
+                 ? *c
+                 : '-';
+  out[k] = 0;
+}
+
 int ts_temp_path(char *buf, size_t cap, const char *path) {
-  int n = snprintf(buf, cap, "%s.tmp.%ld", path, (long)getpid());
+  char host[64];
+  host_tag(host, sizeof host);
+  int n = snprintf(buf, cap, "%s.tmp.%s.%ld", path, host, (long)getpid());
   return n >= 0 && (size_t)n < cap ? 0 : -1;
 }
 
-// Only our own pattern, and only when its pid is not a live process: a temp
-// file of a run still writing (a second run on the same directory) stays.
-// A pid reused by an unrelated process keeps a stale file; it is removed on
-// a later start.
+// Only our own pattern, only this host's (whether another host's writer is
+// alive cannot be told from here), and only when its pid is not a live
+// process: a temp file of a run still writing (a second run on the same
+// directory) stays. A pid reused by an unrelated process keeps a stale file;
+// it is removed on a later start.
 int ts_remove_stale_temps(const char *dir, const char *name) {
   DIR *d = opendir(dir);
   if (!d) return 0;
-  char pattern[4200];
-  snprintf(pattern, sizeof pattern, "%s.tmp.*", name);
+  char pattern[4200], host[64];
+  host_tag(host, sizeof host);
+  snprintf(pattern, sizeof pattern, "%s.tmp.%s.*", name, host);
   int removed = 0;
   for (struct dirent *e; (e = readdir(d));) {
     const char *tail = strrchr(e->d_name, '.');

@@ -18,12 +18,14 @@ uint64_t ts_fnv1a64(uint64_t h, const void *data, size_t n); // start with TS_FN
 void *ts_alloc(size_t bytes);
 void ts_free(void *p);
 // Files written whole go to a temporary name in the same directory first,
-// PATH.tmp.PID, and are renamed into place (atomic; the pid keeps concurrent
-// writers apart). buf gets that name; 0, or -1 when cap is too small.
+// PATH.tmp.HOST.PID, and are renamed into place (atomic; the host and pid
+// keep concurrent writers apart, on one machine or several sharing the
+// directory). buf gets that name; 0, or -1 when cap is too small.
 int ts_temp_path(char *buf, size_t cap, const char *path);
-// Removes the temporary files NAME.tmp.PID in dir whose NAME matches the
-// fnmatch pattern `name` and whose writer is gone (no such process): what a
-// killed run left. Returns how many were removed.
+// Removes the temporary files NAME.tmp.HOST.PID in dir whose NAME matches
+// the fnmatch pattern `name`, written on this host, whose writer is gone (no
+// such process): what a killed run left. Another host's are never removed.
+// Returns how many were removed.
 int ts_remove_stale_temps(const char *dir, const char *name);
 // Opens a regular file for reading, its size in *size: TS_ERUNTIME naming
 // the file when it cannot be opened or is not a regular file (a directory).
