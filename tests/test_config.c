@@ -539,7 +539,7 @@ static void test_layout_rules(void **state) {
   ts_config c;
   base(&c, "tiny"); // B 4, T 64, leaf 8: 4 x 8 = 32 leaves
   assert_int_equal(ts_config_finalize(&c), TS_OK);
-  ts_layout lay = {1, 1, 1, TS_SP_LSS, 0, -1, 1, 1};
+  ts_layout lay = {1, 1, 1, TS_SP_LSS, 0, -1, 1, 1, 0, 0};
   assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   lay.dp = 2; // 2 sequences x 8 leaves per rank
   assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
@@ -559,21 +559,21 @@ static void test_layout_rules(void **state) {
   assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   c.fast = 0;
   c.batch = 4;
-  ts_layout pp = {1, 1, 2, TS_SP_LSS, 0, -1, 1, 1}, zero = {0, 1, 1, TS_SP_LSS, 0, -1, 1, 1};
+  ts_layout pp = {1, 1, 2, TS_SP_LSS, 0, -1, 1, 1, 0, 0}, zero = {0, 1, 1, TS_SP_LSS, 0, -1, 1, 1, 0, 0};
   assert_int_equal(ts_layout_check(&c, &pp, NULL), TS_OK); // a tied head runs in a pipeline too
   pp.pp = 3; // 2 layers
   assert_int_equal(ts_layout_check(&c, &pp, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--pp 3: the 2 layers must divide into 3 stages"));
   assert_int_equal(ts_layout_check(&c, &zero, NULL), TS_EUSAGE);
   // what a device has not built is refused here too, not only by the CLI
-  ts_layout z2 = {2, 1, 1, TS_SP_LSS, 0, -1, 1, 1};
+  ts_layout z2 = {2, 1, 1, TS_SP_LSS, 0, -1, 1, 1, 0, 0};
   z2.zero = 2;
   assert_int_equal(ts_layout_check(&c, &z2, "cpu"), TS_OK);
   assert_int_equal(ts_layout_check(&c, &z2, "cuda"), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--zero 2 with --device cuda"));
   z2.zero = 1;
   assert_int_equal(ts_layout_check(&c, &z2, "cuda"), TS_OK);
-  ts_layout host = {1, 2, 1, TS_SP_LSS_ZIGZAG, 0, -1, 1, 1};
+  ts_layout host = {1, 2, 1, TS_SP_LSS_ZIGZAG, 0, -1, 1, 1, 0, 0};
   assert_int_equal(ts_layout_check(&c, &host, NULL), TS_OK);
   assert_int_equal(ts_layout_check(&c, &host, "cuda"), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "with --device cuda: not built"));
@@ -586,7 +586,7 @@ static void test_sequence_layout_rules(void **state) {
   ts_config c;
   base(&c, "tiny");
   assert_int_equal(ts_config_finalize(&c), TS_OK);
-  ts_layout lay = {1, 1, 1, TS_SP_LSS, 0, -1, 1, 1};
+  ts_layout lay = {1, 1, 1, TS_SP_LSS, 0, -1, 1, 1, 0, 0};
   for (int n = 1; n <= 8; n *= 2) {
     lay.sp = n;
     assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
@@ -639,7 +639,7 @@ static void test_head_parallel_rules(void **state) {
   ts_config c;
   base(&c, "llama-tiny"); // H 4, Hkv 2
   assert_int_equal(ts_config_finalize(&c), TS_OK);
-  ts_layout lay = {1, 2, 1, TS_SP_ULYSSES, 0, -1, 1, 1};
+  ts_layout lay = {1, 2, 1, TS_SP_ULYSSES, 0, -1, 1, 1, 0, 0};
   assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   assert_int_equal(lay.upipe_u, 0); // Ulysses: all heads at once, UPipe's settings unset
   assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK); // and checked again (train.c) the same
@@ -650,23 +650,23 @@ static void test_head_parallel_rules(void **state) {
   lay.sp = 4;                       // 2 key/value heads over 4 ranks
   assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "2 key/value heads must divide by 4"));
-  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 0, -1, 1, 1};
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 0, -1, 1, 1, 0, 0};
   assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   assert_int_equal(lay.upipe_u, 2);     // default: U = N
   assert_int_equal(lay.upipe_sched, 1); // default with groups: gqa
-  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 3, 0, 1, 1};
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 3, 0, 1, 1, 0, 0};
   assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--upipe-u 3: must be a multiple of --sp 2"));
-  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 4, 1, 1, 1}; // gqa: U must divide Hkv
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 4, 1, 1, 1, 0, 0}; // gqa: U must divide Hkv
   assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
-  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 4, 0, 1, 1}; // natural: fine
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 4, 0, 1, 1, 0, 0}; // natural: fine
   assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   base(&c, "tiny"); // no groups: no gqa schedule, natural by default
   assert_int_equal(ts_config_finalize(&c), TS_OK);
-  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 0, -1, 1, 1};
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 0, -1, 1, 1, 0, 0};
   assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_OK);
   assert_int_equal(lay.upipe_sched, 0);
-  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 2, 1, 1, 1};
+  lay = (ts_layout){1, 2, 1, TS_SP_UPIPE, 2, 1, 1, 1, 0, 0};
   assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
 }
 
@@ -727,7 +727,7 @@ static void test_compress_rules(void **state) {
   base(&c, "llama-mini");
   c.compress = TS_COMPRESS_MAPL, c.compress_rank = 32, c.compress_stages = 4;
   assert_int_equal(ts_config_finalize(&c), TS_OK);
-  ts_layout lay = {1, 1, 2, TS_SP_LSS, 0, -1, 1, 1};
+  ts_layout lay = {1, 1, 2, TS_SP_LSS, 0, -1, 1, 1, 0, 0};
   assert_int_equal(ts_layout_check(&c, &lay, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--pp 2 with --compress-stages 4"));
   lay.pp = 4;
