@@ -169,7 +169,7 @@ rm -rf "$TS_TMP/spl"
 if expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --steps 3 --ckpt-dir "$TS_TMP/spl/a" --log "$TS_TMP/spl-a.jsonl" &&
    expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --steps 3 --seed 7 --ckpt-dir "$TS_TMP/spl/b" --log "$TS_TMP/spl-b.jsonl"; then
   cp "$TS_TMP/spl-a.jsonl" "$TS_TMP/spl-a.orig"
-  expect_exit 2 "^tessera train: --log .*spl-a.jsonl: another run's log \(.*--seed 7.*\); name a new --log" \
+  expect_exit 2 "^tessera train: --log .*spl-a.jsonl: another run's log \(checkpoint .* was written with --seed 7, the log has 1337\); name a new --log to start one$" \
     "$TESSERA_BIN" train $FLAGS --steps 4 --seed 7 --ckpt-dir "$TS_TMP/spl/b" --resume --log "$TS_TMP/spl-a.jsonl"
   cmp -s "$TS_TMP/spl-a.jsonl" "$TS_TMP/spl-a.orig" && pass "the other run's log is untouched" ||
     fail "the other run's log was changed"

@@ -302,22 +302,23 @@ int64_t ts_run_latest_checkpoint(const char *dir, char *path, size_t cap) {
 
 // The fields that must agree for a resumed run to continue the same run.
 // what: whose configuration ck_cfg is, as the refusal names it ("checkpoint
-// PATH", or a checkpoint directory's run identity).
+// PATH", or a checkpoint directory's run identity); mine: whose cfg is ("this
+// run", or a log's configuration record).
 static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, int64_t step,
-                               const char *what) {
+                               const char *what, const char *mine) {
   ts_config old = *ck_cfg;
 #define SAME_INT(F, FLAG)                                                                 \
   if (old.F != cfg->F)                                                                    \
-    return ts_fail(TS_EUSAGE, "--resume: %s was written with %s %lld, this run has %lld", \
-                   what, FLAG, (long long)old.F, (long long)cfg->F);
+    return ts_fail(TS_EUSAGE, "--resume: %s was written with %s %lld, %s has %lld", \
+                   what, FLAG, (long long)old.F, mine, (long long)cfg->F);
 #define SAME_FLT(F, FLAG)                                                                 \
   if (memcmp(&old.F, &cfg->F, sizeof(float)) != 0)                                         \
-    return ts_fail(TS_EUSAGE, "--resume: %s was written with %s %g, this run has %g", \
-                   what, FLAG, (double)old.F, (double)cfg->F);
+    return ts_fail(TS_EUSAGE, "--resume: %s was written with %s %g, %s has %g", \
+                   what, FLAG, (double)old.F, mine, (double)cfg->F);
   // the variant first: the other fields' flags mean other tensors in the other
   if (old.variant != cfg->variant && (old.variant == TS_GPT || old.variant == TS_LLAMA))
-    return ts_fail(TS_EUSAGE, "--resume: %s was written by a %s model, this run's "
-                   "--model %s is %s", what, old.variant == TS_LLAMA ? "LLaMA" : "GPT",
+    return ts_fail(TS_EUSAGE, "--resume: %s was written by a %s model, %s's "
+                   "--model %s is %s", what, old.variant == TS_LLAMA ? "LLaMA" : "GPT", mine,
                    cfg->preset, cfg->variant == TS_LLAMA ? "LLaMA" : "GPT");
   SAME_INT(variant, "variant")
   SAME_INT(vocab, "--vocab") SAME_INT(d, "--d") SAME_INT(n_layer, "--layers")
@@ -329,8 +330,8 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, in
   SAME_INT(warmup, "--warmup") SAME_INT(optimizer, "--optimizer")
   if (old.lr_schedule != cfg->lr_schedule && old.lr_schedule >= 0 &&
       old.lr_schedule < TS_LR_NSCHEDULES)
-    return ts_fail(TS_EUSAGE, "--resume: %s was written with --lr-schedule %s, this "
-                   "run has %s", what, ts_lr_schedule_names[old.lr_schedule],
+    return ts_fail(TS_EUSAGE, "--resume: %s was written with --lr-schedule %s, %s "
+                   "has %s", what, ts_lr_schedule_names[old.lr_schedule], mine,
                    ts_lr_schedule_names[cfg->lr_schedule]);
   SAME_INT(lr_schedule, "--lr-schedule") SAME_FLT(decay_frac, "--decay-frac")
   SAME_FLT(dropout, "--dropout") SAME_FLT(lr, "--lr") SAME_FLT(min_lr_frac, "--min-lr-frac")
@@ -344,8 +345,8 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, in
     return ts_fail(TS_EUSAGE, "--resume: --steps %d: %s is of step %" PRId64
                    " already", cfg->steps, what, step);
   if (old.compress != cfg->compress && old.compress >= 0 && old.compress < TS_COMPRESS_NMODES)
-    return ts_fail(TS_EUSAGE, "--resume: %s was written with --compress %s, this run "
-                   "has %s", what, ts_compress_names[old.compress],
+    return ts_fail(TS_EUSAGE, "--resume: %s was written with --compress %s, %s "
+                   "has %s", what, ts_compress_names[old.compress], mine,
                    ts_compress_names[cfg->compress]);
   SAME_INT(compress, "--compress") SAME_INT(compress_rank, "--rank")
   SAME_INT(compress_stages, "--compress-stages") SAME_FLT(proj_lr, "--proj-lr")
@@ -360,11 +361,11 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, in
       old.data_format < TS_DATA_NFORMATS && cfg->data_format >= 0 &&
       cfg->data_format < TS_DATA_NFORMATS)
     return ts_fail(TS_EUSAGE, "--resume: %s was written reading --data-format %s, "
-                   "this run reads %s", what, ts_data_format_names[old.data_format],
+                   "%s reads %s", what, ts_data_format_names[old.data_format], mine,
                    ts_data_format_names[cfg->data_format]);
   if (!old.val_path[0] != !cfg->val_path[0])
-    return ts_fail(TS_EUSAGE, "--resume: %s was written %s --val-data, this run has %s",
-                   what, old.val_path[0] ? "with" : "without",
+    return ts_fail(TS_EUSAGE, "--resume: %s was written %s --val-data, %s has %s",
+                   what, old.val_path[0] ? "with" : "without", mine,
                    cfg->val_path[0] ? "one" : "none");
 #undef SAME_INT
 #undef SAME_FLT
@@ -380,8 +381,8 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, in
   ts_config_json_difference(ja, jb, key, sizeof key);
   if (key[0])
     return ts_fail(TS_EUSAGE, "--resume: %s was written with another \"%s\" than "
-                   "this run's (a resumed run must compute what the run it continues computed)",
-                   what, key);
+                   "%s's (a resumed run must compute what the run it continues computed)",
+                   what, key, mine);
   return TS_OK;
 }
 
@@ -492,7 +493,7 @@ int ts_run_check_recorded_config(const ts_config *cfg, const char *json, const c
     snprintf(msg, sizeof msg, "%s", ts_errmsg());
     return ts_fail(TS_ERUNTIME, "%s: %s", what, msg);
   }
-  return check_resume_config(cfg, &was, 0, what);
+  return check_resume_config(cfg, &was, 0, what, "this run");
 }
 
 // The configuration, read over base (the fields it lacks keep base's value;
@@ -636,7 +637,7 @@ int ts_run_open_resume(ts_config *cfg, int share, int stages, ts_run_ckpt *ck) {
   if (!rc) rc = ts_data_check_vocab(cfg->data_format, cfg->vocab, cfg->data_path);
   char what[4300];
   snprintf(what, sizeof what, "checkpoint %s", path);
-  if (!rc) rc = check_resume_config(cfg, &ck->cfg, ck->step, what);
+  if (!rc) rc = check_resume_config(cfg, &ck->cfg, ck->step, what, "this run");
   if (rc) ts_run_close_checkpoint(ck);
   return rc;
 }
@@ -879,11 +880,11 @@ static int log_of_this_run(const char *path, const char *first, const ts_run_ckp
   if (rc) return TS_OK; // unreadable: the length check below still applies
   char what[4300];
   snprintf(what, sizeof what, "checkpoint %s", ts_ckpt_path(ck->ck));
-  if (check_resume_config(&was, &ck->cfg, ck->step, what) == TS_OK) return TS_OK;
+  if (check_resume_config(&was, &ck->cfg, ck->step, what, "the log") == TS_OK) return TS_OK;
   char why[1024];
   snprintf(why, sizeof why, "%s", ts_errmsg());
-  return ts_fail(TS_EUSAGE, "--log %s: another run's log (its configuration record against the "
-                 "checkpoint: %s); name a new --log to start one", path, why);
+  return ts_fail(TS_EUSAGE, "--log %s: another run's log (%s); name a new --log to start one",
+                 path, why + (strncmp(why, "--resume: ", 10) ? 0 : 10));
 }
 
 int ts_run_trim_log(const char *path, const ts_run_ckpt *ck) {
