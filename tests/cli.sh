@@ -256,6 +256,12 @@ if expect_exit 0 "" "$T" $TOK --data "$TS_TMP/ids16.bin" --data-format u16 --voc
     "$T" eval --ckpt "$TS_TMP/tokck/step-00000002.safetensors" --data "$TS_TMP/ids16.bin" --data-format u32
   expect_exit 2 "^tessera train: --resume: checkpoint .*step-00000002.safetensors was written reading --data-format u16, this run reads u32" \
     "$T" $TOK --data "$TS_TMP/ids32.bin" --data-format u32 --vocab 300 --ckpt-dir "$TS_TMP/tokck" --resume
+  # the same ids stored as uint32 in a raw .bin: read as the checkpoint's uint16
+  # they would be ids every second one 0, so eval refuses (told the width, it reads them)
+  expect_exit 2 "^tessera eval: --data .*ids32\.bin: a \.bin without a header, read as checkpoint .*'s uint16 ids, looks like uint32 ids" \
+    "$T" eval --ckpt "$TS_TMP/tokck/step-00000002.safetensors" --data "$TS_TMP/ids32.bin" --eval-batches 1
+  expect_exit 0 "" "$T" eval --ckpt "$TS_TMP/tokck/step-00000002.safetensors" --data "$TS_TMP/ids32.bin" \
+    --data-format u32 --eval-batches 1
   # without --data, eval reads the checkpoint's own data in its recorded
   # format (a raw .bin says nothing itself): the same loss as when told
   expect_exit 0 "" "$T" eval --ckpt "$TS_TMP/tokck/step-00000002.safetensors" --data "$TS_TMP/ids16.bin" \

@@ -53,8 +53,18 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
     goto done;
   }
   if (cfg.data_format == TS_DATA_DETECT &&
-      (ck.cfg.data_format == TS_DATA_U16 || ck.cfg.data_format == TS_DATA_U32))
+      (ck.cfg.data_format == TS_DATA_U16 || ck.cfg.data_format == TS_DATA_U32)) {
     cfg.data_format = ck.cfg.data_format;
+    // nothing in the file says its width: a file of uint32 ids read as the
+    // checkpoint's uint16 would give a loss of ids every second one 0
+    if (cfg.data_format == TS_DATA_U16 && ts_data_looks_u32(file)) {
+      rc = ts_fail(TS_EUSAGE, "%s %s: a .bin without a header, read as checkpoint %s's uint16 "
+                   "ids, looks like uint32 ids (every second 16-bit word is 0): name its format "
+                   "with --data-format", cfg.val_path[0] ? "--val-data" : "--data", file,
+                   ckpt_path);
+      goto done;
+    }
+  }
   // text (bytes) and token ids are other languages: a loss of one on the other means nothing
   // (a checkpoint that does not say what it was trained on is not refused)
   if (!recorded && cfg.data_format != TS_DATA_DETECT && ck.cfg.data_format >= 0 &&

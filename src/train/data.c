@@ -97,6 +97,23 @@ int ts_data_detect(const char *path, int *format) {
   return TS_OK;
 }
 
+int ts_data_looks_u32(const char *path) {
+  const char *why;
+  FILE *f = ts_fopen_regular(path, "rb", &why);
+  if (!f) return 0; // the reader says what is wrong with it
+  uint16_t w[4096];
+  const size_t n = fread(w, sizeof w[0], 4096, f);
+  long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+  fclose(f);
+  if (n < 2 || size < 0 || size % 4 != 0) return 0;
+  int low = 0;
+  for (size_t i = 0; i + 1 < n; i += 2) {
+    if (w[i + 1] != 0) return 0;
+    low |= w[i] != 0;
+  }
+  return low;
+}
+
 int ts_data_resolve(const char *path, const char *val_path, int format, int *out) {
   *out = format;
   if (format != TS_DATA_DETECT) return TS_OK;

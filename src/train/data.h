@@ -28,6 +28,12 @@ typedef struct ts_data ts_data;
 // (uint16 or uint32 ids, nothing in the file tells which), TS_DATA_BYTES for
 // anything else. TS_ERUNTIME naming the file when it cannot be read.
 int ts_data_detect(const char *path, int *format);
+// Whether a .bin without a header, read as uint16 ids, looks like uint32 ids
+// instead: its size a multiple of 4, and of its first 4096 16-bit words every
+// second one (the high half of a little-endian id below 65536) is zero and
+// some other one is not. Read as uint16, such a file is a valid stream of ids
+// every second one 0, and no range check would notice.
+int ts_data_looks_u32(const char *path);
 // The one format the files are read in: `format` unless TS_DATA_DETECT, else
 // what ts_data_detect says of each (val_path NULL or "": path alone; path
 // NULL: val_path alone). TS_EUSAGE asking for --data-format for a .bin that
