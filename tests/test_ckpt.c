@@ -993,6 +993,9 @@ static void test_run_header_checked(void **state) {
       {CFG_KEY, "\"n_head\":4", "\"n_head\":0", "tessera.config: --heads 0"},
       {CFG_KEY, "\"tile\":8", "\"tile\":0", "tessera.config: tile 0"},
       {CFG_KEY, "\"leaf\":8", "\"leaf\":0", "tessera.config: leaf 0"},
+      // left out: refused, not taken from the flags (eval's would be the command line's)
+      {CFG_KEY, "\"tile\":8,", "", "tessera.config: tile 0"},
+      {CFG_KEY, "\"leaf\":8,", "", "tessera.config: leaf 0"},
       {CFG_KEY, "\"tile\":8", "\"tile\":7", "tessera.config: --tile 7"},
       {CFG_KEY, "\"leaf\":8", "\"leaf\":1", "tessera.config: --leaf 1"},
       {CFG_KEY, "\"tied\":1", "\"tied\":2", "tessera.config: tied 2"},

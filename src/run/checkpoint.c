@@ -511,6 +511,10 @@ static int read_config(const ts_ckpt *ck, const ts_config *base, int training, i
   if (rc) return rc;
   *out = *base;
   fields_written_when_set(out);
+  // every run writes its tile and leaf (they set the sums' trees): one left
+  // out is refused below, not taken from the flags (eval's would be the
+  // command line's, and change the loss's bits)
+  out->tile = out->leaf = 0;
   if (ts_config_from_json(out, js)) return ts_run_restate(path, META_CONFIG);
   // format 3: the run's own settings apart (a format-2 file has them in its
   // configuration); only those may be there
