@@ -9,7 +9,7 @@ void ts_attn_io_geometry(const ts_model *m, ts_attn_io *io) {
   *io = (ts_attn_io){
       .B = m->B, .T = m->T, .C = m->C, .H = m->H, .dh = m->dh, .Hkv = m->Hkv, .Ckv = m->Ckv,
       .F = m->F, .L = m->L, .Tl = m->Tl, .t0 = m->t0, .ntok = m->ntok,
-      .runs = {.n = m->nrun, .len = m->run_len, .pos = {m->run_pos[0], m->run_pos[1]}},
+      .runs = m->runs,
       .rope = m->llama ? m->rope : NULL, .cfg = &m->cfg,
       .be = m->be, .ws = (ts_ws *)&m->ws, .seq = m->seq, .cp = m->cp, .state = m->cp_state,
       .l = -1};

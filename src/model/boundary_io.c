@@ -4,8 +4,8 @@
 #include "boundary/boundary.h"
 #include "model_impl.h"
 
-void ts_boundary_io_fill(const ts_model *m, ts_boundary_io *io) {
-  *io = (ts_boundary_io){.cfg = &m->cfg, .be = m->be, .ws = (ts_ws *)&m->ws, .C = m->C,
+ts_boundary_io ts_model_codec_io(const ts_model *m) {
+  return (ts_boundary_io){.cfg = &m->cfg, .be = m->be, .ws = (ts_ws *)&m->ws, .C = m->C,
                          .V = m->V, .T = m->T, .L = m->L, .ntok = m->ntok,
                          .ntok_global = m->ntok_global, .b0 = m->b0, .inputs = m->inputs,
                          .out = m->res ? m->res[m->l1] : NULL, .dres = m->dres,
@@ -15,7 +15,6 @@ void ts_boundary_io_fill(const ts_model *m, ts_boundary_io *io) {
 
 int ts_model_boundary_sync(ts_model *m, ts_comm *pipe, int p, int peer, int send, uint64_t step) {
   if (!m->bd->sync) return TS_OK;
-  ts_boundary_io io;
-  ts_boundary_io_fill(m, &io);
+  const ts_boundary_io io = ts_model_codec_io(m);
   return m->bd->sync(&io, pipe, p, peer, send, step);
 }

@@ -154,11 +154,11 @@ int ts_embedding_backward(ts_model *m) {
     // §2: rank s owns rows [t0, t0 + Tl))
     // (held by rows: the rank's rows alone, run after run)
     memset(m->g.wpe, 0, (size_t)(m->wpe_rows ? m->Tl : T) * C * sizeof(float));
-    for (int k = 0; k < m->nrun; k++)
-      rc |= m->be->encoder_backward_wpe(ws, m->g.wpe + (m->wpe_rows ? (size_t)k * m->run_len
-                                                                      : (size_t)m->run_pos[k]) * C,
-                                 m->dres + (size_t)k * m->run_len * C, m->nrun == 1 ? B : 1,
-                                 m->run_len, C);
+    for (int k = 0; k < m->runs.n; k++)
+      rc |= m->be->encoder_backward_wpe(ws, m->g.wpe + (m->wpe_rows ? (size_t)k * m->runs.len
+                                                                      : (size_t)m->runs.pos[k]) * C,
+                                 m->dres + (size_t)k * m->runs.len * C, m->runs.n == 1 ? B : 1,
+                                 m->runs.len, C);
   }
   // (a pipeline's first stage holds a tied embedding as a copy, without a
   // gradient: the last stage computes all of it, ts_model_tied_embedding_grad)

@@ -19,19 +19,18 @@ static uint64_t row_base_at(const ts_model *m, int l, int pos) {
 uint64_t ts_model_row_base(const ts_model *m, int l) { return row_base_at(m, l, m->t0); }
 
 // Rows of run k: how many, at which row; the B sequences are one run.
-static int64_t run_rows(const ts_model *m) { return m->nrun == 1 ? m->ntok : m->run_len; }
+static int64_t run_rows(const ts_model *m) { return m->runs.n == 1 ? m->ntok : m->runs.len; }
 
 // Dropout of the rank's rows (width C), by the global index of each run.
 static void dropout_rows(const ts_model *m, float *x, float p, uint32_t purpose, uint64_t step,
                          int l) {
-  for (int k = 0; k < m->nrun; k++)
-    m->be->dropout_apply(x + (size_t)k * m->run_len * m->C, run_rows(m) * m->C, p, m->cfg.seed,
-                         purpose, step, row_base_at(m, l, m->run_pos[k]));
+  for (int k = 0; k < m->runs.n; k++)
+    m->be->dropout_apply(x + (size_t)k * m->runs.len * m->C, run_rows(m) * m->C, p, m->cfg.seed,
+                         purpose, step, row_base_at(m, l, m->runs.pos[k]));
 }
 
 void ts_model_rope_rows(const ts_model *m, float *x, int nh, int ld, int backward) {
-  const ts_cp_runs runs = {.n = m->nrun, .len = m->run_len, .pos = {m->run_pos[0], m->run_pos[1]}};
-  ts_rope_runs(m->be, &runs, m->ntok, m->dh, m->llama ? m->rope : NULL, x, nh, ld, backward);
+  ts_rope_runs(m->be, &m->runs, m->ntok, m->dh, m->llama ? m->rope : NULL, x, nh, ld, backward);
 }
 
 uint64_t ts_model_attn_base(const ts_model *m, int l) {

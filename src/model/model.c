@@ -19,15 +19,9 @@ void ts_model_set_layer_hooks(ts_model *m, const ts_layer_hooks *hooks) {
   m->hooks = hooks ? *hooks : (ts_layer_hooks){0};
 }
 
-static ts_boundary_io codec_io(const ts_model *m) {
-  ts_boundary_io io;
-  ts_boundary_io_fill(m, &io);
-  return io;
-}
-
 float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
                        int training) {
-  const ts_boundary_io bio = codec_io(m); // the codec's view of the model (boundary.h)
+  const ts_boundary_io bio = ts_model_codec_io(m); // the codec's view of the model (boundary.h)
   const int B = m->B, C = m->C;
   const int64_t N = m->ntok;
   const float p = training ? m->cfg.dropout : 0.0f;
@@ -36,12 +30,12 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
   m->rc = TS_OK;
   if (m->l0 == 0) {
     if ((m->rc = hold_layer(m, -1, 1))) return NAN;
-    for (int k = 0; k < m->nrun; k++) {
-      const size_t row = (size_t)k * m->run_len;
+    for (int k = 0; k < m->runs.n; k++) {
+      const size_t row = (size_t)k * m->runs.len;
       m->be->encoder_forward(m->res[0] + row * C, m->inputs + row, m->p.wte,
-                      m->p.wpe ? m->p.wpe + (m->wpe_rows ? row : (size_t)m->run_pos[k]) * C
+                      m->p.wpe ? m->p.wpe + (m->wpe_rows ? row : (size_t)m->runs.pos[k]) * C
                                : NULL,
-                      m->nrun == 1 ? B : 1, m->run_len, C);
+                      m->runs.n == 1 ? B : 1, m->runs.len, C);
     }
     if ((m->rc = hold_layer(m, -1, 0))) return NAN;
   } else { // a later pipeline stage: the previous stage's output, decoded (boundary.h)
@@ -71,7 +65,7 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
 
 // ---- backward ----------------------------------------------------------------------
 int ts_model_backward(ts_model *m, uint64_t step) {
-  const ts_boundary_io bio = codec_io(m); // the codec's view of the model (boundary.h)
+  const ts_boundary_io bio = ts_model_codec_io(m); // the codec's view of the model (boundary.h)
   int rc = 0, crc; // rc: allocation failures in the trees; crc: a collective's error
   if (m->l1 == m->L) {
     if ((crc = hold_layer(m, m->L, 1))) return crc;
@@ -111,11 +105,11 @@ int ts_model_backward(ts_model *m, uint64_t step) {
 void ts_model_set_stage_input(ts_model *m, const void *x) { m->x_in = x; }
 void ts_model_set_stage_grad(ts_model *m, const float *dy) { m->dy_in = dy; }
 const void *ts_model_stage_output(const ts_model *m) {
-  const ts_boundary_io bio = codec_io(m);
+  const ts_boundary_io bio = ts_model_codec_io(m);
   return m->bd->wire(&bio, ts_boundary_at(&m->cfg, m->l1));
 }
 const float *ts_model_stage_dinput(const ts_model *m) {
-  const ts_boundary_io bio = codec_io(m);
+  const ts_boundary_io bio = ts_model_codec_io(m);
   return m->bd->dz(&bio);
 }
 size_t ts_model_boundary_bytes(const ts_model *m, int backward) {

@@ -57,8 +57,8 @@ struct ts_model {
   // The rank's rows as runs of consecutive positions (the strategy's
   // `positions`): one run [t0, t0 + Tl) (of each of the B sequences when not
   // sharded), or e.g. ring-zigzag's two chunks. Run k is rows
-  // [k·run_len, (k+1)·run_len).
-  int nrun, run_len, run_pos[2];
+  // [k·runs.len, (k+1)·runs.len).
+  ts_cp_runs runs;
   // Pipeline stage: layers [l0, l1) (the whole model: 0, L). Stages after the
   // first take their input from x_in, stages before the last their output's
   // gradient from dy_in (ts_model_set_stage_*).
@@ -135,8 +135,7 @@ void ts_attn_io_geometry(const ts_model *m, struct ts_attn_io *io);
 void ts_attn_io_layer(ts_model *m, int l, uint64_t step, float p, struct ts_attn_io *io);
 void ts_layer_io_fill(ts_model *m, int l, uint64_t step, float p, ts_layer_io *io);
 // boundary_io.c: the stage-boundary seam's io (boundary/boundary.h).
-struct ts_boundary_io;
-void ts_boundary_io_fill(const ts_model *m, struct ts_boundary_io *io);
+struct ts_boundary_io ts_model_codec_io(const ts_model *m);
 // layer.c: res[l] -> res[l + 1]; and back (ts_layer_backward: a collective's
 // error at once, gradient-tree allocation failures or-ed into *oom).
 int ts_layer_forward(ts_model *m, int l, uint64_t step, float p);

@@ -205,12 +205,7 @@ static void set_geometry(ts_model *m, const ts_config *cfg, int b_begin, int b_c
   m->ntok = (int64_t)m->B * m->Tl;
   m->l0 = l0;
   m->l1 = l1;
-  ts_cp_runs runs;
-  ts_cp_positions(m->cp, nsp, m->seq ? m->seq->rank : 0, m->T, &runs);
-  m->nrun = runs.n;
-  m->run_len = runs.len;
-  m->run_pos[0] = runs.pos[0];
-  m->run_pos[1] = runs.pos[1];
+  ts_cp_positions(m->cp, nsp, m->seq ? m->seq->rank : 0, m->T, &m->runs);
   m->ntok_global = (int64_t)m->Bg * m->T;
 }
 
@@ -299,8 +294,8 @@ static int make_table(ts_model *m, pspec **spec, unsigned char **held) {
     if ((*held)[i] == HELD_OWNED) m->nown++, m->ntens++, m->nparams += spec_numel(ps);
     if ((*held)[i] == HELD_COPY) m->ntens++, m->ncopy += spec_numel(ps);
     if ((*held)[i] == HELD_ROWS) {
-      m->nown += m->nrun, m->ntens += m->nrun;
-      m->nparams += (size_t)m->nrun * m->run_len * (size_t)ps->shape[1];
+      m->nown += m->runs.n, m->ntens += m->runs.n;
+      m->nparams += (size_t)m->runs.n * m->runs.len * (size_t)ps->shape[1];
       m->wpe_rows = 1;
     }
   }
@@ -342,7 +337,7 @@ static int alloc_params(ts_model *m, const pspec *spec, const unsigned char *hel
       }
       ts_cp_block b = {0};
       if (pass == HELD_SLICE) split_block(m, i, &b);
-      const int pieces = pass == HELD_ROWS    ? m->nrun
+      const int pieces = pass == HELD_ROWS    ? m->runs.n
                          : pass == HELD_SLICE ? block_pieces(&m->all[i], &b)
                                               : 1;
       for (int r = 0; r < pieces; r++, k++) {
@@ -353,9 +348,9 @@ static int alloc_params(ts_model *m, const pspec *spec, const unsigned char *hel
         size_t n = spec_numel(ps);
         if (pass == HELD_ROWS) { // rows [run_pos[r], run_pos[r] + run_len)
           const size_t C = (size_t)ps->shape[1];
-          n = (size_t)m->run_len * C;
-          m->elem0[k] = (size_t)m->run_pos[r] * C;
-          m->ptens[k].shape[0] = m->gtens[k].shape[0] = m->run_len;
+          n = (size_t)m->runs.len * C;
+          m->elem0[k] = (size_t)m->runs.pos[r] * C;
+          m->ptens[k].shape[0] = m->gtens[k].shape[0] = m->runs.len;
         }
         if (pass == HELD_SLICE) { // the block whole (whole rows), or its row r0 + r
           ts_tensor *v = &m->ptens[k];
@@ -425,8 +420,7 @@ static int create_strategy(ts_model *m, const ts_seq_shard *sp) {
 // The codec's state (boundary.h), once the parameters exist.
 static int create_codec(ts_model *m) {
   if (!m->bd->create) return TS_OK;
-  ts_boundary_io bio;
-  ts_boundary_io_fill(m, &bio);
+  const ts_boundary_io bio = ts_model_codec_io(m);
   return m->bd->create(&bio, &m->bd_state);
 }
 
@@ -447,8 +441,7 @@ static void destroy_strategy(ts_model *m) {
 // the memory options' buffers, estimated before any of them is allocated.
 static int fit_check(const ts_model *m) {
   const ts_config *cfg = &m->cfg;
-  ts_boundary_io bio;
-  ts_boundary_io_fill(m, &bio);
+  const ts_boundary_io bio = ts_model_codec_io(m);
   const size_t boundary = m->bd->activation_floats ? m->bd->activation_floats(&bio) : 0;
   // parameters and gradients, the AdamW moments (their shard under --zero),
   // the copies, the activations
@@ -623,8 +616,7 @@ void ts_model_free(ts_model *m) {
   if (!m) return;
   destroy_strategy(m);
   if (m->bd && m->bd->destroy) {
-    ts_boundary_io bio;
-    ts_boundary_io_fill(m, &bio);
+    const ts_boundary_io bio = ts_model_codec_io(m);
     m->bd->destroy(&bio);
     m->bd_state = NULL;
   }
@@ -650,8 +642,7 @@ void ts_model_init(ts_model *m, uint64_t seed) {
       t->data[j] = std > 0 ? std * ts_rng_normal(seed, TS_RNG_INIT, key, j0 + (uint64_t)j) : c;
   }
   if (m->bd->init) {
-    ts_boundary_io bio;
-    ts_boundary_io_fill(m, &bio);
+    const ts_boundary_io bio = ts_model_codec_io(m);
     m->bd->init(&bio, seed);
   }
 }
@@ -719,7 +710,7 @@ float ts_model_loss_sum(const ts_model *m) { return m->loss_sum; }
 float *ts_model_second_run_grads(ts_model *m) { return m->grads2; }
 float ts_model_run_loss_sum(const ts_model *m, int run) {
   if (!m->grads2) return m->loss_sum;
-  return m->be->token_tree_sum(m->losses + (size_t)run * m->run_len, m->run_len, m->cfg.leaf);
+  return m->be->token_tree_sum(m->losses + (size_t)run * m->runs.len, m->runs.len, m->cfg.leaf);
 }
 int ts_model_status(const ts_model *m) { return m->rc; }
 void ts_model_select_sequence(ts_model *m, int b_begin) { m->b0 = b_begin; }
@@ -729,9 +720,9 @@ void ts_model_positions(const ts_model *m, int *t_begin, int *t_count) {
 }
 
 int ts_model_runs(const ts_model *m, int *pos, int *len) {
-  for (int k = 0; k < m->nrun; k++) pos[k] = m->run_pos[k];
-  *len = m->run_len;
-  return m->nrun;
+  for (int k = 0; k < m->runs.n; k++) pos[k] = m->runs.pos[k];
+  *len = m->runs.len;
+  return m->runs.n;
 }
 const ts_config *ts_model_config(const ts_model *m) { return &m->cfg; }
 size_t ts_model_activation_bytes(const ts_model *m) {
