@@ -112,6 +112,13 @@ typedef struct ts_attn_io {
   // scratch: dsum (q_rows × H), tmp and tmp2 (ntok, C) each, and the
   // strategy's own (`sizes`' scratch floats; NULL when it asked for none)
   float *dsum, *tmp, *tmp2, *scratch;
+  // backward of a strategy that forms the projections' backward itself
+  // (`forms_dx`): the gradient of x (ntok, C) out, and the layer's Q, K, V
+  // weight and bias gradients (biases NULL for LLaMA) out, each formed with
+  // the serial kernels on the rank's rows. Unused by the others. dx is the
+  // buffer tmp points to (so such a strategy takes no scratch from tmp).
+  float *dx;
+  float *dwq, *dbq, *dwk, *dbk, *dwv, *dbv;
 } ts_attn_io;
 
 // A layer's tensors (parameters, or their gradients). LLaMA: ln1w, ln2w are
@@ -147,6 +154,10 @@ typedef struct ts_cp {
   int host_only;       // 1: not built for --device cuda (refused with one line)
   int run_partials;    // 1: its ranks hold two runs, whose gradient partials the model keeps
                        // apart (the gradient plan: src/model/run_partials.c)
+  int forms_dx;        // 1: attn_backward also forms dX and the Q, K, V projections' weight
+                       // gradients (io->dx, io->dwq...: it needs them stage by stage); io->dq,
+                       // dk, dv are then its scratch, and the model's projection backward is
+                       // skipped. 0: it returns dQ, dK, dV and the model forms them.
   // Its layout rules for a group of lay->sp > 1 ranks, each refusal one line
   // naming the flag (TS_EUSAGE); resolves the strategy's defaults in *lay.
   // NULL: only the common rules of ts_layout_check.

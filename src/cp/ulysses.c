@@ -234,6 +234,40 @@ int headpar_forward(const ts_attn_io *io) {
 }
 
 // ---- backward ----------------------------------------------------------------------------
+// Q', K', V' of a backward stage again: projected on the rank's rows, then
+// head-sharded (block c of the rank's rows to rank c). Q (T, per·dh), K and V
+// (T, nkv·dh) receive the rank's heads over the whole sequence.
+static int stage_qkv(const ts_attn_io *io, const stage_heads *to, int per, int nkv, float *Q, float *K,
+                     float *V) {
+  const int N = io->seq->size, Tl = io->Tl;
+  const size_t w = (size_t)per * io->dh, wk = (size_t)nkv * io->dh;
+  int qlist[64 * 64], kvlist[64 * 64];
+  for (int c = 0; c < N; c++) {
+    for (int k = 0; k < per; k++) qlist[c * per + k] = to[c].q[k];
+    for (int i = 0; i < nkv; i++) kvlist[c * nkv + i] = to[c].kv[i];
+  }
+  float *ql = ts_mem_alloc((size_t)Tl * N * w * sizeof(float));
+  float *kl = ts_mem_alloc((size_t)Tl * N * wk * sizeof(float));
+  int rc = ql && kl ? TS_OK : ts_fail(TS_ERUNTIME, "out of memory (head-parallel backward buffers)");
+  ts_block2d sq = {(size_t)Tl, w, (size_t)N * w, w, 1, 0}, rq = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0};
+  ts_block2d sk = {(size_t)Tl, wk, (size_t)N * wk, wk, 1, 0}, rk = {(size_t)Tl, wk, wk, (size_t)Tl * wk, 1, 0};
+  if (!rc) {
+    project(io, ql, N * (int)w, io->wq, io->bq, qlist, N * per, 1, N * per);
+    rc = ts_comm_alltoall_2d(io->seq, ql, &sq, Q, &rq, io->l);
+  }
+  if (!rc) {
+    project(io, kl, N * (int)wk, io->wk, io->bk, kvlist, N * nkv, 1, N * nkv);
+    rc = ts_comm_alltoall_2d(io->seq, kl, &sk, K, &rk, io->l);
+  }
+  if (!rc) {
+    project(io, kl, N * (int)wk, io->wv, io->bv, kvlist, N * nkv, 0, 0);
+    rc = ts_comm_alltoall_2d(io->seq, kl, &sk, V, &rk, io->l);
+  }
+  ts_mem_free(ql); // the local projections are sent: their memory goes back
+  ts_mem_free(kl);
+  return rc;
+}
+
 int headpar_backward(const ts_attn_io *io) {
   const int N = io->seq->size, r = io->seq->rank, dh = io->dh, C = io->C, Ckv = io->Ckv;
   const int Tl = io->Tl, T = io->T, G = io->H / io->Hkv;
@@ -250,36 +284,12 @@ int headpar_backward(const ts_attn_io *io) {
   for (int s = 0; s < nst && !rc; s++) {
     stage_heads to[64];
     for (int c = 0; c < N; c++) backward_heads(io, Ub, s, c, &to[c]);
-    int qlist[64 * 64], kvlist[64 * 64];
-    for (int c = 0; c < N; c++) {
-      for (int k = 0; k < per; k++) qlist[c * per + k] = to[c].q[k];
-      for (int i = 0; i < nkv; i++) kvlist[c * nkv + i] = to[c].kv[i];
-    }
-    const size_t nloc = (size_t)Tl * N * w, nkl = (size_t)Tl * N * wk;
-    float *ql = ts_mem_alloc(nloc * sizeof(float)), *kl = ts_mem_alloc(nkl * sizeof(float));
     float *Q = ts_mem_alloc((size_t)T * w * sizeof(float)), *K = ts_mem_alloc((size_t)T * wk * sizeof(float));
     float *V = ts_mem_alloc((size_t)T * wk * sizeof(float));
     float *O = NULL, *dO = NULL, *dQ = NULL, *dK = NULL, *dV = NULL, *lse = NULL, *dsum = NULL;
-    if (!ql || !kl || !Q || !K || !V)
-      rc = ts_fail(TS_ERUNTIME, "out of memory (head-parallel backward buffers)");
-    // sequence-sharded -> head-sharded: block c of my rows to rank c
-    ts_block2d sq = {(size_t)Tl, w, (size_t)N * w, w, 1, 0}, rq = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0};
-    ts_block2d sk = {(size_t)Tl, wk, (size_t)N * wk, wk, 1, 0}, rk = {(size_t)Tl, wk, wk, (size_t)Tl * wk, 1, 0};
-    if (!rc) {
-      project(io, ql, N * (int)w, io->wq, io->bq, qlist, N * per, 1, N * per);
-      rc = ts_comm_alltoall_2d(io->seq, ql, &sq, Q, &rq, io->l);
-    }
-    if (!rc) {
-      project(io, kl, N * (int)wk, io->wk, io->bk, kvlist, N * nkv, 1, N * nkv);
-      rc = ts_comm_alltoall_2d(io->seq, kl, &sk, K, &rk, io->l);
-    }
-    if (!rc) {
-      project(io, kl, N * (int)wk, io->wv, io->bv, kvlist, N * nkv, 0, 0);
-      rc = ts_comm_alltoall_2d(io->seq, kl, &sk, V, &rk, io->l);
-    }
-    ts_mem_free(ql); // the local projections are sent: their memory goes back
-    ts_mem_free(kl);
-    ql = kl = NULL;
+    rc = Q && K && V ? stage_qkv(io, to, per, nkv, Q, K, V)
+                     : ts_fail(TS_ERUNTIME, "out of memory (head-parallel backward buffers)");
+    ts_block2d rq = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0};
     if (!rc) {
       O = ts_mem_alloc((size_t)T * w * sizeof(float));
       dO = ts_mem_alloc((size_t)T * w * sizeof(float));
@@ -305,11 +315,133 @@ int headpar_backward(const ts_attn_io *io) {
     if (!rc) rc = ts_comm_alltoall_2d(io->seq, dQ, &bq, io->dq + (size_t)s * Ub * dh, &dq_r, io->l);
     if (!rc) rc = ts_comm_alltoall_2d(io->seq, dK, &bk, io->dk + (size_t)s * (Ub / G) * dh, &dk_r, io->l);
     if (!rc) rc = ts_comm_alltoall_2d(io->seq, dV, &bk, io->dv + (size_t)s * (Ub / G) * dh, &dk_r, io->l);
-    float *bufs[] = {ql, kl, Q, K, V, O, dO, dQ, dK, dV, lse, dsum};
+    float *bufs[] = {Q, K, V, O, dO, dQ, dK, dV, lse, dsum};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ts_mem_free(bufs[i]);
   }
   ts_mem_release(held);
   ts_mem_phase(TS_PHASE_NONE);
+  return rc;
+}
+
+// ---- backward, dX stage by stage (upipe-dx) ----------------------------------------------
+// The UPipe paper's backward: each stage's dQ, dK, dV come back as the
+// rank's rows of the stage's heads and are used at once, so the gathered
+// dQ, dK, dV of every head (γ units) are never held. The stage's rows of the
+// projections' weight gradients are formed from them with the serial kernels
+// (an element of a weight gradient depends on its own row's gradient only:
+// the same bits as the model's one call); its terms of dX are added to dX,
+// stage after stage. That sum, over heads in stages rather than in one chain
+// over all of them, is the one change of bits: the tolerance tier, bound in
+// docs/DISTRIBUTED.md.
+//
+// Live memory is counted as the paper's Table 7 counts it: X, the output
+// and its gradient on entry (3 units of T/N·d); stage s consumes slot s of
+// the output and of its gradient (its U heads' columns), whose memory the
+// stage's recomputed output O' and received dO' take; dX (1 unit) is live
+// from the end of stage 0. (The model's buffers stay allocated; this is the
+// live set, what a caching allocator would need.) The peak is the paper's
+// max(3 + 2γ/ν, 2 + 2γ/ν + 2(ν−1)/ν), with ν = H/U_b the backward's stages,
+// plus the stage's log-sum-exp and row sums (2/(ν·dh) units).
+// Stage s's part of the projections' backward (upipe-dx): gq (Tl, Ub·dh),
+// gk and gv (Tl, Ub/G·dh) are the gradients of the stage's heads on the
+// rank's rows, still rotated. Their rows of the weight gradients are formed
+// with the serial kernels; their terms of dX are added to dX (stage 0's query
+// term writes it). Returns the weight-gradient trees' out-of-memory flag.
+static int stage_weights_dx(const ts_attn_io *io, int s, int Ub, float *gq, float *gk, float *gv) {
+  const int C = io->C, dh = io->dh, G = io->H / io->Hkv, leaf = io->cfg->leaf;
+  const int Uq = Ub * dh, Ukv = Ub / G * dh;
+  const size_t oq = (size_t)s * Uq, okv = (size_t)s * Ukv;
+  ts_rope_runs(io->be, &io->runs, io->ntok, dh, io->rope, gq, Ub, Uq, 1);
+  ts_rope_runs(io->be, &io->runs, io->ntok, dh, io->rope, gk, Ub / G, Ukv, 1);
+  int tree_rc = io->be->linear_backward_weights(io->ws, io->dwq + oq * C, io->dbq ? io->dbq + oq : NULL,
+                                                gq, io->x, io->ntok, C, Uq);
+  tree_rc |= io->be->linear_backward_weights(io->ws, io->dwk + okv * C, io->dbk ? io->dbk + okv : NULL, gk,
+                                             io->x, io->ntok, C, Ukv);
+  tree_rc |= io->be->linear_backward_weights(io->ws, io->dwv + okv * C, io->dbv ? io->dbv + okv : NULL, gv,
+                                             io->x, io->ntok, C, Ukv);
+  io->be->linear_backward_input(io->dx, gq, io->wq + oq * C, io->ntok, C, Uq, leaf, s > 0);
+  io->be->linear_backward_input(io->dx, gk, io->wk + okv * C, io->ntok, C, Ukv, leaf, 1);
+  io->be->linear_backward_input(io->dx, gv, io->wv + okv * C, io->ntok, C, Ukv, leaf, 1);
+  return tree_rc;
+}
+
+int headpar_backward_dx(const ts_attn_io *io) {
+  const int N = io->seq->size, r = io->seq->rank, dh = io->dh, C = io->C;
+  const int Tl = io->Tl, T = io->T, G = io->H / io->Hkv;
+  const int Ub = headpar_backward_stage(hp(io)->U, N, G);
+  const int per = Ub / N, nkv = per / G, nst = io->H / Ub;
+  const int Uq = Ub * dh, Ukv = Ub / G * dh; // the stage's columns of Q and of K, V
+  const size_t w = (size_t)per * dh, wk = (size_t)nkv * dh;
+  const size_t unit = (size_t)Tl * C * sizeof(float), slot = (size_t)Tl * Uq * sizeof(float);
+  ts_mem_phase(TS_PHASE_ATTN_BWD);
+  size_t held = 3 * unit; // X, the output, its gradient
+  ts_mem_hold(held);
+  int rc = TS_OK, tree_rc = TS_OK;
+  for (int s = 0; s < nst && !rc; s++) {
+    stage_heads to[64];
+    for (int c = 0; c < N; c++) backward_heads(io, Ub, s, c, &to[c]);
+    // 1. the stage's Q', K', V' again
+    float *Q = ts_mem_alloc((size_t)T * w * sizeof(float)), *K = ts_mem_alloc((size_t)T * wk * sizeof(float));
+    float *V = ts_mem_alloc((size_t)T * wk * sizeof(float));
+    float *O = NULL, *dO = NULL, *dQ = NULL, *dK = NULL, *dV = NULL, *lse = NULL, *dsum = NULL;
+    float *gq = NULL, *gk = NULL, *gv = NULL;
+    rc = Q && K && V ? stage_qkv(io, to, per, nkv, Q, K, V)
+                     : ts_fail(TS_ERUNTIME, "out of memory (head-parallel backward buffers)");
+    ts_block2d rq = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0};
+    // 2. slot s of the output and of its gradient are consumed: O' and dO'
+    // take their place
+    ts_mem_release(2 * slot);
+    held -= 2 * slot;
+    if (!rc) {
+      O = ts_mem_alloc((size_t)T * w * sizeof(float));
+      dO = ts_mem_alloc((size_t)T * w * sizeof(float));
+      dQ = ts_mem_alloc((size_t)T * w * sizeof(float));
+      dK = ts_mem_alloc((size_t)T * wk * sizeof(float));
+      dV = ts_mem_alloc((size_t)T * wk * sizeof(float));
+      lse = ts_mem_alloc((size_t)per * T * sizeof(float));
+      dsum = ts_mem_alloc((size_t)per * T * sizeof(float));
+      if (!O || !dO || !dQ || !dK || !dV || !lse || !dsum)
+        rc = ts_fail(TS_ERUNTIME, "out of memory (head-parallel backward buffers)");
+    }
+    ts_block2d sd = {(size_t)Tl, w, (size_t)C, w, 1, 0};
+    if (!rc) rc = ts_comm_alltoall_2d(io->seq, io->datt + (size_t)s * Uq, &sd, dO, &rq, io->l);
+    if (!rc) {
+      const ts_attn_shape layer = shape(io);
+      rc = headpar_stage_backward(io->be, io->ws, &layer, per, nkv, to[r].q[0], Q, K, V, dO, O,
+                                  lse, dQ, dK, dV, dsum);
+    }
+    float *done[] = {Q, K, V, O, dO, lse, dsum};
+    for (size_t i = 0; i < sizeof done / sizeof done[0]; i++) ts_mem_free(done[i]);
+    // 3. the stage's gradients back as the rank's rows, its heads only:
+    // gq (Tl, Uq), gk and gv (Tl, Ukv)
+    if (!rc) {
+      gq = ts_mem_alloc(slot);
+      gk = ts_mem_alloc((size_t)Tl * Ukv * sizeof(float));
+      gv = ts_mem_alloc((size_t)Tl * Ukv * sizeof(float));
+      if (!gq || !gk || !gv) rc = ts_fail(TS_ERUNTIME, "out of memory (head-parallel backward buffers)");
+    }
+    ts_block2d bq = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0}, gq_r = {(size_t)Tl, w, (size_t)Uq, w, 1, 0};
+    ts_block2d bk = {(size_t)Tl, wk, wk, (size_t)Tl * wk, 1, 0}, gk_r = {(size_t)Tl, wk, (size_t)Ukv, wk, 1, 0};
+    if (!rc) rc = ts_comm_alltoall_2d(io->seq, dQ, &bq, gq, &gq_r, io->l);
+    if (!rc) rc = ts_comm_alltoall_2d(io->seq, dK, &bk, gk, &gk_r, io->l);
+    if (!rc) rc = ts_comm_alltoall_2d(io->seq, dV, &bk, gv, &gk_r, io->l);
+    ts_mem_free(dQ);
+    ts_mem_free(dK);
+    ts_mem_free(dV);
+    if (s == 0) { // dX, from the end of stage 0 on
+      ts_mem_hold(unit);
+      held += unit;
+    }
+    // 4. back through the rotations, then the stage's rows of the weight
+    // gradients and its terms of dX
+    if (!rc) tree_rc |= stage_weights_dx(io, s, Ub, gq, gk, gv);
+    ts_mem_free(gq);
+    ts_mem_free(gk);
+    ts_mem_free(gv);
+  }
+  ts_mem_release(held);
+  ts_mem_phase(TS_PHASE_NONE);
+  if (!rc && tree_rc) rc = ts_fail(TS_ERUNTIME, "out of memory (weight-gradient trees)");
   return rc;
 }
 
@@ -408,6 +540,23 @@ const ts_cp ts_cp_upipe = {
     .destroy = headpar_destroy,
     .attn_forward = headpar_forward,
     .attn_backward = headpar_backward,
+    .describe = upipe_describe,
+    .own_flags = "--upipe-u --upipe-schedule",
+    .opts = &UPIPE,
+};
+
+const ts_cp ts_cp_upipe_dx = {
+    .name = "upipe-dx",
+    .summary = "UPipe whose backward adds dX stage by stage (the paper's Table 7 memory; "
+               "tolerance tier)",
+    .exact = 0,
+    .forms_dx = 1,
+    .check = headpar_check,
+    .sizes = headpar_sizes,
+    .create = headpar_create,
+    .destroy = headpar_destroy,
+    .attn_forward = headpar_forward,
+    .attn_backward = headpar_backward_dx,
     .describe = upipe_describe,
     .own_flags = "--upipe-u --upipe-schedule",
     .opts = &UPIPE,

@@ -50,6 +50,9 @@ int headpar_forward(const ts_attn_io *io);
 // and io->x (the norm output, recomputed) into io->dq (rows × d) and io->dk,
 // io->dv (rows × Hkv·dh), before the rotations are undone.
 int headpar_backward(const ts_attn_io *io);
+// The backward that adds dX stage by stage (upipe-dx, forms_dx): from
+// io->datt and io->x into io->dx and the Q, K, V projections' gradients.
+int headpar_backward_dx(const ts_attn_io *io);
 
 // ---- the pieces without the model (bench/attention's --layout ulysses makes these calls) --
 // The heads rank c works on in one stage: nq query heads (global indices)

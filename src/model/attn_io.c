@@ -32,6 +32,10 @@ void ts_attn_io_layer(ts_model *m, int l, uint64_t step, float p, ts_attn_io *io
   io->datt = m->datt, io->dq = m->dq, io->dk = m->dk, io->dv = m->dv;
   io->dkv_stride = (size_t)(m->dv - m->dk);
   io->dsum = m->dsum, io->tmp = m->dtmp, io->tmp2 = m->dtmp2, io->scratch = m->spbuf;
+  layer_params *g = &m->g.layer[l];
+  io->dx = m->dtmp; // a forms_dx strategy's dX: the norm's gradient, as the model forms it
+  io->dwq = g->wq, io->dbq = g->bq, io->dwk = g->wk, io->dbk = g->bk, io->dwv = g->wv,
+  io->dbv = g->bv;
 }
 
 void ts_layer_io_fill(ts_model *m, int l, uint64_t step, float p, ts_layer_io *io) {

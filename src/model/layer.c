@@ -121,16 +121,18 @@ int ts_layer_backward(ts_model *m, int l, uint64_t step, int *oom) {
   ts_attn_io io;
   ts_attn_io_layer(m, l, step, p, &io);
   if ((crc = m->cp->attn_backward(&io))) return crc;
-  if (m->llama) { // back through the rotations (row-wise: after the reduce-scatter)
-    ts_model_rope_rows(m, m->dq, m->H, C, 1);
-    ts_model_rope_rows(m, m->dk, m->Hkv, Ckv, 1);
+  if (!m->cp->forms_dx) { // (a forms_dx strategy has formed all of this: io.dx = m->dtmp)
+    if (m->llama) { // back through the rotations (row-wise: after the reduce-scatter)
+      ts_model_rope_rows(m, m->dq, m->H, C, 1);
+      ts_model_rope_rows(m, m->dk, m->Hkv, Ckv, 1);
+    }
+    rc |= m->be->linear_backward_weights(ws, g->wq, g->bq, m->dq, m->ln_out, N, C, C);
+    rc |= m->be->linear_backward_weights(ws, g->wk, g->bk, m->dk, m->ln_out, N, C, Ckv);
+    rc |= m->be->linear_backward_weights(ws, g->wv, g->bv, m->dv, m->ln_out, N, C, Ckv);
+    m->be->linear_backward_input(m->dtmp, m->dq, w->wq, N, C, C, rows, 0);
+    m->be->linear_backward_input(m->dtmp, m->dk, w->wk, N, C, Ckv, rows, 1);
+    m->be->linear_backward_input(m->dtmp, m->dv, w->wv, N, C, Ckv, rows, 1);
   }
-  rc |= m->be->linear_backward_weights(ws, g->wq, g->bq, m->dq, m->ln_out, N, C, C);
-  rc |= m->be->linear_backward_weights(ws, g->wk, g->bk, m->dk, m->ln_out, N, C, Ckv);
-  rc |= m->be->linear_backward_weights(ws, g->wv, g->bv, m->dv, m->ln_out, N, C, Ckv);
-  m->be->linear_backward_input(m->dtmp, m->dq, w->wq, N, C, C, rows, 0);
-  m->be->linear_backward_input(m->dtmp, m->dk, w->wk, N, C, Ckv, rows, 1);
-  m->be->linear_backward_input(m->dtmp, m->dv, w->wv, N, C, Ckv, rows, 1);
   rc |= ts_model_norm_backward(m, m->dtmp2, g->ln1w, g->ln1b, m->dtmp, m->res[l], w->ln1w, a->ln1_mean,
                       a->ln1_rstd);
   m->be->add(m->dres, m->dres, m->dtmp2, N * C);
