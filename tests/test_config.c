@@ -577,6 +577,10 @@ static void test_layout_rules(void **state) {
   assert_int_equal(ts_layout_check(&c, &host, NULL), TS_OK);
   assert_int_equal(ts_layout_check(&c, &host, "cuda"), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "with --device cuda: not built"));
+  host.sp_mode = TS_SP_LSS_DX; // the paper's dx backward: host memory of its own
+  assert_int_equal(ts_layout_check(&c, &host, NULL), TS_OK);
+  assert_int_equal(ts_layout_check(&c, &host, "cuda"), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--sp-mode lss-dx with --device cuda: not built"));
 }
 
 // Sequence parallelism (tiny: T 64, tile 8, leaf 8): each segment must hold

@@ -180,7 +180,7 @@ static int check_device(const ts_layout *lay, const char *device) {
     return ts_fail(TS_EUSAGE, "--zero %d with --device %s: not built (stages 2 and 3 give a "
                    "layer's host pages back between uses; use --zero 1)", lay->zero, device);
   if (lay->sp > 1 && ts_cp_get(lay->sp_mode)->host_only)
-    return ts_fail(TS_EUSAGE, "--sp-mode %s with --device %s: not built (the contiguous LSS modes "
+    return ts_fail(TS_EUSAGE, "--sp-mode %s with --device %s: not built (the exact contiguous LSS modes "
                    "are)", ts_sp_mode_names[lay->sp_mode], device);
   return TS_OK;
 }
