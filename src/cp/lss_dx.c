@@ -86,8 +86,8 @@ static int lss_dx_backward(const ts_attn_io *io) {
 
 const ts_cp ts_cp_lss_dx = {
     .name = "lss-dx",
-    .summary = "lss whose backward reduce-scatters dx (T×d) as its paper does, not [dK|dV] "
-               "(tolerance tier): 2 collectives per layer",
+    .summary = "lss whose backward reduce-scatters dx (T x d floats) as its paper does: 2 "
+               "collectives per layer",
     .exact = 0,
     .host_only = 1,
     .forms_dx = 1,

@@ -547,8 +547,7 @@ const ts_cp ts_cp_upipe = {
 
 const ts_cp ts_cp_upipe_dx = {
     .name = "upipe-dx",
-    .summary = "UPipe whose backward adds dX stage by stage (the paper's Table 7 memory; "
-               "tolerance tier)",
+    .summary = "UPipe whose backward adds dX stage by stage (the paper's Table 7 memory)",
     .exact = 0,
     .forms_dx = 1,
     .check = headpar_check,
