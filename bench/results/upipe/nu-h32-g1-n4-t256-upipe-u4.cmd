@@ -1,0 +1,1 @@
+mpiexec -n 4 tessera train --model llama-tiny --d 512 --heads 32 --kv-heads 32 --d-ff 1024 --layers 1 --seq 256 --batch 1 --steps 2 --warmup 1 --eval-batches 1 --threads 1 --quiet --data data/corpus.txt --sp 4 --sp-mode upipe --upipe-u 4 --upipe-schedule natural --log bench/results/upipe/nu-h32-g1-n4-t256-upipe-u4.jsonl
