@@ -91,7 +91,7 @@ for f in train.txt val.txt tokenizer.model tokenizer.vocab train.bin val.bin MAN
 done
 # --check: the outputs against the manifest
 expect_exit 0 "" "$PY" "$SCRIPT" --check --out "$O"
-expect_stdout "7 files match MANIFEST.json|6 files match MANIFEST.json"
+expect_stdout "^debian_docs.py --check: 6 files match MANIFEST.json$"
 printf 'x' | dd of="$O/val.bin" bs=1 seek=3 conv=notrunc 2>/dev/null
 expect_exit 1 "val.bin: its bytes are not the manifest's" "$PY" "$SCRIPT" --check --out "$O"
 rm -f "$O/tokenizer.vocab"
