@@ -50,8 +50,9 @@ for f in train.txt val.txt tokenizer.model tokenizer.vocab train.bin val.bin MAN
   [ -s "$O/$f" ] && pass "$f written" || fail "$f missing or empty"
 done
 manifest() { "$PY" -c 'import json,sys; m=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$O/MANIFEST.json" "$1"; }
-expect_equal "packages" "alpha-doc 1.2-3 fake-alpha-doc 31, beta-doc 4.5 fake-beta-doc 31" \
-  "$(manifest '", ".join("%s %s %s %d" % (p["package"], p["version"], p["source"], p["documents"]) for p in m["packages"])')"
+expect_equal "packages" \
+  "$(manifest '", ".join("%s %s %s %d" % (p["package"], p["version"], p["source"], p["documents"]) for p in m["packages"])')" \
+  "alpha-doc 1.2-3 fake-alpha-doc 31, beta-doc 4.5 fake-beta-doc 31"
 for p in alpha-doc_1.2-3 beta-doc_4.5; do
   expect_equal "$p .deb sha256" "$(sha256sum "$D/debs/${p}_all.deb" | cut -d' ' -f1)" \
     "$(manifest "[p['deb_sha256'] for p in m['packages'] if p['deb'] == '${p}_all.deb'][0]")"
@@ -60,7 +61,7 @@ for f in train.txt val.txt train.bin val.bin tokenizer.model; do
   expect_equal "$f sha256" "$(sha256sum "$O/$f" | cut -d' ' -f1)" "$(manifest "m['files']['$f']['sha256']")"
 done
 # the split: every document in one split, some in each
-expect_equal "documents split" 62 "$(manifest "m['split']['train_documents'] + m['split']['val_documents']")"
+expect_equal "documents split" "$(manifest "m['split']['train_documents'] + m['split']['val_documents']")" 62
 TS_CHECKS=$((TS_CHECKS + 1))
 nval=$(manifest "m['split']['val_documents']")
 [ "$nval" -gt 0 ] && [ "$nval" -lt 62 ] && pass "$nval of 62 documents held out" || fail "$nval of 62 documents held out"
@@ -69,7 +70,7 @@ TS_CHECKS=$((TS_CHECKS + 1))
 if cat "$O/train.txt" "$O/val.txt" | grep -q "NOT-ENGLISH-TRANSLATION\|NOT-A-SOURCE"; then
   fail "a translation or a non-.rst file was kept"
 else pass "translations and other files left out"; fi
-expect_equal "gzipped sources kept" 2 "$(cat "$O/train.txt" "$O/val.txt" | grep -c "^DOCUMENT-IN-GZIP")"
+expect_equal "gzipped sources kept" "$(cat "$O/train.txt" "$O/val.txt" | grep -c "^DOCUMENT-IN-GZIP")" 2
 TS_CHECKS=$((TS_CHECKS + 1))
 if cat "$O/train.txt" "$O/val.txt" | grep -q "$(printf '\r')\| $"; then fail "a CR or a trailing blank was kept"
 elif cat "$O/train.txt" "$O/val.txt" | awk 'prev == "" && $0 == "" && NR > 1 { bad = 1 } { prev = $0 } END { exit !bad }'; then
