@@ -47,6 +47,19 @@ typedef enum {
 } ts_compress_mode;
 // The --compress names, in ts_compress_mode order.
 extern const char *const ts_compress_names[TS_COMPRESS_NMODES];
+// MAPL's anchor, the token-driven offset subtracted before a boundary's
+// projector and added back after it (--mapl-anchor; docs/COMPRESSION.md): the
+// paper's factorised one (0, the default, so a configuration without the
+// field is factorised) and the three ablations of its Table 6.
+typedef enum {
+  TS_ANCHOR_FACTORISED = 0, // E_s[tok]·P_s: E_s (V × r) learned, P_s (r × d) frozen
+  TS_ANCHOR_NONE,           // no anchor: X̂ = Z·A_pᵀ
+  TS_ANCHOR_STATIC,         // T[tok]: a seeded table (V × d), frozen, shared by every stage
+  TS_ANCHOR_FULL,           // F_s[tok]: a full table (V × d) per stage, learned
+  TS_ANCHOR_NKINDS
+} ts_mapl_anchor;
+// The --mapl-anchor names, in ts_mapl_anchor order.
+extern const char *const ts_mapl_anchor_names[TS_ANCHOR_NKINDS];
 
 // How --data (and --val-data) files hold their tokens (src/train/data.h): bytes is 0,
 // so a configuration written without the field (every one before it) reads
@@ -66,7 +79,7 @@ extern const char *const ts_data_format_names[TS_DATA_NFORMATS];
 typedef struct {
   // model
   uint64_t seed; // first: no padding anywhere in the struct (tests/test_config checks it)
-  char preset[32];
+  char preset[28]; // a preset's name (the longest is far shorter; 28 keeps the struct unpadded)
   ts_variant variant;
   int vocab;    // V
   int d;        // model width
@@ -106,6 +119,7 @@ typedef struct {
   float vq_gamma;       // EMA decay of the codebooks
   float vq_commit;      // commitment-loss weight
   int vq_sync_codes;    // codes per codebook the sender ships to the receiver after a step
+  int mapl_anchor;      // ts_mapl_anchor (mapl, mapl-vq): factorised (0) unless --mapl-anchor
   int data_format;      // ts_data_format of data_path and val_path
   char data_path[4096];
   char val_path[4096];  // validation file; "": the last val_frac of data_path

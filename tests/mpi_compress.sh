@@ -30,26 +30,28 @@ sendrecv_bytes() { # FILE: the first step record's sendrecv bytes
 }
 
 # equal MODE S RUN...: the serial run of the model compressed at S stages
-# against each pipelined run "P:D:M:schedule"
+# against each pipelined run "P:D:M:schedule"; ANCHOR=KIND adds --mapl-anchor KIND
 equal() {
   mode=$1 stages=$2
   shift 2
-  S=$TS_TMP/serial-$mode-$stages.jsonl
+  x= tag=$mode
+  [ -n "${ANCHOR:-}" ] && x="--mapl-anchor $ANCHOR" tag=$mode-$ANCHOR
+  S=$TS_TMP/serial-$tag-$stages.jsonl
   rm -f "$S"
   expect_exit 0 "" "$T" train $M4 $common --compress $mode --rank $R --compress-stages $stages \
-    --log "$S" || return
+    $x --log "$S" || return
   for run in "$@"; do
     P=${run%%:*} rest=${run#*:}
     D=${rest%%:*} rest=${rest#*:}
     M=${rest%%:*} sched=${rest#*:}
-    L=$TS_TMP/pp-$mode-$P-$D-$M-$sched.jsonl
+    L=$TS_TMP/pp-$tag-$P-$D-$M-$sched.jsonl
     rm -f "$L"
     expect_exit 0 "" $RUN_MPI -n $((P * D)) "$T" train $M4 $common --compress $mode --rank $R \
-      --pp $P --dp $D --microbatches $M --schedule $sched --log "$L" || continue
+      --pp $P --dp $D --microbatches $M --schedule $sched $x --log "$L" || continue
     TS_CHECKS=$((TS_CHECKS + 1))
     out=$("$T" compare "$S" "$L" 2>&1)
-    [ "$out" = identical ] && pass "$mode | pp $P dp $D M $M $sched: identical to serial" ||
-      fail "$mode | pp $P dp $D M $M $sched: $out"
+    [ "$out" = identical ] && pass "$tag | pp $P dp $D M $M $sched: identical to serial" ||
+      fail "$tag | pp $P dp $D M $M $sched: $out"
     mb=$((4 / D / M))
     sync=0 fwd=$((R * 4)) bwd=$((R * 4))
     case $mode in ssn|mapl-frozen) ;; *) sync=$((64 * R * 4)) ;; esac
@@ -74,6 +76,20 @@ equal mapl-unconstrained 4 4:1:2:1f1b
 equal mapl-frozen 4 4:1:2:1f1b 4:1:4:gpipe
 equal mapl-vq 4 4:1:4:gpipe 4:1:2:1f1b
 equal mapl-vq 2 2:2:2:1f1b
+# MAPL's anchors (--mapl-anchor, docs/COMPRESSION.md): each kind's model, pipelined, is its
+# serial run; the wire and the sync are the same bytes whichever the anchor
+for ANCHOR in factorised none static full; do equal mapl 2 2:1:2:1f1b; done
+ANCHOR=full equal mapl 4 4:1:2:gpipe
+ANCHOR=static equal mapl-vq 2 2:1:2:gpipe
+ANCHOR=none equal mapl-vq 2 2:1:2:1f1b
+unset ANCHOR
+# factorised is the default, bit for bit; each other kind is another model
+expect_exit 0 "" "$T" compare "$TS_TMP/serial-mapl-2.jsonl" "$TS_TMP/serial-mapl-factorised-2.jsonl"
+expect_stdout "^identical"
+for a in none static full; do
+  expect_exit 1 "" "$T" compare "$TS_TMP/serial-mapl-2.jsonl" "$TS_TMP/serial-mapl-$a-2.jsonl"
+  expect_stdout "^first divergence"
+done
 
 # --compress none is the plain model; a compressed one is another model
 P0=$TS_TMP/plain.jsonl N0=$TS_TMP/none.jsonl
@@ -93,6 +109,13 @@ expect_exit 2 "was written with --rank 16, this run has 8" \
   "$T" train $M4 $common --compress mapl --rank 8 --compress-stages 2 --ckpt-dir "$CK" --resume
 expect_exit 2 "was written with --compress mapl, this run has none" \
   "$T" train $M4 $common --ckpt-dir "$CK" --resume
+expect_exit 2 "was written with --mapl-anchor factorised, this run has full" \
+  "$T" train $M4 $common --compress mapl --rank $R --compress-stages 2 --mapl-anchor full \
+  --ckpt-dir "$CK" --resume
+# a kind other than the default is recorded in the checkpoint and resumes as itself
+expect_resume_identical 2 3 "--compress-stages 2" "--pp 2 --microbatches 2" $B --mapl-anchor static
+expect_exit 2 "was written with --mapl-anchor static, this run has factorised" \
+  "$T" train $B --compress-stages 2 --ckpt-dir "$CK" --resume
 
 # --- refused before any work ----------------------------------------------------------
 NOLOG=$TS_TMP/never.jsonl
@@ -115,6 +138,12 @@ expect_exit 2 "--vq-group 3: must divide --rank 16" \
   "$T" train $M4 $common --compress mapl-vq --rank 16 --vq-group 3 --compress-stages 2 --log "$NOLOG"
 expect_exit 2 "--vq-codes 512: must be in \[2, 256\]" \
   "$T" train $M4 $common --compress mapl-vq --rank 16 --vq-codes 512 --compress-stages 2 --log "$NOLOG"
+expect_exit 2 "--mapl-anchor shared: must be factorised, none, static or full" \
+  "$T" train $B --compress-stages 2 --mapl-anchor shared --log "$NOLOG"
+expect_exit 2 "--mapl-anchor full: only with --compress mapl or mapl-vq" \
+  "$T" train $M4 $common --compress ssn --rank $R --compress-stages 2 --mapl-anchor full --log "$NOLOG"
+expect_exit 2 "--mapl-anchor none: only with --compress mapl or mapl-vq" \
+  "$T" train $M4 $common --compress mapl-frozen --rank $R --compress-stages 2 --mapl-anchor none --log "$NOLOG"
 expect_exit 2 "--microbatches 0: must be >= 1" "$T" train $B --pp 2 --microbatches 0 --log "$NOLOG"
 TS_CHECKS=$((TS_CHECKS + 1))
 [ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"

@@ -19,6 +19,7 @@
 #include "backend/orthogonal.h"
 #include "exact/rng.h"
 #include "tessera.h"
+#include "boundary/boundary.h"
 #include "boundary/vq.h"
 
 enum { B = 2, T = 64, R = 16, S = 4 };
@@ -61,8 +62,26 @@ static ts_tensor *find(ts_tensor *t, int nt, const char *name) {
 // about 5e-5 of rounding, absolute, whatever the derivative (8e-3 .. 0.35
 // here; measured: 3e-5 .. 4.2e-4 relative, and 2.7e-5 absolute on the
 // smallest). A wrong sign or a missing term is an error of order 1.
-static void check_directional(ts_model *m, ts_tensor *p, ts_tensor *g, const int *inp,
-                              const int *tgt) {
+//
+// richardson 1: the estimate (4·D(h) − D(2h))/3 of the central differences
+// D at h and 2h, whose h² error cancels. Without an anchor the loss bends
+// more along the embedding's gradient: measured for --mapl-anchor none, the
+// plain quotient's error falls as h² (5.0e-2, 1.3e-2, 3.4e-3, 8.9e-4 at h
+// 4e-2 .. 5e-3), so at h 1e-2 it measures the curvature, not the gradient.
+// Same bound; the extrapolation's rounding is (4·5e-5 + 2.5e-5)/3 at worst.
+static double central(ts_model *m, ts_tensor *p, const float *p0, const float *g0, double gn,
+                      double eps, int64_t n, const int *inp, const int *tgt) {
+  double f[2];
+  for (int k = 0; k < 2; k++) {
+    const double sgn = k ? -1.0 : 1.0;
+    for (int64_t i = 0; i < n; i++) p->data[i] = (float)(p0[i] + sgn * eps * g0[i] / gn);
+    f[k] = ts_model_forward(m, inp, tgt, 1, 1);
+  }
+  return (f[0] - f[1]) / (2.0 * eps);
+}
+
+static void check_directional_by(ts_model *m, ts_tensor *p, ts_tensor *g, const int *inp,
+                                 const int *tgt, int richardson) {
   const int64_t n = ts_tensor_numel(p);
   float *g0 = malloc((size_t)n * sizeof(float)), *p0 = malloc((size_t)n * sizeof(float));
   memcpy(g0, g->data, (size_t)n * sizeof(float));
@@ -71,19 +90,20 @@ static void check_directional(ts_model *m, ts_tensor *p, ts_tensor *g, const int
   for (int64_t i = 0; i < n; i++) g2 += (double)g0[i] * g0[i];
   const double gn = sqrt(g2), eps = 1e-2;
   assert_true(gn > 0.0);
-  double f[2];
-  for (int k = 0; k < 2; k++) {
-    const double sgn = k ? -1.0 : 1.0;
-    for (int64_t i = 0; i < n; i++) p->data[i] = (float)(p0[i] + sgn * eps * g0[i] / gn);
-    f[k] = ts_model_forward(m, inp, tgt, 1, 1);
-  }
+  double fd = central(m, p, p0, g0, gn, eps, n, inp, tgt);
+  if (richardson) fd = (4.0 * fd - central(m, p, p0, g0, gn, 2.0 * eps, n, inp, tgt)) / 3.0;
   memcpy(p->data, p0, (size_t)n * sizeof(float));
-  const double fd = (f[0] - f[1]) / (2.0 * eps), an = gn; // d/dt loss(p + t·g/|g|) = |g|
-  printf("# %-14s |g| %.6e, central difference %.6e, relative error %.2e\n", p->name, an, fd,
-         fabs(fd - an) / an);
+  const double an = gn; // d/dt loss(p + t·g/|g|) = |g|
+  printf("# %-14s |g| %.6e, %s %.6e, relative error %.2e\n", p->name, an,
+         richardson ? "extrapolated difference" : "central difference", fd, fabs(fd - an) / an);
   assert_true(fabs(fd - an) <= 2e-3 * an + 5e-5);
   free(g0);
   free(p0);
+}
+
+static void check_directional(ts_model *m, ts_tensor *p, ts_tensor *g, const int *inp,
+                              const int *tgt) {
+  check_directional_by(m, p, g, inp, tgt, 0);
 }
 
 static void test_backward_is_the_gradient(void **state) {
@@ -125,6 +145,185 @@ static void test_backward_is_the_gradient(void **state) {
     free(pt);
     free(gt);
     ts_model_free(m);
+  }
+}
+
+// ---- MAPL's anchors (--mapl-anchor) --------------------------------------------------------
+// A model of one compression mode and anchor, its tensors' views.
+typedef struct {
+  ts_config c;
+  ts_model *m;
+  int nt;
+  ts_tensor *pt, *gt;
+} built;
+
+static void build(built *b, int mode, int anchor) {
+  memset(&b->c, 0, sizeof b->c);
+  assert_int_equal(ts_config_preset(&b->c, "llama-tiny"), TS_OK);
+  ts_config_defaults(&b->c);
+  b->c.n_layer = 4, b->c.batch = B, b->c.seq = T, b->c.steps = 300, b->c.warmup = 10;
+  b->c.compress = mode, b->c.compress_rank = R, b->c.compress_stages = S;
+  b->c.mapl_anchor = anchor;
+  assert_int_equal(ts_config_finalize(&b->c), TS_OK);
+  assert_int_equal(ts_model_create(&b->c, &b->m), TS_OK);
+  ts_model_init(b->m, b->c.seed);
+  b->nt = ts_model_num_tensors(b->m);
+  b->pt = calloc((size_t)b->nt, sizeof *b->pt);
+  b->gt = calloc((size_t)b->nt, sizeof *b->gt);
+  ts_model_tensors(b->m, b->pt, b->gt);
+}
+
+static void unbuild(built *b) {
+  free(b->pt);
+  free(b->gt);
+  ts_model_free(b->m);
+}
+
+static ts_tensor *lookup(built *b, const char *name) {
+  for (int i = 0; i < b->nt; i++)
+    if (strcmp(b->pt[i].name, name) == 0) return &b->pt[i];
+  return NULL;
+}
+
+// dst's tensors that src has by name and shape take src's values (the
+// generic initialisation is keyed by a tensor's place in the model, which
+// the anchor tables move).
+static void copy_shared(built *dst, built *src) {
+  for (int i = 0; i < dst->nt; i++) {
+    ts_tensor *t = lookup(src, dst->pt[i].name);
+    if (t && ts_tensor_numel(t) == ts_tensor_numel(&dst->pt[i]) && t->shape[1] == dst->pt[i].shape[1])
+      memcpy(dst->pt[i].data, t->data, (size_t)ts_tensor_numel(t) * sizeof(float));
+  }
+}
+
+// The tensors each anchor declares: a table per stage, r wide (factorised)
+// or d wide (full), or none at all (none, static); the projectors either way.
+static void test_anchor_tensors(void **state) {
+  (void)state;
+  const int width[TS_ANCHOR_NKINDS] = {[TS_ANCHOR_FACTORISED] = R, [TS_ANCHOR_FULL] = 64};
+  for (int k = 0; k < TS_ANCHOR_NKINDS; k++) {
+    built b;
+    build(&b, TS_COMPRESS_MAPL, k);
+    for (int s = 0; s < S; s++) {
+      char name[32];
+      snprintf(name, sizeof name, "cmp.%d.anchor", s);
+      ts_tensor *a = lookup(&b, name);
+      if (!width[k]) {
+        assert_null(a);
+        continue;
+      }
+      assert_non_null(a);
+      assert_int_equal(a->shape[0], b.c.vocab);
+      assert_int_equal(a->shape[1], width[k]);
+      assert_int_equal(a->role, TS_ROLE_ANCHOR);
+    }
+    assert_non_null(lookup(&b, "cmp.2.proj"));
+    unbuild(&b);
+  }
+}
+
+// The four anchors are one family: the full anchor at zero is no anchor, at
+// SSN's table T on every stage the static one (both bit for bit: the same
+// rows are subtracted and added back), and at E_s·P_s the factorised one
+// (to rounding: the factorised rows are a product formed per row).
+static void test_anchor_kinds_are_one_family(void **state) {
+  (void)state;
+  int inp[B * T], tgt[B * T];
+  random_tokens(inp, B * T, 3);
+  random_tokens(tgt, B * T, 4);
+  built full, other;
+  build(&full, TS_COMPRESS_MAPL, TS_ANCHOR_FULL);
+  const int V = full.c.vocab, d = full.c.d;
+  ts_tensor *F[S];
+  for (int s = 0; s < S; s++) {
+    char name[32];
+    snprintf(name, sizeof name, "cmp.%d.anchor", s);
+    F[s] = lookup(&full, name);
+    assert_non_null(F[s]);
+  }
+  // none: F = 0
+  build(&other, TS_COMPRESS_MAPL, TS_ANCHOR_NONE);
+  copy_shared(&full, &other);
+  for (int s = 0; s < S; s++) memset(F[s]->data, 0, (size_t)V * d * sizeof(float));
+  float lf = ts_model_forward(full.m, inp, tgt, 1, 1), lo = ts_model_forward(other.m, inp, tgt, 1, 1);
+  printf("# full anchor at 0: %.9g, none: %.9g\n", (double)lf, (double)lo);
+  assert_memory_equal(&lf, &lo, sizeof lf);
+  const float lnone = lo;
+  unbuild(&other);
+  // static: F_s = T, the same table at every stage
+  build(&other, TS_COMPRESS_MAPL, TS_ANCHOR_STATIC);
+  copy_shared(&full, &other);
+  for (int s = 0; s < S; s++)
+    for (size_t i = 0; i < (size_t)V * d; i++)
+      F[s]->data[i] = 0.02f * ts_rng_normal(full.c.seed, TS_RNG_COMPRESS, TS_BASIS_TABLE, i);
+  lf = ts_model_forward(full.m, inp, tgt, 1, 1), lo = ts_model_forward(other.m, inp, tgt, 1, 1);
+  printf("# full anchor at T: %.9g, static: %.9g\n", (double)lf, (double)lo);
+  assert_memory_equal(&lf, &lo, sizeof lf);
+  assert_true(fabsf(lo - lnone) > 1e-4f * fabsf(lnone)); // the table matters
+  unbuild(&other);
+  // factorised: F_s = E_s·P_s, E_s random, P_s regenerated from the seed
+  build(&other, TS_COMPRESS_MAPL, TS_ANCHOR_FACTORISED);
+  copy_shared(&full, &other);
+  float *P = malloc((size_t)d * R * sizeof(float));
+  double *qr = malloc((size_t)d * R * sizeof(double));
+  for (int s = 0; s < S; s++) {
+    char name[32];
+    snprintf(name, sizeof name, "cmp.%d.anchor", s);
+    ts_tensor *E = lookup(&other, name);
+    for (int64_t i = 0; i < ts_tensor_numel(E); i++)
+      E->data[i] = 0.5f * ts_rng_normal(5, 9, (uint64_t)s, (uint64_t)i);
+    ts_boundary_orthonormal(P, qr, d, R, other.c.seed, TS_BASIS_FIXED + (uint64_t)s); // (d × r)
+    for (int v = 0; v < V; v++)
+      for (int j = 0; j < d; j++) {
+        double acc = 0.0;
+        for (int k = 0; k < R; k++) acc += (double)E->data[(size_t)v * R + k] * P[(size_t)j * R + k];
+        F[s]->data[(size_t)v * d + j] = (float)acc;
+      }
+  }
+  lf = ts_model_forward(full.m, inp, tgt, 1, 1), lo = ts_model_forward(other.m, inp, tgt, 1, 1);
+  printf("# full anchor at E.P: %.9g, factorised: %.9g (relative %.2e; none %.9g)\n", (double)lf,
+         (double)lo, fabs((double)lf - lo) / lo, (double)lnone);
+  assert_true(fabs((double)lf - lo) <= 1e-5 * fabs((double)lo));
+  assert_true(fabs((double)lo - lnone) > 1e-3 * fabs((double)lnone)); // the anchors matter
+  free(P);
+  free(qr);
+  unbuild(&other);
+  unbuild(&full);
+}
+
+// The backward is the gradient for every anchor: the token embedding's
+// (upstream of every boundary) and, for the learned full tables, theirs.
+static void test_anchor_backward_is_the_gradient(void **state) {
+  (void)state;
+  int inp[B * T], tgt[B * T];
+  random_tokens(inp, B * T, 1);
+  random_tokens(tgt, B * T, 2);
+  const int kinds[] = {TS_ANCHOR_NONE, TS_ANCHOR_STATIC, TS_ANCHOR_FULL};
+  for (int j = 0; j < 3; j++) {
+    built b;
+    build(&b, TS_COMPRESS_MAPL, kinds[j]);
+    if (kinds[j] == TS_ANCHOR_FULL) // away from zero, as after some training
+      for (int s = 0; s < S; s++) {
+        char name[32];
+        snprintf(name, sizeof name, "cmp.%d.anchor", s);
+        ts_tensor *a = lookup(&b, name);
+        for (int64_t i = 0; i < ts_tensor_numel(a); i++)
+          a->data[i] = 0.05f * ts_rng_normal(5, 9, (uint64_t)s, (uint64_t)i);
+      }
+    ts_model_forward(b.m, inp, tgt, 1, 1);
+    assert_int_equal(ts_model_backward(b.m, 1), TS_OK);
+    const size_t np = ts_model_num_params(b.m);
+    float *grads = malloc(np * sizeof(float));
+    memcpy(grads, ts_model_grads(b.m), np * sizeof(float));
+    for (int i = 0; i < b.nt; i++) b.gt[i].data = grads + (b.gt[i].data - ts_model_grads(b.m));
+    const char *names[] = {"wte", "cmp.0.anchor", "cmp.1.anchor", "cmp.3.anchor"};
+    printf("# --mapl-anchor %s\n", ts_mapl_anchor_names[kinds[j]]);
+    for (int n = 0; n < (kinds[j] == TS_ANCHOR_FULL ? 4 : 1); n++) {
+      int i = (int)(find(b.pt, b.nt, names[n]) - b.pt);
+      check_directional_by(b.m, &b.pt[i], &b.gt[i], inp, tgt, 1);
+    }
+    free(grads);
+    unbuild(&b);
   }
 }
 
@@ -335,8 +534,13 @@ static void test_vq_statistics_update_and_stream(void **state) {
 }
 
 int main(void) {
+  const char *only = getenv("TEST_FILTER"); // one test by name (cmocka's pattern)
+  if (only && *only) cmocka_set_test_filter(only);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_backward_is_the_gradient),
+      cmocka_unit_test(test_anchor_tensors),
+      cmocka_unit_test(test_anchor_kinds_are_one_family),
+      cmocka_unit_test(test_anchor_backward_is_the_gradient),
       cmocka_unit_test(test_spel_keeps_projectors_orthonormal),
       cmocka_unit_test(test_unconstrained_projectors_leave_the_manifold),
       cmocka_unit_test(test_frozen_projectors_stay),

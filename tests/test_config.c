@@ -246,6 +246,7 @@ static void awkward(ts_config *c) {
   c->proj_lr = 1.0f / 7.0f;
   c->vq_groups = 3, c->vq_rounds = 2, c->vq_codes = 200, c->vq_sync_codes = 9;
   c->vq_gamma = 0.97f, c->vq_commit = 0.1f;
+  c->mapl_anchor = TS_ANCHOR_STATIC;
   c->data_format = TS_DATA_U32;
   snprintf(c->data_path, sizeof c->data_path, "/tmp/dir with spaces/\t\"quoted\"\n\x01.txt");
   snprintf(c->val_path, sizeof c->val_path, "val\\\x02 \"x\".bin");
@@ -298,6 +299,30 @@ static void test_json_round_trip(void **state) {
     assert_int_equal(ts_config_from_json(&d, json), TS_OK);
     assert_int_equal(d.data_format, f);
   }
+  // the MAPL anchor: factorised (the default) is left out, and a file
+  // without the field (every one before it) reads factorised; the others
+  // are written by name and read back
+  c.data_format = TS_DATA_BYTES;
+  assert_int_equal(c.mapl_anchor, TS_ANCHOR_FACTORISED);
+  assert_int_equal(ts_config_to_json(&c, json, sizeof json), TS_OK);
+  assert_null(strstr(json, "mapl_anchor"));
+  for (int k = 0; k < TS_ANCHOR_NKINDS; k++) {
+    c.mapl_anchor = k;
+    assert_int_equal(ts_config_to_json(&c, json, sizeof json), TS_OK);
+    char want[64];
+    snprintf(want, sizeof want, "\"mapl_anchor\":\"%s\"", ts_mapl_anchor_names[k]);
+    assert_true(k == TS_ANCHOR_FACTORISED ? !strstr(json, want) : !!strstr(json, want));
+    memset(&d, 0, sizeof d);
+    assert_int_equal(ts_config_from_json(&d, json), TS_OK);
+    assert_int_equal(d.mapl_anchor, k);
+  }
+  assert_int_equal(ts_config_to_json(&c, json, sizeof json), TS_OK);
+  char *at = strstr(json, "\"full\"");
+  assert_non_null(at);
+  memcpy(at, "\"fuul\"", 6); // an unknown kind is refused, not read as another
+  memset(&d, 0, sizeof d);
+  assert_int_not_equal(ts_config_from_json(&d, json), TS_OK);
+  c.mapl_anchor = TS_ANCHOR_FACTORISED;
 }
 
 // A checkpoint's configuration is two records: the computation and the run's
@@ -417,6 +442,11 @@ static void test_architecture_json(void **state) {
   assert_int_equal(ts_config_architecture_json(&b, jb, sizeof jb), TS_OK);
   ts_config_json_difference(ja, jb, key, sizeof key);
   assert_string_equal(key, "n_kv_head");
+  b = a;
+  b.mapl_anchor = TS_ANCHOR_FULL; // the anchor's tensors are the model's
+  assert_int_equal(ts_config_architecture_json(&b, jb, sizeof jb), TS_OK);
+  ts_config_json_difference(ja, jb, key, sizeof key);
+  assert_string_equal(key, "mapl_anchor");
 }
 
 // The table behind the JSON form and the ranks' agreement has every field of
@@ -727,6 +757,26 @@ static void test_compress_rules(void **state) {
     assert_int_equal(ts_config_finalize(&c), TS_EUSAGE);
     if (!strstr(ts_errmsg(), bad[i].msg)) fail_msg("got \"%s\", want \"%s\"", ts_errmsg(), bad[i].msg);
   }
+  // --mapl-anchor: any kind with mapl and mapl-vq, only factorised elsewhere
+  for (int k = 0; k < TS_ANCHOR_NKINDS; k++) {
+    const int modes[] = {TS_COMPRESS_MAPL, TS_COMPRESS_MAPL_VQ, TS_COMPRESS_SSN,
+                         TS_COMPRESS_MAPL_FROZEN, TS_COMPRESS_MAPL_UNC, TS_COMPRESS_NONE};
+    for (size_t j = 0; j < sizeof modes / sizeof modes[0]; j++) {
+      base(&c, "llama-mini");
+      c.compress = modes[j], c.compress_rank = modes[j] ? 32 : 0;
+      c.compress_stages = modes[j] ? 2 : 0, c.mapl_anchor = k;
+      const int ok = k == TS_ANCHOR_FACTORISED || j < 2;
+      assert_int_equal(ts_config_finalize(&c), ok ? TS_OK : TS_EUSAGE);
+      char want[96];
+      snprintf(want, sizeof want, "--mapl-anchor %s: only with --compress mapl or mapl-vq",
+               ts_mapl_anchor_names[k]);
+      if (!ok && !strstr(ts_errmsg(), want)) fail_msg("got \"%s\", want \"%s\"", ts_errmsg(), want);
+    }
+  }
+  base(&c, "llama-mini");
+  c.compress = TS_COMPRESS_MAPL, c.compress_rank = 32, c.compress_stages = 2;
+  c.mapl_anchor = TS_ANCHOR_NKINDS;
+  assert_int_equal(ts_config_finalize(&c), TS_EUSAGE);
   // a layout: the pipeline's stages are the model's, and no --sp
   base(&c, "llama-mini");
   c.compress = TS_COMPRESS_MAPL, c.compress_rank = 32, c.compress_stages = 4;

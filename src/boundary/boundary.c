@@ -26,6 +26,10 @@ const char *const ts_compress_names[TS_COMPRESS_NMODES] = {
 #undef TS_BOUNDARY
 };
 
+const char *const ts_mapl_anchor_names[TS_ANCHOR_NKINDS] = {
+    [TS_ANCHOR_FACTORISED] = "factorised", [TS_ANCHOR_NONE] = "none",
+    [TS_ANCHOR_STATIC] = "static", [TS_ANCHOR_FULL] = "full"};
+
 const ts_boundary *ts_boundary_get(int mode) {
   return mode >= 0 && mode < TS_COMPRESS_NMODES ? registry[mode] : NULL;
 }
@@ -42,6 +46,11 @@ int ts_boundary_finalize(ts_config *cfg) {
   if (!bd->learns_projector && cfg->proj_lr != 0.0f)
     return ts_fail(TS_EUSAGE, "--proj-lr %g: only with a learned projector (--compress mapl, "
                    "mapl-unconstrained or mapl-vq)", (double)cfg->proj_lr);
+  if (cfg->mapl_anchor < 0 || cfg->mapl_anchor >= TS_ANCHOR_NKINDS)
+    return ts_fail(TS_EUSAGE, "mapl_anchor %d: unknown", cfg->mapl_anchor);
+  if (!bd->anchor_kinds && cfg->mapl_anchor != TS_ANCHOR_FACTORISED)
+    return ts_fail(TS_EUSAGE, "--mapl-anchor %s: only with --compress mapl or mapl-vq",
+                   ts_mapl_anchor_names[cfg->mapl_anchor]);
   return bd->check(cfg);
 }
 

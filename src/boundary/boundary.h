@@ -60,6 +60,7 @@ typedef struct ts_boundary_io {
 typedef struct ts_boundary {
   const char *name;     // the --compress name
   int learns_projector; // its projectors change after a step (--proj-lr applies)
+  int anchor_kinds;     // it takes --mapl-anchor (MAPL's anchor, mapl.h)
   // ---- configuration (ts_config_finalize) -------------------------------------------
   // The first of the codec's own settings that cfg gives (its flag), for the
   // other codecs to refuse ("--vq-codes: only with --compress mapl-vq").
@@ -128,7 +129,8 @@ int ts_model_boundary_sync(ts_model *m, ts_comm *pipe, int p, int peer, int send
 
 // ---- what the model and the rest of tessera use (boundary.c) ----------------------------
 // cfg's compression settings: the common rules (an unknown mode, another
-// codec's settings, --proj-lr without a learned projector), then the codec's.
+// codec's settings, --proj-lr without a learned projector, --mapl-anchor
+// outside mapl and mapl-vq), then the codec's.
 int ts_boundary_finalize(ts_config *cfg);
 // The boundary after layer l − 1 (l a multiple of L/S, 0 < l < L): its index
 // p, or −1 when l is not one.

@@ -5,6 +5,8 @@
 //   mapl-unconstrained  the same momentum and direction without the tangent
 //                       projection and the retraction: A_p leaves the manifold
 //   mapl-frozen         not at all: A_p stays at its seeded start, the anchors learn
+// and, for mapl and mapl-vq, four anchors (--mapl-anchor, mapl.h): the
+// factorised one, none, a static seeded table and a full learned table.
 #include "mapl.h"
 
 #include <stdlib.h>
@@ -12,6 +14,7 @@
 
 #include "backend/kernels.h"
 #include "backend/orthogonal.h"
+#include "exact/rng.h"
 
 // Polar Express steps of the projectors' direction and retraction
 // (docs/ALGORITHMS.md §8: fewer than 8 leave AᵀA − I at 1e-2 or worse).
@@ -26,21 +29,33 @@ static float *projector(const ts_boundary_io *io, int p, int grad) {
   return ts_boundary_param(io, TS_ROLE_PROJECTOR, p, grad);
 }
 
+int ts_mapl_anchor_width(const ts_config *cfg) {
+  switch (cfg->mapl_anchor) {
+  case TS_ANCHOR_FACTORISED: return cfg->compress_rank;
+  case TS_ANCHOR_FULL: return cfg->d;
+  default: return 0;
+  }
+}
+
 int ts_mapl_create(const ts_boundary_io *io, ts_mapl *k) {
   int rc = ts_boundary_buffers_create(io, &k->b);
   if (rc) return rc;
   const int S = k->b.S;
+  k->kind = io->cfg->mapl_anchor;
+  k->aw = ts_mapl_anchor_width(io->cfg);
   k->fixed = calloc((size_t)S, sizeof(float *));
   k->arow = calloc((size_t)S, sizeof(float *));
   if (!k->fixed || !k->arow) return ts_fail(TS_ERUNTIME, "out of memory");
-  const size_t N = (size_t)io->ntok, d = (size_t)io->C, r = (size_t)k->b.r;
+  const size_t N = (size_t)io->ntok, d = (size_t)io->C, r = (size_t)k->b.r, w = (size_t)k->aw;
   int bad = 0;
   for (int s = 0; s < S; s++) {
     bad |= !(k->fixed[s] = io->be->alloc(r * d * sizeof(float)));
-    bad |= !(k->arow[s] = io->be->alloc(N * r * sizeof(float)));
+    if (w) bad |= !(k->arow[s] = io->be->alloc(N * w * sizeof(float)));
   }
   bad |= !(k->gath = io->be->alloc(N * r * sizeof(float)));
   bad |= !(k->dwt = io->be->alloc(r * d * sizeof(float)));
+  if (k->kind == TS_ANCHOR_STATIC)
+    bad |= !(k->table = io->be->alloc((size_t)io->V * d * sizeof(float)));
   if (bad) return ts_fail(TS_ERUNTIME, "out of memory allocating the boundary buffers");
   return TS_OK;
 }
@@ -54,12 +69,24 @@ void ts_mapl_free(const ts_boundary_io *io, ts_mapl *k) {
   free(k->arow);
   io->be->free(k->gath);
   io->be->free(k->dwt);
+  io->be->free(k->table);
   ts_boundary_buffers_free(io, &k->b);
 }
 
+size_t ts_mapl_activation_floats(const ts_boundary_io *io) {
+  const ts_config *c = io->cfg;
+  const size_t S = (size_t)c->compress_stages, N = (size_t)io->ntok;
+  // the shared estimate counts anchor rows r wide at every stage
+  size_t n = ts_boundary_buffer_floats(io) + S * N * (size_t)ts_mapl_anchor_width(c);
+  n -= S * N * (size_t)c->compress_rank;
+  if (c->mapl_anchor == TS_ANCHOR_STATIC) n += (size_t)io->V * io->C;
+  return n;
+}
+
 int ts_mapl_tensors(const ts_config *cfg, int s, ts_tensor *out) {
-  const int r = cfg->compress_rank;
-  int n = ts_boundary_declare(&out[0], "cmp.%d.anchor", s, cfg->vocab, r, TS_ROLE_ANCHOR);
+  const int r = cfg->compress_rank, w = ts_mapl_anchor_width(cfg);
+  int n = 0; // a learned anchor: E_s (V × r) or F_s (V × d)
+  if (w) n += ts_boundary_declare(&out[0], "cmp.%d.anchor", s, cfg->vocab, w, TS_ROLE_ANCHOR);
   if (s + 1 < cfg->compress_stages)
     n += ts_boundary_declare(&out[n], "cmp.%d.proj", s, cfg->d, r, TS_ROLE_PROJECTOR);
   return n;
@@ -73,6 +100,10 @@ void ts_mapl_init(const ts_boundary_io *io, uint64_t seed) {
     ts_boundary_orthonormal(q, k->b.qr, d, r, seed, TS_BASIS_FIXED + (uint64_t)s);
     ts_boundary_transpose(k->fixed[s], q, d, r);
   }
+  // the static anchor is SSN's token table T (ssn.c), under its own name
+  if (k->table)
+    for (size_t i = 0; i < (size_t)io->V * d; i++)
+      k->table[i] = 0.02f * ts_rng_normal(seed, TS_RNG_COMPRESS, TS_BASIS_TABLE, i);
   // the projectors start on St(d, r), each its own random point (a
   // pipeline stage's: those it holds)
   for (int p = 0; p + 1 < k->b.S; p++)
@@ -80,11 +111,27 @@ void ts_mapl_init(const ts_boundary_io *io, uint64_t seed) {
       ts_boundary_orthonormal(projector(io, p, 0), k->b.qr, d, r, seed, TS_BASIS_PROJ + (uint64_t)p);
 }
 
-// anc (rows × d) ← E_s[tok]·P_s.
+// anc (rows × d) ← rows of a (V × d) table by token.
+static void gather_rows(const ts_boundary_io *io, float *anc, const float *table) {
+  const int64_t N = io->ntok;
+  const size_t d = (size_t)io->C;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; i++)
+    memcpy(anc + i * d, table + (size_t)io->inputs[i] * d, d * sizeof(float));
+}
+
+// anc (rows × d) ← stage s's anchor rows: E_s[tok]·P_s (factorised), 0
+// (none), T[tok] (static) or F_s[tok] (full).
 static void mapl_anchor(const ts_boundary_io *io, int s) {
   ts_mapl *k = io->state;
   const int64_t N = io->ntok;
   const int d = io->C, r = k->b.r;
+  switch (k->kind) {
+  case TS_ANCHOR_NONE: memset(k->b.anc, 0, (size_t)N * d * sizeof(float)); return;
+  case TS_ANCHOR_STATIC: gather_rows(io, k->b.anc, k->table); return;
+  case TS_ANCHOR_FULL: gather_rows(io, k->b.anc, anchor_table(io, s, 0)); return;
+  default: break;
+  }
   const float *E = anchor_table(io, s, 0);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N; i++)
@@ -118,9 +165,9 @@ typedef struct {
 
 static void anchor_leaf(const void *vctx, int64_t li, float *out) {
   const anchor_leaf_ctx *c = vctx;
-  const int r = c->io->cfg->compress_rank;
-  memset(out, 0, (size_t)c->io->V * r * sizeof(float));
-  c->io->be->embedding_leaf_scatter(out, c->rows, c->io->inputs, li, c->io->cfg->leaf, r);
+  const int w = ts_mapl_anchor_width(c->io->cfg);
+  memset(out, 0, (size_t)c->io->V * w * sizeof(float));
+  c->io->be->embedding_leaf_scatter(out, c->rows, c->io->inputs, li, c->io->cfg->leaf, w);
 }
 
 // Stage s's anchor gradient from its rows: the sum over leaves of their
@@ -129,7 +176,7 @@ static int anchor_grad(const ts_boundary_io *io, int s) {
   const ts_mapl *k = io->state;
   anchor_leaf_ctx c = {io, k->arow[s]};
   float *dst[1] = {anchor_table(io, s, 1)};
-  const size_t len[1] = {(size_t)io->V * k->b.r};
+  const size_t len[1] = {(size_t)io->V * k->aw};
   if (io->be->leaf_sum(io->ws, dst, len, 1, io->ntok / io->cfg->leaf, anchor_leaf, &c))
     return ts_fail(TS_ERUNTIME, "out of memory (anchor gradient tree)");
   return TS_OK;
@@ -140,8 +187,18 @@ int ts_mapl_decode_backward(const ts_boundary_io *io, int p, const float *dx, fl
   const int64_t N = io->ntok;
   const int d = io->C, r = k->b.r, s = p + 1;
   io->be->linear_forward(dz, dx, mapl_basis(io, p), NULL, N, d, r, io->cfg->leaf); // G·A
-  // G·P_sᵀ: the receiving stage's anchor rows, after its output boundary's
+  if (!k->aw) return TS_OK; // an anchor that does not learn
   float *a = k->arow[s];
+  if (k->kind == TS_ANCHOR_FULL) { // G: the receiving stage's anchor rows, after its output's
+    if (s == k->b.S - 1) {
+      memcpy(a, dx, (size_t)N * d * sizeof(float));
+    } else {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < N * d; i++) a[i] = a[i] + dx[i];
+    }
+    return anchor_grad(io, s);
+  }
+  // G·P_sᵀ: the receiving stage's anchor rows, after its output boundary's
   if (s == k->b.S - 1) {
     io->be->linear_forward(a, dx, k->fixed[s], NULL, N, d, r, io->cfg->leaf);
   } else {
@@ -162,11 +219,17 @@ int ts_mapl_encode_backward(const ts_boundary_io *io, int p, const float *dz, fl
   if (io->be->linear_backward_weights(io->ws, k->dwt, NULL, dz, k->b.y[p], N, d, r))
     return ts_fail(TS_ERUNTIME, "out of memory (projector gradient tree)");
   ts_boundary_transpose(projector(io, p, 1), k->dwt, r, d);
-  // the sender subtracted its anchor: −dX·P_pᵀ
+  if (!k->aw) return TS_OK; // an anchor that does not learn
+  // the sender subtracted its anchor: −dX·P_pᵀ (factorised), −dX (full)
   float *a = k->arow[p];
-  io->be->linear_forward(a, dx, k->fixed[p], NULL, N, d, r, io->cfg->leaf);
+  if (k->kind == TS_ANCHOR_FULL) {
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N * r; i++) a[i] = -a[i];
+    for (int64_t i = 0; i < N * d; i++) a[i] = -dx[i];
+  } else {
+    io->be->linear_forward(a, dx, k->fixed[p], NULL, N, d, r, io->cfg->leaf);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N * r; i++) a[i] = -a[i];
+  }
   return p == 0 ? anchor_grad(io, 0) : TS_OK;
 }
 
@@ -234,7 +297,7 @@ static void mapl_destroy(const ts_boundary_io *io) {
 // What the three share: all but the projectors' step.
 #define MAPL_FAMILY                                                                        \
   .wire_bytes = ts_boundary_float_wire, .tensors = ts_mapl_tensors,                        \
-  .activation_floats = ts_boundary_buffer_floats, .create = mapl_create,                   \
+  .activation_floats = ts_mapl_activation_floats, .create = mapl_create,                   \
   .destroy = mapl_destroy, .init = ts_mapl_init, .encode = mapl_encode,                    \
   .wire = ts_boundary_buffers_wire, .decode = mapl_decode,                                 \
   .decode_backward = ts_mapl_decode_backward, .encode_backward = ts_mapl_encode_backward,  \
@@ -243,6 +306,7 @@ static void mapl_destroy(const ts_boundary_io *io) {
 const ts_boundary ts_boundary_mapl = {
     .name = "mapl",
     .learns_projector = 1,
+    .anchor_kinds = 1,
     .check = ts_mapl_check,
     .update = ts_mapl_update,
     .sync = ts_mapl_sync,

@@ -11,6 +11,12 @@
 // gets −dX·P_sᵀ from its output boundary and G·P_sᵀ from its input boundary,
 // summed per row (the output's first) and scattered by token in one leaf
 // tree, like the token embedding.
+//
+// That anchor is the factorised one (--mapl-anchor factorised, the default).
+// The ablations replace E_s[tok]·P_s at every stage by 0 (none), by one
+// seeded frozen table T[tok] (V × d, SSN's; static), or by a learned full
+// table F_s[tok] (V × d per stage, zero at first; full), whose gradient rows
+// are −dX and G without the projection (docs/COMPRESSION.md).
 #ifndef TS_BOUNDARY_MAPL_H
 #define TS_BOUNDARY_MAPL_H
 #include "boundary.h"
@@ -21,12 +27,21 @@ typedef struct {
   float **arow;  // per stage (rows × r): the gradient rows of its anchor
   float *gath;   // (rows × r): gathered anchor rows
   float *dwt;    // (r × d): the gradient of A_pᵀ
+  float *table;  // static: T (V × d), frozen; NULL otherwise
+  int kind, aw;  // ts_mapl_anchor, and its learned table's width (r, d, or 0: none learned)
 } ts_mapl;
+
+// The width of a stage's learned anchor table: r (factorised), d (full), 0
+// (none, static: no anchor tensor).
+int ts_mapl_anchor_width(const ts_config *cfg);
+// The memory estimate: the shared buffers with anchor rows of that width,
+// and the static table.
+size_t ts_mapl_activation_floats(const ts_boundary_io *io);
 
 // Its part of a state io->state already points to; frees it (not k).
 int ts_mapl_create(const ts_boundary_io *io, ts_mapl *k);
 void ts_mapl_free(const ts_boundary_io *io, ts_mapl *k);
-// Stage s's anchor and, but for the last stage, its output boundary's projector.
+// Stage s's anchor (if learned) and, but for the last stage, its output boundary's projector.
 int ts_mapl_tensors(const ts_config *cfg, int s, ts_tensor *out);
 // The P_s, and each projector at its own seeded point of St(d, r).
 void ts_mapl_init(const ts_boundary_io *io, uint64_t seed);

@@ -90,7 +90,7 @@ static int vq_tensors(const ts_config *cfg, int s, ts_tensor *out) {
 
 static size_t vq_activation_floats(const ts_boundary_io *io) {
   const size_t S = (size_t)io->cfg->compress_stages;
-  return ts_boundary_buffer_floats(io) + (S - 1) * (size_t)io->ntok * io->cfg->compress_rank;
+  return ts_mapl_activation_floats(io) + (S - 1) * (size_t)io->ntok * io->cfg->compress_rank;
 }
 
 // A thread's leaf partial of the codebook statistics.
@@ -233,6 +233,7 @@ static int vq_sync(const ts_boundary_io *io, ts_comm *pipe, int p, int peer, int
 const ts_boundary ts_boundary_mapl_vq = {
     .name = "mapl-vq",
     .learns_projector = 1,
+    .anchor_kinds = 1,
     .own_setting = vq_own_setting,
     .check = vq_check,
     .wire_bytes = vq_wire_bytes,

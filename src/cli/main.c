@@ -159,7 +159,7 @@ struct cli {
   char precision[8];
   ts_layout lay; // --dp, --sp, --pp
   char sp_mode[32], schedule[16], compress[24], upipe_schedule[16], optimizer[16];
-  char data_format[16], lr_schedule[16];
+  char data_format[16], lr_schedule[16], mapl_anchor[16];
   int val_frac_given; // --val-frac on the command line (refused with --val-data)
   int data_given;     // --data on the command line (else resume and eval read the checkpoint's)
   char ckpt[4096]; // eval, sample, tokenize
@@ -460,6 +460,10 @@ static const flag flags[] = {
      TD, G_COMP, check_rank},
     {"--proj-lr", K_FLOAT, AT(cfg.proj_lr), 0, "LR", "the projectors' peak learning rate (SPEL)",
      "0.1 x --muon-lr", TD, G_COMP, NULL},
+    {"--mapl-anchor", K_STR, AT(mapl_anchor), 0, "KIND",
+     "mapl, mapl-vq: the anchor added back after a boundary: factorised (a learned V x r table "
+     "times a frozen r x d one), none, static (a frozen seeded V x d table) or full (a learned "
+     "V x d table per stage)", "factorised", TD, G_COMP, check_choice},
     {"--vq-group", K_INT, AT(cfg.vq_groups), 0, "G", "mapl-vq: coordinates per quantised group",
      "2", TD, G_COMP, check_rank},
     {"--vq-rounds", K_INT, AT(cfg.vq_rounds), 0, "R", "mapl-vq: residual quantisation rounds", "2",
@@ -593,6 +597,14 @@ static int check_choice(const flag *f, const char *raw, cli *c) {
   }
   if (strcmp(f->name, "--sp-mode") == 0) {
     return ts_sp_mode_parse(raw, &c->lay.sp_mode);
+  }
+  if (strcmp(f->name, "--mapl-anchor") == 0) {
+    for (int i = 0; i < TS_ANCHOR_NKINDS; i++)
+      if (strcmp(raw, ts_mapl_anchor_names[i]) == 0) {
+        c->cfg.mapl_anchor = i;
+        return TS_OK;
+      }
+    return ts_fail(TS_EUSAGE, "--mapl-anchor %s: must be factorised, none, static or full", raw);
   }
   if (strcmp(f->name, "--lr-schedule") == 0) {
     for (int i = 0; i < TS_LR_NSCHEDULES; i++)

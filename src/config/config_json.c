@@ -15,7 +15,8 @@
 // field added to the table is written, read back and compared between ranks;
 // floats are written twice, as "%.9g" for people and as a "%a" string (key
 // suffix _hex) that reads back bit for bit.
-typedef enum { F_INT, F_U64, F_FLOAT, F_STR, F_VARIANT, F_DATA_FORMAT, F_LR_SCHEDULE } field_kind;
+typedef enum { F_INT, F_U64, F_FLOAT, F_STR, F_VARIANT, F_DATA_FORMAT, F_LR_SCHEDULE,
+               F_MAPL_ANCHOR } field_kind;
 
 typedef struct {
   const char *key;
@@ -97,6 +98,7 @@ static const field fields[] = {
     FLD_OPTF("vq_gamma", "--vq-gamma", vq_gamma),
     FLD_OPTF("vq_commit", "--vq-commit", vq_commit),
     FLD_OPT("vq_sync_codes", "--vq-sync-codes", vq_sync_codes),
+    FLD_OPTK("mapl_anchor", "--mapl-anchor", F_MAPL_ANCHOR, mapl_anchor), // factorised (0) is left out
     FLD_OPTK("data_format", "--data-format", F_DATA_FORMAT, data_format), // bytes (0) is left out
     // the data and the tokenizer are compared by their digests (run/agree.c)
     FLD_INPUT("data_path", "--data", data_path, 0),
@@ -130,6 +132,10 @@ static const char *format_name(int v) {
 
 static const char *schedule_name(int v) {
   return v >= 0 && v < TS_LR_NSCHEDULES ? ts_lr_schedule_names[v] : "unknown";
+}
+
+static const char *anchor_name(int v) {
+  return v >= 0 && v < TS_ANCHOR_NKINDS ? ts_mapl_anchor_names[v] : "unknown";
 }
 
 // Whether an optional field holds its "absent" value (0, 0.0 or "").
@@ -220,6 +226,7 @@ static int write_json(const ts_config *cfg, part which, const char *extra, char 
     }
     case F_DATA_FORMAT: put_string(buf, cap, &len, format_name(*(const int *)p)); break;
     case F_LR_SCHEDULE: put_string(buf, cap, &len, schedule_name(*(const int *)p)); break;
+    case F_MAPL_ANCHOR: put_string(buf, cap, &len, anchor_name(*(const int *)p)); break;
     }
   }
   if (extra && extra[0]) put(buf, cap, &len, "%s%s", n ? "," : "", extra);
@@ -321,6 +328,14 @@ static int set_field(ts_config *cfg, const field *f, const json_value *jv, int f
         return 0;
       }
     return -1;
+  case F_MAPL_ANCHOR:
+    if (!is_string) return -1;
+    for (int v = 0; v < TS_ANCHOR_NKINDS; v++)
+      if (strcmp(text, ts_mapl_anchor_names[v]) == 0) {
+        *(int *)p = v;
+        return 0;
+      }
+    return -1;
   }
   return -1;
 }
@@ -395,6 +410,7 @@ int ts_config_architecture_json(const ts_config *cfg, char *buf, size_t cap) {
   a.compress = cfg->compress, a.compress_rank = cfg->compress_rank;
   a.compress_stages = cfg->compress_stages;
   a.vq_groups = cfg->vq_groups, a.vq_rounds = cfg->vq_rounds, a.vq_codes = cfg->vq_codes;
+  a.mapl_anchor = cfg->mapl_anchor;
   return ts_config_to_json(&a, buf, cap);
 }
 

@@ -353,6 +353,12 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, in
   SAME_INT(vq_groups, "--vq-group") SAME_INT(vq_rounds, "--vq-rounds")
   SAME_INT(vq_codes, "--vq-codes") SAME_INT(vq_sync_codes, "--vq-sync-codes")
   SAME_FLT(vq_gamma, "--vq-gamma") SAME_FLT(vq_commit, "--vq-commit")
+  if (old.mapl_anchor != cfg->mapl_anchor && old.mapl_anchor >= 0 &&
+      old.mapl_anchor < TS_ANCHOR_NKINDS)
+    return ts_fail(TS_EUSAGE, "--resume: %s was written with --mapl-anchor %s, %s "
+                   "has %s", what, ts_mapl_anchor_names[old.mapl_anchor], mine,
+                   ts_mapl_anchor_names[cfg->mapl_anchor]);
+  SAME_INT(mapl_anchor, "--mapl-anchor")
   // The data's paths may change (a file moved), not how its tokens are read
   // nor where the training split ends: with a validation file the training
   // split is all of --data, without one its head. (A run records the format
@@ -479,7 +485,7 @@ static void fields_written_when_set(ts_config *c) {
   c->checkpoint = c->fused_ce = c->tiled_mlp = 0;
   c->compress = c->compress_rank = c->compress_stages = 0, c->proj_lr = 0.0f;
   c->vq_groups = c->vq_rounds = c->vq_codes = c->vq_sync_codes = 0;
-  c->vq_gamma = c->vq_commit = 0.0f;
+  c->vq_gamma = c->vq_commit = 0.0f, c->mapl_anchor = TS_ANCHOR_FACTORISED;
   c->lr_schedule = TS_LR_COSINE, c->decay_frac = 0.0f;
   c->data_format = TS_DATA_BYTES;
   c->val_path[0] = c->init_from[0] = '\0';
@@ -656,7 +662,8 @@ static const char *architecture_flag(const char *key) {
       {"seq", "--seq"},              {"tied", "--tied/--untied"},
       {"compress", "--compress"},    {"compress_rank", "--rank"},
       {"compress_stages", "--compress-stages"}, {"vq_groups", "--vq-group"},
-      {"vq_rounds", "--vq-rounds"},  {"vq_codes", "--vq-codes"}};
+      {"vq_rounds", "--vq-rounds"},  {"vq_codes", "--vq-codes"},
+      {"mapl_anchor", "--mapl-anchor"}};
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (strcmp(map[i][0], key) == 0) return map[i][1];
   return key;
