@@ -1,11 +1,15 @@
 // mapl-vq (--compress mapl-vq): MAPL's Z quantised to one-byte codes by
 // greedy residual multi-codebook VQ (the algorithms: src/boundary/vq.h), so a token
-// crosses as R·r/G bytes; the receiver decodes with its own copy of the
-// codebooks, which the sender streams into after each step. Everything
-// else is MAPL's (mapl.h).
+// crosses as R·r/G bytes. Sender and receiver code with the one codebook
+// both hold, the receiver's copy (`recv`): the sender learns its working
+// codebook (`codes`) by the EMA and streams it into that copy after each
+// step, a few codes at a time, so a code means the same on both sides
+// whatever the stream has not yet carried. (Encoding with the working
+// codebook while the receiver decodes with a stale copy made the next stage
+// learn from noise: docs/COMPRESSION.md.) Everything else is MAPL's (mapl.h).
 //
-// Backward: straight through, plus the commitment term against the sender's
-// own quantisation; the step's codebook statistics go into the gradient
+// Backward: straight through, plus the commitment term against the
+// quantisation both sides decode; the step's codebook statistics go into the gradient
 // slots of the codebook tensors, so that the gradient machinery sums them
 // over leaves, microbatches and data ranks in the same tree on every layout,
 // and the optimizer's step hands them to ts_vq_update.
@@ -139,14 +143,15 @@ static void vq_init(const ts_boundary_io *io, uint64_t seed) {
                book(io, TS_ROLE_VQ_CODES, p, 0), book(io, TS_ROLE_VQ_RECV, p, 0));
 }
 
+// Z's codes in the shared codebook (the receiver's copy).
 static void vq_encode(const ts_boundary_io *io, int p, const float *x) {
   vq_state *k = io->state;
   ts_boundary_affine_encode(io, &ts_mapl_affine, p, x, k->zkeep[p]);
-  ts_vq_encode(&k->vq, book(io, TS_ROLE_VQ_CODES, p, 0), k->zkeep[p], io->ntok, k->mapl.b.wire[p],
+  ts_vq_encode(&k->vq, book(io, TS_ROLE_VQ_RECV, p, 0), k->zkeep[p], io->ntok, k->mapl.b.wire[p],
                NULL);
 }
 
-// Ẑ by the receiver's copy of the codebooks, then MAPL's decode.
+// Ẑ by the shared codebook, then MAPL's decode.
 static void vq_decode(const ts_boundary_io *io, int p, const void *wire, float *x) {
   vq_state *k = io->state;
   ts_vq_decode(&k->vq, book(io, TS_ROLE_VQ_RECV, p, 0), wire, io->ntok, k->dzq);
@@ -173,7 +178,7 @@ static int vq_encode_backward(const ts_boundary_io *io, int p, const float *dz, 
   vq_state *k = io->state;
   const int64_t N = io->ntok;
   const int r = k->vq.r;
-  const float *codes = book(io, TS_ROLE_VQ_CODES, p, 0);
+  const float *codes = book(io, TS_ROLE_VQ_RECV, p, 0); // the codebook the codes index
   ts_vq_candidates(&k->vq, io->cfg->seed, p, step, io->ntok_global, (int64_t)io->b0 * io->T, N,
                    k->cand);
   stats_leaf_ctx c = {k, codes, p, io->cfg->leaf};
@@ -183,7 +188,7 @@ static int vq_encode_backward(const ts_boundary_io *io, int p, const float *dz, 
                        N / io->cfg->leaf, stats_leaf, &c))
     return ts_fail(TS_ERUNTIME, "out of memory (codebook statistics tree)");
   memset(book(io, TS_ROLE_VQ_RECV, p, 1), 0, ts_vq_ncodes(&k->vq) * (size_t)k->vq.G * sizeof(float));
-  // ẑ by the sender's own codebook, and d/dz of w·Σ‖z − sg(ẑ)‖²/(tokens·r)
+  // ẑ (what the receiver decoded), and d/dz of w·Σ‖z − sg(ẑ)‖²/(tokens·r)
   ts_vq_decode(&k->vq, codes, k->mapl.b.wire[p], N, k->dzq);
   const float scale = 2.0f * k->vq.commit / ((float)io->ntok_global * (float)r);
   const float *z = k->zkeep[p];

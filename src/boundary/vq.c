@@ -156,12 +156,33 @@ void ts_vq_update(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t st
   ts_vq_stream(q, seed, boundary, step, codes, recv);
 }
 
+// The streamed codes of round j: a seeded partition of its K codes, taken in
+// turn, sync codes a step: perm (K) is the order, fixed per boundary and
+// round, and step t streams perm[(t·sync + i) mod K], i < sync. So every code
+// reaches the receiver once every K/sync steps, and sync = K streams the
+// whole codebook every step.
+static void stream_order(const ts_vq_shape *q, uint64_t seed, int boundary, int j, int *perm) {
+  for (int k = 0; k < q->K; k++) perm[k] = k;
+  for (int k = q->K - 1; k > 0; k--) { // Fisher–Yates, seeded
+    const int o = (int)ts_rng_below(seed, TS_RNG_VQ, 0,
+                                    (1ull << 63) | ((uint64_t)boundary << 32) | ((uint64_t)j << 16) |
+                                        (uint64_t)k,
+                                    (uint64_t)k + 1);
+    const int t = perm[k];
+    perm[k] = perm[o];
+    perm[o] = t;
+  }
+}
+
+static int stream_code(const ts_vq_shape *q, const int *perm, uint64_t step, int i) {
+  return perm[(step * (uint64_t)q->sync + (uint64_t)i) % (uint64_t)q->K];
+}
+
 int ts_vq_streamed_code(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step, int j,
                         int i) {
-  return (int)ts_rng_below(seed, TS_RNG_VQ, step,
-                           (1ull << 63) | ((uint64_t)boundary << 32) | ((uint64_t)j << 16) |
-                               (uint64_t)i,
-                           (uint64_t)q->K);
+  int perm[256];
+  stream_order(q, seed, boundary, j, perm);
+  return stream_code(q, perm, step, i);
 }
 
 // The floats of code k of round j, group g.
@@ -171,26 +192,32 @@ static size_t code_offset(const ts_vq_shape *q, int j, int g, int k) {
 
 void ts_vq_stream(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
                   const float *from, float *to) {
-  for (int j = 0; j < q->R; j++)
+  int perm[256];
+  for (int j = 0; j < q->R; j++) {
+    stream_order(q, seed, boundary, j, perm);
     for (int i = 0; i < q->sync; i++) {
-      const int k = ts_vq_streamed_code(q, seed, boundary, step, j, i);
+      const int k = stream_code(q, perm, step, i);
       for (int g = 0; g < q->ng; g++) {
         const size_t o = code_offset(q, j, g, k);
         memcpy(to + o, from + o, (size_t)q->G * sizeof(float));
       }
     }
+  }
 }
 
 void ts_vq_stream_pack(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
                        float *book, float *msg, int unpack) {
+  int perm[256];
   size_t n = 0;
-  for (int j = 0; j < q->R; j++)
+  for (int j = 0; j < q->R; j++) {
+    stream_order(q, seed, boundary, j, perm);
     for (int i = 0; i < q->sync; i++) {
-      const int k = ts_vq_streamed_code(q, seed, boundary, step, j, i);
+      const int k = stream_code(q, perm, step, i);
       for (int g = 0; g < q->ng; g++, n += (size_t)q->G) {
         const size_t o = code_offset(q, j, g, k);
         if (unpack) memcpy(book + o, msg + n, (size_t)q->G * sizeof(float));
         else memcpy(msg + n, book + o, (size_t)q->G * sizeof(float));
       }
     }
+  }
 }

@@ -4,8 +4,9 @@
 // Z (rows × r) splits into r/G groups of G coordinates. Each group is
 // quantised in R rounds, round j on what the rounds before left: code =
 // argmin_k ‖res − e_jgk‖² (ties to the lowest k), res −= e_jgk. A row crosses
-// the boundary as R·r/G one-byte codes instead of r floats; the receiver
-// rebuilds Ẑ = Σ_j e'_j·code from its own copy e' of the codebooks.
+// the boundary as R·r/G one-byte codes instead of r floats. Both sides code
+// with the shared copy e' of the codebooks, the receiver's: the sender picks
+// the codes against it and the receiver rebuilds Ẑ = Σ_j e'_j·code from it.
 //
 // Codebooks: boundary p holds four tensors of (R·r/G·K) codes, in this order
 // (the first three's gradient slots carry the step's statistics, which the
@@ -13,18 +14,20 @@
 // same tree on every layout):
 //   cmp.p.vq.count  (R·r/G·K)     EMA of the assignment counts N; slot: counts n
 //   cmp.p.vq.sum    (R·r/G·K, G)  EMA of the assigned residuals S; slot: their sums s
-//   cmp.p.vq.codes  (R·r/G·K, G)  the sender's codes e; slot: each code's
+//   cmp.p.vq.codes  (R·r/G·K, G)  the sender's working codes e; slot: each code's
 //                                 replacement candidate, the residual of one
 //                                 seeded row of the global batch
-//   cmp.p.vq.recv   (R·r/G·K, G)  the receiver's copy e'; slot unused (0)
+//   cmp.p.vq.recv   (R·r/G·K, G)  the shared copy e' (the receiver's); slot unused (0)
 // After each step (vq_update): N ← γN + (1−γ)n, S ← γS + (1−γ)s, e = S/Ñ with
 // Laplace smoothing Ñ_k = (N_k + ε)/(ΣN + Kε)·ΣN, ε = 1e-5; a code with N < 2
 // is dead and becomes its candidate; then the sender streams
-// --vq-sync-codes seeded codes of each round's codebook (all groups) to the
-// receiver's copy, which is otherwise stale.
+// --vq-sync-codes codes of each round's codebook (all groups) into the shared
+// copy, a seeded partition of the K codes taken in turn (ts_vq_streamed_code).
+// The statistics are of the codes as sent: assignments in e'; e learns from
+// them, and reaches e' only through the stream.
 //
 // Gradients: straight through (dZ = dẐ) plus the commitment loss
-// w·Σ‖z − sg(ẑ)‖²/(tokens·r) against the sender's own quantisation ẑ.
+// w·Σ‖z − sg(ẑ)‖²/(tokens·r) against the quantisation ẑ both sides decode.
 #ifndef TS_VQ_H
 #define TS_VQ_H
 #include <stddef.h>
@@ -48,10 +51,10 @@ static inline size_t ts_vq_stat_floats(const ts_vq_shape *q) {
 static inline size_t ts_vq_row_bytes(const ts_vq_shape *q) { return (size_t)q->R * q->ng; }
 
 // The rows of z (n × r) quantised with codebook e: codes (n × R·ng bytes)
-// and, when zq is not NULL, the sender's quantisation ẑ (n × r).
+// and, when zq is not NULL, the quantisation ẑ (n × r).
 void ts_vq_encode(const ts_vq_shape *q, const float *e, const float *z, int64_t n,
                   uint8_t *codes, float *zq);
-// ẑ (n × r) from codes and a codebook (the receiver's copy).
+// ẑ (n × r) from codes and the codebook they index.
 void ts_vq_decode(const ts_vq_shape *q, const float *e, const uint8_t *codes, int64_t n, float *zq);
 
 // One leaf's statistics partial (stat floats: counts | sums | candidates) of
@@ -69,9 +72,11 @@ void ts_vq_init(const ts_vq_shape *q, uint64_t seed, int boundary, float *count,
 // the 1-based step whose statistics these are).
 void ts_vq_update(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step, float *count,
                   float *sum, float *codes, float *recv, const float *stats);
-// The streamed sync of a step: --vq-sync-codes seeded codes of each
-// round's codebook (the i-th is ts_vq_streamed_code), every group, copied
-// from the sender's codebook into the receiver's copy.
+// The streamed sync of a step: --vq-sync-codes codes of each round's
+// codebook (the i-th is ts_vq_streamed_code: a seeded order of the K codes,
+// sync a step in turn, so each code every K/sync steps and all of them every
+// step at sync = K), every group, copied from the sender's working codebook
+// into the shared copy.
 int ts_vq_streamed_code(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step, int j,
                         int i);
 void ts_vq_stream(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,

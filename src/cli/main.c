@@ -475,7 +475,8 @@ static const flag flags[] = {
     {"--vq-commit", K_FLOAT, AT(cfg.vq_commit), 0, "W", "mapl-vq: commitment-loss weight", "1",
      TD, G_COMP, NULL},
     {"--vq-sync-codes", K_INT, AT(cfg.vq_sync_codes), 0, "N",
-     "mapl-vq: codes per codebook streamed to the receiver's copy after each step", "1", TD,
+     "mapl-vq: codes per codebook streamed into the shared copy after each step, in a seeded "
+     "order taken in turn (--vq-codes: the whole codebook every step)", "1", TD,
      G_COMP, check_rank},
     // checkpoints and logs
     {"--log", K_STR, AT(cfg.log_path), 0, "FILE", "write the run log (JSONL) to FILE", "none",
