@@ -1,6 +1,9 @@
 #!/usr/bin/python3
-"""Tables and plots of bench/sp_scaling.sh: the sequence-parallel weak-scaling sweep and
-the memory-per-rank sweep.
+"""Tables and plots of bench/sp_scaling.sh: the sequence-parallel weak-scaling sweep, the
+memory-per-rank sweep and the LSS paper's comparison with its baseline (the base sweep:
+every mode's peak memory and step time beside megatron-2022's, the paper's ratio next to
+ours), with parallel-efficiency tables for the weak and base sweeps (model FLOP/s over all
+ranks, efficiency against N x the one-rank rate, communication and waiting apart).
 
     /usr/bin/python3 bench/sp_report.py --results bench/results/sp --img-dir docs/img
 
