@@ -96,7 +96,8 @@ def load_run(results, name, root):
     # compute beyond rank 0's (waiting for it)
     fpt = cfg.get("flops_per_token")
     comm_only = [r["step_ms"] - r["compute_ms_max"] for r in later if "compute_ms_max" in r]
-    wait = [r["compute_ms_max"] - (r["step_ms"] - r.get("comm_ms", 0.0)) for r in later if "compute_ms_max" in r]
+    wait = [max(0.0, r["compute_ms_max"] - (r["step_ms"] - r.get("comm_ms", 0.0)))  # 0.001 ms rounding
+            for r in later if "compute_ms_max" in r]
     attn_peak = [max(r.get("mem_peak_bytes", {}).get(k, 0) for k in ("attn_fwd", "attn_bwd")) for r in steps]
     res.update({
         "flops_s": fpt * median([r["tokens_per_s"] for r in later]) if fpt else None,
