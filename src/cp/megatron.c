@@ -8,6 +8,10 @@
 //   backward  the mirror image: 4 all-gathers and 4 reduce-scatters.
 // 8 collectives per layer. The partial projections are summed across ranks,
 // so the result is not the serial bits: this mode is in the tolerance tier.
+// The LSS paper's baseline, megatron-2022 (megatron_2022.c), is this layer
+// with the options of ts_megatron_opts (cp.h): its own attention core and
+// full recomputation (one slot of kept activations; the backward replays the
+// forward into it first).
 //
 // A rank owns its slices (strategy.h `split`): it allocates, initialises, updates
 // and checkpoints only the blocks of the split tensors its heads and columns
