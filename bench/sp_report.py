@@ -1,6 +1,9 @@
 #!/usr/bin/python3
-"""Tables and plots of bench/sp_scaling.sh: the sequence-parallel weak-scaling sweep and
-the memory-per-rank sweep.
+"""Tables and plots of bench/sp_scaling.sh: the sequence-parallel weak-scaling sweep, the
+memory-per-rank sweep and the LSS paper's comparison with its baseline (the base sweep:
+every mode's peak memory and step time beside megatron-2022's, the paper's ratio next to
+ours), with parallel-efficiency tables for the weak and base sweeps (model FLOP/s over all
+ranks, efficiency against N x the one-rank rate, communication and waiting apart).
 
     /usr/bin/python3 bench/sp_report.py --results bench/results/sp --img-dir docs/img
 
@@ -31,13 +34,20 @@ from benchlib import (LOADED_CORES, ROOT, ReportError, arg_parser, flag,  # noqa
                       others_cores, output_paths, read_kv, run_command, run_main, save_fig,
                       setup_cores, shown, table, write_report)
 
-MODE_ORDER = ["serial", "lss", "lss-zigzag", "lss-fused", "lss-basic", "megatron", "ulysses", "ring", "ring-fast"]
+MODE_ORDER = ["serial", "lss", "lss-zigzag", "lss-fused", "lss-basic", "megatron", "megatron-2022", "ulysses",
+              "ring", "ring-fast"]
 MODE_STYLE = {          # colour, marker
     "serial": ("black", "s"), "lss": ("tab:blue", "o"), "lss-fused": ("tab:orange", "^"),
     "lss-basic": ("tab:green", "v"), "megatron": ("tab:red", "D"),
     "lss-zigzag": ("tab:purple", "P"), "ulysses": ("tab:brown", "X"), "ring": ("tab:gray", "*"),
-    "ring-fast": ("tab:olive", "x"),
+    "ring-fast": ("tab:olive", "x"), "megatron-2022": ("tab:pink", "d"),
 }
+
+# The LSS paper's ratios of its baseline (Nvidia sequence parallelism, our megatron-2022)
+# to LSS, at the largest scale both ran (its Table 3, 36 GPUs, T 2088: 10.29 GB against
+# 1.01 GB per GPU, 32 against 189 x 10^12 FLOP/s); the abstract's 5.6x is its Table 4's
+# (144 GPUs, 4 data-parallel groups). Only LSS is in the paper's comparison.
+PAPER_RATIO = {"lss": ("10.2×", "5.9×")}
 
 
 def layer_sums(layer):
@@ -80,6 +90,21 @@ def load_run(results, name, root):
     else:
         peak_largest, rss_src = peak_rank0, "rank0"
     wall_s, others = others_cores(meta)
+    # the efficiency columns: model FLOP/s over all ranks (the config's flops_per_token,
+    # the same useful work whatever the layout: no recomputation, no masked products),
+    # the time outside the busiest rank's compute (communication) and the busiest rank's
+    # compute beyond rank 0's (waiting for it)
+    fpt = cfg.get("flops_per_token")
+    comm_only = [r["step_ms"] - r["compute_ms_max"] for r in later if "compute_ms_max" in r]
+    wait = [max(0.0, r["compute_ms_max"] - (r["step_ms"] - r.get("comm_ms", 0.0)))  # 0.001 ms rounding
+            for r in later if "compute_ms_max" in r]
+    attn_peak = [max(r.get("mem_peak_bytes", {}).get(k, 0) for k in ("attn_fwd", "attn_bwd")) for r in steps]
+    res.update({
+        "flops_s": fpt * median([r["tokens_per_s"] for r in later]) if fpt else None,
+        "comm_only_ms": median(comm_only) if len(comm_only) == len(later) else None,
+        "wait_ms": median(wait) if len(wait) == len(later) else None,
+        "attn_peak_bytes": max(attn_peak) if attn_peak else 0,
+    })
     res.update({
         "params": cfg.get("params"),
         "layout": cfg.get("layout"),
@@ -240,6 +265,68 @@ def megatron_ratios(rows, runs, busiest):
     return table(head, align, body)
 
 
+def one_rank_rates(rows, runs, by_T):
+    """The one-rank model FLOP/s each row is measured against: the serial run at the same T
+    (by_T), else the sweep's N = 1 run."""
+    serial = {r["T"]: runs[r["name"]]["flops_s"] for r in rows if r["N"] == 1 and r["status"] == "ok"}
+    first = serial[min(serial)] if serial else None
+    return lambda r: serial.get(r["T"]) if by_T else first
+
+
+def efficiency_table(rows, runs, cores, by_T):
+    """Aggregate model FLOP/s, parallel efficiency against N x the one-rank rate, and the step
+    split into the busiest rank's compute, communication and waiting."""
+    rate1 = one_rank_rates(rows, runs, by_T)
+    head = ["N", "T", "mode", "model GFLOP/s (all ranks)", "one-rank GFLOP/s", "efficiency",
+            "step ms", "compute ms (busiest rank)", "comm ms (step − busiest compute)",
+            "wait ms (busiest − rank 0 compute)"]
+    align = ["---:"] * 2 + ["---"] + ["---:"] * (len(head) - 3)
+    body = []
+    for r in sorted(rows, key=lambda r: (r["T"] if by_T else 0, r["N"], mode_key(r["mode"]))):
+        if r["status"] != "ok":
+            continue
+        x, one, over = runs[r["name"]], rate1(r), " ‡" if r["N"] > cores else ""
+        eff = x["flops_s"] / (r["N"] * one) if x["flops_s"] and one else None
+        body.append([str(r["N"]), str(r["T"]), r["mode"],
+                     "—" if x["flops_s"] is None else "%.2f" % (x["flops_s"] / 1e9),
+                     "—" if one is None else "%.2f" % (one / 1e9),
+                     "—" if eff is None else "%.0f%%%s" % (100 * eff, over),
+                     fmt_ms(x["wall_ms"]) + over + flag(x), fmt_ms(x["compute_busiest_ms"]),
+                     fmt_ms(x["comm_only_ms"]) + over, fmt_ms(x["wait_ms"])])
+    return table(head, align, body)
+
+
+def base_table(rows, runs, cores):
+    """The LSS paper's comparison: every mode's peak memory and step time at each (T, N), and
+    megatron-2022's ÷ the mode's (how many times less memory, how many times faster), the
+    paper's ratio beside ours."""
+    status = {(r["N"], r["T"], r["mode"]): r for r in rows}
+    head = ["T", "N", "mode", "peak RSS MB (largest rank)", "attention peak MB (tracked)", "step ms",
+            "compute ms (busiest rank)", "memory: megatron-2022 ÷ mode", "paper", "time: megatron-2022 ÷ mode",
+            "paper"]
+    align = ["---:"] * 2 + ["---"] + ["---:"] * (len(head) - 3)
+    body = []
+    for r in sorted(rows, key=lambda r: (r["T"], r["N"], mode_key(r["mode"]))):
+        if r["N"] == 1:
+            continue
+        if r["status"] != "ok":
+            what = "out of memory" if r["status"] == "oom" else "not available"
+            body.append([str(r["T"]), str(r["N"]), r["mode"], what] + [""] * (len(head) - 4))
+            continue
+        x, over = runs[r["name"]], " ‡" if r["N"] > cores else ""
+        b = status.get((r["N"], r["T"], "megatron-2022"))
+        base = runs[b["name"]] if b and b["status"] == "ok" else None
+        mine = r["mode"] == "megatron-2022"
+        paper = PAPER_RATIO.get(r["mode"], ("—", "—"))
+        body.append([str(r["T"]), str(r["N"]), r["mode"], fmt_mb(x["peak_rss_largest_mb"]),
+                     "%.1f" % (x["attn_peak_bytes"] / 1e6) if x["attn_peak_bytes"] else "—",
+                     fmt_ms(x["wall_ms"]) + over + flag(x), fmt_ms(x["compute_busiest_ms"]),
+                     "—" if mine or not base else fmt_ratio(base["peak_rss_largest_mb"], x["peak_rss_largest_mb"]),
+                     paper[0], "—" if mine or not base else fmt_ratio(base["wall_ms"], x["wall_ms"]) + over,
+                     paper[1]])
+    return table(head, align, body)
+
+
 # ---- plots --------------------------------------------------------------------------
 
 def series(rows, runs, mode, xkey, include_serial):
@@ -353,10 +440,11 @@ def main():
     for r in rows:
         if r["status"] == "ok" and r["name"] not in runs:
             runs[r["name"]] = load_run(results, r["name"], root)
-        elif r["status"] not in ("ok", "na"):
+        elif r["status"] not in ("ok", "na", "oom"):
             raise ReportError("manifest.tsv: %s: unknown status %r" % (r["name"], r["status"]))
     weak = [r for r in rows if r["sweep"] == "weak"]
     mem = [r for r in rows if r["sweep"] == "mem"]
+    base = [r for r in rows if r["sweep"] == "base"]
     any_run = next(iter(runs.values()), None)
     # The busiest rank's compute when every log has it (compute_ms_max), else rank 0's
     # throughout: one column never mixes the two.
@@ -424,6 +512,18 @@ def main():
     md.append("- ‡ more ranks than the %d cores: ranks share cores and waiting ranks busy-poll, so this "
               "time measures the scheduler as much as tessera; † other processes took > %.1f cores "
               "on average during the run." % (cores, LOADED_CORES))
+    md.append("- Efficiency tables: *model GFLOP/s* is the config's `flops_per_token` × the step's "
+              "tokens/s, the useful work of the model over all ranks (a layout's recomputation and "
+              "masked products are not counted, so every layout is credited with the same work); "
+              "*efficiency* is that rate over N × the one-rank rate (the serial run: at the same T in "
+              "the baseline sweep, the N = 1 run in the weak sweep), as the LSS paper's tables put "
+              "it. The step splits into the busiest rank's compute, *comm* = step − busiest compute "
+              "(time in collectives that no rank's compute covers) and *wait* = busiest − rank 0's "
+              "compute (rank 0's time waiting for the busiest rank inside the collectives). Caveat, "
+              "once for every table: with more ranks than cores (‡) the ranks share cores, so "
+              "compute, comm and wait there are the scheduler's split of the cores, and an "
+              "efficiency far below 100%% says the cores were shared, not that the layout is slow; "
+              "compare bytes and memory there instead.")
     md.append("")
     summary = {"setup": setup, "runs": runs, "manifest": rows}
     if weak:
@@ -445,15 +545,23 @@ def main():
             md += ["Ratios to megatron at the same N and T:", ""] + rat + [""]
         else:
             md += ["megatron: not available in this build, so no ratios to it.", ""]
+    if weak:
+        md += ["### Weak scaling: parallel efficiency", ""] + efficiency_table(weak, runs, cores, False) + [""]
+    if base:
+        md += ["### The LSS paper's comparison with its baseline (megatron-2022)", ""]
+        md += base_table(base, runs, cores) + [""]
+        md += ["Parallel efficiency at each T (one-rank rate: the serial run at that T):", ""]
+        md += efficiency_table(base, runs, cores, True) + [""]
     md += ["### Commands", "", "```sh"]
     seen = set()
     for r in rows:
         if r["status"] == "ok" and r["name"] not in seen:
             seen.add(r["name"])
             md.append(runs[r["name"]]["command"])
-        elif r["status"] == "na" and r["name"] not in seen:
+        elif r["status"] in ("na", "oom") and r["name"] not in seen:
             seen.add(r["name"])
-            md.append(run_command(results, r["name"], root) + "   # exit 2: not available")
+            md.append(run_command(results, r["name"], root) + (
+                "   # exit 2: not available" if r["status"] == "na" else "   # exit 1: out of memory"))
     md += ["```", ""]
 
     if not a.no_plots:

@@ -9,6 +9,11 @@
 # the serial run (no mpiexec, no --sp), shared by all modes.
 # Sweep "mem": N = MEM_N ranks, T in MEM_T, modes MEM_MODES (and the serial run at each
 # T when MEM_SERIAL=1): peak memory per rank as T grows.
+# Sweep "base": the LSS paper's comparison with its baseline (docs/DISTRIBUTED.md,
+# "megatron-2022"): N in BASE_N, T in BASE_T, modes BASE_MODES, and the serial run at each
+# T (BASE_SERIAL=1) for the efficiency columns' one-rank rate. A run that runs out of
+# memory (exit 1, "out of memory") is recorded as "oom", as the paper's table records
+# its baseline's, and the sweep goes on.
 #
 # Environment (defaults in brackets):
 #   TESSERA       the binary [build/tessera, else ./tessera]; this script builds nothing
@@ -26,6 +31,10 @@
 #   MEM_T         sequence lengths of the memory sweep ["1024 2048 4096 8192"]
 #   MEM_MODES     modes of the memory sweep ["lss lss-zigzag megatron"]
 #   MEM_SERIAL    also the serial run at each MEM_T, for reference [1]
+#   BASE_N        ranks of the baseline sweep ["2 4"]
+#   BASE_T        sequence lengths of the baseline sweep ["2048 4096 8192 16384"]
+#   BASE_MODES    modes of the baseline sweep ["lss lss-zigzag megatron-2022 megatron"]
+#   BASE_SERIAL   also the serial run at each BASE_T [1]
 #   TIMEOUT       seconds one run may take before it counts as failed [1200]
 #   WAIT_LOAD     before the first run wait until the 1-minute load average is at most
 #                 this and under half a core is busy, before every later run until under
@@ -39,7 +48,8 @@
 #                 the scripts (~1 min)
 #
 # Every run writes RESULTS/NAME.{cmd,jsonl,out,err,meta}; RESULTS/manifest.tsv lists
-# sweep, N, T, mode, run name and status (ok, or na when this build refuses the mode).
+# sweep, N, T, mode, run name and status (ok; na when this build refuses the mode; oom
+# when a base-sweep run ran out of memory).
 # A mode this build does not have (exit 2, "--sp-mode X: not available") is recorded as
 # "na" and the sweep goes on; any other failure stops the benchmark with exit 1.
 #
@@ -68,19 +78,23 @@ MEM_N=${MEM_N:-2}
 MEM_T=${MEM_T:-"1024 2048 4096 8192"}
 MEM_MODES=${MEM_MODES:-"lss lss-zigzag megatron"}
 MEM_SERIAL=${MEM_SERIAL:-1}
+BASE_N=${BASE_N:-"2 4"}
+BASE_T=${BASE_T:-"2048 4096 8192 16384"}
+BASE_MODES=${BASE_MODES:-"lss lss-zigzag megatron-2022 megatron"}
+BASE_SERIAL=${BASE_SERIAL:-1}
 TIMEOUT=${TIMEOUT:-1200}
 RESULTS=${RESULTS:-$ROOT/bench/results/sp}
 bench_defaults
 
 bench_snapshot tessera-sp
-for s in $SWEEPS; do case $s in weak|mem) ;; *) die "SWEEPS: unknown sweep '$s' (weak, mem)" ;; esac; done
-for n in $WEAK_N $MEM_N; do
+for s in $SWEEPS; do case $s in weak|mem|base) ;; *) die "SWEEPS: unknown sweep '$s' (weak, mem, base)" ;; esac; done
+for n in $WEAK_N $MEM_N $BASE_N; do
   if ! [ "$n" -ge 1 ] 2>/dev/null || [ $((n & (n - 1))) != 0 ]; then die "rank count '$n': must be a power of two"; fi
 done
 [ "$MEM_N" -ge 2 ] || die "MEM_N=$MEM_N: the memory sweep needs 2 or more ranks"
-for m in $MODES $MEM_MODES; do
-  case $m in lss|lss-zigzag|lss-fused|lss-basic|megatron|ulysses|ring|ring-fast) ;;
-    *) die "mode '$m': not one of lss, lss-zigzag, lss-fused, lss-basic, megatron, ulysses, ring, ring-fast" ;; esac
+for m in $MODES $MEM_MODES $BASE_MODES; do
+  case $m in lss|lss-zigzag|lss-fused|lss-basic|megatron|megatron-2022|ulysses|ring|ring-fast) ;;
+    *) die "mode '$m': not one of lss, lss-zigzag, lss-fused, lss-basic, megatron, megatron-2022, ulysses, ring, ring-fast" ;; esac
 done
 
 bench_mpiexec
@@ -113,6 +127,9 @@ run_one() {
     if [ "$RUN_RC" = 2 ] && grep -qs -- "--sp-mode $mode: not available" "$RESULTS/$name.err"; then
       status=na
       echo "  $mode: not available in this build ($(head -n 1 "$RESULTS/$name.err")); skipped" >&2
+    elif [ "$RUN_RC" = 1 ] && [ "$OOM_OK" = 1 ] && grep -qs "out of memory" "$RESULTS/$name.err"; then
+      status=oom
+      echo "  $mode: out of memory ($(bench_why "$name")); recorded as oom" >&2
     else
       local why; why=$(bench_why "$name")
       echo "$BENCH: $name failed (exit $RUN_RC): ${why:-no message}; see $RESULTS/$name.err" >&2
@@ -126,8 +143,11 @@ run_one() {
   done_status[$name]=$status
 }
 
-# record SWEEP N T MODE: runs it (if needed) and adds it to the manifest
+# record SWEEP N T MODE: runs it (if needed) and adds it to the manifest; in the base
+# sweep running out of memory is a result (oom), elsewhere a failure
 record() {
+  OOM_OK=0
+  [ "$1" = base ] && OOM_OK=1
   run_one "$2" "$3" "$4"
   bench_manifest "$1" "$2" "$3" "$4" "$NAME" "${done_status[$NAME]}"
 }
@@ -151,6 +171,14 @@ for sweep in $SWEEPS; do
       for t in $MEM_T; do
         [ "$MEM_SERIAL" = 1 ] && record mem 1 "$t" serial
         for m in $MEM_MODES; do record mem "$MEM_N" "$t" "$m"; done
+      done ;;
+    base)
+      echo "== the LSS paper's baseline: $MODEL, N in {$BASE_N}, T in {$BASE_T}, modes {$BASE_MODES}" >&2
+      for t in $BASE_T; do
+        [ "$BASE_SERIAL" = 1 ] && record base 1 "$t" serial
+        for n in $BASE_N; do
+          for m in $BASE_MODES; do record base "$n" "$t" "$m"; done
+        done
       done ;;
   esac
 done

@@ -23,10 +23,13 @@
 #              (their dK, dV reduce-scatters 3/2 of the contiguous ones' floats)
 #   megatron   4 all-gathers (ln1, ln2, dy, dy') + 4 reduce-scatters (partial
 #              projections W_o, W_2 forward; dx of W_1, of W_q/k/v backward)   = 8
-# megatron sums partial projections across ranks, so it is in the tolerance
-# tier: loss, gradient norm and validation loss within rtol 1e-5 of serial at
-# every step. Measured: 1e-7 (one ulp of the norm) or less after 3 steps; a
-# wrong slice or a missing term moves the loss by 1e-3 or more.
+#   megatron-2022 megatron's 8 and the forward's 2 + 2 again, replayed in the
+#              backward (full recomputation)                                   = 12
+# megatron and megatron-2022 sum partial projections across ranks, so they are
+# in the tolerance tier: loss, gradient norm and validation loss within rtol
+# 1e-5 of serial at every step. Measured: 1e-7 (one ulp of the norm) or less
+# after 3 steps (megatron-2022: 9e-8, dropout 0 and 0.1); a wrong slice or a
+# missing term moves the loss by 1e-3 or more.
 # Layouts that cannot be exact are refused before any work; a failure on one
 # rank ends every rank.
 . "$(dirname "$0")/lib.sh"
@@ -57,19 +60,22 @@ layer_counts() { # nb mode N
   lss-unfused) echo "{\"reduce_scatter\":{\"calls\":$((2 * nb)),\"bytes\":$((nb * 2 * rs1))},\"allgather\":{\"calls\":$((2 * nb)),\"bytes\":$((nb * 2 * ag))}}" ;;
   lss-basic) echo "{\"reduce_scatter\":{\"calls\":$((3 * nb)),\"bytes\":$((nb * 3 * rs1))},\"allgather\":{\"calls\":$((3 * nb)),\"bytes\":$((nb * 3 * ag))}}" ;;
   megatron) echo "{\"reduce_scatter\":{\"calls\":$((4 * nb)),\"bytes\":$((nb * 4 * rs1))},\"allgather\":{\"calls\":$((4 * nb)),\"bytes\":$((nb * 4 * ag))}}" ;;
+  megatron-2022) echo "{\"reduce_scatter\":{\"calls\":$((6 * nb)),\"bytes\":$((nb * 6 * rs1))},\"allgather\":{\"calls\":$((6 * nb)),\"bytes\":$((nb * 6 * ag))}}" ;;
   esac
 }
 
 for drop in 0 0.1; do
   S=$TS_TMP/serial-$drop.jsonl
   expect_exit 0 "" "$T" train $BASE --dropout $drop --log "$S"
-  for mode in lss lss-fused lss-basic lss-unfused lss-zigzag lss-fused-zigzag lss-basic-zigzag megatron; do
+  for mode in lss lss-fused lss-basic lss-unfused lss-zigzag lss-fused-zigzag lss-basic-zigzag megatron \
+    megatron-2022; do
     # N = 1 is the serial (D = 1) or data-parallel layout whatever the mode;
     # megatron splits the 4 heads of tiny, so N <= 4; lss-zigzag cuts T into
     # 2N chunks of whole tiles, so N <= 4
     case $mode in
     lss) layouts="1x1 1x2 2x1 2x2 4x1 4x2 8x1" ;;
     megatron|lss-zigzag) layouts="2x1 2x2 4x1" ;;
+    megatron-2022) layouts="2x1 4x1" ;;
     *-zigzag|lss-unfused) layouts="2x1 4x1" ;;
     *) layouts="2x1 2x2 4x1 4x2 8x1" ;;
     esac
@@ -82,7 +88,7 @@ for drop in 0 0.1; do
         expect_exit 0 "" $RUN_MPI -n $((N * D)) "$T" train $BASE --dropout $drop --sp $N --dp $D \
           --sp-mode $mode --log "$L" || continue
       fi
-      if [ $mode = megatron ]; then
+      if [ $mode = megatron ] || [ $mode = megatron-2022 ]; then
         expect_exit 0 "" "$T" compare --rtol 1e-5 "$S" "$L"
         expect_stdout "^equal within rtol 1e-05"
       else
@@ -148,6 +154,22 @@ else
 fi
 expect_exit 2 "--sp-mode megatron: the baseline is built for the GPT variant" \
   "$T" train $LBASE --sp 2 --sp-mode megatron --log "$TS_TMP/never.jsonl"
+expect_exit 2 "--sp-mode megatron-2022: the baseline is built for the GPT variant" \
+  "$T" train $LBASE --sp 2 --sp-mode megatron-2022 --log "$TS_TMP/never.jsonl"
+
+# megatron-2022 materialises the T x T probabilities of its Hl = 4/N heads
+# (forward) and their gradient (backward), from the tracked allocator, beside
+# the (T, Hl·dh) buffers its attention holds (q, k, v, out; backward also their
+# gradients): attn_fwd = 4·T·Kl·4 + Hl·T²·4 bytes, attn_bwd = 8·T·Kl·4 +
+# 2·Hl·T²·4, Kl = Hl·16 (dropout 0). Tiled attention would hold no T² term.
+for N in 2 4; do
+  Hl=$((4 / N)) Kl=$((4 / N * 16))
+  want="\"mem_peak_bytes\":{\"attn_fwd\":$((16 * SEQ * Kl + 4 * Hl * SEQ * SEQ)),\"attn_bwd\":$((32 * SEQ * Kl + 8 * Hl * SEQ * SEQ))"
+  got=$(grep '"type":"step"' "$TS_TMP/megatron-2022-sp$N-dp1-0.jsonl" | grep -cF "$want")
+  TS_CHECKS=$((TS_CHECKS + 1))
+  [ "$got" = 2 ] && pass "megatron-2022 sp $N: both steps record $want" ||
+    fail "megatron-2022 sp $N: $got of 2 step records have $want: $(grep '"type":"step"' "$TS_TMP/megatron-2022-sp$N-dp1-0.jsonl" | head -n 1 | grep -o '"mem_peak_bytes":{[^}]*}')"
+done
 
 # the layout is named in the config record
 grep -q '"layout":"dp2-sp4-lss-basic"' "$TS_TMP/lss-basic-sp4-dp2-0.jsonl" &&

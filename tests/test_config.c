@@ -611,6 +611,10 @@ static void test_layout_rules(void **state) {
   assert_int_equal(ts_layout_check(&c, &host, NULL), TS_OK);
   assert_int_equal(ts_layout_check(&c, &host, "cuda"), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--sp-mode lss-dx with --device cuda: not built"));
+  // the LSS paper's baseline reads its T x T buffers on the host
+  ts_layout base2022 = {1, 2, 1, TS_SP_MEGATRON_2022, 0, -1, 1, 1, 0, 0};
+  assert_int_equal(ts_layout_check(&c, &base2022, "cuda"), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--sp-mode megatron-2022 with --device cuda: not built"));
 }
 
 // Sequence parallelism (tiny: T 64, tile 8, leaf 8): each segment must hold

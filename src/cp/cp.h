@@ -1,6 +1,6 @@
 // What the strategies share beyond their table (strategy.h): the
-// projections and rotations several use (cp.c), and the LSS family's
-// attention (lss.c).
+// projections and rotations several use (cp.c), the LSS family's
+// attention (lss.c), and the Megatron family's layers (megatron.c).
 #ifndef TS_CP_H
 #define TS_CP_H
 #include <stddef.h>
@@ -53,4 +53,31 @@ int ts_lss_attention_backward(const ts_backend *be, ts_ws *ws, const ts_attn_sha
                               size_t dkv_run, float *dsum, const float *datt, const float *q,
                               const float *k, const float *v, const float *att,
                               const float *lse);
+// ---- the Megatron tensor split (megatron.c; the LSS paper's baseline: megatron_2022.c) ---
+// What tells the variants apart (each table's `opts`). recompute: keep nothing
+// of a layer but its input (one slot of activations for all layers); the
+// backward runs the layer's forward again, collectives included, before its
+// own. attn_forward / attn_backward: the attention of the rank's heads on the
+// gathered sequence, q, k, v, att (T, Kl) as `as` says; NULL: the backend's
+// tiled kernels. attn_forward leaves in *probs (probs not NULL: the replay)
+// what the backward reads, which attn_backward frees; both return TS_OK or an
+// error (attn_backward: nonzero, reported once the backward's collectives are done).
+typedef struct {
+  int recompute;
+  int (*attn_forward)(const ts_attn_io *at, const ts_attn_shape *as, float *att, const float *q,
+                      const float *k, const float *v, float **probs);
+  int (*attn_backward)(const ts_attn_io *at, const ts_attn_shape *as, float *dq, float *dk,
+                       float *dv, const float *datt, const float *q, const float *k,
+                       const float *v, float *probs);
+} ts_megatron_opts;
+extern const ts_megatron_opts ts_megatron_plain;
+// Its table's functions, which the variants' tables share.
+int ts_megatron_check(const ts_config *cfg, ts_layout *lay);
+int ts_megatron_split(const ts_attn_io *io, const ts_tensor *t, ts_cp_block *out);
+void ts_megatron_sizes(const ts_attn_io *io, ts_cp_sizes *out);
+int ts_megatron_create(const ts_attn_io *io, const ts_seq_shard *sp, void **state);
+size_t ts_megatron_bytes(const ts_attn_io *io);
+void ts_megatron_destroy(const ts_attn_io *io);
+int ts_megatron_layer_forward(const ts_layer_io *io);
+int ts_megatron_layer_backward(const ts_layer_io *io);
 #endif

@@ -8,6 +8,10 @@
 //   backward  the mirror image: 4 all-gathers and 4 reduce-scatters.
 // 8 collectives per layer. The partial projections are summed across ranks,
 // so the result is not the serial bits: this mode is in the tolerance tier.
+// The LSS paper's baseline, megatron-2022 (megatron_2022.c), is this layer
+// with the options of ts_megatron_opts (cp.h): its own attention core and
+// full recomputation (one slot of kept activations; the backward replays the
+// forward into it first).
 //
 // A rank owns its slices (strategy.h `split`): it allocates, initialises, updates
 // and checkpoints only the blocks of the split tensors its heads and columns
@@ -29,14 +33,17 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "backend/mem.h"
 #include "cp.h"
 #include "exact/rng.h"
 
 struct megatron {
+  const ts_megatron_opts *o; // plain megatron's, or a variant's (megatron_2022.c)
   int N, s;              // group size, this rank
+  int slots;             // layers whose activations are kept: L, or 1 (o->recompute)
   int Hl, h0, Kl;        // local heads, first head, Kl = Hl·dh columns of Q/K/V
   int Fl;                // local MLP columns
-  // kept for backward, per layer
+  // kept for backward, per layer (o->recompute: one slot, the layer being run)
   float **X, **X2;       // (T, C) gathered ln1 and ln2 outputs
   float **q, **k, **v;   // (T, Kl) this rank's heads
   float **att;           // (T, Kl)
@@ -47,13 +54,16 @@ struct megatron {
   float *gelu, *dfch;    // (T, Fl)
   float *dq, *dk, *dv, *datt; // (T, Kl)
   float *dsum;           // (Hl, T)
+  float *probs;          // o->attn_forward's kept probabilities, from the replay to the backward
   float *mem;
   size_t nfloats;
 };
 
+const ts_megatron_opts ts_megatron_plain = {0};
+
 static void free_state(const ts_backend *be, struct megatron *mt);
 
-static int megatron_create(const ts_attn_io *io, const ts_seq_shard *sp, void **state) {
+int ts_megatron_create(const ts_attn_io *io, const ts_seq_shard *sp, void **state) {
   (void)sp;
   struct megatron *mt = calloc(1, sizeof *mt);
   if (!mt) return ts_fail(TS_ERUNTIME, "out of memory");
@@ -63,7 +73,9 @@ static int megatron_create(const ts_attn_io *io, const ts_seq_shard *sp, void **
   mt->h0 = mt->s * mt->Hl;
   mt->Kl = mt->Hl * io->dh;
   mt->Fl = io->F / mt->N;
-  const size_t T = (size_t)io->T, C = (size_t)io->C, L = (size_t)io->L;
+  mt->o = io->cp->opts;
+  mt->slots = mt->o->recompute ? 1 : io->L;
+  const size_t T = (size_t)io->T, C = (size_t)io->C, L = (size_t)mt->slots;
   const size_t Kl = (size_t)mt->Kl, Fl = (size_t)mt->Fl, HT = (size_t)mt->Hl * T;
   size_t per_layer = 2 * T * C + 4 * T * Kl + HT + T * Fl;
   mt->nfloats = L * per_layer + T * C + 2 * T * Fl + 4 * T * Kl + HT;
@@ -94,14 +106,15 @@ static int megatron_create(const ts_attn_io *io, const ts_seq_shard *sp, void **
 static void free_state(const ts_backend *be, struct megatron *mt) {
   if (!mt) return;
   be->free(mt->mem);
+  ts_mem_free(mt->probs);
   free(mt->X); free(mt->X2); free(mt->q); free(mt->k); free(mt->v); free(mt->att);
   free(mt->lse); free(mt->fch);
   free(mt);
 }
 
-static void megatron_destroy(const ts_attn_io *io) { free_state(io->be, io->state); }
+void ts_megatron_destroy(const ts_attn_io *io) { free_state(io->be, io->state); }
 
-static size_t megatron_bytes(const ts_attn_io *io) {
+size_t ts_megatron_bytes(const ts_attn_io *io) {
   const struct megatron *mt = io->state;
   return mt ? mt->nfloats * sizeof(float) : 0;
 }
@@ -130,29 +143,59 @@ static int reduce_scatter_rows(const ts_attn_io *at, float *own, const float *bi
   return TS_OK;
 }
 
+// The slot of layer l's kept activations.
+static int slot(const struct megatron *mt, int l) { return mt->o->recompute ? 0 : l; }
+
+// The attention of this rank's heads on the gathered sequence, slot s: the
+// backend's tiled kernel, or the variant's own (probs: megatron_2022.c).
+static int heads_attention_forward(const ts_attn_io *at, int s, float **probs) {
+  struct megatron *mt = at->state;
+  ts_attn_shape as = heads_shape(at);
+  if (mt->o->attn_forward)
+    return mt->o->attn_forward(at, &as, mt->att[s], mt->q[s], mt->k[s], mt->v[s], probs);
+  at->be->attention_forward(at->ws, mt->att[s], mt->lse[s], mt->q[s], mt->k[s], mt->v[s], &as);
+  return TS_OK;
+}
+
+// Nonzero when out of memory (reported once the backward's collectives are done).
+static int heads_attention_backward(const ts_attn_io *at, int s) {
+  struct megatron *mt = at->state;
+  ts_attn_shape as = heads_shape(at);
+  if (mt->o->attn_backward) {
+    float *probs = mt->probs;
+    mt->probs = NULL; // the variant's backward frees them
+    return mt->o->attn_backward(at, &as, mt->dq, mt->dk, mt->dv, mt->datt, mt->q[s], mt->k[s],
+                                mt->v[s], probs);
+  }
+  return at->be->attention_backward(at->ws, mt->dq, mt->dk, mt->dv, mt->dsum, mt->datt, mt->q[s],
+                                    mt->k[s], mt->v[s], mt->att[s], mt->lse[s], &as);
+}
+
 // ---- forward -----------------------------------------------------------------------
-static int megatron_layer_forward(const ts_layer_io *io) {
+// io->x -> y (io->y; a replay in the backward writes scratch), keeping the
+// activations in layer l's slot; probs: where the variant's attention leaves
+// the probabilities it keeps (a replay), NULL in the forward.
+static int layer_forward_into(const ts_layer_io *io, float *y, float **probs) {
   const ts_attn_io *at = &io->attn;
-  const int l = at->l;
   const uint64_t step = at->step;
   const float p = at->p;
   struct megatron *mt = at->state;
+  const int l = slot(mt, at->l);
   const int T = at->T, C = at->C, Tl = at->Tl, dh = at->dh, rows = at->cfg->leaf;
   const int Kl = mt->Kl, Fl = mt->Fl;
   const size_t own = (size_t)Tl * C;
   const uint64_t seed = at->cfg->seed;
   const ts_layer_tensors *w = io->w;
   const float *x = io->x;
-  float *y = io->y;
+  const int tag = at->l; // the layer the collectives are counted under
   int rc;
   // attention: gather ln1(x), this rank's heads on the whole sequence
   at->be->layernorm_forward(io->ln_out, io->ln1_mean, io->ln1_rstd, x, w->ln1w, w->ln1b, Tl, C);
-  if ((rc = ts_comm_allgather(at->seq, io->ln_out, mt->X[l], own * sizeof(float), l))) return rc;
+  if ((rc = ts_comm_allgather(at->seq, io->ln_out, mt->X[l], own * sizeof(float), tag))) return rc;
   at->be->linear_forward_heads(mt->q[l], mt->X[l], w->wq, w->bq, T, C, Kl, dh, rows);
   at->be->linear_forward_heads(mt->k[l], mt->X[l], w->wk, w->bk, T, C, Kl, dh, rows);
   at->be->linear_forward_heads(mt->v[l], mt->X[l], w->wv, w->bv, T, C, Kl, dh, rows);
-  ts_attn_shape as = heads_shape(at);
-  at->be->attention_forward(at->ws, mt->att[l], mt->lse[l], mt->q[l], mt->k[l], mt->v[l], &as);
+  if ((rc = heads_attention_forward(at, l, probs))) return rc;
   // partial output projection over this rank's heads: att (T, Kl) · Wo[:, heads]ᵀ
   at->be->matmul(0, 1, T, C, Kl, mt->att[l], Kl, w->wo, Kl, 0.0f, mt->full, C);
   if ((rc = reduce_scatter_rows(at, io->res_mid, w->bo))) return rc;
@@ -160,7 +203,7 @@ static int megatron_layer_forward(const ts_layer_io *io) {
   at->be->add(io->res_mid, x, io->res_mid, (int64_t)own);
   // MLP: gather ln2, this rank's columns of W1, partial W2
   at->be->layernorm_forward(io->ln_out, io->ln2_mean, io->ln2_rstd, io->res_mid, w->ln2w, w->ln2b, Tl, C);
-  if ((rc = ts_comm_allgather(at->seq, io->ln_out, mt->X2[l], own * sizeof(float), l))) return rc;
+  if ((rc = ts_comm_allgather(at->seq, io->ln_out, mt->X2[l], own * sizeof(float), tag))) return rc;
   at->be->linear_forward(mt->fch[l], mt->X2[l], w->w1, w->b1, T, C, Fl, rows);
   at->be->gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl);
   at->be->matmul(0, 1, T, C, Fl, mt->gelu, Fl, w->w2, Fl, 0.0f, mt->full, C);
@@ -170,12 +213,16 @@ static int megatron_layer_forward(const ts_layer_io *io) {
   return TS_OK;
 }
 
+int ts_megatron_layer_forward(const ts_layer_io *io) {
+  return layer_forward_into(io, io->y, NULL);
+}
+
 // ---- backward ----------------------------------------------------------------------
-static int megatron_layer_backward(const ts_layer_io *io) {
+int ts_megatron_layer_backward(const ts_layer_io *io) {
   const ts_attn_io *at = &io->attn;
-  const int l = at->l;
   const uint64_t step = at->step;
   struct megatron *mt = at->state;
+  const int l = slot(mt, at->l), tag = at->l;
   const int T = at->T, C = at->C, Tl = at->Tl;
   const int Kl = mt->Kl, Fl = mt->Fl;
   const size_t own = (size_t)Tl * C;
@@ -184,6 +231,8 @@ static int megatron_layer_backward(const ts_layer_io *io) {
   const ts_layer_tensors *w = io->w, *g = io->g;
   ts_ws *ws = at->ws;
   int rc, trc = 0;
+  // full recomputation: the layer's forward again from its input (its output to scratch)
+  if (mt->o->recompute && (rc = layer_forward_into(io, at->tmp2, &mt->probs))) return rc;
   // the bias gradients are sums onto zeros (the weights' products overwrite)
   memset(g->bq, 0, (size_t)Kl * sizeof(float)); memset(g->bk, 0, (size_t)Kl * sizeof(float));
   memset(g->bv, 0, (size_t)Kl * sizeof(float)); memset(g->bo, 0, (size_t)C * sizeof(float));
@@ -193,7 +242,7 @@ static int megatron_layer_backward(const ts_layer_io *io) {
   at->be->copy(at->tmp, io->dres, own * sizeof(float));
   at->be->dropout_apply(at->tmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_MLP, step, io->row_base);
   at->be->column_sum(g->b2, at->tmp, Tl, C, 1);
-  if ((rc = ts_comm_allgather(at->seq, at->tmp, mt->full, own * sizeof(float), l))) return rc;
+  if ((rc = ts_comm_allgather(at->seq, at->tmp, mt->full, own * sizeof(float), tag))) return rc;
   at->be->gelu_forward(mt->gelu, mt->fch[l], (int64_t)T * Fl); // recomputed
   at->be->matmul(1, 0, C, Fl, T, mt->full, C, mt->gelu, Fl, 0.0f, g->w2, Fl);
   at->be->matmul(0, 0, T, Fl, C, mt->full, C, w->w2, Fl, 0.0f, mt->dfch, Fl);
@@ -201,7 +250,7 @@ static int megatron_layer_backward(const ts_layer_io *io) {
   at->be->matmul(1, 0, Fl, C, T, mt->dfch, Fl, mt->X2[l], C, 0.0f, g->w1, C);
   at->be->column_sum(g->b1, mt->dfch, T, Fl, 1);
   at->be->matmul(0, 0, T, C, Fl, mt->dfch, Fl, w->w1, C, 0.0f, mt->full, C);
-  if ((rc = ts_comm_reduce_scatter_tree(at->seq, mt->full, (size_t)T * C, l))) return rc;
+  if ((rc = ts_comm_reduce_scatter_tree(at->seq, mt->full, (size_t)T * C, tag))) return rc;
   at->be->copy(at->tmp, mt->full + (size_t)at->t0 * C, own * sizeof(float));
   trc |= at->be->layernorm_backward(ws, at->tmp2, g->ln2w, g->ln2b, at->tmp, io->res_mid, w->ln2w,
                             io->ln2_mean, io->ln2_rstd, Tl, C);
@@ -211,12 +260,10 @@ static int megatron_layer_backward(const ts_layer_io *io) {
   at->be->copy(at->tmp, io->dres, own * sizeof(float));
   at->be->dropout_apply(at->tmp, (int64_t)own, p, seed, TS_RNG_DROPOUT_PROJ, step, io->row_base);
   at->be->column_sum(g->bo, at->tmp, Tl, C, 1);
-  if ((rc = ts_comm_allgather(at->seq, at->tmp, mt->full, own * sizeof(float), l))) return rc;
+  if ((rc = ts_comm_allgather(at->seq, at->tmp, mt->full, own * sizeof(float), tag))) return rc;
   at->be->matmul(1, 0, C, Kl, T, mt->full, C, mt->att[l], Kl, 0.0f, g->wo, Kl);
   at->be->matmul(0, 0, T, Kl, C, mt->full, C, w->wo, Kl, 0.0f, mt->datt, Kl);
-  ts_attn_shape as = heads_shape(at);
-  trc |= at->be->attention_backward(ws, mt->dq, mt->dk, mt->dv, mt->dsum, mt->datt, mt->q[l], mt->k[l],
-                            mt->v[l], mt->att[l], mt->lse[l], &as);
+  trc |= heads_attention_backward(at, l);
   at->be->matmul(1, 0, Kl, C, T, mt->dq, Kl, mt->X[l], C, 0.0f, g->wq, C);
   at->be->matmul(1, 0, Kl, C, T, mt->dk, Kl, mt->X[l], C, 0.0f, g->wk, C);
   at->be->matmul(1, 0, Kl, C, T, mt->dv, Kl, mt->X[l], C, 0.0f, g->wv, C);
@@ -226,7 +273,7 @@ static int megatron_layer_backward(const ts_layer_io *io) {
   at->be->matmul(0, 0, T, C, Kl, mt->dq, Kl, w->wq, C, 0.0f, mt->full, C);
   at->be->matmul(0, 0, T, C, Kl, mt->dk, Kl, w->wk, C, 1.0f, mt->full, C);
   at->be->matmul(0, 0, T, C, Kl, mt->dv, Kl, w->wv, C, 1.0f, mt->full, C);
-  if ((rc = ts_comm_reduce_scatter_tree(at->seq, mt->full, (size_t)T * C, l))) return rc;
+  if ((rc = ts_comm_reduce_scatter_tree(at->seq, mt->full, (size_t)T * C, tag))) return rc;
   at->be->copy(at->tmp, mt->full + (size_t)at->t0 * C, own * sizeof(float));
   trc |= at->be->layernorm_backward(ws, at->tmp2, g->ln1w, g->ln1b, at->tmp, io->x, w->ln1w,
                             io->ln1_mean, io->ln1_rstd, Tl, C);
@@ -236,36 +283,37 @@ static int megatron_layer_backward(const ts_layer_io *io) {
 }
 
 // ---- the strategy (strategy.h) ------------------------------------------------------------
-static int megatron_check(const ts_config *cfg, ts_layout *lay) {
+int ts_megatron_check(const ts_config *cfg, ts_layout *lay) {
   const int N = lay->sp;
+  const char *mode = ts_sp_mode_names[lay->sp_mode]; // megatron or a variant
   if (lay->pp > 1)
-    return ts_fail(TS_EUSAGE, "--pp %d with --sp-mode megatron: the tensor-split baseline "
-                   "does not run in pipeline stages", lay->pp);
+    return ts_fail(TS_EUSAGE, "--pp %d with --sp-mode %s: the tensor-split baseline "
+                   "does not run in pipeline stages", lay->pp, mode);
   if (cfg->checkpoint || cfg->tiled_mlp)
-    return ts_fail(TS_EUSAGE, "--%s: not available with --sp-mode megatron (its layers keep "
-                   "their own buffers)", cfg->checkpoint ? "checkpoint" : "tiled-mlp");
+    return ts_fail(TS_EUSAGE, "--%s: not available with --sp-mode %s (its layers keep "
+                   "their own buffers)", cfg->checkpoint ? "checkpoint" : "tiled-mlp", mode);
   if (cfg->variant != TS_GPT)
-    return ts_fail(TS_EUSAGE, "--sp-mode megatron: the baseline is built for the GPT variant "
+    return ts_fail(TS_EUSAGE, "--sp-mode %s: the baseline is built for the GPT variant "
                               "(use lss, lss-fused or lss-basic with --model %s)",
-                   cfg->preset);
+                   mode, cfg->preset);
   if (lay->zero)
-    return ts_fail(TS_EUSAGE, "--zero %d with --sp-mode megatron: not built (a tensor-split "
-                   "rank holds only its heads' and columns' blocks already)", lay->zero);
+    return ts_fail(TS_EUSAGE, "--zero %d with --sp-mode %s: not built (a tensor-split "
+                   "rank holds only its heads' and columns' blocks already)", lay->zero, mode);
   if (cfg->optimizer != TS_OPT_ADAMW)
-    return ts_fail(TS_EUSAGE, "--optimizer %s with --sp-mode megatron: not built (a rank "
+    return ts_fail(TS_EUSAGE, "--optimizer %s with --sp-mode %s: not built (a rank "
                    "holds blocks of the matrices Muon orthogonalises whole)",
-                   cfg->optimizer == TS_OPT_MUON ? "muon" : "muon-pe");
+                   cfg->optimizer == TS_OPT_MUON ? "muon" : "muon-pe", mode);
   if (cfg->n_head % N != 0 || cfg->d_ff % N != 0)
     return ts_fail(TS_EUSAGE,
-                   "--sp-mode megatron with --sp %d: the %d heads and the MLP width %d must "
+                   "--sp-mode %s with --sp %d: the %d heads and the MLP width %d must "
                    "divide by %d (each rank holds a slice of both)",
-                   N, cfg->n_head, cfg->d_ff, N);
+                   mode, N, cfg->n_head, cfg->d_ff, N);
   return TS_OK;
 }
 
 // The block of a layer's tensor this rank holds (the table in the header),
 // or 0: the whole tensor. Named "h.<layer>.<field>" (src/model/params.c).
-static int megatron_split(const ts_attn_io *io, const ts_tensor *t, ts_cp_block *out) {
+int ts_megatron_split(const ts_attn_io *io, const ts_tensor *t, ts_cp_block *out) {
   const char *dot = t->role == TS_ROLE_LAYER ? strchr(t->name + 2, '.') : NULL;
   if (!dot) return 0;
   const char *f = dot + 1;
@@ -285,7 +333,7 @@ static int megatron_split(const ts_attn_io *io, const ts_tensor *t, ts_cp_block 
 }
 
 // The layers keep their own buffers: none of the model's attention or MLP rows.
-static void megatron_sizes(const ts_attn_io *io, ts_cp_sizes *out) {
+void ts_megatron_sizes(const ts_attn_io *io, ts_cp_sizes *out) {
   (void)io;
   *out = (ts_cp_sizes){0};
 }
@@ -294,12 +342,13 @@ const ts_cp ts_cp_megatron = {
     .name = "megatron",
     .summary = "tensor-split heads and MLP, sequence-split norms: 8 collectives per layer",
     .exact = 0,
-    .check = megatron_check,
-    .sizes = megatron_sizes,
-    .split = megatron_split,
-    .create = megatron_create,
-    .bytes = megatron_bytes,
-    .destroy = megatron_destroy,
-    .layer_forward = megatron_layer_forward,
-    .layer_backward = megatron_layer_backward,
+    .opts = &ts_megatron_plain,
+    .check = ts_megatron_check,
+    .sizes = ts_megatron_sizes,
+    .split = ts_megatron_split,
+    .create = ts_megatron_create,
+    .bytes = ts_megatron_bytes,
+    .destroy = ts_megatron_destroy,
+    .layer_forward = ts_megatron_layer_forward,
+    .layer_backward = ts_megatron_layer_backward,
 };
