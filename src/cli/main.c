@@ -258,6 +258,7 @@ static int check_prompt(const flag *f, const char *raw, cli *c);
 static int check_positive(const flag *f, const char *raw, cli *c);
 static int check_x_axis(const flag *f, const char *raw, cli *c);
 static int check_shape(const flag *f, const char *raw, cli *c);
+static int check_fraction(const flag *f, const char *raw, cli *c);
 
 // Headings of --help, in this order.
 enum { G_CMD, G_MODEL, G_TRAIN, G_DATA, G_RUN, G_PAR, G_COMP, G_OUT };
@@ -341,11 +342,11 @@ static const flag flags[] = {
      "this machine's measured roof / ranks per node", C_PLAN, G_CMD, check_nonneg},
     {"--efficiency", K_DOUBLE, AT(efficiency), 0, "E",
      "the fraction of --flops a step's compute reaches, in (0, 1]", NULL, C_PLAN, G_CMD,
-     check_positive},
+     check_fraction},
     {"--bw-intra", K_DOUBLE, AT(bw_intra), 0, "GB/s", "bandwidth each way within a node", NULL,
-     C_PLAN, G_CMD, check_positive},
+     C_PLAN, G_CMD, check_fraction},
     {"--bw-inter", K_DOUBLE, AT(bw_inter), 0, "GB/s", "bandwidth each way between nodes", NULL,
-     C_PLAN, G_CMD, check_positive},
+     C_PLAN, G_CMD, check_fraction},
     {"--lat-intra", K_DOUBLE, AT(lat_intra), 0, "US", "latency of a call within a node, in µs",
      NULL, C_PLAN, G_CMD, check_nonneg},
     {"--lat-inter", K_DOUBLE, AT(lat_inter), 0, "US", "latency of a call between nodes, in µs",
@@ -708,6 +709,15 @@ static int check_prompt(const flag *f, const char *raw, cli *c) {
 static int check_x_axis(const flag *f, const char *raw, cli *c) {
   if (strcmp(raw, "step") == 0 || strcmp(raw, "tokens") == 0) return TS_OK;
   return ts_fail(TS_EUSAGE, "--x %s: must be step or tokens", raw);
+}
+
+// The plan's rates (K_DOUBLE): above 0; --efficiency at most 1.
+static int check_fraction(const flag *f, const char *raw, cli *c) {
+  const double v = *(const double *)((const char *)c + f->off);
+  const int fraction = strcmp(f->name, "--efficiency") == 0;
+  if (!(v > 0.0) || (fraction && v > 1.0))
+    return ts_fail(TS_EUSAGE, "%s %s: must be %s", f->name, raw, fraction ? "in (0, 1]" : "> 0");
+  return TS_OK;
 }
 
 static int check_shape(const flag *f, const char *raw, cli *c) {
@@ -1188,10 +1198,6 @@ static int run_info(const command *cmd, cli *c, const char *const *pos, int n_po
 static int run_plan(const command *cmd, cli *c, const char *const *pos, int n_pos) {
   if (c->cfg.compress != TS_COMPRESS_NONE && c->cfg.compress_stages == 0)
     c->cfg.compress_stages = 1; // without --compress-stages: the one-stage model's layouts
-  if (c->efficiency > 1.0) {
-    ts_fail(TS_EUSAGE, "--efficiency %g: must be in (0, 1]", c->efficiency);
-    return usage_error(cmd);
-  }
   const ts_plan_opts o = {.ranks = c->ranks, .ranks_per_node = c->ranks_per_node,
                           .device_mem = c->device_mem * 1073741824.0, .flops = c->flops,
                           .efficiency = c->efficiency, .bw_intra = c->bw_intra * 1e9,

@@ -138,7 +138,7 @@ static void add_group(plan_row *r, const ts_plan_opts *o, int span, ts_comm_kind
 }
 
 // Rank 0's step outside the layers: the sequence group's gradient sum after
-// each sequence and the data group's after the step (shard.c), --zero 1's
+// each sequence and the data group's after the step (shard.c), the loss's, --zero 1's
 // broadcast of the updated shards (zero.c), the pipeline's messages of each
 // microbatch and a tied embedding's gradient and values (pipeline.c).
 // Returns 0 where a part is not stated (--zero 2 and 3's per-layer sums,
@@ -159,6 +159,12 @@ static int step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *o
   if (l->dp > 1)
     add_group(r, o, l->sp * l->dp, TS_COMM_ALLREDUCE, 1,
               ts_comm_allreduce_bytes(e->nparams, l->dp, 0));
+  // the loss: the sequence group's segment sums of each sequence
+  // (segment_sum.c), the data group's shard sums (train.c, common.c)
+  if (l->sp > 1)
+    add_group(r, o, l->sp, TS_COMM_ALLGATHER, 1, ts_comm_gather_bytes((size_t)nb * 4, l->sp));
+  if (l->dp > 1)
+    add_group(r, o, l->sp * l->dp, TS_COMM_ALLGATHER, 1, ts_comm_gather_bytes(4, l->dp));
   if (l->zero == 1) { // each owner broadcasts its shard; rank 0 sends its own, receives the rest
     size_t off, len, mine = 0, rest = 0;
     for (int q = 0; q < P; q++) {
@@ -220,9 +226,12 @@ static int judge(const ts_config *cfg0, plan_row *r, const ts_plan_opts *o, int 
   return 1;
 }
 
+// Those that fit first, of them those whose bytes are all stated (the
+// others' times leave some traffic out: lower bounds), each by tokens/s.
 static int by_speed(const void *a, const void *b) {
   const plan_row *x = a, *y = b;
   if (x->fits != y->fits) return y->fits - x->fits;
+  if (x->stated != y->stated) return y->stated - x->stated;
   return (x->tokens_per_s < y->tokens_per_s) - (x->tokens_per_s > y->tokens_per_s);
 }
 
@@ -301,7 +310,7 @@ static void print_table(FILE *out, const plan_row *rows, int n, int top) {
           "mem GiB", "params", "grads", "optim", "acts", "other", "bytes/step", "compute", "comm",
           "step ms", "tokens/s");
   fprintf(out, "%4s  %-30s %8s %8s %8s %8s %8s %8s %12s %9s %9s %9s %10s\n", "", "",
-          "(largest", "MiB", "MiB", "MiB", "MiB", "MiB", "", "ms", "ms", "", "");
+          "(largest)", "MiB", "MiB", "MiB", "MiB", "MiB", "", "ms", "ms", "", "");
   for (int i = 0, shown = 0; i < n && shown < top; i++) {
     const plan_row *r = &rows[i];
     if (r->why[0] || !r->fits) continue;
@@ -421,8 +430,9 @@ int ts_plan(const ts_config *raw, const ts_layout *base, const ts_plan_opts *opt
     print_table(out, rows, n, o.top > 0 ? o.top : 20);
     if (fit)
       fprintf(out, "longest T that fits the first: %d (seq x 2^k, then eighths)\n", longest);
-    fprintf(out, "memory: the largest rank's, from the fit check's count; * bytes not all stated "
-            "(docs/PLAN.md); time: compute + communication, no overlap\n");
+    fprintf(out, "memory: the largest rank's, by the fit check's count; bytes: rank 0's; * not all "
+            "stated (ranked after the others: docs/PLAN.md); time: compute + communication, "
+            "no overlap\n");
   }
   free(rows);
   return TS_OK;
