@@ -5,7 +5,8 @@
 # and the step's reductions, gathers and all-to-alls equal to the run's
 # counters, its memory by kind within 5% of the step record's state_bytes.
 # A run checked against another layout's plan must differ (the check can
-# fail). Then the command line: help, refusals.
+# fail); a layout train refuses is refused by the plan too. Then the command
+# line: help, refusals.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/mpi_lib.sh"
 
@@ -58,11 +59,29 @@ run upipe 2 --model llama-tiny --kv-heads 2 --sp 2 --sp-mode upipe &&
   against llama2 upipe 1 2 upipe 1 0 0
 run fused 2 --model llama-tiny --kv-heads 2 --sp 2 --sp-mode lss-fused &&
   against llama2 fused 1 2 lss-fused 1 0 0
+run zigzag 2 --model tiny --sp 2 --sp-mode lss-zigzag && against gpt2 zigzag 1 2 lss-zigzag 1 0 0
+run lssdx 2 --model tiny --sp 2 --sp-mode lss-dx && against gpt2 lssdx 1 2 lss-dx 1 0 0
+run megatron 2 --model tiny --sp 2 --sp-mode megatron && against gpt2 megatron 1 2 megatron 1 0 0
+run ring 2 --model tiny --sp 2 --sp-mode ring && against gpt2 ring 1 2 ring 1 0 0
+run ringzz 2 --model tiny --sp 2 --sp-mode ring-zigzag && against gpt2 ringzz 1 2 ring-zigzag 1 0 0
 
 # the check tells layouts apart: another layout's plan does not match the run
 against gpt2 lss 1 2 ulysses 1 0 0 --expect-differ
 against gpt2 lss 1 2 lss 1 0 1 --expect-differ
 against gpt2 dp 2 1 - 1 1 0 --expect-differ
+
+# train's refusals are the plan's: megatron with --checkpoint, --zero on one rank
+TS_CHECKS=$((TS_CHECKS + 1))
+if $PY -c "
+import json, sys
+rows = json.load(open('$TS_TMP/gpt2.json'))['rows']
+bad = [r for r in rows if r['sp_mode'] == 'megatron' and r['checkpoint'] and 'refused' not in r]
+bad += [r for r in rows if r['zero'] and r['dp'] * r['sp'] < 2 and 'refused' not in r]
+sys.exit(1 if bad or not any('refused' in r for r in rows) else 0)"; then
+  pass "the plan refuses what train refuses (megatron with --checkpoint, --zero with one replica)"
+else
+  fail "the plan accepts a layout train refuses"
+fi
 
 # the text form: the ranking, and the refusals' reasons with --verbose
 expect_exit 0 "" "$TESSERA_BIN" plan --model tiny --ranks 2 --flops 1e11 --verbose

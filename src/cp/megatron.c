@@ -53,6 +53,17 @@ struct megatron {
 
 static void free_state(const ts_backend *be, struct megatron *mt);
 
+// The floats of a rank's state (create's one allocation), from the geometry:
+// per layer the gathered ln1 and ln2 outputs (T, C), its heads' Q, K, V and
+// output (T, Kl), their lse and its MLP columns' pre-activation; then the
+// scratch.
+static size_t state_floats(const ts_attn_io *io) {
+  const size_t N = (size_t)io->seq->size, T = (size_t)io->T, C = (size_t)io->C;
+  const size_t Kl = (size_t)(io->H / N) * io->dh, Fl = (size_t)io->F / N, HT = (io->H / N) * T;
+  const size_t per_layer = 2 * T * C + 4 * T * Kl + HT + T * Fl;
+  return (size_t)io->L * per_layer + T * C + 2 * T * Fl + 4 * T * Kl + HT;
+}
+
 static int megatron_create(const ts_attn_io *io, const ts_seq_shard *sp, void **state) {
   (void)sp;
   struct megatron *mt = calloc(1, sizeof *mt);
@@ -65,8 +76,7 @@ static int megatron_create(const ts_attn_io *io, const ts_seq_shard *sp, void **
   mt->Fl = io->F / mt->N;
   const size_t T = (size_t)io->T, C = (size_t)io->C, L = (size_t)io->L;
   const size_t Kl = (size_t)mt->Kl, Fl = (size_t)mt->Fl, HT = (size_t)mt->Hl * T;
-  size_t per_layer = 2 * T * C + 4 * T * Kl + HT + T * Fl;
-  mt->nfloats = L * per_layer + T * C + 2 * T * Fl + 4 * T * Kl + HT;
+  mt->nfloats = state_floats(io);
   float ***lists[] = {&mt->X, &mt->X2, &mt->q, &mt->k, &mt->v, &mt->att, &mt->lse, &mt->fch};
   for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
     if (!(*lists[i] = calloc(L, sizeof(float *)))) { free_state(io->be, mt); return ts_fail(TS_ERUNTIME, "out of memory"); }
@@ -101,9 +111,21 @@ static void free_state(const ts_backend *be, struct megatron *mt) {
 
 static void megatron_destroy(const ts_attn_io *io) { free_state(io->be, io->state); }
 
-static size_t megatron_bytes(const ts_attn_io *io) {
-  const struct megatron *mt = io->state;
-  return mt ? mt->nfloats * sizeof(float) : 0;
+static size_t megatron_bytes(const ts_attn_io *io) { return state_floats(io) * sizeof(float); }
+
+// What a layer's forward and backward move (strategy.h `traffic`): each
+// norm output's all-gather of the rank's rows and each partial projection's
+// reduce-scatter of the whole sequence's (T, C), forward and (mirrored)
+// backward.
+static void megatron_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm_count *fwd,
+                             ts_comm_count *bwd) {
+  const int N = io->seq->size, r = io->seq->rank;
+  const size_t own = (size_t)io->Tl * io->C, whole = (size_t)io->T * io->C;
+  for (int k = 0; k < 4; k++) {
+    ts_comm_count *at = k < 2 ? fwd : bwd;
+    ts_comm_tally(at, TS_COMM_ALLGATHER, ts_comm_gather_bytes(own * sizeof(float), N));
+    ts_comm_tally(at, TS_COMM_REDUCE_SCATTER, ts_comm_tree_bytes(whole, N, r));
+  }
 }
 
 // ---- helpers ---------------------------------------------------------------------------
@@ -299,6 +321,7 @@ const ts_cp ts_cp_megatron = {
     .split = megatron_split,
     .create = megatron_create,
     .bytes = megatron_bytes,
+    .traffic = megatron_traffic,
     .destroy = megatron_destroy,
     .layer_forward = megatron_layer_forward,
     .layer_backward = megatron_layer_backward,

@@ -108,9 +108,10 @@ static int layer_traffic(const ts_config *cfg, const ts_layout *lay, ts_comm_cou
   ts_comm group = {.rank = 0, .size = lay->sp};
   ts_seq_shard sp = {&group, lay->sp_mode, lay->upipe_u, lay->upipe_sched, lay->ulysses_degree};
   const int Tl = cfg->seq / lay->sp, H = cfg->n_head, Hkv = cfg->n_kv_head ? cfg->n_kv_head : H;
-  const ts_attn_io io = {.B = 1, .T = cfg->seq, .C = cfg->d, .H = H, .dh = cfg->d / H, .Hkv = Hkv,
+  ts_attn_io io = {.B = 1, .T = cfg->seq, .C = cfg->d, .H = H, .dh = cfg->d / H, .Hkv = Hkv,
                          .Ckv = Hkv * (cfg->d / H), .F = cfg->d_ff, .L = cfg->n_layer, .Tl = Tl,
                          .ntok = Tl, .cfg = cfg, .seq = &group, .cp = cp, .l = -1};
+  ts_cp_positions(cp, lay->sp, 0, cfg->seq, &io.runs); // its runs (lss-zigzag: two)
   ts_comm_count fwd[TS_COMM_NKINDS] = {{0, 0}}, bwd[TS_COMM_NKINDS] = {{0, 0}};
   cp->traffic(&io, &sp, fwd, bwd);
   const uint64_t passes = (uint64_t)(cfg->batch / lay->dp), f = cfg->checkpoint ? 2 : 1;
@@ -142,7 +143,7 @@ static void add_group(plan_row *r, const ts_plan_opts *o, int span, ts_comm_kind
 // broadcast of the updated shards (zero.c), the pipeline's messages of each
 // microbatch and a tied embedding's gradient and values (pipeline.c).
 // Returns 0 where a part is not stated (--zero 2 and 3's per-layer sums,
-// a compressed boundary, a strategy of two runs).
+// a compressed boundary).
 static int step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *o) {
   const ts_layout *l = &r->lay;
   const ts_mem_estimate *e = &r->first;
@@ -151,18 +152,21 @@ static int step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *o
   for (int k = 0; k < TS_COMM_NKINDS; k++)
     add_group(r, o, l->sp, (ts_comm_kind)k, (uint64_t)per * r->layer[k].calls,
               (uint64_t)per * r->layer[k].bytes);
-  if (l->sp > 1) {
-    if (ts_cp_get(l->sp_mode)->run_partials) stated = 0;
-    add_group(r, o, l->sp, TS_COMM_ALLREDUCE, (uint64_t)nb,
-              (uint64_t)nb * ts_comm_allreduce_bytes(e->nreplicated, l->sp, 0));
+  if (l->sp > 1) { // a rank of two runs sums each run's partials apart (zero.c seq_sum)
+    const uint64_t sums = (uint64_t)nb * (ts_cp_get(l->sp_mode)->run_partials ? 2 : 1);
+    add_group(r, o, l->sp, TS_COMM_ALLREDUCE, sums,
+              sums * ts_comm_allreduce_bytes(e->nreplicated, l->sp, 0));
   }
   if (l->dp > 1)
     add_group(r, o, l->sp * l->dp, TS_COMM_ALLREDUCE, 1,
               ts_comm_allreduce_bytes(e->nparams, l->dp, 0));
   // the loss: the sequence group's segment sums of each sequence
   // (segment_sum.c), the data group's shard sums (train.c, common.c)
-  if (l->sp > 1)
-    add_group(r, o, l->sp, TS_COMM_ALLGATHER, 1, ts_comm_gather_bytes((size_t)nb * 4, l->sp));
+  if (l->sp > 1) { // (a rank of two runs summed apart: each run's)
+    const ts_cp *cp = ts_cp_get(l->sp_mode);
+    add_group(r, o, l->sp, TS_COMM_ALLGATHER, 1,
+              ts_comm_gather_bytes((size_t)nb * (cp->run_partials ? 2 : 1) * 4, l->sp));
+  }
   if (l->dp > 1)
     add_group(r, o, l->sp * l->dp, TS_COMM_ALLGATHER, 1, ts_comm_gather_bytes(4, l->dp));
   if (l->zero == 1) { // each owner broadcasts its shard; rank 0 sends its own, receives the rest
