@@ -64,6 +64,15 @@ run lssdx 2 --model tiny --sp 2 --sp-mode lss-dx && against gpt2 lssdx 1 2 lss-d
 run megatron 2 --model tiny --sp 2 --sp-mode megatron && against gpt2 megatron 1 2 megatron 1 0 0
 run ring 2 --model tiny --sp 2 --sp-mode ring && against gpt2 ring 1 2 ring 1 0 0
 run ringzz 2 --model tiny --sp 2 --sp-mode ring-zigzag && against gpt2 ringzz 1 2 ring-zigzag 1 0 0
+# four ranks (busy-polling on two cores: a few seconds): the data group's sums
+# over the sequence group's, --zero 1's shards without the positional rows
+# (memory within 5%: the plan's 1/4 of them, the run's whole rows), and a
+# pipeline of sequence groups, GPipe, checkpointed: the forwards it repeats
+plan_json gpt4 4 --model tiny
+plan_json gpt4g 4 --model tiny --schedule gpipe
+run dpspz 4 --model tiny --dp 2 --sp 2 --zero 1 && against gpt4 dpspz 2 2 lss 1 1 0
+run sppp 4 --model tiny --sp 2 --pp 2 --microbatches 4 --schedule gpipe --checkpoint &&
+  against gpt4g sppp 1 2 lss 2 0 1
 
 # the check tells layouts apart: another layout's plan does not match the run
 against gpt2 lss 1 2 ulysses 1 0 0 --expect-differ

@@ -501,8 +501,8 @@ static const flag flags[] = {
      "microbatches per step: they split each data rank's sequences (the pipeline's; without "
      "--pp, gradient accumulation: run one after another, the same bits as one pass)", NULL,
      TRAIN | C_PLAN, G_PAR, check_parallel},
-    {"--schedule", K_STR, AT(schedule), 0, "NAME", "pipeline schedule: gpipe or 1f1b", NULL, TRAIN,
-     G_PAR, check_choice},
+    {"--schedule", K_STR, AT(schedule), 0, "NAME", "pipeline schedule: gpipe or 1f1b", NULL,
+     TRAIN | C_PLAN, G_PAR, check_choice},
     // stage-boundary compression (part of the model: dump and the serial run take it too)
     {"--compress", K_STR, AT(compress), 0, "MODE",
      "stage-boundary compression: none, ssn, mapl, mapl-unconstrained, mapl-vq or mapl-frozen",

@@ -19,6 +19,7 @@
 
 #include "comm/comm.h"
 #include "cp/strategy.h"
+#include "dist/pipeline.h"
 #include "run.h"
 
 // ---- named shapes of public models ---------------------------------------------------
@@ -98,8 +99,17 @@ static int stage_memory(const ts_config *cfg, const ts_layout *lay, int s, int t
                                  shards, lay->zero, threads, e);
 }
 
-// A layer's collectives per step (strategy.h `traffic`): each pass of a
-// sequence runs every layer's forward (twice with --checkpoint) and backward.
+// The forwards of stage 0's layers per step for `passes` backwards: a
+// pipeline's recomputed ones (ts_pipeline_forwards), --checkpoint's one
+// before each backward.
+static int forwards(const ts_config *cfg, const ts_layout *lay, int passes) {
+  const int f = lay->pp > 1 ? ts_pipeline_forwards(lay->pp, 0, lay->microbatches, lay->schedule)
+                            : passes;
+  return f + (cfg->checkpoint ? passes : 0);
+}
+
+// A layer's collectives per step (strategy.h `traffic`): a sequence's
+// backward, and the forwards above.
 static int layer_traffic(const ts_config *cfg, const ts_layout *lay, ts_comm_count *out) {
   memset(out, 0, TS_COMM_NKINDS * sizeof *out);
   if (lay->sp < 2) return 1;
@@ -114,10 +124,11 @@ static int layer_traffic(const ts_config *cfg, const ts_layout *lay, ts_comm_cou
   ts_cp_positions(cp, lay->sp, 0, cfg->seq, &io.runs); // its runs (lss-zigzag: two)
   ts_comm_count fwd[TS_COMM_NKINDS] = {{0, 0}}, bwd[TS_COMM_NKINDS] = {{0, 0}};
   cp->traffic(&io, &sp, fwd, bwd);
-  const uint64_t passes = (uint64_t)(cfg->batch / lay->dp), f = cfg->checkpoint ? 2 : 1;
+  const int nb = cfg->batch / lay->dp;
+  const uint64_t passes = (uint64_t)nb, f = (uint64_t)forwards(cfg, lay, nb);
   for (int k = 0; k < TS_COMM_NKINDS; k++) {
-    out[k].calls = passes * (f * fwd[k].calls + bwd[k].calls);
-    out[k].bytes = passes * (f * fwd[k].bytes + bwd[k].bytes);
+    out[k].calls = f * fwd[k].calls + passes * bwd[k].calls;
+    out[k].bytes = f * fwd[k].bytes + passes * bwd[k].bytes;
   }
   return 1;
 }
@@ -162,7 +173,8 @@ static int step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *o
               ts_comm_allreduce_bytes(e->nparams, l->dp, 0));
   // the loss: the sequence group's segment sums of each sequence
   // (segment_sum.c), the data group's shard sums (train.c, common.c)
-  if (l->sp > 1) { // (a rank of two runs summed apart: each run's)
+  if (l->sp > 1 && l->pp == 1) { // (a rank of two runs summed apart: each run's; under
+                                  // --pp the last stage's)
     const ts_cp *cp = ts_cp_get(l->sp_mode);
     add_group(r, o, l->sp, TS_COMM_ALLGATHER, 1,
               ts_comm_gather_bytes((size_t)nb * (cp->run_partials ? 2 : 1) * 4, l->sp));
@@ -170,9 +182,11 @@ static int step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *o
   if (l->dp > 1)
     add_group(r, o, l->sp * l->dp, TS_COMM_ALLGATHER, 1, ts_comm_gather_bytes(4, l->dp));
   if (l->zero == 1) { // each owner broadcasts its shard; rank 0 sends its own, receives the rest
+    // (the shards: even cuts of all but a sequence rank's own positional rows;
+    // shard.c moves a cut to the end of a tensor that must stay whole)
     size_t off, len, mine = 0, rest = 0;
     for (int q = 0; q < P; q++) {
-      ts_comm_chunk(e->nparams, P, q, &off, &len);
+      ts_comm_chunk(e->nreplicated, P, q, &off, &len);
       *(q ? &rest : &mine) += len;
     }
     add_group(r, o, P, TS_COMM_BCAST, (uint64_t)P,
@@ -182,21 +196,26 @@ static int step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *o
     const uint64_t rows = l->sp > 1 ? (uint64_t)cfg->seq / l->sp : (uint64_t)(nb / l->microbatches) * cfg->seq;
     const uint64_t M = (uint64_t)l->microbatches, msg = rows * (uint64_t)cfg->d * 4;
     add_group(r, o, o->ranks, TS_COMM_SENDRECV, 2 * M, 2 * M * msg);
-    if (cfg->tied) // the embedding's gradient to the last stage, its values back
-      add_group(r, o, o->ranks, TS_COMM_SENDRECV, 2, 2 * (uint64_t)cfg->vocab * cfg->d * 4);
+    if (cfg->tied) // each microbatch's embedding-output gradient to the last stage, the
+                   // updated embedding back (pipeline.c tied_embedding, sync_copies)
+      add_group(r, o, o->ranks, TS_COMM_SENDRECV, M + 1, M * msg + (uint64_t)cfg->vocab * cfg->d * 4);
   }
   return stated;
 }
 
 // A layout's step time: compute at the stated fraction of the rank's FLOP/s
-// (the recomputed forward of --checkpoint a third more; a pipeline's bubble
+// (each recomputed forward, --checkpoint's or a pipeline's, a third more of
+// its share; a pipeline's bubble
 // (M + P − 1)/M), communication by α–β per link (each call one latency, the
 // bytes sent and received at the link's bandwidth each way), the two summed:
 // no overlap.
 static void predict(const ts_config *cfg, plan_row *r, const ts_plan_opts *o, double fpt) {
   const ts_layout *l = &r->lay;
   const double tokens = (double)cfg->batch * cfg->seq;
-  const double work = fpt * tokens * (r->checkpoint ? 4.0 / 3.0 : 1.0) / o->ranks;
+  // a forward is a third of a step's FLOPs: the extra ones (recomputed) add theirs
+  const int passes = l->sp > 1 || l->pp > 1 ? cfg->batch / l->dp : 1;
+  const double extra = (double)forwards(cfg, l, passes) / passes - 1.0;
+  const double work = fpt * tokens * (1.0 + extra / 3.0) / o->ranks;
   const double bubble = l->pp > 1 ? (double)(l->microbatches + l->pp - 1) / l->microbatches : 1.0;
   r->t_compute = work / (o->flops * o->efficiency) * bubble;
   r->t_comm = (double)r->link[0].bytes / (2.0 * o->bw_intra) + (double)r->link[0].calls * o->lat_intra +
