@@ -81,8 +81,9 @@ static void layout_name(const plan_row *r, char *buf, size_t cap) {
   char own[48] = "";
   const ts_cp *cp = l->sp > 1 ? ts_cp_get(l->sp_mode) : NULL;
   if (cp && cp->describe) cp->describe(l, own, sizeof own);
-  snprintf(buf, cap, "dp%d sp%d%s%s%s pp%d z%d%s", l->dp, l->sp, cp ? " " : "",
-           cp ? cp->name : "", own, l->pp, l->zero, r->checkpoint ? " ckpt" : "");
+  snprintf(buf, cap, "dp%d sp%d%s%s%s pp%d z%d%s%s", l->dp, l->sp, cp ? " " : "",
+           cp ? cp->name : "", own, l->pp, l->zero, r->checkpoint ? " ckpt" : "",
+           cp && !cp->exact ? " ~" : ""); // ~: the tolerance tier (strategy.h exact)
 }
 
 // The model a rank of stage s holds (shard.c create_stage's arguments), its
@@ -332,8 +333,10 @@ static void print_table(FILE *out, const plan_row *rows, int n, int top) {
   fprintf(out, "%4s  %-30s %8s %8s %8s %8s %8s %8s %12s %9s %9s %9s %10s\n", "rank", "layout",
           "mem GiB", "params", "grads", "optim", "acts", "other", "bytes/step", "compute", "comm",
           "step ms", "tokens/s");
-  fprintf(out, "%4s  %-30s %8s %8s %8s %8s %8s %8s %12s %9s %9s %9s %10s\n", "", "",
-          "(largest)", "MiB", "MiB", "MiB", "MiB", "MiB", "", "ms", "ms", "", "");
+  char line[256];
+  snprintf(line, sizeof line, "%4s  %-30s %8s %8s %8s %8s %8s %8s %12s %9s %9s", "", "",
+           "(largest)", "MiB", "MiB", "MiB", "MiB", "MiB", "", "ms", "ms");
+  fprintf(out, "%s\n", line);
   for (int i = 0, shown = 0; i < n && shown < top; i++) {
     const plan_row *r = &rows[i];
     if (r->why[0] || !r->fits) continue;
@@ -370,9 +373,9 @@ static void json_memory(FILE *out, const ts_mem_estimate *e) {
 static void json_row(FILE *out, const plan_row *r) {
   const ts_layout *l = &r->lay;
   fprintf(out, "{\"layout\":\"%s\",\"dp\":%d,\"sp\":%d,\"sp_mode\":\"%s\",\"pp\":%d,"
-          "\"microbatches\":%d,\"zero\":%d,\"checkpoint\":%d", r->name, l->dp, l->sp,
-          l->sp > 1 ? ts_sp_mode_names[l->sp_mode] : "none", l->pp, l->microbatches, l->zero,
-          r->checkpoint);
+          "\"microbatches\":%d,\"zero\":%d,\"checkpoint\":%d,\"exact\":%d", r->name, l->dp,
+          l->sp, l->sp > 1 ? ts_sp_mode_names[l->sp_mode] : "none", l->pp, l->microbatches,
+          l->zero, r->checkpoint, l->sp < 2 || ts_cp_get(l->sp_mode)->exact);
   if (r->why[0]) {
     fputs(",\"refused\":\"", out);
     for (const char *c = r->why; *c; c++) fprintf(out, *c == '"' || *c == '\\' ? "\\%c" : "%c", *c);
@@ -454,8 +457,8 @@ int ts_plan(const ts_config *raw, const ts_layout *base, const ts_plan_opts *opt
     if (fit)
       fprintf(out, "longest T that fits the first: %d (seq x 2^k, then eighths)\n", longest);
     fprintf(out, "memory: the largest rank's, by the fit check's count; bytes: rank 0's; * not all "
-            "stated (ranked after the others: docs/PLAN.md); time: compute + communication, "
-            "no overlap\n");
+            "stated (ranked after the others: docs/PLAN.md); ~ tolerance tier; time: compute + "
+            "communication, no overlap\n");
   }
   free(rows);
   return TS_OK;
