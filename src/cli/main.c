@@ -149,7 +149,7 @@ static const command commands[] = {
     {"plan", C_PLAN, "[flags]",
      "every layout of a model on a cluster: memory, bytes and time per step",
      "Enumerates the layouts of --ranks ranks (dp x sp x sp mode x pp x --zero x\n"
-     "--checkpoint off and on), refuses those train would refuse (its rules, and\n"
+     "--checkpoint off and on; given, on alone), refuses those train would refuse (its rules, and\n"
      "each stage's model's), and for the others prints a rank's memory by kind\n"
      "(the fit check's own count), the bytes of a step by collective (the\n"
      "strategies' and the communicator's own counting) and a predicted step\n"

@@ -260,7 +260,9 @@ static int by_speed(const void *a, const void *b) {
 }
 
 // Every layout of o->ranks (dp x sp x pp, each sp mode, --zero 0-3,
-// --checkpoint off and on) into *out; returns their count, or -1.
+// --checkpoint off and on, or on alone when given) into *out; returns their
+// count, or -1. A pipeline's microbatches are the data rank's sequences;
+// without one, --microbatches as given (gradient accumulation).
 static int enumerate(const ts_config *cfg, const ts_layout *base, const ts_plan_opts *o,
                      int threads, plan_row **out, int *valid) {
   int n = 0, cap = 64;
@@ -272,7 +274,7 @@ static int enumerate(const ts_config *cfg, const ts_layout *base, const ts_plan_
       const int pp = o->ranks / (dp * sp), nb = dp <= cfg->batch ? cfg->batch / dp : 1;
       for (int mode = 0; mode < (sp > 1 ? TS_SP_NMODES : 1) && rows; mode++)
         for (int zero = 0; zero < 4 && rows; zero++)
-          for (int ck = 0; ck < 2 && rows; ck++) {
+          for (int ck = cfg->checkpoint; ck < 2 && rows; ck++) { // --checkpoint: on alone
             if (n == cap && !(rows = realloc(rows, (size_t)(cap *= 2) * sizeof *rows))) break;
             plan_row *r = &rows[n++];
             memset(r, 0, sizeof *r);
@@ -330,11 +332,11 @@ static uint64_t step_bytes(const plan_row *r) {
 }
 
 static void print_table(FILE *out, const plan_row *rows, int n, int top) {
-  fprintf(out, "%4s  %-30s %8s %8s %8s %8s %8s %8s %12s %9s %9s %9s %10s\n", "rank", "layout",
+  fprintf(out, "%4s  %-34s %8s %8s %8s %8s %8s %8s %12s %9s %9s %9s %10s\n", "rank", "layout",
           "mem GiB", "params", "grads", "optim", "acts", "other", "bytes/step", "compute", "comm",
           "step ms", "tokens/s");
   char line[256];
-  snprintf(line, sizeof line, "%4s  %-30s %8s %8s %8s %8s %8s %8s %12s %9s %9s", "", "",
+  snprintf(line, sizeof line, "%4s  %-34s %8s %8s %8s %8s %8s %8s %12s %9s %9s", "", "",
            "(largest)", "MiB", "MiB", "MiB", "MiB", "MiB", "", "ms", "ms");
   fprintf(out, "%s\n", line);
   for (int i = 0, shown = 0; i < n && shown < top; i++) {
@@ -343,7 +345,7 @@ static void print_table(FILE *out, const plan_row *rows, int n, int top) {
     const ts_mem_estimate *e = &r->largest;
     char bytes[32];
     snprintf(bytes, sizeof bytes, "%.4g%s", (double)step_bytes(r), r->stated ? "" : "*");
-    fprintf(out, "%4d  %-30s %8.3f %8.1f %8.1f %8.1f %8.1f %8.1f %12s %9.3f %9.3f %9.3f %10.0f\n",
+    fprintf(out, "%4d  %-34s %8.3f %8.1f %8.1f %8.1f %8.1f %8.1f %12s %9.3f %9.3f %9.3f %10.0f\n",
             ++shown, r->name, e->total / 1073741824.0, mib(e->params), mib(e->grads),
             mib(e->optimizer), mib(e->activations), mib(other_bytes(e)), bytes, r->t_compute * 1e3,
             r->t_comm * 1e3, r->t_step * 1e3, r->tokens_per_s);
@@ -452,7 +454,7 @@ int ts_plan(const ts_config *raw, const ts_layout *base, const ts_plan_opts *opt
   } else {
     print_header(out, &cfg, &o, n, valid, fit);
     for (int i = 0; i < n && o.verbose; i++)
-      if (rows[i].why[0]) fprintf(out, "  refused %-30s %s\n", rows[i].name, rows[i].why);
+      if (rows[i].why[0]) fprintf(out, "  refused %-34s %s\n", rows[i].name, rows[i].why);
     print_table(out, rows, n, o.top > 0 ? o.top : 20);
     if (fit)
       fprintf(out, "longest T that fits the first: %d (seq x 2^k, then eighths)\n", longest);
