@@ -553,6 +553,7 @@ typedef struct {
   double lat_intra, lat_inter;   // seconds per call
   const char *device;            // the layout rules' device ("cpu", "cuda")
   int json, verbose, top;        // output: JSON; refusals' reasons; rows shown (0: 20)
+  int only_mode;                 // a ts_sp_mode: its sequence-parallel layouts alone; -1 all
   int tile, leaf;                // (set by ts_plan: the configuration's as given)
 } ts_plan_opts;
 int ts_plan(const ts_config *cfg, const ts_layout *base, const ts_plan_opts *o, FILE *out);

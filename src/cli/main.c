@@ -193,6 +193,7 @@ struct cli {
   // plan
   char shape[32];
   int ranks, ranks_per_node, verbose, top;
+  int sp_mode_given; // --sp-mode on the command line (plan: that mode's layouts alone)
   double device_mem, flops, efficiency, bw_intra, bw_inter, lat_intra, lat_inter;
 };
 
@@ -481,6 +482,9 @@ static const flag flags[] = {
     {"--sp-mode", K_STR, AT(sp_mode), 0, "MODE",
      "how the sequence group shares a sequence: one of the strategies listed below",
      NULL, TRAIN, G_PAR, check_choice},
+    {"--sp-mode", K_STR, AT(sp_mode), 0, "MODE",
+     "plan the sequence-parallel layouts of this strategy alone (train --help lists them)",
+     "all", C_PLAN, G_PAR, check_choice},
     {"--upipe-u", K_INT, AT(lay.upipe_u), 0, "U",
      "UPipe: heads per stage, a multiple of --sp dividing the heads", "--sp", TRAIN, G_PAR,
      check_nonneg},
@@ -880,6 +884,7 @@ static int build(const parsed *p, int n, cli *c) {
     if (rc != TS_OK) return rc;
     if (p[i].f->off == offsetof(cli, cfg.val_frac)) c->val_frac_given = 1;
     if (p[i].f->off == offsetof(cli, cfg.data_path)) c->data_given = 1;
+    if (p[i].f->off == offsetof(cli, sp_mode)) c->sp_mode_given = 1;
   }
   if ((rc = check_given(p, n, c)) != TS_OK) return rc;
   // the data a resumed run or an evaluation reads unless told: the checkpoint's
@@ -1203,7 +1208,8 @@ static int run_plan(const command *cmd, cli *c, const char *const *pos, int n_po
                           .efficiency = c->efficiency, .bw_intra = c->bw_intra * 1e9,
                           .bw_inter = c->bw_inter * 1e9, .lat_intra = c->lat_intra * 1e-6,
                           .lat_inter = c->lat_inter * 1e-6, .device = c->device,
-                          .json = c->json, .verbose = c->verbose, .top = c->top};
+                          .json = c->json, .verbose = c->verbose, .top = c->top,
+                          .only_mode = c->sp_mode_given ? (int)c->lay.sp_mode : -1};
   return finish(cmd, ts_plan(&c->cfg, &c->lay, &o, stdout));
 }
 

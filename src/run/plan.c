@@ -10,6 +10,7 @@
 // strategy's file), the gradient sums' and the pipeline's the communicator's
 // byte counts (comm.h) for the calls shard.c, zero.c and pipeline.c make.
 // tests/plan.sh holds both against runs of this machine.
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -273,7 +274,8 @@ static int enumerate(const ts_config *cfg, const ts_layout *base, const ts_plan_
       if (o->ranks % (dp * sp)) continue;
       const int pp = o->ranks / (dp * sp), nb = dp <= cfg->batch ? cfg->batch / dp : 1;
       for (int mode = 0; mode < (sp > 1 ? TS_SP_NMODES : 1) && rows; mode++)
-        for (int zero = 0; zero < 4 && rows; zero++)
+        for (int zero = 0; zero < 4 && rows && !(sp > 1 && o->only_mode >= 0 &&
+                                                  mode != o->only_mode); zero++)
           for (int ck = cfg->checkpoint; ck < 2 && rows; ck++) { // --checkpoint: on alone
             if (n == cap && !(rows = realloc(rows, (size_t)(cap *= 2) * sizeof *rows))) break;
             plan_row *r = &rows[n++];
@@ -292,28 +294,37 @@ static int enumerate(const ts_config *cfg, const ts_layout *base, const ts_plan_
   return n;
 }
 
-// The longest context the layout fits in, in steps of the given one: the
-// largest T = seq·2^k that fits, then up in eighths of it. 0: none.
+// Whether the layout takes a context of T and fits in it (the tile and the
+// leaf as given, else their defaults at T).
+static int fits_at(const ts_config *cfg0, const plan_row *best, const ts_plan_opts *o,
+                   int threads, int T) {
+  ts_config cfg = *cfg0;
+  plan_row r = *best;
+  cfg.seq = T;
+  cfg.tile = o->tile, cfg.leaf = o->leaf;
+  return !ts_config_finalize(&cfg) && judge(&cfg, &r, o, threads) && r.fits;
+}
+
+// The longest context the layout fits in: the largest T = seq·2^k that
+// does, then bisection above it on multiples of its leaf times the sequence
+// ranks (the memory grows with T; a T the layout rules refuse counts as too
+// long, so the answer is one they take). 0: none.
 static int longest_seq(const ts_config *cfg0, const plan_row *best, const ts_plan_opts *o,
                        int threads) {
-  ts_config cfg = *cfg0;
   int lo = 0;
-  for (int T = cfg0->seq, k = 0; k < 24; T *= 2, k++) {
-    plan_row r = *best;
-    cfg.seq = T;
-    cfg.tile = cfg.leaf = 0; // their defaults follow T (unless given: then kept, ts_plan)
-    if (o->tile) cfg.tile = o->tile;
-    if (o->leaf) cfg.leaf = o->leaf;
-    if (ts_config_finalize(&cfg) || !judge(&cfg, &r, o, threads) || !r.fits) break;
-    lo = T;
+  for (int T = cfg0->seq; T <= INT_MAX / 2 && fits_at(cfg0, best, o, threads, T); T *= 2) lo = T;
+  if (!lo) return 0;
+  ts_config at = *cfg0;
+  at.seq = lo;
+  at.tile = o->tile, at.leaf = o->leaf;
+  if (ts_config_finalize(&at)) return lo;
+  const int g = at.leaf * best->lay.sp;
+  int a = 0, b = lo / g; // lo + a·g fits, lo + b·g = 2·lo does not
+  while (b - a > 1) {
+    const int mid = a + (b - a) / 2;
+    *(fits_at(cfg0, best, o, threads, lo + mid * g) ? &a : &b) = mid;
   }
-  for (int j = 7; lo && j >= 1; j--) {
-    plan_row r = *best;
-    cfg.seq = lo + j * (lo / 8);
-    cfg.tile = o->tile, cfg.leaf = o->leaf;
-    if (!ts_config_finalize(&cfg) && judge(&cfg, &r, o, threads) && r.fits) return cfg.seq;
-  }
-  return lo;
+  return lo + a * g;
 }
 
 // ---- output ----------------------------------------------------------------------------
@@ -457,7 +468,7 @@ int ts_plan(const ts_config *raw, const ts_layout *base, const ts_plan_opts *opt
       if (rows[i].why[0]) fprintf(out, "  refused %-34s %s\n", rows[i].name, rows[i].why);
     print_table(out, rows, n, o.top > 0 ? o.top : 20);
     if (fit)
-      fprintf(out, "longest T that fits the first: %d (seq x 2^k, then eighths)\n", longest);
+      fprintf(out, "longest T that fits the first: %d (the layout rules' and the memory's)\n", longest);
     fprintf(out, "memory: the largest rank's, by the fit check's count; bytes: rank 0's; * not all "
             "stated (ranked after the others: docs/PLAN.md); ~ tolerance tier; time: compute + "
             "communication, no overlap\n");
