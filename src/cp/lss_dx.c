@@ -90,7 +90,8 @@ static void lss_dx_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm
                            ts_comm_count *bwd) {
   const int P = io->seq->size;
   const size_t Nk = (size_t)io->B * io->T, C = (size_t)io->C;
-  ts_comm_tally(fwd, TS_COMM_ALLGATHER, ts_comm_gather_bytes((size_t)io->ntok * C * sizeof(float), P));
+  const size_t rows = (size_t)io->ntok;
+  ts_comm_tally(fwd, TS_COMM_ALLGATHER, ts_comm_gather_bytes(rows * C * sizeof(float), P));
   ts_comm_tally(bwd, TS_COMM_REDUCE_SCATTER, ts_comm_tree_bytes(Nk * C, P, io->seq->rank));
 }
 

@@ -120,9 +120,10 @@ static int layer_traffic(const ts_config *cfg, const ts_layout *lay, ts_comm_cou
   ts_comm group = {.rank = 0, .size = lay->sp};
   ts_seq_shard sp = {&group, lay->sp_mode, lay->upipe_u, lay->upipe_sched, lay->ulysses_degree};
   const int Tl = cfg->seq / lay->sp, H = cfg->n_head, Hkv = cfg->n_kv_head ? cfg->n_kv_head : H;
+  // the geometry of a rank's one sequence, as the model fills it (attn_io.c)
   ts_attn_io io = {.B = 1, .T = cfg->seq, .C = cfg->d, .H = H, .dh = cfg->d / H, .Hkv = Hkv,
-                         .Ckv = Hkv * (cfg->d / H), .F = cfg->d_ff, .L = cfg->n_layer, .Tl = Tl,
-                         .ntok = Tl, .cfg = cfg, .seq = &group, .cp = cp, .l = -1};
+                   .Ckv = Hkv * (cfg->d / H), .F = cfg->d_ff, .L = cfg->n_layer, .Tl = Tl,
+                   .ntok = Tl, .cfg = cfg, .seq = &group, .cp = cp, .l = -1};
   ts_cp_positions(cp, lay->sp, 0, cfg->seq, &io.runs); // its runs (lss-zigzag: two)
   ts_comm_count fwd[TS_COMM_NKINDS] = {{0, 0}}, bwd[TS_COMM_NKINDS] = {{0, 0}};
   cp->traffic(&io, &sp, fwd, bwd);
@@ -152,9 +153,9 @@ static void add_group(plan_row *r, const ts_plan_opts *o, int span, ts_comm_kind
 }
 
 // Rank 0's step outside the layers: the sequence group's gradient sum after
-// each sequence and the data group's after the step (shard.c), the loss's, --zero 1's
-// broadcast of the updated shards (zero.c), the pipeline's messages of each
-// microbatch and a tied embedding's gradient and values (pipeline.c).
+// each sequence and the data group's after the step (shard.c), the loss's,
+// --zero 1's broadcast of the updated shards (zero.c), the pipeline's
+// messages of each microbatch and a tied embedding's (pipeline.c).
 // Returns 0 where a part is not stated (--zero 2 and 3's per-layer sums,
 // a compressed boundary).
 static int step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *o) {
@@ -195,12 +196,14 @@ static int step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *o
               4 * ((uint64_t)(P - 1) * mine + (uint64_t)rest));
   }
   if (l->pp > 1) { // stage 0: a microbatch's activations out, their gradient back
-    const uint64_t rows = l->sp > 1 ? (uint64_t)cfg->seq / l->sp : (uint64_t)(nb / l->microbatches) * cfg->seq;
+    const uint64_t rows = l->sp > 1 ? (uint64_t)cfg->seq / l->sp
+                                    : (uint64_t)(nb / l->microbatches) * cfg->seq;
     const uint64_t M = (uint64_t)l->microbatches, msg = rows * (uint64_t)cfg->d * 4;
     add_group(r, o, o->ranks, TS_COMM_SENDRECV, 2 * M, 2 * M * msg);
     if (cfg->tied) // each microbatch's embedding-output gradient to the last stage, the
                    // updated embedding back (pipeline.c tied_embedding, sync_copies)
-      add_group(r, o, o->ranks, TS_COMM_SENDRECV, M + 1, M * msg + (uint64_t)cfg->vocab * cfg->d * 4);
+      add_group(r, o, o->ranks, TS_COMM_SENDRECV, M + 1,
+                M * msg + (uint64_t)cfg->vocab * cfg->d * 4);
   }
   return stated;
 }
@@ -220,8 +223,10 @@ static void predict(const ts_config *cfg, plan_row *r, const ts_plan_opts *o, do
   const double work = fpt * tokens * (1.0 + extra / 3.0) / o->ranks;
   const double bubble = l->pp > 1 ? (double)(l->microbatches + l->pp - 1) / l->microbatches : 1.0;
   r->t_compute = work / (o->flops * o->efficiency) * bubble;
-  r->t_comm = (double)r->link[0].bytes / (2.0 * o->bw_intra) + (double)r->link[0].calls * o->lat_intra +
-              (double)r->link[1].bytes / (2.0 * o->bw_inter) + (double)r->link[1].calls * o->lat_inter;
+  const double bw[2] = {o->bw_intra, o->bw_inter}, lat[2] = {o->lat_intra, o->lat_inter};
+  r->t_comm = 0.0;
+  for (int k = 0; k < 2; k++)
+    r->t_comm += (double)r->link[k].bytes / (2.0 * bw[k]) + (double)r->link[k].calls * lat[k];
   r->t_step = r->t_compute + r->t_comm;
   r->tokens_per_s = r->t_step > 0 ? tokens / r->t_step : 0.0;
 }
@@ -430,8 +435,8 @@ static void print_header(FILE *out, const ts_config *cfg, const ts_plan_opts *o,
           "%.2f; intra %.4g GB/s %.3g us, inter %.4g GB/s %.3g us\n", o->ranks, o->ranks_per_node,
           o->device_mem / 1073741824.0, o->flops, o->efficiency, o->bw_intra / 1e9,
           o->lat_intra * 1e6, o->bw_inter / 1e9, o->lat_inter * 1e6);
-  fprintf(out, "%d layouts: %d valid (%d fit in 90%% of the memory), %d refused by train's rules%s\n",
-          n, valid, fit, n - valid, o->verbose ? ":" : " (--verbose: why)");
+  fprintf(out, "%d layouts: %d valid (%d fit in 90%% of the memory), %d refused by train's "
+          "rules%s\n", n, valid, fit, n - valid, o->verbose ? ":" : " (--verbose: why)");
 }
 
 int ts_plan(const ts_config *raw, const ts_layout *base, const ts_plan_opts *opts, FILE *out) {
@@ -468,7 +473,8 @@ int ts_plan(const ts_config *raw, const ts_layout *base, const ts_plan_opts *opt
       if (rows[i].why[0]) fprintf(out, "  refused %-34s %s\n", rows[i].name, rows[i].why);
     print_table(out, rows, n, o.top > 0 ? o.top : 20);
     if (fit)
-      fprintf(out, "longest T that fits the first: %d (the layout rules' and the memory's)\n", longest);
+      fprintf(out, "longest T that fits the first: %d (the layout rules' and the memory's)\n",
+              longest);
     fprintf(out, "memory: the largest rank's, by the fit check's count; bytes: rank 0's; * not all "
             "stated (ranked after the others: docs/PLAN.md); ~ tolerance tier; time: compute + "
             "communication, no overlap\n");
