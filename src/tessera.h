@@ -385,6 +385,34 @@ int ts_model_runs(const ts_model *m, int *pos, int *len);
 // gradient; the pipeline brings them up to date after each step.
 int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
                           int l0, int l1, ts_model **out);
+// A rank's memory by kind, in bytes, as creation sizes it before allocating
+// (the fit check's count; `tessera plan` reports it).
+typedef struct {
+  double params;         // values of the parameters it owns (1/shards under --zero 3)
+  double grads;          // their gradients (1/shards under --zero 2, 3)
+  double optimizer;      // the AdamW moments (1/shards under --zero 1, 2, 3)
+  double copies;         // values of tensors held as copies (a tied embedding's, a codec's)
+  double activations;    // the model's activation and backward buffers
+  double scratch;        // the memory options' per-thread leaves (--fused-ce, --tiled-mlp)
+  double codec;          // the stage-boundary codec's activations
+  double strategy;       // the gradient plan's second run's partials (lss-zigzag)
+  double strategy_state; // the strategy's own state where its geometry sizes it (its `bytes`
+                         // before create; 0 for one that sizes it in create)
+  double transient;      // --zero 2, 3: one layer's gradients (and values) whole while it runs
+  double fit;            // what the fit check compares with the memory: all but strategy_state
+  double total;          // fit + strategy_state
+  size_t nparams, ncopy; // parameters it owns, and holds as copies
+  size_t nreplicated;    // of those, the ones its sequence group holds alike (all but the
+                         // positional rows and a tensor split's blocks): the group's gradient sum
+} ts_mem_estimate;
+// The memory of the model ts_model_create_stage would make with these
+// arguments, its state sharded over `shards` ranks at ZeRO stage `zero`,
+// the memory options' leaves for `threads` threads: the same rules and sizes,
+// nothing big allocated. Under sequence parallelism sp->comm needs only its
+// rank and size (no operations).
+int ts_model_estimate_stage(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
+                            int l0, int l1, int shards, int zero, int threads,
+                            ts_mem_estimate *out);
 // Around each layer's use, for a layout that holds the parameters or the
 // gradients in parts (--zero 2 and 3, src/dist/zero.c): `params` before
 // a layer's forward and its backward (whole: 1) and after them (may go: 0),
@@ -488,6 +516,8 @@ const ts_config *ts_model_config(const ts_model *m);
 size_t ts_model_activation_bytes(const ts_model *m);
 // FLOPs per token (docs/ALGORITHMS.md §9): 6 * non-embedding params + 6 * L * T * d.
 double ts_model_flops_per_token(const ts_model *m);
+// The same for a configuration's whole model (its parameter table, nothing allocated).
+double ts_config_flops_per_token(const ts_config *cfg);
 
 // ---------------------------------------------------------------------------
 // Incremental decoding (src/model/decode.c, docs/SAMPLING.md): a model of one
@@ -523,6 +553,27 @@ int ts_eval(const ts_config *cfg, const char *ckpt_path);
 int ts_tokenize(const char *tokenizer, const char *ckpt, const char *in, const char *out,
                 int format, int quiet);
 int ts_info(void);
+
+// tessera plan (src/run/plan.c, docs/PLAN.md): every layout of `ranks`
+// ranks judged by train's rules; for each valid one a rank's memory by kind
+// (ts_model_estimate_stage), bytes per step by collective and a predicted
+// step time, ranked by tokens/s among those that fit.
+typedef struct {
+  int ranks, ranks_per_node;     // ranks in all, and per node (0: all on one)
+  double device_mem;             // bytes per rank (0: this machine's / ranks per node)
+  double flops;                  // FLOP/s per rank (0: this machine's measured roof / ranks per node)
+  double efficiency;             // the fraction of it the step's compute reaches
+  double bw_intra, bw_inter;     // bytes/s each way within a node, between nodes
+  double lat_intra, lat_inter;   // seconds per call
+  const char *device;            // the layout rules' device ("cpu", "cuda")
+  int json, verbose, top;        // output: JSON; refusals' reasons; rows shown (0: 20)
+  int only_mode;                 // a ts_sp_mode: its sequence-parallel layouts alone; -1 all
+  int tile, leaf;                // (set by ts_plan: the configuration's as given)
+} ts_plan_opts;
+int ts_plan(const ts_config *cfg, const ts_layout *base, const ts_plan_opts *o, FILE *out);
+// A public model's published shape (--shape NAME: gpt2-124m ... llama3-70b) over its
+// variant's preset; TS_EUSAGE naming the shapes for another name.
+int ts_plan_shape(const char *name, ts_config *cfg);
 // tessera sample (src/run/sample.c, docs/SAMPLING.md): tokens continuing a
 // prompt from the checkpoint's model, printed to out as text (the prompt and
 // its continuation) or one JSON object. cfg: the run settings of the flags

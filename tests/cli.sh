@@ -12,7 +12,7 @@ expect_exit 0 "" "$T" -h
 expect_stdout "^usage: tessera"
 expect_exit 0 "" "$T" --version
 expect_stdout "^tessera [0-9]+\.[0-9]+"
-for cmd in train eval dump compare plot info; do
+for cmd in train eval dump compare plot info plan; do
   expect_exit 0 "" "$T" "$cmd" --help
   expect_stdout "^usage: tessera $cmd"
   expect_stdout "^example:"

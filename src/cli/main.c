@@ -40,7 +40,7 @@
 // Commands.
 enum {
   C_TRAIN = 1, C_EVAL = 2, C_DUMP = 4, C_COMPARE = 8, C_INFO = 16, C_SAMPLE = 32, C_TOKENIZE = 64,
-  C_PLOT = 128
+  C_PLOT = 128, C_PLAN = 256
 };
 
 typedef struct cli cli;
@@ -56,6 +56,7 @@ static int run_compare(const command *cmd, cli *c, const char *const *pos, int n
 static int run_tokenize(const command *cmd, cli *c, const char *const *pos, int n_pos);
 static int run_plot(const command *cmd, cli *c, const char *const *pos, int n_pos);
 static int run_info(const command *cmd, cli *c, const char *const *pos, int n_pos);
+static int run_plan(const command *cmd, cli *c, const char *const *pos, int n_pos);
 
 struct command {
   const char *name;
@@ -145,6 +146,19 @@ static const command commands[] = {
      "a non-finite loss (a diverged step) is left out and breaks the line.",
      "tessera plot a.jsonl b.jsonl --out loss.svg --x tokens",
      run_plot, 0},
+    {"plan", C_PLAN, "[flags]",
+     "every layout of a model on a cluster: memory, bytes and time per step",
+     "Enumerates the layouts of --ranks ranks (dp x sp x sp mode x pp x --zero x\n"
+     "--checkpoint off and on; given, on alone), refuses those train would refuse (its rules, and\n"
+     "each stage's model's), and for the others prints a rank's memory by kind\n"
+     "(the fit check's own count), the bytes of a step by collective (the\n"
+     "strategies' and the communicator's own counting) and a predicted step\n"
+     "time: compute at --efficiency of --flops, communication by latency and\n"
+     "bandwidth per link (intra- or inter-node), summed without overlap. Ranked\n"
+     "by tokens/s among the layouts that fit in 90% of --device-mem, as the fit\n"
+     "check's margin; then the longest --seq the first fits (docs/PLAN.md).",
+     "tessera plan --shape llama3-8b --seq 65536 --ranks 8 --device-mem 80 --flops 400e12",
+     run_plan, 0},
     {"info", C_INFO, "", "show the build: version, compiler, BLAS, MPI, backends",
      "Shows what this binary was built with and the exactness defaults.", "tessera info",
      run_info, 0},
@@ -176,6 +190,11 @@ struct cli {
   int log_y;
   int traj_steps;
   double rtol; // compare
+  // plan
+  char shape[32];
+  int ranks, ranks_per_node, verbose, top;
+  int sp_mode_given; // --sp-mode on the command line (plan: that mode's layouts alone)
+  double device_mem, flops, efficiency, bw_intra, bw_inter, lat_intra, lat_inter;
 };
 
 static void cli_defaults(cli *c) {
@@ -195,6 +214,10 @@ static void cli_defaults(cli *c) {
   c->sample_threads = 1;
   snprintf(c->x_axis, sizeof c->x_axis, "step");
   c->rtol = 0.0;
+  c->ranks = 1;
+  c->efficiency = 0.4;
+  c->bw_intra = 100.0, c->bw_inter = 25.0;
+  c->lat_intra = 5.0, c->lat_inter = 10.0;
 }
 
 typedef enum { K_INT, K_U64, K_FLOAT, K_DOUBLE, K_STR, K_SET } kind;
@@ -235,6 +258,8 @@ static int check_token_format(const flag *f, const char *raw, cli *c);
 static int check_prompt(const flag *f, const char *raw, cli *c);
 static int check_positive(const flag *f, const char *raw, cli *c);
 static int check_x_axis(const flag *f, const char *raw, cli *c);
+static int check_shape(const flag *f, const char *raw, cli *c);
+static int check_fraction(const flag *f, const char *raw, cli *c);
 
 // Headings of --help, in this order.
 enum { G_CMD, G_MODEL, G_TRAIN, G_DATA, G_RUN, G_PAR, G_COMP, G_OUT };
@@ -303,36 +328,68 @@ static const flag flags[] = {
     {"--title", K_STR, AT(title), 0, "T", "the drawing's title", "training and validation loss",
      C_PLOT, G_CMD, NULL},
     {"--log-y", K_SET, AT(log_y), 1, NULL, "logarithmic loss axis", "off", C_PLOT, G_CMD, NULL},
+    {"--shape", K_STR, AT(shape), 0, "NAME",
+     "a public model's published shape: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, llama3-8b, "
+     "llama3-70b (batch 1; the model flags after it change it)", "none", C_PLAN, G_CMD,
+     check_shape},
+    {"--ranks", K_INT, AT(ranks), 0, "N", "ranks in all: dp x sp x pp", NULL, C_PLAN, G_CMD,
+     check_parallel},
+    {"--ranks-per-node", K_INT, AT(ranks_per_node), 0, "N",
+     "ranks of a node (a group inside one uses the intra-node link)", "--ranks", C_PLAN, G_CMD,
+     check_nonneg},
+    {"--device-mem", K_DOUBLE, AT(device_mem), 0, "GiB", "memory of a rank",
+     "this machine's / ranks per node", C_PLAN, G_CMD, check_nonneg},
+    {"--flops", K_DOUBLE, AT(flops), 0, "F", "FLOP/s of a rank (e.g. 989e12)",
+     "this machine's measured roof / ranks per node", C_PLAN, G_CMD, check_nonneg},
+    {"--efficiency", K_DOUBLE, AT(efficiency), 0, "E",
+     "the fraction of --flops a step's compute reaches, in (0, 1]", NULL, C_PLAN, G_CMD,
+     check_fraction},
+    {"--bw-intra", K_DOUBLE, AT(bw_intra), 0, "GB/s", "bandwidth each way within a node", NULL,
+     C_PLAN, G_CMD, check_fraction},
+    {"--bw-inter", K_DOUBLE, AT(bw_inter), 0, "GB/s", "bandwidth each way between nodes", NULL,
+     C_PLAN, G_CMD, check_fraction},
+    {"--lat-intra", K_DOUBLE, AT(lat_intra), 0, "US", "latency of a call within a node, in µs",
+     NULL, C_PLAN, G_CMD, check_nonneg},
+    {"--lat-inter", K_DOUBLE, AT(lat_inter), 0, "US", "latency of a call between nodes, in µs",
+     NULL, C_PLAN, G_CMD, check_nonneg},
+    {"--verbose", K_SET, AT(verbose), 1, NULL, "list the refused layouts with their reasons",
+     "off", C_PLAN, G_CMD, NULL},
+    {"--top", K_INT, AT(top), 0, "K", "layouts shown, the fastest first", "20", C_PLAN, G_CMD,
+     check_nonneg},
+    {"--json", K_SET, AT(json), 1, NULL,
+     "print one JSON object: every layout, its memory by kind (the first stage's rank 0 and the "
+     "largest rank), its collectives per layer and per step, its predicted times", "off", C_PLAN,
+     G_CMD, NULL},
     // model
     {"--model", K_STR, AT(cfg.preset), 0, "PRESET",
-     "GPT: tiny, mini, small, large; LLaMA: llama-tiny, llama-mini, llama-100m", NULL, TD, G_MODEL,
+     "GPT: tiny, mini, small, large; LLaMA: llama-tiny, llama-mini, llama-100m", NULL, TD | C_PLAN, G_MODEL,
      check_model},
-    {"--seq", K_INT, AT(cfg.seq), 0, "T", "context length, a multiple of the leaf", "preset", TD,
+    {"--seq", K_INT, AT(cfg.seq), 0, "T", "context length, a multiple of the leaf", "preset", TD | C_PLAN,
      G_MODEL, NULL},
-    {"--d", K_INT, AT(cfg.d), 0, "D", "model width", "preset", TD, G_MODEL, NULL},
-    {"--layers", K_INT, AT(cfg.n_layer), 0, "L", "transformer blocks", "preset", TD, G_MODEL, NULL},
-    {"--heads", K_INT, AT(cfg.n_head), 0, "H", "attention heads, must divide --d", "preset", TD,
+    {"--d", K_INT, AT(cfg.d), 0, "D", "model width", "preset", TD | C_PLAN, G_MODEL, NULL},
+    {"--layers", K_INT, AT(cfg.n_layer), 0, "L", "transformer blocks", "preset", TD | C_PLAN, G_MODEL, NULL},
+    {"--heads", K_INT, AT(cfg.n_head), 0, "H", "attention heads, must divide --d", "preset", TD | C_PLAN,
      G_MODEL, NULL},
     {"--kv-heads", K_INT, AT(cfg.n_kv_head), 0, "HKV",
      "key/value heads, must divide --heads (LLaMA: grouped-query attention; 0 = --heads)",
-     "preset", TD, G_MODEL, NULL},
-    {"--d-ff", K_INT, AT(cfg.d_ff), 0, "F", "MLP inner width", "preset", TD, G_MODEL, NULL},
+     "preset", TD | C_PLAN, G_MODEL, NULL},
+    {"--d-ff", K_INT, AT(cfg.d_ff), 0, "F", "MLP inner width", "preset", TD | C_PLAN, G_MODEL, NULL},
     {"--vocab", K_INT, AT(cfg.vocab), 0, "V",
-     "vocabulary: token ids 0..V-1, V >= 2 (bytes need V >= 256)", "256", TD, G_MODEL, NULL},
+     "vocabulary: token ids 0..V-1, V >= 2 (bytes need V >= 256)", "256", TD | C_PLAN, G_MODEL, NULL},
     {"--rope-theta", K_FLOAT, AT(cfg.rope_theta), 0, "THETA", "rotary embedding base (LLaMA)",
-     "10000", TD, G_MODEL, NULL},
+     "10000", TD | C_PLAN, G_MODEL, NULL},
     {"--tied", K_SET, AT(cfg.tied), 1, NULL, "LM head shares the token embedding",
-     "for the GPT presets", TD, G_MODEL, NULL},
+     "for the GPT presets", TD | C_PLAN, G_MODEL, NULL},
     {"--untied", K_SET, AT(cfg.tied), 0, NULL, "separate LM head matrix",
-     "for the LLaMA presets", TD, G_MODEL, NULL},
+     "for the LLaMA presets", TD | C_PLAN, G_MODEL, NULL},
     {"--dropout", K_FLOAT, AT(cfg.dropout), 0, "P", "dropout probability, in [0, 1)", NULL, TD,
      G_MODEL, NULL},
-    {"--tile", K_INT, AT(cfg.tile), 0, "N", "tokens per tile, a power of two", "min(64, T/8)", TD,
+    {"--tile", K_INT, AT(cfg.tile), 0, "N", "tokens per tile, a power of two", "min(64, T/8)", TD | C_PLAN,
      G_MODEL, NULL},
     {"--leaf", K_INT, AT(cfg.leaf), 0, "N", "tokens per gradient-sum leaf, a power of two",
-     "min(256, T/8)", TD, G_MODEL, NULL},
+     "min(256, T/8)", TD | C_PLAN, G_MODEL, NULL},
     // training
-    {"--batch", K_INT, AT(cfg.batch), 0, "B", "sequences per step", "preset", TD, G_TRAIN, NULL},
+    {"--batch", K_INT, AT(cfg.batch), 0, "B", "sequences per step", "preset", TD | C_PLAN, G_TRAIN, NULL},
     {"--steps", K_INT, AT(cfg.steps), 0, "N", "optimizer steps", NULL, TRAIN, G_TRAIN, NULL},
     {"--seed", K_U64, AT(cfg.seed), 0, "S", "seed of initialisation and data sampling", NULL, TD,
      G_TRAIN, NULL},
@@ -385,18 +442,18 @@ static const flag flags[] = {
     {"--eval-batches", K_INT, AT(cfg.eval_batches), 0, "N", "validation batches per evaluation",
      NULL, C_TRAIN | C_EVAL, G_DATA, NULL},
     // run
-    {"--exact", K_SET, AT(cfg.fast), 0, NULL, "bitwise reproducible arithmetic", NULL, TD, G_RUN,
+    {"--exact", K_SET, AT(cfg.fast), 0, NULL, "bitwise reproducible arithmetic", NULL, TD | C_PLAN, G_RUN,
      NULL},
     {"--fast", K_SET, AT(cfg.fast), 1, NULL,
      "library-chosen reduction order in distributed runs; ring attention merges blocks by "
-     "log-sum-exp; on a GPU, cuBLAS's products (the fast tier)", NULL, TD, G_RUN, NULL},
-    {"--device", K_STR, AT(device), 0, "cpu|cuda", "where to compute", NULL, TEDS, G_RUN,
+     "log-sum-exp; on a GPU, cuBLAS's products (the fast tier)", NULL, TD | C_PLAN, G_RUN, NULL},
+    {"--device", K_STR, AT(device), 0, "cpu|cuda", "where to compute", NULL, TEDS | C_PLAN, G_RUN,
      check_device},
     {"--precision", K_STR, AT(precision), 0, "fp32|bf16",
      "GPU arithmetic: bf16 rounds the operands of products (fp32 weights and accumulation)", NULL,
      TEDS, G_RUN, check_precision},
     {"--threads", K_INT, AT(cfg.threads), 0, "N", "OpenMP threads, 0 = all cores (at most 1024)",
-     NULL, TED, G_RUN, NULL},
+     NULL, TED | C_PLAN, G_RUN, NULL},
     {"--threads", K_INT, AT(sample_threads), 0, "N",
      "OpenMP threads, 0 = all cores (a token's products are one call each: more threads speed "
      "up only its attention)", NULL, C_SAMPLE, G_RUN, NULL},
@@ -407,13 +464,13 @@ static const flag flags[] = {
      TRAIN, G_RUN, check_rank},
     {"--checkpoint", K_SET, AT(cfg.checkpoint), 1, NULL,
      "keep only each layer's input; recompute its activations in backward (same bits)", "off",
-     TED, G_RUN, NULL},
+     TED | C_PLAN, G_RUN, NULL},
     {"--fused-ce", K_SET, AT(cfg.fused_ce), 1, NULL,
      "LM head and cross-entropy one leaf of tokens at a time: no T x V logits (same bits)", "off",
-     TED, G_RUN, NULL},
+     TED | C_PLAN, G_RUN, NULL},
     {"--tiled-mlp", K_SET, AT(cfg.tiled_mlp), 1, NULL,
      "MLP one leaf of tokens at a time, recomputed in backward: no T x d_ff buffers (same bits)",
-     "off", TED, G_RUN, NULL},
+     "off", TED | C_PLAN, G_RUN, NULL},
     // parallel layout
     {"--dp", K_INT, AT(lay.dp), 0, "D",
      "data-parallel ranks, any number dividing --batch; batch/D x seq/leaf a power of two "
@@ -425,6 +482,9 @@ static const flag flags[] = {
     {"--sp-mode", K_STR, AT(sp_mode), 0, "MODE",
      "how the sequence group shares a sequence: one of the strategies listed below",
      NULL, TRAIN, G_PAR, check_choice},
+    {"--sp-mode", K_STR, AT(sp_mode), 0, "MODE",
+     "plan the sequence-parallel layouts of this strategy alone (train --help lists them)",
+     "all", C_PLAN, G_PAR, check_choice},
     {"--upipe-u", K_INT, AT(lay.upipe_u), 0, "U",
      "UPipe: heads per stage, a multiple of --sp dividing the heads", "--sp", TRAIN, G_PAR,
      check_nonneg},
@@ -444,20 +504,20 @@ static const flag flags[] = {
     {"--microbatches", K_INT, AT(lay.microbatches), 0, "M",
      "microbatches per step: they split each data rank's sequences (the pipeline's; without "
      "--pp, gradient accumulation: run one after another, the same bits as one pass)", NULL,
-     TRAIN, G_PAR, check_parallel},
-    {"--schedule", K_STR, AT(schedule), 0, "NAME", "pipeline schedule: gpipe or 1f1b", NULL, TRAIN,
-     G_PAR, check_choice},
+     TRAIN | C_PLAN, G_PAR, check_parallel},
+    {"--schedule", K_STR, AT(schedule), 0, "NAME", "pipeline schedule: gpipe or 1f1b", NULL,
+     TRAIN | C_PLAN, G_PAR, check_choice},
     // stage-boundary compression (part of the model: dump and the serial run take it too)
     {"--compress", K_STR, AT(compress), 0, "MODE",
      "stage-boundary compression: none, ssn, mapl, mapl-unconstrained, mapl-vq or mapl-frozen",
-     "none", TD,
+     "none", TD | C_PLAN,
      G_COMP, check_compress},
     {"--rank", K_INT, AT(cfg.compress_rank), 0, "R",
-     "floats per token that cross a boundary, <= d (required with --compress)", "", TD, G_COMP,
+     "floats per token that cross a boundary, <= d (required with --compress)", "", TD | C_PLAN, G_COMP,
      check_rank},
     {"--compress-stages", K_INT, AT(cfg.compress_stages), 0, "S",
      "stages of the compressed model, S-1 boundaries (serial runs of a pipelined model)", "--pp",
-     TD, G_COMP, check_rank},
+     TD | C_PLAN, G_COMP, check_rank},
     {"--proj-lr", K_FLOAT, AT(cfg.proj_lr), 0, "LR", "the projectors' peak learning rate (SPEL)",
      "0.1 x --muon-lr", TD, G_COMP, NULL},
     {"--mapl-anchor", K_STR, AT(mapl_anchor), 0, "KIND",
@@ -668,6 +728,21 @@ static int check_x_axis(const flag *f, const char *raw, cli *c) {
   return ts_fail(TS_EUSAGE, "--x %s: must be step or tokens", raw);
 }
 
+// The plan's rates (K_DOUBLE): above 0; --efficiency at most 1.
+static int check_fraction(const flag *f, const char *raw, cli *c) {
+  const double v = *(const double *)((const char *)c + f->off);
+  const int fraction = strcmp(f->name, "--efficiency") == 0;
+  if (!(v > 0.0) || (fraction && v > 1.0))
+    return ts_fail(TS_EUSAGE, "%s %s: must be %s", f->name, raw, fraction ? "in (0, 1]" : "> 0");
+  return TS_OK;
+}
+
+static int check_shape(const flag *f, const char *raw, cli *c) {
+  ts_config scratch;
+  memset(&scratch, 0, sizeof scratch);
+  return ts_plan_shape(raw, &scratch); // its message names --shape and the shapes
+}
+
 static int check_nonneg(const flag *f, const char *raw, cli *c) {
   const void *p = (const char *)c + f->off;
   double v = f->kind == K_INT ? *(const int *)p : *(const double *)p;
@@ -804,12 +879,17 @@ static int check_given(const parsed *p, int n, const cli *c) {
 
 // Preset (last --model, default tiny), then run defaults, then every flag in order.
 static int build(const parsed *p, int n, cli *c) {
-  const char *preset = "tiny";
-  for (int i = 0; i < n; i++)
+  const char *preset = "tiny", *shape = NULL; // (plan: a public model's shape instead)
+  for (int i = 0; i < n; i++) {
     if (strcmp(p[i].f->name, "--model") == 0) preset = p[i].value;
+    if (strcmp(p[i].f->name, "--shape") == 0) shape = p[i].value;
+  }
   memset(c, 0, sizeof *c);
-  int rc = ts_config_preset(&c->cfg, preset);
+  int rc = shape ? ts_plan_shape(shape, &c->cfg) : ts_config_preset(&c->cfg, preset);
   if (rc != TS_OK) return rc;
+  if (shape && preset != NULL && strcmp(preset, "tiny") != 0)
+    return ts_fail(TS_EUSAGE, "--shape %s: not with --model %s (one names the model)", shape,
+                   preset);
   ts_config_defaults(&c->cfg);
   cli_defaults(c);
   for (int i = 0; i < n; i++) {
@@ -817,6 +897,7 @@ static int build(const parsed *p, int n, cli *c) {
     if (rc != TS_OK) return rc;
     if (p[i].f->off == offsetof(cli, cfg.val_frac)) c->val_frac_given = 1;
     if (p[i].f->off == offsetof(cli, cfg.data_path)) c->data_given = 1;
+    if (p[i].f->off == offsetof(cli, sp_mode)) c->sp_mode_given = 1;
   }
   if ((rc = check_given(p, n, c)) != TS_OK) return rc;
   // the data a resumed run or an evaluation reads unless told: the checkpoint's
@@ -1128,6 +1209,21 @@ static int run_plot(const command *cmd, cli *c, const char *const *logs, int n_l
 
 static int run_info(const command *cmd, cli *c, const char *const *pos, int n_pos) {
   return finish(cmd, ts_info());
+}
+
+// tessera plan: the model as train reads it (here only finalized: no data,
+// no MPI), the cluster from the plan's flags in SI units.
+static int run_plan(const command *cmd, cli *c, const char *const *pos, int n_pos) {
+  if (c->cfg.compress != TS_COMPRESS_NONE && c->cfg.compress_stages == 0)
+    c->cfg.compress_stages = 1; // without --compress-stages: the one-stage model's layouts
+  const ts_plan_opts o = {.ranks = c->ranks, .ranks_per_node = c->ranks_per_node,
+                          .device_mem = c->device_mem * 1073741824.0, .flops = c->flops,
+                          .efficiency = c->efficiency, .bw_intra = c->bw_intra * 1e9,
+                          .bw_inter = c->bw_inter * 1e9, .lat_intra = c->lat_intra * 1e-6,
+                          .lat_inter = c->lat_inter * 1e-6, .device = c->device,
+                          .json = c->json, .verbose = c->verbose, .top = c->top,
+                          .only_mode = c->sp_mode_given ? (int)c->lay.sp_mode : -1};
+  return finish(cmd, ts_plan(&c->cfg, &c->lay, &o, stdout));
 }
 
 static int run_train(const command *cmd, cli *c, const char *const *pos, int n_pos) {

@@ -57,6 +57,24 @@ uint64_t ts_comm_tree_bytes(size_t n, int P, int r) {
   return floats * sizeof(float);
 }
 
+uint64_t ts_comm_gather_bytes(size_t bytes, int P) {
+  return P > 1 ? 2 * (uint64_t)(P - 1) * bytes : 0;
+}
+
+uint64_t ts_comm_allreduce_bytes(size_t n, int P, int r) {
+  uint64_t bytes = 0;
+  for (size_t o = 0; o < n && P > 1; o += ts_comm_allreduce_piece)
+    bytes += 2 * ts_comm_tree_bytes(n - o < ts_comm_allreduce_piece ? n - o
+                                                                    : ts_comm_allreduce_piece,
+                                    P, r);
+  return bytes;
+}
+
+void ts_comm_tally(ts_comm_count *counts, ts_comm_kind kind, uint64_t bytes) {
+  counts[kind].calls++;
+  counts[kind].bytes += bytes;
+}
+
 
 // ---- counting ----------------------------------------------------------------------
 static int count(ts_comm *c, ts_comm_kind kind, uint64_t bytes, int layer) {
@@ -115,7 +133,7 @@ int ts_comm_allgather(ts_comm *c, const void *send, void *recv, size_t bytes, in
     if (send != recv && bytes) memmove(recv, send, bytes);
     return TS_OK;
   }
-  int rc = count(c, TS_COMM_ALLGATHER, 2 * (uint64_t)(c->size - 1) * bytes, layer);
+  int rc = count(c, TS_COMM_ALLGATHER, ts_comm_gather_bytes(bytes, c->size), layer);
   TIMED(c, rc, c->ops->allgather(c, send, recv, bytes));
 }
 
@@ -124,7 +142,7 @@ int ts_comm_alltoall(ts_comm *c, const void *send, void *recv, size_t bytes, int
     if (send != recv && bytes) memmove(recv, send, bytes);
     return TS_OK;
   }
-  int rc = count(c, TS_COMM_ALLTOALL, 2 * (uint64_t)(c->size - 1) * bytes, layer);
+  int rc = count(c, TS_COMM_ALLTOALL, ts_comm_gather_bytes(bytes, c->size), layer);
   TIMED(c, rc, c->ops->alltoall(c, send, recv, bytes));
 }
 
@@ -139,7 +157,7 @@ int ts_comm_alltoall_2d(ts_comm *c, const float *send, const ts_block2d *s, floa
     return TS_OK;
   }
   uint64_t bytes = (uint64_t)n * sizeof(float);
-  int rc = count(c, TS_COMM_ALLTOALL, 2 * (uint64_t)(c->size - 1) * bytes, layer);
+  int rc = count(c, TS_COMM_ALLTOALL, ts_comm_gather_bytes(bytes, c->size), layer);
   TIMED(c, rc, c->ops->alltoall_2d(c, send, s, recv, r));
 }
 
@@ -203,12 +221,7 @@ static int allreduce_pieces(ts_comm *c, float *buf, size_t n) {
 
 int ts_comm_allreduce_tree(ts_comm *c, float *buf, size_t n, int layer) {
   if (c->size == 1) return TS_OK;
-  uint64_t bytes = 0;
-  for (size_t o = 0; o < n; o += ts_comm_allreduce_piece)
-    bytes += 2 * ts_comm_tree_bytes(n - o < ts_comm_allreduce_piece ? n - o
-                                                                    : ts_comm_allreduce_piece,
-                                    c->size, c->rank);
-  int rc = count(c, TS_COMM_ALLREDUCE, bytes, layer);
+  int rc = count(c, TS_COMM_ALLREDUCE, ts_comm_allreduce_bytes(n, c->size, c->rank), layer);
   TIMED(c, rc, allreduce_pieces(c, buf, n));
 }
 

@@ -118,6 +118,15 @@ void ts_comm_chunk(size_t n, int P, int r, size_t *off, size_t *len);
 // Bytes rank r of P sends plus receives in one tree reduce-scatter of n
 // floats (an all-reduce moves twice that). 4n(P-1)/P each way when P | n.
 uint64_t ts_comm_tree_bytes(size_t n, int P, int r);
+// Bytes a rank sends plus receives in an all-gather of `bytes` from each rank
+// of P, or an all-to-all of blocks of `bytes`: 2(P−1)·bytes.
+uint64_t ts_comm_gather_bytes(size_t bytes, int P);
+// Bytes rank r of P sends plus receives in one tree all-reduce of n floats
+// (in its pieces, ts_comm_allreduce_piece).
+uint64_t ts_comm_allreduce_bytes(size_t n, int P, int r);
+// One call of `kind` moving `bytes` added to counts[TS_COMM_NKINDS]: how a
+// strategy states its traffic (strategy.h `traffic`) with the counting above.
+void ts_comm_tally(ts_comm_count *counts, ts_comm_kind kind, uint64_t bytes);
 
 // ---- the operations (counted) -----------------------------------------------------
 int ts_comm_barrier(ts_comm *c);

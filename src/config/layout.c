@@ -69,6 +69,7 @@ static int check_zero(const ts_config *cfg, const ts_layout *lay) {
   // always) go in rounds of the data group's ranks, each round one aligned
   // run of the serial tree: powers of two
   const int nb = cfg->batch / lay->dp;
+  if (nb < 1) return TS_OK; // fewer sequences than data ranks: refused below (check_ranks)
   const int passes = lay->sp > 1 ? nb : lay->microbatches, s = lay->sp > 1 ? 1 : nb / passes;
   const int pow2 = (lay->dp & (lay->dp - 1)) == 0 && s > 0 && (s & (s - 1)) == 0;
   const int rounds = (passes > 1 || lay->pp > 1) && nb % passes == 0; // (else refused below)

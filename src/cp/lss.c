@@ -211,6 +211,26 @@ static int lss_attn_backward(const ts_attn_io *io) {
   return reduce_scatter_kv(io);
 }
 
+// What the functions above move per layer (strategy.h `traffic`): the
+// all-gather of the norm output (or of K and V apart), the concatenation's
+// all-gather and its reduce-scatter, and the reduce-scatter of [dK | dV] (or
+// of each apart).
+static void lss_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm_count *fwd,
+                        ts_comm_count *bwd) {
+  const int P = io->seq->size, r = io->seq->rank;
+  const size_t N = (size_t)io->ntok, Nk = (size_t)io->B * io->T, C = io->C, Ckv = io->Ckv;
+  for (int k = 0; k < (basic(io) ? 2 : 1); k++) // gather_kv
+    ts_comm_tally(fwd, TS_COMM_ALLGATHER,
+                  ts_comm_gather_bytes(N * (basic(io) ? Ckv : C) * sizeof(float), P));
+  if (concat(io)) {
+    ts_comm_tally(fwd, TS_COMM_ALLGATHER, ts_comm_gather_bytes(N * C * sizeof(float), P));
+    ts_comm_tally(bwd, TS_COMM_REDUCE_SCATTER, ts_comm_tree_bytes(Nk * C, P, r));
+  }
+  for (int k = 0; k < (basic(io) ? 2 : 1); k++) // reduce_scatter_kv
+    ts_comm_tally(bwd, TS_COMM_REDUCE_SCATTER,
+                  ts_comm_tree_bytes((basic(io) ? 1 : 2) * Nk * Ckv, P, r));
+}
+
 const ts_cp ts_cp_lss = {
     .name = "lss",
     .summary = "fused all-gather, distributed Q, gradient averaging: 2 collectives per layer",
@@ -218,6 +238,7 @@ const ts_cp ts_cp_lss = {
     .sizes = lss_sizes,
     .attn_forward = lss_attn_forward,
     .attn_backward = lss_attn_backward,
+    .traffic = lss_traffic,
     .opts = &ts_lss_plain,
 };
 
@@ -228,6 +249,7 @@ const ts_cp ts_cp_lss_fused = {
     .sizes = lss_sizes,
     .attn_forward = lss_attn_forward,
     .attn_backward = lss_attn_backward,
+    .traffic = lss_traffic,
     .opts = &ts_lss_fused,
 };
 
@@ -238,6 +260,7 @@ const ts_cp ts_cp_lss_basic = {
     .sizes = lss_sizes,
     .attn_forward = lss_attn_forward,
     .attn_backward = lss_attn_backward,
+    .traffic = lss_traffic,
     .opts = &ts_lss_basic,
 };
 
@@ -248,5 +271,6 @@ const ts_cp ts_cp_lss_unfused = {
     .sizes = lss_sizes,
     .attn_forward = lss_attn_forward,
     .attn_backward = lss_attn_backward,
+    .traffic = lss_traffic,
     .opts = &ts_lss_unfused,
 };

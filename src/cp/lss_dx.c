@@ -84,6 +84,17 @@ static int lss_dx_backward(const ts_attn_io *io) {
   return TS_OK;
 }
 
+// What the two functions above move per layer (strategy.h `traffic`): the
+// all-gather of the norm output, the reduce-scatter of dx (B·T rows of C).
+static void lss_dx_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm_count *fwd,
+                           ts_comm_count *bwd) {
+  const int P = io->seq->size;
+  const size_t Nk = (size_t)io->B * io->T, C = (size_t)io->C;
+  const size_t rows = (size_t)io->ntok;
+  ts_comm_tally(fwd, TS_COMM_ALLGATHER, ts_comm_gather_bytes(rows * C * sizeof(float), P));
+  ts_comm_tally(bwd, TS_COMM_REDUCE_SCATTER, ts_comm_tree_bytes(Nk * C, P, io->seq->rank));
+}
+
 const ts_cp ts_cp_lss_dx = {
     .name = "lss-dx",
     .summary = "lss whose backward reduce-scatters dx (T x d floats) as its paper does: 2 "
@@ -94,6 +105,7 @@ const ts_cp ts_cp_lss_dx = {
     .sizes = lss_dx_sizes,
     .create = lss_dx_create,
     .bytes = lss_dx_bytes,
+    .traffic = lss_dx_traffic,
     .destroy = lss_dx_destroy,
     .attn_forward = lss_dx_forward,
     .attn_backward = lss_dx_backward,

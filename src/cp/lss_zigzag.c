@@ -140,12 +140,31 @@ static int zigzag_backward(const ts_attn_io *io) {
   return zigzag_reduce_scatter(io, both, 2);
 }
 
+// What the functions above move per layer (strategy.h `traffic`): lss's
+// gathers and concatenation, and the reduce-scatter of the 3N parts of
+// len rows of the packed tensors (zigzag_reduce_scatter), one or two.
+static void zigzag_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm_count *fwd,
+                           ts_comm_count *bwd) {
+  const int N = io->seq->size, r = io->seq->rank, nt = basic(io) ? 1 : 2;
+  const size_t rows = (size_t)io->ntok, C = io->C, Ckv = io->Ckv, f = sizeof(float);
+  for (int j = 0; j < 3 - nt; j++) // zigzag_forward's gathers
+    ts_comm_tally(fwd, TS_COMM_ALLGATHER, ts_comm_gather_bytes(rows * (basic(io) ? Ckv : C) * f, N));
+  if (concat(io)) { // ts_lss_concat_forward, ts_lss_concat_backward
+    ts_comm_tally(fwd, TS_COMM_ALLGATHER, ts_comm_gather_bytes(rows * C * f, N));
+    ts_comm_tally(bwd, TS_COMM_REDUCE_SCATTER, ts_comm_tree_bytes((size_t)io->B * io->T * C, N, r));
+  }
+  const size_t part = (size_t)io->runs.len * nt * Ckv;
+  for (int j = 0; j < 3 - nt; j++)
+    ts_comm_tally(bwd, TS_COMM_REDUCE_SCATTER, ts_comm_tree_bytes((size_t)3 * N * part, N, r));
+}
+
 // The balanced three differ in their options alone (basic() and concat() read them).
 #define ZIGZAG(NAME, SUMMARY, OPTS)                                                             \
   {                                                                                             \
     .name = NAME, .summary = SUMMARY, .exact = 1, .host_only = 1, .run_partials = 1,            \
     .check = zigzag_check, .positions = ts_cp_zigzag_positions, .sizes = zigzag_sizes,          \
-    .attn_forward = zigzag_forward, .attn_backward = zigzag_backward, .opts = &OPTS,            \
+    .attn_forward = zigzag_forward, .attn_backward = zigzag_backward,                          \
+    .traffic = zigzag_traffic, .opts = &OPTS,                                                   \
   }
 const ts_cp ts_cp_lss_zigzag =
     ZIGZAG("lss-zigzag", "LSS balanced: chunks r and 2N-1-r of 2N, the same 2 collectives per layer",

@@ -63,6 +63,18 @@ const ts_megatron_opts ts_megatron_plain = {0};
 
 static void free_state(const ts_backend *be, struct megatron *mt);
 
+// The floats of a rank's state (create's one allocation), from the geometry:
+// per kept layer (all of them; one under full recomputation) the gathered ln1
+// and ln2 outputs (T, C), its heads' Q, K, V and output (T, Kl), their lse
+// and its MLP columns' pre-activation; then the scratch.
+static size_t state_floats(const ts_attn_io *io) {
+  const ts_megatron_opts *o = io->cp->opts;
+  const size_t N = (size_t)io->seq->size, T = (size_t)io->T, C = (size_t)io->C;
+  const size_t Kl = (size_t)(io->H / N) * io->dh, Fl = (size_t)io->F / N, HT = (io->H / N) * T;
+  const size_t per_layer = 2 * T * C + 4 * T * Kl + HT + T * Fl, slots = o->recompute ? 1 : (size_t)io->L;
+  return slots * per_layer + T * C + 2 * T * Fl + 4 * T * Kl + HT;
+}
+
 int ts_megatron_create(const ts_attn_io *io, const ts_seq_shard *sp, void **state) {
   (void)sp;
   struct megatron *mt = calloc(1, sizeof *mt);
@@ -77,8 +89,7 @@ int ts_megatron_create(const ts_attn_io *io, const ts_seq_shard *sp, void **stat
   mt->slots = mt->o->recompute ? 1 : io->L;
   const size_t T = (size_t)io->T, C = (size_t)io->C, L = (size_t)mt->slots;
   const size_t Kl = (size_t)mt->Kl, Fl = (size_t)mt->Fl, HT = (size_t)mt->Hl * T;
-  size_t per_layer = 2 * T * C + 4 * T * Kl + HT + T * Fl;
-  mt->nfloats = L * per_layer + T * C + 2 * T * Fl + 4 * T * Kl + HT;
+  mt->nfloats = state_floats(io);
   float ***lists[] = {&mt->X, &mt->X2, &mt->q, &mt->k, &mt->v, &mt->att, &mt->lse, &mt->fch};
   for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++)
     if (!(*lists[i] = calloc(L, sizeof(float *)))) { free_state(io->be, mt); return ts_fail(TS_ERUNTIME, "out of memory"); }
@@ -114,9 +125,22 @@ static void free_state(const ts_backend *be, struct megatron *mt) {
 
 void ts_megatron_destroy(const ts_attn_io *io) { free_state(io->be, io->state); }
 
-size_t ts_megatron_bytes(const ts_attn_io *io) {
-  const struct megatron *mt = io->state;
-  return mt ? mt->nfloats * sizeof(float) : 0;
+size_t ts_megatron_bytes(const ts_attn_io *io) { return state_floats(io) * sizeof(float); }
+
+// What a layer's forward and backward move (strategy.h `traffic`): each
+// norm output's all-gather of the rank's rows and each partial projection's
+// reduce-scatter of the whole sequence's (T, C), forward and (mirrored)
+// backward; under full recomputation the backward replays the forward's too.
+void ts_megatron_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm_count *fwd,
+                         ts_comm_count *bwd) {
+  const ts_megatron_opts *o = io->cp->opts;
+  const int N = io->seq->size, r = io->seq->rank;
+  const size_t own = (size_t)io->Tl * io->C, whole = (size_t)io->T * io->C;
+  for (int k = 0; k < (o->recompute ? 6 : 4); k++) {
+    ts_comm_count *at = k < 2 ? fwd : bwd;
+    ts_comm_tally(at, TS_COMM_ALLGATHER, ts_comm_gather_bytes(own * sizeof(float), N));
+    ts_comm_tally(at, TS_COMM_REDUCE_SCATTER, ts_comm_tree_bytes(whole, N, r));
+  }
 }
 
 // ---- helpers ---------------------------------------------------------------------------
@@ -348,6 +372,7 @@ const ts_cp ts_cp_megatron = {
     .split = ts_megatron_split,
     .create = ts_megatron_create,
     .bytes = ts_megatron_bytes,
+    .traffic = ts_megatron_traffic,
     .destroy = ts_megatron_destroy,
     .layer_forward = ts_megatron_layer_forward,
     .layer_backward = ts_megatron_layer_backward,

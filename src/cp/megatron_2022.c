@@ -168,6 +168,7 @@ const ts_cp ts_cp_megatron_2022 = {
     .split = ts_megatron_split,
     .create = ts_megatron_create,
     .bytes = ts_megatron_bytes,
+    .traffic = ts_megatron_traffic,
     .destroy = ts_megatron_destroy,
     .layer_forward = ts_megatron_layer_forward,
     .layer_backward = ts_megatron_layer_backward,

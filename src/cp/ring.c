@@ -400,6 +400,31 @@ static int zigzag_attn_forward(const ts_attn_io *io) {
   return ring_forward(io);
 }
 
+// What a layer moves (strategy.h `traffic`), each hop a send and a receive
+// of a block of Tl rows: forward N − 1 hops of [K | V]; backward N hops of
+// [K | V | dK | dV] (the merge), or exactly the planes ring_exact_backward
+// sends and receives (a block with its travelling tree).
+static void traffic(const ts_attn_io *io, int merge, ts_comm_count *fwd, ts_comm_count *bwd) {
+  const int N = io->seq->size;
+  const size_t plane = (size_t)io->Tl * 2 * io->Ckv * sizeof(float);
+  const ring_geom g = ring_geometry(io);
+  for (int i = 0; i < N - 1; i++) ts_comm_tally(fwd, TS_COMM_SENDRECV, 2 * plane);
+  for (int i = 0; i < N; i++)
+    ts_comm_tally(bwd, TS_COMM_SENDRECV,
+                  merge ? 4 * plane
+                        : (uint64_t)(sent_planes(&g, g.at, i) + sent_planes(&g, g.prev, i)) * plane);
+}
+
+static void ring_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm_count *fwd,
+                         ts_comm_count *bwd) {
+  traffic(io, io->cfg->fast, fwd, bwd);
+}
+
+static void zigzag_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm_count *fwd,
+                           ts_comm_count *bwd) {
+  traffic(io, 1, fwd, bwd);
+}
+
 const ts_cp ts_cp_ring = {
     .name = "ring",
     .summary = "ring attention: key/value blocks passed around the group in the serial order",
@@ -407,6 +432,7 @@ const ts_cp ts_cp_ring = {
     .sizes = ring_sizes,
     .attn_forward = ring_attn_forward,
     .attn_backward = ring_attn_backward,
+    .traffic = ring_traffic,
 };
 
 const ts_cp ts_cp_ring_zigzag = {
@@ -418,4 +444,5 @@ const ts_cp ts_cp_ring_zigzag = {
     .sizes = ring_sizes,
     .attn_forward = zigzag_attn_forward,
     .attn_backward = ring_backward,
+    .traffic = zigzag_traffic,
 };

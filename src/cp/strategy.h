@@ -186,6 +186,16 @@ typedef struct ts_cp {
   // allocated). The model allocates, initialises and updates the block alone,
   // with its gradient and moments. NULL: every tensor whole on every rank.
   int (*split)(const ts_attn_io *io, const ts_tensor *t, ts_cp_block *out);
+  // Its collectives of one layer's forward (into fwd) and backward (bwd) on
+  // the rank io->seq->rank of io->seq->size (io: the geometry only, as for
+  // `sizes`; io->seq has no operations; sp: the settings create would
+  // read), calls and bytes by kind, counted as
+  // the communicator counts them (comm.h ts_comm_tally, ts_comm_gather_bytes,
+  // ts_comm_tree_bytes). A checkpointed layer repeats its forward. `tessera
+  // plan` reports them and tests/plan.sh holds them equal to a run's
+  // counters. NULL: not stated (the plan says so).
+  void (*traffic)(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm_count *fwd,
+                  ts_comm_count *bwd);
   // Appends the strategy's own settings to a layout's name ("-u4-gqa"). NULL: none.
   void (*describe)(const ts_layout *lay, char *buf, size_t cap);
   // The flags of settings only it reads, space-separated ("--ulysses-degree"):

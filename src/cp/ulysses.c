@@ -501,14 +501,47 @@ typedef struct {
 } headpar_opts;
 static const headpar_opts ULYSSES = {0}, UPIPE = {1};
 
+// The settings of a layout (sp): Ulysses runs all heads in one stage.
+static headpar settings(const ts_attn_io *io, const ts_seq_shard *sp) {
+  const int upipe = ((const headpar_opts *)io->cp->opts)->staged;
+  return (headpar){.U = upipe ? sp->upipe_u : io->H, .sched = upipe ? sp->upipe_sched : 0};
+}
+
 static int headpar_create(const ts_attn_io *io, const ts_seq_shard *sp, void **state) {
   headpar *h = malloc(sizeof *h);
   if (!h) return ts_fail(TS_ERUNTIME, "out of memory");
-  const int upipe = ((const headpar_opts *)io->cp->opts)->staged;
-  h->U = upipe ? sp->upipe_u : io->H;
-  h->sched = upipe ? sp->upipe_sched : 0;
+  *h = settings(io, sp);
   *state = h;
   return TS_OK;
+}
+
+// What headpar_forward and headpar_backward move per layer (strategy.h
+// `traffic`): per forward stage Q' out, K' and V' when the stage sends them
+// (gqa: a round's first), the output back; per backward stage Q', K', V'
+// again (stage_qkv), dO, and dQ, dK, dV back. Every block is Tl rows of the
+// stage's heads on one rank.
+static void headpar_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm_count *fwd,
+                            ts_comm_count *bwd) {
+  const headpar h = settings(io, sp);
+  const int N = io->seq->size, G = io->H / io->Hkv, dh = io->dh;
+  const size_t Tl = (size_t)io->Tl, f = sizeof(float);
+  for (int s = 0; s < io->H / h.U; s++) {
+    stage_heads to0;
+    headpar_forward_heads(N, h.U, G, h.sched, s, 0, &to0);
+    const uint64_t q = ts_comm_gather_bytes(Tl * (size_t)(h.U / N) * dh * f, N);
+    ts_comm_tally(fwd, TS_COMM_ALLTOALL, q);
+    if (h.sched != TS_UPIPE_GQA || s % G == 0)
+      for (int k = 0; k < 2; k++)
+        ts_comm_tally(fwd, TS_COMM_ALLTOALL, ts_comm_gather_bytes(Tl * to0.nkv * dh * f, N));
+    ts_comm_tally(fwd, TS_COMM_ALLTOALL, q);
+  }
+  const int Ub = headpar_backward_stage(h.U, N, G), per = Ub / N, nkv = per / G;
+  const uint64_t q = ts_comm_gather_bytes(Tl * per * dh * f, N);
+  const uint64_t kv = ts_comm_gather_bytes(Tl * nkv * dh * f, N);
+  for (int s = 0; s < io->H / Ub; s++) {
+    const uint64_t each[7] = {q, kv, kv, q, q, kv, kv}; // Q K V, dO, dQ dK dV
+    for (int k = 0; k < 7; k++) ts_comm_tally(bwd, TS_COMM_ALLTOALL, each[k]);
+  }
 }
 
 static void headpar_destroy(const ts_attn_io *io) { free(io->state); }
@@ -527,6 +560,7 @@ const ts_cp ts_cp_ulysses = {
     .destroy = headpar_destroy,
     .attn_forward = headpar_forward,
     .attn_backward = headpar_backward,
+    .traffic = headpar_traffic,
     .opts = &ULYSSES,
 };
 
@@ -540,6 +574,7 @@ const ts_cp ts_cp_upipe = {
     .destroy = headpar_destroy,
     .attn_forward = headpar_forward,
     .attn_backward = headpar_backward,
+    .traffic = headpar_traffic,
     .describe = upipe_describe,
     .own_flags = "--upipe-u --upipe-schedule",
     .opts = &UPIPE,

@@ -261,6 +261,15 @@ static int gpipe(pass *ps) {
   return rc;
 }
 
+int ts_pipeline_forwards(int P, int s, int M, int schedule) {
+  // gpipe: every backward but a lone microbatch's finds another's activations held
+  if (schedule == 0) return M + M - (M == 1);
+  // one_f_one_b: a steady backward follows another microbatch's forward when
+  // there was a warm-up; the cool-down's find none held, but a lone warm-up's
+  const int warm = P - s - 1 < M ? P - s - 1 : M, steady = M - warm;
+  return M + (warm > 0 ? steady : 0) + warm - (steady == 0 && warm == 1);
+}
+
 static int one_f_one_b(pass *ps) {
   ts_pipeline *pl = ps->pl;
   const int M = pl->M, warm = pl->P - pl->s - 1 < M ? pl->P - pl->s - 1 : M, steady = M - warm;

@@ -125,6 +125,12 @@ size_t ts_pipeline_buffer_bytes(const ts_pipeline *pl);
 // global batch's), on every stage. With `train` the model's gradients are
 // this stage's, summed over microbatches (in rounds: over the global batch,
 // the rank's shard of them and the ends).
+// The forward passes stage s of P runs in a training pass of M microbatches
+// under `schedule` (0 GPipe, 1 1F1B): each microbatch's, and again before
+// each backward whose activations the model no longer holds (it holds one
+// microbatch's: those of the last forward). For tessera plan; it follows
+// gpipe() and one_f_one_b() in pipeline.c.
+int ts_pipeline_forwards(int P, int s, int M, int schedule);
 int ts_pipeline_pass(ts_pipeline *pl, ts_model *m, int b0, const int *inputs, const int *targets,
                      uint64_t step, int train, float *loss_sum);
 // After optimizer step `step`, the copies a stage holds of another stage's

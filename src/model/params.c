@@ -435,25 +435,59 @@ static void destroy_strategy(ts_model *m) {
   if (m->rp) ts_run_partials_destroy(m);
 }
 
+// A rank's memory by kind (ts_mem_estimate, tessera.h), from the sizes its
+// model has set before anything big is allocated: the one count the fit
+// check below and `tessera plan` share. shards, zero: the model state's
+// (ts_model_set_state_shards); threads: those the memory options' per-thread
+// leaves are sized for.
+static void estimate(const ts_model *m, int shards, int zero, int threads, ts_mem_estimate *e) {
+  const ts_config *cfg = &m->cfg;
+  const ts_boundary_io bio = ts_model_codec_io(m);
+  const size_t boundary = m->bd->activation_floats ? m->bd->activation_floats(&bio) : 0;
+  const double S = shards > 1 ? shards : 1, np = (double)m->nparams;
+  memset(e, 0, sizeof *e);
+  e->nparams = m->nparams;
+  e->ncopy = m->ncopy;
+  e->nreplicated = m->nparams - m->nsplit -
+                   (m->wpe_rows ? (size_t)m->runs.n * m->runs.len * (size_t)m->C : 0);
+  // parameters and gradients, the AdamW moments (their shard under --zero)
+  e->params = (zero >= 3 ? 4.0 / S : 4.0) * np;
+  e->grads = (zero >= 2 ? 4.0 / S : 4.0) * np;
+  e->optimizer = (zero >= 1 ? 8.0 / S : 8.0) * np;
+  e->copies = 4.0 * (double)m->ncopy;
+  e->activations = 4.0 * (double)m->nacts;
+  e->codec = 4.0 * (double)boundary;
+  // --zero 2, 3: one layer's gradient (and parameters) whole while it runs
+  if (zero >= 2 && m->l1 > m->l0) e->transient = (zero >= 3 ? 8.0 : 4.0) * np / (m->l1 - m->l0);
+  if (cfg->fused_ce) e->scratch += 4.0 * (double)ts_model_fused_ce_floats(m, threads);
+  if (cfg->tiled_mlp) e->scratch += 4.0 * (double)ts_model_tiled_mlp_floats(m, threads);
+  // a rank of two runs kept apart (lss-zigzag): the second run's gradient partials
+  if (m->cp->run_partials) e->strategy = 4.0 * np;
+  // the strategy's own state where its size follows from the geometry (its
+  // `bytes` before `create`: 0 for one that sizes it in create, e.g. megatron);
+  // not in the fit check's sum
+  if (m->cp->bytes) {
+    ts_attn_io io;
+    ts_attn_io_geometry(m, &io);
+    e->strategy_state = (double)m->cp->bytes(&io);
+  }
+  // the fit check's sum, in its order
+  e->fit = ts_state_bytes_per_param(1, shards, zero) * np +
+           4.0 * (double)(m->ncopy + m->nacts + boundary) + e->transient;
+  if (cfg->fused_ce) e->fit += 4.0 * (double)ts_model_fused_ce_floats(m, threads);
+  if (cfg->tiled_mlp) e->fit += 4.0 * (double)ts_model_tiled_mlp_floats(m, threads);
+  e->fit += e->strategy;
+  e->total = e->fit + e->strategy_state;
+}
+
 // Refuse up front what cannot fit, rather than be killed mid-run by the
 // kernel's OOM killer (allocations succeed lazily under overcommit):
 // parameters, gradients and AdamW state, the activations, the codec's and
 // the memory options' buffers, estimated before any of them is allocated.
 static int fit_check(const ts_model *m) {
-  const ts_config *cfg = &m->cfg;
-  const ts_boundary_io bio = ts_model_codec_io(m);
-  const size_t boundary = m->bd->activation_floats ? m->bd->activation_floats(&bio) : 0;
-  // parameters and gradients, the AdamW moments (their shard under --zero),
-  // the copies, the activations
-  double need = ts_state_bytes_per_param(1, state_shards, state_zero) * (double)m->nparams +
-                4.0 * (double)(m->ncopy + m->nacts + boundary);
-  // --zero 2, 3: one layer's gradient (and parameters) whole while it runs
-  if (state_zero >= 2 && m->l1 > m->l0)
-    need += (state_zero >= 3 ? 8.0 : 4.0) * (double)m->nparams / (m->l1 - m->l0);
-  if (cfg->fused_ce) need += 4.0 * (double)ts_model_fused_ce_floats(m, omp_get_max_threads());
-  if (cfg->tiled_mlp) need += 4.0 * (double)ts_model_tiled_mlp_floats(m, omp_get_max_threads());
-  // a rank of two runs kept apart (lss-zigzag): the second run's gradient partials
-  if (m->cp->run_partials) need += 4.0 * (double)m->nparams;
+  ts_mem_estimate e;
+  estimate(m, state_shards, state_zero, omp_get_max_threads(), &e);
+  const double need = e.fit;
   // Every process makes this check for its own share of the memory its
   // buffers live in: the node's, which its ranks divide between them, or on
   // a GPU the device's, which the ranks sharing it divide (the backend
@@ -546,8 +580,11 @@ int ts_model_create_seq(const ts_config *cfg, int b_begin, int b_count, const ts
   return ts_model_create_stage(cfg, b_begin, b_count, sp, 0, cfg->n_layer, out);
 }
 
-int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
-                          int l0, int l1, ts_model **out) {
+// What creation decides before anything big is allocated: the shard's and
+// the stage's rules, the geometry, the table and the activation layout
+// (*out is set, to be freed, once allocated; *spec and *held too).
+static int prepare(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp, int l0,
+                   int l1, ts_model **out, pspec **spec, unsigned char **held, act_layout *al) {
   const int nsp = sp && sp->comm ? sp->comm->size : 1;
   const ts_cp *cp = nsp > 1 ? ts_cp_get(sp->mode) : &ts_cp_local;
   int rc = check_shard(cfg, b_begin, b_count, sp, nsp, cp);
@@ -557,18 +594,24 @@ int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const 
                    l1, cfg->n_layer);
   const ts_boundary *bd = ts_boundary_get(cfg->compress);
   if (!bd) return ts_fail(TS_EUSAGE, "--compress: no codec %d", cfg->compress);
-  ts_model *m = calloc(1, sizeof *m);
+  ts_model *m = *out = calloc(1, sizeof *m);
   if (!m) return ts_fail(TS_ERUNTIME, "out of memory");
   m->cp = cp;
   m->bd = bd;
   set_geometry(m, cfg, b_begin, b_count, sp, nsp, l0, l1);
+  if ((rc = make_table(m, spec, held))) return rc;
+  activation_layout(m, al);
+  return TS_OK;
+}
+
+int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
+                          int l0, int l1, ts_model **out) {
+  ts_model *m = NULL;
   pspec *spec = NULL;
   unsigned char *held = NULL;
   act_layout al;
-  if (!(rc = make_table(m, &spec, &held))) {
-    activation_layout(m, &al);
-    rc = fit_check(m);
-  }
+  int rc = prepare(cfg, b_begin, b_count, sp, l0, l1, &m, &spec, &held, &al);
+  if (!rc) rc = fit_check(m);
   if (!rc) rc = alloc_params(m, spec, held);
   free(spec);
   free(held);
@@ -582,6 +625,22 @@ int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const 
   }
   *out = m;
   return TS_OK;
+}
+
+int ts_model_estimate_stage(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
+                            int l0, int l1, int shards, int zero, int threads,
+                            ts_mem_estimate *out) {
+  ts_model *m = NULL;
+  pspec *spec = NULL;
+  unsigned char *held = NULL;
+  act_layout al;
+  int rc = prepare(cfg, b_begin, b_count, sp, l0, l1, &m, &spec, &held, &al);
+  if (!rc) estimate(m, shards, zero, threads, out);
+  free(spec);
+  free(held);
+  if (m) m->cp = NULL; // no strategy state was made: nothing of it to destroy
+  ts_model_free(m);
+  return rc;
 }
 
 int ts_config_tensors(const ts_config *cfg, ts_tensor **out) {
@@ -738,9 +797,23 @@ size_t ts_model_activation_bytes(const ts_model *m) {
   return (m->nacts + scratch) * sizeof(float) + own;
 }
 
+// non-embedding parameters: everything but wte and wpe (a tied head is the
+// embedding; an untied head counts)
+static double flops_per_token(double nall, const ts_config *cfg) {
+  const double V = cfg->vocab, C = cfg->d, T = cfg->seq, L = cfg->n_layer;
+  const double nonemb = nall - V * C - (cfg->variant == TS_LLAMA ? 0.0 : T * C);
+  return 6.0 * nonemb + 6.0 * L * T * C;
+}
+
 double ts_model_flops_per_token(const ts_model *m) {
-  // non-embedding parameters: everything but wte and wpe (a tied head is the
-  // embedding; an untied head counts)
-  double nonemb = (double)m->nall_params - (double)m->V * m->C - (m->llama ? 0.0 : (double)m->T * m->C);
-  return 6.0 * nonemb + 6.0 * m->L * (double)m->T * m->C;
+  return flops_per_token((double)m->nall_params, &m->cfg);
+}
+
+double ts_config_flops_per_token(const ts_config *cfg) {
+  ts_tensor *t;
+  const int n = ts_config_tensors(cfg, &t);
+  double nall = 0.0;
+  for (int i = 0; i < n; i++) nall += (double)ts_tensor_numel(&t[i]);
+  free(t);
+  return flops_per_token(nall, cfg);
 }

@@ -1,0 +1,116 @@
+#!/bin/sh
+# tessera plan against runs of this machine (issue 31 item 2; docs/PLAN.md):
+# for each layout, one training step with --log, and the plan's numbers for
+# that layout (tests/plan.py says what is compared): a layer's collectives
+# and the step's reductions, gathers and all-to-alls equal to the run's
+# counters, its memory by kind within 5% of the step record's state_bytes.
+# A run checked against another layout's plan must differ (the check can
+# fail); a layout train refuses is refused by the plan too. Then the command
+# line: help, refusals.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/mpi_lib.sh"
+
+need_python "to read the plan's JSON and the run logs"
+DATA=$TESSERA_SRCDIR/data/corpus.txt
+CHECK="$PY $TS_TESTS_DIR/plan.py"
+# --flops given: no roof measured (the times are not compared)
+PLAN="$TESSERA_BIN plan --flops 1e11 --json"
+
+# plan_json NAME RANKS MODEL-FLAGS...: the plan of RANKS ranks into $TS_TMP/NAME.json
+plan_json() {
+  _name=$1 _n=$2
+  shift 2
+  expect_exit 0 "" $PLAN --ranks "$_n" "$@" && cp "$TS_OUT" "$TS_TMP/$_name.json"
+}
+
+# against PLAN LOG DP SP MODE PP ZERO CKPT [--expect-differ]: tests/plan.py's verdict
+against() {
+  TS_CHECKS=$((TS_CHECKS + 1))
+  if $CHECK "$TS_TMP/$1.json" "$TS_TMP/$2.jsonl" "$3" "$4" "$5" "$6" "$7" "$8" ${9:-} \
+    >"$TS_OUT" 2>&1; then
+    pass "plan $1 against run $2 (dp $3 sp $4 $5 pp $6 zero $7 ckpt $8) ${9:-}"
+    sed 's/^/    /' "$TS_OUT"
+  else
+    fail "plan $1 against run $2 (dp $3 sp $4 $5 pp $6 zero $7 ckpt $8) ${9:-}: $(grep -v '^ok' "$TS_OUT" | head -5)"
+  fi
+}
+
+# run NAME RANKS FLAGS...: one step, logged to $TS_TMP/NAME.jsonl
+run() {
+  _name=$1 _n=$2
+  shift 2
+  expect_exit 0 "" timeout -k 10 120 $MPIEXEC -n "$_n" "$TESSERA_BIN" train --steps 1 --quiet \
+    --data "$DATA" --log "$TS_TMP/$_name.jsonl" "$@"
+}
+
+plan_json gpt1 1 --model tiny
+plan_json gpt2 2 --model tiny
+plan_json llama2 2 --model llama-tiny --kv-heads 2
+
+run serial 1 --model tiny && against gpt1 serial 1 1 - 1 0 0
+run dp 2 --model tiny --dp 2 && against gpt2 dp 2 1 - 1 0 0
+run zero1 2 --model tiny --dp 2 --zero 1 && against gpt2 zero1 2 1 - 1 1 0
+run lss 2 --model tiny --sp 2 && against gpt2 lss 1 2 lss 1 0 0
+run lssck 2 --model tiny --sp 2 --checkpoint && against gpt2 lssck 1 2 lss 1 0 1
+run ulysses 2 --model tiny --sp 2 --sp-mode ulysses && against gpt2 ulysses 1 2 ulysses 1 0 0
+# the plan's pipeline runs each sequence as a microbatch
+run pp 2 --model tiny --pp 2 --microbatches 4 && against gpt2 pp 1 1 - 2 0 0
+run upipe 2 --model llama-tiny --kv-heads 2 --sp 2 --sp-mode upipe &&
+  against llama2 upipe 1 2 upipe 1 0 0
+run fused 2 --model llama-tiny --kv-heads 2 --sp 2 --sp-mode lss-fused &&
+  against llama2 fused 1 2 lss-fused 1 0 0
+run zigzag 2 --model tiny --sp 2 --sp-mode lss-zigzag && against gpt2 zigzag 1 2 lss-zigzag 1 0 0
+run lssdx 2 --model tiny --sp 2 --sp-mode lss-dx && against gpt2 lssdx 1 2 lss-dx 1 0 0
+run megatron 2 --model tiny --sp 2 --sp-mode megatron && against gpt2 megatron 1 2 megatron 1 0 0
+run ring 2 --model tiny --sp 2 --sp-mode ring && against gpt2 ring 1 2 ring 1 0 0
+run ringzz 2 --model tiny --sp 2 --sp-mode ring-zigzag && against gpt2 ringzz 1 2 ring-zigzag 1 0 0
+# four ranks (busy-polling on two cores: a few seconds): the data group's sums
+# over the sequence group's, --zero 1's shards without the positional rows
+# (memory within 5%: the plan's 1/4 of them, the run's whole rows), and a
+# pipeline of sequence groups, GPipe, checkpointed: the forwards it repeats
+plan_json gpt4 4 --model tiny
+plan_json gpt4g 4 --model tiny --schedule gpipe
+run dpspz 4 --model tiny --dp 2 --sp 2 --zero 1 && against gpt4 dpspz 2 2 lss 1 1 0
+run sppp 4 --model tiny --sp 2 --pp 2 --microbatches 4 --schedule gpipe --checkpoint &&
+  against gpt4g sppp 1 2 lss 2 0 1
+
+# the check tells layouts apart: another layout's plan does not match the run
+against gpt2 lss 1 2 ulysses 1 0 0 --expect-differ
+against gpt2 lss 1 2 lss 1 0 1 --expect-differ
+against gpt2 dp 2 1 - 1 1 0 --expect-differ
+
+# train's refusals are the plan's: megatron with --checkpoint, --zero on one rank
+TS_CHECKS=$((TS_CHECKS + 1))
+if $PY -c "
+import json, sys
+rows = json.load(open('$TS_TMP/gpt2.json'))['rows']
+bad = [r for r in rows if r['sp_mode'] == 'megatron' and r['checkpoint'] and 'refused' not in r]
+bad += [r for r in rows if r['zero'] and r['dp'] * r['sp'] < 2 and 'refused' not in r]
+sys.exit(1 if bad or not any('refused' in r for r in rows) else 0)"; then
+  pass "the plan refuses what train refuses (megatron with --checkpoint, --zero with one replica)"
+else
+  fail "the plan accepts a layout train refuses"
+fi
+
+# the text form: the ranking, and the refusals' reasons with --verbose
+expect_exit 0 "" "$TESSERA_BIN" plan --model tiny --ranks 2 --flops 1e11 --verbose
+expect_stdout "^[0-9]+ layouts: [0-9]+ valid"
+expect_stdout "refused .*--sp-mode"
+expect_stdout "^   1  dp"
+expect_exit 0 "" "$TESSERA_BIN" plan --shape llama3-8b --seq 8192 --ranks 8 --device-mem 80 \
+  --flops 400e12 --top 3
+expect_stdout "d 4096, 32 layers, 32 heads \\(8 kv\\)"
+expect_stdout "longest T that fits"
+
+# the command line
+expect_exit 0 "" "$TESSERA_BIN" --help
+expect_stdout "^  plan "
+expect_exit 0 "" "$TESSERA_BIN" plan --help
+expect_stdout "--ranks N"
+expect_exit 2 "--ranks 0: must be >= 1" "$TESSERA_BIN" plan --ranks 0
+expect_exit 2 "--shape gpt5: must be one of gpt2-124m" "$TESSERA_BIN" plan --shape gpt5
+expect_exit 2 "--shape llama3-8b: not with --model mini" "$TESSERA_BIN" plan --shape llama3-8b \
+  --model mini
+expect_exit 2 "--efficiency 2: must be in \\(0, 1\\]" "$TESSERA_BIN" plan --efficiency 2
+expect_exit 2 "--dp: not a flag of 'tessera plan'" "$TESSERA_BIN" plan --dp 2
+done_testing
