@@ -268,6 +268,38 @@ static int stage_qkv(const ts_attn_io *io, const stage_heads *to, int per, int n
   return rc;
 }
 
+// A backward stage's kernel on the rank's heads (first query head q0) over
+// the whole sequence: dO' of the heads in (the output gradient's columns
+// [s·Ub·dh, (s+1)·Ub·dh) of every rank's rows, all-to-all), O' and its
+// log-sum-exp recomputed, and *dQ (T, per·dh), *dK, *dV (T, nkv·dh) out,
+// allocated here for the caller to free.
+static int stage_kernel(const ts_attn_io *io, int Ub, int s, int q0, int per, int nkv, const float *Q,
+                        const float *K, const float *V, float **dQ, float **dK, float **dV) {
+  const int T = io->T, Tl = io->Tl, dh = io->dh;
+  const size_t w = (size_t)per * dh, wk = (size_t)nkv * dh;
+  float *O = ts_mem_alloc((size_t)T * w * sizeof(float)), *dO = ts_mem_alloc((size_t)T * w * sizeof(float));
+  *dQ = ts_mem_alloc((size_t)T * w * sizeof(float));
+  *dK = ts_mem_alloc((size_t)T * wk * sizeof(float));
+  *dV = ts_mem_alloc((size_t)T * wk * sizeof(float));
+  float *lse = ts_mem_alloc((size_t)per * T * sizeof(float));
+  float *dsum = ts_mem_alloc((size_t)per * T * sizeof(float));
+  int rc = O && dO && *dQ && *dK && *dV && lse && dsum
+               ? TS_OK
+               : ts_fail(TS_ERUNTIME, "out of memory (head-parallel backward buffers)");
+  ts_block2d sd = {(size_t)Tl, w, (size_t)io->C, w, 1, 0}, rq = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0};
+  if (!rc) rc = ts_comm_alltoall_2d(io->seq, io->datt + (size_t)s * Ub * dh, &sd, dO, &rq, io->l);
+  if (!rc) {
+    const ts_attn_shape layer = shape(io);
+    rc = headpar_stage_backward(io->be, io->ws, &layer, per, nkv, q0, Q, K, V, dO, O, lse, *dQ, *dK,
+                                *dV, dsum);
+  }
+  ts_mem_free(O);
+  ts_mem_free(dO);
+  ts_mem_free(lse);
+  ts_mem_free(dsum);
+  return rc;
+}
+
 int headpar_backward(const ts_attn_io *io) {
   const int N = io->seq->size, r = io->seq->rank, dh = io->dh, C = io->C, Ckv = io->Ckv;
   const int Tl = io->Tl, T = io->T, G = io->H / io->Hkv;
@@ -286,36 +318,17 @@ int headpar_backward(const ts_attn_io *io) {
     for (int c = 0; c < N; c++) backward_heads(io, Ub, s, c, &to[c]);
     float *Q = ts_mem_alloc((size_t)T * w * sizeof(float)), *K = ts_mem_alloc((size_t)T * wk * sizeof(float));
     float *V = ts_mem_alloc((size_t)T * wk * sizeof(float));
-    float *O = NULL, *dO = NULL, *dQ = NULL, *dK = NULL, *dV = NULL, *lse = NULL, *dsum = NULL;
+    float *dQ = NULL, *dK = NULL, *dV = NULL;
     rc = Q && K && V ? stage_qkv(io, to, per, nkv, Q, K, V)
                      : ts_fail(TS_ERUNTIME, "out of memory (head-parallel backward buffers)");
-    ts_block2d rq = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0};
-    if (!rc) {
-      O = ts_mem_alloc((size_t)T * w * sizeof(float));
-      dO = ts_mem_alloc((size_t)T * w * sizeof(float));
-      dQ = ts_mem_alloc((size_t)T * w * sizeof(float));
-      dK = ts_mem_alloc((size_t)T * wk * sizeof(float));
-      dV = ts_mem_alloc((size_t)T * wk * sizeof(float));
-      lse = ts_mem_alloc((size_t)per * T * sizeof(float));
-      dsum = ts_mem_alloc((size_t)per * T * sizeof(float));
-      if (!O || !dO || !dQ || !dK || !dV || !lse || !dsum)
-        rc = ts_fail(TS_ERUNTIME, "out of memory (head-parallel backward buffers)");
-    }
-    // dO of the stage's heads: columns [s·Ub·dh, (s+1)·Ub·dh) of the rank's rows
-    ts_block2d sd = {(size_t)Tl, w, (size_t)C, w, 1, 0};
-    if (!rc) rc = ts_comm_alltoall_2d(io->seq, io->datt + (size_t)s * Ub * dh, &sd, dO, &rq, io->l);
-    if (!rc) {
-      const ts_attn_shape layer = shape(io);
-      rc = headpar_stage_backward(io->be, io->ws, &layer, per, nkv, to[r].q[0], Q, K, V, dO, O,
-                                  lse, dQ, dK, dV, dsum);
-    }
+    if (!rc) rc = stage_kernel(io, Ub, s, to[r].q[0], per, nkv, Q, K, V, &dQ, &dK, &dV);
     // head-sharded -> sequence-sharded, into the stage's columns of dq, dk, dv
     ts_block2d bq = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0}, dq_r = {(size_t)Tl, w, (size_t)C, w, 1, 0};
     ts_block2d bk = {(size_t)Tl, wk, wk, (size_t)Tl * wk, 1, 0}, dk_r = {(size_t)Tl, wk, (size_t)Ckv, wk, 1, 0};
     if (!rc) rc = ts_comm_alltoall_2d(io->seq, dQ, &bq, io->dq + (size_t)s * Ub * dh, &dq_r, io->l);
     if (!rc) rc = ts_comm_alltoall_2d(io->seq, dK, &bk, io->dk + (size_t)s * (Ub / G) * dh, &dk_r, io->l);
     if (!rc) rc = ts_comm_alltoall_2d(io->seq, dV, &bk, io->dv + (size_t)s * (Ub / G) * dh, &dk_r, io->l);
-    float *bufs[] = {Q, K, V, O, dO, dQ, dK, dV, lse, dsum};
+    float *bufs[] = {Q, K, V, dQ, dK, dV};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) ts_mem_free(bufs[i]);
   }
   ts_mem_release(held);
@@ -383,35 +396,17 @@ int headpar_backward_dx(const ts_attn_io *io) {
     // 1. the stage's Q', K', V' again
     float *Q = ts_mem_alloc((size_t)T * w * sizeof(float)), *K = ts_mem_alloc((size_t)T * wk * sizeof(float));
     float *V = ts_mem_alloc((size_t)T * wk * sizeof(float));
-    float *O = NULL, *dO = NULL, *dQ = NULL, *dK = NULL, *dV = NULL, *lse = NULL, *dsum = NULL;
-    float *gq = NULL, *gk = NULL, *gv = NULL;
+    float *dQ = NULL, *dK = NULL, *dV = NULL, *gq = NULL, *gk = NULL, *gv = NULL;
     rc = Q && K && V ? stage_qkv(io, to, per, nkv, Q, K, V)
                      : ts_fail(TS_ERUNTIME, "out of memory (head-parallel backward buffers)");
-    ts_block2d rq = {(size_t)Tl, w, w, (size_t)Tl * w, 1, 0};
     // 2. slot s of the output and of its gradient are consumed: O' and dO'
     // take their place
     ts_mem_release(2 * slot);
     held -= 2 * slot;
-    if (!rc) {
-      O = ts_mem_alloc((size_t)T * w * sizeof(float));
-      dO = ts_mem_alloc((size_t)T * w * sizeof(float));
-      dQ = ts_mem_alloc((size_t)T * w * sizeof(float));
-      dK = ts_mem_alloc((size_t)T * wk * sizeof(float));
-      dV = ts_mem_alloc((size_t)T * wk * sizeof(float));
-      lse = ts_mem_alloc((size_t)per * T * sizeof(float));
-      dsum = ts_mem_alloc((size_t)per * T * sizeof(float));
-      if (!O || !dO || !dQ || !dK || !dV || !lse || !dsum)
-        rc = ts_fail(TS_ERUNTIME, "out of memory (head-parallel backward buffers)");
-    }
-    ts_block2d sd = {(size_t)Tl, w, (size_t)C, w, 1, 0};
-    if (!rc) rc = ts_comm_alltoall_2d(io->seq, io->datt + (size_t)s * Uq, &sd, dO, &rq, io->l);
-    if (!rc) {
-      const ts_attn_shape layer = shape(io);
-      rc = headpar_stage_backward(io->be, io->ws, &layer, per, nkv, to[r].q[0], Q, K, V, dO, O,
-                                  lse, dQ, dK, dV, dsum);
-    }
-    float *done[] = {Q, K, V, O, dO, lse, dsum};
-    for (size_t i = 0; i < sizeof done / sizeof done[0]; i++) ts_mem_free(done[i]);
+    if (!rc) rc = stage_kernel(io, Ub, s, to[r].q[0], per, nkv, Q, K, V, &dQ, &dK, &dV);
+    ts_mem_free(Q);
+    ts_mem_free(K);
+    ts_mem_free(V);
     // 3. the stage's gradients back as the rank's rows, its heads only:
     // gq (Tl, Uq), gk and gv (Tl, Ukv)
     if (!rc) {
