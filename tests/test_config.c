@@ -594,6 +594,13 @@ static void test_layout_rules(void **state) {
   pp.pp = 3; // 2 layers
   assert_int_equal(ts_layout_check(&c, &pp, NULL), TS_EUSAGE);
   assert_non_null(strstr(ts_errmsg(), "--pp 3: the 2 layers must divide into 3 stages"));
+  // fewer sequences than data ranks is named as such before the pipeline's
+  // rules count them (once a division by zero in the microbatch rule)
+  ts_layout grid = {2, 2, 2, TS_SP_LSS, 0, -1, 1, 1, 0, 2};
+  c.batch = 1;
+  assert_int_equal(ts_layout_check(&c, &grid, NULL), TS_EUSAGE);
+  assert_non_null(strstr(ts_errmsg(), "--batch 1: must be divisible by --dp 2"));
+  c.batch = 4;
   assert_int_equal(ts_layout_check(&c, &zero, NULL), TS_EUSAGE);
   // what a device has not built is refused here too, not only by the CLI
   ts_layout z2 = {2, 1, 1, TS_SP_LSS, 0, -1, 1, 1, 0, 0};

@@ -102,6 +102,11 @@ static int check_ranks(const ts_config *cfg, ts_layout *lay) {
   if (cfg->compress != TS_COMPRESS_NONE && lay->sp > 1)
     return ts_fail(TS_EUSAGE, "--compress %s with --sp %d: compression runs on the serial, data- "
                    "and pipeline-parallel layouts", ts_compress_names[cfg->compress], lay->sp);
+  // whole sequences per data rank, before anything counts them
+  if (lay->dp > 1 && cfg->batch % lay->dp != 0)
+    return ts_fail(TS_EUSAGE,
+                   "--batch %d: must be divisible by --dp %d (each rank holds whole sequences)",
+                   cfg->batch, lay->dp);
   if (lay->pp > 1 || lay->microbatches > 1) {
     // Pipeline parallelism (docs/ALGORITHMS.md §6): stages of whole layers; the
     // microbatches split each data rank's sequences, and each must be an
@@ -159,10 +164,6 @@ static int check_ranks(const ts_config *cfg, ts_layout *lay) {
   // the serial tree has it.
   const int D = lay->dp;
   if (D == 1) return TS_OK;
-  if (cfg->batch % D != 0)
-    return ts_fail(TS_EUSAGE,
-                   "--batch %d: must be divisible by --dp %d (each rank holds whole sequences)",
-                   cfg->batch, D);
   long long per_rank = (long long)(cfg->batch / D) * (cfg->seq / cfg->leaf);
   if (!cfg->fast && (per_rank & (per_rank - 1)) != 0)
     return ts_fail(TS_EUSAGE,
