@@ -396,11 +396,10 @@ typedef struct {
   double scratch;        // the memory options' per-thread leaves (--fused-ce, --tiled-mlp)
   double codec;          // the stage-boundary codec's activations
   double strategy;       // the gradient plan's second run's partials (lss-zigzag)
-  double strategy_state; // the strategy's own state where its geometry sizes it (its `bytes`
-                         // before create; 0 for one that sizes it in create)
+  double strategy_state; // the strategy's own state (its `bytes`, from the geometry)
   double transient;      // --zero 2, 3: one layer's gradients (and values) whole while it runs
-  double fit;            // what the fit check compares with the memory: all but strategy_state
-  double total;          // fit + strategy_state
+  double fit;            // what the fit check compares with the memory: all of the above
+  double total;          // the same (kept for the plan's report)
   size_t nparams, ncopy; // parameters it owns, and holds as copies
   size_t nreplicated;    // of those, the ones its sequence group holds alike (all but the
                          // positional rows and a tensor split's blocks): the group's gradient sum

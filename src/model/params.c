@@ -463,9 +463,8 @@ static void estimate(const ts_model *m, int shards, int zero, int threads, ts_me
   if (cfg->tiled_mlp) e->scratch += 4.0 * (double)ts_model_tiled_mlp_floats(m, threads);
   // a rank of two runs kept apart (lss-zigzag): the second run's gradient partials
   if (m->cp->run_partials) e->strategy = 4.0 * np;
-  // the strategy's own state where its size follows from the geometry (its
-  // `bytes` before `create`: 0 for one that sizes it in create, e.g. megatron);
-  // not in the fit check's sum
+  // the strategy's own state (its `bytes`, from the geometry: lss-dx's
+  // gathered inputs, megatron's blocks)
   if (m->cp->bytes) {
     ts_attn_io io;
     ts_attn_io_geometry(m, &io);
@@ -476,8 +475,8 @@ static void estimate(const ts_model *m, int shards, int zero, int threads, ts_me
            4.0 * (double)(m->ncopy + m->nacts + boundary) + e->transient;
   if (cfg->fused_ce) e->fit += 4.0 * (double)ts_model_fused_ce_floats(m, threads);
   if (cfg->tiled_mlp) e->fit += 4.0 * (double)ts_model_tiled_mlp_floats(m, threads);
-  e->fit += e->strategy;
-  e->total = e->fit + e->strategy_state;
+  e->fit += e->strategy + e->strategy_state;
+  e->total = e->fit;
 }
 
 // Refuse up front what cannot fit, rather than be killed mid-run by the
