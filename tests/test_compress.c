@@ -3,7 +3,7 @@
 // differentiable through it, SPEL keeps every projector on St(d, r) over a
 // long run while the unconstrained ablation leaves it; and mapl-vq's
 // quantiser (src/boundary/vq.h): greedy residual codes, its statistics, the EMA update
-// and the streamed, otherwise stale, receiver's copy.
+// and the shared copy both sides code with, which the stream walks in turn.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
