@@ -120,6 +120,8 @@ typedef struct {
   float vq_commit;      // commitment-loss weight
   int vq_sync_codes;    // codes per codebook the sender ships to the receiver after a step
   int mapl_anchor;      // ts_mapl_anchor (mapl, mapl-vq): factorised (0) unless --mapl-anchor
+  int ssn_refresh;      // ssn-confined: steps between refreshes of the basis (-1: never)
+  float ssn_refresh_step; // ssn-confined: the refresh's step on the Grassmann manifold
   int data_format;      // ts_data_format of data_path and val_path
   char data_path[4096];
   char val_path[4096];  // validation file; "": the last val_frac of data_path
@@ -295,6 +297,7 @@ typedef enum {
   TS_ROLE_VQ_SUM,     // "cmp.p.vq.recv": boundary p's codebooks (vq.h)
   TS_ROLE_VQ_CODES,
   TS_ROLE_VQ_RECV,
+  TS_ROLE_SUBSPACE,   // "cmp.s.subspace": a codec's shared basis, stage s = index's copy
 } ts_role;
 
 #define TS_MAX_DIMS 4
@@ -305,6 +308,11 @@ typedef struct {
   float *data;
   ts_role role; // what it is (TS_ROLE_NONE but for the model's views)
   int index;    // the layer, stage or boundary of its role; 0 for the others
+  // How it adds to the residual stream, for a codec that confines what the
+  // stream can hold (boundary.h `confines_stream`): 1 + the axis of length d
+  // that indexes its outputs (a layer's output projections and their biases,
+  // the embeddings); 0: it writes nothing into the stream itself.
+  int writes_stream;
   // A model view's first element in the canonical model's flat vector (the
   // serial model's parameters in canonical order), whatever part of the
   // model this process holds; 0 for the others.
@@ -428,6 +436,9 @@ typedef struct {
 } ts_layer_hooks;
 void ts_model_set_layer_hooks(ts_model *m, const ts_layer_hooks *hooks);
 void ts_model_set_stage_input(ts_model *m, const void *x);
+// 1: the model's boundary codec decodes as if its basis were the identity (a
+// probe of what the stream holds outside the subspace; boundary.h). 0: as trained.
+void ts_model_set_identity_boundaries(ts_model *m, int on);
 void ts_model_set_stage_grad(ts_model *m, const float *dy);
 const void *ts_model_stage_output(const ts_model *m); // after a forward
 const float *ts_model_stage_dinput(const ts_model *m); // after a backward: d(input)
@@ -543,7 +554,10 @@ int ts_decoder_feed(ts_decoder *d, const int *tokens, int n, float *logits, int 
 int ts_train(const ts_config *cfg, const ts_layout *lay);
 // The signal that stopped the last ts_train (TS_ESTOPPED), 0 when none.
 int ts_train_stop_signal(void);
-int ts_eval(const ts_config *cfg, const char *ckpt_path);
+// The validation loss of a checkpoint; identity_boundaries 1: also that of
+// the same weights with each compressed boundary decoded as if its basis
+// were the identity, and the change (docs/COMPRESSION.md, "The identity probe").
+int ts_eval(const ts_config *cfg, const char *ckpt_path, int identity_boundaries);
 // tessera tokenize (src/run/tokenize.c, docs/TOKENIZER.md): the text file `in`
 // encoded by the tokenizer model file `tokenizer` (with ckpt: the one that
 // checkpoint records, or `tokenizer` checked against it) into the token-id

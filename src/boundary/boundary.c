@@ -162,7 +162,10 @@ void ts_boundary_affine_decode(const ts_boundary_io *io, const ts_boundary_affin
   ts_boundary_buffers *b = io->state;
   const int64_t N = io->ntok;
   const int d = io->C;
-  io->be->linear_backward_input(x, z, f->basis(io, p), N, d, b->r, io->cfg->leaf, 0); // Z·B
+  if (io->identity) // the probe: B as the identity, so the stream less the sender's anchor
+    memcpy(x, b->y[p], (size_t)N * d * sizeof(float));
+  else
+    io->be->linear_backward_input(x, z, f->basis(io, p), N, d, b->r, io->cfg->leaf, 0); // Z·B
   f->anchor(io, p + 1);
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < N * d; i++) x[i] = x[i] + b->anc[i];
@@ -184,6 +187,24 @@ void ts_boundary_orthonormal(float *q, double *a, int n, int k, uint64_t seed, u
     for (int t = 0; t < n; t++) a[(size_t)t * k + j] /= nrm;
   }
   for (size_t i = 0; i < (size_t)n * k; i++) q[i] = (float)a[i];
+}
+
+void ts_boundary_orthonormalise_rows(float *rows, double *a, int k, int n) {
+  for (size_t i = 0; i < (size_t)k * n; i++) a[i] = rows[i];
+  for (int j = 0; j < k; j++) {
+    double *aj = a + (size_t)j * n;
+    for (int i = 0; i < j; i++) {
+      const double *ai = a + (size_t)i * n;
+      double dot = 0.0;
+      for (int t = 0; t < n; t++) dot += ai[t] * aj[t];
+      for (int t = 0; t < n; t++) aj[t] -= dot * ai[t];
+    }
+    double nrm = 0.0;
+    for (int t = 0; t < n; t++) nrm += aj[t] * aj[t];
+    nrm = sqrt(nrm);
+    for (int t = 0; t < n; t++) aj[t] /= nrm;
+  }
+  for (size_t i = 0; i < (size_t)k * n; i++) rows[i] = (float)a[i];
 }
 
 void ts_boundary_transpose(float *out, const float *in, int rows, int cols) {

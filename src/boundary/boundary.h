@@ -48,10 +48,17 @@ typedef struct ts_boundary_io {
   const int *inputs;           // the rows' token ids (ntok)
   float *out;                  // the stage's output rows (ntok × d)
   float *dres;                 // the residual stream's gradient (ntok × d)
-  int ntens;                   // the model's tensors and their gradients
-  const ts_tensor *ptens, *gtens;
+  int l0, l1;                  // the layers the model holds (a pipeline stage's; serial 0, L)
+  int ntens, nown;             // the model's tensors and their gradients: the nown it
+  const ts_tensor *ptens, *gtens; // owns first, then copies of another stage's (no gradient)
   const struct ts_boundary *bd; // its own table
   void *state;                  // its create's state (NULL before)
+  // Decode as if the basis were the identity: X̂ = X less the sender's anchor
+  // plus the receiver's (tessera eval --identity-boundaries; every codec but
+  // the identity decodes through ts_boundary_affine_decode, which does it). A
+  // probe of what the trained stream holds outside the subspace, never a
+  // training mode.
+  int identity;
 } ts_boundary_io;
 
 // The most tensors a codec declares for one stage.
@@ -61,6 +68,12 @@ typedef struct ts_boundary {
   const char *name;     // the --compress name
   int learns_projector; // its projectors change after a step (--proj-lr applies)
   int anchor_kinds;     // it takes --mapl-anchor (MAPL's anchor, mapl.h)
+  // It confines the residual stream to a subspace: every tensor that writes
+  // the stream (ts_tensor's writes_stream) is updated by AdamW with its
+  // adaptive scale constant along its output axis, whatever the optimizer
+  // (train/optim.c), so that projecting the update commutes with the scale;
+  // stays whole in one shard under --zero; and `after_step` projects it.
+  int confines_stream;
   // ---- configuration (ts_config_finalize) -------------------------------------------
   // The first of the codec's own settings that cfg gives (its flag), for the
   // other codecs to refuse ("--vq-codes: only with --compress mapl-vq").
@@ -120,12 +133,20 @@ typedef struct ts_boundary {
   // tensor, so the transfer is the one a stage holding only its own would
   // need, performed and counted as such. NULL: nothing changes.
   int (*sync)(const ts_boundary_io *io, ts_comm *pipe, int p, int peer, int send, uint64_t step);
+  // After the optimizer's step and the --zero broadcast, before the
+  // pipeline's sync, on every rank alike: what it does to the model's
+  // tensors every rank holds whole (confinement: the stream writers'
+  // projection, boundary.h confines_stream). pipe: the pipeline's stages, in
+  // stage order (NULL: the serial model, which holds them all). NULL: nothing.
+  int (*after_step)(const ts_boundary_io *io, ts_comm *pipe, uint64_t step);
 } ts_boundary;
 
 // The codec of a --compress mode (NULL: none such).
 const ts_boundary *ts_boundary_get(int mode);
 // A pipeline's sync of the model's codec (its `sync`; src/model/boundary_io.c).
 int ts_model_boundary_sync(ts_model *m, ts_comm *pipe, int p, int peer, int send, uint64_t step);
+// The codec's after_step (src/model/boundary_io.c; pipe NULL: serial).
+int ts_model_boundary_after_step(ts_model *m, ts_comm *pipe, uint64_t step);
 
 // ---- what the model and the rest of tessera use (boundary.c) ----------------------------
 // cfg's compression settings: the common rules (an unknown mode, another
@@ -137,8 +158,9 @@ int ts_boundary_finalize(ts_config *cfg);
 int ts_boundary_at(const ts_config *cfg, int l);
 // Whether a tensor's gradient slot holds statistics, not a gradient
 // (mapl-vq's codebooks, vq.h): the gradient norm and the clip leave it out.
+// (ssn-confined's basis, whose slot gathers the refresh's gradient, too.)
 static inline int ts_boundary_statistics(ts_role role) {
-  return role >= TS_ROLE_VQ_COUNT && role <= TS_ROLE_VQ_RECV;
+  return (role >= TS_ROLE_VQ_COUNT && role <= TS_ROLE_VQ_RECV) || role == TS_ROLE_SUBSPACE;
 }
 
 // ---- pieces several codecs share (boundary.c) -------------------------------------------
@@ -197,4 +219,7 @@ void ts_boundary_transpose(float *out, const float *in, int rows, int cols);
 // The seeds' keys (TS_RNG_COMPRESS purpose, docs/ALGORITHMS.md §11).
 // SSN's U and T, MAPL's P_s (FIXED + s) and A_p's start (PROJ + p).
 enum { TS_BASIS_SSN = 0, TS_BASIS_TABLE = 1, TS_BASIS_FIXED = 2, TS_BASIS_PROJ = 1 << 20 };
+// rows (k × n, row-major) ← its rows orthonormalised in order (modified
+// Gram–Schmidt in double, scratch a: k × n): the retraction of a refresh.
+void ts_boundary_orthonormalise_rows(float *rows, double *a, int k, int n);
 #endif

@@ -177,6 +177,7 @@ struct cli {
   int val_frac_given; // --val-frac on the command line (refused with --val-data)
   int data_given;     // --data on the command line (else resume and eval read the checkpoint's)
   char ckpt[4096]; // eval, sample, tokenize
+  int identity_boundaries; // eval
   // sample
   char prompt[16384], prompt_file[4096], tokenizer[4096];
   int prompt_given; // 1: --prompt, 2: --prompt-file, 3: both (refused)
@@ -276,6 +277,9 @@ static const flag flags[] = {
     // command-specific
     {"--ckpt", K_STR, AT(ckpt), 0, "FILE", "checkpoint to read (required)", "", C_EVAL | C_SAMPLE,
      G_CMD, NULL},
+    {"--identity-boundaries", K_SET, AT(identity_boundaries), 1, NULL,
+     "a compressed model's probe: also the loss with every boundary's basis the identity, and "
+     "the change", "off", C_EVAL, G_CMD, NULL},
     {"--prompt", K_STR, AT(prompt), 0, "TEXT",
      "the text to continue (or --prompt-file, for a longer one)", "", C_SAMPLE,
      G_CMD, check_prompt},
@@ -509,7 +513,8 @@ static const flag flags[] = {
      TRAIN | C_PLAN, G_PAR, check_choice},
     // stage-boundary compression (part of the model: dump and the serial run take it too)
     {"--compress", K_STR, AT(compress), 0, "MODE",
-     "stage-boundary compression: none, ssn, mapl, mapl-unconstrained, mapl-vq or mapl-frozen",
+     "stage-boundary compression: none, ssn, mapl, mapl-unconstrained, mapl-vq, mapl-frozen or "
+     "ssn-confined",
      "none", TD | C_PLAN,
      G_COMP, check_compress},
     {"--rank", K_INT, AT(cfg.compress_rank), 0, "R",
@@ -524,6 +529,11 @@ static const flag flags[] = {
      "mapl, mapl-vq: the anchor added back after a boundary: factorised (a learned V x r table "
      "times a frozen r x d one), none, static (a frozen seeded V x d table) or full (a learned "
      "V x d table per stage)", "factorised", TD, G_COMP, check_choice},
+    {"--ssn-refresh", K_INT, AT(cfg.ssn_refresh), 0, "N",
+     "ssn-confined: refresh the subspace every N steps on the Grassmann manifold (-1: never)",
+     "500", TD, G_COMP, NULL},
+    {"--ssn-refresh-step", K_FLOAT, AT(cfg.ssn_refresh_step), 0, "S",
+     "ssn-confined: the refresh's step (Frobenius length, in (0, 1])", "0.1", TD, G_COMP, NULL},
     {"--vq-group", K_INT, AT(cfg.vq_groups), 0, "G", "mapl-vq: coordinates per quantised group",
      "2", TD, G_COMP, check_rank},
     {"--vq-rounds", K_INT, AT(cfg.vq_rounds), 0, "R", "mapl-vq: residual quantisation rounds", "2",
@@ -690,8 +700,8 @@ static int check_compress(const flag *f, const char *raw, cli *c) {
       return TS_OK;
     }
   return ts_fail(TS_EUSAGE,
-                 "--compress %s: must be none, ssn, mapl, mapl-unconstrained, mapl-vq or "
-                 "mapl-frozen", raw);
+                 "--compress %s: must be none, ssn, mapl, mapl-unconstrained, mapl-vq, "
+                 "mapl-frozen or ssn-confined", raw);
 }
 
 // Counts that must be at least 1 (their ranges against the model are
@@ -1232,7 +1242,7 @@ static int run_train(const command *cmd, cli *c, const char *const *pos, int n_p
 }
 
 static int run_eval(const command *cmd, cli *c, const char *const *pos, int n_pos) {
-  return finish(cmd, ts_eval(&c->cfg, c->ckpt));
+  return finish(cmd, ts_eval(&c->cfg, c->ckpt, c->identity_boundaries));
 }
 
 static int run_sample(const command *cmd, cli *c, const char *const *pos, int n_pos) {

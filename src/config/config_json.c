@@ -99,6 +99,8 @@ static const field fields[] = {
     FLD_OPTF("vq_commit", "--vq-commit", vq_commit),
     FLD_OPT("vq_sync_codes", "--vq-sync-codes", vq_sync_codes),
     FLD_OPTK("mapl_anchor", "--mapl-anchor", F_MAPL_ANCHOR, mapl_anchor), // factorised (0) is left out
+    FLD_OPT("ssn_refresh", "--ssn-refresh", ssn_refresh),
+    FLD_OPTF("ssn_refresh_step", "--ssn-refresh-step", ssn_refresh_step),
     FLD_OPTK("data_format", "--data-format", F_DATA_FORMAT, data_format), // bytes (0) is left out
     // the data and the tokenizer are compared by their digests (run/agree.c)
     FLD_INPUT("data_path", "--data", data_path, 0),

@@ -55,10 +55,15 @@ static int check_zero(const ts_config *cfg, const ts_layout *lay) {
     return ts_fail(TS_EUSAGE, "--zero %d: needs ranks that hold the same parameters to shard "
                    "over (--dp or --sp above 1)", lay->zero);
   if (lay->zero < 2) return TS_OK;
+  const ts_boundary *bd = ts_boundary_get(cfg->compress);
+  // the confinement after a step projects every stream writer on every
+  // replica: stage 3 holds only a shard of each between the passes
+  if (lay->zero == 3 && bd && bd->confines_stream)
+    return ts_fail(TS_EUSAGE, "--zero 3 with --compress %s: its confinement projects whole "
+                   "weights on every replica after the step; use --zero 1 or 2", bd->name);
   // a codec's tensors follow its stage's last layer (boundary.h): under --pp
   // after the stage's layers, ends that stay whole; in one model of several
   // compressed stages between the layers, which stages 2 and 3 hold as one run
-  const ts_boundary *bd = ts_boundary_get(cfg->compress);
   if (lay->pp == 1 && bd && bd->tensors)
     return ts_fail(TS_EUSAGE, "--zero %d with --compress %s: only under --pp (without it the "
                    "codec's tensors lie between the layers, which --zero 2 and 3 shard as one "
@@ -176,8 +181,12 @@ static int check_ranks(const ts_config *cfg, ts_layout *lay) {
 
 // What a device has not built: the host-only strategies (strategy.h) and the
 // --zero stages that give a layer's host pages back between uses.
-static int check_device(const ts_layout *lay, const char *device) {
+static int check_device(const ts_config *cfg, const ts_layout *lay, const char *device) {
   if (strcmp(device, "cpu") == 0) return TS_OK;
+  const ts_boundary *bd = ts_boundary_get(cfg->compress);
+  if (bd && bd->confines_stream) // the update and the projections are host loops
+    return ts_fail(TS_EUSAGE, "--compress %s with --device %s: not built (its optimizer and its "
+                   "confinement run on the host)", bd->name, device);
   if (lay->zero >= 2)
     return ts_fail(TS_EUSAGE, "--zero %d with --device %s: not built (stages 2 and 3 give a "
                    "layer's host pages back between uses; use --zero 1)", lay->zero, device);
@@ -189,6 +198,6 @@ static int check_device(const ts_layout *lay, const char *device) {
 
 int ts_layout_check(const ts_config *cfg, ts_layout *lay, const char *device) {
   int rc = check_ranks(cfg, lay);
-  if (!rc) rc = check_device(lay, device ? device : "cpu");
+  if (!rc) rc = check_device(cfg, lay, device ? device : "cpu");
   return rc;
 }

@@ -21,8 +21,11 @@
 // 3 the tree over the rounds keeps only the rank's shard of a gradient), and
 // the broadcast after the step (ts_shard_gather_params) brings them to the
 // rest, which need no moments for them.
+// So do the stream writers under a codec that confines the stream: their
+// update's scale is one per output vector (train/adamw_rowwise.c).
 static int must_stay_whole(const ts_config *cfg, const ts_boundary *bd, const ts_tensor *t) {
   if (cfg->optimizer != TS_OPT_ADAMW && t->ndim == 2 && t->role == TS_ROLE_LAYER) return 1;
+  if (bd && bd->confines_stream && t->writes_stream) return 1;
   return bd && bd->owns && bd->owns(t->role);
 }
 

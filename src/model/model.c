@@ -103,6 +103,7 @@ int ts_model_backward(ts_model *m, uint64_t step) {
 
 // ---- pipeline stages ---------------------------------------------------------------
 void ts_model_set_stage_input(ts_model *m, const void *x) { m->x_in = x; }
+void ts_model_set_identity_boundaries(ts_model *m, int on) { m->bd_identity = on; }
 void ts_model_set_stage_grad(ts_model *m, const float *dy) { m->dy_in = dy; }
 const void *ts_model_stage_output(const ts_model *m) {
   const ts_boundary_io bio = ts_model_codec_io(m);

@@ -54,6 +54,7 @@ struct ts_model {
   // --compress the identity), and the codec's own state (its create / destroy).
   const struct ts_boundary *bd;
   void *bd_state;
+  int bd_identity; // decode as if the basis were the identity (ts_model_set_identity_boundaries)
   // The rank's rows as runs of consecutive positions (the strategy's
   // `positions`): one run [t0, t0 + Tl) (of each of the B sequences when not
   // sharded), or e.g. ring-zigzag's two chunks. Run k is rows

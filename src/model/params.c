@@ -28,6 +28,7 @@ typedef struct {
   int index;
   int layer; // the layer whose stage holds it: −1 the embeddings, L the head
   int codec; // a boundary codec's (it follows its stage's last layer)
+  int writes_stream; // ts_tensor's: 1 + the axis of length d of its outputs, 0: none
 } pspec;
 
 // Stage s's codec tensors (boundary.h) when layer l ends it: std 0, value 0.
@@ -55,10 +56,20 @@ static int param_table(ts_model *m, pspec *out) {
       ps->ndim = ND; ps->shape[0] = S0; ps->shape[1] = S1;                              \
       ps->std = STD; ps->value = VAL; ps->view = &m->p.FIELD; ps->gview = &m->g.FIELD;  \
       ps->role = ROLE; ps->index = INDEX; ps->layer = LAYER; ps->codec = 0;             \
+      ps->writes_stream = 0;                                                            \
     }                                                                                   \
     n++;                                                                                \
   } while (0)
+  // The entry just added adds to the residual stream, its outputs along
+  // axis AXIS (ts_tensor's writes_stream): the embeddings' rows, a layer's
+  // output projections (d × in) and their biases. What writes the stream is
+  // the model's to say; a codec that confines it (boundary.h) asks this.
+#define WRITES(AXIS)                                                                    \
+  do {                                                                                  \
+    if (out) out[n - 1].writes_stream = 1 + (AXIS);                                     \
+  } while (0)
   ADD("wte", 2, V, C, s, 0, wte, TS_ROLE_EMBEDDING, 0, -1);
+  WRITES(1);
   char nm[64];
 #define LADD(SUFFIX, ND, S0, S1, STD, VAL, FIELD)                                       \
   snprintf(nm, sizeof nm, "h.%d.%s", l, SUFFIX);                                         \
@@ -75,10 +86,12 @@ static int param_table(ts_model *m, pspec *out) {
       LADD("attn.wk", 2, Ckv, C, s, 0, wk);
       LADD("attn.wv", 2, Ckv, C, s, 0, wv);
       LADD("attn.wo", 2, C, C, sres, 0, wo);
+      WRITES(0);
       LADD("rms2.w", 1, C, 0, 0, 1, ln2w);
       LADD("mlp.w1", 2, F, C, s, 0, w1);
       LADD("mlp.w3", 2, F, C, s, 0, w3);
       LADD("mlp.w2", 2, C, F, sres, 0, w2);
+      WRITES(0);
       BOUNDARY_ADD(l);
     }
     ADD("rmsf.w", 1, C, 0, 0, 1, lnfw, TS_ROLE_FINAL_NORM, 0, m->L);
@@ -86,6 +99,7 @@ static int param_table(ts_model *m, pspec *out) {
     return n;
   }
   ADD("wpe", 2, m->T, C, s, 0, wpe, TS_ROLE_POSITIONAL, 0, -1);
+  WRITES(1);
   for (int l = 0; l < m->L; l++) {
     LADD("ln1.w", 1, C, 0, 0, 1, ln1w);
     LADD("ln1.b", 1, C, 0, 0, 0, ln1b);
@@ -96,17 +110,22 @@ static int param_table(ts_model *m, pspec *out) {
     LADD("attn.wv", 2, C, C, s, 0, wv);
     LADD("attn.bv", 1, C, 0, 0, 0, bv);
     LADD("attn.wo", 2, C, C, sres, 0, wo);
+    WRITES(0);
     LADD("attn.bo", 1, C, 0, 0, 0, bo);
+    WRITES(0);
     LADD("ln2.w", 1, C, 0, 0, 1, ln2w);
     LADD("ln2.b", 1, C, 0, 0, 0, ln2b);
     LADD("mlp.w1", 2, F, C, s, 0, w1);
     LADD("mlp.b1", 1, F, 0, 0, 0, b1);
     LADD("mlp.w2", 2, C, F, sres, 0, w2);
+    WRITES(0);
     LADD("mlp.b2", 1, C, 0, 0, 0, b2);
+    WRITES(0);
     BOUNDARY_ADD(l);
   }
 #undef LADD
 #undef BOUNDARY_ADD
+#undef WRITES
   ADD("lnf.w", 1, C, 0, 0, 1, lnfw, TS_ROLE_FINAL_NORM, 0, m->L);
   ADD("lnf.b", 1, C, 0, 0, 0, lnfb, TS_ROLE_FINAL_NORM, 0, m->L);
   if (!m->cfg.tied) ADD("lm_head", 2, V, C, s, 0, lm_head, TS_ROLE_HEAD, 0, m->L);
@@ -280,6 +299,7 @@ static int make_table(ts_model *m, pspec **spec, unsigned char **held) {
     t->shape[1] = ps->shape[1];
     t->role = ps->role;
     t->index = ps->index;
+    t->writes_stream = ps->writes_stream;
     t->at = (int64_t)at;
     at += spec_numel(ps);
     (*held)[i] = (unsigned char)holding(m, ps);

@@ -14,7 +14,7 @@
 #include "run.h"
 #include "train/ckpt.h"
 
-int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
+int ts_eval(const ts_config *cfg_in, const char *ckpt_path, int identity_boundaries) {
   ts_run_setup_threads(cfg_in, 1);
   ts_run_ckpt ck;
   ts_data *data = NULL;
@@ -27,6 +27,11 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   // the flags, else (no --data, no --val-data) the checkpoint's validation
   // split: its files, format and --val-frac (that flag may still change)
   ts_config cfg = ck.cfg;
+  if (identity_boundaries && cfg.compress == TS_COMPRESS_NONE) {
+    rc = ts_fail(TS_EUSAGE, "--identity-boundaries: checkpoint %s has no compressed boundaries "
+                 "(it was trained without --compress)", ckpt_path);
+    goto done;
+  }
   const int recorded = cfg_in->data_from_ckpt && !cfg_in->val_path[0];
   if (!recorded) {
     snprintf(cfg.data_path, sizeof cfg.data_path, "%s", cfg_in->data_path);
@@ -85,6 +90,9 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   inputs = malloc((size_t)cfg.batch * cfg.seq * sizeof(int));
   targets = malloc((size_t)cfg.batch * cfg.seq * sizeof(int));
   if (!inputs || !targets) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
+  // what the checkpoint does not hold comes from the seed, as in training: a
+  // codec's frozen bases and tables (SSN's U and T, MAPL's P_s)
+  ts_model_init(m, cfg.seed);
   if ((rc = ts_run_load_checkpoint(m, NULL, NULL, 0, &ck))) goto done;
   float vl;
   ts_shard whole = {.m = m, .nb = cfg.batch, .T = cfg.seq, .Tl = cfg.seq};
@@ -97,6 +105,16 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   }
   printf("checkpoint %s (step %" PRId64 "): val loss %.6f (%a) over %d batches of %dx%d\n",
          ckpt_path, ck.step, (double)vl, (double)vl, cfg.eval_batches, cfg.batch, cfg.seq);
+  if (identity_boundaries) {
+    // the same weights with each boundary's basis replaced by the identity
+    // (the MAPL paper's probe of SSN, its Table 4): what the stream holds
+    // outside the subspace the model was trained through
+    float vi;
+    ts_model_set_identity_boundaries(m, 1);
+    if ((rc = ts_run_evaluate(&whole, data, &cfg, NULL, inputs, targets, &vi))) goto done;
+    printf("identity boundaries: val loss %.6f (%a), change %+.6f (%+.3g%%)\n", (double)vi,
+           (double)vi, (double)(vi - vl), 100.0 * ((double)vi - vl) / vl);
+  }
 done:
   free(inputs); free(targets);
   ts_model_free(m);

@@ -213,6 +213,9 @@ int ts_sample(const ts_config *cfg_in, const ts_sample_opts *o, FILE *out) {
     rc = ts_run_restate(o->ckpt, "tessera.config");
     goto done;
   }
+  // what the checkpoint does not hold comes from the seed, as in training: a
+  // codec's frozen bases and tables (SSN's U and T, MAPL's P_s)
+  ts_model_init(m, cfg.seed);
   if ((rc = ts_run_load_checkpoint(m, NULL, NULL, 0, &ck))) goto done;
   logprob = malloc((size_t)o->tokens * sizeof *logprob);
   if (!logprob) {

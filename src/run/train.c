@@ -25,6 +25,7 @@
 
 #include "backend/backend.h"
 #include "backend/mem.h"
+#include "boundary/boundary.h"
 #include "base/util.h"
 #include "cp/strategy.h"
 #include "dist/grid.h"
@@ -421,7 +422,8 @@ static int step_update(trainer *t, int64_t s, step_stats *st) {
   ts_clip_tensors(sh->upd_g, sh->nupd, st->norm, t->cfg.grad_clip);
   st->lr = ts_lr_at(&t->cfg, s);
   if ((rc = ts_optimizer_step(&t->opt, sh->upd_p, sh->upd_g, sh->nupd, &t->cfg, s)) ||
-      (rc = ts_shard_gather_params(sh))) // --zero: every shard to every replica
+      (rc = ts_shard_gather_params(sh)) || // --zero: every shard to every replica
+      (rc = ts_model_boundary_after_step(sh->m, sh->pl ? sh->pl->pipe : NULL, step)))
     return rc;
   if (sh->pl) rc = ts_pipeline_sync_copies(sh->pl, sh->m, step);
   return rc;

@@ -68,9 +68,12 @@ static int is_hidden_matrix(const ts_tensor *t) {
   return t->ndim == 2 && t->role == TS_ROLE_LAYER;
 }
 
-// Which group a tensor's update belongs to: AdamW's, Muon's, or the boundary
-// codec's own (boundary.h: SPEL for projectors, the codebooks' EMA).
-enum { G_ADAMW = 0, G_MUON, G_CODEC };
+// Which group a tensor's update belongs to: AdamW's, Muon's, the boundary
+// codec's own (boundary.h: SPEL for projectors, the codebooks' EMA), or
+// AdamW with its scale constant along the output axis (a stream writer under
+// a codec that confines the stream, boundary.h confines_stream: whatever the
+// optimizer, as the SSN paper trains them).
+enum { G_ADAMW = 0, G_MUON, G_CODEC, G_ROWWISE };
 
 int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int ntens,
                       const ts_config *cfg, int64_t s) {
@@ -81,6 +84,11 @@ int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nt
   size_t need = 0;
   int special = 0;
   for (int t = 0; t < ntens; t++) {
+    if (bd->confines_stream && params[t].writes_stream) {
+      group[t] = G_ROWWISE;
+      special = 1;
+      continue;
+    }
     if (cfg->optimizer != TS_OPT_ADAMW && is_hidden_matrix(&params[t])) group[t] = G_MUON;
     else if (bd->owns && bd->owns(params[t].role)) group[t] = G_CODEC;
     else continue;
@@ -103,6 +111,8 @@ int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nt
   const float sched = cfg->lr > 0.0f ? lr / cfg->lr : 0.0f;
   const float mlr = cfg->muon_lr * sched;
   const ts_ortho how = cfg->optimizer == TS_OPT_MUON_PE ? TS_ORTHO_PE : TS_ORTHO_NS;
+  float step_size, bc2_sqrt; // AdamW's, whose step count ts_adamw_update advanced
+  ts_adamw_scalars(lr, cfg->beta1, cfg->beta2, opt->step, &step_size, &bc2_sqrt);
   size_t off = 0;
   for (int t = 0; t < ntens; t++) {
     const size_t n = (size_t)ts_tensor_numel(&params[t]);
@@ -115,6 +125,10 @@ int ts_optimizer_step(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nt
                            opt->scratch);
     else if (group[t] == G_CODEC && bd->update) // NULL: they stay (mapl-frozen's projector)
       bd->update(cfg, params, grads, ntens, t, buf, sched, (uint64_t)s + 1, opt->scratch);
+    else if (group[t] == G_ROWWISE)
+      ts_adamw_rowwise(&params[t], p, g, buf, opt->v + (off - n),
+                       params[t].ndim >= 2 ? 1.0f - lr * cfg->weight_decay : 1.0f, cfg->beta1,
+                       cfg->beta2, step_size, bc2_sqrt, cfg->eps);
   }
   free(group);
   return TS_OK;

@@ -33,6 +33,14 @@ void ts_adamw_update(ts_adamw *opt, ts_tensor *params, ts_tensor *grads, int nte
 void ts_adamw_scalars(float lr, float beta1, float beta2, uint64_t step, float *step_size,
                       float *bc2_sqrt);
 
+// AdamW on one stream-writing tensor t (its data p, gradient g, moments m,
+// v) with the adaptive scale constant along its output axis (ts_tensor's
+// writes_stream; src/train/adamw_rowwise.c): the update of a codec that
+// confines the stream (boundary.h confines_stream). On the host.
+void ts_adamw_rowwise(const ts_tensor *t, float *p, const float *g, float *m, float *v,
+                      float decay, float beta1, float beta2, float step_size, float bc2_sqrt,
+                      float eps);
+
 // The run's optimizer step s (0-based) on every tensor: AdamW, or the hybrid
 // of the Muon papers (--optimizer muon, muon-pe): Muon, with Newton–Schulz or
 // Polar Express, for the layers' 2-D weights (tensors of role TS_ROLE_LAYER
