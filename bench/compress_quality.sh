@@ -29,7 +29,9 @@
 #   OPT_FLAGS   ["--optimizer muon-pe --muon-lr 0.02 --lr 0.01 --warmup 30"]: the MAPL
 #               paper's hybrid (AdamW at 0.5x the Muon rate; projectors at 0.1x)
 #   STAGES      ["4 8"]   RANKS  ["32 16"] (d/4, d/8 of d 128)
-#   MODES       ["ssn mapl-frozen mapl mapl-unconstrained mapl-vq"]
+#   MODES       ["ssn mapl-frozen mapl mapl-unconstrained mapl-vq"]; ssn-confined is the
+#               SSN paper's SSN (weights confined to span(U), docs/COMPRESSION.md)
+#   SSN_REFRESH ssn-confined: --ssn-refresh N [tessera's default, 500]
 #   VQ_FULL     also mapl-vq with full codebook sync [1]
 #   JOBS        runs at once, one thread each [2]
 #   TIMEOUT     seconds one run may take before it counts as failed [3600]
@@ -75,14 +77,15 @@ bench_snapshot tessera-compress
 [ "$JOBS" -ge 1 ] 2>/dev/null || die "JOBS=$JOBS: not a positive integer"
 [ "$EVAL_EVERY" -ge 1 ] 2>/dev/null || die "EVAL_EVERY=$EVAL_EVERY: not a positive integer"
 for m in $MODES; do
-  case $m in ssn|mapl|mapl-unconstrained|mapl-vq|mapl-frozen) ;; *) die "MODES: unknown mode '$m'" ;; esac
+  case $m in ssn|ssn-confined|mapl|mapl-unconstrained|mapl-vq|mapl-frozen) ;; *) die "MODES: unknown mode '$m'" ;; esac
 done
 # layers divisible by every P, R <= d, groups dividing R: tessera refuses a bad model
 # before any work, and the first such run stops the benchmark with tessera's message
 
 bench_results mode P r sync name
 bench_setup "model_flags $MODEL_FLAGS" "seq $SEQ" "batch $BATCH" "steps $STEPS" \
-  "eval_every $EVAL_EVERY" "eval_batches $EVAL_BATCHES" "opt_flags $OPT_FLAGS" "jobs $JOBS"
+  "eval_every $EVAL_EVERY" "eval_batches $EVAL_BATCHES" "opt_flags $OPT_FLAGS" "jobs $JOBS" \
+  "ssn_refresh ${SSN_REFRESH:-default}"
 echo "binary $TESSERA" >> "$RESULTS/setup.txt"
 bench_binary
 
@@ -97,6 +100,7 @@ start() {
        --quiet --log "$RESULTS/$name.jsonl")
   [ "$mode" = none ] || cmd+=(--compress "$mode" --rank "$r" --compress-stages "$p")
   [ "$sync" = full ] && cmd+=(--vq-sync-codes 256)
+  [ "$mode" = ssn-confined ] && [ -n "${SSN_REFRESH:-}" ] && cmd+=(--ssn-refresh "$SSN_REFRESH")
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
   (
     bench_run "$name" "${cmd[@]}"

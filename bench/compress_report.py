@@ -12,7 +12,7 @@ and the loss curves to IMG_DIR/compress_quality.png.
 Validation loss: the last eval record of each run (the mean over its --eval-batches
 held-out batches, the same batches for every run). Gap: (loss − loss_none) / loss_none.
 Bytes per token per boundary, from the model's configuration (src/boundary/, src/boundary/vq.h):
-forward d·4 (none), r·4 (ssn, mapl*), R·r/G one-byte codes (mapl-vq); backward d·4 or
+forward d·4 (none), r·4 (ssn, ssn-confined, mapl*), R·r/G one-byte codes (mapl-vq); backward d·4 or
 r·4; after each step the projector A_p (d·r floats) and mapl-vq's streamed codes
 (R·sync·r floats) per boundary, shown amortised over the step's B·T tokens.
 """
@@ -25,9 +25,9 @@ from benchlib import (ROOT, ReportError, arg_parser, manifest_lines, output_path
                       read, read_kv, run_command, run_main, save_fig, shown, table,
                       write_report)
 
-MODE_ORDER = ["none", "ssn", "mapl-frozen", "mapl", "mapl-unconstrained", "mapl-vq",
+MODE_ORDER = ["none", "ssn", "ssn-confined", "mapl-frozen", "mapl", "mapl-unconstrained", "mapl-vq",
               "mapl-vq full sync"]
-STYLE = {"none": ("black", "--"), "ssn": ("tab:orange", "-"), "mapl": ("tab:blue", "-"),
+STYLE = {"none": ("black", "--"), "ssn": ("tab:orange", "-"), "ssn-confined": ("tab:brown", "-."), "mapl": ("tab:blue", "-"),
          "mapl-unconstrained": ("tab:purple", ":"), "mapl-vq": ("tab:green", "-"),
          "mapl-vq full sync": ("tab:olive", "-."), "mapl-frozen": ("tab:gray", "-")}
 
