@@ -30,15 +30,20 @@ sendrecv_bytes() { # FILE: the first step record's sendrecv bytes
 }
 
 # equal MODE S RUN...: the serial run of the model compressed at S stages
-# against each pipelined run "P:D:M:schedule"; ANCHOR=KIND adds --mapl-anchor KIND
+# against each pipelined run "P:D:M:schedule"; ANCHOR=KIND adds --mapl-anchor KIND.
+# ssn-confined runs without dropout (it refuses a mask, which takes the
+# stream out of the subspace) and refreshes its basis at step 2, which sums
+# the stages' gradients over the pipeline.
 equal() {
   mode=$1 stages=$2
   shift 2
+  m4=$M4
+  [ "$mode" = ssn-confined ] && m4="--model llama-tiny --layers 4 --ssn-refresh 2"
   x= tag=$mode
   [ -n "${ANCHOR:-}" ] && x="--mapl-anchor $ANCHOR" tag=$mode-$ANCHOR
   S=$TS_TMP/serial-$tag-$stages.jsonl
   rm -f "$S"
-  expect_exit 0 "" "$T" train $M4 $common --compress $mode --rank $R --compress-stages $stages \
+  expect_exit 0 "" "$T" train $m4 $common --compress $mode --rank $R --compress-stages $stages \
     $x --log "$S" || return
   for run in "$@"; do
     P=${run%%:*} rest=${run#*:}
@@ -46,7 +51,7 @@ equal() {
     M=${rest%%:*} sched=${rest#*:}
     L=$TS_TMP/pp-$tag-$P-$D-$M-$sched.jsonl
     rm -f "$L"
-    expect_exit 0 "" $RUN_MPI -n $((P * D)) "$T" train $M4 $common --compress $mode --rank $R \
+    expect_exit 0 "" $RUN_MPI -n $((P * D)) "$T" train $m4 $common --compress $mode --rank $R \
       --pp $P --dp $D --microbatches $M --schedule $sched $x --log "$L" || continue
     TS_CHECKS=$((TS_CHECKS + 1))
     out=$("$T" compare "$S" "$L" 2>&1)
@@ -54,7 +59,7 @@ equal() {
       fail "$tag | pp $P dp $D M $M $sched: $out"
     mb=$((4 / D / M))
     sync=0 fwd=$((R * 4)) bwd=$((R * 4))
-    case $mode in ssn|mapl-frozen) ;; *) sync=$((64 * R * 4)) ;; esac
+    case $mode in ssn|ssn-confined|mapl-frozen) ;; *) sync=$((64 * R * 4)) ;; esac
     # G = 2, R = 2 rounds, one streamed code per codebook
     [ "$mode" = mapl-vq ] && fwd=$((2 * R / 2)) sync=$((sync + 2 * 1 * R * 4))
     want=$((M * mb * 64 * (fwd + bwd) + sync + 32))
@@ -76,6 +81,8 @@ equal mapl-unconstrained 4 4:1:2:1f1b
 equal mapl-frozen 4 4:1:2:1f1b 4:1:4:gpipe
 equal mapl-vq 4 4:1:4:gpipe 4:1:2:1f1b
 equal mapl-vq 2 2:2:2:1f1b
+equal ssn-confined 4 4:1:2:1f1b
+equal ssn-confined 2 2:2:1:gpipe
 # MAPL's anchors (--mapl-anchor, docs/COMPRESSION.md): each kind's model, pipelined, is its
 # serial run; the wire and the sync are the same bytes whichever the anchor
 for ANCHOR in factorised none static full; do equal mapl 2 2:1:2:1f1b; done
@@ -112,6 +119,10 @@ expect_exit 2 "was written with --compress mapl, this run has none" \
 expect_exit 2 "was written with --mapl-anchor factorised, this run has full" \
   "$T" train $M4 $common --compress mapl --rank $R --compress-stages 2 --mapl-anchor full \
   --ckpt-dir "$CK" --resume
+# ssn-confined's basis and its gathered refresh gradient are in the checkpoint:
+# resumed after step 2, the refresh at step 3 is the straight run's
+expect_resume_identical 2 3 "--compress-stages 2" "--pp 2 --microbatches 2" \
+  --model llama-tiny --layers 4 $common --compress ssn-confined --rank $R --ssn-refresh 3
 # a kind other than the default is recorded in the checkpoint and resumes as itself
 expect_resume_identical 2 3 "--compress-stages 2" "--pp 2 --microbatches 2" $B --mapl-anchor static
 expect_exit 2 "was written with --mapl-anchor static, this run has factorised" \
@@ -128,7 +139,7 @@ expect_exit 2 "--compress-stages 3: the 4 layers must divide into 3 stages" \
 expect_exit 2 "--compress mapl: needs --rank R" \
   "$T" train $M4 $common --compress mapl --compress-stages 2 --log "$NOLOG"
 expect_exit 2 "--rank 8: only with --compress" "$T" train $M4 $common --rank 8 --log "$NOLOG"
-expect_exit 2 "--compress zip: must be none, ssn, mapl, mapl-unconstrained, mapl-vq or mapl-frozen" \
+expect_exit 2 "--compress zip: must be none, ssn, mapl, mapl-unconstrained, mapl-vq, mapl-frozen or ssn-confined" \
   "$T" train $M4 $common --compress zip --log "$NOLOG"
 expect_exit 2 "--pp 2 with --compress-stages 4: a pipeline's stages are the compressed model's" \
   "$T" train $B --pp 2 --compress-stages 4 --log "$NOLOG"
@@ -144,6 +155,13 @@ expect_exit 2 "--mapl-anchor full: only with --compress mapl or mapl-vq" \
   "$T" train $M4 $common --compress ssn --rank $R --compress-stages 2 --mapl-anchor full --log "$NOLOG"
 expect_exit 2 "--mapl-anchor none: only with --compress mapl or mapl-vq" \
   "$T" train $M4 $common --compress mapl-frozen --rank $R --compress-stages 2 --mapl-anchor none --log "$NOLOG"
+expect_exit 2 "--dropout 0.1: not with --compress ssn-confined" \
+  "$T" train $M4 $common --compress ssn-confined --rank $R --compress-stages 2 --log "$NOLOG"
+expect_exit 2 "--ssn-refresh: only with --compress ssn-confined" \
+  "$T" train $M4 $common --compress ssn --rank $R --compress-stages 2 --ssn-refresh 10 --log "$NOLOG"
+expect_exit 2 "--ssn-refresh-step 2: must be in (0, 1]" \
+  "$T" train --model llama-tiny --layers 4 $common --compress ssn-confined --rank $R \
+  --compress-stages 2 --ssn-refresh-step 2 --log "$NOLOG"
 expect_exit 2 "--microbatches 0: must be >= 1" "$T" train $B --pp 2 --microbatches 0 --log "$NOLOG"
 TS_CHECKS=$((TS_CHECKS + 1))
 [ ! -e "$NOLOG" ] && pass "refused runs wrote no log" || fail "a refused run wrote $NOLOG"

@@ -254,6 +254,18 @@ cequal frozen-z1 mapl-frozen 4 "$PD --zero 1 --schedule gpipe"
 cequal vq-z1 mapl-vq 4 "$PD --zero 1"
 cequal vq-z2 mapl-vq 4 "$PD --zero 2 --schedule gpipe"
 cequal vq-dp-z1 mapl-vq 2 "--compress-stages 2 --dp 2 --zero 1"
+# ssn-confined (no dropout; its basis refreshed at step 2): the stream writers,
+# updated row-wise, go whole to one shard each; every replica confines the
+# whole weights after the broadcast, so --zero 3, which keeps only shards, is refused
+CM="--model llama-tiny --layers 4 --rank 16 --ssn-refresh 2 $common"
+rm -f "$TS_TMP/c-serial-ssn-confined.jsonl"
+expect_exit 0 "" "$T" train $CM --compress ssn-confined --compress-stages 2 \
+  --log "$TS_TMP/c-serial-ssn-confined.jsonl"
+cequal confined-z2 ssn-confined 4 "$PD --zero 2"
+cequal confined-dp-z1 ssn-confined 2 "--compress-stages 2 --dp 2 --zero 1"
+expect_exit 2 "--zero 3 with --compress ssn-confined: its confinement projects whole weights" \
+  $RUN_MPI -n 4 "$T" train $CM --compress ssn-confined $PD --zero 3 --log "$TS_TMP/never.jsonl"
+CM="--model llama-tiny --layers 4 --dropout 0.1 --rank 16 $common"
 # --zero 3 writes the serial run's checkpoint, which resumes under --zero 1
 expect_exit 0 "" $RUN_MPI -n 4 "$T" train $CM --compress mapl-vq $PD --zero 3 --ckpt-every 2 \
   --ckpt-dir "$TS_TMP/ck-z3" --log "$TS_TMP/ck-z3.jsonl"

@@ -33,9 +33,28 @@ expect_exit 0 "" "$TESSERA_BIN" train $FLAGS --ckpt-dir "$TS_TMP/ck" --ckpt-ever
 expect_stdout "step-00000006"
 expect_exit 0 "" "$TESSERA_BIN" compare "$TS_TMP/straight.jsonl" "$TS_TMP/resumed.jsonl"
 
+# ssn-confined (docs/COMPRESSION.md): its basis and the refresh's gathered gradient
+# are model tensors, so a run resumed after step 3 refreshes at step 4 as the
+# straight one does; and its checkpoint evaluates with the basis as the identity
+# (the probe), which a model trained without --compress refuses
+SC="--model llama-tiny --layers 4 --steps 5 --warmup 2 --data $DATA --quiet --compress ssn-confined --rank 16 --compress-stages 2 --ssn-refresh 4"
+expect_exit 0 "" "$TESSERA_BIN" train $SC --ckpt-dir "$TS_TMP/cks" --ckpt-every 3 \
+  --log "$TS_TMP/ssn-straight.jsonl"
+rm -f "$TS_TMP/cks/step-00000005.safetensors"
+expect_exit 0 "" "$TESSERA_BIN" train $SC --ckpt-dir "$TS_TMP/cks" --ckpt-every 3 --resume \
+  --log "$TS_TMP/ssn-resumed.jsonl"
+expect_stdout "resumed from .*step-00000003.safetensors"
+expect_exit 0 "" "$TESSERA_BIN" compare "$TS_TMP/ssn-straight.jsonl" "$TS_TMP/ssn-resumed.jsonl"
+expect_stdout "^identical"
+expect_exit 0 "" "$TESSERA_BIN" eval --ckpt "$TS_TMP/cks/step-00000005.safetensors" --data "$DATA" \
+  --identity-boundaries
+expect_stdout "identity boundaries: val loss .*change [+-]0.0000"
+
 # The final checkpoint evaluates.
 expect_exit 0 "" "$TESSERA_BIN" eval --ckpt "$TS_TMP/ck/step-00000008.safetensors" --data "$DATA"
 expect_stdout "val loss"
+expect_exit 2 "--identity-boundaries: checkpoint .* has no compressed boundaries" \
+  "$TESSERA_BIN" eval --ckpt "$TS_TMP/ck/step-00000008.safetensors" --data "$DATA" --identity-boundaries
 
 # tessera compare on two checkpoints: the resumed run's step 6 is the first run's (the
 # step-3 file copied away above is not); the run's own settings (here --log) may differ

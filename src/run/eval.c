@@ -14,6 +14,20 @@
 #include "run.h"
 #include "train/ckpt.h"
 
+// The same weights with each boundary's basis replaced by the identity (the
+// MAPL paper's probe of SSN, its Table 4): what the stream holds outside the
+// subspace the model was trained through. vl: the loss as trained.
+static int identity_probe(ts_model *m, ts_shard *whole, ts_data *data, const ts_config *cfg,
+                          int *inputs, int *targets, float vl) {
+  float vi;
+  ts_model_set_identity_boundaries(m, 1);
+  int rc = ts_run_evaluate(whole, data, cfg, NULL, inputs, targets, &vi);
+  if (rc) return rc;
+  printf("identity boundaries: val loss %.6f (%a), change %+.6f (%+.3g%%)\n", (double)vi,
+         (double)vi, (double)(vi - vl), 100.0 * ((double)vi - vl) / vl);
+  return TS_OK;
+}
+
 int ts_eval(const ts_config *cfg_in, const char *ckpt_path, int identity_boundaries) {
   ts_run_setup_threads(cfg_in, 1);
   ts_run_ckpt ck;
@@ -90,9 +104,7 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path, int identity_boundar
   inputs = malloc((size_t)cfg.batch * cfg.seq * sizeof(int));
   targets = malloc((size_t)cfg.batch * cfg.seq * sizeof(int));
   if (!inputs || !targets) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
-  // what the checkpoint does not hold comes from the seed, as in training: a
-  // codec's frozen bases and tables (SSN's U and T, MAPL's P_s)
-  ts_model_init(m, cfg.seed);
+  ts_model_init(m, cfg.seed); // what no checkpoint holds: a codec's frozen bases, from the seed
   if ((rc = ts_run_load_checkpoint(m, NULL, NULL, 0, &ck))) goto done;
   float vl;
   ts_shard whole = {.m = m, .nb = cfg.batch, .T = cfg.seq, .Tl = cfg.seq};
@@ -105,16 +117,7 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path, int identity_boundar
   }
   printf("checkpoint %s (step %" PRId64 "): val loss %.6f (%a) over %d batches of %dx%d\n",
          ckpt_path, ck.step, (double)vl, (double)vl, cfg.eval_batches, cfg.batch, cfg.seq);
-  if (identity_boundaries) {
-    // the same weights with each boundary's basis replaced by the identity
-    // (the MAPL paper's probe of SSN, its Table 4): what the stream holds
-    // outside the subspace the model was trained through
-    float vi;
-    ts_model_set_identity_boundaries(m, 1);
-    if ((rc = ts_run_evaluate(&whole, data, &cfg, NULL, inputs, targets, &vi))) goto done;
-    printf("identity boundaries: val loss %.6f (%a), change %+.6f (%+.3g%%)\n", (double)vi,
-           (double)vi, (double)(vi - vl), 100.0 * ((double)vi - vl) / vl);
-  }
+  if (identity_boundaries) rc = identity_probe(m, &whole, data, &cfg, inputs, targets, vl);
 done:
   free(inputs); free(targets);
   ts_model_free(m);
