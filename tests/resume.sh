@@ -39,7 +39,8 @@ expect_exit 0 "" "$TESSERA_BIN" compare "$TS_TMP/straight.jsonl" "$TS_TMP/resume
 # (the probe), which a model trained without --compress refuses
 SC="--model llama-tiny --layers 4 --steps 5 --warmup 2 --data $DATA --quiet --compress ssn-confined --rank 16 --compress-stages 2 --ssn-refresh 4"
 expect_exit 0 "" "$TESSERA_BIN" train $SC --ckpt-dir "$TS_TMP/cks" --ckpt-every 3 \
-  --log "$TS_TMP/ssn-straight.jsonl"
+  --log "$TS_TMP/ssn-resumed.jsonl"
+cp "$TS_TMP/ssn-resumed.jsonl" "$TS_TMP/ssn-straight.jsonl"
 rm -f "$TS_TMP/cks/step-00000005.safetensors"
 expect_exit 0 "" "$TESSERA_BIN" train $SC --ckpt-dir "$TS_TMP/cks" --ckpt-every 3 --resume \
   --log "$TS_TMP/ssn-resumed.jsonl"

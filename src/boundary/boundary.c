@@ -163,7 +163,7 @@ void ts_boundary_affine_decode(const ts_boundary_io *io, const ts_boundary_affin
   const int64_t N = io->ntok;
   const int d = io->C;
   if (io->identity) // the probe: B as the identity, so the stream less the sender's anchor
-    memcpy(x, b->y[p], (size_t)N * d * sizeof(float));
+    io->be->copy(x, b->y[p], (size_t)N * d * sizeof(float));
   else
     io->be->linear_backward_input(x, z, f->basis(io, p), N, d, b->r, io->cfg->leaf, 0); // Z·B
   f->anchor(io, p + 1);
