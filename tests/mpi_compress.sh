@@ -159,7 +159,7 @@ expect_exit 2 "--dropout 0.1: not with --compress ssn-confined" \
   "$T" train $M4 $common --compress ssn-confined --rank $R --compress-stages 2 --log "$NOLOG"
 expect_exit 2 "--ssn-refresh: only with --compress ssn-confined" \
   "$T" train $M4 $common --compress ssn --rank $R --compress-stages 2 --ssn-refresh 10 --log "$NOLOG"
-expect_exit 2 "--ssn-refresh-step 2: must be in (0, 1]" \
+expect_exit 2 "--ssn-refresh-step 2: must be in \\(0, 1\\]" \
   "$T" train --model llama-tiny --layers 4 $common --compress ssn-confined --rank $R \
   --compress-stages 2 --ssn-refresh-step 2 --log "$NOLOG"
 expect_exit 2 "--microbatches 0: must be >= 1" "$T" train $B --pp 2 --microbatches 0 --log "$NOLOG"
