@@ -26,7 +26,8 @@
 # ROUNDS (default 2), BUSY_CASES (default "t64"), WAIT_LOAD / WAIT_MAX (bench/lib.sh: wait
 # for a quiet machine first; WAIT_LOAD=0 skips), WORK (the driver, checkpoints and token
 # file; default $TMPDIR/tessera-llmc), RESULTS (default bench/results/llmc), CC,
-# LLMC_CFLAGS (default the Makefile's: -Ofast -march=native -fopenmp -DOMP ...).
+# LLMC_CFLAGS (default the Makefile's: -Ofast -march=native -fopenmp -DOMP ...),
+# TESSERA_LABEL / LLMC_LABEL (what the summary calls each, e.g. a commit).
 # Every run's `uptime` before and after goes to RESULTS/CASE.load.log; bench/llmc_report.py
 # writes RESULTS/summary.md from every case's runs in RESULTS (a case run again replaces
 # its files only). llm.c keeps every layer's T x T attention and its gradient: at t1024
@@ -117,7 +118,9 @@ for c in $CASES; do
     done
   done
 done
-{ echo "tessera: $("$TESSERA" --version), $TESSERA"
-  echo "llm.c: $LLMC_DIR$(git -C "$LLMC_DIR" rev-parse --short HEAD 2> /dev/null | sed 's/^/ at /' || true), built with $CC $LLMC_CFLAGS"
+# what the summary calls each trainer (no folder of this machine goes on record)
+LLMC_LABEL=${LLMC_LABEL:-train_gpt2.c$(git -C "$LLMC_DIR" rev-parse --short HEAD 2> /dev/null | sed 's/^/ at /' || true)}
+{ echo "tessera: ${TESSERA_LABEL:-$(basename "$TESSERA")} ($("$TESSERA" --version))"
+  echo "llm.c: $LLMC_LABEL, built with $CC $LLMC_CFLAGS"
   echo "threads $THREADS, steps $STEPS (t1024: $STEPS_T1024), rounds $ROUNDS, $(nproc) cores, $(date -u +%FT%TZ)"; } > "$RESULTS/about-$(echo "$CASES" | tr " " -).txt"
 "$PYTHON" "$ROOT/bench/llmc_report.py" "$RESULTS" | tee "$RESULTS/summary.md"
