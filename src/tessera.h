@@ -461,6 +461,13 @@ void ts_model_init(ts_model *m, uint64_t seed);
 // batch: the mean loss). step keys dropout masks; training=0 disables dropout.
 float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
                        int training);
+// An observer of the residual stream: during each forward, after layer l − 1
+// (0 < l < L, the layers of the model's stage) the model calls
+// tap(ctx, l, x, rows, d) with the stream entering layer l, rows × d, before
+// any stage boundary encodes it. It reads and changes nothing (tessera eval
+// --activations-out). NULL: none.
+typedef void (*ts_residual_tap)(void *ctx, int l, const float *x, int64_t rows, int d);
+void ts_model_set_residual_tap(ts_model *m, ts_residual_tap tap, void *ctx);
 // Gradients of the global batch's mean loss with respect to the last forward's
 // tokens (for the whole batch: the full gradient) into the gradient buffer.
 int ts_model_backward(ts_model *m, uint64_t step);
@@ -544,6 +551,13 @@ int ts_train(const ts_config *cfg, const ts_layout *lay);
 // The signal that stopped the last ts_train (TS_ESTOPPED), 0 when none.
 int ts_train_stop_signal(void);
 int ts_eval(const ts_config *cfg, const char *ckpt_path);
+// What tessera eval does beside the loss. activations_out: a safetensors file
+// of the residual stream between layers over the evaluated batches
+// (src/run/eval.c, docs/COMPRESSION.md "Geometry"); NULL or "": none.
+typedef struct {
+  const char *activations_out;
+} ts_eval_options;
+int ts_eval_with(const ts_config *cfg, const char *ckpt_path, const ts_eval_options *opt);
 // tessera tokenize (src/run/tokenize.c, docs/TOKENIZER.md): the text file `in`
 // encoded by the tokenizer model file `tokenizer` (with ckpt: the one that
 // checkpoint records, or `tokenizer` checked against it) into the token-id

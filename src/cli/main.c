@@ -177,6 +177,7 @@ struct cli {
   int val_frac_given; // --val-frac on the command line (refused with --val-data)
   int data_given;     // --data on the command line (else resume and eval read the checkpoint's)
   char ckpt[4096]; // eval, sample, tokenize
+  char activations_out[4096]; // eval
   // sample
   char prompt[16384], prompt_file[4096], tokenizer[4096];
   int prompt_given; // 1: --prompt, 2: --prompt-file, 3: both (refused)
@@ -276,6 +277,9 @@ static const flag flags[] = {
     // command-specific
     {"--ckpt", K_STR, AT(ckpt), 0, "FILE", "checkpoint to read (required)", "", C_EVAL | C_SAMPLE,
      G_CMD, NULL},
+    {"--activations-out", K_STR, AT(activations_out), 0, "FILE",
+     "also write the residual stream entering each layer over the evaluated batches "
+     "(safetensors; bench/geometry.py reads it)", "none", C_EVAL, G_CMD, NULL},
     {"--prompt", K_STR, AT(prompt), 0, "TEXT",
      "the text to continue (or --prompt-file, for a longer one)", "", C_SAMPLE,
      G_CMD, check_prompt},
@@ -1076,6 +1080,19 @@ static int check_outputs(const command *cmd, const cli *c) {
       return ts_fail(TS_EUSAGE, "--val-data %s: a file tessera dump writes into --out %s", val,
                      c->out);
   }
+  // eval's one output must not be what it reads
+  const char *act = c->activations_out;
+  if (cmd->id == C_EVAL && act[0]) {
+    if (same_file(act, c->ckpt))
+      return ts_fail(TS_EUSAGE, "--activations-out %s: the --ckpt file (it would be overwritten)",
+                     act);
+    if (c->data_given && same_file(act, data))
+      return ts_fail(TS_EUSAGE, "--activations-out %s: the --data file (it would be overwritten)",
+                     act);
+    if (val[0] && same_file(act, val))
+      return ts_fail(TS_EUSAGE, "--activations-out %s: the --val-data file (it would be "
+                     "overwritten)", act);
+  }
   return TS_OK;
 }
 
@@ -1232,7 +1249,8 @@ static int run_train(const command *cmd, cli *c, const char *const *pos, int n_p
 }
 
 static int run_eval(const command *cmd, cli *c, const char *const *pos, int n_pos) {
-  return finish(cmd, ts_eval(&c->cfg, c->ckpt));
+  const ts_eval_options opt = {.activations_out = c->activations_out};
+  return finish(cmd, ts_eval_with(&c->cfg, c->ckpt, &opt));
 }
 
 static int run_sample(const command *cmd, cli *c, const char *const *pos, int n_pos) {

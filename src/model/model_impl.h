@@ -54,6 +54,8 @@ struct ts_model {
   // --compress the identity), and the codec's own state (its create / destroy).
   const struct ts_boundary *bd;
   void *bd_state;
+  ts_residual_tap tap;         // an observer of the stream between layers (NULL: none)
+  void *tap_ctx;
   // The rank's rows as runs of consecutive positions (the strategy's
   // `positions`): one run [t0, t0 + Tl) (of each of the B sequences when not
   // sharded), or e.g. ring-zigzag's two chunks. Run k is rows

@@ -14,7 +14,110 @@
 #include "run.h"
 #include "train/ckpt.h"
 
+// --activations-out: the stream entering each layer l (0 < l < L) over the
+// evaluated batches, one (E·B·T × d) buffer a layer, filled batch by batch as
+// the model's tap reports it (ts_residual_tap), then written as
+// "residual.<l>" with the checkpoint's configuration (bench/geometry.py reads
+// it: docs/COMPRESSION.md "Geometry").
+typedef struct {
+  int L, d;
+  int64_t rows;      // of the whole file: E·B·T
+  float **x;         // per l (x[0] unused)
+  int64_t *filled;   // rows written per l
+} activations;
+
+// More than this is refused before anything runs: it is held in memory whole.
+#define TS_ACTIVATIONS_MAX_BYTES ((size_t)4 << 30)
+
+static void tap_activations(void *ctx, int l, const float *x, int64_t rows, int d) {
+  activations *a = ctx;
+  if (l <= 0 || l >= a->L || d != a->d || a->filled[l] + rows > a->rows) return;
+  memcpy(a->x[l] + a->filled[l] * d, x, (size_t)rows * d * sizeof(float));
+  a->filled[l] += rows;
+}
+
+static void activations_free(activations *a) {
+  if (a->x)
+    for (int l = 0; l < a->L; l++) free(a->x[l]);
+  free(a->x);
+  free(a->filled);
+}
+
+static int activations_create(const ts_config *cfg, const char *path, activations *a) {
+  *a = (activations){.L = cfg->n_layer, .d = cfg->d,
+                     .rows = (int64_t)cfg->eval_batches * cfg->batch * cfg->seq};
+  if (a->L < 2)
+    return ts_fail(TS_EUSAGE, "--activations-out %s: a model of %d layer has no stream between "
+                   "layers", path, a->L);
+  const double bytes = (double)(a->L - 1) * (double)a->rows * a->d * sizeof(float);
+  if (bytes > (double)TS_ACTIVATIONS_MAX_BYTES)
+    return ts_fail(TS_EUSAGE, "--activations-out %s: %d layers x %lld rows x %d floats is %.1f "
+                   "GiB, more than the %zu GiB held in memory: lower --eval-batches", path,
+                   a->L - 1, (long long)a->rows, a->d, bytes / (1 << 30),
+                   TS_ACTIVATIONS_MAX_BYTES >> 30);
+  // a directory that cannot take the file is found before the batches run
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash) snprintf(dir, sizeof dir, ".");
+  else slash[slash == dir] = '\0';
+  if (access(dir, W_OK | X_OK) != 0)
+    return ts_fail(TS_ERUNTIME, "--activations-out %s: cannot write into %s (%s)", path, dir,
+                   strerror(errno));
+  a->x = calloc((size_t)a->L, sizeof *a->x);
+  a->filled = calloc((size_t)a->L, sizeof *a->filled);
+  if (!a->x || !a->filled) return ts_fail(TS_ERUNTIME, "out of memory");
+  for (int l = 1; l < a->L; l++)
+    if (!(a->x[l] = malloc((size_t)a->rows * a->d * sizeof(float))))
+      return ts_fail(TS_ERUNTIME, "--activations-out %s: out of memory for %.1f GiB", path,
+                     bytes / (1 << 30));
+  return TS_OK;
+}
+
+// The file: the tensors, the checkpoint's configuration and where it came from.
+static int activations_write(const activations *a, const char *path, const char *ckpt_path,
+                             const ts_run_ckpt *ck, const ts_config *cfg) {
+  for (int l = 1; l < a->L; l++)
+    if (a->filled[l] != a->rows) // every forward reports every layer: anything else is a bug
+      return ts_fail(TS_ERUNTIME, "--activations-out %s: layer %d reported %lld of %lld rows",
+                     path, l, (long long)a->filled[l], (long long)a->rows);
+  ts_tensor *t = calloc((size_t)a->L, sizeof *t);
+  char *config = malloc(TS_CONFIG_JSON_MAX);
+  int rc = !t || !config ? ts_fail(TS_ERUNTIME, "out of memory")
+                         : ts_config_to_json(cfg, config, TS_CONFIG_JSON_MAX);
+  if (rc) {
+    free(t); free(config);
+    return rc;
+  }
+  for (int l = 1; l < a->L; l++) {
+    ts_tensor *e = &t[l - 1];
+    snprintf(e->name, sizeof e->name, "residual.%d", l);
+    e->data = a->x[l];
+    e->ndim = 2;
+    e->shape[0] = a->rows;
+    e->shape[1] = a->d;
+  }
+  char step[32];
+  snprintf(step, sizeof step, "%" PRId64, ck->step);
+  const ts_meta meta[] = {{"tessera.config", config},
+                          {"tessera.checkpoint", ckpt_path},
+                          {"tessera.step", step},
+                          {"tessera.activations", "residual.<l>: the stream entering layer l, "
+                                                  "rows of the validation batches in order"}};
+  rc = ts_ckpt_write(path, t, a->L - 1, meta, 4);
+  if (rc) rc = ts_fail_flag(rc, "--activations-out", path);
+  free(t); free(config);
+  return rc;
+}
+
 int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
+  return ts_eval_with(cfg_in, ckpt_path, NULL);
+}
+
+int ts_eval_with(const ts_config *cfg_in, const char *ckpt_path, const ts_eval_options *opt) {
+  const char *act_path = opt && opt->activations_out && opt->activations_out[0]
+                             ? opt->activations_out : NULL;
+  activations act = {0};
   ts_run_setup_threads(cfg_in, 1);
   ts_run_ckpt ck;
   ts_data *data = NULL;
@@ -86,6 +189,10 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   targets = malloc((size_t)cfg.batch * cfg.seq * sizeof(int));
   if (!inputs || !targets) { rc = ts_fail(TS_ERUNTIME, "out of memory"); goto done; }
   if ((rc = ts_run_load_checkpoint(m, NULL, NULL, 0, &ck))) goto done;
+  if (act_path) {
+    if ((rc = activations_create(&cfg, act_path, &act))) goto done;
+    ts_model_set_residual_tap(m, tap_activations, &act);
+  }
   float vl;
   ts_shard whole = {.m = m, .nb = cfg.batch, .T = cfg.seq, .Tl = cfg.seq};
   if ((rc = ts_run_evaluate(&whole, data, &cfg, NULL, inputs, targets, &vl))) goto done;
@@ -97,7 +204,13 @@ int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   }
   printf("checkpoint %s (step %" PRId64 "): val loss %.6f (%a) over %d batches of %dx%d\n",
          ckpt_path, ck.step, (double)vl, (double)vl, cfg.eval_batches, cfg.batch, cfg.seq);
+  if (act_path) {
+    if ((rc = activations_write(&act, act_path, ckpt_path, &ck, &cfg))) goto done;
+    printf("activations: %d layer inputs x %lld rows x %d -> %s\n", act.L - 1,
+           (long long)act.rows, act.d, act_path);
+  }
 done:
+  activations_free(&act);
   free(inputs); free(targets);
   ts_model_free(m);
   ts_data_close(data);
