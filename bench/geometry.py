@@ -2,8 +2,11 @@
 """The geometry of the residual stream at stage boundaries (docs/COMPRESSION.md, "Geometry").
 
 Reads the file `tessera eval --activations-out` writes (residual.<l>: the stream entering
-layer l over the evaluated batches, rows x d) and, with --ckpt, the checkpoint's boundary
-projectors (cmp.<p>.proj, d x r: MAPL's A_p), and reports per layer:
+layer l over the evaluated batches, rows x d; tokens: their ids) and, with --ckpt, the
+checkpoint it came from: its embeddings, its boundary projectors (cmp.<p>.proj, d x r:
+MAPL's A_p) and its layers' output projections. With the checkpoint every measure is of
+X_res = X - wte[token] (- wpe[position] for GPT), the stream less its embedding, as the MAPL
+paper analyses it (its section 3.1); without it, of X. Per layer:
 
   energy      the share of ||X||_F^2 in the top k singular directions, for k = r (the
               codec's rank, when compressed) and d/16, d/8, d/4, d/2; k95, the fewest
@@ -13,12 +16,15 @@ and at each boundary with a projector A_p:
   angles      the principal angles between span(A_p) and the top-r right singular
               subspace of X: cos^2 mean and the largest angle (a random r-dimensional
               subspace of R^d has cos^2 mean about r/d)
-  captured    ||X A_p||_F^2 over the best rank-r share (1: A_p spans the top subspace)
+  captured    ||X A_p||_F^2 / ||X||_F^2, beside the best any rank-r basis captures (the top-r
+              energy share) and the mean of 8 random orthonormal bases (the paper's Fig 5b)
   cos r       Pearson correlation of cos(x_i A_p, x_j A_p) with cos(x_i, x_j) over sampled
-              token pairs (whether A_p keeps the stream's angles)
+              token pairs (whether A_p keeps the stream's angles; the paper's Fig 5c)
+and across boundaries the mean principal angle between every two projectors (Fig 5a), and
+per layer the stable rank of the output projections attn.wo and mlp.w2 (Fig 6).
 
-X is the stream itself, uncentred: what a stage hands on. A MAPL codec projects X minus its
-anchor, which this file does not hold (the anchor depends on the tokens).
+Nothing is centred: what a stage hands on is the stream itself. A MAPL codec subtracts its
+own anchor, not the embedding; the paper's measures subtract the embedding.
 
   bench/geometry.py --activations act.safetensors [--ckpt ck.safetensors]
                     [--json out.json] [--plot energy.png] [--pairs 4000] [--seed 0]
@@ -59,22 +65,34 @@ def energy_stats(s, ks):
     }
 
 
+def mean_angle_deg(a, b):
+    """The mean principal angle between span(a) and span(b) (d x r each), in degrees."""
+    qa, _ = torch.linalg.qr(a.double())
+    qb, _ = torch.linalg.qr(b.double())
+    cos = torch.linalg.svdvals(qa.T @ qb).clamp(-1.0, 1.0)
+    return math.degrees(float(torch.arccos(cos).mean()))
+
+
 def projector_stats(x, a, top, pairs, gen):
     """How a projector a (d x r) sits against x (rows x d): angles, captured energy, cos r.
 
     top: x's right singular vectors (d x d, columns descending)."""
     x = x.double()
     q, _ = torch.linalg.qr(a.double())  # its span (A_p is orthonormal under MAPL; not always)
-    r = q.shape[1]
+    r, d = q.shape[1], x.shape[1]
     cos = torch.linalg.svdvals(q.T @ top[:, :r]).clamp(max=1.0)
-    best = float((x @ top[:, :r]).pow(2).sum())
-    got = float((x @ q).pow(2).sum())
+    total = float(x.pow(2).sum())
+    share = (lambda b: float((x @ b).pow(2).sum()) / total) if total > 0 else (lambda b: 0.0)
+    rand = [share(torch.linalg.qr(torch.randn(d, r, generator=gen, dtype=torch.float64))[0])
+            for _ in range(8)]
     out = {
         "r": r,
         "cos2_mean": float((cos * cos).mean()),
         "max_angle_deg": math.degrees(math.acos(float(cos.min()))),
-        "random_cos2_mean": r / x.shape[1],
-        "captured": got / best if best > 0 else 0.0,
+        "random_cos2_mean": r / d,
+        "captured": share(q),
+        "captured_best": share(top[:, :r]),
+        "captured_random": sum(rand) / len(rand),
     }
     n = x.shape[0]
     if pairs > 0 and n >= 2:
@@ -100,6 +118,11 @@ def boundaries(config):
     return {(p + 1) * L // stages: p for p in range(stages - 1)}
 
 
+def stable_rank(w):
+    s = torch.linalg.svdvals(w.double())
+    return float((s * s).sum() / (s[0] * s[0])) if float(s[0]) > 0 else 0.0
+
+
 def analyse(act_path, ckpt_path, pairs, seed):
     act = SafetensorsFile(act_path)
     try:
@@ -111,21 +134,40 @@ def analyse(act_path, ckpt_path, pairs, seed):
     if not names:
         raise TesseraError(f"{act_path}: no residual.<l> tensors (write it with tessera eval "
                            f"--activations-out)")
-    xs = act.tensors(names)
+    xs = act.tensors(names + (["tokens"] if "tokens" in act.entries else []))
     act.close()
     bmap = boundaries(config)
-    projs = {}
+    projs, emb, weights = {}, None, {}
     if ckpt_path:
         ck = SafetensorsFile(ckpt_path)
         want = [f"cmp.{p}.proj" for p in bmap.values() if f"cmp.{p}.proj" in ck.entries]
         projs = ck.tensors(want)
+        L = int(config.get("n_layer", 0) or 0)
+        wnames = [f"h.{l}.{w}" for l in range(L) for w in ("attn.wo", "mlp.w2")
+                  if f"h.{l}.{w}" in ck.entries]
+        weights = ck.tensors(wnames)
+        if "tokens" in xs and "wte" in ck.entries:
+            t = ck.tensors(["wte"] + (["wpe"] if "wpe" in ck.entries else []))
+            ids = xs["tokens"].long()
+            if int(ids.min()) < 0 or int(ids.max()) >= t["wte"].shape[0]:
+                raise TesseraError(f"{act_path}: token ids outside {ckpt_path}'s vocabulary "
+                                   f"(not the checkpoint it was written from?)")
+            emb = t["wte"][ids].double()
+            if "wpe" in t:  # rows are sequences of seq positions in order
+                T = int(config["seq"])
+                emb += t["wpe"].double()[torch.arange(len(ids)) % T]
         ck.close()
     rank = int(config.get("compress_rank", 0) or 0)
     gen = torch.Generator().manual_seed(seed)
     rows = []
     for n in names:
         l = int(n.split(".")[1])
-        x = xs[n]
+        x = xs[n].double()
+        if emb is not None:
+            if emb.shape != x.shape:
+                raise TesseraError(f"{act_path}: {n} is {list(x.shape)}, the embeddings "
+                                   f"{list(emb.shape)} (not the checkpoint it was written from?)")
+            x = x - emb
         d = x.shape[1]
         ks = sorted({k for k in (rank, d // 16, d // 8, d // 4, d // 2) if k > 0})
         _, s, vh = torch.linalg.svd(x.double(), full_matrices=False)
@@ -137,15 +179,28 @@ def analyse(act_path, ckpt_path, pairs, seed):
             if a is not None:
                 row["projector"] = projector_stats(x, a, vh.T, pairs, gen)
         rows.append(row)
+    order = sorted(projs, key=lambda n: int(n.split(".")[1]))
+    angles = [[mean_angle_deg(projs[a], projs[b]) for b in order] for a in order]
+    wsr = [{"layer": l, "attn.wo": stable_rank(weights[f"h.{l}.attn.wo"]),
+            "mlp.w2": stable_rank(weights[f"h.{l}.mlp.w2"])}
+           for l in range(int(config.get("n_layer", 0) or 0))
+           if f"h.{l}.attn.wo" in weights and f"h.{l}.mlp.w2" in weights]
     return {"activations": act_path, "checkpoint": ckpt_path, "step": act.meta.get("tessera.step"),
-            "compress_rank": rank, "layers": rows}
+            "compress_rank": rank, "minus_embedding": emb is not None, "layers": rows,
+            "projector_angles_deg": {"boundaries": [int(n.split(".")[1]) for n in order],
+                                     "mean": angles},
+            "weight_stable_rank": wsr}
 
 
 def table(res):
     lines = []
     ks = list(res["layers"][0]["energy"].keys())
+    what = "X - embedding" if res["minus_embedding"] else "X"
+    lines.append(f"energy, ranks and projectors of {what}:")
+    lines.append("")
     head = ["layer", "boundary"] + [f"top {k}" for k in ks] + \
-        ["k95", "stable rank", "eff. rank", "cos^2 (random)", "max angle", "captured", "cos r"]
+        ["k95", "stable rank", "eff. rank", "cos^2 (random)", "max angle",
+         "captured (best, random)", "cos r"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for r in res["layers"]:
@@ -155,11 +210,25 @@ def table(res):
         cells += [str(r["k95"]), f"{r['stable_rank']:.2f}", f"{r['effective_rank']:.1f}"]
         if pr:
             cells += [f"{pr['cos2_mean']:.3f} ({pr['random_cos2_mean']:.3f})",
-                      f"{pr['max_angle_deg']:.1f}°", f"{pr['captured']:.3f}",
+                      f"{pr['max_angle_deg']:.1f}°",
+                      f"{pr['captured']:.3f} ({pr['captured_best']:.3f}, "
+                      f"{pr['captured_random']:.3f})",
                       f"{pr.get('cos_pearson', float('nan')):.3f}"]
         else:
             cells += ["", "", "", ""]
         lines.append("| " + " | ".join(cells) + " |")
+    pa = res["projector_angles_deg"]
+    if len(pa["boundaries"]) > 1:
+        lines += ["", "mean principal angle between the boundaries' projectors (degrees):", ""]
+        lines.append("| | " + " | ".join(f"A_{p}" for p in pa["boundaries"]) + " |")
+        lines.append("|" + "---|" * (len(pa["boundaries"]) + 1))
+        for p, row in zip(pa["boundaries"], pa["mean"]):
+            lines.append(f"| A_{p} | " + " | ".join(f"{v:.1f}" for v in row) + " |")
+    if res["weight_stable_rank"]:
+        lines += ["", "stable rank of the output projections:", "",
+                  "| layer | attn.wo | mlp.w2 |", "|---|---|---|"]
+        lines += [f"| {w['layer']} | {w['attn.wo']:.2f} | {w['mlp.w2']:.2f} |"
+                  for w in res["weight_stable_rank"]]
     return "\n".join(lines)
 
 
@@ -231,6 +300,11 @@ def self_test():
     check("orthogonal cos^2", pr["cos2_mean"], 0.0, 1e-6)
     check("orthogonal max angle", pr["max_angle_deg"], 90.0, 1e-3)
     check("orthogonal captured", pr["captured"], 0.0, 1e-6)
+    check("orthogonal captured_best", pr["captured_best"], 1.0, 1e-6)
+    check("mean angle of a span with itself", mean_angle_deg(v, v @ torch.linalg.qr(
+        torch.randn(k, k, generator=gen, dtype=torch.float64))[0]), 0.0, 1e-4)
+    check("mean angle of orthogonal spans", mean_angle_deg(v, orth), 90.0, 1e-4)
+    check("stable rank of a rank-k matrix with equal values", stable_rank(x), float(k), 1e-9)
     # full-rank isotropic data against a random r-subspace: cos^2 mean near r/d
     z = torch.randn(20000, d, generator=gen, dtype=torch.float64)
     topz = torch.linalg.svd(z, full_matrices=True)[2].T

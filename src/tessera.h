@@ -463,10 +463,11 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
                        int training);
 // An observer of the residual stream: during each forward, after layer l − 1
 // (0 < l < L, the layers of the model's stage) the model calls
-// tap(ctx, l, x, rows, d) with the stream entering layer l, rows × d, before
-// any stage boundary encodes it. It reads and changes nothing (tessera eval
-// --activations-out). NULL: none.
-typedef void (*ts_residual_tap)(void *ctx, int l, const float *x, int64_t rows, int d);
+// tap(ctx, l, x, tokens, rows, d) with the stream entering layer l, rows × d,
+// before any stage boundary encodes it, and the rows' token ids. It reads and
+// changes nothing (tessera eval --activations-out). NULL: none.
+typedef void (*ts_residual_tap)(void *ctx, int l, const float *x, const int *tokens,
+                                int64_t rows, int d);
 void ts_model_set_residual_tap(ts_model *m, ts_residual_tap tap, void *ctx);
 // Gradients of the global batch's mean loss with respect to the last forward's
 // tokens (for the whole batch: the full gradient) into the gradient buffer.

@@ -50,7 +50,7 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     if ((m->rc = hold_layer(m, l, 1)) || (m->rc = ts_layer_forward(m, l, step, p)) ||
         (m->rc = hold_layer(m, l, 0)))
       return NAN;
-    if (m->tap && l + 1 < m->L) m->tap(m->tap_ctx, l + 1, m->res[l + 1], N, C);
+    if (m->tap && l + 1 < m->L) m->tap(m->tap_ctx, l + 1, m->res[l + 1], m->inputs, N, C);
     const int b = ts_boundary_at(&m->cfg, l + 1);
     if (b >= 0 && l + 1 < m->l1) { // a boundary inside: encode and decode back to back
       m->bd->encode(&bio, b, m->res[l + 1]);

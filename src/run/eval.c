@@ -18,20 +18,27 @@
 // evaluated batches, one (E·B·T × d) buffer a layer, filled batch by batch as
 // the model's tap reports it (ts_residual_tap), then written as
 // "residual.<l>" with the checkpoint's configuration (bench/geometry.py reads
-// it: docs/COMPRESSION.md "Geometry").
+// it: docs/COMPRESSION.md "Geometry"), and the rows' token ids as "tokens"
+// (floats: ids below 2^24 are exact), which the measures subtract the
+// embeddings of.
 typedef struct {
   int L, d;
   int64_t rows;      // of the whole file: E·B·T
-  float **x;         // per l (x[0] unused)
+  float **x;         // per l (x[0]: the token ids)
   int64_t *filled;   // rows written per l
 } activations;
 
 // More than this is refused before anything runs: it is held in memory whole.
 #define TS_ACTIVATIONS_MAX_BYTES ((size_t)4 << 30)
 
-static void tap_activations(void *ctx, int l, const float *x, int64_t rows, int d) {
+static void tap_activations(void *ctx, int l, const float *x, const int *tokens, int64_t rows,
+                            int d) {
   activations *a = ctx;
   if (l <= 0 || l >= a->L || d != a->d || a->filled[l] + rows > a->rows) return;
+  if (l == 1) {
+    for (int64_t i = 0; i < rows; i++) a->x[0][a->filled[0] + i] = (float)tokens[i];
+    a->filled[0] += rows;
+  }
   memcpy(a->x[l] + a->filled[l] * d, x, (size_t)rows * d * sizeof(float));
   a->filled[l] += rows;
 }
@@ -67,8 +74,8 @@ static int activations_create(const ts_config *cfg, const char *path, activation
   a->x = calloc((size_t)a->L, sizeof *a->x);
   a->filled = calloc((size_t)a->L, sizeof *a->filled);
   if (!a->x || !a->filled) return ts_fail(TS_ERUNTIME, "out of memory");
-  for (int l = 1; l < a->L; l++)
-    if (!(a->x[l] = malloc((size_t)a->rows * a->d * sizeof(float))))
+  for (int l = 0; l < a->L; l++)
+    if (!(a->x[l] = malloc((size_t)a->rows * (l ? a->d : 1) * sizeof(float))))
       return ts_fail(TS_ERUNTIME, "--activations-out %s: out of memory for %.1f GiB", path,
                      bytes / (1 << 30));
   return TS_OK;
@@ -77,7 +84,7 @@ static int activations_create(const ts_config *cfg, const char *path, activation
 // The file: the tensors, the checkpoint's configuration and where it came from.
 static int activations_write(const activations *a, const char *path, const char *ckpt_path,
                              const ts_run_ckpt *ck, const ts_config *cfg) {
-  for (int l = 1; l < a->L; l++)
+  for (int l = 0; l < a->L; l++)
     if (a->filled[l] != a->rows) // every forward reports every layer: anything else is a bug
       return ts_fail(TS_ERUNTIME, "--activations-out %s: layer %d reported %lld of %lld rows",
                      path, l, (long long)a->filled[l], (long long)a->rows);
@@ -89,13 +96,13 @@ static int activations_write(const activations *a, const char *path, const char 
     free(t); free(config);
     return rc;
   }
-  for (int l = 1; l < a->L; l++) {
-    ts_tensor *e = &t[l - 1];
-    snprintf(e->name, sizeof e->name, "residual.%d", l);
+  for (int l = 0; l < a->L; l++) { // the ids last: the layers' names come first in the file
+    ts_tensor *e = &t[l ? l - 1 : a->L - 1];
+    snprintf(e->name, sizeof e->name, l ? "residual.%d" : "tokens", l);
     e->data = a->x[l];
-    e->ndim = 2;
+    e->ndim = l ? 2 : 1;
     e->shape[0] = a->rows;
-    e->shape[1] = a->d;
+    e->shape[1] = l ? a->d : 0;
   }
   char step[32];
   snprintf(step, sizeof step, "%" PRId64, ck->step);
@@ -103,8 +110,9 @@ static int activations_write(const activations *a, const char *path, const char 
                           {"tessera.checkpoint", ckpt_path},
                           {"tessera.step", step},
                           {"tessera.activations", "residual.<l>: the stream entering layer l, "
-                                                  "rows of the validation batches in order"}};
-  rc = ts_ckpt_write(path, t, a->L - 1, meta, 4);
+                                                  "rows of the validation batches in order; "
+                                                  "tokens: their ids"}};
+  rc = ts_ckpt_write(path, t, a->L, meta, 4);
   if (rc) rc = ts_fail_flag(rc, "--activations-out", path);
   free(t); free(config);
   return rc;

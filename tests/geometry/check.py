@@ -1,6 +1,7 @@
 """tests/geometry.sh's checks of `tessera eval --activations-out` against the PyTorch model.
 
-  check.py residual CKPT ACT DATA   each residual.<l> equals the stream entering layer l of
+  check.py residual CKPT ACT DATA   tokens are the windows' ids, in row order, and
+                                    each residual.<l> equals the stream entering layer l of
                                     python/tessera_torch.py's model on the same validation
                                     windows, within the bound below; and, as a negative
                                     control, does not equal the stream entering layer l + 1
@@ -27,8 +28,9 @@ def residual(ckpt, act, data):
     model = tessera_torch.load(ckpt)
     split = tessera_torch.validation_split(ck.shape, data, data_format=ck.config.get("data_format"))
     st = tessera_torch.SafetensorsFile(act)
-    names = sorted(st.entries, key=lambda n: int(n.split(".")[1]))
-    got = st.tensors(names)
+    names = sorted((n for n in st.entries if n.startswith("residual.")),
+                   key=lambda n: int(n.split(".")[1]))
+    got = st.tensors(names + ["tokens"])
     batches = tessera_torch.validation_batches(ck.shape, split, got[names[0]].shape[0] //
                                                (ck.shape.batch * ck.shape.T))
     L = len(model.h)
@@ -40,7 +42,11 @@ def residual(ckpt, act, data):
                 x = block(x)
                 want[l + 1].append(x.reshape(-1, x.shape[-1]))
     want = {l: torch.cat(v) for l, v in want.items()}
+    ids = torch.cat([inputs.reshape(-1) for inputs, _ in batches]).float()
     fails = 0
+    ok = torch.equal(got["tokens"], ids)
+    print(f"{'ok  ' if ok else 'FAIL'} tokens: the validation windows' ids in row order")
+    fails += not ok
     for n in names:
         l = int(n.split(".")[1])
         scale = float(want[l].abs().max())
@@ -72,6 +78,10 @@ def report(path, layer, p):
             (0.0 <= pr["captured"] <= 1.0 + 1e-9, f"captured {pr['captured']} in [0, 1]"),
             (r["stable_rank"] >= 1.0 and r["k95"] >= 1, "stable rank >= 1, k95 >= 1"),
             (pr["r"] == res["compress_rank"], "the projector's rank is the codec's"),
+            (res["minus_embedding"], "the measures are of the stream less its embedding"),
+            (pr["captured"] <= pr["captured_best"] + 1e-9,
+             f"A_p captures {pr['captured']} <= the best rank-r share {pr['captured_best']}"),
+            (len(res["weight_stable_rank"]) == 2, "stable ranks of both layers' projections"),
         ]
     for ok, what in checks:
         print(f"{'ok  ' if ok else 'FAIL'} {what}")
