@@ -98,7 +98,7 @@ static int stage_memory(const ts_config *cfg, const ts_layout *lay, int s, int t
   const int M = lay->pp == 1 ? lay->microbatches : 1;
   const int count = lay->sp > 1 ? 1 : lay->pp > 1 || M > 1 ? nb / lay->microbatches : nb;
   return ts_model_estimate_stage(cfg, 0, count, lay->sp > 1 ? &sp : NULL, s * per, (s + 1) * per,
-                                 shards, lay->zero, threads, e);
+                                 shards, lay->zero, lay->dp, threads, e);
 }
 
 // The forwards of stage 0's layers per step for `passes` backwards: a
@@ -348,12 +348,12 @@ static uint64_t step_bytes(const plan_row *r) {
 }
 
 static void print_table(FILE *out, const plan_row *rows, int n, int top) {
-  fprintf(out, "%4s  %-34s %8s %8s %8s %8s %8s %8s %12s %9s %9s %9s %10s\n", "rank", "layout",
-          "mem GiB", "params", "grads", "optim", "acts", "other", "bytes/step", "compute", "comm",
-          "step ms", "tokens/s");
+  fprintf(out, "%4s  %-34s %8s %8s %8s %8s %8s %8s %8s %12s %9s %9s %9s %10s\n", "rank",
+          "layout", "mem GiB", "params", "grads", "optim", "acts", "packing", "other",
+          "bytes/step", "compute", "comm", "step ms", "tokens/s");
   char line[256];
-  snprintf(line, sizeof line, "%4s  %-34s %8s %8s %8s %8s %8s %8s %12s %9s %9s", "", "",
-           "(largest)", "MiB", "MiB", "MiB", "MiB", "MiB", "", "ms", "ms");
+  snprintf(line, sizeof line, "%4s  %-34s %8s %8s %8s %8s %8s %8s %8s %12s %9s %9s", "", "",
+           "(largest)", "MiB", "MiB", "MiB", "MiB", "MiB", "MiB", "", "ms", "ms");
   fprintf(out, "%s\n", line);
   for (int i = 0, shown = 0; i < n && shown < top; i++) {
     const plan_row *r = &rows[i];
@@ -361,10 +361,12 @@ static void print_table(FILE *out, const plan_row *rows, int n, int top) {
     const ts_mem_estimate *e = &r->largest;
     char bytes[32];
     snprintf(bytes, sizeof bytes, "%.4g%s", (double)step_bytes(r), r->stated ? "" : "*");
-    fprintf(out, "%4d  %-34s %8.3f %8.1f %8.1f %8.1f %8.1f %8.1f %12s %9.3f %9.3f %9.3f %10.0f\n",
+    fprintf(out,
+            "%4d  %-34s %8.3f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %12s %9.3f %9.3f %9.3f %10.0f\n",
             ++shown, r->name, e->total / 1073741824.0, mib(e->params), mib(e->grads),
-            mib(e->optimizer), mib(e->activations), mib(other_bytes(e)), bytes, r->t_compute * 1e3,
-            r->t_comm * 1e3, r->t_step * 1e3, r->tokens_per_s);
+            mib(e->optimizer), mib(e->activations + e->incall), mib(e->comm_buffers),
+            mib(other_bytes(e)), bytes, r->t_compute * 1e3, r->t_comm * 1e3, r->t_step * 1e3,
+            r->tokens_per_s);
   }
 }
 
@@ -383,9 +385,10 @@ static void json_counts(FILE *out, const ts_comm_count *k) {
 static void json_memory(FILE *out, const ts_mem_estimate *e) {
   fprintf(out, "{\"params\":%.0f,\"grads\":%.0f,\"optimizer\":%.0f,\"copies\":%.0f,"
           "\"activations\":%.0f,\"scratch\":%.0f,\"codec\":%.0f,\"strategy\":%.0f,"
-          "\"strategy_state\":%.0f,\"transient\":%.0f,\"total\":%.0f}",
+          "\"strategy_state\":%.0f,\"transient\":%.0f,\"incall\":%.0f,\"comm_buffers\":%.0f,"
+          "\"total\":%.0f}",
           e->params, e->grads, e->optimizer, e->copies, e->activations, e->scratch, e->codec,
-          e->strategy, e->strategy_state, e->transient, e->total);
+          e->strategy, e->strategy_state, e->transient, e->incall, e->comm_buffers, e->total);
 }
 
 static void json_row(FILE *out, const plan_row *r) {
@@ -475,7 +478,8 @@ int ts_plan(const ts_config *raw, const ts_layout *base, const ts_plan_opts *opt
     if (fit)
       fprintf(out, "longest T that fits the first: %d (the layout rules' and the memory's)\n",
               longest);
-    fprintf(out, "memory: the largest rank's, by the fit check's count; bytes: rank 0's; * not all "
+    fprintf(out, "memory: the largest rank's, by the fit check's count (acts: with the attention "
+            "calls' own buffers; packing: the communicators'); bytes: rank 0's; * not all "
             "stated (ranked after the others: docs/PLAN.md); ~ tolerance tier; time: compute + "
             "communication, no overlap\n");
   }
