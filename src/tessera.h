@@ -408,6 +408,11 @@ typedef struct {
   size_t nparams, ncopy; // parameters it owns, and holds as copies
   size_t nreplicated;    // of those, the ones its sequence group holds alike (all but the
                          // positional rows and a tensor split's blocks): the group's gradient sum
+  // where its layers lie in its parameters, for the per-layer sums and
+  // gathers of --zero 2 and 3 (ts_model_layer_runs' runs): nlayers of
+  // layer_floats each from layers_lo; a tied embedding at [wte_lo, + wte_len)
+  size_t layers_lo, layer_floats, wte_lo, wte_len;
+  int nlayers;
 } ts_mem_estimate;
 // The memory of the model ts_model_create_stage would make with these
 // arguments, its state sharded over `shards` ranks at ZeRO stage `zero`,

@@ -437,16 +437,24 @@ static void destroy_strategy(ts_model *m) {
   if (m->rp) ts_run_partials_destroy(m);
 }
 
+// Parameters of one of the stage's layers (all alike).
+static size_t layer_numel(const ts_model *m) {
+  size_t n = 0;
+  for (int i = 0; i < m->nall; i++)
+    if (m->all[i].role == TS_ROLE_LAYER && m->all[i].index == m->l0)
+      n += (size_t)ts_tensor_numel(&m->all[i]);
+  return n;
+}
+
 // The packing a group of P ranks keeps for the exact gradient sums of the
 // stage's n parameters (shard.c, zero.c): the whole vector in pieces
 // (comm.c), or under --zero 2 and 3 a layer's or the ends' at a time; none
 // under --fast (MPI's own reduction).
 static size_t grad_sum_pack(const ts_model *m, size_t n, int P, int zero) {
   if (P < 2 || m->cfg.fast) return 0;
-  // (a layer's sum taken as the stage's 1/layers, as `transient` takes it:
-  // the ends' sums are smaller for the presets, and past 2^21 floats the
+  // (the ends' sums are smaller for the presets, and past 2^21 floats the
   // packing is at its cap either way)
-  if (zero >= 2 && m->l1 > m->l0) n /= (size_t)(m->l1 - m->l0);
+  if (zero >= 2 && m->l1 > m->l0) n = layer_numel(m);
   return ts_comm_pack_tree(n < ts_comm_allreduce_piece ? n : ts_comm_allreduce_piece, P);
 }
 
@@ -679,6 +687,24 @@ int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const 
   return TS_OK;
 }
 
+// Where the stage's layers and a tied embedding lie among its owned
+// parameters, in the order alloc_params lays them out.
+static void layer_span(const ts_model *m, const pspec *spec, const unsigned char *held,
+                       ts_mem_estimate *e) {
+  size_t off = 0;
+  int seen = 0;
+  for (int i = 0; i < m->nall; i++) {
+    if (held[i] != HELD_OWNED) continue;
+    const ts_tensor *t = &m->all[i];
+    const size_t n = spec_numel(&spec[i]);
+    if (t->role == TS_ROLE_LAYER && !seen) e->layers_lo = off, seen = 1;
+    if (t->role == TS_ROLE_LAYER && t->index == m->l0) e->layer_floats += n;
+    if (t->role == TS_ROLE_EMBEDDING && m->cfg.tied) e->wte_lo = off, e->wte_len = n;
+    off += n;
+  }
+  e->nlayers = m->l1 - m->l0;
+}
+
 int ts_model_estimate_stage(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
                             int l0, int l1, int shards, int zero, int dp, int threads,
                             ts_mem_estimate *out) {
@@ -688,6 +714,7 @@ int ts_model_estimate_stage(const ts_config *cfg, int b_begin, int b_count, cons
   act_layout al;
   int rc = prepare(cfg, b_begin, b_count, sp, l0, l1, &m, &spec, &held, &al);
   if (!rc) estimate(m, sp, shards, zero, dp, threads, out);
+  if (!rc) layer_span(m, spec, held, out);
   free(spec);
   free(held);
   if (m) m->cp = NULL; // no strategy state was made: nothing of it to destroy
