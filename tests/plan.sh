@@ -106,6 +106,20 @@ else
   fail "the plan accepts a layout train refuses"
 fi
 
+# the fit check counts what lives only inside an attention call: megatron-2022's
+# T x T probabilities at T = 131072 (2 heads a rank: 256 GiB) are refused
+# before any work, the line naming them
+# (every rank says it: the pattern is checked on stderr here)
+if expect_exit 1 "" timeout -k 10 60 $MPIEXEC -n 2 "$TESSERA_BIN" train --model tiny --sp 2 \
+  --sp-mode megatron-2022 --seq 131072 --steps 1 --quiet --data "$DATA"; then
+  TS_CHECKS=$((TS_CHECKS + 1))
+  if grep -q "rank 0: this model needs about .*megatron-2022's attention buffers" "$TS_ERR"; then
+    pass "the refusal names megatron-2022's attention buffers"
+  else
+    fail "the refusal does not name the attention buffers: $(head -c 400 "$TS_ERR")"
+  fi
+fi
+
 # the text form: the ranking, and the refusals' reasons with --verbose
 expect_exit 0 "" "$TESSERA_BIN" plan --model tiny --ranks 2 --flops 1e11 --verbose
 expect_stdout "^[0-9]+ layouts: [0-9]+ valid"
