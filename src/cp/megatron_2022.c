@@ -154,8 +154,9 @@ static int dense_backward(const ts_attn_io *at, const ts_attn_shape *as, float *
 // What its calls take (strategy.h `incall`): the forward the probabilities
 // of the rank's Hl heads (and one head's dropped copy), Hl·T² (+ T²) floats;
 // the backward the replay's probabilities kept and their gradient, 2·Hl·T²
-// (+ T²); and megatron's packing. At T = 16384 and 4 heads a rank that is
-// 8 GiB forward and 16 GiB backward, which the fit check now refuses.
+// (+ T²); and megatron's packing. At T = 16384 each head's probabilities are
+// 1 GiB: with 4 heads a rank, 4 GiB forward and 8 GiB backward, which the fit
+// check counts before any work rather than die mid-step.
 static void dense_incall(const ts_attn_io *io, const ts_seq_shard *sp, ts_cp_incall *out) {
   ts_megatron_incall(io, sp, out);
   const size_t TT = (size_t)io->T * io->T, Hl = (size_t)(io->H / io->seq->size);
