@@ -416,9 +416,9 @@ typedef struct {
 } ts_mem_estimate;
 // The memory of the model ts_model_create_stage would make with these
 // arguments, its state sharded over `shards` ranks at ZeRO stage `zero`,
-// in a data group of dp ranks, the memory options' leaves for `threads` threads: the same rules and sizes,
-// nothing big allocated. Under sequence parallelism sp->comm needs only its
-// rank and size (no operations).
+// in a data group of dp ranks, the memory options' leaves for `threads`
+// threads: the same rules and sizes, nothing big allocated. Under sequence
+// parallelism sp->comm needs only its rank and size (no operations).
 int ts_model_estimate_stage(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
                             int l0, int l1, int shards, int zero, int dp, int threads,
                             ts_mem_estimate *out);

@@ -154,8 +154,9 @@ static int log_step(ts_log *log, const step_stats *st, const ts_config *cfg, con
   // comm_buffers): the attention calls' own buffers at their most, the
   // groups' packing buffers as they stand (rank 0's)
   const size_t used = strlen(mem_json);
-  snprintf(mem_json + used, sizeof mem_json - used, ",\"incall_bytes\":%zu,\"comm_buffer_bytes\":%zu",
-           ts_mem_alloc_peak(), ts_grid_buffer_bytes(grid));
+  snprintf(mem_json + used, sizeof mem_json - used,
+           ",\"incall_bytes\":%zu,\"comm_buffer_bytes\":%zu", ts_mem_alloc_peak(),
+           ts_grid_buffer_bytes(grid));
   pipeline_json(sh, pipe_json, sizeof pipe_json);
   // a GPU's: the peak of the bytes its allocator handed out (this rank's)
   const double dev_mb = be->peak_bytes ? (double)be->peak_bytes() / 1048576.0 : 0.0;
