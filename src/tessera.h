@@ -344,8 +344,9 @@ typedef struct ts_model ts_model;
 void ts_model_set_memory_share(int processes);
 // How many ranks shard a model's state (--zero: the replica group; 1 by
 // default) and the ZeRO stage: the estimate counts the bytes per parameter
-// of ts_state_bytes_per_param, and under stages 2 and 3 one layer whole.
-void ts_model_set_state_shards(int shards, int zero);
+// of ts_state_bytes_per_param, and under stages 2 and 3 one layer whole; and
+// the data group's size dp (the packing its gradient sum needs).
+void ts_model_set_state_shards(int shards, int zero, int dp);
 // Bytes of model state per parameter a rank holds (4 values, 4 gradients,
 // and when training 8 AdamW moments): the moments' 1/shards under --zero 1,
 // the gradients' too under 2, the values' too under 3.
@@ -406,19 +407,28 @@ typedef struct {
   double strategy;       // the gradient plan's second run's partials (lss-zigzag)
   double strategy_state; // the strategy's own state (its `bytes`, from the geometry)
   double transient;      // --zero 2, 3: one layer's gradients (and values) whole while it runs
+  double incall;         // the attention calls' own buffers at their most (strategy.h incall)
+  double comm_buffers;   // the communicators' packing buffers (comm.h ts_comm_pack_*): the
+                         // sequence group's (the strategy's collectives, the gradient sum)
+                         // and the data group's (its gradient sum)
   double fit;            // what the fit check compares with the memory: all of the above
   double total;          // the same (kept for the plan's report)
   size_t nparams, ncopy; // parameters it owns, and holds as copies
   size_t nreplicated;    // of those, the ones its sequence group holds alike (all but the
                          // positional rows and a tensor split's blocks): the group's gradient sum
+  // where its layers lie in its parameters, for the per-layer sums and
+  // gathers of --zero 2 and 3 (ts_model_layer_runs' runs): nlayers of
+  // layer_floats each from layers_lo; a tied embedding at [wte_lo, + wte_len)
+  size_t layers_lo, layer_floats, wte_lo, wte_len;
+  int nlayers;
 } ts_mem_estimate;
 // The memory of the model ts_model_create_stage would make with these
 // arguments, its state sharded over `shards` ranks at ZeRO stage `zero`,
-// the memory options' leaves for `threads` threads: the same rules and sizes,
-// nothing big allocated. Under sequence parallelism sp->comm needs only its
-// rank and size (no operations).
+// in a data group of dp ranks, the memory options' leaves for `threads`
+// threads: the same rules and sizes, nothing big allocated. Under sequence
+// parallelism sp->comm needs only its rank and size (no operations).
 int ts_model_estimate_stage(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
-                            int l0, int l1, int shards, int zero, int threads,
+                            int l0, int l1, int shards, int zero, int dp, int threads,
                             ts_mem_estimate *out);
 // Around each layer's use, for a layout that holds the parameters or the
 // gradients in parts (--zero 2 and 3, src/dist/zero.c): `params` before
@@ -472,6 +482,14 @@ void ts_model_init(ts_model *m, uint64_t seed);
 // batch: the mean loss). step keys dropout masks; training=0 disables dropout.
 float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
                        int training);
+// An observer of the residual stream: during each forward, after layer l − 1
+// (0 < l < L, the layers of the model's stage) the model calls
+// tap(ctx, l, x, tokens, rows, d) with the stream entering layer l, rows × d,
+// before any stage boundary encodes it, and the rows' token ids. It reads and
+// changes nothing (tessera eval --activations-out). NULL: none.
+typedef void (*ts_residual_tap)(void *ctx, int l, const float *x, const int *tokens,
+                                int64_t rows, int d);
+void ts_model_set_residual_tap(ts_model *m, ts_residual_tap tap, void *ctx);
 // Gradients of the global batch's mean loss with respect to the last forward's
 // tokens (for the whole batch: the full gradient) into the gradient buffer.
 int ts_model_backward(ts_model *m, uint64_t step);
@@ -554,10 +572,18 @@ int ts_decoder_feed(ts_decoder *d, const int *tokens, int n, float *logits, int 
 int ts_train(const ts_config *cfg, const ts_layout *lay);
 // The signal that stopped the last ts_train (TS_ESTOPPED), 0 when none.
 int ts_train_stop_signal(void);
-// The validation loss of a checkpoint; identity_boundaries 1: also that of
-// the same weights with each compressed boundary decoded as if its basis
-// were the identity, and the change (docs/COMPRESSION.md, "The identity probe").
-int ts_eval(const ts_config *cfg, const char *ckpt_path, int identity_boundaries);
+int ts_eval(const ts_config *cfg, const char *ckpt_path);
+// What tessera eval does beside the loss. activations_out: a safetensors file
+// of the residual stream between layers over the evaluated batches
+// (src/run/eval.c, docs/COMPRESSION.md "Geometry"); NULL or "": none.
+// identity_boundaries 1: also the loss of the same weights with each
+// compressed boundary decoded as if its basis were the identity, and the
+// change (docs/COMPRESSION.md, "SSN with a confined stream").
+typedef struct {
+  const char *activations_out;
+  int identity_boundaries;
+} ts_eval_options;
+int ts_eval_with(const ts_config *cfg, const char *ckpt_path, const ts_eval_options *opt);
 // tessera tokenize (src/run/tokenize.c, docs/TOKENIZER.md): the text file `in`
 // encoded by the tokenizer model file `tokenizer` (with ckpt: the one that
 // checkpoint records, or `tokenizer` checked against it) into the token-id

@@ -20,7 +20,12 @@ log, and compares what the run measured on its rank 0 (the first stage's):
   strategy's). The plan sizes with the fit check's arithmetic (whole
   parameters per shard, 1/S of them), the run holds its owners' runs
   (ts_zero_held: whole tensors, not an even split), so under --zero the two
-  differ by up to a tensor's share; 5% covers the small models here.
+  differ by up to a tensor's share; 5% covers the small models here;
+- what the fit check counts beyond state_bytes, within 5% of the step
+  record's: the attention calls' own buffers at their most (incall_bytes:
+  the tracked allocator's peak, strategy.h `incall`) and the communicators'
+  packing buffers (comm_buffer_bytes);
+- and the plan must state all its bytes (no `*`).
 
 Prints one line per check ("ok: ..." or "FAIL: ...") and exits 1 on a
 failure. With --expect-differ it exits 0 only when some check FAILS: the
@@ -75,6 +80,8 @@ def checks(row, rec):
             mem["activations"] + mem["scratch"] + mem["strategy"] + mem["strategy_state"],
         ),
     }
+    pairs["incall"] = (rec.get("incall_bytes", -1), mem["incall"])
+    pairs["comm_buffers"] = (rec.get("comm_buffer_bytes", -1), mem["comm_buffers"])
     for k, (g, w) in pairs.items():
         ok = abs(g - w) <= 0.05 * max(g, w, 1)
         out.append((ok, "memory %s: run %d, plan %d (%+.2f%%)" % (k, g, w, 100.0 * (w - g) / max(g, 1))))

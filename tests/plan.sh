@@ -64,6 +64,19 @@ run lssdx 2 --model tiny --sp 2 --sp-mode lss-dx && against gpt2 lssdx 1 2 lss-d
 run megatron 2 --model tiny --sp 2 --sp-mode megatron && against gpt2 megatron 1 2 megatron 1 0 0
 run ring 2 --model tiny --sp 2 --sp-mode ring && against gpt2 ring 1 2 ring 1 0 0
 run ringzz 2 --model tiny --sp 2 --sp-mode ring-zigzag && against gpt2 ringzz 1 2 ring-zigzag 1 0 0
+# the strategies whose buffers live inside their calls (the plan's incall:
+# megatron-2022's T x T probabilities, upipe-dx's stages, usp's blocks), the
+# traffic of usp, upipe-dx, --zero 2 and 3, and a compressed boundary
+run m2022 2 --model tiny --sp 2 --sp-mode megatron-2022 &&
+  against gpt2 m2022 1 2 megatron-2022 1 0 0
+run upipedx 2 --model llama-tiny --kv-heads 2 --sp 2 --sp-mode upipe-dx &&
+  against llama2 upipedx 1 2 upipe-dx 1 0 0
+run usp 2 --model tiny --sp 2 --sp-mode usp && against gpt2 usp 1 2 usp 1 0 0
+run zero2 2 --model tiny --dp 2 --zero 2 && against gpt2 zero2 2 1 - 1 2 0
+run zero3 2 --model tiny --sp 2 --zero 3 && against gpt2 zero3 1 2 lss 1 3 0
+plan_json vq2 2 --model tiny --compress mapl-vq --rank 16 --compress-stages 2
+run vq 2 --model tiny --pp 2 --microbatches 4 --compress mapl-vq --rank 16 &&
+  against vq2 vq 1 1 - 2 0 0
 # four ranks (busy-polling on two cores: a few seconds): the data group's sums
 # over the sequence group's, --zero 1's shards without the positional rows
 # (memory within 5%: the plan's 1/4 of them, the run's whole rows), and a
@@ -71,6 +84,7 @@ run ringzz 2 --model tiny --sp 2 --sp-mode ring-zigzag && against gpt2 ringzz 1 
 plan_json gpt4 4 --model tiny
 plan_json gpt4g 4 --model tiny --schedule gpipe
 run dpspz 4 --model tiny --dp 2 --sp 2 --zero 1 && against gpt4 dpspz 2 2 lss 1 1 0
+run usp4 4 --model tiny --sp 4 --sp-mode usp && against gpt4 usp4 1 4 usp 1 0 0
 run sppp 4 --model tiny --sp 2 --pp 2 --microbatches 4 --schedule gpipe --checkpoint &&
   against gpt4g sppp 1 2 lss 2 0 1
 
@@ -90,6 +104,20 @@ sys.exit(1 if bad or not any('refused' in r for r in rows) else 0)"; then
   pass "the plan refuses what train refuses (megatron with --checkpoint, --zero with one replica)"
 else
   fail "the plan accepts a layout train refuses"
+fi
+
+# the fit check counts what lives only inside an attention call: megatron-2022's
+# T x T probabilities at T = 131072 (2 heads a rank: 256 GiB) are refused
+# before any work, the line naming them
+# (every rank says it: the pattern is checked on stderr here)
+if expect_exit 1 "" timeout -k 10 60 $MPIEXEC -n 2 "$TESSERA_BIN" train --model tiny --sp 2 \
+  --sp-mode megatron-2022 --seq 131072 --steps 1 --quiet --data "$DATA"; then
+  TS_CHECKS=$((TS_CHECKS + 1))
+  if grep -q "rank 0: this model needs about .*megatron-2022's attention buffers" "$TS_ERR"; then
+    pass "the refusal names megatron-2022's attention buffers"
+  else
+    fail "the refusal does not name the attention buffers: $(head -c 400 "$TS_ERR")"
+  fi
 fi
 
 # the text form: the ranking, and the refusals' reasons with --verbose

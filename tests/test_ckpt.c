@@ -1045,7 +1045,7 @@ static void test_run_header_checked(void **state) {
   assert_non_null(corpus);
   for (int i = 0; i < 20000; i++) fputs("abcd", corpus);
   assert_int_equal(fclose(corpus), 0);
-  assert_int_equal(ts_eval(&ev, bad, 0), TS_ERUNTIME);
+  assert_int_equal(ts_eval(&ev, bad), TS_ERUNTIME);
   if (!strstr(ts_errmsg(), bad) || !strstr(ts_errmsg(), "tessera.config: this model needs"))
     fail_msg("%s", ts_errmsg());
   // format 1 (no header checksum) is not enough for a run

@@ -14,6 +14,7 @@ const char *const ts_phase_names[TS_NPHASES] = {"attn_fwd", "attn_bwd", "mlp_fwd
 #define HEADER 64
 
 static size_t live;
+static size_t allocated, allocated_peak; // ts_mem_alloc's alone
 static size_t peak[TS_NPHASES];
 static ts_phase current = TS_PHASE_NONE;
 
@@ -26,6 +27,8 @@ void *ts_mem_alloc(size_t bytes) {
   if (p == NULL) return NULL;
   memcpy(p, &bytes, sizeof bytes);
   live += bytes;
+  allocated += bytes;
+  if (allocated > allocated_peak) allocated_peak = allocated;
   grew();
   return p + HEADER;
 }
@@ -36,6 +39,7 @@ void ts_mem_free(void *q) {
   size_t bytes;
   memcpy(&bytes, p, sizeof bytes);
   live -= bytes;
+  allocated -= bytes;
   ts_backend_current()->free(p);
 }
 
@@ -53,6 +57,11 @@ void ts_mem_phase(ts_phase phase) {
 
 size_t ts_mem_peak(ts_phase phase) { return phase >= 0 && phase < TS_NPHASES ? peak[phase] : 0; }
 
-void ts_mem_reset_peaks(void) { memset(peak, 0, sizeof peak); }
+void ts_mem_reset_peaks(void) {
+  memset(peak, 0, sizeof peak);
+  allocated_peak = allocated;
+}
+
+size_t ts_mem_alloc_peak(void) { return allocated_peak; }
 
 size_t ts_mem_live(void) { return live; }

@@ -30,5 +30,9 @@ void ts_mem_release(size_t bytes);
 void ts_mem_phase(ts_phase phase);
 size_t ts_mem_peak(ts_phase phase); // since the last reset
 void ts_mem_reset_peaks(void);
+// The most bytes taken with ts_mem_alloc live at once since the last reset,
+// in any phase: the buffers that exist only inside a call, beyond the ones
+// it declares with ts_mem_hold (the strategies' `incall`, strategy.h).
+size_t ts_mem_alloc_peak(void);
 size_t ts_mem_live(void);
 #endif

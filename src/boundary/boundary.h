@@ -133,6 +133,9 @@ typedef struct ts_boundary {
   // tensor, so the transfer is the one a stage holding only its own would
   // need, performed and counted as such. NULL: nothing changes.
   int (*sync)(const ts_boundary_io *io, ts_comm *pipe, int p, int peer, int send, uint64_t step);
+  // The bytes that sync sends for one boundary, from the configuration
+  // (`tessera plan`'s traffic; tests/plan.sh holds it to a run's). NULL: none.
+  size_t (*sync_bytes)(const ts_config *cfg);
   // After the optimizer's step and the --zero broadcast, before the
   // pipeline's sync, on every rank alike: what it does to the model's
   // tensors every rank holds whole (confinement: the stream writers'

@@ -280,6 +280,10 @@ int ts_mapl_sync(const ts_boundary_io *io, ts_comm *pipe, int p, int peer, int s
   return send ? ts_comm_send(pipe, A, bytes, peer, -1) : ts_comm_recv(pipe, A, bytes, peer, -1);
 }
 
+size_t ts_mapl_sync_bytes(const ts_config *cfg) {
+  return (size_t)cfg->d * cfg->compress_rank * sizeof(float);
+}
+
 static int mapl_create(const ts_boundary_io *io, void **state) {
   ts_mapl *k = calloc(1, sizeof *k);
   if (!k) return ts_fail(TS_ERUNTIME, "out of memory");
@@ -310,6 +314,7 @@ const ts_boundary ts_boundary_mapl = {
     .check = ts_mapl_check,
     .update = ts_mapl_update,
     .sync = ts_mapl_sync,
+    .sync_bytes = ts_mapl_sync_bytes,
     MAPL_FAMILY,
 };
 
@@ -319,6 +324,7 @@ const ts_boundary ts_boundary_mapl_unc = {
     .check = ts_mapl_check,
     .update = unconstrained_update,
     .sync = ts_mapl_sync,
+    .sync_bytes = ts_mapl_sync_bytes,
     MAPL_FAMILY,
 };
 

@@ -58,4 +58,6 @@ void ts_mapl_update(const ts_config *cfg, ts_tensor *params, const ts_tensor *gr
                     float *moment, float sched, uint64_t step, float *scratch);
 // The pipeline's sync: boundary p's projector, from its sender to its receiver.
 int ts_mapl_sync(const ts_boundary_io *io, ts_comm *pipe, int p, int peer, int send, uint64_t step);
+// Its bytes: the projector, d × r floats.
+size_t ts_mapl_sync_bytes(const ts_config *cfg);
 #endif

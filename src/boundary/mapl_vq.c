@@ -235,6 +235,13 @@ static int vq_sync(const ts_boundary_io *io, ts_comm *pipe, int p, int peer, int
   return rc;
 }
 
+// What vq_sync sends: the projector and the step's streamed codes.
+static size_t vq_sync_bytes(const ts_config *cfg) {
+  ts_vq_shape q;
+  ts_vq_shape_of(cfg, &q);
+  return ts_mapl_sync_bytes(cfg) + ts_vq_stream_floats(&q) * sizeof(float);
+}
+
 const ts_boundary ts_boundary_mapl_vq = {
     .name = "mapl-vq",
     .learns_projector = 1,
@@ -257,4 +264,5 @@ const ts_boundary ts_boundary_mapl_vq = {
     .owns = vq_owns,
     .update = vq_update,
     .sync = vq_sync,
+    .sync_bytes = vq_sync_bytes,
 };

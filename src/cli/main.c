@@ -178,6 +178,7 @@ struct cli {
   int data_given;     // --data on the command line (else resume and eval read the checkpoint's)
   char ckpt[4096]; // eval, sample, tokenize
   int identity_boundaries; // eval
+  char activations_out[4096]; // eval
   // sample
   char prompt[16384], prompt_file[4096], tokenizer[4096];
   int prompt_given; // 1: --prompt, 2: --prompt-file, 3: both (refused)
@@ -280,6 +281,9 @@ static const flag flags[] = {
     {"--identity-boundaries", K_SET, AT(identity_boundaries), 1, NULL,
      "a compressed model's probe: also the loss with every boundary's basis the identity, and "
      "the change", "off", C_EVAL, G_CMD, NULL},
+    {"--activations-out", K_STR, AT(activations_out), 0, "FILE",
+     "also write the residual stream entering each layer over the evaluated batches "
+     "(safetensors; bench/geometry.py reads it)", "none", C_EVAL, G_CMD, NULL},
     {"--prompt", K_STR, AT(prompt), 0, "TEXT",
      "the text to continue (or --prompt-file, for a longer one)", "", C_SAMPLE,
      G_CMD, check_prompt},
@@ -1086,6 +1090,19 @@ static int check_outputs(const command *cmd, const cli *c) {
       return ts_fail(TS_EUSAGE, "--val-data %s: a file tessera dump writes into --out %s", val,
                      c->out);
   }
+  // eval's one output must not be what it reads
+  const char *act = c->activations_out;
+  if (cmd->id == C_EVAL && act[0]) {
+    if (same_file(act, c->ckpt))
+      return ts_fail(TS_EUSAGE, "--activations-out %s: the --ckpt file (it would be overwritten)",
+                     act);
+    if (c->data_given && same_file(act, data))
+      return ts_fail(TS_EUSAGE, "--activations-out %s: the --data file (it would be overwritten)",
+                     act);
+    if (val[0] && same_file(act, val))
+      return ts_fail(TS_EUSAGE, "--activations-out %s: the --val-data file (it would be "
+                     "overwritten)", act);
+  }
   return TS_OK;
 }
 
@@ -1242,7 +1259,9 @@ static int run_train(const command *cmd, cli *c, const char *const *pos, int n_p
 }
 
 static int run_eval(const command *cmd, cli *c, const char *const *pos, int n_pos) {
-  return finish(cmd, ts_eval(&c->cfg, c->ckpt, c->identity_boundaries));
+  const ts_eval_options opt = {.activations_out = c->activations_out,
+                               .identity_boundaries = c->identity_boundaries};
+  return finish(cmd, ts_eval_with(&c->cfg, c->ckpt, &opt));
 }
 
 static int run_sample(const command *cmd, cli *c, const char *const *pos, int n_pos) {

@@ -70,6 +70,18 @@ uint64_t ts_comm_allreduce_bytes(size_t n, int P, int r) {
   return bytes;
 }
 
+size_t ts_comm_pack_tree(size_t n, int P) {
+  if (P < 2 || n == 0) return 0;
+  const size_t most = ts_comm_tree_max_floats(n, P);
+  return (most < TS_COMM_TREE_PIECE ? most : TS_COMM_TREE_PIECE) + 1;
+}
+
+size_t ts_comm_pack_2d(size_t n, int P) { return P < 2 ? 0 : (size_t)P * n; }
+
+size_t ts_comm_buffer_bytes(const ts_comm *c) {
+  return c && c->size > 1 && c->ops && c->ops->buffer_bytes ? c->ops->buffer_bytes(c) : 0;
+}
+
 void ts_comm_tally(ts_comm_count *counts, ts_comm_kind kind, uint64_t bytes) {
   counts[kind].calls++;
   counts[kind].bytes += bytes;

@@ -87,6 +87,8 @@ typedef struct {
   int (*allreduce_tree)(ts_comm *c, float *buf, size_t n);
   // In place, MPI's own sum (--fast).
   int (*allreduce_fast)(ts_comm *c, float *buf, size_t n);
+  // Bytes of its packing buffers (NULL: none).
+  size_t (*buffer_bytes)(const ts_comm *c);
   void (*destroy)(ts_comm *c);
 } ts_comm_ops;
 
@@ -124,6 +126,17 @@ uint64_t ts_comm_gather_bytes(size_t bytes, int P);
 // Bytes rank r of P sends plus receives in one tree all-reduce of n floats
 // (in its pieces, ts_comm_allreduce_piece).
 uint64_t ts_comm_allreduce_bytes(size_t n, int P, int r);
+// Floats in each of the two packing buffers the MPI communicator keeps for a
+// tree reduction of n floats over P ranks (a piece of a round, at most 2^20
+// floats, whatever n), and for an all-to-all of strided blocks of n floats
+// (all P blocks packed at once). The buffers grow to the largest call's and
+// stay: what the fit check and `tessera plan` count for a group's packing
+// (ts_comm_buffer_bytes measures it).
+size_t ts_comm_pack_tree(size_t n, int P);
+size_t ts_comm_pack_2d(size_t n, int P);
+// Bytes the group's packing buffers hold now (0: a group of one, or a
+// backend without host packing).
+size_t ts_comm_buffer_bytes(const ts_comm *c);
 // One call of `kind` moving `bytes` added to counts[TS_COMM_NKINDS]: how a
 // strategy states its traffic (strategy.h `traffic`) with the counting above.
 void ts_comm_tally(ts_comm_count *counts, ts_comm_kind kind, uint64_t bytes);

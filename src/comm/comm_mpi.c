@@ -97,7 +97,7 @@ static int mpi_alltoall_2d(ts_comm *c, const float *send, const ts_block2d *s, f
   const size_t n = ts_block2d_floats(s);
   if (n * sizeof(float) > INT_MAX)
     return ts_fail(TS_ERUNTIME, "all-to-all of %zu floats per rank: over the MPI int limit", n);
-  int rc = reserve(st, (size_t)P * n);
+  int rc = reserve(st, ts_comm_pack_2d(n, P));
   if (rc) return rc;
   for (int j = 0; j < P; j++) {
     const float *src = send + (size_t)j * s->block;
@@ -146,11 +146,7 @@ static void stream_part(float *buf, size_t n, int P, int first, int stride, size
   }
 }
 
-// Floats a round swaps at a time: the packing space stays this small
-// whatever the vector (a gradient, or lss's [dK | dV] of a whole sequence).
-// Each element is added exactly as in one swap, so the bits do not depend
-// on it.
-#define TREE_PIECE ((size_t)1 << 20)
+#define TREE_PIECE TS_COMM_TREE_PIECE // (comm_tree.h)
 
 // Rounds 0 .. nrounds-1 of the tree schedule (comm_tree.h) on buf (n,): in
 // each swap, the chunks sent are packed into sendbuf, swapped with the
@@ -162,8 +158,7 @@ static void stream_part(float *buf, size_t n, int P, int first, int stride, size
 static int tree_rounds(ts_comm *c, float *buf, size_t n, int nrounds) {
   mpi_state *s = c->state;
   const int P = c->size, r = c->rank;
-  const size_t most = ts_comm_tree_max_floats(n, P);
-  int rc = reserve(s, (most < TREE_PIECE ? most : TREE_PIECE) + 1);
+  int rc = reserve(s, ts_comm_pack_tree(n, P));
   if (rc) return rc;
   for (int k = 0; k < nrounds; k++) {
     ts_comm_swap q;
@@ -202,6 +197,10 @@ static int mpi_allreduce_fast(ts_comm *c, float *buf, size_t n) {
   return TS_OK;
 }
 
+static size_t mpi_buffer_bytes(const ts_comm *c) {
+  return 2 * ((const mpi_state *)c->state)->cap * sizeof(float);
+}
+
 static void mpi_destroy(ts_comm *c) {
   mpi_state *s = c->state;
   if (!s) return;
@@ -225,6 +224,7 @@ static const ts_comm_ops mpi_ops = {
     .reduce_scatter_tree = mpi_reduce_scatter_tree,
     .allreduce_tree = mpi_allreduce_tree,
     .allreduce_fast = mpi_allreduce_fast,
+    .buffer_bytes = mpi_buffer_bytes,
     .destroy = mpi_destroy,
 };
 

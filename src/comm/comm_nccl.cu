@@ -448,6 +448,7 @@ static const ts_comm_ops nccl_ops = {
     nccl_reduce_scatter_tree,
     nccl_allreduce_tree,
     nccl_allreduce_fast,
+    NULL, // buffer_bytes: its staging is device memory, not counted here
     nccl_destroy,
 };
 

@@ -143,6 +143,12 @@ static inline size_t ts_comm_tree_floats(size_t n, int P, int first, int stride)
 
 // The largest message of any swap: at most the chunks of one parity (the
 // chunks of a swap at distance d are a subset of the even or the odd ones).
+// Floats a round swaps at a time (comm_mpi.c): the packing space stays this
+// small whatever the vector (a gradient, or lss's [dK | dV] of a whole
+// sequence). Each element is added exactly as in one swap, so the bits do
+// not depend on it.
+#define TS_COMM_TREE_PIECE ((size_t)1 << 20)
+
 static inline size_t ts_comm_tree_max_floats(size_t n, int P) {
   size_t even = ts_comm_tree_floats(n, P, 0, 2), odd = ts_comm_tree_floats(n, P, 1, 2);
   return even > odd ? even : odd;

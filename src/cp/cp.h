@@ -79,6 +79,7 @@ int ts_megatron_create(const ts_attn_io *io, const ts_seq_shard *sp, void **stat
 size_t ts_megatron_bytes(const ts_attn_io *io);
 void ts_megatron_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm_count *fwd,
                          ts_comm_count *bwd);
+void ts_megatron_incall(const ts_attn_io *io, const ts_seq_shard *sp, ts_cp_incall *out);
 void ts_megatron_destroy(const ts_attn_io *io);
 int ts_megatron_layer_forward(const ts_layer_io *io);
 int ts_megatron_layer_backward(const ts_layer_io *io);

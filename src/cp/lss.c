@@ -231,6 +231,17 @@ static void lss_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm_co
                   ts_comm_tree_bytes((basic(io) ? 1 : 2) * Nk * Ckv, P, r));
 }
 
+// What its calls take (strategy.h `incall`): no buffers of its own; the
+// packing of its largest reduce-scatter, the concatenation's (B·T, C) or
+// [dK | dV]'s.
+static void lss_incall(const ts_attn_io *io, const ts_seq_shard *sp, ts_cp_incall *out) {
+  (void)sp;
+  const int P = io->seq->size;
+  const size_t Nk = (size_t)io->B * io->T, kv = (basic(io) ? 1 : 2) * Nk * io->Ckv;
+  const size_t cat = concat(io) ? ts_comm_pack_tree(Nk * io->C, P) : 0;
+  *out = (ts_cp_incall){.pack = cat > ts_comm_pack_tree(kv, P) ? cat : ts_comm_pack_tree(kv, P)};
+}
+
 const ts_cp ts_cp_lss = {
     .name = "lss",
     .summary = "fused all-gather, distributed Q, gradient averaging: 2 collectives per layer",
@@ -239,6 +250,7 @@ const ts_cp ts_cp_lss = {
     .attn_forward = lss_attn_forward,
     .attn_backward = lss_attn_backward,
     .traffic = lss_traffic,
+    .incall = lss_incall,
     .opts = &ts_lss_plain,
 };
 
@@ -250,6 +262,7 @@ const ts_cp ts_cp_lss_fused = {
     .attn_forward = lss_attn_forward,
     .attn_backward = lss_attn_backward,
     .traffic = lss_traffic,
+    .incall = lss_incall,
     .opts = &ts_lss_fused,
 };
 
@@ -261,6 +274,7 @@ const ts_cp ts_cp_lss_basic = {
     .attn_forward = lss_attn_forward,
     .attn_backward = lss_attn_backward,
     .traffic = lss_traffic,
+    .incall = lss_incall,
     .opts = &ts_lss_basic,
 };
 
@@ -272,5 +286,6 @@ const ts_cp ts_cp_lss_unfused = {
     .attn_forward = lss_attn_forward,
     .attn_backward = lss_attn_backward,
     .traffic = lss_traffic,
+    .incall = lss_incall,
     .opts = &ts_lss_unfused,
 };

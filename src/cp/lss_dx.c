@@ -95,6 +95,13 @@ static void lss_dx_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm
   ts_comm_tally(bwd, TS_COMM_REDUCE_SCATTER, ts_comm_tree_bytes(Nk * C, P, io->seq->rank));
 }
 
+// The sequence group's packing (strategy.h `incall`): dx's reduce-scatter.
+static void lss_dx_incall(const ts_attn_io *io, const ts_seq_shard *sp, ts_cp_incall *out) {
+  (void)sp;
+  *out = (ts_cp_incall){
+      .pack = ts_comm_pack_tree((size_t)io->B * io->T * io->C, io->seq->size)};
+}
+
 const ts_cp ts_cp_lss_dx = {
     .name = "lss-dx",
     .summary = "lss whose backward reduce-scatters dx (T x d floats) as its paper does: 2 "
@@ -106,6 +113,7 @@ const ts_cp ts_cp_lss_dx = {
     .create = lss_dx_create,
     .bytes = lss_dx_bytes,
     .traffic = lss_dx_traffic,
+    .incall = lss_dx_incall,
     .destroy = lss_dx_destroy,
     .attn_forward = lss_dx_forward,
     .attn_backward = lss_dx_backward,

@@ -158,13 +158,24 @@ static void zigzag_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm
     ts_comm_tally(bwd, TS_COMM_REDUCE_SCATTER, ts_comm_tree_bytes((size_t)3 * N * part, N, r));
 }
 
+// The sequence group's packing (strategy.h `incall`): the concatenation's
+// reduce-scatter and zigzag_reduce_scatter's 3N parts.
+static void zigzag_incall(const ts_attn_io *io, const ts_seq_shard *sp, ts_cp_incall *out) {
+  (void)sp;
+  const int N = io->seq->size;
+  const size_t part = (size_t)io->runs.len * (basic(io) ? 1 : 2) * io->Ckv;
+  const size_t kv = ts_comm_pack_tree((size_t)3 * N * part, N);
+  const size_t cat = concat(io) ? ts_comm_pack_tree((size_t)io->B * io->T * io->C, N) : 0;
+  *out = (ts_cp_incall){.pack = cat > kv ? cat : kv};
+}
+
 // The balanced three differ in their options alone (basic() and concat() read them).
 #define ZIGZAG(NAME, SUMMARY, OPTS)                                                             \
   {                                                                                             \
     .name = NAME, .summary = SUMMARY, .exact = 1, .host_only = 1, .run_partials = 1,            \
     .check = zigzag_check, .positions = ts_cp_zigzag_positions, .sizes = zigzag_sizes,          \
     .attn_forward = zigzag_forward, .attn_backward = zigzag_backward,                          \
-    .traffic = zigzag_traffic, .opts = &OPTS,                                                   \
+    .traffic = zigzag_traffic, .incall = zigzag_incall, .opts = &OPTS,                          \
   }
 const ts_cp ts_cp_lss_zigzag =
     ZIGZAG("lss-zigzag", "LSS balanced: chunks r and 2N-1-r of 2N, the same 2 collectives per layer",

@@ -127,6 +127,14 @@ void ts_megatron_destroy(const ts_attn_io *io) { free_state(io->be, io->state); 
 
 size_t ts_megatron_bytes(const ts_attn_io *io) { return state_floats(io) * sizeof(float); }
 
+// The sequence group's packing (strategy.h `incall`): the reduce-scatters
+// of the whole sequence's (T, C); the attention's own buffers are the
+// variant's (megatron-2022 adds its T x T ones).
+void ts_megatron_incall(const ts_attn_io *io, const ts_seq_shard *sp, ts_cp_incall *out) {
+  (void)sp;
+  *out = (ts_cp_incall){.pack = ts_comm_pack_tree((size_t)io->T * io->C, io->seq->size)};
+}
+
 // What a layer's forward and backward move (strategy.h `traffic`): each
 // norm output's all-gather of the rank's rows and each partial projection's
 // reduce-scatter of the whole sequence's (T, C), forward and (mirrored)
@@ -373,6 +381,7 @@ const ts_cp ts_cp_megatron = {
     .create = ts_megatron_create,
     .bytes = ts_megatron_bytes,
     .traffic = ts_megatron_traffic,
+    .incall = ts_megatron_incall,
     .destroy = ts_megatron_destroy,
     .layer_forward = ts_megatron_layer_forward,
     .layer_backward = ts_megatron_layer_backward,

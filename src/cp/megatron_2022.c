@@ -151,6 +151,20 @@ static int dense_backward(const ts_attn_io *at, const ts_attn_shape *as, float *
   return oom;
 }
 
+// What its calls take (strategy.h `incall`): the forward the probabilities
+// of the rank's Hl heads (and one head's dropped copy), Hl·T² (+ T²) floats;
+// the backward the replay's probabilities kept and their gradient, 2·Hl·T²
+// (+ T²); and megatron's packing. At T = 16384 each head's probabilities are
+// 1 GiB: with 4 heads a rank, 4 GiB forward and 8 GiB backward, which the fit
+// check counts before any work rather than die mid-step.
+static void dense_incall(const ts_attn_io *io, const ts_seq_shard *sp, ts_cp_incall *out) {
+  ts_megatron_incall(io, sp, out);
+  const size_t TT = (size_t)io->T * io->T, Hl = (size_t)(io->H / io->seq->size);
+  const size_t drop = io->cfg->dropout > 0.0f ? TT : 0;
+  out->fwd = (Hl * TT + drop) * sizeof(float);
+  out->bwd = (2 * Hl * TT + drop) * sizeof(float);
+}
+
 // The layout rules are megatron's (GPT, heads and MLP width divisible by N, no
 // pipeline, --zero, Muon, --checkpoint: it recomputes everything already).
 static const ts_megatron_opts korthikanti = {
@@ -169,6 +183,7 @@ const ts_cp ts_cp_megatron_2022 = {
     .create = ts_megatron_create,
     .bytes = ts_megatron_bytes,
     .traffic = ts_megatron_traffic,
+    .incall = dense_incall,
     .destroy = ts_megatron_destroy,
     .layer_forward = ts_megatron_layer_forward,
     .layer_backward = ts_megatron_layer_backward,

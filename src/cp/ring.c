@@ -67,6 +67,21 @@ static int buffer_planes(const ring_geom *g) {
 
 int ring_exact_planes(const ring_geom *g) { return buffer_planes(g); }
 
+void ring_exact_traffic(const ring_geom *g, ts_comm_count *fwd, ts_comm_count *bwd) {
+  const uint64_t plane = (uint64_t)g->rows * 2 * g->wk * sizeof(float);
+  const int prev_at = (g->at + g->n - 1) % g->n;
+  for (int i = 0; i < g->n - 1; i++) ts_comm_tally(fwd, TS_COMM_SENDRECV, 2 * plane);
+  for (int i = 0; i < g->n && g->n > 1; i++)
+    ts_comm_tally(bwd, TS_COMM_SENDRECV,
+                  (uint64_t)(sent_planes(g, g->at, i) + sent_planes(g, prev_at, i)) * plane);
+}
+
+void ring_exact_incall(const ring_geom *g, size_t *fwd, size_t *bwd) {
+  const size_t plane = (size_t)g->rows * 2 * g->wk, sums = (size_t)g->as.H * g->rows;
+  *fwd = sums * sizeof(float);                                         // lsum
+  *bwd = (2 * (size_t)buffer_planes(g) * plane + sums) * sizeof(float); // cur, nxt, dsum
+}
+
 static int ring_hop(const ts_attn_io *io, const ring_geom *g, const float *send, size_t sfloats,
                     float *recv, size_t rfloats) {
   return ts_comm_sendrecv(io->seq, send, sfloats * sizeof(float), g->next, recv,
@@ -408,11 +423,39 @@ static void traffic(const ts_attn_io *io, int merge, ts_comm_count *fwd, ts_comm
   const int N = io->seq->size;
   const size_t plane = (size_t)io->Tl * 2 * io->Ckv * sizeof(float);
   const ring_geom g = ring_geometry(io);
+  if (!merge) {
+    ring_exact_traffic(&g, fwd, bwd);
+    return;
+  }
   for (int i = 0; i < N - 1; i++) ts_comm_tally(fwd, TS_COMM_SENDRECV, 2 * plane);
-  for (int i = 0; i < N; i++)
-    ts_comm_tally(bwd, TS_COMM_SENDRECV,
-                  merge ? 4 * plane
-                        : (uint64_t)(sent_planes(&g, g.at, i) + sent_planes(&g, g.prev, i)) * plane);
+  for (int i = 0; i < N; i++) ts_comm_tally(bwd, TS_COMM_SENDRECV, 4 * plane);
+}
+
+// What its calls take (strategy.h `incall`): exact, the two blocks of
+// [K | V] forward and ring_exact's own; the merge (ring_forward,
+// ring_backward), the travelling blocks and a run's output, lse, and
+// backward terms. No packing: its messages are plain send/receives.
+static void incall(const ts_attn_io *io, int merge, ts_cp_incall *out) {
+  const size_t Tl = (size_t)io->Tl, len = (size_t)io->runs.len, C = (size_t)io->C;
+  const size_t Ckv = (size_t)io->Ckv, H = (size_t)io->H, f = sizeof(float);
+  *out = (ts_cp_incall){0, 0, 0};
+  if (merge) {
+    out->fwd = (2 * Tl * 2 * Ckv + len * C + H * len) * f;
+    out->bwd = (2 * Tl * 4 * Ckv + len * 4 * Ckv + len * C + H * len) * f;
+    return;
+  }
+  ring_geom g = ring_geometry(io);
+  g.as.H = io->H; // (the geometry alone: no call's shape)
+  ring_exact_incall(&g, &out->fwd, &out->bwd);
+  out->fwd += 2 * Tl * 2 * Ckv * f;
+}
+
+static void ring_incall(const ts_attn_io *io, const ts_seq_shard *sp, ts_cp_incall *out) {
+  incall(io, io->cfg->fast, out);
+}
+
+static void zigzag_incall(const ts_attn_io *io, const ts_seq_shard *sp, ts_cp_incall *out) {
+  incall(io, 1, out);
 }
 
 static void ring_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm_count *fwd,
@@ -433,6 +476,7 @@ const ts_cp ts_cp_ring = {
     .attn_forward = ring_attn_forward,
     .attn_backward = ring_attn_backward,
     .traffic = ring_traffic,
+    .incall = ring_incall,
 };
 
 const ts_cp ts_cp_ring_zigzag = {
@@ -445,4 +489,5 @@ const ts_cp ts_cp_ring_zigzag = {
     .attn_forward = zigzag_attn_forward,
     .attn_backward = ring_backward,
     .traffic = zigzag_traffic,
+    .incall = zigzag_incall,
 };

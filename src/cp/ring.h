@@ -80,6 +80,12 @@ int ring_exact_backward_block(const ts_backend *be, ts_ws *ws, const ring_geom *
                               const float *lse, float *dq, float *dsum);
 // Planes (rows · 2·wk floats each) a backward message buffer holds.
 int ring_exact_planes(const ring_geom *g);
+// The messages of ring_exact_forward (into fwd) and ring_exact_backward
+// (bwd) at place g->at, counted as the communicator counts them
+// (strategy.h `traffic`); and the bytes each allocates at most at once
+// (strategy.h `incall`), its travelling buffers and running sums.
+void ring_exact_traffic(const ring_geom *g, ts_comm_count *fwd, ts_comm_count *bwd);
+void ring_exact_incall(const ring_geom *g, size_t *fwd, size_t *bwd);
 
 // The travelling tree (exposed for tests/test_cp.c). A block of place c
 // collects one partial from each place p = c, c+1, …, n−1 in that order,

@@ -60,6 +60,18 @@ typedef struct {
   size_t scratch;     // floats of the strategy's own scratch in the model (io->scratch)
 } ts_cp_sizes;
 
+// What a layer's attention calls take beyond the model's buffers and the
+// strategy's own state (`bytes`), for the fit check and `tessera plan`: the
+// most bytes its forward and its backward allocate at once (mem.h
+// ts_mem_alloc: buffers that live only inside the call; a step record's
+// state_bytes.incall measures the largest), and the floats of the largest
+// packing buffer its collectives make the sequence group's communicator keep
+// (comm.h ts_comm_pack_tree, ts_comm_pack_2d; state_bytes.comm_buffers).
+typedef struct {
+  size_t fwd, bwd;
+  size_t pack;
+} ts_cp_incall;
+
 // The block of a tensor a rank holds under a tensor split: rows [r0, r0 +
 // nr) and columns [c0, c0 + nc) of the tensor as a row-major (rows, cols)
 // matrix (a vector: one row of its length). The rank keeps the block
@@ -196,6 +208,12 @@ typedef struct ts_cp {
   // counters. NULL: not stated (the plan says so).
   void (*traffic)(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm_count *fwd,
                   ts_comm_count *bwd);
+  // Its calls' memory (ts_cp_incall above) on rank io->seq->rank, from the
+  // geometry and the settings alone, as for `traffic`: the same sizes its
+  // forward and backward allocate, in the same order. NULL: none (the
+  // strategy keeps everything in the model's buffers and moves no packed
+  // blocks).
+  void (*incall)(const ts_attn_io *io, const ts_seq_shard *sp, ts_cp_incall *out);
   // Appends the strategy's own settings to a layout's name ("-u4-gqa"). NULL: none.
   void (*describe)(const ts_layout *lay, char *buf, size_t cap);
   // The flags of settings only it reads, space-separated ("--ulysses-degree"):

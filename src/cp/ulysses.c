@@ -539,6 +539,66 @@ static void headpar_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_com
   }
 }
 
+// The tracked allocations of headpar_forward and of the two backwards,
+// replayed from the geometry in their order (strategy.h `incall`): bytes
+// live, and the most at once.
+typedef struct {
+  size_t live, most;
+} replay;
+
+static void take(replay *m, size_t floats) {
+  m->live += floats * sizeof(float);
+  if (m->live > m->most) m->most = m->live;
+}
+
+static void give(replay *m, size_t floats) { m->live -= floats * sizeof(float); }
+
+static void headpar_incall(const ts_attn_io *io, const ts_seq_shard *sp, ts_cp_incall *out) {
+  const headpar h = settings(io, sp);
+  const int N = io->seq->size, G = io->H / io->Hkv, dh = io->dh, per = h.U / N;
+  const size_t T = (size_t)io->T, Tl = (size_t)io->Tl, w = (size_t)per * dh;
+  replay f = {0, 0}, b = {0, 0};
+  size_t kv_held = 0, pack = 0;
+  for (int s = 0; s < io->H / h.U; s++) { // the forward's stages
+    stage_heads to0;
+    headpar_forward_heads(N, h.U, G, h.sched, s, 0, &to0);
+    const size_t wk = (size_t)to0.nkv * dh;
+    take(&f, Tl * h.U * dh); // qs
+    give(&f, Tl * h.U * dh);
+    pack = pack > ts_comm_pack_2d(Tl * w, N) ? pack : ts_comm_pack_2d(Tl * w, N);
+    if (h.sched != TS_UPIPE_GQA || s % G == 0) {
+      give(&f, 2 * kv_held);
+      take(&f, Tl * N * wk); // ks, then kc and vc
+      take(&f, 2 * T * wk);
+      give(&f, Tl * N * wk);
+      kv_held = T * wk;
+      if (ts_comm_pack_2d(Tl * wk, N) > pack) pack = ts_comm_pack_2d(Tl * wk, N);
+    }
+    take(&f, T * w + (size_t)per * Tl); // o, lse
+    give(&f, T * w + (size_t)per * Tl);
+    if (h.sched != TS_UPIPE_GQA || s % G == G - 1) {
+      give(&f, 2 * kv_held);
+      kv_held = 0;
+    }
+  }
+  const int Ub = headpar_backward_stage(h.U, N, G), pb = Ub / N, dx = io->cp->forms_dx;
+  const size_t wb = (size_t)pb * dh, wkb = (size_t)(pb / G) * dh;
+  // every stage alike: Q, K, V; their local projections (stage_qkv); the
+  // kernel's O, dO, dQ, dK, dV, lse, dsum (stage_kernel); upipe-dx: Q, K, V
+  // go, the rank's rows of dQ, dK, dV come (gq, gk, gv)
+  take(&b, T * wb + 2 * T * wkb);
+  take(&b, Tl * N * (wb + wkb));
+  give(&b, Tl * N * (wb + wkb));
+  take(&b, 3 * T * wb + 2 * T * wkb + 2 * (size_t)pb * T);
+  give(&b, 2 * T * wb + 2 * (size_t)pb * T);
+  if (dx) {
+    give(&b, T * wb + 2 * T * wkb);
+    take(&b, Tl * (size_t)Ub * dh + 2 * Tl * (size_t)(Ub / G) * dh);
+  }
+  const size_t pb2 = ts_comm_pack_2d(Tl * (wb > wkb ? wb : wkb), N);
+  *out = (ts_cp_incall){.fwd = f.most, .bwd = b.most, .pack = pack > pb2 ? pack : pb2};
+}
+
 static void headpar_destroy(const ts_attn_io *io) { free(io->state); }
 
 static void upipe_describe(const ts_layout *lay, char *buf, size_t cap) {
@@ -556,6 +616,7 @@ const ts_cp ts_cp_ulysses = {
     .attn_forward = headpar_forward,
     .attn_backward = headpar_backward,
     .traffic = headpar_traffic,
+    .incall = headpar_incall,
     .opts = &ULYSSES,
 };
 
@@ -570,6 +631,7 @@ const ts_cp ts_cp_upipe = {
     .attn_forward = headpar_forward,
     .attn_backward = headpar_backward,
     .traffic = headpar_traffic,
+    .incall = headpar_incall,
     .describe = upipe_describe,
     .own_flags = "--upipe-u --upipe-schedule",
     .opts = &UPIPE,
@@ -586,6 +648,8 @@ const ts_cp ts_cp_upipe_dx = {
     .destroy = headpar_destroy,
     .attn_forward = headpar_forward,
     .attn_backward = headpar_backward_dx,
+    .traffic = headpar_traffic, // the same messages: only where dX is summed differs
+    .incall = headpar_incall,
     .describe = upipe_describe,
     .own_flags = "--upipe-u --upipe-schedule",
     .opts = &UPIPE,

@@ -72,14 +72,21 @@ static void usp_sizes(const ts_attn_io *io, ts_cp_sizes *out) {
   *out = (ts_cp_sizes){.layer_rows = N, .q_rows = N, .kv_rows = N, .dkv_rows = N};
 }
 
+// The settings of rank io->seq->rank under a layout (sp).
+static usp settings(const ts_attn_io *io, const ts_seq_shard *sp) {
+  const int N = io->seq->size;
+  usp s;
+  s.U = sp->ulysses_degree > 0 ? sp->ulysses_degree : default_degree(N, io->H, io->Hkv);
+  s.R = N / s.U;
+  s.g = io->seq->rank / s.U;
+  s.u = io->seq->rank % s.U;
+  return s;
+}
+
 static int usp_create(const ts_attn_io *io, const ts_seq_shard *sp, void **state) {
   usp *s = malloc(sizeof *s);
   if (!s) return ts_fail(TS_ERUNTIME, "out of memory");
-  const int N = io->seq->size;
-  s->U = sp->ulysses_degree > 0 ? sp->ulysses_degree : default_degree(N, io->H, io->Hkv);
-  s->R = N / s->U;
-  s->g = io->seq->rank / s->U;
-  s->u = io->seq->rank % s->U;
+  *s = settings(io, sp);
   *state = s;
   return TS_OK;
 }
@@ -322,6 +329,77 @@ static int usp_attn_backward(const ts_attn_io *io) {
   return rc;
 }
 
+// ---- what a layer moves and takes, from the geometry ------------------------------------
+// strategy.h `traffic`: forward the exchange to heads of Q, K, V (U − 1
+// swaps of the rank's rows of each peer's columns), the ring's hops across
+// the groups, the output's exchange back; backward dO and O to heads, the
+// ring backward (exact: ring.h's planes; --fast: R hops of [K | V | dK | dV]),
+// dQ, dK, dV back.
+static void usp_traffic(const ts_attn_io *io, const ts_seq_shard *sp, ts_comm_count *fwd,
+                        ts_comm_count *bwd) {
+  ts_attn_io at = *io;
+  usp s = settings(io, sp);
+  at.state = &s;
+  const int dh = io->dh, wq = io->H / s.U * dh, wk = io->Hkv / s.U * dh;
+  const uint64_t row = (uint64_t)io->Tl * sizeof(float), Tb = (uint64_t)s.U * io->Tl;
+  for (int k = 1; k < s.U; k++) { // exchange(): a swap of Tl rows of W columns
+    ts_comm_tally(fwd, TS_COMM_SENDRECV, 2 * row * (uint64_t)(wq + 2 * wk));
+    ts_comm_tally(fwd, TS_COMM_SENDRECV, 2 * row * (uint64_t)wq);
+    ts_comm_tally(bwd, TS_COMM_SENDRECV, 2 * row * (uint64_t)(2 * wq));
+  }
+  ts_comm_count ring_bwd[TS_COMM_NKINDS] = {{0, 0}};
+  if (!io->cfg->fast) {
+    const ring_geom rg = group_ring(&at);
+    ring_exact_traffic(&rg, fwd, ring_bwd);
+  } else {
+    for (int i = 0; i < s.R - 1; i++)
+      ts_comm_tally(fwd, TS_COMM_SENDRECV, 2 * Tb * 2 * wk * sizeof(float));
+    for (int i = 0; i < s.R && s.R > 1; i++)
+      ts_comm_tally(ring_bwd, TS_COMM_SENDRECV, 2 * Tb * 4 * wk * sizeof(float));
+  }
+  // the ring's messages between the two exchanges of the backward (the
+  // order of a kind's calls does not change its count)
+  for (int k = 0; k < TS_COMM_NKINDS; k++) {
+    bwd[k].calls += ring_bwd[k].calls;
+    bwd[k].bytes += ring_bwd[k].bytes;
+  }
+  for (int k = 1; k < s.U; k++)
+    ts_comm_tally(bwd, TS_COMM_SENDRECV, 2 * row * (uint64_t)(wq + 2 * wk));
+}
+
+// strategy.h `incall`: usp_attn_forward's and usp_attn_backward's buffers
+// in their order (exchange()'s two of Tl rows of W columns each, the ring's
+// own, ring.h), at their most. No packing: its messages are send/receives.
+static void usp_incall(const ts_attn_io *io, const ts_seq_shard *sp, ts_cp_incall *out) {
+  ts_attn_io at = *io;
+  usp s = settings(io, sp);
+  at.state = &s;
+  const size_t Tl = (size_t)io->Tl, C = (size_t)io->C, Ckv = (size_t)io->Ckv, dh = io->dh;
+  const size_t Tb = (size_t)s.U * Tl, Hu = (size_t)(io->H / s.U), wq = Hu * dh;
+  const size_t wk = (size_t)(io->Hkv / s.U) * dh, f = sizeof(float);
+  const int fast = io->cfg->fast;
+  size_t ring_f = 0, ring_b = 0;
+  if (!fast) {
+    const ring_geom rg = group_ring(&at);
+    ring_exact_incall(&rg, &ring_f, &ring_b);
+  }
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+  // forward: q, k, v, the two blocks, O' (and --fast's block output, lse); then
+  // the exchanges' buffers or the ring's sums
+  const size_t fbase = (Tl * C + 2 * Tl * Ckv + 2 * Tb * 2 * wk + Tb * wq) * f +
+                       (fast ? (Tb * wq + Hu * Tb) * f : 0);
+  out->fwd = fbase + MAX(MAX(2 * Tl * (wq + 2 * wk) * f, ring_f), 2 * Tl * wq * f);
+  // backward: dO', O', dQ'; exact: then [dK' | dV'] and the ring's own;
+  // --fast: dQ' of a block, three blocks of [K | V | dK | dV], the row sums
+  const size_t bbase = 3 * Tb * wq * f, to_heads = 2 * Tl * 2 * wq * f;
+  const size_t to_rows = 2 * Tl * (wq + 2 * wk) * f;
+  const size_t rest = fast ? (Tb * wq + 3 * Tb * 4 * wk + Hu * Tb) * f + to_rows
+                           : Tb * 2 * wk * f + MAX(ring_b, to_rows);
+  out->bwd = bbase + MAX(to_heads, rest);
+  out->pack = 0;
+#undef MAX
+}
+
 const ts_cp ts_cp_usp = {
     .name = "usp",
     .summary = "Ulysses inside groups of --ulysses-degree ranks, ring attention across them",
@@ -332,6 +410,8 @@ const ts_cp ts_cp_usp = {
     .destroy = usp_destroy,
     .attn_forward = usp_attn_forward,
     .attn_backward = usp_attn_backward,
+    .traffic = usp_traffic,
+    .incall = usp_incall,
     .describe = usp_describe,
     .own_flags = "--ulysses-degree",
 };

@@ -97,6 +97,12 @@ int ts_grid_counts_json(const ts_grid *g, char *buf, size_t cap) {
   return ts_comm_counts_json(groups, 6, buf, cap);
 }
 
+size_t ts_grid_buffer_bytes(const ts_grid *g) {
+  return ts_comm_buffer_bytes(g->seq) + ts_comm_buffer_bytes(g->data) +
+         ts_comm_buffer_bytes(g->pipe) + ts_comm_buffer_bytes(g->replica) +
+         ts_comm_buffer_bytes(g->world) + ts_comm_buffer_bytes(g->model);
+}
+
 double ts_grid_comm_seconds(const ts_grid *g) {
   return ts_comm_seconds(g->seq) + ts_comm_seconds(g->data) + ts_comm_seconds(g->pipe) +
          ts_comm_seconds(g->replica) + ts_comm_seconds(g->world) + ts_comm_seconds(g->model);

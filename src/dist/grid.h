@@ -71,6 +71,9 @@ void ts_grid_free(ts_grid *g);
 void ts_grid_reset_counts(ts_grid *g);
 // The counters of all groups, as ts_comm_counts_json writes them.
 int ts_grid_counts_json(const ts_grid *g, char *buf, size_t cap);
+// Bytes of the packing buffers this rank's groups hold now (comm.h
+// ts_comm_buffer_bytes; the step record's state_bytes.comm_buffers).
+size_t ts_grid_buffer_bytes(const ts_grid *g);
 // Seconds this rank spent in collectives of all groups since the last reset.
 double ts_grid_comm_seconds(const ts_grid *g);
 #endif

@@ -19,6 +19,11 @@ void ts_model_set_layer_hooks(ts_model *m, const ts_layer_hooks *hooks) {
   m->hooks = hooks ? *hooks : (ts_layer_hooks){0};
 }
 
+void ts_model_set_residual_tap(ts_model *m, ts_residual_tap tap, void *ctx) {
+  m->tap = tap;
+  m->tap_ctx = ctx;
+}
+
 float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
                        int training) {
   const ts_boundary_io bio = ts_model_codec_io(m); // the codec's view of the model (boundary.h)
@@ -45,6 +50,7 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
     if ((m->rc = hold_layer(m, l, 1)) || (m->rc = ts_layer_forward(m, l, step, p)) ||
         (m->rc = hold_layer(m, l, 0)))
       return NAN;
+    if (m->tap && l + 1 < m->L) m->tap(m->tap_ctx, l + 1, m->res[l + 1], m->inputs, N, C);
     const int b = ts_boundary_at(&m->cfg, l + 1);
     if (b >= 0 && l + 1 < m->l1) { // a boundary inside: encode and decode back to back
       m->bd->encode(&bio, b, m->res[l + 1]);

@@ -55,6 +55,8 @@ struct ts_model {
   const struct ts_boundary *bd;
   void *bd_state;
   int bd_identity; // decode as if the basis were the identity (ts_model_set_identity_boundaries)
+  ts_residual_tap tap;         // an observer of the stream between layers (NULL: none)
+  void *tap_ctx;
   // The rank's rows as runs of consecutive positions (the strategy's
   // `positions`): one run [t0, t0 + Tl) (of each of the B sequences when not
   // sharded), or e.g. ring-zigzag's two chunks. Run k is rows

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "boundary/boundary.h"
+#include "comm/comm.h"
 #include "cp/strategy.h"
 #include "exact/rng.h"
 #include "model_impl.h"
@@ -157,11 +158,12 @@ void ts_model_set_memory_share(int processes) { memory_share = processes > 1 ? p
 
 // The ranks the model state is sharded over and the ZeRO stage
 // (ts_model_set_state_shards).
-static int state_shards = 1, state_zero = 0;
+static int state_shards = 1, state_zero = 0, data_ranks = 1;
 
-void ts_model_set_state_shards(int shards, int zero) {
+void ts_model_set_state_shards(int shards, int zero, int dp) {
   state_shards = shards > 1 ? shards : 1;
   state_zero = zero;
+  data_ranks = dp > 1 ? dp : 1;
 }
 
 // Bytes per parameter of the model state a rank holds: values, gradients
@@ -455,12 +457,34 @@ static void destroy_strategy(ts_model *m) {
   if (m->rp) ts_run_partials_destroy(m);
 }
 
+// Parameters of one of the stage's layers (all alike).
+static size_t layer_numel(const ts_model *m) {
+  size_t n = 0;
+  for (int i = 0; i < m->nall; i++)
+    if (m->all[i].role == TS_ROLE_LAYER && m->all[i].index == m->l0)
+      n += (size_t)ts_tensor_numel(&m->all[i]);
+  return n;
+}
+
+// The packing a group of P ranks keeps for the exact gradient sums of the
+// stage's n parameters (shard.c, zero.c): the whole vector in pieces
+// (comm.c), or under --zero 2 and 3 a layer's or the ends' at a time; none
+// under --fast (MPI's own reduction).
+static size_t grad_sum_pack(const ts_model *m, size_t n, int P, int zero) {
+  if (P < 2 || m->cfg.fast) return 0;
+  // (the ends' sums are smaller for the presets, and past 2^21 floats the
+  // packing is at its cap either way)
+  if (zero >= 2 && m->l1 > m->l0) n = layer_numel(m);
+  return ts_comm_pack_tree(n < ts_comm_allreduce_piece ? n : ts_comm_allreduce_piece, P);
+}
+
 // A rank's memory by kind (ts_mem_estimate, tessera.h), from the sizes its
 // model has set before anything big is allocated: the one count the fit
-// check below and `tessera plan` share. shards, zero: the model state's
-// (ts_model_set_state_shards); threads: those the memory options' per-thread
-// leaves are sized for.
-static void estimate(const ts_model *m, int shards, int zero, int threads, ts_mem_estimate *e) {
+// check below and `tessera plan` share. sp: the layout's sequence group (or
+// NULL); shards, zero, dp: the model state's (ts_model_set_state_shards);
+// threads: those the memory options' per-thread leaves are sized for.
+static void estimate(const ts_model *m, const ts_seq_shard *sp, int shards, int zero, int dp,
+                     int threads, ts_mem_estimate *e) {
   const ts_config *cfg = &m->cfg;
   const ts_boundary_io bio = ts_model_codec_io(m);
   const size_t boundary = m->bd->activation_floats ? m->bd->activation_floats(&bio) : 0;
@@ -484,28 +508,63 @@ static void estimate(const ts_model *m, int shards, int zero, int threads, ts_me
   // a rank of two runs kept apart (lss-zigzag): the second run's gradient partials
   if (m->cp->run_partials) e->strategy = 4.0 * np;
   // the strategy's own state (its `bytes`, from the geometry: lss-dx's
-  // gathered inputs, megatron's blocks)
-  if (m->cp->bytes) {
-    ts_attn_io io;
-    ts_attn_io_geometry(m, &io);
-    e->strategy_state = (double)m->cp->bytes(&io);
-  }
+  // gathered inputs, megatron's blocks) and what its calls take (`incall`:
+  // the buffers that live only inside an attention call, the packing of its
+  // collectives)
+  ts_attn_io io;
+  ts_attn_io_geometry(m, &io);
+  if (m->cp->bytes) e->strategy_state = (double)m->cp->bytes(&io);
+  ts_cp_incall in = {0, 0, 0};
+  if (m->cp->incall && sp && m->seq) m->cp->incall(&io, sp, &in);
+  e->incall = (double)(in.fwd > in.bwd ? in.fwd : in.bwd);
+  // the packing buffers (two of the largest call's floats a group): the
+  // sequence group's, for the strategy's collectives and the gradient sum of
+  // the replicated parameters; the data group's, for the stage's gradients
+  const int nsp = m->seq ? m->seq->size : 1;
+  size_t seq_pack = grad_sum_pack(m, e->nreplicated, nsp, zero);
+  if (in.pack > seq_pack) seq_pack = in.pack;
+  e->comm_buffers = 8.0 * (double)seq_pack + 8.0 * (double)grad_sum_pack(m, m->nparams, dp, zero);
   // the fit check's sum, in its order
   e->fit = ts_state_bytes_per_param(1, shards, zero) * np +
            4.0 * (double)(m->ncopy + m->nacts + boundary) + e->transient;
   if (cfg->fused_ce) e->fit += 4.0 * (double)ts_model_fused_ce_floats(m, threads);
   if (cfg->tiled_mlp) e->fit += 4.0 * (double)ts_model_tiled_mlp_floats(m, threads);
-  e->fit += e->strategy + e->strategy_state;
+  e->fit += e->strategy + e->strategy_state + e->incall + e->comm_buffers;
   e->total = e->fit;
+}
+
+// The largest part of an estimate, named for the fit check's refusal.
+static const char *largest_part(const ts_model *m, const ts_mem_estimate *e, double *bytes) {
+  static char name[96];
+  const struct {
+    const char *what;
+    double b;
+  } parts[] = {{"parameters", e->params + e->copies},
+               {"gradients", e->grads + e->strategy + e->transient},
+               {"AdamW state", e->optimizer},
+               {"activations", e->activations + e->scratch + e->codec},
+               {"the strategy's state", e->strategy_state},
+               {"attention buffers", e->incall},
+               {"communication packing buffers", e->comm_buffers}};
+  int k = 0;
+  for (int i = 1; i < (int)(sizeof parts / sizeof parts[0]); i++)
+    if (parts[i].b > parts[k].b) k = i;
+  *bytes = parts[k].b;
+  if (parts[k].b == e->incall || parts[k].b == e->strategy_state)
+    snprintf(name, sizeof name, "--sp-mode %s's %s", m->cp->name, parts[k].what);
+  else
+    snprintf(name, sizeof name, "%s", parts[k].what);
+  return name;
 }
 
 // Refuse up front what cannot fit, rather than be killed mid-run by the
 // kernel's OOM killer (allocations succeed lazily under overcommit):
 // parameters, gradients and AdamW state, the activations, the codec's and
-// the memory options' buffers, estimated before any of them is allocated.
-static int fit_check(const ts_model *m) {
+// the memory options' buffers, the strategy's state and its calls' buffers,
+// the communicators' packing, estimated before any of them is allocated.
+static int fit_check(const ts_model *m, const ts_seq_shard *sp) {
   ts_mem_estimate e;
-  estimate(m, state_shards, state_zero, omp_get_max_threads(), &e);
+  estimate(m, sp, state_shards, state_zero, data_ranks, omp_get_max_threads(), &e);
   const double need = e.fit;
   // Every process makes this check for its own share of the memory its
   // buffers live in: the node's, which its ranks divide between them, or on
@@ -520,13 +579,15 @@ static int fit_check(const ts_model *m) {
     char share[64] = "";
     if (!on_gpu && memory_share > 1)
       snprintf(share, sizeof share, " (its share: 1 of %d ranks)", memory_share);
+    double most;
+    const char *what = largest_part(m, &e, &most);
     return ts_fail(TS_ERUNTIME,
-                   "this model needs about %.1f GiB (parameters, gradients, AdamW state, "
-                   "activations) but %s %.1f GiB%s; use a smaller --model, --seq or "
-                   "--batch, the memory options (--checkpoint, --fused-ce, --tiled-mlp), "
-                   "more pipeline stages (--pp), sharded model state (--zero 1, 2, 3), or "
-                   "fewer ranks on this %s",
-                   need / 1073741824.0, on_gpu ? "this rank's share of its GPU is" : "the machine has",
+                   "this model needs about %.1f GiB (%s: %.1f GiB of it) but %s %.1f GiB%s; "
+                   "use a smaller --model, --seq or --batch, the memory options (--checkpoint, "
+                   "--fused-ce, --tiled-mlp), more pipeline stages (--pp), sharded model state "
+                   "(--zero 1, 2, 3), or fewer ranks on this %s",
+                   need / 1073741824.0, what, most / 1073741824.0,
+                   on_gpu ? "this rank's share of its GPU is" : "the machine has",
                    have / 1073741824.0, share, on_gpu ? "GPU" : "machine");
   }
   return TS_OK;
@@ -630,7 +691,7 @@ int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const 
   unsigned char *held = NULL;
   act_layout al;
   int rc = prepare(cfg, b_begin, b_count, sp, l0, l1, &m, &spec, &held, &al);
-  if (!rc) rc = fit_check(m);
+  if (!rc) rc = fit_check(m, sp);
   if (!rc) rc = alloc_params(m, spec, held);
   free(spec);
   free(held);
@@ -646,15 +707,34 @@ int ts_model_create_stage(const ts_config *cfg, int b_begin, int b_count, const 
   return TS_OK;
 }
 
+// Where the stage's layers and a tied embedding lie among its owned
+// parameters, in the order alloc_params lays them out.
+static void layer_span(const ts_model *m, const pspec *spec, const unsigned char *held,
+                       ts_mem_estimate *e) {
+  size_t off = 0;
+  int seen = 0;
+  for (int i = 0; i < m->nall; i++) {
+    if (held[i] != HELD_OWNED) continue;
+    const ts_tensor *t = &m->all[i];
+    const size_t n = spec_numel(&spec[i]);
+    if (t->role == TS_ROLE_LAYER && !seen) e->layers_lo = off, seen = 1;
+    if (t->role == TS_ROLE_LAYER && t->index == m->l0) e->layer_floats += n;
+    if (t->role == TS_ROLE_EMBEDDING && m->cfg.tied) e->wte_lo = off, e->wte_len = n;
+    off += n;
+  }
+  e->nlayers = m->l1 - m->l0;
+}
+
 int ts_model_estimate_stage(const ts_config *cfg, int b_begin, int b_count, const ts_seq_shard *sp,
-                            int l0, int l1, int shards, int zero, int threads,
+                            int l0, int l1, int shards, int zero, int dp, int threads,
                             ts_mem_estimate *out) {
   ts_model *m = NULL;
   pspec *spec = NULL;
   unsigned char *held = NULL;
   act_layout al;
   int rc = prepare(cfg, b_begin, b_count, sp, l0, l1, &m, &spec, &held, &al);
-  if (!rc) estimate(m, shards, zero, threads, out);
+  if (!rc) estimate(m, sp, shards, zero, dp, threads, out);
+  if (!rc) layer_span(m, spec, held, out);
   free(spec);
   free(held);
   if (m) m->cp = NULL; // no strategy state was made: nothing of it to destroy

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "boundary/boundary.h"
 #include "comm/comm.h"
 #include "cp/strategy.h"
 #include "dist/pipeline.h"
@@ -98,7 +99,7 @@ static int stage_memory(const ts_config *cfg, const ts_layout *lay, int s, int t
   const int M = lay->pp == 1 ? lay->microbatches : 1;
   const int count = lay->sp > 1 ? 1 : lay->pp > 1 || M > 1 ? nb / lay->microbatches : nb;
   return ts_model_estimate_stage(cfg, 0, count, lay->sp > 1 ? &sp : NULL, s * per, (s + 1) * per,
-                                 shards, lay->zero, threads, e);
+                                 shards, lay->zero, lay->dp, threads, e);
 }
 
 // The forwards of stage 0's layers per step for `passes` backwards: a
@@ -152,28 +153,84 @@ static void add_group(plan_row *r, const ts_plan_opts *o, int span, ts_comm_kind
   l->bytes += bytes;
 }
 
+// The owners' broadcasts of [a, b) of the replicated parameters to the P
+// ranks of the replica group (zero.c ts_zero_gather): each shard's part from
+// its owner, rank 0 sending its own and receiving the rest. The shards are
+// even cuts (shard.c moves a cut to the end of a tensor that must stay
+// whole: the bytes differ by that, 0 at P = 2).
+static void gather(plan_row *r, const ts_plan_opts *o, int P, size_t a, size_t b) {
+  const ts_mem_estimate *e = &r->first;
+  for (int q = 0; q < P; q++) {
+    size_t off, len;
+    ts_comm_chunk(e->nreplicated, P, q, &off, &len);
+    const size_t lo = off > a ? off : a, hi = off + len < b ? off + len : b;
+    if (lo < hi) add_group(r, o, P, TS_COMM_BCAST, 1, 4 * (uint64_t)(hi - lo) * (q ? 1 : P - 1));
+  }
+}
+
+// One all-reduce of n floats over a group of P ranks (none when empty or alone).
+static void sum(plan_row *r, const ts_plan_opts *o, int P, int span, size_t n) {
+  if (P > 1 && n > 0) add_group(r, o, span, TS_COMM_ALLREDUCE, 1, ts_comm_allreduce_bytes(n, P, 0));
+}
+
+// --zero 2 and 3 outside a pipeline (zero.c): in each pass every layer's
+// gradient is summed as its backward ends, over the sequence group (a rank
+// of two runs: each run's) and then the data group, and the ends after the
+// pass; under 3 each layer's parameters are gathered before its forward and
+// its backward, the embeddings' around theirs and the final norm's and the
+// head's (with a tied embedding) around the head's; under 2 every shard is
+// broadcast after the update, as under 1.
+static void zero_traffic(plan_row *r, const ts_plan_opts *o, int passes) {
+  const ts_layout *l = &r->lay;
+  const ts_mem_estimate *e = &r->first;
+  const int P = l->dp * l->sp, seqs = l->sp > 1 && ts_cp_get(l->sp_mode)->run_partials ? 2 : 1;
+  const size_t L0 = e->layers_lo, n = e->layer_floats, L1 = L0 + (size_t)e->nlayers * n;
+  const size_t nz = e->nreplicated, np = e->nparams;
+  for (int j = 0; j < passes; j++) {
+    for (int i = 0; i < e->nlayers; i++) {
+      for (int k = 0; k < seqs; k++) sum(r, o, l->sp, l->sp, n);
+      sum(r, o, l->dp, l->sp * l->dp, n);
+      for (int k = 0; k < 2 && l->zero >= 3; k++) // before its forward and its backward
+        gather(r, o, P, L0 + i * n, L0 + (i + 1) * n);
+    }
+    for (int k = 0; k < seqs; k++) sum(r, o, l->sp, l->sp, L0), sum(r, o, l->sp, l->sp, nz - L1);
+    sum(r, o, l->dp, l->sp * l->dp, L0);
+    sum(r, o, l->dp, l->sp * l->dp, np - L1);
+    for (int k = 0; k < 2 && l->zero >= 3; k++) {
+      gather(r, o, P, 0, L0);
+      gather(r, o, P, L1, nz);
+      if (e->wte_len) gather(r, o, P, e->wte_lo, e->wte_lo + e->wte_len);
+    }
+  }
+  if (l->zero == 2) gather(r, o, P, 0, nz);
+}
+
 // Rank 0's step outside the layers: the sequence group's gradient sum after
 // each sequence and the data group's after the step (shard.c), the loss's,
-// --zero 1's broadcast of the updated shards (zero.c), the pipeline's
-// messages of each microbatch and a tied embedding's (pipeline.c).
-// Returns 0 where a part is not stated (--zero 2 and 3's per-layer sums,
-// a compressed boundary).
+// --zero 1's broadcast of the updated shards (zero.c; 2 and 3: zero_traffic),
+// the pipeline's messages of each microbatch and a tied embedding's
+// (pipeline.c). Returns 0 where a part is not stated (--zero 2 and 3 in a
+// pipeline).
 static int step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *o) {
   const ts_layout *l = &r->lay;
   const ts_mem_estimate *e = &r->first;
   const int per = cfg->n_layer / l->pp, nb = cfg->batch / l->dp, P = l->dp * l->sp;
-  int stated = l->zero < 2 && cfg->compress == TS_COMPRESS_NONE;
+  int stated = l->zero < 2 || l->pp == 1;
   for (int k = 0; k < TS_COMM_NKINDS; k++)
     add_group(r, o, l->sp, (ts_comm_kind)k, (uint64_t)per * r->layer[k].calls,
               (uint64_t)per * r->layer[k].bytes);
-  if (l->sp > 1) { // a rank of two runs sums each run's partials apart (zero.c seq_sum)
-    const uint64_t sums = (uint64_t)nb * (ts_cp_get(l->sp_mode)->run_partials ? 2 : 1);
-    add_group(r, o, l->sp, TS_COMM_ALLREDUCE, sums,
-              sums * ts_comm_allreduce_bytes(e->nreplicated, l->sp, 0));
+  if (l->zero >= 2 && l->pp == 1) {
+    zero_traffic(r, o, l->sp > 1 ? nb : l->microbatches);
+  } else {
+    if (l->sp > 1) { // a rank of two runs sums each run's partials apart (zero.c seq_sum)
+      const uint64_t sums = (uint64_t)nb * (ts_cp_get(l->sp_mode)->run_partials ? 2 : 1);
+      add_group(r, o, l->sp, TS_COMM_ALLREDUCE, sums,
+                sums * ts_comm_allreduce_bytes(e->nreplicated, l->sp, 0));
+    }
+    if (l->dp > 1)
+      add_group(r, o, l->sp * l->dp, TS_COMM_ALLREDUCE, 1,
+                ts_comm_allreduce_bytes(e->nparams, l->dp, 0));
   }
-  if (l->dp > 1)
-    add_group(r, o, l->sp * l->dp, TS_COMM_ALLREDUCE, 1,
-              ts_comm_allreduce_bytes(e->nparams, l->dp, 0));
   // the loss: the sequence group's segment sums of each sequence
   // (segment_sum.c), the data group's shard sums (train.c, common.c)
   if (l->sp > 1 && l->pp == 1) { // (a rank of two runs summed apart: each run's; under
@@ -182,24 +239,24 @@ static int step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *o
     add_group(r, o, l->sp, TS_COMM_ALLGATHER, 1,
               ts_comm_gather_bytes((size_t)nb * (cp->run_partials ? 2 : 1) * 4, l->sp));
   }
+  // (--zero 2 and 3 of several passes go in rounds, shard.h: the data group
+  // gathers each pass's sum, shard.c rounds_loss_sum)
+  const int passes = l->sp > 1 ? nb : l->microbatches;
+  const int rounds = l->zero >= 2 && l->pp == 1 && passes > 1 ? passes : 1;
   if (l->dp > 1)
-    add_group(r, o, l->sp * l->dp, TS_COMM_ALLGATHER, 1, ts_comm_gather_bytes(4, l->dp));
-  if (l->zero == 1) { // each owner broadcasts its shard; rank 0 sends its own, receives the rest
-    // (the shards: even cuts of all but a sequence rank's own positional rows;
-    // shard.c moves a cut to the end of a tensor that must stay whole)
-    size_t off, len, mine = 0, rest = 0;
-    for (int q = 0; q < P; q++) {
-      ts_comm_chunk(e->nreplicated, P, q, &off, &len);
-      *(q ? &rest : &mine) += len;
-    }
-    add_group(r, o, P, TS_COMM_BCAST, (uint64_t)P,
-              4 * ((uint64_t)(P - 1) * mine + (uint64_t)rest));
-  }
-  if (l->pp > 1) { // stage 0: a microbatch's activations out, their gradient back
+    add_group(r, o, l->sp * l->dp, TS_COMM_ALLGATHER, 1,
+              ts_comm_gather_bytes(4 * (size_t)rounds, l->dp));
+  if (l->zero == 1) gather(r, o, P, 0, e->nreplicated); // each owner broadcasts its shard
+  if (l->pp > 1) { // stage 0: a microbatch's activations out, their gradient back: d floats
+    // a token each way, or what the codec puts on the wire (Z, dZ, codes)
+    const ts_boundary *bd = ts_boundary_get(cfg->compress);
     const uint64_t rows = l->sp > 1 ? (uint64_t)cfg->seq / l->sp
                                     : (uint64_t)(nb / l->microbatches) * cfg->seq;
     const uint64_t M = (uint64_t)l->microbatches, msg = rows * (uint64_t)cfg->d * 4;
-    add_group(r, o, o->ranks, TS_COMM_SENDRECV, 2 * M, 2 * M * msg);
+    const uint64_t out = rows * bd->wire_bytes(cfg, 0), back = rows * bd->wire_bytes(cfg, 1);
+    add_group(r, o, o->ranks, TS_COMM_SENDRECV, 2 * M, M * (out + back));
+    if (bd->sync_bytes) // after the step its receiver's copies (pipeline.c sync_copies)
+      add_group(r, o, o->ranks, TS_COMM_SENDRECV, 1, bd->sync_bytes(cfg));
     if (cfg->tied) // each microbatch's embedding-output gradient to the last stage, the
                    // updated embedding back (pipeline.c tied_embedding, sync_copies)
       add_group(r, o, o->ranks, TS_COMM_SENDRECV, M + 1,
@@ -348,12 +405,12 @@ static uint64_t step_bytes(const plan_row *r) {
 }
 
 static void print_table(FILE *out, const plan_row *rows, int n, int top) {
-  fprintf(out, "%4s  %-34s %8s %8s %8s %8s %8s %8s %12s %9s %9s %9s %10s\n", "rank", "layout",
-          "mem GiB", "params", "grads", "optim", "acts", "other", "bytes/step", "compute", "comm",
-          "step ms", "tokens/s");
+  fprintf(out, "%4s  %-34s %8s %8s %8s %8s %8s %8s %8s %12s %9s %9s %9s %10s\n", "rank",
+          "layout", "mem GiB", "params", "grads", "optim", "acts", "packing", "other",
+          "bytes/step", "compute", "comm", "step ms", "tokens/s");
   char line[256];
-  snprintf(line, sizeof line, "%4s  %-34s %8s %8s %8s %8s %8s %8s %12s %9s %9s", "", "",
-           "(largest)", "MiB", "MiB", "MiB", "MiB", "MiB", "", "ms", "ms");
+  snprintf(line, sizeof line, "%4s  %-34s %8s %8s %8s %8s %8s %8s %8s %12s %9s %9s", "", "",
+           "(largest)", "MiB", "MiB", "MiB", "MiB", "MiB", "MiB", "", "ms", "ms");
   fprintf(out, "%s\n", line);
   for (int i = 0, shown = 0; i < n && shown < top; i++) {
     const plan_row *r = &rows[i];
@@ -361,10 +418,12 @@ static void print_table(FILE *out, const plan_row *rows, int n, int top) {
     const ts_mem_estimate *e = &r->largest;
     char bytes[32];
     snprintf(bytes, sizeof bytes, "%.4g%s", (double)step_bytes(r), r->stated ? "" : "*");
-    fprintf(out, "%4d  %-34s %8.3f %8.1f %8.1f %8.1f %8.1f %8.1f %12s %9.3f %9.3f %9.3f %10.0f\n",
+    fprintf(out,
+            "%4d  %-34s %8.3f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %12s %9.3f %9.3f %9.3f %10.0f\n",
             ++shown, r->name, e->total / 1073741824.0, mib(e->params), mib(e->grads),
-            mib(e->optimizer), mib(e->activations), mib(other_bytes(e)), bytes, r->t_compute * 1e3,
-            r->t_comm * 1e3, r->t_step * 1e3, r->tokens_per_s);
+            mib(e->optimizer), mib(e->activations + e->incall), mib(e->comm_buffers),
+            mib(other_bytes(e)), bytes, r->t_compute * 1e3, r->t_comm * 1e3, r->t_step * 1e3,
+            r->tokens_per_s);
   }
 }
 
@@ -383,9 +442,10 @@ static void json_counts(FILE *out, const ts_comm_count *k) {
 static void json_memory(FILE *out, const ts_mem_estimate *e) {
   fprintf(out, "{\"params\":%.0f,\"grads\":%.0f,\"optimizer\":%.0f,\"copies\":%.0f,"
           "\"activations\":%.0f,\"scratch\":%.0f,\"codec\":%.0f,\"strategy\":%.0f,"
-          "\"strategy_state\":%.0f,\"transient\":%.0f,\"total\":%.0f}",
+          "\"strategy_state\":%.0f,\"transient\":%.0f,\"incall\":%.0f,\"comm_buffers\":%.0f,"
+          "\"total\":%.0f}",
           e->params, e->grads, e->optimizer, e->copies, e->activations, e->scratch, e->codec,
-          e->strategy, e->strategy_state, e->transient, e->total);
+          e->strategy, e->strategy_state, e->transient, e->incall, e->comm_buffers, e->total);
 }
 
 static void json_row(FILE *out, const plan_row *r) {
@@ -475,7 +535,8 @@ int ts_plan(const ts_config *raw, const ts_layout *base, const ts_plan_opts *opt
     if (fit)
       fprintf(out, "longest T that fits the first: %d (the layout rules' and the memory's)\n",
               longest);
-    fprintf(out, "memory: the largest rank's, by the fit check's count; bytes: rank 0's; * not all "
+    fprintf(out, "memory: the largest rank's, by the fit check's count (acts: with the attention "
+            "calls' own buffers; packing: the communicators'); bytes: rank 0's; * not all "
             "stated (ranked after the others: docs/PLAN.md); ~ tolerance tier; time: compute + "
             "communication, no overlap\n");
   }

@@ -148,9 +148,16 @@ static void state_json(const ts_shard *sh, const ts_adamw *opt, char *buf, size_
 // The step's record in the log and, unless quiet, its progress line.
 static int log_step(ts_log *log, const step_stats *st, const ts_config *cfg, const ts_shard *sh,
                     const ts_grid *grid, const ts_backend *be, const char *state) {
-  char comm_json[4096], mem_json[256], pipe_json[256], dev_json[64] = "";
+  char comm_json[4096], mem_json[384], pipe_json[256], dev_json[64] = "";
   if (ts_grid_counts_json(grid, comm_json, sizeof comm_json) < 0) snprintf(comm_json, sizeof comm_json, "{}");
   phase_peaks_json(mem_json, sizeof mem_json);
+  // what the fit check counts beyond state_bytes (ts_mem_estimate incall,
+  // comm_buffers): the attention calls' own buffers at their most, the
+  // groups' packing buffers as they stand (rank 0's)
+  const size_t used = strlen(mem_json);
+  snprintf(mem_json + used, sizeof mem_json - used,
+           ",\"incall_bytes\":%zu,\"comm_buffer_bytes\":%zu", ts_mem_alloc_peak(),
+           ts_grid_buffer_bytes(grid));
   pipeline_json(sh, pipe_json, sizeof pipe_json);
   // a GPU's: the peak of the bytes its allocator handed out (this rank's)
   const double dev_mb = be->peak_bytes ? (double)be->peak_bytes() / 1048576.0 : 0.0;
@@ -249,7 +256,7 @@ static int setup(trainer *t, const ts_config *cfg_in, const ts_layout *lay_in) {
   ts_run_setup_threads(&t->cfg, t->grid->local_size);
   ts_model_set_memory_share(t->grid->local_size); // the node's ranks share its memory
   t->shards = t->lay.zero ? t->grid->replica->size : 1;
-  ts_model_set_state_shards(t->shards, t->lay.zero);
+  ts_model_set_state_shards(t->shards, t->lay.zero, t->lay.dp);
   t->root = t->grid->world_rank == 0;
   if (!t->root) t->cfg.quiet = 1;
   ts_run_stopped(0);

@@ -928,7 +928,7 @@ static void child_ckpt(const world *w, const ckpt_seed *s, const char *path, con
   fflush(stdout);
   dup2(out, STDOUT_FILENO);
   clear_error();
-  rc = ts_eval(&w->eval_base, path, 0);
+  rc = ts_eval(&w->eval_base, path);
   fflush(stdout);
   dup2(saved, STDOUT_FILENO);
   close(out);
