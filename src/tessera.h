@@ -120,6 +120,7 @@ typedef struct {
   float vq_commit;      // commitment-loss weight
   int vq_sync_codes;    // codes per codebook the sender ships to the receiver after a step
   int vq_backward;      // mapl-vq: 1 quantises the boundary gradients too (--vq-backward on)
+  float vq_backward_gamma; // EMA decay of the gradient's codebooks (--vq-gamma's by default)
   int mapl_anchor;      // ts_mapl_anchor (mapl, mapl-vq): factorised (0) unless --mapl-anchor
   int data_format;      // ts_data_format of data_path and val_path
   char data_path[4096];

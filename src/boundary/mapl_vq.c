@@ -57,6 +57,7 @@ static const char *vq_own_setting(const ts_config *cfg) {
          : cfg->vq_codes ? "--vq-codes" : cfg->vq_sync_codes ? "--vq-sync-codes"
          : cfg->vq_gamma != 0.0f ? "--vq-gamma" : cfg->vq_commit != 0.0f ? "--vq-commit"
          : cfg->vq_backward ? "--vq-backward on"
+         : cfg->vq_backward_gamma != 0.0f ? "--vq-backward-gamma"
          : NULL;
 }
 
@@ -87,6 +88,13 @@ static int vq_check(ts_config *cfg) {
                    cfg->vq_sync_codes, cfg->vq_codes);
   if (cfg->vq_backward != 0 && cfg->vq_backward != 1)
     return ts_fail(TS_EUSAGE, "--vq-backward %d: must be on (1) or off (0)", cfg->vq_backward);
+  if (!cfg->vq_backward && cfg->vq_backward_gamma != 0.0f)
+    return ts_fail(TS_EUSAGE, "--vq-backward-gamma %g: only with --vq-backward on",
+                   (double)cfg->vq_backward_gamma);
+  if (cfg->vq_backward && cfg->vq_backward_gamma == 0.0f) cfg->vq_backward_gamma = cfg->vq_gamma;
+  if (cfg->vq_backward && !(cfg->vq_backward_gamma > 0.0f && cfg->vq_backward_gamma < 1.0f))
+    return ts_fail(TS_EUSAGE, "--vq-backward-gamma %g: must be in (0, 1)",
+                   (double)cfg->vq_backward_gamma);
   return TS_OK;
 }
 
@@ -298,6 +306,7 @@ static void vq_update(const ts_config *cfg, ts_tensor *params, const ts_tensor *
   const int p = params[t].index, grad = role == TS_ROLE_GVQ_COUNT;
   ts_vq_shape q;
   ts_vq_shape_of(cfg, &q);
+  if (grad) q.gamma = cfg->vq_backward_gamma;
 #define BOOK(ROLE) params[ts_tensor_find(params, nt, (ROLE) + (role - TS_ROLE_VQ_COUNT), p)].data
   ts_vq_update(&q, cfg->seed, (int)(grad ? p | TS_VQ_GRAD_BOOK : (unsigned)p), step,
                params[t].data, BOOK(TS_ROLE_VQ_SUM), BOOK(TS_ROLE_VQ_CODES), BOOK(TS_ROLE_VQ_RECV),

@@ -542,6 +542,9 @@ static const flag flags[] = {
      "mapl-vq: quantise the boundary gradients too, each token's dZ as its RMS (a float) and "
      "codes of dZ/RMS in codebooks of their own, streamed like the forward's", "off", TD, G_COMP,
      check_choice},
+    {"--vq-backward-gamma", K_FLOAT, AT(cfg.vq_backward_gamma), 0, "G",
+     "mapl-vq --vq-backward on: EMA decay of the gradient's codebooks", "--vq-gamma", TD, G_COMP,
+     NULL},
     // checkpoints and logs
     {"--log", K_STR, AT(cfg.log_path), 0, "FILE", "write the run log (JSONL) to FILE", "none",
      TRAIN, G_OUT, NULL},
@@ -866,7 +869,8 @@ static int parse_args(const command *cmd, int argc, char **argv, parsed *out, in
 // command line would silently be the default, so it is refused; none of them
 // has a meaning at 0.
 static const char *const zero_means_default[] = {
-    "--muon-lr", "--proj-lr", "--vq-gamma", "--vq-commit", "--rope-theta"};
+    "--muon-lr", "--proj-lr", "--vq-gamma", "--vq-commit", "--vq-backward-gamma",
+    "--rope-theta"};
 
 // What the flags given say, checked against the whole configuration: a 0
 // that would read as the default, and a flag the model has no use for (the

@@ -99,6 +99,7 @@ static const field fields[] = {
     FLD_OPTF("vq_commit", "--vq-commit", vq_commit),
     FLD_OPT("vq_sync_codes", "--vq-sync-codes", vq_sync_codes),
     FLD_OPT("vq_backward", "--vq-backward", vq_backward), // off (0) is left out
+    FLD_OPTF("vq_backward_gamma", "--vq-backward-gamma", vq_backward_gamma),
     FLD_OPTK("mapl_anchor", "--mapl-anchor", F_MAPL_ANCHOR, mapl_anchor), // factorised (0) is left out
     FLD_OPTK("data_format", "--data-format", F_DATA_FORMAT, data_format), // bytes (0) is left out
     // the data and the tokenizer are compared by their digests (run/agree.c)

@@ -356,6 +356,7 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, in
   if (old.vq_backward != cfg->vq_backward)
     return ts_fail(TS_EUSAGE, "--resume: %s was written with --vq-backward %s, %s has %s", what,
                    old.vq_backward ? "on" : "off", mine, cfg->vq_backward ? "on" : "off");
+  SAME_FLT(vq_backward_gamma, "--vq-backward-gamma")
   if (old.mapl_anchor != cfg->mapl_anchor && old.mapl_anchor >= 0 &&
       old.mapl_anchor < TS_ANCHOR_NKINDS)
     return ts_fail(TS_EUSAGE, "--resume: %s was written with --mapl-anchor %s, %s "
