@@ -16,7 +16,9 @@
 #
 # Runs: the uncompressed model once, then for every P in STAGES and R in RANKS each mode
 # of MODES; with VQ_FULL=1 also mapl-vq with the whole codebook streamed every step
-# (--vq-sync-codes K), which separates the receiver's staleness from quantisation.
+# (--vq-sync-codes K), which separates the receiver's staleness from quantisation; each
+# mapl-vq run once for every --vq-backward setting in VQ_BACKWARD (on: the gradients
+# quantised too, the run's name and sync column marked "+bwd").
 #
 # Environment (defaults in brackets):
 #   TESSERA     the binary [build/tessera, else ./tessera]; this script builds nothing
@@ -33,6 +35,7 @@
 #               SSN paper's SSN (weights confined to span(U), docs/COMPRESSION.md)
 #   SSN_REFRESH ssn-confined: --ssn-refresh N [tessera's default, 500]
 #   VQ_FULL     also mapl-vq with full codebook sync [1]
+#   VQ_BACKWARD the --vq-backward settings of the mapl-vq runs ["off"]; "off on" runs both
 #   JOBS        runs at once, one thread each [2]
 #   TIMEOUT     seconds one run may take before it counts as failed [3600]
 #   RESULTS     where the logs go [bench/results/compress]; its previous files are replaced
@@ -67,6 +70,7 @@ STAGES=${STAGES:-"4 8"}
 RANKS=${RANKS:-"32 16"}
 MODES=${MODES:-"ssn mapl-frozen mapl mapl-unconstrained mapl-vq"}
 VQ_FULL=${VQ_FULL:-1}
+VQ_BACKWARD=${VQ_BACKWARD:-off}
 JOBS=${JOBS:-2}
 TIMEOUT=${TIMEOUT:-3600}
 RESULTS=${RESULTS:-$ROOT/bench/results/compress}
@@ -79,6 +83,9 @@ bench_snapshot tessera-compress
 for m in $MODES; do
   case $m in ssn|ssn-confined|mapl|mapl-unconstrained|mapl-vq|mapl-frozen) ;; *) die "MODES: unknown mode '$m'" ;; esac
 done
+for b in $VQ_BACKWARD; do
+  case $b in on|off) ;; *) die "VQ_BACKWARD: '$b' is not on or off" ;; esac
+done
 # layers divisible by every P, R <= d, groups dividing R: tessera refuses a bad model
 # before any work, and the first such run stops the benchmark with tessera's message
 
@@ -89,17 +96,20 @@ bench_setup "model_flags $MODEL_FLAGS" "seq $SEQ" "batch $BATCH" "steps $STEPS" 
 echo "binary $TESSERA" >> "$RESULTS/setup.txt"
 bench_binary
 
-# start MODE P R SYNC: one run in the background (at most JOBS at once)
+# start MODE P R SYNC: one run in the background (at most JOBS at once); SYNC stream or
+# full, with "+bwd" for --vq-backward on
 start() {
   local mode=$1 p=$2 r=$3 sync=$4 name cmd
   name=$mode; [ "$mode" = none ] || name=$mode-p$p-r$r
-  [ "$sync" = full ] && name=$name-fullsync
+  [ "${sync%+bwd}" = full ] && name=$name-fullsync
+  [ "${sync%+bwd}" != "$sync" ] && name=$name-vqbwd
   # shellcheck disable=SC2206
   cmd=("$BIN" train $MODEL_FLAGS --seq "$SEQ" --batch "$BATCH" --steps "$STEPS" $OPT_FLAGS
        --eval-every "$EVAL_EVERY" --eval-batches "$EVAL_BATCHES" --threads 1 --data "$DATA"
        --quiet --log "$RESULTS/$name.jsonl")
   [ "$mode" = none ] || cmd+=(--compress "$mode" --rank "$r" --compress-stages "$p")
-  [ "$sync" = full ] && cmd+=(--vq-sync-codes 256)
+  [ "${sync%+bwd}" = full ] && cmd+=(--vq-sync-codes 256)
+  [ "${sync%+bwd}" != "$sync" ] && cmd+=(--vq-backward on)
   [ "$mode" = ssn-confined ] && [ -n "${SSN_REFRESH:-}" ] && cmd+=(--ssn-refresh "$SSN_REFRESH")
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
   (
@@ -122,8 +132,14 @@ echo "== compression quality: $MODEL_FLAGS, T $SEQ, B $BATCH, $STEPS steps, P in
 start none 1 0 -
 for p in $STAGES; do
   for r in $RANKS; do
-    for m in $MODES; do start "$m" "$p" "$r" stream; done
-    if [ "$VQ_FULL" = 1 ] && [[ " $MODES " == *" mapl-vq "* ]]; then start mapl-vq "$p" "$r" full; fi
+    for m in $MODES; do
+      if [ "$m" != mapl-vq ]; then start "$m" "$p" "$r" stream; continue; fi
+      for b in $VQ_BACKWARD; do
+        x=; [ "$b" = on ] && x=+bwd
+        start mapl-vq "$p" "$r" "stream$x"
+        if [ "$VQ_FULL" = 1 ]; then start mapl-vq "$p" "$r" "full$x"; fi
+      done
+    done
   done
 done
 failed=0

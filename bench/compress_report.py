@@ -14,7 +14,9 @@ held-out batches, the same batches for every run). Gap: (loss − loss_none) / l
 Bytes per token per boundary, from the model's configuration (src/boundary/, src/boundary/vq.h):
 forward d·4 (none), r·4 (ssn, ssn-confined, mapl*), R·r/G one-byte codes (mapl-vq); backward d·4 or
 r·4; after each step the projector A_p (d·r floats) and mapl-vq's streamed codes
-(R·sync·r floats) per boundary, shown amortised over the step's B·T tokens.
+(R·sync·r floats) per boundary, shown amortised over the step's B·T tokens; with
+--vq-backward on (the rows marked +bwd) the gradient crosses as R·r/G codes and a float
+scale, and its codebook streams as many floats the other way.
 """
 import json
 import os
@@ -26,14 +28,19 @@ from benchlib import (ROOT, ReportError, arg_parser, manifest_lines, output_path
                       write_report)
 
 MODE_ORDER = ["none", "ssn", "ssn-confined", "mapl-frozen", "mapl", "mapl-unconstrained", "mapl-vq",
-              "mapl-vq full sync"]
+              "mapl-vq full sync", "mapl-vq +bwd", "mapl-vq full sync +bwd"]
 STYLE = {"none": ("black", "--"), "ssn": ("tab:orange", "-"), "ssn-confined": ("tab:brown", "-."), "mapl": ("tab:blue", "-"),
          "mapl-unconstrained": ("tab:purple", ":"), "mapl-vq": ("tab:green", "-"),
-         "mapl-vq full sync": ("tab:olive", "-."), "mapl-frozen": ("tab:gray", "-")}
+         "mapl-vq full sync": ("tab:olive", "-."), "mapl-frozen": ("tab:gray", "-"),
+         "mapl-vq +bwd": ("tab:red", "-"), "mapl-vq full sync +bwd": ("tab:brown", "-.")}
 
 
 def label(row):
-    return row["mode"] + (" full sync" if row["sync"] == "full" else "")
+    """The row's name in tables and plots: its mode, full sync, and +bwd for the gradients
+    quantised too (--vq-backward on)."""
+    sync = row["sync"]
+    bwd = sync.endswith("+bwd")
+    return row["mode"] + (" full sync" if sync.split("+")[0] == "full" else "") + (" +bwd" if bwd else "")
 
 
 def load_run(results, name):
@@ -68,6 +75,9 @@ def wire_bytes(model):
     if mode == 4:                       # mapl-vq: codes forward, streamed codes after the step
         fwd = model["vq_rounds"] * r // model["vq_groups"]
         sync += 4 * model["vq_rounds"] * model["vq_sync_codes"] * r
+        if model.get("vq_backward"):    # the gradient's codes and scale back, its stream up
+            bwd = fwd + 4
+            sync += 4 * model["vq_rounds"] * model["vq_sync_codes"] * r
     return fwd, bwd, sync
 
 

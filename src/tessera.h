@@ -119,6 +119,8 @@ typedef struct {
   float vq_gamma;       // EMA decay of the codebooks
   float vq_commit;      // commitment-loss weight
   int vq_sync_codes;    // codes per codebook the sender ships to the receiver after a step
+  int vq_backward;      // mapl-vq: 1 quantises the boundary gradients too (--vq-backward on)
+  float vq_backward_gamma; // EMA decay of the gradient's codebooks (--vq-gamma's by default)
   int mapl_anchor;      // ts_mapl_anchor (mapl, mapl-vq): factorised (0) unless --mapl-anchor
   int ssn_refresh;      // ssn-confined: steps between refreshes of the basis (-1: never)
   float ssn_refresh_step; // ssn-confined: the refresh's step on the Grassmann manifold
@@ -297,6 +299,10 @@ typedef enum {
   TS_ROLE_VQ_SUM,     // "cmp.p.vq.recv": boundary p's codebooks (vq.h)
   TS_ROLE_VQ_CODES,
   TS_ROLE_VQ_RECV,
+  TS_ROLE_GVQ_COUNT,  // "cmp.p.gvq.count", … "cmp.p.gvq.recv": the codebooks of boundary
+  TS_ROLE_GVQ_SUM,    // p's gradient (mapl-vq --vq-backward on, vq.h), the receiving
+  TS_ROLE_GVQ_CODES,  // stage's (p + 1) tensors, of which stage p holds copies
+  TS_ROLE_GVQ_RECV,
   TS_ROLE_SUBSPACE,   // "cmp.s.subspace": a codec's shared basis, stage s = index's copy
 } ts_role;
 
@@ -449,12 +455,13 @@ void ts_model_set_stage_input(ts_model *m, const void *x);
 // 1: the model's boundary codec decodes as if its basis were the identity (a
 // probe of what the stream holds outside the subspace; boundary.h). 0: as trained.
 void ts_model_set_identity_boundaries(ts_model *m, int on);
-void ts_model_set_stage_grad(ts_model *m, const float *dy);
+void ts_model_set_stage_grad(ts_model *m, const void *dy);
 const void *ts_model_stage_output(const ts_model *m); // after a forward
-const float *ts_model_stage_dinput(const ts_model *m); // after a backward: d(input)
+const void *ts_model_stage_dinput(const ts_model *m); // after a backward: d(input)
 // Bytes per token of a stage's output (backward 0) and of its output's
 // gradient coming back (backward 1): d floats, or under --compress r floats
-// (Z and dZ), mapl-vq's R·r/G one-byte codes forward.
+// (Z and dZ), mapl-vq's R·r/G one-byte codes forward (and with
+// --vq-backward on, the codes and a float scale back).
 size_t ts_model_boundary_bytes(const ts_model *m, int backward);
 // A tied head under a pipeline: the first stage has the embedding, the last
 // the head. After a microbatch's backward the first stage's

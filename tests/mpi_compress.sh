@@ -9,9 +9,11 @@
 #
 # Stage 0's step record counts what crosses its boundary (sendrecv bytes,
 # sent + received): M microbatches of Z forward (mb·T·r floats; mapl-vq:
-# mb·T·R·r/G one-byte codes) and M of dZ back (mb·T·r floats); after the step,
+# mb·T·R·r/G one-byte codes) and M of dZ back (mb·T·r floats; mapl-vq
+# --vq-backward on: mb·T·(R·r/G one-byte codes + a float scale)); after the step,
 # for the learned projectors (not ssn, not mapl-frozen), A_0 (d·r floats) and under mapl-vq the streamed
-# codes (R·sync·r floats) to stage 1; and the gradient norm's 32-byte state,
+# codes (R·sync·r floats) to stage 1, and with --vq-backward on the gradient
+# codebook's streamed codes (as many) from stage 1; and the gradient norm's 32-byte state,
 # folded over the stages' parts in canonical order (src/dist/owners.h),
 # to stage 1. It reports the bytes per token each way.
 . "$(dirname "$0")/lib.sh"
@@ -30,7 +32,8 @@ sendrecv_bytes() { # FILE: the first step record's sendrecv bytes
 }
 
 # equal MODE S RUN...: the serial run of the model compressed at S stages
-# against each pipelined run "P:D:M:schedule"; ANCHOR=KIND adds --mapl-anchor KIND.
+# against each pipelined run "P:D:M:schedule"; ANCHOR=KIND adds --mapl-anchor KIND,
+# VQB=on adds --vq-backward on.
 # ssn-confined runs without dropout (it refuses a mask, which takes the
 # stream out of the subspace) and refreshes its basis at step 2, which sums
 # the stages' gradients over the pipeline.
@@ -41,6 +44,7 @@ equal() {
   [ "$mode" = ssn-confined ] && m4="--model llama-tiny --layers 4 --ssn-refresh 2"
   x= tag=$mode
   [ -n "${ANCHOR:-}" ] && x="--mapl-anchor $ANCHOR" tag=$mode-$ANCHOR
+  [ -n "${VQB:-}" ] && x="$x --vq-backward $VQB" tag=$tag-vqb-$VQB
   S=$TS_TMP/serial-$tag-$stages.jsonl
   rm -f "$S"
   expect_exit 0 "" "$T" train $m4 $common --compress $mode --rank $R --compress-stages $stages \
@@ -62,6 +66,8 @@ equal() {
     case $mode in ssn|ssn-confined|mapl-frozen) ;; *) sync=$((64 * R * 4)) ;; esac
     # G = 2, R = 2 rounds, one streamed code per codebook
     [ "$mode" = mapl-vq ] && fwd=$((2 * R / 2)) sync=$((sync + 2 * 1 * R * 4))
+    # and the gradient's codes and scale back, its codebook's stream up
+    [ "${VQB:-}" = on ] && bwd=$((2 * R / 2 + 4)) sync=$((sync + 2 * 1 * R * 4))
     want=$((M * mb * 64 * (fwd + bwd) + sync + 32))
     got=$(sendrecv_bytes "$L")
     TS_CHECKS=$((TS_CHECKS + 1))
@@ -90,6 +96,17 @@ ANCHOR=full equal mapl 4 4:1:2:gpipe
 ANCHOR=static equal mapl-vq 2 2:1:2:gpipe
 ANCHOR=none equal mapl-vq 2 2:1:2:1f1b
 unset ANCHOR
+# the gradients quantised too (--vq-backward on): the gradient codebooks are
+# stage s + 1's, stage s decodes with its copy, the stream goes up the pipe
+VQB=on equal mapl-vq 4 4:1:2:1f1b 4:1:4:gpipe
+VQB=on equal mapl-vq 2 2:2:2:1f1b
+VQB=off equal mapl-vq 2
+unset VQB
+# off is the default, bit for bit; on is another model
+expect_exit 0 "" "$T" compare "$TS_TMP/serial-mapl-vq-2.jsonl" "$TS_TMP/serial-mapl-vq-vqb-off-2.jsonl"
+expect_stdout "^identical"
+expect_exit 1 "" "$T" compare "$TS_TMP/serial-mapl-vq-2.jsonl" "$TS_TMP/serial-mapl-vq-vqb-on-2.jsonl"
+expect_stdout "^first divergence"
 # factorised is the default, bit for bit; each other kind is another model
 expect_exit 0 "" "$T" compare "$TS_TMP/serial-mapl-2.jsonl" "$TS_TMP/serial-mapl-factorised-2.jsonl"
 expect_stdout "^identical"
@@ -127,6 +144,11 @@ expect_resume_identical 2 3 "--compress-stages 2" "--pp 2 --microbatches 2" \
 expect_resume_identical 2 3 "--compress-stages 2" "--pp 2 --microbatches 2" $B --mapl-anchor static
 expect_exit 2 "was written with --mapl-anchor static, this run has factorised" \
   "$T" train $B --compress-stages 2 --ckpt-dir "$CK" --resume
+# the gradient codebooks are checkpointed: the gradient's receiver resumes with its copy
+BV="$M4 $common --compress mapl-vq --rank $R --vq-backward on"
+expect_resume_identical 2 3 "--compress-stages 2" "--pp 2 --microbatches 2" $BV
+expect_exit 2 "was written with --vq-backward on, this run has off" \
+  "$T" train $M4 $common --compress mapl-vq --rank $R --compress-stages 2 --ckpt-dir "$CK" --resume
 
 # --- refused before any work ----------------------------------------------------------
 NOLOG=$TS_TMP/never.jsonl
@@ -149,6 +171,10 @@ expect_exit 2 "--vq-group 3: must divide --rank 16" \
   "$T" train $M4 $common --compress mapl-vq --rank 16 --vq-group 3 --compress-stages 2 --log "$NOLOG"
 expect_exit 2 "--vq-codes 512: must be in \[2, 256\]" \
   "$T" train $M4 $common --compress mapl-vq --rank 16 --vq-codes 512 --compress-stages 2 --log "$NOLOG"
+expect_exit 2 "--vq-backward on: only with --compress mapl-vq" \
+  "$T" train $B --compress-stages 2 --vq-backward on --log "$NOLOG"
+expect_exit 2 "--vq-backward yes: must be on or off" \
+  "$T" train $M4 $common --compress mapl-vq --rank $R --compress-stages 2 --vq-backward yes --log "$NOLOG"
 expect_exit 2 "--mapl-anchor shared: must be factorised, none, static or full" \
   "$T" train $B --compress-stages 2 --mapl-anchor shared --log "$NOLOG"
 expect_exit 2 "--mapl-anchor full: only with --compress mapl or mapl-vq" \

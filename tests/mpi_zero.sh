@@ -23,7 +23,8 @@
 # --init-from one of them under --pp 2 --dp 2 --zero 1 equals the serial run.
 #
 # Compressed pipelines (--compress, docs/COMPRESSION.md): every codec under
-# --pp 2 --dp 2 at one or more stages, and mapl-vq under --dp 2 --zero 1, equal
+# --pp 2 --dp 2 at one or more stages, mapl-vq under --dp 2 --zero 1 and with
+# --vq-backward on under --pp 2 --dp 2 --zero 2 and 3, equal
 # the serial compressed run; rank 0's bytes count the codec's tensors whole
 # (ends of the stage); a cut inside a boundary's codebooks moves to their end;
 # a --zero 3 checkpoint is the serial one's bytes and resumes under --zero 1.
@@ -266,6 +267,19 @@ cequal confined-dp-z1 ssn-confined 2 "--compress-stages 2 --dp 2 --zero 1"
 expect_exit 2 "--zero 3 with --compress ssn-confined: its confinement projects whole weights" \
   $RUN_MPI -n 4 "$T" train $CM --compress ssn-confined $PD --zero 3 --log "$TS_TMP/never.jsonl"
 CM="--model llama-tiny --layers 4 --dropout 0.1 --rank 16 $common"
+# the gradients quantised too: the gradient codebooks are stage 1's, a run
+# of their own in one shard (whole_run_end), and stage 0 holds their copy
+rm -f "$TS_TMP/c-serial-vqb.jsonl"
+expect_exit 0 "" "$T" train $CM --compress mapl-vq --vq-backward on --compress-stages 2 \
+  --log "$TS_TMP/c-serial-vqb.jsonl"
+for z in "2" "3 --schedule gpipe"; do
+  L=$TS_TMP/c-vqb-z${z%% *}.jsonl
+  rm -f "$L"
+  expect_exit 0 "" $RUN_MPI -n 4 "$T" train $CM --compress mapl-vq --vq-backward on $PD --zero $z \
+    --log "$L" &&
+    expect_compare identical "--compress mapl-vq --vq-backward on | $PD --zero $z, against serial" \
+      "$TS_TMP/c-serial-vqb.jsonl" "$L"
+done
 # --zero 3 writes the serial run's checkpoint, which resumes under --zero 1
 expect_exit 0 "" $RUN_MPI -n 4 "$T" train $CM --compress mapl-vq $PD --zero 3 --ckpt-every 2 \
   --ckpt-dir "$TS_TMP/ck-z3" --log "$TS_TMP/ck-z3.jsonl"

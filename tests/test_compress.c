@@ -4,7 +4,9 @@
 // long run while the unconstrained ablation leaves it; mapl-vq's
 // quantiser (src/boundary/vq.h): greedy residual codes, its statistics, the EMA update
 // and the shared copy both sides code with, which the stream walks in turn;
-// and ssn-confined's stream, which its boundary carries without loss.
+// ssn-confined's stream, which its boundary carries without loss, and the
+// gradient's quantisation (--vq-backward on): scale-free codes and the scale
+// beside them, decoded with the gradient's own shared copy.
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -158,6 +160,8 @@ typedef struct {
   ts_tensor *pt, *gt;
 } built;
 
+static int build_vq_backward; // --vq-backward on for the next build
+
 static void build(built *b, int mode, int anchor) {
   memset(&b->c, 0, sizeof b->c);
   assert_int_equal(ts_config_preset(&b->c, "llama-tiny"), TS_OK);
@@ -165,6 +169,7 @@ static void build(built *b, int mode, int anchor) {
   b->c.n_layer = 4, b->c.batch = B, b->c.seq = T, b->c.steps = 300, b->c.warmup = 10;
   b->c.compress = mode, b->c.compress_rank = R, b->c.compress_stages = S;
   b->c.mapl_anchor = anchor;
+  b->c.vq_backward = build_vq_backward;
   assert_int_equal(ts_config_finalize(&b->c), TS_OK);
   assert_int_equal(ts_model_create(&b->c, &b->m), TS_OK);
   ts_model_init(b->m, b->c.seed);
@@ -758,6 +763,89 @@ static void test_confined_stream_round_trip(void **state) {
   trainer_end(&t);
 }
 
+// A gradient row crosses as its RMS s and the codes of dZ/s: a row and any
+// positive multiple of it get the same codes (so the codebook sees rows of
+// RMS 1 whatever the gradient's size at this point of training), the scale
+// is the row's RMS, a row of zeros stays zeros, and the receiver rebuilds
+// s·ẑ from the codes and the scale.
+static void test_vq_gradient_wire_is_scale_free(void **state) {
+  (void)state;
+  const ts_vq_shape *q = &small_vq;
+  enum { N = 8 };
+  const size_t nc = ts_vq_ncodes(q), rb = ts_vq_row_bytes(q);
+  float e[64], dz[N * 4], dz2[N * 4], u[N * 4], u2[N * 4], back[N * 4], zq[N * 4];
+  for (size_t i = 0; i < nc * q->G; i++) e[i] = ts_rng_normal(5, 1, 0, i);
+  for (int i = 0; i < N * 4; i++) dz[i] = 3e-6f * ts_rng_normal(5, 1, 1, (uint64_t)i);
+  for (int t = 0; t < 4; t++) dz[3 * 4 + t] = 0.0f; // a row with no gradient
+  for (int i = 0; i < N * 4; i++) dz2[i] = 1024.0f * dz[i]; // exact: a power of two
+  uint8_t w[N * (4 + sizeof(float))], w2[N * (4 + sizeof(float))];
+  assert_int_equal(ts_vq_grad_row_bytes(q), rb + sizeof(float));
+  ts_vq_grad_encode(q, e, dz, N, w, u);
+  ts_vq_grad_encode(q, e, dz2, N, w2, u2);
+  assert_memory_equal(w, w2, N * rb); // the same codes
+  assert_memory_equal(u, u2, sizeof u);
+  for (int i = 0; i < N; i++) {
+    float s, s2;
+    memcpy(&s, w + N * rb + i * sizeof(float), sizeof s);
+    memcpy(&s2, w2 + N * rb + i * sizeof(float), sizeof s2);
+    double ss = 0.0;
+    for (int t = 0; t < 4; t++) ss += (double)dz[i * 4 + t] * dz[i * 4 + t];
+    assert_true(fabs(s - sqrt(ss / 4)) <= 1e-6 * sqrt(ss / 4));
+    assert_true(s2 == 1024.0f * s);
+  }
+  ts_vq_grad_decode(q, e, w, N, back);
+  ts_vq_decode(q, e, w, N, zq);
+  for (int i = 0; i < N; i++) {
+    float s;
+    memcpy(&s, w + N * rb + i * sizeof(float), sizeof s);
+    for (int t = 0; t < 4; t++) assert_true(back[i * 4 + t] == s * zq[i * 4 + t]);
+  }
+  for (int t = 0; t < 4; t++) assert_true(back[3 * 4 + t] == 0.0f);
+}
+
+// Under --vq-backward on the gradient that reaches the sending stage depends
+// on the gradient's shared copy (cmp.p.gvq.recv, the receiver's) alone, not
+// on the working codebook of the gradient's sender, as for the forward.
+static void test_vq_gradient_decodes_with_the_shared_copy(void **state) {
+  (void)state;
+  int inp[B * T], tgt[B * T];
+  random_tokens(inp, B * T, 3);
+  random_tokens(tgt, B * T, 4);
+  built b;
+  build_vq_backward = 1;
+  build(&b, TS_COMPRESS_MAPL_VQ, TS_ANCHOR_FACTORISED);
+  build_vq_backward = 0;
+  // stage s + 1 holds boundary s's gradient codebooks: after its last layer
+  assert_null(lookup(&b, "cmp.3.gvq.count"));
+  ts_tensor *work = lookup(&b, "cmp.0.gvq.codes"), *shared = lookup(&b, "cmp.0.gvq.recv");
+  ts_tensor *w0 = lookup(&b, "h.0.attn.wq"); // stage 0's: its gradient came through boundary 0
+  assert_non_null(work);
+  assert_non_null(shared);
+  assert_non_null(w0);
+  assert_true(lookup(&b, "cmp.1.anchor") < lookup(&b, "cmp.0.gvq.count"));
+  const size_t np = ts_model_num_params(b.m), off = (size_t)(w0->data - ts_model_params(b.m));
+  const size_t nw = (size_t)ts_tensor_numel(w0);
+  float *g0 = malloc(nw * sizeof(float)), *g = malloc(nw * sizeof(float));
+  assert_true(off + nw <= np);
+  ts_model_forward(b.m, inp, tgt, 1, 1);
+  assert_int_equal(ts_model_backward(b.m, 1), TS_OK);
+  memcpy(g0, ts_model_grads(b.m) + off, nw * sizeof(float));
+  const int64_t n = ts_tensor_numel(work);
+  for (int64_t i = 0; i < n; i++) work->data[i] = 3.0f * ts_rng_normal(11, 2, 0, (uint64_t)i);
+  ts_model_forward(b.m, inp, tgt, 1, 1);
+  assert_int_equal(ts_model_backward(b.m, 1), TS_OK);
+  memcpy(g, ts_model_grads(b.m) + off, nw * sizeof(float));
+  assert_memory_equal(g0, g, nw * sizeof(float));
+  memcpy(shared->data, work->data, (size_t)n * sizeof(float)); // the shared copy does matter
+  ts_model_forward(b.m, inp, tgt, 1, 1);
+  assert_int_equal(ts_model_backward(b.m, 1), TS_OK);
+  memcpy(g, ts_model_grads(b.m) + off, nw * sizeof(float));
+  assert_true(memcmp(g0, g, nw * sizeof(float)) != 0);
+  free(g0);
+  free(g);
+  unbuild(&b);
+}
+
 int main(void) {
   const char *only = getenv("TEST_FILTER"); // one test by name (cmocka's pattern)
   if (only && *only) cmocka_set_test_filter(only);
@@ -774,6 +862,8 @@ int main(void) {
       cmocka_unit_test(test_vq_stream_covers_the_codebook),
       cmocka_unit_test(test_vq_codes_index_the_shared_copy),
       cmocka_unit_test(test_confined_stream_round_trip),
+      cmocka_unit_test(test_vq_gradient_wire_is_scale_free),
+      cmocka_unit_test(test_vq_gradient_decodes_with_the_shared_copy),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

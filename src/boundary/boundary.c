@@ -140,7 +140,7 @@ void *ts_boundary_buffers_wire(const ts_boundary_io *io, int p) {
   return ((const ts_boundary_buffers *)io->state)->wire[p];
 }
 
-float *ts_boundary_buffers_dz(const ts_boundary_io *io) {
+void *ts_boundary_buffers_dz(const ts_boundary_io *io) {
   return ((const ts_boundary_buffers *)io->state)->dz;
 }
 

@@ -62,7 +62,7 @@ typedef struct ts_boundary_io {
 } ts_boundary_io;
 
 // The most tensors a codec declares for one stage.
-#define TS_BOUNDARY_TENSORS 8
+#define TS_BOUNDARY_TENSORS 12
 
 typedef struct ts_boundary {
   const char *name;     // the --compress name
@@ -109,13 +109,14 @@ typedef struct ts_boundary {
   void *(*wire)(const ts_boundary_io *io, int p);
   // Boundary p's wire → x (rows × d).
   void (*decode)(const ts_boundary_io *io, int p, const void *wire, float *x);
-  // G = dx (rows × d) → dz, the receiving stage's gradients after it.
-  int (*decode_backward)(const ts_boundary_io *io, int p, const float *dx, float *dz);
-  // dz → dx (rows × d), the sending stage's gradients after it (step keys
-  // anything seeded per step).
-  int (*encode_backward)(const ts_boundary_io *io, int p, const float *dz, float *dx, uint64_t step);
+  // G = dx (rows × d) → dz, the backward's wire (wire_bytes(cfg, 1) a row:
+  // dZ's floats, or mapl-vq's codes and scales), the receiving stage's
+  // gradients after it (step keys anything seeded per step).
+  int (*decode_backward)(const ts_boundary_io *io, int p, const float *dx, void *dz, uint64_t step);
+  // dz → dx (rows × d), the sending stage's gradients after it.
+  int (*encode_backward)(const ts_boundary_io *io, int p, const void *dz, float *dx, uint64_t step);
   // The buffer of dz going back (a stage's input gradient on the wire).
-  float *(*dz)(const ts_boundary_io *io);
+  void *(*dz)(const ts_boundary_io *io);
   // ---- after a step -------------------------------------------------------------------
   // Whether it updates its tensors of a role itself, instead of AdamW (the
   // optimizer skips them). NULL: AdamW updates all of them.
@@ -163,7 +164,14 @@ int ts_boundary_at(const ts_config *cfg, int l);
 // (mapl-vq's codebooks, vq.h): the gradient norm and the clip leave it out.
 // (ssn-confined's basis, whose slot gathers the refresh's gradient, too.)
 static inline int ts_boundary_statistics(ts_role role) {
-  return (role >= TS_ROLE_VQ_COUNT && role <= TS_ROLE_VQ_RECV) || role == TS_ROLE_SUBSPACE;
+  return (role >= TS_ROLE_VQ_COUNT && role <= TS_ROLE_GVQ_RECV) || role == TS_ROLE_SUBSPACE;
+}
+// Whether a codec tensor of a role is read by the stage before the one that
+// holds it (mapl-vq's gradient codebooks: the gradient's receiver decodes
+// with its copy), instead of by the stage after it (every other codec
+// tensor but the anchors, which no other stage reads).
+static inline int ts_boundary_read_upstream(ts_role role) {
+  return role >= TS_ROLE_GVQ_COUNT && role <= TS_ROLE_GVQ_RECV;
 }
 
 // ---- pieces several codecs share (boundary.c) -------------------------------------------
@@ -205,7 +213,7 @@ void ts_boundary_buffers_free(const ts_boundary_io *io, ts_boundary_buffers *b);
 size_t ts_boundary_buffer_floats(const ts_boundary_io *io);
 // Of the buffers at the start of io->state: boundary p's wire, and dz.
 void *ts_boundary_buffers_wire(const ts_boundary_io *io, int p);
-float *ts_boundary_buffers_dz(const ts_boundary_io *io);
+void *ts_boundary_buffers_dz(const ts_boundary_io *io);
 // The affine encode: y_p = x − anchor_p, z = y_p·Bᵀ (rows × r).
 void ts_boundary_affine_encode(const ts_boundary_io *io, const ts_boundary_affine *f, int p, const float *x,
                                float *z);

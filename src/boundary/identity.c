@@ -39,20 +39,21 @@ static void identity_decode(const ts_boundary_io *io, int p, const void *wire, f
 }
 
 // dz is dx (identity_dz): the gradient of the stage's input goes back as it is.
-static int identity_decode_backward(const ts_boundary_io *io, int p, const float *dx, float *dz) {
-  (void)p;
+static int identity_decode_backward(const ts_boundary_io *io, int p, const float *dx, void *dz,
+                                    uint64_t step) {
+  (void)p, (void)step;
   copy_rows(io, dz, dx);
   return TS_OK;
 }
 
-static int identity_encode_backward(const ts_boundary_io *io, int p, const float *dz, float *dx,
+static int identity_encode_backward(const ts_boundary_io *io, int p, const void *dz, float *dx,
                                     uint64_t step) {
   (void)p, (void)step;
   copy_rows(io, dx, dz);
   return TS_OK;
 }
 
-static float *identity_dz(const ts_boundary_io *io) { return io->dres; }
+static void *identity_dz(const ts_boundary_io *io) { return io->dres; }
 
 const ts_boundary ts_boundary_identity = {
     .name = "none",

@@ -182,7 +182,9 @@ static int anchor_grad(const ts_boundary_io *io, int s) {
   return TS_OK;
 }
 
-int ts_mapl_decode_backward(const ts_boundary_io *io, int p, const float *dx, float *dz) {
+int ts_mapl_decode_backward(const ts_boundary_io *io, int p, const float *dx, void *dz,
+                            uint64_t step) {
+  (void)step;
   ts_mapl *k = io->state;
   const int64_t N = io->ntok;
   const int d = io->C, r = k->b.r, s = p + 1;
@@ -209,7 +211,8 @@ int ts_mapl_decode_backward(const ts_boundary_io *io, int p, const float *dx, fl
   return anchor_grad(io, s);
 }
 
-int ts_mapl_encode_backward(const ts_boundary_io *io, int p, const float *dz, float *dx, uint64_t step) {
+int ts_mapl_encode_backward(const ts_boundary_io *io, int p, const void *dz, float *dx,
+                            uint64_t step) {
   (void)step;
   ts_mapl *k = io->state;
   const int64_t N = io->ntok;

@@ -47,8 +47,11 @@ int ts_mapl_tensors(const ts_config *cfg, int s, ts_tensor *out);
 void ts_mapl_init(const ts_boundary_io *io, uint64_t seed);
 // B_p = A_pᵀ, anchor_s = E_s[tok]·P_s.
 extern const ts_boundary_affine ts_mapl_affine;
-int ts_mapl_decode_backward(const ts_boundary_io *io, int p, const float *dx, float *dz);
-int ts_mapl_encode_backward(const ts_boundary_io *io, int p, const float *dz, float *dx, uint64_t step);
+// dZ = G·A_p as floats into dz (rows × r), and dZ → dx.
+int ts_mapl_decode_backward(const ts_boundary_io *io, int p, const float *dx, void *dz,
+                            uint64_t step);
+int ts_mapl_encode_backward(const ts_boundary_io *io, int p, const void *dz, float *dx,
+                            uint64_t step);
 // The rank and stages, and --proj-lr's default (0.1 × the Muon rate) and range.
 int ts_mapl_check(ts_config *cfg);
 // It updates its projectors itself, by SPEL (ts_mapl_update); the anchors

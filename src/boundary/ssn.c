@@ -77,14 +77,16 @@ static void ssn_decode(const ts_boundary_io *io, int p, const void *wire, float 
   ts_boundary_affine_decode(io, &ssn_affine, p, wire, x);
 }
 
-static int ssn_decode_backward(const ts_boundary_io *io, int p, const float *dx, float *dz) {
-  (void)p;
+static int ssn_decode_backward(const ts_boundary_io *io, int p, const float *dx, void *dz,
+                               uint64_t step) {
+  (void)p, (void)step;
   ssn_state *k = io->state;
   io->be->linear_forward(dz, dx, k->basis, NULL, io->ntok, io->C, k->b.r, io->cfg->leaf); // G·U
   return TS_OK;
 }
 
-static int ssn_encode_backward(const ts_boundary_io *io, int p, const float *dz, float *dx, uint64_t step) {
+static int ssn_encode_backward(const ts_boundary_io *io, int p, const void *dz, float *dx,
+                               uint64_t step) {
   (void)p, (void)step;
   ssn_state *k = io->state;
   io->be->linear_backward_input(dx, dz, k->basis, io->ntok, io->C, k->b.r, io->cfg->leaf, 0); // dZ·Uᵀ

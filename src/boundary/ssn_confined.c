@@ -206,7 +206,9 @@ static void confined_decode(const ts_boundary_io *io, int p, const void *wire, f
 
 // dZ = G·U; and Uᵀ's gradient through the decode, Zᵀ·G (r × d), into the
 // receiver's copy's slot: the refresh's direction.
-static int confined_decode_backward(const ts_boundary_io *io, int p, const float *dx, float *dz) {
+static int confined_decode_backward(const ts_boundary_io *io, int p, const float *dx, void *dz,
+                                    uint64_t step) {
+  (void)step;
   confined_state *k = io->state;
   const int64_t N = io->ntok;
   const int d = io->C, r = k->b.r;
@@ -225,7 +227,7 @@ static int confined_decode_backward(const ts_boundary_io *io, int p, const float
   return TS_OK;
 }
 
-static int confined_encode_backward(const ts_boundary_io *io, int p, const float *dz, float *dx,
+static int confined_encode_backward(const ts_boundary_io *io, int p, const void *dz, float *dx,
                                     uint64_t step) {
   (void)step;
   confined_state *k = io->state;

@@ -2,6 +2,7 @@
 #include "vq.h"
 
 #include <float.h>
+#include <math.h>
 #include <string.h>
 
 #include "exact/rng.h"
@@ -116,14 +117,49 @@ void ts_vq_candidates(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_
   }
 }
 
-void ts_vq_init(const ts_vq_shape *q, uint64_t seed, int boundary, float *count, float *sum,
-                float *codes, float *recv) {
+void ts_vq_grad_encode(const ts_vq_shape *q, const float *e, const float *dz, int64_t n,
+                       uint8_t *wire, float *u) {
+  const int r = q->r;
+  uint8_t *scales = wire + (size_t)n * ts_vq_row_bytes(q);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    const float *g = dz + (size_t)i * r;
+    float ss = 0.0f; // in order, one row per thread: the same bits on every layout
+    for (int t = 0; t < r; t++) ss = ss + g[t] * g[t];
+    const float s = sqrtf(ss / (float)r);
+    float *ui = u + (size_t)i * r;
+    for (int t = 0; t < r; t++) ui[t] = s > 0.0f ? g[t] / s : 0.0f;
+    memcpy(scales + (size_t)i * sizeof(float), &s, sizeof(float)); // (unaligned in general)
+  }
+  ts_vq_encode(q, e, u, n, wire, NULL);
+}
+
+void ts_vq_grad_decode(const ts_vq_shape *q, const float *e, const uint8_t *wire, int64_t n,
+                       float *dz) {
+  const int r = q->r;
+  const uint8_t *scales = wire + (size_t)n * ts_vq_row_bytes(q);
+  ts_vq_decode(q, e, wire, n, dz);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    float s;
+    memcpy(&s, scales + (size_t)i * sizeof(float), sizeof(float));
+    for (int t = 0; t < r; t++) dz[(size_t)i * r + t] = s * dz[(size_t)i * r + t];
+  }
+}
+
+void ts_vq_init_scaled(const ts_vq_shape *q, uint64_t seed, int boundary, float std, float *count,
+                       float *sum, float *codes, float *recv) {
   const size_t nc = ts_vq_ncodes(q), nf = nc * q->G;
   memset(count, 0, nc * sizeof(float));
   memset(sum, 0, nf * sizeof(float));
   for (size_t i = 0; i < nf; i++)
-    codes[i] = 0.02f * ts_rng_normal(seed, TS_RNG_VQ, 0, ((uint64_t)boundary << 40) | i);
+    codes[i] = std * ts_rng_normal(seed, TS_RNG_VQ, 0, ((uint64_t)boundary << 40) | i);
   memcpy(recv, codes, nf * sizeof(float));
+}
+
+void ts_vq_init(const ts_vq_shape *q, uint64_t seed, int boundary, float *count, float *sum,
+                float *codes, float *recv) {
+  ts_vq_init_scaled(q, seed, boundary, 0.02f, count, sum, codes, recv);
 }
 
 void ts_vq_update(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step, float *count,

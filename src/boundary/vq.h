@@ -28,6 +28,15 @@
 //
 // Gradients: straight through (dZ = dẐ) plus the commitment loss
 // w·Σ‖z − sg(ẑ)‖²/(tokens·r) against the quantisation ẑ both sides decode.
+//
+// The gradient (--vq-backward on): dZ's rows crossing back are quantised the
+// same way with codebooks of their own, `cmp.p.gvq.*` (their keys: book
+// p | TS_VQ_GRAD_BOOK), held by the gradient's sender, stage p + 1, whose copy
+// of the shared codebook stage p holds. A gradient row is tiny and its size
+// changes over training, so it is sent as its scale s = RMS of its r floats
+// (one float) and codes of dZ/s, whose rows all have RMS 1 (s = 0: a row of
+// zeros); the receiver rebuilds s·Σ_j e'_j·code. No commitment term: nothing
+// is trained through the gradient's quantisation.
 #ifndef TS_VQ_H
 #define TS_VQ_H
 #include <stddef.h>
@@ -49,6 +58,13 @@ static inline size_t ts_vq_stat_floats(const ts_vq_shape *q) {
 }
 // Bytes of one row on the wire: R·ng codes.
 static inline size_t ts_vq_row_bytes(const ts_vq_shape *q) { return (size_t)q->R * q->ng; }
+// A gradient row's: its codes and its scale. The wire of n rows is the n
+// rows' codes, then their n scales.
+static inline size_t ts_vq_grad_row_bytes(const ts_vq_shape *q) {
+  return ts_vq_row_bytes(q) + sizeof(float);
+}
+// The key of boundary p's gradient codebooks (p's own: p).
+#define TS_VQ_GRAD_BOOK (1u << 20)
 
 // The rows of z (n × r) quantised with codebook e: codes (n × R·ng bytes)
 // and, when zq is not NULL, the quantisation ẑ (n × r).
@@ -64,10 +80,20 @@ void ts_vq_decode(const ts_vq_shape *q, const float *e, const uint8_t *codes, in
 void ts_vq_stats_leaf(const ts_vq_shape *q, const float *e, const float *z, const uint8_t *codes,
                       const int64_t *cand_row, int64_t li, int leaf, float *out);
 
-// Initial codebooks (seeded normal, std 0.02; the receiver's copy equal; EMA
-// state zero).
+// The gradient's wire (n rows of dz, n × r) with codebook e: the rows'
+// codes, then their scales; u (n × r) ← the scaled rows dz/s that were coded.
+void ts_vq_grad_encode(const ts_vq_shape *q, const float *e, const float *dz, int64_t n,
+                       uint8_t *wire, float *u);
+// dz (n × r) ← s·ẑ from such a wire.
+void ts_vq_grad_decode(const ts_vq_shape *q, const float *e, const uint8_t *wire, int64_t n,
+                       float *dz);
+
+// Initial codebooks (seeded normal, std 0.02, or std for the scaled
+// variant; the receiver's copy equal; EMA state zero).
 void ts_vq_init(const ts_vq_shape *q, uint64_t seed, int boundary, float *count, float *sum,
                 float *codes, float *recv);
+void ts_vq_init_scaled(const ts_vq_shape *q, uint64_t seed, int boundary, float std, float *count,
+                       float *sum, float *codes, float *recv);
 // The step's EMA update, dead-code replacement and streamed sync (step is
 // the 1-based step whose statistics these are).
 void ts_vq_update(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step, float *count,

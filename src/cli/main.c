@@ -173,7 +173,7 @@ struct cli {
   char precision[8];
   ts_layout lay; // --dp, --sp, --pp
   char sp_mode[32], schedule[16], compress[24], upipe_schedule[16], optimizer[16];
-  char data_format[16], lr_schedule[16], mapl_anchor[16];
+  char data_format[16], lr_schedule[16], mapl_anchor[16], vq_backward[8];
   int val_frac_given; // --val-frac on the command line (refused with --val-data)
   int data_given;     // --data on the command line (else resume and eval read the checkpoint's)
   char ckpt[4096]; // eval, sample, tokenize
@@ -552,6 +552,13 @@ static const flag flags[] = {
      "mapl-vq: codes per codebook streamed into the shared copy after each step, in a seeded "
      "order taken in turn (--vq-codes: the whole codebook every step)", "1", TD,
      G_COMP, check_rank},
+    {"--vq-backward", K_STR, AT(vq_backward), 0, "on|off",
+     "mapl-vq: quantise the boundary gradients too, each token's dZ as its RMS (a float) and "
+     "codes of dZ/RMS in codebooks of their own, streamed like the forward's", "off", TD, G_COMP,
+     check_choice},
+    {"--vq-backward-gamma", K_FLOAT, AT(cfg.vq_backward_gamma), 0, "G",
+     "mapl-vq --vq-backward on: EMA decay of the gradient's codebooks", "--vq-gamma", TD, G_COMP,
+     NULL},
     // checkpoints and logs
     {"--log", K_STR, AT(cfg.log_path), 0, "FILE", "write the run log (JSONL) to FILE", "none",
      TRAIN, G_OUT, NULL},
@@ -680,6 +687,13 @@ static int check_choice(const flag *f, const char *raw, cli *c) {
         return TS_OK;
       }
     return ts_fail(TS_EUSAGE, "--mapl-anchor %s: must be factorised, none, static or full", raw);
+  }
+  if (strcmp(f->name, "--vq-backward") == 0) {
+    if (strcmp(raw, "on") == 0 || strcmp(raw, "off") == 0) {
+      c->cfg.vq_backward = raw[1] == 'n';
+      return TS_OK;
+    }
+    return ts_fail(TS_EUSAGE, "--vq-backward %s: must be on or off", raw);
   }
   if (strcmp(f->name, "--lr-schedule") == 0) {
     for (int i = 0; i < TS_LR_NSCHEDULES; i++)
@@ -869,7 +883,8 @@ static int parse_args(const command *cmd, int argc, char **argv, parsed *out, in
 // command line would silently be the default, so it is refused; none of them
 // has a meaning at 0.
 static const char *const zero_means_default[] = {
-    "--muon-lr", "--proj-lr", "--vq-gamma", "--vq-commit", "--rope-theta"};
+    "--muon-lr", "--proj-lr", "--vq-gamma", "--vq-commit", "--vq-backward-gamma",
+    "--rope-theta"};
 
 // What the flags given say, checked against the whole configuration: a 0
 // that would read as the default, and a flag the model has no use for (the

@@ -98,6 +98,8 @@ static const field fields[] = {
     FLD_OPTF("vq_gamma", "--vq-gamma", vq_gamma),
     FLD_OPTF("vq_commit", "--vq-commit", vq_commit),
     FLD_OPT("vq_sync_codes", "--vq-sync-codes", vq_sync_codes),
+    FLD_OPT("vq_backward", "--vq-backward", vq_backward), // off (0) is left out
+    FLD_OPTF("vq_backward_gamma", "--vq-backward-gamma", vq_backward_gamma),
     FLD_OPTK("mapl_anchor", "--mapl-anchor", F_MAPL_ANCHOR, mapl_anchor), // factorised (0) is left out
     FLD_OPT("ssn_refresh", "--ssn-refresh", ssn_refresh),
     FLD_OPTF("ssn_refresh_step", "--ssn-refresh-step", ssn_refresh_step),
@@ -413,6 +415,7 @@ int ts_config_architecture_json(const ts_config *cfg, char *buf, size_t cap) {
   a.compress_stages = cfg->compress_stages;
   a.vq_groups = cfg->vq_groups, a.vq_rounds = cfg->vq_rounds, a.vq_codes = cfg->vq_codes;
   a.mapl_anchor = cfg->mapl_anchor;
+  a.vq_backward = cfg->vq_backward; // (its gradient codebooks are tensors)
   return ts_config_to_json(&a, buf, cap);
 }
 

@@ -22,7 +22,8 @@ int ts_pipeline_create(ts_pipeline *pl, ts_model *m, ts_comm *pipe, int M, int s
   pl->stride = mb;
   pl->be = ts_backend_current();
   // what crosses a boundary: X (d floats a token), or under --compress Z
-  // (r floats, or mapl-vq's codes) forward and dZ (r floats) back
+  // (r floats, or mapl-vq's codes) forward and dZ (r floats, or under
+  // --vq-backward on its codes and a scale) back
   int t0, Tl; // a sequence-parallel stage holds T/N positions of its sequence
   ts_model_positions(m, &t0, &Tl);
   pl->rows = (size_t)mb * Tl;

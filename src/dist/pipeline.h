@@ -36,7 +36,7 @@ typedef struct {
   size_t bwd_bytes;     // its gradient coming back (of X, or Z)
   unsigned char *store; // in-flight stage inputs: slots of fwd_bytes
   int slots;            // M (GPipe) or min(P − s, M) (1F1B)
-  float *dy;            // the next stage's gradient of our output
+  void *dy;             // the next stage's gradient of our output (the backward's wire)
   size_t rows;          // a microbatch's rows on this rank (mb·T, or mb·T/N under --sp)
   size_t d;             // the model's width
   ts_tree tree;         // the stage's gradients over microbatches

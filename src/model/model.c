@@ -87,7 +87,7 @@ int ts_model_backward(ts_model *m, uint64_t step) {
     if ((crc = hold_layer(m, l, 0))) return crc;
     const int b = ts_boundary_at(&m->cfg, l);
     if (b >= 0 && l > m->l0) { // a boundary inside: its two backwards back to back
-      if ((crc = m->bd->decode_backward(&bio, b, m->dres, m->bd->dz(&bio))) ||
+      if ((crc = m->bd->decode_backward(&bio, b, m->dres, m->bd->dz(&bio), step)) ||
           (crc = m->bd->encode_backward(&bio, b, m->bd->dz(&bio), m->dres, step)))
         return crc;
     }
@@ -95,7 +95,8 @@ int ts_model_backward(ts_model *m, uint64_t step) {
   // a later pipeline stage ends here: dres is the gradient of its input,
   // which goes back as the codec's dz (boundary.h)
   if (m->l0 > 0) {
-    if ((crc = m->bd->decode_backward(&bio, ts_boundary_at(&m->cfg, m->l0), m->dres, m->bd->dz(&bio))))
+    if ((crc = m->bd->decode_backward(&bio, ts_boundary_at(&m->cfg, m->l0), m->dres,
+                                      m->bd->dz(&bio), step)))
       return crc;
     if (rc) return ts_fail(TS_ERUNTIME, "out of memory in backward (gradient trees)");
     return TS_OK;
@@ -110,12 +111,12 @@ int ts_model_backward(ts_model *m, uint64_t step) {
 // ---- pipeline stages ---------------------------------------------------------------
 void ts_model_set_stage_input(ts_model *m, const void *x) { m->x_in = x; }
 void ts_model_set_identity_boundaries(ts_model *m, int on) { m->bd_identity = on; }
-void ts_model_set_stage_grad(ts_model *m, const float *dy) { m->dy_in = dy; }
+void ts_model_set_stage_grad(ts_model *m, const void *dy) { m->dy_in = dy; }
 const void *ts_model_stage_output(const ts_model *m) {
   const ts_boundary_io bio = ts_model_codec_io(m);
   return m->bd->wire(&bio, ts_boundary_at(&m->cfg, m->l1));
 }
-const float *ts_model_stage_dinput(const ts_model *m) {
+const void *ts_model_stage_dinput(const ts_model *m) {
   const ts_boundary_io bio = ts_model_codec_io(m);
   return m->bd->dz(&bio);
 }

@@ -67,7 +67,7 @@ struct ts_model {
   // gradient from dy_in (ts_model_set_stage_*).
   int l0, l1;
   const void *x_in;  // X (rows × d), or the compressed boundary's wire
-  const float *dy_in;
+  const void *dy_in; // dX (rows × d), or the compressed boundary's backward wire
   ts_layer_hooks hooks;         // --zero 2, 3 (ts_model_set_layer_hooks); zeros: none
   float *spbuf;                // the strategy's scratch (ts_cp_sizes.scratch floats)
   int rc;                      // error of the last forward

@@ -235,7 +235,8 @@ static void set_geometry(ts_model *m, const ts_config *cfg, int b_begin, int b_c
 // head; a tied embedding is the last stage's (it sums the embedding's
 // gradient with the head's), the first holding a copy; a codec's tensors
 // follow their stage's last layer, and the next stage holds copies of those
-// it reads (all but the anchors, which are each stage's own).
+// it reads (all but the anchors, which are each stage's own, and mapl-vq's
+// gradient codebooks, which the stage before reads: boundary.h).
 // Under sequence parallelism the positional table is owned by rows: each
 // rank holds the rows of its positions alone (its runs: docs/ALGORITHMS.md
 // §2), one piece per run, after the other owned tensors. Under a tensor
@@ -252,6 +253,8 @@ static int holding(const ts_model *m, const pspec *ps) {
   if (ps->role == TS_ROLE_POSITIONAL && m->seq) return first ? HELD_ROWS : HELD_NONE;
   if (ps->layer < 0) return first ? HELD_OWNED : HELD_NONE;
   if (ps->layer >= m->L) return last ? HELD_OWNED : HELD_NONE;
+  if (ps->codec && ts_boundary_read_upstream(ps->role))
+    return m->l1 < m->L && ps->index == ts_boundary_at(&m->cfg, m->l1) ? HELD_COPY : HELD_NONE;
   if (ps->codec && ps->role != TS_ROLE_ANCHOR && ps->layer + 1 == m->l0) return HELD_COPY;
   return HELD_NONE;
 }

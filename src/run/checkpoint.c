@@ -353,6 +353,10 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, in
   SAME_INT(vq_groups, "--vq-group") SAME_INT(vq_rounds, "--vq-rounds")
   SAME_INT(vq_codes, "--vq-codes") SAME_INT(vq_sync_codes, "--vq-sync-codes")
   SAME_FLT(vq_gamma, "--vq-gamma") SAME_FLT(vq_commit, "--vq-commit")
+  if (old.vq_backward != cfg->vq_backward)
+    return ts_fail(TS_EUSAGE, "--resume: %s was written with --vq-backward %s, %s has %s", what,
+                   old.vq_backward ? "on" : "off", mine, cfg->vq_backward ? "on" : "off");
+  SAME_FLT(vq_backward_gamma, "--vq-backward-gamma")
   if (old.mapl_anchor != cfg->mapl_anchor && old.mapl_anchor >= 0 &&
       old.mapl_anchor < TS_ANCHOR_NKINDS)
     return ts_fail(TS_EUSAGE, "--resume: %s was written with --mapl-anchor %s, %s "
