@@ -615,11 +615,16 @@ typedef struct {
   int json, verbose, top;        // output: JSON; refusals' reasons; rows shown (0: 20)
   int only_mode;                 // a ts_sp_mode: its sequence-parallel layouts alone; -1 all
   int tile, leaf;                // (set by ts_plan: the configuration's as given)
+  const char *calibrated_from;   // the run log --efficiency was measured on (NULL: given)
+  int calibrated_steps;          // the steps of it the median went over
 } ts_plan_opts;
 int ts_plan(const ts_config *cfg, const ts_layout *base, const ts_plan_opts *o, FILE *out);
 // A public model's published shape (--shape NAME: gpt2-124m ... llama3-70b) over its
 // variant's preset; TS_EUSAGE naming the shapes for another name.
 int ts_plan_shape(const char *name, ts_config *cfg);
+// --calibrate LOG (src/run/plan_calibrate.c): the median over a run's steps after the
+// first of its compute FLOP/s over its roof, the plan's efficiency; *steps the count.
+int ts_plan_calibrate(const char *log, double *efficiency, int *steps);
 // tessera sample (src/run/sample.c, docs/SAMPLING.md): tokens continuing a
 // prompt from the checkpoint's model, printed to out as text (the prompt and
 // its continuation) or one JSON object. cfg: the run settings of the flags

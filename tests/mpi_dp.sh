@@ -208,10 +208,10 @@ fi
 
 # --- data groups that are not a power of two: the tree over ranks has empty
 # positions past the last rank, as the serial tree has empty leaves past the
-# batch's last (comm_tree.h), so D = 3 and 5 give the serial bits too. The
+# batch's last (comm_tree.h), so D = 3, 5 and 6 give the serial bits too. The
 # step's all-reduce bytes over the ranks are a power of two's, 16·N·(D-1)/D
 # each on average; rank 0 plays its own position alone.
-for spec in "3 6" "5 10"; do
+for spec in "3 6" "5 10" "6 12"; do
   D=${spec% *} B=${spec#* }
   S=$TS_TMP/serial-b$B.jsonl L=$TS_TMP/dp$D-b$B.jsonl
   expect_exit 0 "" "$T" train $BASE --batch $B --dropout 0.1 --log "$S" || continue

@@ -77,6 +77,10 @@ run zero3 2 --model tiny --sp 2 --zero 3 && against gpt2 zero3 1 2 lss 1 3 0
 plan_json vq2 2 --model tiny --compress mapl-vq --rank 16 --compress-stages 2
 run vq 2 --model tiny --pp 2 --microbatches 4 --compress mapl-vq --rank 16 &&
   against vq2 vq 1 1 - 2 0 0
+# a data group of three (not a power of two: the tree over the ranks has an
+# empty position, comm_tree.h): its all-reduce's bytes are the plan's
+plan_json gpt3 3 --model tiny --batch 6
+run dp3 3 --model tiny --batch 6 --dp 3 && against gpt3 dp3 3 1 - 1 0 0
 # four ranks (busy-polling on two cores: a few seconds): the data group's sums
 # over the sequence group's, --zero 1's shards without the positional rows
 # (memory within 5%: the plan's 1/4 of them, the run's whole rows), and a
@@ -119,6 +123,57 @@ if expect_exit 1 "" timeout -k 10 60 $MPIEXEC -n 2 "$TESSERA_BIN" train --model 
     fail "the refusal does not name the attention buffers: $(head -c 400 "$TS_ERR")"
   fi
 fi
+
+# --calibrate LOG: the efficiency measured on a run (src/run/plan_calibrate.c),
+# recomputed here from the log's own fields: the median over the steps after
+# the first of flops_per_token x batch x seq / world / (compute_ms_max x roof).
+# Each row's compute time is its FLOPs at that efficiency, and the overlap
+# bound is the larger of compute and communication.
+expect_exit 0 "" "$TESSERA_BIN" train --model tiny --steps 5 --quiet --data "$DATA" \
+  --log "$TS_TMP/cal.jsonl"
+if expect_exit 0 "" "$TESSERA_BIN" plan --model tiny --ranks 2 --flops 1e11 --json \
+  --calibrate "$TS_TMP/cal.jsonl"; then
+  TS_CHECKS=$((TS_CHECKS + 1))
+  if why=$($PY - "$TS_OUT" "$TS_TMP/cal.jsonl" <<'PYEOF'
+import json, statistics, sys
+plan = json.load(open(sys.argv[1]))
+recs = [json.loads(l) for l in open(sys.argv[2])]
+cfg = recs[0]
+steps = [r for r in recs if r.get("type") == "step"][1:]
+m = cfg["model"]
+eff = statistics.median(cfg["flops_per_token"] * m["batch"] * m["seq"] / cfg["world"]
+                        / (r["compute_ms_max"] * 1e-3 * cfg["roof_gflops"] * 1e9) for r in steps)
+if abs(plan["efficiency"] - eff) > 1e-9 * eff or plan["efficiency_steps"] != len(steps):
+    sys.exit("efficiency %r over %d steps, the log gives %r over %d"
+             % (plan["efficiency"], plan["efficiency_steps"], eff, len(steps)))
+rows = [r for r in plan["rows"] if "refused" not in r]
+for r in rows:
+    if r["step_overlap_s"] != max(r["compute_s"], r["comm_s"]):
+        sys.exit("%s: overlap %r, compute %r, comm %r" % (r["layout"], r["step_overlap_s"],
+                                                          r["compute_s"], r["comm_s"]))
+# the data-parallel layout without checkpointing: half the step's FLOPs a rank
+r = next(r for r in rows if r["dp"] == 2 and r["zero"] == 0 and not r["checkpoint"])
+want = cfg["flops_per_token"] * m["batch"] * m["seq"] / 2 / (1e11 * eff)
+if abs(r["compute_s"] - want) > 1e-4 * want:
+    sys.exit("dp2 compute %r s, want %r" % (r["compute_s"], want))
+print("efficiency %.4g over %d steps" % (eff, len(steps)))
+PYEOF
+  ); then
+    pass "--calibrate: the log's median efficiency, the compute and overlap times from it ($why)"
+  else
+    fail "--calibrate: $why"
+  fi
+fi
+expect_exit 0 "" "$TESSERA_BIN" plan --model tiny --flops 1e11 --calibrate "$TS_TMP/cal.jsonl"
+expect_stdout "at efficiency [0-9.e-]+ \\(measured: .*cal.jsonl, median of 4 steps\\)"
+head -n 2 "$TS_TMP/cal.jsonl" >"$TS_TMP/cal1.jsonl"
+expect_exit 2 "--calibrate .*cal1.jsonl: needs a run of at least 2 steps" \
+  "$TESSERA_BIN" plan --model tiny --calibrate "$TS_TMP/cal1.jsonl"
+expect_exit 2 "--calibrate .*cal.jsonl with --efficiency 0.5: give one" \
+  "$TESSERA_BIN" plan --model tiny --calibrate "$TS_TMP/cal.jsonl" --efficiency 0.5
+expect_exit 2 "--calibrate .*corpus.txt: .*corpus.txt:1: malformed JSON" "$TESSERA_BIN" plan --model tiny --calibrate "$DATA"
+expect_exit 2 "--calibrate .*absent.jsonl: cannot open" \
+  "$TESSERA_BIN" plan --model tiny --calibrate "$TS_TMP/absent.jsonl"
 
 # the text form: the ranking, and the refusals' reasons with --verbose
 expect_exit 0 "" "$TESSERA_BIN" plan --model tiny --ranks 2 --flops 1e11 --verbose

@@ -154,9 +154,11 @@ static const command commands[] = {
      "(the fit check's own count), the bytes of a step by collective (the\n"
      "strategies' and the communicator's own counting) and a predicted step\n"
      "time: compute at --efficiency of --flops, communication by latency and\n"
-     "bandwidth per link (intra- or inter-node), summed without overlap. Ranked\n"
-     "by tokens/s among the layouts that fit in 90% of --device-mem, as the fit\n"
-     "check's margin; then the longest --seq the first fits (docs/PLAN.md).",
+     "bandwidth per link (intra- or inter-node), summed without overlap (and,\n"
+     "as the other bound, the larger of the two; --calibrate LOG measures the\n"
+     "efficiency on a run). Ranked by tokens/s among the layouts that fit in\n"
+     "90% of --device-mem, as the fit check's margin; then the longest --seq\n"
+     "the first fits (docs/PLAN.md).",
      "tessera plan --shape llama3-8b --seq 65536 --ranks 8 --device-mem 80 --flops 400e12",
      run_plan, 0},
     {"info", C_INFO, "", "show the build: version, compiler, BLAS, MPI, backends",
@@ -197,6 +199,7 @@ struct cli {
   int ranks, ranks_per_node, verbose, top;
   int sp_mode_given; // --sp-mode on the command line (plan: that mode's layouts alone)
   double device_mem, flops, efficiency, bw_intra, bw_inter, lat_intra, lat_inter;
+  char calibrate[4096];      // plan: a run log whose measured efficiency replaces --efficiency
 };
 
 static void cli_defaults(cli *c) {
@@ -217,7 +220,7 @@ static void cli_defaults(cli *c) {
   snprintf(c->x_axis, sizeof c->x_axis, "step");
   c->rtol = 0.0;
   c->ranks = 1;
-  c->efficiency = 0.4;
+  c->efficiency = 0.0; // not given: --calibrate's, else run_plan's 0.4
   c->bw_intra = 100.0, c->bw_inter = 25.0;
   c->lat_intra = 5.0, c->lat_inter = 10.0;
 }
@@ -350,8 +353,11 @@ static const flag flags[] = {
     {"--flops", K_DOUBLE, AT(flops), 0, "F", "FLOP/s of a rank (e.g. 989e12)",
      "this machine's measured roof / ranks per node", C_PLAN, G_CMD, check_nonneg},
     {"--efficiency", K_DOUBLE, AT(efficiency), 0, "E",
-     "the fraction of --flops a step's compute reaches, in (0, 1]", NULL, C_PLAN, G_CMD,
+     "the fraction of --flops a step's compute reaches, in (0, 1]", "0.4", C_PLAN, G_CMD,
      check_fraction},
+    {"--calibrate", K_STR, AT(calibrate), 0, "LOG",
+     "the efficiency measured on a run: its log's median compute FLOP/s over its roof "
+     "(instead of --efficiency)", "", C_PLAN, G_CMD, NULL},
     {"--bw-intra", K_DOUBLE, AT(bw_intra), 0, "GB/s", "bandwidth each way within a node", NULL,
      C_PLAN, G_CMD, check_fraction},
     {"--bw-inter", K_DOUBLE, AT(bw_inter), 0, "GB/s", "bandwidth each way between nodes", NULL,
@@ -1256,6 +1262,18 @@ static int run_info(const command *cmd, cli *c, const char *const *pos, int n_po
 // tessera plan: the model as train reads it (here only finalized: no data,
 // no MPI), the cluster from the plan's flags in SI units.
 static int run_plan(const command *cmd, cli *c, const char *const *pos, int n_pos) {
+  if (c->calibrate[0] && c->efficiency > 0) {
+    ts_fail(TS_EUSAGE, "--calibrate %s with --efficiency %g: give one", c->calibrate,
+            c->efficiency);
+    return usage_error(cmd);
+  }
+  int steps = 0;
+  if (c->calibrate[0]) {
+    const int rc = ts_plan_calibrate(c->calibrate, &c->efficiency, &steps);
+    if (rc) return rc == TS_EUSAGE ? usage_error(cmd) : finish(cmd, rc);
+  } else if (!(c->efficiency > 0)) {
+    c->efficiency = 0.4; // an assumption; docs/PLAN.md says what our runs measure
+  }
   if (c->cfg.compress != TS_COMPRESS_NONE && c->cfg.compress_stages == 0)
     c->cfg.compress_stages = 1; // without --compress-stages: the one-stage model's layouts
   const ts_plan_opts o = {.ranks = c->ranks, .ranks_per_node = c->ranks_per_node,
@@ -1264,7 +1282,9 @@ static int run_plan(const command *cmd, cli *c, const char *const *pos, int n_po
                           .bw_inter = c->bw_inter * 1e9, .lat_intra = c->lat_intra * 1e-6,
                           .lat_inter = c->lat_inter * 1e-6, .device = c->device,
                           .json = c->json, .verbose = c->verbose, .top = c->top,
-                          .only_mode = c->sp_mode_given ? (int)c->lay.sp_mode : -1};
+                          .only_mode = c->sp_mode_given ? (int)c->lay.sp_mode : -1,
+                          .calibrated_from = c->calibrate[0] ? c->calibrate : NULL,
+                          .calibrated_steps = steps};
   return finish(cmd, ts_plan(&c->cfg, &c->lay, &o, stdout));
 }
 

@@ -75,6 +75,7 @@ typedef struct {
   ts_comm_count link[2];               // the step's by link: 0 intra-node, 1 inter-node
   int stated;                          // 1: every collective's bytes stated; 0: some not (why)
   double t_compute, t_comm, t_step, tokens_per_s;
+  double t_overlap; // the step were every byte moved under the compute: the bound overlap can reach
   int fits;
 } plan_row;
 
@@ -270,7 +271,10 @@ static int step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *o
 // its share; a pipeline's bubble
 // (M + P − 1)/M), communication by α–β per link (each call one latency, the
 // bytes sent and received at the link's bandwidth each way), the two summed:
-// no overlap.
+// no overlap, as tessera's CPU path runs. Beside it the bound overlap can
+// reach, the larger of the two: what a trainer that hid every collective
+// under the compute would take (ring attention's blocks, the data group's
+// sums under the backward), never less.
 static void predict(const ts_config *cfg, plan_row *r, const ts_plan_opts *o, double fpt) {
   const ts_layout *l = &r->lay;
   const double tokens = (double)cfg->batch * cfg->seq;
@@ -285,6 +289,7 @@ static void predict(const ts_config *cfg, plan_row *r, const ts_plan_opts *o, do
   for (int k = 0; k < 2; k++)
     r->t_comm += (double)r->link[k].bytes / (2.0 * bw[k]) + (double)r->link[k].calls * lat[k];
   r->t_step = r->t_compute + r->t_comm;
+  r->t_overlap = r->t_compute > r->t_comm ? r->t_compute : r->t_comm;
   r->tokens_per_s = r->t_step > 0 ? tokens / r->t_step : 0.0;
 }
 
@@ -405,12 +410,13 @@ static uint64_t step_bytes(const plan_row *r) {
 }
 
 static void print_table(FILE *out, const plan_row *rows, int n, int top) {
-  fprintf(out, "%4s  %-34s %8s %8s %8s %8s %8s %8s %8s %12s %9s %9s %9s %10s\n", "rank",
+  fprintf(out, "%4s  %-34s %8s %8s %8s %8s %8s %8s %8s %12s %9s %9s %9s %10s %9s\n", "rank",
           "layout", "mem GiB", "params", "grads", "optim", "acts", "packing", "other",
-          "bytes/step", "compute", "comm", "step ms", "tokens/s");
+          "bytes/step", "compute", "comm", "step ms", "tokens/s", "overlap");
   char line[256];
-  snprintf(line, sizeof line, "%4s  %-34s %8s %8s %8s %8s %8s %8s %8s %12s %9s %9s", "", "",
-           "(largest)", "MiB", "MiB", "MiB", "MiB", "MiB", "MiB", "", "ms", "ms");
+  snprintf(line, sizeof line, "%4s  %-34s %8s %8s %8s %8s %8s %8s %8s %12s %9s %9s %9s %10s %9s",
+           "", "", "(largest)", "MiB", "MiB", "MiB", "MiB", "MiB", "MiB", "", "ms", "ms", "", "",
+           "ms");
   fprintf(out, "%s\n", line);
   for (int i = 0, shown = 0; i < n && shown < top; i++) {
     const plan_row *r = &rows[i];
@@ -419,11 +425,12 @@ static void print_table(FILE *out, const plan_row *rows, int n, int top) {
     char bytes[32];
     snprintf(bytes, sizeof bytes, "%.4g%s", (double)step_bytes(r), r->stated ? "" : "*");
     fprintf(out,
-            "%4d  %-34s %8.3f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %12s %9.3f %9.3f %9.3f %10.0f\n",
+            "%4d  %-34s %8.3f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %12s %9.3f %9.3f %9.3f %10.0f "
+            "%9.3f\n",
             ++shown, r->name, e->total / 1073741824.0, mib(e->params), mib(e->grads),
             mib(e->optimizer), mib(e->activations + e->incall), mib(e->comm_buffers),
             mib(other_bytes(e)), bytes, r->t_compute * 1e3, r->t_comm * 1e3, r->t_step * 1e3,
-            r->tokens_per_s);
+            r->tokens_per_s, r->t_overlap * 1e3);
   }
 }
 
@@ -469,9 +476,9 @@ static void json_row(FILE *out, const plan_row *r) {
   fputs(",\"comm_step\":", out);
   json_counts(out, r->step);
   fprintf(out, ",\"bytes_intra\":%llu,\"bytes_inter\":%llu,\"stated\":%d,\"compute_s\":%.6g,"
-          "\"comm_s\":%.6g,\"step_s\":%.6g,\"tokens_per_s\":%.6g}",
+          "\"comm_s\":%.6g,\"step_s\":%.6g,\"tokens_per_s\":%.6g,\"step_overlap_s\":%.6g}",
           (unsigned long long)r->link[0].bytes, (unsigned long long)r->link[1].bytes, r->stated,
-          r->t_compute, r->t_comm, r->t_step, r->tokens_per_s);
+          r->t_compute, r->t_comm, r->t_step, r->tokens_per_s, r->t_overlap);
 }
 
 // The cluster's defaults this machine gives: its memory and measured roof,
@@ -491,10 +498,14 @@ static void print_header(FILE *out, const ts_config *cfg, const ts_plan_opts *o,
           cfg->variant == TS_LLAMA ? "llama" : "gpt", cfg->d, cfg->n_layer, cfg->n_head,
           cfg->n_kv_head ? cfg->n_kv_head : cfg->n_head, cfg->d_ff, cfg->vocab, cfg->seq,
           cfg->batch);
+  char measured[4200] = "";
+  if (o->calibrated_from)
+    snprintf(measured, sizeof measured, " (measured: %s, median of %d steps)", o->calibrated_from,
+             o->calibrated_steps);
   fprintf(out, "cluster: %d ranks, %d per node; %.1f GiB and %.4g FLOP/s per rank at efficiency "
-          "%.2f; intra %.4g GB/s %.3g us, inter %.4g GB/s %.3g us\n", o->ranks, o->ranks_per_node,
-          o->device_mem / 1073741824.0, o->flops, o->efficiency, o->bw_intra / 1e9,
-          o->lat_intra * 1e6, o->bw_inter / 1e9, o->lat_inter * 1e6);
+          "%.3g%s; intra %.4g GB/s %.3g us, inter %.4g GB/s %.3g us\n", o->ranks,
+          o->ranks_per_node, o->device_mem / 1073741824.0, o->flops, o->efficiency, measured,
+          o->bw_intra / 1e9, o->lat_intra * 1e6, o->bw_inter / 1e9, o->lat_inter * 1e6);
   fprintf(out, "%d layouts: %d valid (%d fit in 90%% of the memory), %d refused by train's "
           "rules%s\n", n, valid, fit, n - valid, o->verbose ? ":" : " (--verbose: why)");
 }
@@ -519,9 +530,9 @@ int ts_plan(const ts_config *raw, const ts_layout *base, const ts_plan_opts *opt
   const int longest = fit ? longest_seq(&cfg, &rows[0], &o, threads) : 0;
   if (o.json) {
     fprintf(out, "{\"ranks\":%d,\"ranks_per_node\":%d,\"device_mem\":%.0f,\"flops\":%.6g,"
-            "\"efficiency\":%g,\"layouts\":%d,\"valid\":%d,\"fit\":%d,\"longest_seq\":%d,"
-            "\"rows\":[", o.ranks, o.ranks_per_node, o.device_mem, o.flops, o.efficiency, n,
-            valid, fit, longest);
+            "\"efficiency\":%.17g,\"efficiency_steps\":%d,\"layouts\":%d,\"valid\":%d,"
+            "\"fit\":%d,\"longest_seq\":%d,\"rows\":[", o.ranks, o.ranks_per_node,
+            o.device_mem, o.flops, o.efficiency, o.calibrated_steps, n, valid, fit, longest);
     for (int i = 0; i < n; i++) {
       if (i) fputc(',', out);
       json_row(out, &rows[i]);
@@ -538,7 +549,7 @@ int ts_plan(const ts_config *raw, const ts_layout *base, const ts_plan_opts *opt
     fprintf(out, "memory: the largest rank's, by the fit check's count (acts: with the attention "
             "calls' own buffers; packing: the communicators'); bytes: rank 0's; * not all "
             "stated (ranked after the others: docs/PLAN.md); ~ tolerance tier; time: compute + "
-            "communication, no overlap\n");
+            "communication, no overlap (overlap: the larger of the two, every byte hidden)\n");
   }
   free(rows);
   return TS_OK;
