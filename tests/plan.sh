@@ -91,6 +91,11 @@ run dpspz 4 --model tiny --dp 2 --sp 2 --zero 1 && against gpt4 dpspz 2 2 lss 1 
 run usp4 4 --model tiny --sp 4 --sp-mode usp && against gpt4 usp4 1 4 usp 1 0 0
 run sppp 4 --model tiny --sp 2 --pp 2 --microbatches 4 --schedule gpipe --checkpoint &&
   against gpt4g sppp 1 2 lss 2 0 1
+# --zero 2 and 3 in a pipeline: each microbatch a round (its layers' and the
+# stage's ends' sums), stage 3's gathers before each forward and backward
+run ppz3 4 --model tiny --dp 2 --pp 2 --microbatches 2 --zero 3 && against gpt4 ppz3 2 1 - 2 3 0
+run ppz2 4 --model tiny --sp 2 --pp 2 --microbatches 4 --zero 2 --sp-mode lss-zigzag &&
+  against gpt4 ppz2 1 2 lss-zigzag 2 2 0
 
 # the check tells layouts apart: another layout's plan does not match the run
 against gpt2 lss 1 2 ulysses 1 0 0 --expect-differ

@@ -206,22 +206,56 @@ static void zero_traffic(plan_row *r, const ts_plan_opts *o, int passes) {
   if (l->zero == 2) gather(r, o, P, 0, nz);
 }
 
+// --zero 2 and 3 in a pipeline (zero.c, shard.c pipeline_in_rounds): the
+// stage's microbatches are its rounds, so each microbatch sums every layer's
+// gradient as its backward ends and then the stage's ends (which stay whole:
+// `ends` is off in a pipeline), over the sequence group and the data group;
+// under 3 each layer's parameters are gathered before each of its forwards
+// (a pipeline's recomputed ones too, ts_pipeline_forwards) and its backward,
+// and the ends' once after the update; under 2 every shard after it.
+static void zero_pipeline_traffic(plan_row *r, const ts_plan_opts *o) {
+  const ts_layout *l = &r->lay;
+  const ts_mem_estimate *e = &r->first;
+  const int P = l->dp * l->sp, M = l->microbatches;
+  const int seqs = l->sp > 1 && ts_cp_get(l->sp_mode)->run_partials ? 2 : 1;
+  const size_t L0 = e->layers_lo, n = e->layer_floats, L1 = L0 + (size_t)e->nlayers * n;
+  const size_t nz = e->nreplicated, np = e->nparams;
+  const int gathers = ts_pipeline_forwards(l->pp, 0, M, l->schedule) + M;
+  for (int j = 0; j < M; j++) {
+    for (int i = 0; i < e->nlayers; i++) {
+      for (int k = 0; k < seqs; k++) sum(r, o, l->sp, l->sp, n);
+      sum(r, o, l->dp, l->sp * l->dp, n);
+    }
+    for (int k = 0; k < seqs; k++) sum(r, o, l->sp, l->sp, L0), sum(r, o, l->sp, l->sp, nz - L1);
+    sum(r, o, l->dp, l->sp * l->dp, L0);
+    sum(r, o, l->dp, l->sp * l->dp, np - L1);
+  }
+  for (int i = 0; i < e->nlayers && l->zero >= 3; i++)
+    for (int k = 0; k < gathers; k++) gather(r, o, P, L0 + i * n, L0 + (i + 1) * n);
+  if (l->zero >= 3) {
+    gather(r, o, P, 0, L0);
+    gather(r, o, P, L1, nz);
+  } else {
+    gather(r, o, P, 0, nz);
+  }
+}
+
 // Rank 0's step outside the layers: the sequence group's gradient sum after
 // each sequence and the data group's after the step (shard.c), the loss's,
 // --zero 1's broadcast of the updated shards (zero.c; 2 and 3: zero_traffic),
 // the pipeline's messages of each microbatch and a tied embedding's
-// (pipeline.c). Returns 0 where a part is not stated (--zero 2 and 3 in a
-// pipeline).
-static int step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *o) {
+// (pipeline.c); --zero 2 and 3 in a pipeline: zero_pipeline_traffic.
+static void step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *o) {
   const ts_layout *l = &r->lay;
   const ts_mem_estimate *e = &r->first;
   const int per = cfg->n_layer / l->pp, nb = cfg->batch / l->dp, P = l->dp * l->sp;
-  int stated = l->zero < 2 || l->pp == 1;
   for (int k = 0; k < TS_COMM_NKINDS; k++)
     add_group(r, o, l->sp, (ts_comm_kind)k, (uint64_t)per * r->layer[k].calls,
               (uint64_t)per * r->layer[k].bytes);
   if (l->zero >= 2 && l->pp == 1) {
     zero_traffic(r, o, l->sp > 1 ? nb : l->microbatches);
+  } else if (l->zero >= 2) {
+    zero_pipeline_traffic(r, o);
   } else {
     if (l->sp > 1) { // a rank of two runs sums each run's partials apart (zero.c seq_sum)
       const uint64_t sums = (uint64_t)nb * (ts_cp_get(l->sp_mode)->run_partials ? 2 : 1);
@@ -244,7 +278,9 @@ static int step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *o
   // gathers each pass's sum, shard.c rounds_loss_sum)
   const int passes = l->sp > 1 ? nb : l->microbatches;
   const int rounds = l->zero >= 2 && l->pp == 1 && passes > 1 ? passes : 1;
-  if (l->dp > 1)
+  // (in a pipeline's rounds the last stage gathers them, shard.c rounds_loss,
+  // and sends the loss down: rank 0's stage gathers none)
+  if (l->dp > 1 && !(l->zero >= 2 && l->pp > 1))
     add_group(r, o, l->sp * l->dp, TS_COMM_ALLGATHER, 1,
               ts_comm_gather_bytes(4 * (size_t)rounds, l->dp));
   if (l->zero == 1) gather(r, o, P, 0, e->nreplicated); // each owner broadcasts its shard
@@ -263,7 +299,6 @@ static int step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *o
       add_group(r, o, o->ranks, TS_COMM_SENDRECV, M + 1,
                 M * msg + (uint64_t)cfg->vocab * cfg->d * 4);
   }
-  return stated;
 }
 
 // A layout's step time: compute at the stated fraction of the rank's FLOP/s
@@ -313,7 +348,7 @@ static int judge(const ts_config *cfg0, plan_row *r, const ts_plan_opts *o, int 
   }
   r->fits = r->largest.total <= 0.9 * o->device_mem; // the fit check's margin
   r->stated = layer_traffic(&cfg, &r->lay, r->layer);
-  r->stated &= step_traffic(&cfg, r, o);
+  step_traffic(&cfg, r, o);
   predict(&cfg, r, o, ts_config_flops_per_token(&cfg));
   return 1;
 }
