@@ -36,6 +36,9 @@
 #   SSN_REFRESH ssn-confined: --ssn-refresh N [tessera's default, 500]
 #   VQ_FULL     also mapl-vq with full codebook sync [1]
 #   VQ_BACKWARD the --vq-backward settings of the mapl-vq runs ["off"]; "off on" runs both
+#   ANCHORS     the --mapl-anchor kinds of the mapl and mapl-vq runs ["factorised"]; e.g.
+#               "none static factorised full" for the anchor ablation (a kind other than
+#               factorised: the run's name ends -anchor-KIND, its sync column +anchor-KIND)
 #   JOBS        runs at once, one thread each [2]
 #   TIMEOUT     seconds one run may take before it counts as failed [3600]
 #   RESULTS     where the logs go [bench/results/compress]; its previous files are replaced
@@ -71,6 +74,7 @@ RANKS=${RANKS:-"32 16"}
 MODES=${MODES:-"ssn mapl-frozen mapl mapl-unconstrained mapl-vq"}
 VQ_FULL=${VQ_FULL:-1}
 VQ_BACKWARD=${VQ_BACKWARD:-off}
+ANCHORS=${ANCHORS:-factorised}
 JOBS=${JOBS:-2}
 TIMEOUT=${TIMEOUT:-3600}
 RESULTS=${RESULTS:-$ROOT/bench/results/compress}
@@ -86,23 +90,29 @@ done
 for b in $VQ_BACKWARD; do
   case $b in on|off) ;; *) die "VQ_BACKWARD: '$b' is not on or off" ;; esac
 done
+for a in $ANCHORS; do
+  case $a in none|static|factorised|full) ;; *) die "ANCHORS: '$a' is not none, static, factorised or full" ;; esac
+done
 # layers divisible by every P, R <= d, groups dividing R: tessera refuses a bad model
 # before any work, and the first such run stops the benchmark with tessera's message
 
 bench_results mode P r sync name
 bench_setup "model_flags $MODEL_FLAGS" "seq $SEQ" "batch $BATCH" "steps $STEPS" \
   "eval_every $EVAL_EVERY" "eval_batches $EVAL_BATCHES" "opt_flags $OPT_FLAGS" "jobs $JOBS" \
-  "ssn_refresh ${SSN_REFRESH:-default}"
+  "ssn_refresh ${SSN_REFRESH:-default}" "anchors $ANCHORS"
 echo "binary $TESSERA" >> "$RESULTS/setup.txt"
 bench_binary
 
 # start MODE P R SYNC: one run in the background (at most JOBS at once); SYNC stream or
-# full, with "+bwd" for --vq-backward on
+# full, with "+bwd" for --vq-backward on and "+anchor-KIND" for --mapl-anchor KIND
 start() {
-  local mode=$1 p=$2 r=$3 sync=$4 name cmd
+  local mode=$1 p=$2 r=$3 sync=$4 name cmd anchor=${4#*+anchor-}
+  [ "$anchor" = "$sync" ] && anchor=
+  sync=${sync%+anchor-*}
   name=$mode; [ "$mode" = none ] || name=$mode-p$p-r$r
   [ "${sync%+bwd}" = full ] && name=$name-fullsync
   [ "${sync%+bwd}" != "$sync" ] && name=$name-vqbwd
+  [ -n "$anchor" ] && name=$name-anchor-$anchor
   # shellcheck disable=SC2206
   cmd=("$BIN" train $MODEL_FLAGS --seq "$SEQ" --batch "$BATCH" --steps "$STEPS" $OPT_FLAGS
        --eval-every "$EVAL_EVERY" --eval-batches "$EVAL_BATCHES" --threads 1 --data "$DATA"
@@ -111,6 +121,7 @@ start() {
   [ "${sync%+bwd}" = full ] && cmd+=(--vq-sync-codes 256)
   [ "${sync%+bwd}" != "$sync" ] && cmd+=(--vq-backward on)
   [ "$mode" = ssn-confined ] && [ -n "${SSN_REFRESH:-}" ] && cmd+=(--ssn-refresh "$SSN_REFRESH")
+  [ -n "$anchor" ] && cmd+=(--mapl-anchor "$anchor")
   while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
   (
     bench_run "$name" "${cmd[@]}"
@@ -122,7 +133,7 @@ start() {
     bench_meta "$name" ok
     echo "  $name done: $(bench_wall_s %.0f) s" >&2
   ) &
-  bench_manifest "$mode" "$p" "$r" "$sync" "$name"
+  bench_manifest "$mode" "$p" "$r" "$sync${anchor:++anchor-$anchor}" "$name"
 }
 
 cd "$ROOT"
@@ -133,11 +144,16 @@ start none 1 0 -
 for p in $STAGES; do
   for r in $RANKS; do
     for m in $MODES; do
-      if [ "$m" != mapl-vq ]; then start "$m" "$p" "$r" stream; continue; fi
-      for b in $VQ_BACKWARD; do
-        x=; [ "$b" = on ] && x=+bwd
-        start mapl-vq "$p" "$r" "stream$x"
-        if [ "$VQ_FULL" = 1 ]; then start mapl-vq "$p" "$r" "full$x"; fi
+      kinds=factorised
+      case $m in mapl|mapl-vq) kinds=$ANCHORS ;; esac
+      for a in $kinds; do
+        y=; [ "$a" = factorised ] || y=+anchor-$a
+        if [ "$m" != mapl-vq ]; then start "$m" "$p" "$r" "stream$y"; continue; fi
+        for b in $VQ_BACKWARD; do
+          x=; [ "$b" = on ] && x=+bwd
+          start mapl-vq "$p" "$r" "stream$x$y"
+          if [ "$VQ_FULL" = 1 ]; then start mapl-vq "$p" "$r" "full$x$y"; fi
+        done
       done
     done
   done

@@ -35,12 +35,35 @@ STYLE = {"none": ("black", "--"), "ssn": ("tab:orange", "-"), "ssn-confined": ("
          "mapl-vq +bwd": ("tab:red", "-"), "mapl-vq full sync +bwd": ("tab:brown", "-.")}
 
 
+ANCHOR_STYLE = {"none": ":", "static": "--", "full": "-."}
+
+
 def label(row):
-    """The row's name in tables and plots: its mode, full sync, and +bwd for the gradients
-    quantised too (--vq-backward on)."""
-    sync = row["sync"]
-    bwd = sync.endswith("+bwd")
-    return row["mode"] + (" full sync" if sync.split("+")[0] == "full" else "") + (" +bwd" if bwd else "")
+    """The row's name in tables and plots: its mode, full sync, +bwd for the gradients
+    quantised too (--vq-backward on) and the anchor when not the factorised default
+    (--mapl-anchor); the manifest's sync column carries them, "+"-separated."""
+    parts = row["sync"].split("+")
+    name = row["mode"] + (" full sync" if parts[0] == "full" else "") + (" +bwd" if "bwd" in parts[1:] else "")
+    anchors = [p[len("anchor-"):] for p in parts[1:] if p.startswith("anchor-")]
+    return name + (" anchor " + anchors[0] if anchors else "")
+
+
+def base_label(lbl):
+    """The label without its anchor: the key of MODE_ORDER and STYLE."""
+    return lbl.split(" anchor ")[0]
+
+
+def order(row):
+    lbl = label(row)
+    kinds = ["factorised"] + list(ANCHOR_STYLE)
+    anchor = lbl.split(" anchor ")[1] if " anchor " in lbl else "factorised"
+    return (MODE_ORDER.index(base_label(lbl)), kinds.index(anchor))
+
+
+def style(lbl):
+    """The mode's colour; another anchor than the default gets its own line style."""
+    colour, ls = STYLE[base_label(lbl)]
+    return colour, ANCHOR_STYLE[lbl.split(" anchor ")[1]] if " anchor " in lbl else ls
 
 
 def load_run(results, name):
@@ -124,7 +147,7 @@ def main():
         md += ["### P = %d stages (%d boundaries), r = %d (d/%d)" % (P, P - 1, r, m0["d"] // r), ""]
         out = []
         for row in sorted((x for x in rows if (x["mode"] == "none") or (int(x["P"]), int(x["r"])) == (P, r)),
-                          key=lambda x: MODE_ORDER.index(label(x))):
+                          key=order):
             run = runs[row["name"]]
             fwd, bwd, sync = wire_bytes(run["config"]["model"])
             gap = (run["val_loss"] - b["val_loss"]) / b["val_loss"]
@@ -152,10 +175,10 @@ def main():
         for i, P in enumerate(Ps):
             for j, r in enumerate(rs):
                 ax = axes[i][j]
-                for row in sorted(rows, key=lambda x: MODE_ORDER.index(label(x))):
+                for row in sorted(rows, key=order):
                     if row["mode"] != "none" and (int(row["P"]), int(row["r"])) != (P, r):
                         continue
-                    c, ls = STYLE[label(row)]
+                    c, ls = style(label(row))
                     xs, ys = zip(*runs[row["name"]]["curve"])
                     ax.plot(xs, ys, color=c, linestyle=ls, label=label(row))
                 ax.set_title("P = %d, r = %d (%d× fewer floats)" % (P, r, m0["d"] // r))
