@@ -1,0 +1,1 @@
+tessera train --model llama-mini --layers 8 --seq 128 --batch 8 --steps 600 --optimizer muon-pe --muon-lr 0.02 --lr 0.01 --warmup 30 --eval-every 50 --eval-batches 8 --threads 1 --data data/corpus.txt --quiet --log bench/results/compress-anchor/mapl-p8-r32-anchor-none.jsonl --compress mapl --rank 32 --compress-stages 8 --mapl-anchor none
