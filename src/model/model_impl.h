@@ -163,6 +163,9 @@ int ts_embedding_backward(ts_model *m);
 // slot of the backend's leaf_sum, of nthreads on the CPU).
 size_t ts_model_fused_ce_floats(const ts_model *m, int nthreads);
 size_t ts_model_tiled_mlp_floats(const ts_model *m, int nthreads);
+// The CPU attention kernel's per-thread copies of a head's rows, at their
+// most (0 on a GPU): counted with the scratch above.
+size_t ts_model_attn_pack_floats(const ts_model *m, int nthreads);
 
 // A phase of the step for the memory tracker (mem.h), with the bytes of the
 // model's own buffers it works in held for its span.

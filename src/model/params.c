@@ -151,6 +151,18 @@ size_t ts_model_tiled_mlp_floats(const ts_model *m, int nthreads) {
   return leaf_slots(m, nthreads) * 4 * m->cfg.leaf * m->F;
 }
 
+// The CPU attention kernel's per-thread copy of one head's rows, made
+// contiguous while a call runs (src/cpu/attention.c, kv_pack): the forward's
+// K and V of its keys, 2·Tk·dh floats, the backward's Q and dO of a group of
+// G query heads, 2·G·Tq·dh. Counted at its most, with the whole sequence for
+// Tk and Tq (a strategy's calls take at most that many rows: LSS and Ulysses
+// the forward's keys exactly, ring a block of them); none on a GPU.
+size_t ts_model_attn_pack_floats(const ts_model *m, int nthreads) {
+  if (strcmp(m->be->name, "cpu") != 0) return 0;
+  const size_t G = (size_t)(m->H / m->Hkv), T = (size_t)m->T, dh = (size_t)m->dh;
+  return (size_t)nthreads * 2 * T * dh * (G > 1 ? G : 1);
+}
+
 // Processes that share this machine's memory (ts_model_set_memory_share).
 static int memory_share = 1;
 
@@ -492,15 +504,19 @@ static void estimate(const ts_model *m, const ts_seq_shard *sp, int shards, int 
   const ts_boundary_io bio = ts_model_codec_io(m);
   const size_t boundary = m->bd->activation_floats ? m->bd->activation_floats(&bio) : 0;
   const double S = shards > 1 ? shards : 1, np = (double)m->nparams;
+  // the positional table's rows a sequence rank holds: its own, outside the
+  // replicas' shards (shard.c plan_state: every rank updates its own rows)
+  const size_t rows = m->wpe_rows ? (size_t)m->runs.n * m->runs.len * (size_t)m->C : 0;
+  const double shared = np - (double)rows, own = (double)rows;
   memset(e, 0, sizeof *e);
   e->nparams = m->nparams;
   e->ncopy = m->ncopy;
-  e->nreplicated = m->nparams - m->nsplit -
-                   (m->wpe_rows ? (size_t)m->runs.n * m->runs.len * (size_t)m->C : 0);
-  // parameters and gradients, the AdamW moments (their shard under --zero)
-  e->params = (zero >= 3 ? 4.0 / S : 4.0) * np;
-  e->grads = (zero >= 2 ? 4.0 / S : 4.0) * np;
-  e->optimizer = (zero >= 1 ? 8.0 / S : 8.0) * np;
+  e->nreplicated = m->nparams - m->nsplit - rows;
+  // parameters and gradients, the AdamW moments (under --zero the shard of
+  // the shared part, and the rank's positional rows whole)
+  e->params = 4.0 * (zero >= 3 ? shared / S + own : np);
+  e->grads = 4.0 * (zero >= 2 ? shared / S + own : np);
+  e->optimizer = 8.0 * (zero >= 1 ? shared / S + own : np);
   e->copies = 4.0 * (double)m->ncopy;
   e->activations = 4.0 * (double)m->nacts;
   e->codec = 4.0 * (double)boundary;
@@ -508,6 +524,7 @@ static void estimate(const ts_model *m, const ts_seq_shard *sp, int shards, int 
   if (zero >= 2 && m->l1 > m->l0) e->transient = (zero >= 3 ? 8.0 : 4.0) * np / (m->l1 - m->l0);
   if (cfg->fused_ce) e->scratch += 4.0 * (double)ts_model_fused_ce_floats(m, threads);
   if (cfg->tiled_mlp) e->scratch += 4.0 * (double)ts_model_tiled_mlp_floats(m, threads);
+  e->scratch += 4.0 * (double)ts_model_attn_pack_floats(m, threads);
   // a rank of two runs kept apart (lss-zigzag): the second run's gradient partials
   if (m->cp->run_partials) e->strategy = 4.0 * np;
   // the strategy's own state (its `bytes`, from the geometry: lss-dx's
@@ -528,10 +545,11 @@ static void estimate(const ts_model *m, const ts_seq_shard *sp, int shards, int 
   if (in.pack > seq_pack) seq_pack = in.pack;
   e->comm_buffers = 8.0 * (double)seq_pack + 8.0 * (double)grad_sum_pack(m, m->nparams, dp, zero);
   // the fit check's sum, in its order
-  e->fit = ts_state_bytes_per_param(1, shards, zero) * np +
+  e->fit = e->params + e->grads + e->optimizer +
            4.0 * (double)(m->ncopy + m->nacts + boundary) + e->transient;
   if (cfg->fused_ce) e->fit += 4.0 * (double)ts_model_fused_ce_floats(m, threads);
   if (cfg->tiled_mlp) e->fit += 4.0 * (double)ts_model_tiled_mlp_floats(m, threads);
+  e->fit += 4.0 * (double)ts_model_attn_pack_floats(m, threads);
   e->fit += e->strategy + e->strategy_state + e->incall + e->comm_buffers;
   e->total = e->fit;
 }
@@ -890,6 +908,7 @@ size_t ts_model_activation_bytes(const ts_model *m) {
   size_t scratch = 0; // the memory options' per-thread leaves
   if (m->cfg.fused_ce) scratch += ts_model_fused_ce_floats(m, m->ws.nthreads);
   if (m->cfg.tiled_mlp) scratch += ts_model_tiled_mlp_floats(m, m->ws.nthreads);
+  scratch += ts_model_attn_pack_floats(m, m->ws.nthreads); // the attention kernel's copies
   size_t own = m->rp ? ts_run_partials_bytes(m) : 0; // the gradient plan's, and the strategy's
   if (m->cp->bytes) {
     ts_attn_io io;
