@@ -346,7 +346,7 @@ static const flag flags[] = {
     {"--log-y", K_SET, AT(log_y), 1, NULL, "logarithmic loss axis", "off", C_PLOT, G_CMD, NULL},
     {"--shape", K_STR, AT(shape), 0, "NAME",
      "a public model's published shape: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, llama3-8b, "
-     "llama3-70b (batch 1; the model flags after it change it)", "none", C_PLAN, G_CMD,
+     "llama3-70b, mapl-150m, mapl-500m, mapl-1b (batch 1; the model flags after it change it)", "none", C_PLAN, G_CMD,
      check_shape},
     {"--ranks", K_INT, AT(ranks), 0, "N", "ranks in all: dp x sp x pp", NULL, C_PLAN, G_CMD,
      check_parallel},

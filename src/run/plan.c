@@ -42,6 +42,12 @@ static const shape shapes[] = {
     {"gpt2-1.5b", TS_GPT, 1600, 48, 25, 0, 6400, 50257, 1024, 1, 0.0f},
     {"llama3-8b", TS_LLAMA, 4096, 32, 32, 8, 14336, 128256, 8192, 0, 500000.0f},
     {"llama3-70b", TS_LLAMA, 8192, 80, 64, 8, 28672, 128256, 8192, 0, 500000.0f},
+    // the models the papers measure (docs/PERFORMANCE.md, "The papers' tables"):
+    // MAPL's LLaMA-2 models (vocabulary 32000, T 2048, no key/value groups;
+    // LSS's 20M and 1.5B GPTs are the presets small and large)
+    {"mapl-150m", TS_LLAMA, 1024, 9, 8, 8, 2688, 32000, 2048, 0, 10000.0f},
+    {"mapl-500m", TS_LLAMA, 1536, 18, 12, 12, 4096, 32000, 2048, 0, 10000.0f},
+    {"mapl-1b", TS_LLAMA, 2048, 20, 16, 16, 5440, 32000, 2048, 0, 10000.0f},
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
