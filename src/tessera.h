@@ -614,6 +614,9 @@ typedef struct {
   const char *device;            // the layout rules' device ("cpu", "cuda")
   int json, verbose, top;        // output: JSON; refusals' reasons; rows shown (0: 20)
   int only_mode;                 // a ts_sp_mode: its sequence-parallel layouts alone; -1 all
+  int only_dp, only_sp, only_pp; // the layouts of these sizes alone (0: any)
+  int only_zero;                 // the layouts of this --zero stage alone (-1: any)
+  int microbatches_given;        // 1: a pipeline's microbatches are base's, not one a sequence
   int tile, leaf;                // (set by ts_plan: the configuration's as given)
   const char *calibrated_from;   // the run log --efficiency was measured on (NULL: given)
   int calibrated_steps;          // the steps of it the median went over

@@ -200,5 +200,94 @@ expect_exit 2 "--shape gpt5: must be one of gpt2-124m" "$TESSERA_BIN" plan --sha
 expect_exit 2 "--shape llama3-8b: not with --model mini" "$TESSERA_BIN" plan --shape llama3-8b \
   --model mini
 expect_exit 2 "--efficiency 2: must be in \\(0, 1\\]" "$TESSERA_BIN" plan --efficiency 2
-expect_exit 2 "--dp: not a flag of 'tessera plan'" "$TESSERA_BIN" plan --dp 2
+
+# the layout flags pin the enumeration (plan only, no training): a pinned
+# plan's rows are the unpinned plan's rows of that layout, number for number
+# (without --ranks the ranks are dp x sp x pp)
+pin_json() {
+  _name=$1
+  shift
+  expect_exit 0 "" $PLAN "$@" && cp "$TS_OUT" "$TS_TMP/$_name.json"
+}
+# same_rows PINNED FULL COUNT: PINNED has COUNT rows, each equal to FULL's of its layout
+same_rows() {
+  TS_CHECKS=$((TS_CHECKS + 1))
+  if _why=$($PY -c "
+import json, sys
+pin = json.load(open('$TS_TMP/$1.json'))
+full = {r['layout']: r for r in json.load(open('$TS_TMP/$2.json'))['rows']}
+rows = pin['rows']
+if len(rows) != $3: sys.exit('%d rows, expected $3: %s' % (len(rows), [r['layout'] for r in rows]))
+for r in rows:
+    if full.get(r['layout']) != r: sys.exit('row %s differs from the unpinned plan' % r['layout'])
+"); then
+    pass "plan $1: $3 rows, each the unpinned plan's"
+  else
+    fail "plan $1: $_why"
+  fi
+}
+pin_json pin_ul --model tiny --sp 2 --sp-mode ulysses --zero 1
+same_rows pin_ul gpt2 2
+pin_json pin_dpz --model tiny --ranks 2 --dp 2 --zero 2 --checkpoint
+same_rows pin_dpz gpt2 1
+pin_json pin_pp --model tiny --pp 2 --zero 0
+same_rows pin_pp gpt2 2
+# and they differ from another layout's row (the check can fail)
+TS_CHECKS=$((TS_CHECKS + 1))
+if $PY -c "
+import json, sys
+a = json.load(open('$TS_TMP/pin_ul.json'))['rows'][0]
+b = [r for r in json.load(open('$TS_TMP/gpt2.json'))['rows'] if r['layout'] != a['layout']
+     and r['sp_mode'] == 'ulysses' and r['checkpoint'] == a['checkpoint']][0]
+sys.exit(0 if a['memory_largest'] != b['memory_largest'] else 1)"; then
+  pass "a pinned row differs from another --zero's"
+else
+  fail "a pinned row equals another --zero's"
+fi
+# --microbatches pins a pipeline's microbatches (else one a sequence)
+expect_exit 0 "" $PLAN --model tiny --pp 2 --batch 8 --microbatches 2
+expect_stdout '"pp":2,"microbatches":2,'
+# the longest T of a pinned layout: it fits at that T and not one step
+# (leaf x sp) above it; under --fast any multiple of the step is taken,
+# under the exact rules T/sp holds a power of two of leaves
+longest_at() { # FLAGS...: the plan's longest_seq
+  $PLAN "$@" | $PY -c "import json, sys; print(json.load(sys.stdin)['longest_seq'])"
+}
+fit_at() { # FLAGS...: 1 when the plan's one layout fits
+  $PLAN "$@" | $PY -c "import json, sys; r = json.load(sys.stdin)['rows'][0]; print(r.get('fits', 0))"
+}
+LONG="--model tiny --sp 2 --sp-mode lss --zero 3 --checkpoint --device-mem 0.045"
+TS_CHECKS=$((TS_CHECKS + 1))
+_lf=$(longest_at $LONG --fast) _le=$(longest_at $LONG)
+if [ "$_lf" -gt 4096 ] && [ "$(fit_at $LONG --fast --seq "$_lf")" = 1 ] &&
+  [ "$(fit_at $LONG --fast --seq $((_lf + 512)))" = 0 ] && [ "$_le" -le "$_lf" ] &&
+  [ $(((_le / 512) & (_le / 512 - 1))) -eq 0 ] && [ "$(fit_at $LONG --seq "$_le")" = 1 ]; then
+  pass "longest T of a pinned layout: $_lf (--fast: fits, +512 does not), $_le exact (2 x 256 x a power of two)"
+else
+  fail "longest T of a pinned layout: --fast $_lf, exact $_le"
+fi
+# millions of tokens (Llama3-8B, UPipe at the papers' settings): no count
+# overflows, the memory grows linearly with T (activations 2x within 1%)
+TS_CHECKS=$((TS_CHECKS + 1))
+if $PY -c "
+import json, subprocess, sys
+def acts(T):
+    out = subprocess.run('$PLAN --shape llama3-8b --sp 8 --sp-mode upipe --zero 3 --checkpoint '
+                         '--fused-ce --tiled-mlp --device-mem 100000 --seq %d' % T, shell=True,
+                         capture_output=True, check=True).stdout
+    m = json.loads(out)['rows'][0]['memory_largest']
+    return m['activations'] + m['incall'], m['total']
+(a1, t1), (a2, t2) = acts(4194304), acts(8388608)
+sys.exit(0 if abs(a2 / a1 - 2) < 0.01 and t2 > t1 > 0 else 1)"; then
+  pass "plan at T = 4M and 8M: activations double"
+else
+  fail "plan at T = 4M and 8M: activations do not double (an overflow?)"
+fi
+expect_exit 2 "--zero 4: must be 0, 1, 2 or 3" "$TESSERA_BIN" plan --ranks 2 --zero 4
+expect_exit 2 "--sp 3: no layout of --ranks 8 has it" "$TESSERA_BIN" plan --ranks 8 --sp 3
+expect_exit 2 "--dp 2 --sp 2 --pp 4: their product is 16, not --ranks 8" "$TESSERA_BIN" plan \
+  --ranks 8 --dp 2 --sp 2 --pp 4
+expect_exit 2 "--dp 4 --sp 4 --pp 1: their product 16, not --ranks 8 or a divisor" \
+  "$TESSERA_BIN" plan --ranks 8 --dp 4 --sp 4
+expect_exit 2 "--sp 0: must be >= 1" "$TESSERA_BIN" plan --sp 0
 done_testing

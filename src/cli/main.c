@@ -158,7 +158,10 @@ static const command commands[] = {
      "as the other bound, the larger of the two; --calibrate LOG measures the\n"
      "efficiency on a run). Ranked by tokens/s among the layouts that fit in\n"
      "90% of --device-mem, as the fit check's margin; then the longest --seq\n"
-     "the first fits (docs/PLAN.md).",
+     "the first fits (docs/PLAN.md). --dp, --sp, --pp, --zero and --sp-mode\n"
+     "given keep the layouts with those values alone (without --ranks: dp x sp\n"
+     "x pp ranks); --microbatches, a pipeline's microbatches (else one a\n"
+     "sequence).",
      "tessera plan --shape llama3-8b --seq 65536 --ranks 8 --device-mem 80 --flops 400e12",
      run_plan, 0},
     {"info", C_INFO, "", "show the build: version, compiler, BLAS, MPI, backends",
@@ -198,6 +201,8 @@ struct cli {
   char shape[32];
   int ranks, ranks_per_node, verbose, top;
   int sp_mode_given; // --sp-mode on the command line (plan: that mode's layouts alone)
+  // plan: the layout flags on the command line, each a filter of the layouts
+  int ranks_given, dp_given, sp_given, pp_given, zero_given, microbatches_given;
   double device_mem, flops, efficiency, bw_intra, bw_inter, lat_intra, lat_inter;
   char calibrate[4096];      // plan: a run log whose measured efficiency replaces --efficiency
 };
@@ -341,7 +346,7 @@ static const flag flags[] = {
     {"--log-y", K_SET, AT(log_y), 1, NULL, "logarithmic loss axis", "off", C_PLOT, G_CMD, NULL},
     {"--shape", K_STR, AT(shape), 0, "NAME",
      "a public model's published shape: gpt2-124m, gpt2-350m, gpt2-774m, gpt2-1.5b, llama3-8b, "
-     "llama3-70b (batch 1; the model flags after it change it)", "none", C_PLAN, G_CMD,
+     "llama3-70b, mapl-150m, mapl-500m, mapl-1b (batch 1; the model flags after it change it)", "none", C_PLAN, G_CMD,
      check_shape},
     {"--ranks", K_INT, AT(ranks), 0, "N", "ranks in all: dp x sp x pp", NULL, C_PLAN, G_CMD,
      check_parallel},
@@ -488,11 +493,11 @@ static const flag flags[] = {
     // parallel layout
     {"--dp", K_INT, AT(lay.dp), 0, "D",
      "data-parallel ranks, any number dividing --batch; batch/D x seq/leaf a power of two "
-     "(mpiexec -n D)", NULL, TRAIN, G_PAR,
+     "(mpiexec -n D)", NULL, TRAIN | C_PLAN, G_PAR,
      check_parallel},
     {"--sp", K_INT, AT(lay.sp), 0, "N",
      "sequence-parallel ranks: a power of two; --seq splits into N segments (mpiexec -n D*N)",
-     NULL, TRAIN, G_PAR, check_parallel},
+     NULL, TRAIN | C_PLAN, G_PAR, check_parallel},
     {"--sp-mode", K_STR, AT(sp_mode), 0, "MODE",
      "how the sequence group shares a sequence: one of the strategies listed below",
      NULL, TRAIN, G_PAR, check_choice},
@@ -500,20 +505,20 @@ static const flag flags[] = {
      "plan the sequence-parallel layouts of this strategy alone (train --help lists them)",
      "all", C_PLAN, G_PAR, check_choice},
     {"--upipe-u", K_INT, AT(lay.upipe_u), 0, "U",
-     "UPipe: heads per stage, a multiple of --sp dividing the heads", "--sp", TRAIN, G_PAR,
+     "UPipe: heads per stage, a multiple of --sp dividing the heads", "--sp", TRAIN | C_PLAN, G_PAR,
      check_nonneg},
     {"--upipe-schedule", K_STR, AT(upipe_schedule), 0, "NAME",
      "UPipe: natural (heads in order) or gqa (one head of each group per stage, key/value "
-     "heads sent once per round)", "gqa with --kv-heads < --heads", TRAIN, G_PAR, check_choice},
+     "heads sent once per round)", "gqa with --kv-heads < --heads", TRAIN | C_PLAN, G_PAR, check_choice},
     {"--ulysses-degree", K_INT, AT(lay.ulysses_degree), 0, "U",
      "usp: ranks of each head-parallel (Ulysses) group, dividing --sp and the key/value heads; "
      "ring attention runs across the --sp/U groups",
-     "the largest such U below --sp", TRAIN, G_PAR, check_nonneg},
-    {"--pp", K_INT, AT(lay.pp), 0, "P", "pipeline stages", NULL, TRAIN, G_PAR, check_parallel},
+     "the largest such U below --sp", TRAIN | C_PLAN, G_PAR, check_nonneg},
+    {"--pp", K_INT, AT(lay.pp), 0, "P", "pipeline stages", NULL, TRAIN | C_PLAN, G_PAR, check_parallel},
     {"--zero", K_INT, AT(lay.zero), 0, "S",
      "ZeRO stage over the ranks that hold the same parameters (--dp x --sp): 1 shards the "
      "AdamW moments, 2 the gradients too, 3 the layers' parameters too (each layer gathered "
-     "just before use); 2 and 3 on the CPU", "0", TRAIN, G_PAR,
+     "just before use); 2 and 3 on the CPU", "0", TRAIN | C_PLAN, G_PAR,
      check_nonneg},
     {"--microbatches", K_INT, AT(lay.microbatches), 0, "M",
      "microbatches per step: they split each data rank's sequences (the pipeline's; without "
@@ -933,6 +938,12 @@ static int build(const parsed *p, int n, cli *c) {
     if (p[i].f->off == offsetof(cli, cfg.val_frac)) c->val_frac_given = 1;
     if (p[i].f->off == offsetof(cli, cfg.data_path)) c->data_given = 1;
     if (p[i].f->off == offsetof(cli, sp_mode)) c->sp_mode_given = 1;
+    if (p[i].f->off == offsetof(cli, ranks)) c->ranks_given = 1;
+    if (p[i].f->off == offsetof(cli, lay.dp)) c->dp_given = 1;
+    if (p[i].f->off == offsetof(cli, lay.sp)) c->sp_given = 1;
+    if (p[i].f->off == offsetof(cli, lay.pp)) c->pp_given = 1;
+    if (p[i].f->off == offsetof(cli, lay.zero)) c->zero_given = 1;
+    if (p[i].f->off == offsetof(cli, lay.microbatches)) c->microbatches_given = 1;
   }
   if ((rc = check_given(p, n, c)) != TS_OK) return rc;
   // the data a resumed run or an evaluation reads unless told: the checkpoint's
@@ -966,6 +977,13 @@ static void default_text(const flag *f, const cli *d, char *buf, size_t cap) {
   }
 }
 
+// The layout flags that plan enumerates, and that filter its layouts when
+// given: train's rows.
+static int plan_filter(const flag *f) {
+  return f->off == offsetof(cli, lay.dp) || f->off == offsetof(cli, lay.sp) ||
+         f->off == offsetof(cli, lay.pp) || f->off == offsetof(cli, lay.zero);
+}
+
 static void command_help(const command *cmd, FILE *out) {
   cli d;
   memset(&d, 0, sizeof d);
@@ -984,6 +1002,8 @@ static void command_help(const command *cmd, FILE *out) {
       char left[64], def[128];
       snprintf(left, sizeof left, "%s%s%s", f->name, f->meta ? " " : "", f->meta ? f->meta : "");
       default_text(f, &d, def, sizeof def);
+      if (cmd->id == C_PLAN && plan_filter(f)) // train's row, a filter of the plan's layouts
+        snprintf(def, sizeof def, "plan: every value; given, the layouts with it alone");
       if (def[0])
         fprintf(out, "  %-22s %s (%s)\n", left, f->help, def);
       else
@@ -1260,7 +1280,9 @@ static int run_info(const command *cmd, cli *c, const char *const *pos, int n_po
 }
 
 // tessera plan: the model as train reads it (here only finalized: no data,
-// no MPI), the cluster from the plan's flags in SI units.
+// no MPI), the cluster from the plan's flags in SI units. The layout flags
+// given (--dp, --sp, --pp, --zero, --microbatches) pin the layouts to theirs;
+// without --ranks the ranks are the product of the given dp, sp and pp.
 static int run_plan(const command *cmd, cli *c, const char *const *pos, int n_pos) {
   if (c->calibrate[0] && c->efficiency > 0) {
     ts_fail(TS_EUSAGE, "--calibrate %s with --efficiency %g: give one", c->calibrate,
@@ -1276,6 +1298,9 @@ static int run_plan(const command *cmd, cli *c, const char *const *pos, int n_po
   }
   if (c->cfg.compress != TS_COMPRESS_NONE && c->cfg.compress_stages == 0)
     c->cfg.compress_stages = 1; // without --compress-stages: the one-stage model's layouts
+  if (!c->ranks_given)
+    c->ranks = (c->dp_given ? c->lay.dp : 1) * (c->sp_given ? c->lay.sp : 1) *
+               (c->pp_given ? c->lay.pp : 1);
   const ts_plan_opts o = {.ranks = c->ranks, .ranks_per_node = c->ranks_per_node,
                           .device_mem = c->device_mem * 1073741824.0, .flops = c->flops,
                           .efficiency = c->efficiency, .bw_intra = c->bw_intra * 1e9,
@@ -1284,7 +1309,12 @@ static int run_plan(const command *cmd, cli *c, const char *const *pos, int n_po
                           .json = c->json, .verbose = c->verbose, .top = c->top,
                           .only_mode = c->sp_mode_given ? (int)c->lay.sp_mode : -1,
                           .calibrated_from = c->calibrate[0] ? c->calibrate : NULL,
-                          .calibrated_steps = steps};
+                          .calibrated_steps = steps,
+                          .only_dp = c->dp_given ? c->lay.dp : 0,
+                          .only_sp = c->sp_given ? c->lay.sp : 0,
+                          .only_pp = c->pp_given ? c->lay.pp : 0,
+                          .only_zero = c->zero_given ? c->lay.zero : -1,
+                          .microbatches_given = c->microbatches_given};
   return finish(cmd, ts_plan(&c->cfg, &c->lay, &o, stdout));
 }
 

@@ -42,6 +42,12 @@ static const shape shapes[] = {
     {"gpt2-1.5b", TS_GPT, 1600, 48, 25, 0, 6400, 50257, 1024, 1, 0.0f},
     {"llama3-8b", TS_LLAMA, 4096, 32, 32, 8, 14336, 128256, 8192, 0, 500000.0f},
     {"llama3-70b", TS_LLAMA, 8192, 80, 64, 8, 28672, 128256, 8192, 0, 500000.0f},
+    // the models the papers measure (docs/PERFORMANCE.md, "The papers' tables"):
+    // MAPL's LLaMA-2 models (vocabulary 32000, T 2048, no key/value groups;
+    // LSS's 20M and 1.5B GPTs are the presets small and large)
+    {"mapl-150m", TS_LLAMA, 1024, 9, 8, 8, 2688, 32000, 2048, 0, 10000.0f},
+    {"mapl-500m", TS_LLAMA, 1536, 18, 12, 12, 4096, 32000, 2048, 0, 10000.0f},
+    {"mapl-1b", TS_LLAMA, 2048, 20, 16, 16, 5440, 32000, 2048, 0, 10000.0f},
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
@@ -362,10 +368,47 @@ static int by_speed(const void *a, const void *b) {
   return (x->tokens_per_s < y->tokens_per_s) - (x->tokens_per_s > y->tokens_per_s);
 }
 
+// The layout flags given (o->only_*): values some layout of o->ranks can
+// have, else TS_EUSAGE naming the flag. Whether train takes the layout is
+// each layout's own verdict (judge).
+static int check_pins(const ts_plan_opts *o) {
+  if (o->only_zero > 3)
+    return ts_fail(TS_EUSAGE, "--zero %d: must be 0, 1, 2 or 3", o->only_zero);
+  const struct {
+    const char *flag;
+    int v;
+  } pin[3] = {{"--dp", o->only_dp}, {"--sp", o->only_sp}, {"--pp", o->only_pp}};
+  long long product = 1;
+  for (int i = 0; i < 3; i++) {
+    if (pin[i].v > 0 && o->ranks % pin[i].v != 0)
+      return ts_fail(TS_EUSAGE, "%s %d: no layout of --ranks %d has it (dp x sp x pp must be "
+                     "the ranks)", pin[i].flag, pin[i].v, o->ranks);
+    product *= pin[i].v > 0 ? pin[i].v : 1;
+  }
+  const int all = o->only_dp > 0 && o->only_sp > 0 && o->only_pp > 0;
+  if (o->ranks % product != 0 || (all && product != o->ranks))
+    return ts_fail(TS_EUSAGE, "--dp %d --sp %d --pp %d: %s %lld, not --ranks %d%s",
+                   o->only_dp > 0 ? o->only_dp : 1, o->only_sp > 0 ? o->only_sp : 1,
+                   o->only_pp > 0 ? o->only_pp : 1, all ? "their product is" : "their product",
+                   product, o->ranks, all ? "" : " or a divisor of it");
+  return TS_OK;
+}
+
+// Whether a layout passes the filters the flags set (--sp-mode, --dp, --sp,
+// --pp, --zero).
+static int pinned(const ts_plan_opts *o, int dp, int sp, int pp, int mode, int zero) {
+  return (o->only_dp <= 0 || dp == o->only_dp) && (o->only_sp <= 0 || sp == o->only_sp) &&
+         (o->only_pp <= 0 || pp == o->only_pp) && (o->only_zero < 0 || zero == o->only_zero) &&
+         !(sp > 1 && o->only_mode >= 0 && mode != o->only_mode);
+}
+
 // Every layout of o->ranks (dp x sp x pp, each sp mode, --zero 0-3,
-// --checkpoint off and on, or on alone when given) into *out; returns their
-// count, or -1. A pipeline's microbatches are the data rank's sequences;
-// without one, --microbatches as given (gradient accumulation).
+// --checkpoint off and on, or on alone when given) that passes the filters
+// into *out; returns their count, or -1. A pipeline's microbatches are the
+// data rank's sequences unless --microbatches is given; without a pipeline,
+// --microbatches as given (gradient accumulation). A strategy's own settings
+// (--upipe-u, --upipe-schedule, --ulysses-degree) are base's: given, the
+// layouts of the other strategies are refused by train's rule.
 static int enumerate(const ts_config *cfg, const ts_layout *base, const ts_plan_opts *o,
                      int threads, plan_row **out, int *valid) {
   int n = 0, cap = 64;
@@ -376,17 +419,16 @@ static int enumerate(const ts_config *cfg, const ts_layout *base, const ts_plan_
       if (o->ranks % (dp * sp)) continue;
       const int pp = o->ranks / (dp * sp), nb = dp <= cfg->batch ? cfg->batch / dp : 1;
       for (int mode = 0; mode < (sp > 1 ? TS_SP_NMODES : 1) && rows; mode++)
-        for (int zero = 0; zero < 4 && rows && !(sp > 1 && o->only_mode >= 0 &&
-                                                  mode != o->only_mode); zero++)
+        for (int zero = 0; zero < 4 && rows; zero++)
           for (int ck = cfg->checkpoint; ck < 2 && rows; ck++) { // --checkpoint: on alone
+            if (!pinned(o, dp, sp, pp, mode, zero)) continue;
             if (n == cap && !(rows = realloc(rows, (size_t)(cap *= 2) * sizeof *rows))) break;
             plan_row *r = &rows[n++];
             memset(r, 0, sizeof *r);
             r->lay = *base;
             r->lay.dp = dp, r->lay.sp = sp, r->lay.pp = pp, r->lay.zero = zero;
             r->lay.sp_mode = sp > 1 ? (ts_sp_mode)mode : base->sp_mode;
-            r->lay.upipe_u = 0, r->lay.upipe_sched = -1, r->lay.ulysses_degree = 0;
-            r->lay.microbatches = pp > 1 ? nb : base->microbatches;
+            r->lay.microbatches = pp > 1 && !o->microbatches_given ? nb : base->microbatches;
             r->checkpoint = ck;
             *valid += judge(cfg, r, o, threads);
           }
@@ -552,6 +594,7 @@ int ts_plan(const ts_config *raw, const ts_layout *base, const ts_plan_opts *opt
   ts_plan_opts o = *opts;
   o.tile = raw->tile, o.leaf = raw->leaf; // as given (0: their defaults follow T)
   cluster_defaults(&o);
+  if ((rc = check_pins(&o))) return rc;
   // the memory options' leaves are per thread: the node's threads shared by its ranks
   const int threads = cfg.threads > 0 ? cfg.threads
                                       : (omp_get_max_threads() / o.ranks_per_node > 0
