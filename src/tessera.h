@@ -121,6 +121,11 @@ typedef struct {
   int vq_sync_codes;    // codes per codebook the sender ships to the receiver after a step
   int vq_backward;      // mapl-vq: 1 quantises the boundary gradients too (--vq-backward on)
   float vq_backward_gamma; // EMA decay of the gradient's codebooks (--vq-gamma's by default)
+  // mapl-vq's stream into the shared codebook (docs/COMPRESSION.md): one event every
+  // vq_stream_every units (0: 1); the unit is the step (vq_stream_microbatches 0) or
+  // the microbatch of a step of vq_stream_microbatches (−1 from --vq-stream-unit
+  // microbatch until the run's layout fixes it: --dp × --microbatches)
+  int vq_stream_every, vq_stream_microbatches;
   int mapl_anchor;      // ts_mapl_anchor (mapl, mapl-vq): factorised (0) unless --mapl-anchor
   int ssn_refresh;      // ssn-confined: steps between refreshes of the basis (-1: never)
   float ssn_refresh_step; // ssn-confined: the refresh's step on the Grassmann manifold

@@ -15,7 +15,9 @@
 # codes (R·sync·r floats) to stage 1, and with --vq-backward on the gradient
 # codebook's streamed codes (as many) from stage 1; and the gradient norm's 32-byte state,
 # folded over the stages' parts in canonical order (src/dist/owners.h),
-# to stage 1. It reports the bytes per token each way.
+# to stage 1. It reports the bytes per token each way. Under --vq-stream-unit
+# microbatch a step's sync carries the codes of every stream event of the next
+# step (EVENTS of them), and the serial run is the one with --microbatches D·M.
 . "$(dirname "$0")/lib.sh"
 
 . "$(dirname "$0")/mpi_lib.sh"
@@ -33,7 +35,9 @@ sendrecv_bytes() { # FILE: the first step record's sendrecv bytes
 
 # equal MODE S RUN...: the serial run of the model compressed at S stages
 # against each pipelined run "P:D:M:schedule"; ANCHOR=KIND adds --mapl-anchor KIND,
-# VQB=on adds --vq-backward on.
+# VQB=on adds --vq-backward on; STREAM="FLAGS" adds mapl-vq's stream flags
+# to both, SM=M gives the serial run --microbatches M, EVENTS=E (1) stream
+# events a step.
 # ssn-confined runs without dropout (it refuses a mask, which takes the
 # stream out of the subspace) and refreshes its basis at step 2, which sums
 # the stages' gradients over the pipeline.
@@ -45,10 +49,11 @@ equal() {
   x= tag=$mode
   [ -n "${ANCHOR:-}" ] && x="--mapl-anchor $ANCHOR" tag=$mode-$ANCHOR
   [ -n "${VQB:-}" ] && x="$x --vq-backward $VQB" tag=$tag-vqb-$VQB
+  [ -n "${STREAM:-}" ] && x="$x $STREAM" tag=$tag-stream-$(echo $STREAM | tr -dc 'a-z0-9')
   S=$TS_TMP/serial-$tag-$stages.jsonl
   rm -f "$S"
   expect_exit 0 "" "$T" train $m4 $common --compress $mode --rank $R --compress-stages $stages \
-    $x --log "$S" || return
+    $x ${SM:+--microbatches $SM} --log "$S" || return
   for run in "$@"; do
     P=${run%%:*} rest=${run#*:}
     D=${rest%%:*} rest=${rest#*:}
@@ -65,9 +70,10 @@ equal() {
     sync=0 fwd=$((R * 4)) bwd=$((R * 4))
     case $mode in ssn|ssn-confined|mapl-frozen) ;; *) sync=$((64 * R * 4)) ;; esac
     # G = 2, R = 2 rounds, one streamed code per codebook
-    [ "$mode" = mapl-vq ] && fwd=$((2 * R / 2)) sync=$((sync + 2 * 1 * R * 4))
+    ev=${EVENTS:-1}
+    [ "$mode" = mapl-vq ] && fwd=$((2 * R / 2)) sync=$((sync + ev * 2 * 1 * R * 4))
     # and the gradient's codes and scale back, its codebook's stream up
-    [ "${VQB:-}" = on ] && bwd=$((2 * R / 2 + 4)) sync=$((sync + 2 * 1 * R * 4))
+    [ "${VQB:-}" = on ] && bwd=$((2 * R / 2 + 4)) sync=$((sync + ev * 2 * 1 * R * 4))
     want=$((M * mb * 64 * (fwd + bwd) + sync + 32))
     got=$(sendrecv_bytes "$L")
     TS_CHECKS=$((TS_CHECKS + 1))
@@ -102,6 +108,40 @@ VQB=on equal mapl-vq 4 4:1:2:1f1b 4:1:4:gpipe
 VQB=on equal mapl-vq 2 2:2:2:1f1b
 VQB=off equal mapl-vq 2
 unset VQB
+# the stream by microbatch (--vq-stream-unit microbatch): the step's D·M
+# microbatches are part of the model, whose serial run has --microbatches D·M;
+# every layout of D·M, in either schedule, with the backward's books and
+# recomputed activations, is that run. Every 2 of 4 microbatches: events at
+# microbatches 4 and 6 of step 2, which step 1's sync sends (2 events)
+STREAM="--vq-stream-unit microbatch --vq-stream-every 2" SM=4 EVENTS=2 \
+  equal mapl-vq 4 4:1:4:1f1b 4:1:4:gpipe
+STREAM="--vq-stream-unit microbatch --vq-stream-every 2 --checkpoint" SM=4 EVENTS=2 VQB=on \
+  equal mapl-vq 2 2:1:4:1f1b 2:2:2:gpipe
+# the paper's interval, 5 microbatches of 4: step 1's sync sends the event of
+# microbatch 5 (step 2's second), the shared copy moving inside a step
+STREAM="--vq-stream-unit microbatch --vq-stream-every 5" SM=4 equal mapl-vq 2 2:1:4:1f1b
+unset STREAM SM EVENTS VQB
+# every M microbatches is the step's stream, bit for bit; every 3 of 4 is
+# another model; and every 2 steps leaves step 1's sync without codes (its
+# bytes: A_0, the norm's state, the wire)
+VS=$TS_TMP/vq-step.jsonl VM=$TS_TMP/vq-mb4.jsonl V3=$TS_TMP/vq-mb3.jsonl V2=$TS_TMP/vq-every2.jsonl
+rm -f "$VS" "$VM" "$V3" "$V2"
+VQ="$M4 $common --compress mapl-vq --rank $R --compress-stages 2"
+expect_exit 0 "" "$T" train $VQ --log "$VS"
+expect_exit 0 "" "$T" train $VQ --microbatches 4 --vq-stream-unit microbatch --vq-stream-every 4 \
+  --log "$VM"
+expect_exit 0 "" "$T" compare "$VS" "$VM"
+expect_stdout "^identical"
+expect_exit 0 "" "$T" train $VQ --microbatches 4 --vq-stream-unit microbatch --vq-stream-every 3 \
+  --log "$V3"
+expect_exit 1 "" "$T" compare "$VS" "$V3"
+expect_stdout "^first divergence"
+expect_exit 0 "" $RUN_MPI -n 2 "$T" train $M4 $common --compress mapl-vq --rank $R --pp 2 \
+  --microbatches 2 --vq-stream-every 2 --log "$V2"
+got=$(sendrecv_bytes "$V2") want=$((2 * 2 * 64 * (R + 4 * R) + 64 * R * 4 + 32))
+TS_CHECKS=$((TS_CHECKS + 1))
+[ "$got" = "$want" ] && pass "--vq-stream-every 2 (steps): step 1 moves $got bytes, no codes" ||
+  fail "--vq-stream-every 2 (steps): step 1 moves '$got' bytes, expected $want"
 # off is the default, bit for bit; on is another model
 expect_exit 0 "" "$T" compare "$TS_TMP/serial-mapl-vq-2.jsonl" "$TS_TMP/serial-mapl-vq-vqb-off-2.jsonl"
 expect_stdout "^identical"
@@ -149,6 +189,18 @@ BV="$M4 $common --compress mapl-vq --rank $R --vq-backward on"
 expect_resume_identical 2 3 "--compress-stages 2" "--pp 2 --microbatches 2" $BV
 expect_exit 2 "was written with --vq-backward on, this run has off" \
   "$T" train $M4 $common --compress mapl-vq --rank $R --compress-stages 2 --ckpt-dir "$CK" --resume
+# the stream by microbatch resumes inside its interval (5 of 4 microbatches:
+# step 3's shared copy moves at its second microbatch), and only with the
+# checkpoint's microbatches a step, unit and interval
+BM="$M4 $common --compress mapl-vq --rank $R --vq-stream-unit microbatch --vq-stream-every 5"
+expect_resume_identical 2 3 "--compress-stages 2 --microbatches 4" "--pp 2 --microbatches 4" $BM
+expect_exit 2 "was written with --vq-stream-unit microbatch \\(4 a step\\), this run has microbatch \\(2 a step\\)" \
+  "$T" train $BM --compress-stages 2 --microbatches 2 --ckpt-dir "$CK" --resume
+expect_exit 2 "was written with --vq-stream-unit microbatch \\(4 a step\\), this run has step" \
+  "$T" train $M4 $common --compress mapl-vq --rank $R --vq-stream-every 5 --compress-stages 2 \
+  --microbatches 4 --ckpt-dir "$CK" --resume
+expect_exit 2 "was written with --vq-stream-every 5, this run has 4" \
+  "$T" train $BM --vq-stream-every 4 --compress-stages 2 --microbatches 4 --ckpt-dir "$CK" --resume
 
 # --- refused before any work ----------------------------------------------------------
 NOLOG=$TS_TMP/never.jsonl
@@ -175,6 +227,14 @@ expect_exit 2 "--vq-backward on: only with --compress mapl-vq" \
   "$T" train $B --compress-stages 2 --vq-backward on --log "$NOLOG"
 expect_exit 2 "--vq-backward yes: must be on or off" \
   "$T" train $M4 $common --compress mapl-vq --rank $R --compress-stages 2 --vq-backward yes --log "$NOLOG"
+expect_exit 2 "--vq-stream-unit microbatch: only with --compress mapl-vq" \
+  "$T" train $B --compress-stages 2 --vq-stream-unit microbatch --log "$NOLOG"
+expect_exit 2 "--vq-stream-every: only with --compress mapl-vq" \
+  "$T" train $B --compress-stages 2 --vq-stream-every 5 --log "$NOLOG"
+expect_exit 2 "--vq-stream-unit token: must be step or microbatch" \
+  "$T" train $M4 $common --compress mapl-vq --rank $R --compress-stages 2 --vq-stream-unit token --log "$NOLOG"
+expect_exit 2 "--vq-stream-every -1: must be >= 1" \
+  "$T" train $M4 $common --compress mapl-vq --rank $R --compress-stages 2 --vq-stream-every -1 --log "$NOLOG"
 expect_exit 2 "--mapl-anchor shared: must be factorised, none, static or full" \
   "$T" train $B --compress-stages 2 --mapl-anchor shared --log "$NOLOG"
 expect_exit 2 "--mapl-anchor full: only with --compress mapl or mapl-vq" \

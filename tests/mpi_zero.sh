@@ -255,6 +255,17 @@ cequal frozen-z1 mapl-frozen 4 "$PD --zero 1 --schedule gpipe"
 cequal vq-z1 mapl-vq 4 "$PD --zero 1"
 cequal vq-z2 mapl-vq 4 "$PD --zero 2 --schedule gpipe"
 cequal vq-dp-z1 mapl-vq 2 "--compress-stages 2 --dp 2 --zero 1"
+# the stream by microbatch (--vq-stream-unit microbatch, every 3 of the step's
+# --dp x --microbatches = 4): the shared copies built inside a step from the
+# codebooks the owner updated and broadcast; the serial run has --microbatches 4
+MBS="--vq-stream-unit microbatch --vq-stream-every 3"
+rm -f "$TS_TMP/c-serial-vq-mb.jsonl" "$TS_TMP/c-vq-mb-z2.jsonl"
+expect_exit 0 "" "$T" train $CM --compress mapl-vq $MBS --compress-stages 2 --microbatches 4 \
+  --log "$TS_TMP/c-serial-vq-mb.jsonl"
+expect_exit 0 "" $RUN_MPI -n 4 "$T" train $CM --compress mapl-vq $MBS $PD --zero 2 \
+  --log "$TS_TMP/c-vq-mb-z2.jsonl" &&
+  expect_compare identical "--compress mapl-vq $MBS | $PD --zero 2, against serial" \
+    "$TS_TMP/c-serial-vq-mb.jsonl" "$TS_TMP/c-vq-mb-z2.jsonl"
 # ssn-confined (no dropout; its basis refreshed at step 2): the stream writers,
 # updated row-wise, go whole to one shard each; every replica confines the
 # whole weights after the broadcast, so --zero 3, which keeps only shards, is refused

@@ -522,6 +522,61 @@ static void test_vq_stream_covers_the_codebook(void **state) {
   free(to);
 }
 
+// The stream by microbatch (--vq-stream-unit microbatch, vq.h): against a
+// timeline that copies event n's codes into a reference copy just before
+// unit n·every, from the working codebook of that unit's step, the copy of
+// every unit (ts_vq_shared_at) is the reference's on both sides, and a
+// receiver that catches up and unpacks each step's message holds the
+// sender's shared copy after every step. 8 microbatches, every 5 (the MAPL
+// paper's interval), so a step holds one or two events, some inside it.
+static void test_vq_stream_by_microbatch(void **state) {
+  (void)state;
+  ts_vq_shape q = {.r = 4, .G = 2, .R = 2, .K = 16, .ng = 2, .gamma = 0.9f, .commit = 1.0f,
+                   .sync = 1, .units = 8, .every = 5};
+  enum { NC = 2 * 2 * 16, NF = NC * 2, U = 8, E = 5 };
+  float count[NC], sum[NF], codes[NF], recv[NF], rcodes[NF], rrecv[NF], ref[NF], view[NF],
+      rview[NF], stats[NC * 5], msg[U * 2 * 4];
+  ts_vq_init(&q, 7, 0, count, sum, codes, recv);
+  memcpy(rcodes, codes, sizeof codes), memcpy(rrecv, recv, sizeof recv);
+  memcpy(ref, recv, sizeof recv);
+  int inside = 0, moved = 0;
+  for (uint64_t t = 1; t <= 12; t++) {
+    for (int m = 0; m < U; m++) {
+      const uint64_t u = (t - 1) * U + (uint64_t)m;
+      if (u > 0 && u % E == 0) { // event u/E, from this step's working codebook
+        ts_vq_shape one = q;
+        one.units = one.every = 1;
+        ts_vq_stream(&one, 7, 0, u / E, codes, ref);
+        inside += m > 0;
+      }
+      const float *a = ts_vq_shared_at(&q, 7, 0, t, m, recv, codes, view);
+      const float *b = ts_vq_shared_at(&q, 7, 0, t, m, rrecv, rcodes, rview);
+      assert_memory_equal(a, ref, sizeof ref);
+      assert_memory_equal(b, ref, sizeof ref);
+    }
+    for (int i = 0; i < NC * 5; i++) // statistics that move every code
+      stats[i] = i < NC ? 3.0f + (float)(i % 5) : 0.1f * ts_rng_normal(5, 1, t, (uint64_t)i);
+    float before[NF];
+    memcpy(before, codes, sizeof codes);
+    ts_vq_update(&q, 7, 0, t, count, sum, codes, recv, stats);
+    moved += memcmp(before, codes, sizeof codes) != 0;
+    if (t * U % E == 0) { // the event of the next step's first unit, from the new book
+      ts_vq_shape one = q;
+      one.units = one.every = 1;
+      ts_vq_stream(&one, 7, 0, t * U / E, codes, ref);
+    }
+    assert_memory_equal(recv, ref, sizeof ref);
+    // the pipeline's receiver
+    const size_t n = ts_vq_stream_events(&q, t);
+    assert_true(n == (size_t)(((t + 1) * U - 1) / E - (t * U - 1) / E)); // events of [tU, (t+1)U)
+    ts_vq_stream_catch_up(&q, 7, 0, t, rcodes, rrecv);
+    ts_vq_stream_pack(&q, 7, 0, t, codes, msg);
+    ts_vq_stream_unpack(&q, 7, 0, t, msg, rrecv, rcodes);
+    assert_memory_equal(rrecv, recv, sizeof recv);
+  }
+  assert_true(inside > 0 && moved == 12); // events inside steps, and books that change
+}
+
 // Both sides code with the shared copy of the codebooks: the forward (what
 // crosses the boundary and what the receiver rebuilds) depends on the
 // receiver's copy alone, not on the sender's working codebook, which reaches
@@ -860,6 +915,7 @@ int main(void) {
       cmocka_unit_test(test_vq_takes_the_nearest_code_each_round),
       cmocka_unit_test(test_vq_statistics_update_and_stream),
       cmocka_unit_test(test_vq_stream_covers_the_codebook),
+      cmocka_unit_test(test_vq_stream_by_microbatch),
       cmocka_unit_test(test_vq_codes_index_the_shared_copy),
       cmocka_unit_test(test_confined_stream_round_trip),
       cmocka_unit_test(test_vq_gradient_wire_is_scale_free),

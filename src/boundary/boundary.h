@@ -59,6 +59,10 @@ typedef struct ts_boundary_io {
   // probe of what the trained stream holds outside the subspace, never a
   // training mode.
   int identity;
+  // The pass: its 1-based step, and whether it trains (mapl-vq's stream by
+  // microbatch keys the shared codebook by the step and the rows' b0).
+  uint64_t step;
+  int training;
 } ts_boundary_io;
 
 // The most tensors a codec declares for one stage.

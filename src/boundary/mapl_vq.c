@@ -40,6 +40,9 @@ typedef struct {
   float *gdz;      // (rows × r): dZ, before its quantisation and after it
   float *gu;       // (rows × r): dZ's rows scaled to RMS 1, as coded
   uint8_t *gwire;  // (rows × (R·r/G + 4) bytes): dZ's codes, then its scales
+  // the shared copies of a unit inside a step (--vq-stream-unit microbatch,
+  // vq.h ts_vq_shared_at), of the forward's codebook and the gradient's
+  float *view, *gview;
 } vq_state;
 
 // Boundary p's codebook tensor of a role (TS_ROLE_VQ_*), or its gradient slot.
@@ -58,6 +61,8 @@ static const char *vq_own_setting(const ts_config *cfg) {
          : cfg->vq_gamma != 0.0f ? "--vq-gamma" : cfg->vq_commit != 0.0f ? "--vq-commit"
          : cfg->vq_backward ? "--vq-backward on"
          : cfg->vq_backward_gamma != 0.0f ? "--vq-backward-gamma"
+         : cfg->vq_stream_microbatches ? "--vq-stream-unit microbatch"
+         : cfg->vq_stream_every ? "--vq-stream-every"
          : NULL;
 }
 
@@ -92,6 +97,11 @@ static int vq_check(ts_config *cfg) {
     return ts_fail(TS_EUSAGE, "--vq-backward-gamma %g: only with --vq-backward on",
                    (double)cfg->vq_backward_gamma);
   if (cfg->vq_backward && cfg->vq_backward_gamma == 0.0f) cfg->vq_backward_gamma = cfg->vq_gamma;
+  if (cfg->vq_stream_every < 0)
+    return ts_fail(TS_EUSAGE, "--vq-stream-every %d: must be >= 1", cfg->vq_stream_every);
+  if (cfg->vq_stream_microbatches < -1)
+    return ts_fail(TS_EUSAGE, "--vq-stream-unit: %d microbatches a step recorded, must be >= 1",
+                   cfg->vq_stream_microbatches);
   if (cfg->vq_backward && !(cfg->vq_backward_gamma > 0.0f && cfg->vq_backward_gamma < 1.0f))
     return ts_fail(TS_EUSAGE, "--vq-backward-gamma %g: must be in (0, 1)",
                    (double)cfg->vq_backward_gamma);
@@ -158,6 +168,11 @@ static int vq_create(const ts_boundary_io *io, void **state) {
   for (int p = 0; p + 1 < S; p++) bad |= !(k->zkeep[p] = io->be->alloc(N * r * sizeof(float)));
   bad |= !(k->dzq = io->be->alloc(N * r * sizeof(float)));
   bad |= !(k->cand = ts_alloc(ts_vq_ncodes(&k->vq) * sizeof(int64_t))); // host scratch
+  const size_t book_bytes = ts_vq_ncodes(&k->vq) * (size_t)k->vq.G * sizeof(float);
+  if (k->vq.units > 1) {
+    bad |= !(k->view = io->be->alloc(book_bytes));
+    if (io->cfg->vq_backward) bad |= !(k->gview = io->be->alloc(book_bytes));
+  }
   if (io->cfg->vq_backward) {
     bad |= !(k->gdz = io->be->alloc(N * r * sizeof(float)));
     bad |= !(k->gu = io->be->alloc(N * r * sizeof(float)));
@@ -176,6 +191,8 @@ static void vq_destroy(const ts_boundary_io *io) {
   io->be->free(k->gdz);
   io->be->free(k->gu);
   io->be->free(k->gwire);
+  io->be->free(k->view);
+  io->be->free(k->gview);
   ts_free(k->cand);
   ts_mapl_free(io, &k->mapl);
   free(k);
@@ -196,18 +213,37 @@ static void vq_init(const ts_boundary_io *io, uint64_t seed) {
                         gbook(io, TS_ROLE_GVQ_CODES, p, 0), gbook(io, TS_ROLE_GVQ_RECV, p, 0));
 }
 
+// The shared codebook (role: VQ_RECV or GVQ_RECV; key: the books' seeds)
+// that the model's rows code with: under --vq-stream-unit microbatch the
+// copy of their microbatch, a function of the step and of the rows' first
+// sequence only, so that the sender and receiver, and a backward or a
+// recomputed forward, agree in any schedule; else (and outside training) the
+// tensor itself.
+static const float *shared(const ts_boundary_io *io, ts_role role_recv, int p, uint64_t key) {
+  const vq_state *k = io->state;
+  const float *recv = ts_boundary_param(io, role_recv, p, 0);
+  if (k->vq.units <= 1 || !io->training) return recv;
+  // the model's microbatch: Bg/U sequences of the global batch (a layout's
+  // microbatch lies inside one: U = --dp x --microbatches)
+  const int64_t Bg = io->ntok_global / io->T, per = Bg / k->vq.units;
+  const int64_t m = per > 0 ? io->b0 / per : 0;
+  const float *codes = ts_boundary_param(io, role_recv - (TS_ROLE_VQ_RECV - TS_ROLE_VQ_CODES), p, 0);
+  return ts_vq_shared_at(&k->vq, io->cfg->seed, (int)key, io->step, m, recv, codes,
+                         role_recv == TS_ROLE_GVQ_RECV ? k->gview : k->view);
+}
+
 // Z's codes in the shared codebook (the receiver's copy).
 static void vq_encode(const ts_boundary_io *io, int p, const float *x) {
   vq_state *k = io->state;
   ts_boundary_affine_encode(io, &ts_mapl_affine, p, x, k->zkeep[p]);
-  ts_vq_encode(&k->vq, book(io, TS_ROLE_VQ_RECV, p, 0), k->zkeep[p], io->ntok, k->mapl.b.wire[p],
-               NULL);
+  ts_vq_encode(&k->vq, shared(io, TS_ROLE_VQ_RECV, p, (uint64_t)p), k->zkeep[p], io->ntok,
+               k->mapl.b.wire[p], NULL);
 }
 
 // Ẑ by the shared codebook, then MAPL's decode.
 static void vq_decode(const ts_boundary_io *io, int p, const void *wire, float *x) {
   vq_state *k = io->state;
-  ts_vq_decode(&k->vq, book(io, TS_ROLE_VQ_RECV, p, 0), wire, io->ntok, k->dzq);
+  ts_vq_decode(&k->vq, shared(io, TS_ROLE_VQ_RECV, p, (uint64_t)p), wire, io->ntok, k->dzq);
   ts_boundary_affine_decode(io, &ts_mapl_affine, p, k->dzq, x);
 }
 
@@ -234,7 +270,7 @@ static int book_statistics(const ts_boundary_io *io, ts_role role_count, int p, 
   const ts_role role_recv = role_count + (TS_ROLE_VQ_RECV - TS_ROLE_VQ_COUNT);
   ts_vq_candidates(&k->vq, io->cfg->seed, (int)key, step, io->ntok_global,
                    (int64_t)io->b0 * io->T, N, k->cand);
-  stats_leaf_ctx c = {k, ts_boundary_param(io, role_recv, p, 0), z, codes, io->cfg->leaf};
+  stats_leaf_ctx c = {k, shared(io, role_recv, p, key), z, codes, io->cfg->leaf};
   // the statistics are host code (vq.c) on every backend, summed by the CPU's
   // canonical tree, so that the counts and sums are the same bits everywhere
   if (ts_leaf_tree_sum(io->ws, ts_boundary_param(io, role_count, p, 1),
@@ -254,7 +290,8 @@ static int vq_decode_backward(const ts_boundary_io *io, int p, const float *dx, 
   if (!k->gwire) return ts_mapl_decode_backward(io, p, dx, dz, step);
   int rc = ts_mapl_decode_backward(io, p, dx, k->gdz, step);
   if (rc) return rc;
-  ts_vq_grad_encode(&k->vq, gbook(io, TS_ROLE_GVQ_RECV, p, 0), k->gdz, io->ntok, dz, k->gu);
+  ts_vq_grad_encode(&k->vq, shared(io, TS_ROLE_GVQ_RECV, p, p | TS_VQ_GRAD_BOOK), k->gdz,
+                    io->ntok, dz, k->gu);
   return book_statistics(io, TS_ROLE_GVQ_COUNT, p, p | TS_VQ_GRAD_BOOK, k->gu, dz, step);
 }
 
@@ -269,10 +306,11 @@ static int vq_encode_backward(const ts_boundary_io *io, int p, const void *wire_
   const int r = k->vq.r;
   const float *dz = wire_back;
   if (k->gwire) {
-    ts_vq_grad_decode(&k->vq, gbook(io, TS_ROLE_GVQ_RECV, p, 0), wire_back, N, k->gdz);
+    ts_vq_grad_decode(&k->vq, shared(io, TS_ROLE_GVQ_RECV, p, p | TS_VQ_GRAD_BOOK), wire_back, N,
+                      k->gdz);
     dz = k->gdz;
   }
-  const float *codes = book(io, TS_ROLE_VQ_RECV, p, 0); // the codebook the codes index
+  const float *codes = shared(io, TS_ROLE_VQ_RECV, p, (uint64_t)p); // what the codes index
   int rc = book_statistics(io, TS_ROLE_VQ_COUNT, p, (uint64_t)p, k->zkeep[p], k->mapl.b.wire[p],
                            step);
   if (rc) return rc;
@@ -314,21 +352,27 @@ static void vq_update(const ts_config *cfg, ts_tensor *params, const ts_tensor *
 #undef BOOK
 }
 
-// One step's stream of a codebook (key: its seeds) over the pipe: packed
-// from the working codebook `from` and sent (send 1), or received and
-// unpacked into the shared copy `to`.
+// One step's stream of a codebook (key: its seeds) over the pipe (vq.h):
+// the events of the next step's units packed from the sender's working
+// codebook `from` and sent (send 1); or, received, the events inside this
+// step applied to the shared copy `to` from the receiver's copy of the
+// working codebook, then the message unpacked into the two. Nothing goes
+// when no event falls in the next step (--vq-stream-every).
 static int stream(const ts_boundary_io *io, ts_comm *pipe, uint64_t key, int peer, int send,
                   uint64_t step, float *from, float *to) {
   vq_state *k = io->state;
-  const size_t bytes = ts_vq_stream_floats(&k->vq) * sizeof(float);
+  if (!send) ts_vq_stream_catch_up(&k->vq, io->cfg->seed, (int)key, step, from, to);
+  const size_t bytes =
+      ts_vq_stream_events(&k->vq, step) * ts_vq_stream_floats(&k->vq) * sizeof(float);
+  if (!bytes) return TS_OK;
   float *msg = malloc(bytes);
   if (!msg) return ts_fail(TS_ERUNTIME, "out of memory");
   int rc;
   if (send) {
-    ts_vq_stream_pack(&k->vq, io->cfg->seed, (int)key, step, from, msg, 0);
+    ts_vq_stream_pack(&k->vq, io->cfg->seed, (int)key, step, from, msg);
     rc = ts_comm_send(pipe, msg, bytes, peer, -1);
   } else if (!(rc = ts_comm_recv(pipe, msg, bytes, peer, -1))) {
-    ts_vq_stream_pack(&k->vq, io->cfg->seed, (int)key, step, to, msg, 1);
+    ts_vq_stream_unpack(&k->vq, io->cfg->seed, (int)key, step, msg, to, from);
   }
   free(msg);
   return rc;
@@ -350,11 +394,16 @@ static int vq_sync(const ts_boundary_io *io, ts_comm *pipe, int p, int peer, int
 }
 
 // What vq_sync sends for one boundary: the projector and the step's streamed
-// codes, and under --vq-backward on the gradient codebook's, up the pipe.
+// codes, and under --vq-backward on the gradient codebook's, up the pipe. A
+// step's stream carries the events of the next step's units, U/every a step
+// on average (each step ⌊⌋ or ⌈⌉ of it when every does not divide U): this
+// is that mean, rounded to the byte, exact when every divides U or U·steps.
+// (Under --vq-stream-unit microbatch with no layout yet, U counts as 1.)
 static size_t vq_sync_bytes(const ts_config *cfg) {
   ts_vq_shape q;
   ts_vq_shape_of(cfg, &q);
-  const size_t stream = ts_vq_stream_floats(&q) * sizeof(float);
+  const size_t event = ts_vq_stream_floats(&q) * sizeof(float);
+  const size_t stream = (event * (size_t)q.units + (size_t)q.every / 2) / (size_t)q.every;
   return ts_mapl_sync_bytes(cfg) + stream * (cfg->vq_backward ? 2 : 1);
 }
 

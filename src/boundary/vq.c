@@ -16,6 +16,17 @@ void ts_vq_shape_of(const ts_config *cfg, ts_vq_shape *q) {
   q->gamma = cfg->vq_gamma;
   q->commit = cfg->vq_commit;
   q->sync = cfg->vq_sync_codes;
+  q->units = cfg->vq_stream_microbatches > 0 ? cfg->vq_stream_microbatches : 1;
+  q->every = cfg->vq_stream_every > 0 ? cfg->vq_stream_every : 1;
+}
+
+static uint64_t units_of(const ts_vq_shape *q) { return q->units > 0 ? (uint64_t)q->units : 1; }
+static uint64_t every_of(const ts_vq_shape *q) { return q->every > 0 ? (uint64_t)q->every : 1; }
+
+// The stream events of units (lo, hi]: n in [*n0, *n1], none when *n1 < *n0.
+static void events_in(const ts_vq_shape *q, uint64_t lo, uint64_t hi, uint64_t *n0, uint64_t *n1) {
+  *n0 = lo / every_of(q) + 1;
+  *n1 = hi / every_of(q);
 }
 
 // Code c = (j·ng + g)·K + k: round j, group g, code k; its G floats at c·G.
@@ -162,9 +173,15 @@ void ts_vq_init(const ts_vq_shape *q, uint64_t seed, int boundary, float *count,
   ts_vq_init_scaled(q, seed, boundary, 0.02f, count, sum, codes, recv);
 }
 
+static void apply_events(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t lo,
+                         uint64_t hi, const float *from, float *to);
+
 void ts_vq_update(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step, float *count,
                   float *sum, float *codes, float *recv, const float *stats) {
   const size_t nc = ts_vq_ncodes(q), per = (size_t)q->K;
+  const uint64_t U = units_of(q);
+  // the events inside the step, from the working codebook they copied
+  apply_events(q, seed, boundary, (step - 1) * U, step * U - 1, codes, recv);
   const float *n = stats, *s = stats + nc, *cand = s + nc * q->G;
   const float gm = q->gamma, eps = 1e-5f;
   for (size_t c = 0; c < nc; c++) {
@@ -188,8 +205,9 @@ void ts_vq_update(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t st
       }
     }
   }
-  // the streamed sync
-  ts_vq_stream(q, seed, boundary, step, codes, recv);
+  // the event of the next step's first unit, from the new codebook (the
+  // step unit's every event: ts_vq_stream(step) when every is 1)
+  apply_events(q, seed, boundary, step * U - 1, step * U, codes, recv);
 }
 
 // The streamed codes of round j: a seeded partition of its K codes, taken in
@@ -241,19 +259,74 @@ void ts_vq_stream(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t st
   }
 }
 
-void ts_vq_stream_pack(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
-                       float *book, float *msg, int unpack) {
+// Events n0..n1's codes, each round's then group's in order, between a
+// codebook and a message (to_msg 1: book → msg) or between two codebooks
+// (msg NULL: from → to).
+static void move_events(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t n0,
+                        uint64_t n1, const float *from, float *to, float *msg, int to_msg) {
   int perm[256];
   size_t n = 0;
-  for (int j = 0; j < q->R; j++) {
-    stream_order(q, seed, boundary, j, perm);
-    for (int i = 0; i < q->sync; i++) {
-      const int k = stream_code(q, perm, step, i);
-      for (int g = 0; g < q->ng; g++, n += (size_t)q->G) {
-        const size_t o = code_offset(q, j, g, k);
-        if (unpack) memcpy(book + o, msg + n, (size_t)q->G * sizeof(float));
-        else memcpy(msg + n, book + o, (size_t)q->G * sizeof(float));
+  const size_t gb = (size_t)q->G * sizeof(float);
+  for (uint64_t e = n0; e <= n1 && n0 <= n1; e++)
+    for (int j = 0; j < q->R; j++) {
+      stream_order(q, seed, boundary, j, perm);
+      for (int i = 0; i < q->sync; i++) {
+        const int k = stream_code(q, perm, e, i);
+        for (int g = 0; g < q->ng; g++, n += (size_t)q->G) {
+          const size_t o = code_offset(q, j, g, k);
+          if (!msg) memcpy(to + o, from + o, gb);
+          else if (to_msg) memcpy(msg + n, from + o, gb);
+          else memcpy(to + o, msg + n, gb);
+        }
       }
     }
-  }
+}
+
+static void apply_events(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t lo,
+                         uint64_t hi, const float *from, float *to) {
+  uint64_t n0, n1;
+  events_in(q, lo, hi, &n0, &n1);
+  move_events(q, seed, boundary, n0, n1, from, to, NULL, 0);
+}
+
+const float *ts_vq_shared_at(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
+                             int64_t m, const float *recv, const float *codes, float *view) {
+  const uint64_t lo = (step - 1) * units_of(q);
+  uint64_t n0, n1;
+  events_in(q, lo, lo + (uint64_t)m, &n0, &n1);
+  if (m <= 0 || n1 < n0) return recv;
+  memcpy(view, recv, ts_vq_ncodes(q) * (size_t)q->G * sizeof(float));
+  move_events(q, seed, boundary, n0, n1, codes, view, NULL, 0);
+  return view;
+}
+
+size_t ts_vq_stream_events(const ts_vq_shape *q, uint64_t step) {
+  uint64_t n0, n1;
+  events_in(q, step * units_of(q) - 1, (step + 1) * units_of(q) - 1, &n0, &n1);
+  return n1 < n0 ? 0 : (size_t)(n1 - n0 + 1);
+}
+
+void ts_vq_stream_pack(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
+                       const float *codes, float *msg) {
+  uint64_t n0, n1;
+  events_in(q, step * units_of(q) - 1, (step + 1) * units_of(q) - 1, &n0, &n1);
+  move_events(q, seed, boundary, n0, n1, codes, NULL, msg, 1);
+}
+
+void ts_vq_stream_catch_up(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
+                           const float *codes, float *recv) {
+  apply_events(q, seed, boundary, (step - 1) * units_of(q), step * units_of(q) - 1, codes, recv);
+}
+
+void ts_vq_stream_unpack(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
+                         const float *msg, float *recv, float *codes) {
+  const uint64_t U = units_of(q);
+  uint64_t n0, n1;
+  events_in(q, step * U - 1, (step + 1) * U - 1, &n0, &n1);
+  if (n1 < n0) return;
+  const size_t per = ts_vq_stream_floats(q);
+  size_t off = 0;
+  for (uint64_t e = n0; e <= n1; e++, off += per) // the event of unit step·U: the shared copy
+    move_events(q, seed, boundary, e, e, NULL, e * every_of(q) == step * U ? recv : codes,
+                (float *)(msg + off), 0);
 }

@@ -47,7 +47,13 @@
 typedef struct {
   int r, G, R, K, ng; // ng = r/G groups
   float gamma, commit;
-  int sync;           // codes streamed per codebook per step
+  int sync;           // codes streamed per codebook per stream event
+  // The stream's unit and interval (0 read as 1): `units` of a step (1: the
+  // step; M: its microbatches, --vq-stream-unit microbatch), an event every
+  // `every` units. Event n ≥ 1 comes before unit n·every (units counted from
+  // 0 over the run) and streams what step n's stream did before the option
+  // existed, so units 1 and every 1 are that stream bit for bit.
+  int units, every;
 } ts_vq_shape;
 
 void ts_vq_shape_of(const ts_config *cfg, ts_vq_shape *q);
@@ -107,13 +113,35 @@ int ts_vq_streamed_code(const ts_vq_shape *q, uint64_t seed, int boundary, uint6
                         int i);
 void ts_vq_stream(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
                   const float *from, float *to);
-// Floats of one step's stream (R·sync·r), and the stream as a message:
-// packed from the codebook `book`, or (unpack) written into it.
+// Floats of one stream event (R·sync·r).
 static inline size_t ts_vq_stream_floats(const ts_vq_shape *q) {
   return (size_t)q->R * q->sync * q->r;
 }
+// The stream by units. Step t (1-based) runs units [(t−1)·U, t·U). The
+// shared copy a tensor holds between steps (`recv`) is the one unit t·U
+// codes with: ts_vq_update applies the events inside step t from the
+// working codebook it had during the step, then the EMA, then the event of
+// unit t·U (if any) from the new one. Unit (t−1)·U + m of step t codes with
+// recv plus the events of units ((t−1)·U, (t−1)·U + m], all copied from the
+// working codebook `codes`, which changes only at the step.
+//   ts_vq_shared_at: that copy for unit m of step t: recv itself when no
+//   event falls there, else built in view (ncodes·G floats).
+const float *ts_vq_shared_at(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
+                             int64_t m, const float *recv, const float *codes, float *view);
+// A pipeline's message after step t: the codes of every event of units
+// [t·U, (t+1)·U), from the sender's new working codebook, in event order
+// (ts_vq_stream_events of them, each ts_vq_stream_floats). The receiver
+// first applies the events inside step t from its copy of the working
+// codebook (which the previous message filled at their codes:
+// ts_vq_stream_catch_up), then unpacks: the event of unit t·U into its
+// shared copy recv, the others into that copy of the working codebook.
+size_t ts_vq_stream_events(const ts_vq_shape *q, uint64_t step);
 void ts_vq_stream_pack(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
-                       float *book, float *msg, int unpack);
+                       const float *codes, float *msg);
+void ts_vq_stream_catch_up(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
+                           const float *codes, float *recv);
+void ts_vq_stream_unpack(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,
+                         const float *msg, float *recv, float *codes);
 // The local row (−1: none) holding each code's candidate at this step, for a
 // model of rows [g0, g0 + n) of the global batch's ntok_global rows.
 void ts_vq_candidates(const ts_vq_shape *q, uint64_t seed, int boundary, uint64_t step,

@@ -178,7 +178,7 @@ struct cli {
   char precision[8];
   ts_layout lay; // --dp, --sp, --pp
   char sp_mode[32], schedule[16], compress[24], upipe_schedule[16], optimizer[16];
-  char data_format[16], lr_schedule[16], mapl_anchor[16], vq_backward[8];
+  char data_format[16], lr_schedule[16], mapl_anchor[16], vq_backward[8], vq_stream_unit[16];
   int val_frac_given; // --val-frac on the command line (refused with --val-data)
   int data_given;     // --data on the command line (else resume and eval read the checkpoint's)
   char ckpt[4096]; // eval, sample, tokenize
@@ -570,6 +570,13 @@ static const flag flags[] = {
     {"--vq-backward-gamma", K_FLOAT, AT(cfg.vq_backward_gamma), 0, "G",
      "mapl-vq --vq-backward on: EMA decay of the gradient's codebooks", "--vq-gamma", TD, G_COMP,
      NULL},
+    {"--vq-stream-unit", K_STR, AT(vq_stream_unit), 0, "step|microbatch",
+     "mapl-vq: what --vq-stream-every counts; microbatch makes the step's --dp x --microbatches "
+     "microbatches part of the model (the serial run with --microbatches M equals any layout of "
+     "M)", "step", TD, G_COMP, check_choice},
+    {"--vq-stream-every", K_INT, AT(cfg.vq_stream_every), 0, "N",
+     "mapl-vq: stream --vq-sync-codes codes of each codebook into the shared copy once every N "
+     "units (the MAPL paper: 5 microbatches)", "1", TD, G_COMP, NULL},
     // checkpoints and logs
     {"--log", K_STR, AT(cfg.log_path), 0, "FILE", "write the run log (JSONL) to FILE", "none",
      TRAIN, G_OUT, NULL},
@@ -705,6 +712,13 @@ static int check_choice(const flag *f, const char *raw, cli *c) {
       return TS_OK;
     }
     return ts_fail(TS_EUSAGE, "--vq-backward %s: must be on or off", raw);
+  }
+  if (strcmp(f->name, "--vq-stream-unit") == 0) {
+    if (strcmp(raw, "step") == 0 || strcmp(raw, "microbatch") == 0) {
+      c->cfg.vq_stream_microbatches = raw[0] == 'm' ? -1 : 0; // (train: --dp x --microbatches)
+      return TS_OK;
+    }
+    return ts_fail(TS_EUSAGE, "--vq-stream-unit %s: must be step or microbatch", raw);
   }
   if (strcmp(f->name, "--lr-schedule") == 0) {
     for (int i = 0; i < TS_LR_NSCHEDULES; i++)

@@ -100,6 +100,8 @@ static const field fields[] = {
     FLD_OPT("vq_sync_codes", "--vq-sync-codes", vq_sync_codes),
     FLD_OPT("vq_backward", "--vq-backward", vq_backward), // off (0) is left out
     FLD_OPTF("vq_backward_gamma", "--vq-backward-gamma", vq_backward_gamma),
+    FLD_OPT("vq_stream_every", "--vq-stream-every", vq_stream_every),
+    FLD_OPT("vq_stream_microbatches", "--vq-stream-unit", vq_stream_microbatches), // step (0) is left out
     FLD_OPTK("mapl_anchor", "--mapl-anchor", F_MAPL_ANCHOR, mapl_anchor), // factorised (0) is left out
     FLD_OPT("ssn_refresh", "--ssn-refresh", ssn_refresh),
     FLD_OPTF("ssn_refresh_step", "--ssn-refresh-step", ssn_refresh_step),

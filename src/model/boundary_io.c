@@ -11,7 +11,8 @@ ts_boundary_io ts_model_codec_io(const ts_model *m) {
                          .out = m->res ? m->res[m->l1] : NULL, .dres = m->dres,
                          .l0 = m->l0, .l1 = m->l1, .ntens = m->ntens, .nown = m->nown,
                          .ptens = m->ptens, .gtens = m->gtens, .bd = m->bd,
-                         .state = m->bd_state, .identity = m->bd_identity};
+                         .state = m->bd_state, .identity = m->bd_identity,
+                         .step = m->bd_step, .training = m->bd_training};
 }
 
 int ts_model_boundary_sync(ts_model *m, ts_comm *pipe, int p, int peer, int send, uint64_t step) {

@@ -26,6 +26,7 @@ void ts_model_set_residual_tap(ts_model *m, ts_residual_tap tap, void *ctx) {
 
 float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint64_t step,
                        int training) {
+  m->bd_step = step, m->bd_training = training; // (before the codec's view of the model)
   const ts_boundary_io bio = ts_model_codec_io(m); // the codec's view of the model (boundary.h)
   const int B = m->B, C = m->C;
   const int64_t N = m->ntok;
@@ -71,6 +72,7 @@ float ts_model_forward(ts_model *m, const int *inputs, const int *targets, uint6
 
 // ---- backward ----------------------------------------------------------------------
 int ts_model_backward(ts_model *m, uint64_t step) {
+  m->bd_step = step, m->bd_training = 1;
   const ts_boundary_io bio = ts_model_codec_io(m); // the codec's view of the model (boundary.h)
   int rc = 0, crc; // rc: allocation failures in the trees; crc: a collective's error
   if (m->l1 == m->L) {

@@ -54,6 +54,8 @@ struct ts_model {
   // --compress the identity), and the codec's own state (its create / destroy).
   const struct ts_boundary *bd;
   void *bd_state;
+  uint64_t bd_step; // the pass's step, and whether it trains (boundary.h's io)
+  int bd_training;
   int bd_identity; // decode as if the basis were the identity (ts_model_set_identity_boundaries)
   ts_residual_tap tap;         // an observer of the stream between layers (NULL: none)
   void *tap_ctx;

@@ -300,6 +300,13 @@ int64_t ts_run_latest_checkpoint(const char *dir, char *path, size_t cap) {
   return best;
 }
 
+// mapl-vq's stream unit as the flags say it (vq_stream_microbatches: 0 step,
+// M microbatches of a step).
+static void stream_unit_name(int microbatches, char *out, size_t cap) {
+  if (microbatches > 0) snprintf(out, cap, "microbatch (%d a step)", microbatches);
+  else snprintf(out, cap, "%s", microbatches ? "microbatch" : "step");
+}
+
 // The fields that must agree for a resumed run to continue the same run.
 // what: whose configuration ck_cfg is, as the refusal names it ("checkpoint
 // PATH", or a checkpoint directory's run identity); mine: whose cfg is ("this
@@ -357,6 +364,15 @@ static int check_resume_config(const ts_config *cfg, const ts_config *ck_cfg, in
     return ts_fail(TS_EUSAGE, "--resume: %s was written with --vq-backward %s, %s has %s", what,
                    old.vq_backward ? "on" : "off", mine, cfg->vq_backward ? "on" : "off");
   SAME_FLT(vq_backward_gamma, "--vq-backward-gamma")
+  SAME_INT(vq_stream_every, "--vq-stream-every")
+  if (old.vq_stream_microbatches != cfg->vq_stream_microbatches) {
+    char was[48], now[48];
+    stream_unit_name(old.vq_stream_microbatches, was, sizeof was);
+    stream_unit_name(cfg->vq_stream_microbatches, now, sizeof now);
+    return ts_fail(TS_EUSAGE, "--resume: %s was written with --vq-stream-unit %s, %s has %s (a "
+                   "microbatch stream's step is --dp x --microbatches microbatches)", what, was,
+                   mine, now);
+  }
   if (old.mapl_anchor != cfg->mapl_anchor && old.mapl_anchor >= 0 &&
       old.mapl_anchor < TS_ANCHOR_NKINDS)
     return ts_fail(TS_EUSAGE, "--resume: %s was written with --mapl-anchor %s, %s "
@@ -490,6 +506,7 @@ static void fields_written_when_set(ts_config *c) {
   c->compress = c->compress_rank = c->compress_stages = 0, c->proj_lr = 0.0f;
   c->vq_groups = c->vq_rounds = c->vq_codes = c->vq_sync_codes = 0;
   c->vq_gamma = c->vq_commit = 0.0f, c->mapl_anchor = TS_ANCHOR_FACTORISED;
+  c->vq_stream_every = c->vq_stream_microbatches = 0;
   c->lr_schedule = TS_LR_COSINE, c->decay_frac = 0.0f;
   c->data_format = TS_DATA_BYTES;
   c->val_path[0] = c->init_from[0] = '\0';

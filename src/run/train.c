@@ -253,6 +253,11 @@ static int setup(trainer *t, const ts_config *cfg_in, const ts_layout *lay_in) {
   if ((rc = ts_layout_check(&t->cfg, &t->lay, ts_backend_current()->name)) ||
       (rc = ts_grid_create(t->lay.dp, t->lay.sp, t->lay.pp, &t->grid)))
     return rc;
+  // mapl-vq's stream by microbatch: the model's microbatches are the data
+  // ranks' in global order, so a step has --dp x --microbatches of them (the
+  // serial run with --microbatches M equals every layout of M; a resumed run
+  // must have the checkpoint's)
+  if (t->cfg.vq_stream_microbatches < 0) t->cfg.vq_stream_microbatches = t->lay.dp * t->lay.microbatches;
   ts_run_setup_threads(&t->cfg, t->grid->local_size);
   ts_model_set_memory_share(t->grid->local_size); // the node's ranks share its memory
   t->shards = t->lay.zero ? t->grid->replica->size : 1;

@@ -1,0 +1,1 @@
+tessera train --model llama-mini --layers 8 --seq 128 --batch 8 --steps 600 --optimizer muon-pe --muon-lr 0.02 --lr 0.01 --warmup 30 --eval-every 50 --eval-batches 8 --threads 1 --data data/corpus.txt --quiet --compress mapl-vq --rank 32 --compress-stages 4 --microbatches 8 --log bench/results/compress-vq-mb/mapl-vq-p4-r32-step.jsonl
