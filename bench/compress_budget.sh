@@ -101,7 +101,7 @@ WAIT_LOAD=0 # losses do not depend on the load; the runs are niced instead
 bench_defaults
 DATA_DIR=${DATA_DIR:-$ROOT/data/debian-docs}
 DATA=$DATA_DIR/train.bin
-[ -f "$DATA" ] && [ -f "$DATA_DIR/val.bin" ] && [ -f "$DATA_DIR/tokenizer.model" ] ||
+{ [ -f "$DATA" ] && [ -f "$DATA_DIR/val.bin" ] && [ -f "$DATA_DIR/tokenizer.model" ]; } ||
   die "$DATA_DIR: no train.bin, val.bin and tokenizer.model; build it: /usr/bin/python3 data/debian_docs.py --tessera TESSERA (docs/DATA.md)"
 
 for v in JOBS EVAL_BATCHES SEQ BATCH TIMEOUT; do
@@ -275,6 +275,7 @@ echo "== compression budget: $MODEL_FLAGS ($PARAMS parameters), T $SEQ, B $BATCH
 # (tessera's own handling of the signal); a rerun resumes them. SIGINT and SIGHUP come
 # from a terminal to the whole process group, tessera included: passed on, they would be
 # its second signal, which stops it at once without the checkpoint
+# shellcheck disable=SC2317 # called by the traps below
 on_signal() {
   echo "$BENCH: stopping: every run writes its checkpoint after the step under way; rerun to resume" >&2
   # shellcheck disable=SC2046
@@ -317,7 +318,8 @@ if [ "$QUICK" = 1 ] && [ "$INTERRUPT" -gt 0 ] && [ "$failed" = 0 ]; then
   RESULTS=$RESULTS_MAIN
   grep '^resume_check' "$RESULTS/setup.txt" >&2
   grep -q '"type":"resume"' "$RESULTS/$n.jsonl" || die "$n: its log has no resume record: INTERRUPT did not stop it"
-  grep -q '^resume_check_log identical' "$RESULTS/setup.txt" && grep -q '^resume_check_ckpt same model state' "$RESULTS/setup.txt" ||
+  { grep -q '^resume_check_log identical' "$RESULTS/setup.txt" &&
+    grep -q '^resume_check_ckpt same model state' "$RESULTS/setup.txt"; } ||
     die "the resumed run is not the run done straight (above)"
 fi
 

@@ -14,9 +14,9 @@ RESULTS/summary.json and the curves to IMG_DIR/compress_budget.png.
 Validation loss: the eval record of a finished run (NAME.meta "status ok") at a step, the
 mean over --eval-batches held-out batches (the same batches in every run). The budgets:
 the eval records at 1/4, 1/2 and all of the steps (the script's EVAL_EVERY puts them
-there); the earlier two are points of the same runs, part-way down their learning-rate
+there; otherwise the nearest ones); the earlier two are points of the same runs, part-way down their learning-rate
 schedule, not runs trained to that budget. Gap: (mean loss − uncompressed mean loss) /
-uncompressed mean loss, at the same step. Spread: min–max over the seeds and the sample
+uncompressed mean loss, at the same step, both over the seeds that both have finished. Spread: min–max over the seeds and the sample
 standard deviation (n − 1). Bytes per token per boundary: bench/compress_report.py's.
 
 With --estimate STEPS (ESTIMATE=1 bench/compress_budget.sh): the median step time of each
@@ -24,7 +24,6 @@ run of RESULTS (its steps after the first) and what STEPS steps × --seeds seeds
 configuration take, in CPU hours and in wall hours at --jobs runs at once.
 """
 import json
-import math
 import os
 import statistics
 import sys
@@ -124,11 +123,15 @@ def main():
     m0 = cfg0["model"]
     tokens = m0["batch"] * m0["seq"]
     params = int(setup.get("params") or cfg0["params"])
-    budgets = [int(round(f * steps)) for f in FRACTIONS]
+    # the evaluation nearest each fraction of the budget (exact with the script's EVAL_EVERY)
+    evals = sorted(runs[base_done[0]["name"]]["curve"])
+    budgets = sorted({min(evals, key=lambda e: abs(e - f * steps)) for f in FRACTIONS})
+    if budgets[-1] != steps:
+        raise ReportError("%s: no evaluation at the last step %d" % (base_done[0]["name"], steps))
     for r in done:
         lacking = [s for s in budgets if s not in runs[r["name"]]["curve"]]
         if lacking:
-            raise ReportError("%s: no eval record at step %s (EVAL_EVERY must divide STEPS/4)" % (r["name"], lacking[0]))
+            raise ReportError("%s: no eval record at step %d, which the other runs have" % (r["name"], lacking[0]))
     seeds = sorted({r["seed"] for r in rows}, key=int)
 
     # the configurations: (mode, P, r) with their finished seeds' curves
@@ -144,8 +147,6 @@ def main():
 
     def at(c, step):
         return [runs[x["name"]]["curve"][step] for x in c["done"]]
-
-    base_mean = {s: statistics.mean(at(base, s)) for s in budgets}
 
     md = ["## Boundary compression at %s tokens a parameter, %d seeds" % (setup.get("tokens_per_param", "?"), len(seeds)), ""]
     md.append("- Date: %s (UTC, last start); tessera %s (binary `%s`, sha256 %s…)" % (
@@ -201,11 +202,18 @@ def main():
                 continue
             final = at(c, steps)
             mu, sd = mean_sd(final)
-            gaps = [(statistics.mean(at(c, s)) - base_mean[s]) / base_mean[s] for s in budgets]
+            # against the uncompressed runs of the same seeds, so that a seed still
+            # missing on one side does not count as a gap
+            both = {x["seed"] for x in c["done"]} & {x["seed"] for x in base["done"]}
+            gaps = []
+            for s in budgets:
+                ours = statistics.mean(runs[x["name"]]["curve"][s] for x in c["done"] if x["seed"] in both) if both else None
+                ref = statistics.mean(runs[x["name"]]["curve"][s] for x in base["done"] if x["seed"] in both) if both else None
+                gaps.append(None if ours is None else (ours - ref) / ref)
             fwd = wire_bytes(runs[c["done"][0]["name"]]["config"]["model"])[0]
             out.append([label(mode), "%d/%d" % (len(final), c["planned"]), "%.4f" % mu,
                         "—" if sd is None else "%.4f" % sd, "%.4f – %.4f" % (min(final), max(final))] +
-                       ["—" if mode == "none" else "%+.2f%%" % (100 * g) for g in gaps] + [str(fwd)])
+                       ["—" if mode == "none" or g is None else "%+.2f%%" % (100 * g) for g in gaps] + [str(fwd)])
             summary["configs"].append({"mode": mode, "P": P if mode != "none" else 1, "r": r if mode != "none" else 0,
                                        "seeds_done": [x["seed"] for x in c["done"]], "val_loss": final,
                                        "mean": mu, "std": sd, "gaps": dict(zip(map(str, budgets), gaps)),
@@ -247,7 +255,7 @@ def main():
                     if len(c["done"]) > 1:
                         ax.fill_between(xs, [min(y) for y in ys], [max(y) for y in ys], color=colour, alpha=0.15)
                 ax.set_title("P = %d, r = %d (d/%d)" % (P, r, m0["d"] // r))
-                ax.set_yscale("log")
+                # a linear axis: at ten tokens a parameter the curves span a narrow range
                 ax.grid(alpha=0.3)
                 if i == len(Ps) - 1:
                     ax.set_xlabel("step (%d tokens each; %d = %s tokens/param)" % (tokens, steps, tpp[-1]))
