@@ -269,8 +269,10 @@ one_run() {
 bench_start
 total=${#names[@]}
 done0=$(for n in "${names[@]}"; do grep -ls '^status ok' "$RESULTS/$n.meta" || true; done | wc -l)
-echo "== compression budget: $MODEL_FLAGS ($PARAMS parameters), T $SEQ, B $BATCH, $STEPS steps" \
-  "($TPP tokens a parameter), seeds {$SEEDS}, $total runs ($done0 done), $JOBS at once" >&2
+what="$STEPS steps ($TPP tokens a parameter)"
+[ "$ESTIMATE" != 1 ] || what="$STEPS steps of each (ESTIMATE; the full runs: $FULL_STEPS steps, $TPP tokens a parameter)"
+echo "== compression budget: $MODEL_FLAGS ($PARAMS parameters), T $SEQ, B $BATCH, $what," \
+  "seeds {$SEEDS}, $total runs ($done0 done), $JOBS at once" >&2
 # SIGTERM to this script stops every run after its step under way, with its checkpoint
 # (tessera's own handling of the signal); a rerun resumes them. SIGINT and SIGHUP come
 # from a terminal to the whole process group, tessera included: passed on, they would be
