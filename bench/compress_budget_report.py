@@ -1,0 +1,281 @@
+#!/usr/bin/python3
+"""Tables and a plot of bench/compress_budget.sh: the validation loss of each boundary
+compression mode at TOKENS_PER_PARAM tokens per parameter over several seeds — mean,
+spread, the gap to the uncompressed model at three budgets — and which modes the seeds
+separate. Partial results (a matrix still running) are reported as such.
+
+    /usr/bin/python3 bench/compress_budget_report.py --results bench/results/compress-budget \\
+        --img-dir bench/results/compress-budget/img
+
+Reads RESULTS/manifest.tsv (mode, P, r, seed, name), RESULTS/setup.txt and the run logs
+(docs/RUN-LOG.md); prints markdown, writes it to RESULTS/report.md, the numbers to
+RESULTS/summary.json and the curves to IMG_DIR/compress_budget.png.
+
+Validation loss: the eval record of a finished run (NAME.meta "status ok") at a step, the
+mean over --eval-batches held-out batches (the same batches in every run). The budgets:
+the eval records at 1/4, 1/2 and all of the steps (the script's EVAL_EVERY puts them
+there; otherwise the nearest ones); the earlier two are points of the same runs, part-way down their learning-rate
+schedule, not runs trained to that budget. Gap: (mean loss − uncompressed mean loss) /
+uncompressed mean loss, at the same step, both over the seeds that both have finished. Spread: min–max over the seeds and the sample
+standard deviation (n − 1). Bytes per token per boundary: bench/compress_report.py's.
+
+With --estimate STEPS (ESTIMATE=1 bench/compress_budget.sh): the median step time of each
+run of RESULTS (its steps after the first) and what STEPS steps × --seeds seeds of every
+configuration take, in CPU hours and in wall hours at --jobs runs at once.
+"""
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import (ROOT, ReportError, arg_parser, manifest_lines, median, output_paths,  # noqa: E402
+                      read, read_kv, run_command, run_main, save_fig, shown, table, write_report)
+from compress_report import MODE_ORDER, STYLE, wire_bytes  # noqa: E402
+
+FRACTIONS = (0.25, 0.5, 1.0)
+
+
+def load(results, name):
+    """A run's state: status (ok, stopped, failed, running or not started), the config
+    record, eval curve {step: val_loss}, step records' step_ms, and the last step logged."""
+    meta = read_kv(os.path.join(results, name + ".meta"))
+    text = read(os.path.join(results, name + ".jsonl"))
+    run = {"status": meta.get("status") or ("not started" if text is None else "running"),
+           "config": None, "curve": {}, "step_ms": [], "last_step": 0}
+    if text is None:
+        return run
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:      # a torn last line of a run under way
+            continue
+        t = rec.get("type")
+        if t == "config" and run["config"] is None:
+            run["config"] = rec
+        elif t == "eval":
+            run["curve"][rec["step"]] = rec["val_loss"]
+        elif t == "step":
+            run["last_step"] = rec["step"]
+            run["step_ms"].append(rec.get("step_ms"))
+    if run["status"] == "ok" and (run["config"] is None or not run["curve"]):
+        raise ReportError("%s: status ok but its log has no config or eval record" % name)
+    return run
+
+
+def mean_sd(xs):
+    return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else None)
+
+
+def label(mode):
+    return "uncompressed" if mode == "none" else mode
+
+
+def estimate(a, results, rows):
+    """--estimate: the full matrix's duration from a few steps of each configuration."""
+    out, cpu_s = [], 0.0
+    for row in rows:
+        run = load(results, row["name"])
+        ms = [x for x in run["step_ms"][1:] if x is not None]
+        if not ms:
+            raise ReportError("%s: no step records after the first (status %s)" % (row["name"], run["status"]))
+        m = median(ms)
+        cpu_s += m / 1000.0 * a.estimate * a.seeds
+        out.append([label(row["mode"]), row["P"] if row["mode"] != "none" else "—",
+                    row["r"] if row["mode"] != "none" else "—", "%.1f" % m,
+                    "%.2f" % (m / 1000.0 * a.estimate / 3600.0)])
+    md = ["## compress_budget: estimated duration", "",
+          "Median step time of %d-step runs (one thread each, at nice 19, on this machine under its "
+          "present load); a full run is %d steps (evaluations add a little)." % (
+              len(load(results, rows[0]["name"])["step_ms"]), a.estimate), ""]
+    md += table(["mode", "P", "r", "ms/step", "hours per run"], ["---", "---:", "---:", "---:", "---:"], out)
+    md += ["", "All %d configurations × %d seeds: %.1f CPU hours; %.1f hours wall at %d runs at once." % (
+        len(rows), a.seeds, cpu_s / 3600.0, cpu_s / 3600.0 / a.jobs, a.jobs)]
+    print("\n".join(md))
+
+
+def main():
+    ap = arg_parser(__doc__, "bench/results/compress-budget")
+    ap.add_argument("--estimate", type=int, metavar="STEPS", help="estimate the duration of STEPS-step runs")
+    ap.add_argument("--seeds", type=int, default=3, help="--estimate: seeds per configuration (default 3)")
+    ap.add_argument("--jobs", type=int, default=2, help="--estimate: runs at once (default 2)")
+    a = ap.parse_args()
+    results, md_path, json_path = output_paths(a)
+    if a.img_dir == "docs/img":     # this benchmark's plot stays with its results
+        a.img_dir = os.path.join(results, "img")
+    rows = [dict(zip(("mode", "P", "r", "seed", "name"), f))
+            for f in manifest_lines(results, "bench/compress_budget.sh", 5)]
+    if not rows:
+        raise ReportError("manifest.tsv: no runs")
+    if a.estimate is not None:
+        if a.estimate < 1 or a.seeds < 1 or a.jobs < 1:
+            raise ReportError("--estimate, --seeds and --jobs: positive integers")
+        return estimate(a, results, rows)
+    setup = read_kv(os.path.join(results, "setup.txt"))
+    runs = {r["name"]: load(results, r["name"]) for r in rows}
+    done = [r for r in rows if runs[r["name"]]["status"] == "ok"]
+    missing = [r for r in rows if runs[r["name"]]["status"] != "ok"]
+    base_done = [r for r in done if r["mode"] == "none"]
+    if not base_done:
+        raise ReportError("no finished uncompressed run yet (mode none): nothing to compare with")
+    steps = int(setup.get("steps", "0"))
+    cfg0 = runs[base_done[0]["name"]]["config"]
+    m0 = cfg0["model"]
+    tokens = m0["batch"] * m0["seq"]
+    params = int(setup.get("params") or cfg0["params"])
+    # the evaluation nearest each fraction of the budget (exact with the script's EVAL_EVERY)
+    evals = sorted(runs[base_done[0]["name"]]["curve"])
+    budgets = sorted({min(evals, key=lambda e: abs(e - f * steps)) for f in FRACTIONS})
+    if budgets[-1] != steps:
+        raise ReportError("%s: no evaluation at the last step %d" % (base_done[0]["name"], steps))
+    for r in done:
+        lacking = [s for s in budgets if s not in runs[r["name"]]["curve"]]
+        if lacking:
+            raise ReportError("%s: no eval record at step %d, which the other runs have" % (r["name"], lacking[0]))
+    seeds = sorted({r["seed"] for r in rows}, key=int)
+
+    # the configurations: (mode, P, r) with their finished seeds' curves
+    configs = {}
+    for r in rows:
+        key = (r["mode"], int(r["P"]), int(r["r"]))
+        c = configs.setdefault(key, {"planned": 0, "done": [], "names": []})
+        c["planned"] += 1
+        c["names"].append(r["name"])
+        if runs[r["name"]]["status"] == "ok":
+            c["done"].append(r)
+    base = configs[("none", 1, 0)]
+
+    def at(c, step):
+        return [runs[x["name"]]["curve"][step] for x in c["done"]]
+
+    md = ["## Boundary compression at %s tokens a parameter, %d seeds" % (setup.get("tokens_per_param", "?"), len(seeds)), ""]
+    md.append("- Date: %s (UTC, last start); tessera %s (binary `%s`, sha256 %s…)" % (
+        setup.get("date", "?"), setup.get("rev", "?"), shown(setup.get("binary", "?"), ROOT),
+        setup.get("binary_sha256", "?")))
+    md.append("- Model: `%s`: d %d, %d layers, %d heads (%d key/value), %s parameters uncompressed; "
+              "corpus `%s` (real text, vocabulary %d); T %d, batch %d: %d tokens a step" % (
+                  setup.get("model_flags", "?"), m0["d"], m0["n_layer"], m0["n_head"],
+                  m0.get("n_kv_head", m0["n_head"]), format(params, ","), setup.get("data", "?"),
+                  m0["vocab"], m0["seq"], m0["batch"], tokens))
+    md.append("- Budget: %d steps, %s tokens, **%s tokens a parameter** (asked: %s); `%s`; seeds %s; "
+              "validation: %s held-out batches every %s steps" % (
+                  steps, format(steps * tokens, ","), setup.get("tokens_per_param", "?"),
+                  setup.get("tokens_per_param_asked", "?"), setup.get("opt_flags", ""), " ".join(seeds),
+                  setup.get("eval_batches", "?"), setup.get("eval_every", "?")))
+    if setup.get("vq_flags"):
+        md.append("- mapl-vq runs also take `%s`" % setup["vq_flags"])
+    md.append("- Each compressed run is the serial reference of the P-stage model (`--compress-stages P`), "
+              "which `mpiexec -n P … --pp P` reproduces bit for bit (tests/mpi_compress.sh).")
+    if missing:
+        md.append("- **Partial results: %d of %d runs finished.** Not finished: %s" % (
+            len(done), len(rows), ", ".join("%s (%s%s)" % (
+                r["name"], runs[r["name"]]["status"],
+                ", step %d of %d" % (runs[r["name"]]["last_step"], steps) if runs[r["name"]]["last_step"] else "")
+                for r in missing)))
+    else:
+        md.append("- All %d runs finished." % len(rows))
+    if setup.get("resume_check_run"):
+        md.append("- Resume check: %s stopped by SIGTERM and resumed, against the same run done straight: "
+                  "log `%s`, last checkpoint `%s` (`tessera compare`)" % (
+                      setup["resume_check_run"], setup.get("resume_check_log", "?"), setup.get("resume_check_ckpt", "?")))
+    md.append("")
+
+    tpp = ["%.3g" % (s * tokens / params) for s in budgets]
+    head = ["mode", "seeds", "val loss mean", "std", "min – max"] + \
+        ["gap at %s tok/param (step %d)" % (t, s) for t, s in zip(tpp, budgets)] + ["fwd B/token"]
+    align = ["---", "---:", "---:", "---:", "---:"] + ["---:"] * len(budgets) + ["---:"]
+    summary = {"setup": setup, "budgets_steps": budgets, "tokens_per_param": [float(t) for t in tpp],
+               "configs": [], "missing": [r["name"] for r in missing]}
+    groups = sorted({(P, r) for (m, P, r) in configs if m != "none"})
+    order = sorted({m for (m, _, _) in configs if m != "none"}, key=MODE_ORDER.index)
+    orderings = []
+    for P, r in groups:
+        md += ["### P = %d stages (%d boundaries), r = %d (d/%d)" % (P, P - 1, r, m0["d"] // r), ""]
+        out, ranked = [], []
+        for mode in ["none"] + order:
+            key = (mode, 1, 0) if mode == "none" else (mode, P, r)
+            if key not in configs:
+                continue
+            c = configs[key]
+            if not c["done"]:
+                out.append([label(mode), "0/%d" % c["planned"]] + ["—"] * (3 + len(budgets) + 1))
+                continue
+            final = at(c, steps)
+            mu, sd = mean_sd(final)
+            # against the uncompressed runs of the same seeds, so that a seed still
+            # missing on one side does not count as a gap
+            both = {x["seed"] for x in c["done"]} & {x["seed"] for x in base["done"]}
+            gaps = []
+            for s in budgets:
+                ours = statistics.mean(runs[x["name"]]["curve"][s] for x in c["done"] if x["seed"] in both) if both else None
+                ref = statistics.mean(runs[x["name"]]["curve"][s] for x in base["done"] if x["seed"] in both) if both else None
+                gaps.append(None if ours is None else (ours - ref) / ref)
+            fwd = wire_bytes(runs[c["done"][0]["name"]]["config"]["model"])[0]
+            out.append([label(mode), "%d/%d" % (len(final), c["planned"]), "%.4f" % mu,
+                        "—" if sd is None else "%.4f" % sd, "%.4f – %.4f" % (min(final), max(final))] +
+                       ["—" if mode == "none" or g is None else "%+.2f%%" % (100 * g) for g in gaps] + [str(fwd)])
+            summary["configs"].append({"mode": mode, "P": P if mode != "none" else 1, "r": r if mode != "none" else 0,
+                                       "seeds_done": [x["seed"] for x in c["done"]], "val_loss": final,
+                                       "mean": mu, "std": sd, "gaps": dict(zip(map(str, budgets), gaps)),
+                                       "forward_bytes": fwd})
+            ranked.append((mu, label(mode), min(final), max(final), len(final)))
+        md += table(head, align, out)
+        md.append("")
+        ranked.sort()
+        text = ranked[0][1]
+        for lo, hi in zip(ranked, ranked[1:]):
+            # "<" only when every seed of the better mode beats every seed of the worse one
+            sep = "<" if lo[3] < hi[2] and lo[4] > 1 and hi[4] > 1 else "≲"
+            text += " %s %s" % (sep, hi[1])
+        orderings.append("- P = %d, r = %d: %s" % (P, r, text))
+    md += ["### Orderings by mean validation loss at the whole budget", "",
+           "`<`: the seeds' ranges do not overlap (every seed of the left mode ends lower); `≲`: lower on "
+           "the mean only, within the seeds' spread (or one seed).", ""] + orderings + [""]
+
+    if not a.no_plots:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        Ps = sorted({P for P, _ in groups})
+        rs = sorted({r for _, r in groups}, reverse=True)
+        fig, axes = plt.subplots(len(Ps), len(rs), figsize=(5.2 * len(rs), 3.8 * len(Ps)),
+                                 sharex=True, sharey=True, squeeze=False)
+        for i, P in enumerate(Ps):
+            for j, r in enumerate(rs):
+                ax = axes[i][j]
+                for mode in ["none"] + order:
+                    c = configs.get((mode, 1, 0) if mode == "none" else (mode, P, r))
+                    if not c or not c["done"]:
+                        continue
+                    xs = sorted(set.intersection(*(set(runs[x["name"]]["curve"]) for x in c["done"])))
+                    ys = [at(c, s) for s in xs]
+                    colour, ls = STYLE[mode]
+                    ax.plot(xs, [statistics.mean(y) for y in ys], color=colour, linestyle=ls,
+                            label="%s (%d)" % (label(mode), len(c["done"])))
+                    if len(c["done"]) > 1:
+                        ax.fill_between(xs, [min(y) for y in ys], [max(y) for y in ys], color=colour, alpha=0.15)
+                ax.set_title("P = %d, r = %d (d/%d)" % (P, r, m0["d"] // r))
+                # a linear axis: at ten tokens a parameter the curves span a narrow range
+                ax.grid(alpha=0.3)
+                if i == len(Ps) - 1:
+                    ax.set_xlabel("step (%d tokens each; %d = %s tokens/param)" % (tokens, steps, tpp[-1]))
+                if j == 0:
+                    ax.set_ylabel("validation loss")
+        axes[0][0].legend(fontsize=8, title="mode (seeds)", title_fontsize=8)
+        fig.suptitle("Boundary compression at %s tokens a parameter: mean over seeds, band min–max%s" % (
+            tpp[-1], " (partial)" if missing else ""))
+        out_png = os.path.join(a.img_dir, "compress_budget.png")
+        save_fig(fig, out_png)
+        md += ["![validation loss by mode, mean over seeds](%s)" % shown(out_png, ROOT), ""]
+
+    md += ["### Commands", "", "Every run of the matrix (`nice -n 19 tessera train …`); a run not "
+           "started yet has none. Each is started with `--resume`, so the same command continues it.", ""]
+    for r in rows:
+        cmd = run_command(results, r["name"], ROOT)
+        md.append("- %s: `%s`" % (r["name"], cmd) if cmd else "- %s: not started" % r["name"])
+    md.append("")
+    write_report(md, md_path, summary, json_path)
+
+
+if __name__ == "__main__":
+    run_main(main, "bench/compress_budget_report.py")
