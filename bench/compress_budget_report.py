@@ -31,7 +31,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (ROOT, ReportError, arg_parser, manifest_lines, median, output_paths,  # noqa: E402
                       read, read_kv, run_command, run_main, save_fig, shown, table, write_report)
-from compress_report import MODE_ORDER, STYLE, wire_bytes  # noqa: E402
+from compress_report import MODE_ORDER, STYLE, panel_grid, wire_bytes  # noqa: E402
 
 FRACTIONS = (0.25, 0.5, 1.0)
 
@@ -233,13 +233,7 @@ def main():
            "the mean only, within the seeds' spread (or one seed).", ""] + orderings + [""]
 
     if not a.no_plots:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        Ps = sorted({P for P, _ in groups})
-        rs = sorted({r for _, r in groups}, reverse=True)
-        fig, axes = plt.subplots(len(Ps), len(rs), figsize=(5.2 * len(rs), 3.8 * len(Ps)),
-                                 sharex=True, sharey=True, squeeze=False)
+        plt, fig, axes, Ps, rs = panel_grid(groups)
         for i, P in enumerate(Ps):
             for j, r in enumerate(rs):
                 ax = axes[i][j]

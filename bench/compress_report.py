@@ -66,6 +66,19 @@ def style(lbl):
     return colour, ANCHOR_STYLE[lbl.split(" anchor ")[1]] if " anchor " in lbl else ls
 
 
+def panel_grid(groups):
+    """pyplot and one panel a stage count (rows) and rank (columns, largest first) of the
+    (P, r) groups: (plt, fig, axes, Ps, rs)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    Ps = sorted({P for P, _ in groups})
+    rs = sorted({r for _, r in groups}, reverse=True)
+    fig, axes = plt.subplots(len(Ps), len(rs), figsize=(5.2 * len(rs), 3.8 * len(Ps)),
+                             sharex=True, sharey=True, squeeze=False)
+    return plt, fig, axes, Ps, rs
+
+
 def load_run(results, name):
     """(config, eval curve [(step, val_loss)]) of a completed run."""
     text = read(os.path.join(results, name + ".jsonl"))
@@ -163,13 +176,7 @@ def main():
         md.append("")
 
     if not a.no_plots:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        Ps = sorted({P for P, _ in groups})
-        rs = sorted({r for _, r in groups}, reverse=True)
-        fig, axes = plt.subplots(len(Ps), len(rs), figsize=(5.2 * len(rs), 3.8 * len(Ps)),
-                                 sharex=True, sharey=True, squeeze=False)
+        plt, fig, axes, Ps, rs = panel_grid(groups)
         lo = min(min(v for _, v in run["curve"]) for run in runs.values())
         hi = max(run["curve"][min(1, len(run["curve"]) - 1)][1] for run in runs.values())
         for i, P in enumerate(Ps):
