@@ -630,7 +630,7 @@ int ts_plan(const ts_config *cfg, const ts_layout *base, const ts_plan_opts *o, 
 // A public model's published shape (--shape NAME: gpt2-124m ... llama3-70b) over its
 // variant's preset; TS_EUSAGE naming the shapes for another name.
 int ts_plan_shape(const char *name, ts_config *cfg);
-// --calibrate LOG (src/run/plan_calibrate.c): the median over a run's steps after the
+// --calibrate LOG (src/tools/plan_calibrate.c): the median over a run's steps after the
 // first of its compute FLOP/s over its roof, the plan's efficiency; *steps the count.
 int ts_plan_calibrate(const char *log, double *efficiency, int *steps);
 // tessera sample (src/run/sample.c, docs/SAMPLING.md): tokens continuing a

@@ -129,7 +129,7 @@ if expect_exit 1 "" timeout -k 10 60 $MPIEXEC -n 2 "$TESSERA_BIN" train --model 
   fi
 fi
 
-# --calibrate LOG: the efficiency measured on a run (src/run/plan_calibrate.c),
+# --calibrate LOG: the efficiency measured on a run (src/tools/plan_calibrate.c),
 # recomputed here from the log's own fields: the median over the steps after
 # the first of flops_per_token x batch x seq / world / (compute_ms_max x roof).
 # Each row's compute time is its FLOPs at that efficiency, and the overlap

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "run.h"
-#include "tools/logread.h"
+#include "logread.h"
+#include "tessera.h"
 
 static int by_value(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
