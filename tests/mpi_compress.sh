@@ -231,6 +231,13 @@ expect_exit 2 "--vq-stream-unit microbatch: only with --compress mapl-vq" \
   "$T" train $B --compress-stages 2 --vq-stream-unit microbatch --log "$NOLOG"
 expect_exit 2 "--vq-stream-every: only with --compress mapl-vq" \
   "$T" train $B --compress-stages 2 --vq-stream-every 5 --log "$NOLOG"
+# the written defaults too: the codec cannot tell them from "not given", the flag parser can
+expect_exit 2 "--vq-stream-unit step: only with --compress mapl-vq" \
+  "$T" train $B --compress-stages 2 --vq-stream-unit step --log "$NOLOG"
+expect_exit 2 "--vq-backward off: only with --compress mapl-vq" \
+  "$T" train $B --compress-stages 2 --vq-backward off --log "$NOLOG"
+expect_exit 2 "--vq-stream-every 0: must be above 0" \
+  "$T" train $M4 $common --compress mapl-vq --rank $R --compress-stages 2 --vq-stream-every 0 --log "$NOLOG"
 expect_exit 2 "--vq-stream-unit token: must be step or microbatch" \
   "$T" train $M4 $common --compress mapl-vq --rank $R --compress-stages 2 --vq-stream-unit token --log "$NOLOG"
 expect_exit 2 "--vq-stream-every -1: must be >= 1" \

@@ -909,7 +909,12 @@ static int parse_args(const command *cmd, int argc, char **argv, parsed *out, in
 // has a meaning at 0.
 static const char *const zero_means_default[] = {
     "--muon-lr", "--proj-lr", "--vq-gamma", "--vq-commit", "--vq-backward-gamma",
-    "--rope-theta"};
+    "--vq-stream-every", "--rope-theta"};
+
+// mapl-vq's settings whose written default is the configuration's 0: the codec's own
+// check (ts_boundary_finalize) cannot tell them from "not given", so a value written
+// for another codec is refused here, where the flag is seen.
+static const char *const vq_only_flags[] = {"--vq-stream-unit", "--vq-backward"};
 
 // What the flags given say, checked against the whole configuration: a 0
 // that would read as the default, and a flag the model has no use for (the
@@ -925,6 +930,10 @@ static int check_given(const parsed *p, int n, const cli *c) {
     if (f->off == offsetof(cli, cfg.rope_theta) && c->cfg.variant != TS_LLAMA)
       return ts_fail(TS_EUSAGE, "--rope-theta: only with a LLaMA model (the GPT variant learns "
                      "its positions)");
+    for (size_t k = 0; k < sizeof vq_only_flags / sizeof vq_only_flags[0]; k++)
+      if (strcmp(f->name, vq_only_flags[k]) == 0 && c->cfg.compress != TS_COMPRESS_MAPL_VQ)
+        return ts_fail(TS_EUSAGE, "%s %s: only with --compress mapl-vq", f->name,
+                       p[i].value ? p[i].value : "");
     if (f->off == offsetof(cli, cfg.compress_stages) && c->cfg.compress == 0)
       return ts_fail(TS_EUSAGE, "--compress-stages: only with --compress");
   }
