@@ -107,6 +107,15 @@ unset ANCHOR
 VQB=on equal mapl-vq 4 4:1:2:1f1b 4:1:4:gpipe
 VQB=on equal mapl-vq 2 2:2:2:1f1b
 VQB=off equal mapl-vq 2
+# with a tied head the first stage's copies are the embedding and the gradient
+# codebooks' (once a one-tensor read of that table overran the stack; the bytes
+# of a tied head's traffic are tests/plan.sh's)
+TIED="--model llama-tiny --layers 4 --tied $common --compress mapl-vq --rank $R --vq-backward on"
+if expect_exit 0 "" "$T" train $TIED --compress-stages 2 --microbatches 2 --log "$TS_TMP/tied-s.jsonl" &&
+  expect_exit 0 "" $RUN_MPI -n 2 "$T" train $TIED --pp 2 --microbatches 2 --log "$TS_TMP/tied-p.jsonl"; then
+  expect_compare identical "mapl-vq --vq-backward on, tied head, pp 2: identical to serial" \
+    "$TS_TMP/tied-s.jsonl" "$TS_TMP/tied-p.jsonl"
+fi
 unset VQB
 # the stream by microbatch (--vq-stream-unit microbatch): the step's D·M
 # microbatches are part of the model, whose serial run has --microbatches D·M;

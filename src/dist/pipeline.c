@@ -378,10 +378,16 @@ int ts_pipeline_sync_copies(ts_pipeline *pl, ts_model *m, uint64_t step) {
     return ts_comm_send(pl->pipe, ts_model_params(m) + pl->wte_off, pl->wte_len * sizeof(float),
                         0, -1);
   if (pl->s == 0) {
-    ts_tensor w;
-    if (ts_model_num_copies(m) < 1) return ts_fail(TS_ERUNTIME, "pipeline: no embedding copy");
-    ts_model_copies(m, &w); // the first copy: the embedding precedes every codec tensor
-    return ts_comm_recv(pl->pipe, w.data, pl->wte_len * sizeof(float), pl->P - 1, -1);
+    // the first copy: the embedding precedes every codec tensor (the codecs'
+    // copies follow it: --vq-backward on's gradient codebooks, for one)
+    const int nc = ts_model_num_copies(m);
+    if (nc < 1) return ts_fail(TS_ERUNTIME, "pipeline: no embedding copy");
+    ts_tensor *w = malloc((size_t)nc * sizeof *w);
+    if (!w) return ts_fail(TS_ERUNTIME, "out of memory (the copies' table)");
+    ts_model_copies(m, w);
+    float *embedding = w[0].data;
+    free(w);
+    return ts_comm_recv(pl->pipe, embedding, pl->wte_len * sizeof(float), pl->P - 1, -1);
   }
   return TS_OK;
 }
