@@ -77,6 +77,12 @@ run zero3 2 --model tiny --sp 2 --zero 3 && against gpt2 zero3 1 2 lss 1 3 0
 plan_json vq2 2 --model tiny --compress mapl-vq --rank 16 --compress-stages 2
 run vq 2 --model tiny --pp 2 --microbatches 4 --compress mapl-vq --rank 16 &&
   against vq2 vq 1 1 - 2 0 0
+# the gradients quantised too, and the codebooks streamed by microbatch: the
+# plan's stream counts the layout's microbatches, as train does
+VQB="--compress mapl-vq --rank 16 --vq-backward on --vq-stream-unit microbatch --vq-stream-every 3"
+plan_json vqb2 2 --model tiny $VQB --compress-stages 2
+run vqb 2 --model tiny --pp 2 --microbatches 4 $VQB && against vqb2 vqb 1 1 - 2 0 0
+against vq2 vqb 1 1 - 2 0 0 --expect-differ
 # a data group of three (not a power of two: the tree over the ranks has an
 # empty position, comm_tree.h): its all-reduce's bytes are the plan's
 plan_json gpt3 3 --model tiny --batch 6

@@ -543,29 +543,29 @@ static const flag flags[] = {
     {"--mapl-anchor", K_STR, AT(mapl_anchor), 0, "KIND",
      "mapl, mapl-vq: the anchor added back after a boundary: factorised (a learned V x r table "
      "times a frozen r x d one), none, static (a frozen seeded V x d table) or full (a learned "
-     "V x d table per stage)", "factorised", TD, G_COMP, check_choice},
+     "V x d table per stage)", "factorised", TD | C_PLAN, G_COMP, check_choice},
     {"--ssn-refresh", K_INT, AT(cfg.ssn_refresh), 0, "N",
      "ssn-confined: refresh the subspace every N steps on the Grassmann manifold (-1: never)",
      "500", TD, G_COMP, NULL},
     {"--ssn-refresh-step", K_FLOAT, AT(cfg.ssn_refresh_step), 0, "S",
      "ssn-confined: the refresh's step (Frobenius length, in (0, 1])", "0.1", TD, G_COMP, NULL},
     {"--vq-group", K_INT, AT(cfg.vq_groups), 0, "G", "mapl-vq: coordinates per quantised group",
-     "2", TD, G_COMP, check_rank},
+     "2", TD | C_PLAN, G_COMP, check_rank},
     {"--vq-rounds", K_INT, AT(cfg.vq_rounds), 0, "R", "mapl-vq: residual quantisation rounds", "2",
-     TD, G_COMP, check_rank},
+     TD | C_PLAN, G_COMP, check_rank},
     {"--vq-codes", K_INT, AT(cfg.vq_codes), 0, "K", "mapl-vq: codes per codebook, <= 256", "256",
-     TD, G_COMP, check_rank},
+     TD | C_PLAN, G_COMP, check_rank},
     {"--vq-gamma", K_FLOAT, AT(cfg.vq_gamma), 0, "G", "mapl-vq: EMA decay of the codebooks",
      "0.99", TD, G_COMP, NULL},
     {"--vq-commit", K_FLOAT, AT(cfg.vq_commit), 0, "W", "mapl-vq: commitment-loss weight", "1",
      TD, G_COMP, NULL},
     {"--vq-sync-codes", K_INT, AT(cfg.vq_sync_codes), 0, "N",
      "mapl-vq: codes per codebook streamed into the shared copy after each step, in a seeded "
-     "order taken in turn (--vq-codes: the whole codebook every step)", "1", TD,
+     "order taken in turn (--vq-codes: the whole codebook every step)", "1", TD | C_PLAN,
      G_COMP, check_rank},
     {"--vq-backward", K_STR, AT(vq_backward), 0, "on|off",
      "mapl-vq: quantise the boundary gradients too, each token's dZ as its RMS (a float) and "
-     "codes of dZ/RMS in codebooks of their own, streamed like the forward's", "off", TD, G_COMP,
+     "codes of dZ/RMS in codebooks of their own, streamed like the forward's", "off", TD | C_PLAN, G_COMP,
      check_choice},
     {"--vq-backward-gamma", K_FLOAT, AT(cfg.vq_backward_gamma), 0, "G",
      "mapl-vq --vq-backward on: EMA decay of the gradient's codebooks", "--vq-gamma", TD, G_COMP,
@@ -573,10 +573,10 @@ static const flag flags[] = {
     {"--vq-stream-unit", K_STR, AT(vq_stream_unit), 0, "step|microbatch",
      "mapl-vq: what --vq-stream-every counts; microbatch makes the step's --dp x --microbatches "
      "microbatches part of the model (the serial run with --microbatches M equals any layout of "
-     "M)", "step", TD, G_COMP, check_choice},
+     "M)", "step", TD | C_PLAN, G_COMP, check_choice},
     {"--vq-stream-every", K_INT, AT(cfg.vq_stream_every), 0, "N",
      "mapl-vq: stream --vq-sync-codes codes of each codebook into the shared copy once every N "
-     "units (the MAPL paper: 5 microbatches)", "1", TD, G_COMP, NULL},
+     "units (the MAPL paper: 5 microbatches)", "1", TD | C_PLAN, G_COMP, NULL},
     // checkpoints and logs
     {"--log", K_STR, AT(cfg.log_path), 0, "FILE", "write the run log (JSONL) to FILE", "none",
      TRAIN, G_OUT, NULL},

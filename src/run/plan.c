@@ -298,8 +298,10 @@ static void step_traffic(const ts_config *cfg, plan_row *r, const ts_plan_opts *
     const uint64_t M = (uint64_t)l->microbatches, msg = rows * (uint64_t)cfg->d * 4;
     const uint64_t out = rows * bd->wire_bytes(cfg, 0), back = rows * bd->wire_bytes(cfg, 1);
     add_group(r, o, o->ranks, TS_COMM_SENDRECV, 2 * M, M * (out + back));
+    ts_config laid = *cfg; // mapl-vq's stream by microbatch counts the layout's (train.c)
+    if (laid.vq_stream_microbatches < 0) laid.vq_stream_microbatches = l->dp * l->microbatches;
     if (bd->sync_bytes) // after the step its receiver's copies (pipeline.c sync_copies)
-      add_group(r, o, o->ranks, TS_COMM_SENDRECV, 1, bd->sync_bytes(cfg));
+      add_group(r, o, o->ranks, TS_COMM_SENDRECV, 1, bd->sync_bytes(&laid));
     if (cfg->tied) // each microbatch's embedding-output gradient to the last stage, the
                    // updated embedding back (pipeline.c tied_embedding, sync_copies)
       add_group(r, o, o->ranks, TS_COMM_SENDRECV, M + 1,
