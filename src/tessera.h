@@ -554,6 +554,11 @@ float ts_model_run_loss_sum(const ts_model *m, int run);
 const ts_config *ts_model_config(const ts_model *m);
 // Bytes of activations and backward scratch: O(B·T·d) per layer, no T×T term.
 size_t ts_model_activation_bytes(const ts_model *m);
+// Of those, the CPU kernels' workspace at its most: its leaf vector, the
+// canonical trees' pool of partials (one per level of the tree over the
+// rows' leaves: it grows as log2 T, not with T) and the attention kernel's
+// per-thread scratch; 0 on a GPU.
+size_t ts_model_workspace_bytes(const ts_model *m);
 // FLOPs per token (docs/ALGORITHMS.md §9): 6 * non-embedding params + 6 * L * T * d.
 double ts_model_flops_per_token(const ts_model *m);
 // The same for a configuration's whole model (its parameter table, nothing allocated).

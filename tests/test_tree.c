@@ -151,6 +151,37 @@ static void test_buffers_log_n(void **state) {
   }
 }
 
+// ts_tree_window_peak counts the buffers ts_leaf_tree_sum's pattern leaves
+// in the pool (the memory estimate counts them): windows of leaves taken at
+// once, then pushed owned, for windows of 1 to 9 and up to 200 leaves.
+static void test_window_peak_is_the_pool(void **state) {
+  (void)state;
+  const size_t m = 3;
+  for (int w = 1; w <= 9; w++)
+    for (int64_t n = 0; n <= 200; n++) {
+      ts_tree t;
+      ts_tree_init(&t, m);
+      for (int64_t base = 0; base < n; base += w) {
+        float *leaf[9];
+        const int cnt = (int)(n - base < w ? n - base : w);
+        for (int i = 0; i < cnt; i++) {
+          leaf[i] = ts_tree_take(&t);
+          assert_non_null(leaf[i]);
+          for (size_t c = 0; c < m; c++) leaf[i][c] = (float)(base + i);
+        }
+        for (int i = 0; i < cnt; i++) ts_tree_push_owned(&t, leaf[i]);
+      }
+      float out[3];
+      ts_tree_finish(&t, out);
+      assert_int_equal(ts_tree_window_peak(n, w), t.nowned);
+      ts_tree_free(&t);
+    }
+  // past the loop's reach, the closed form of a power-of-two window: 2^20 leaves
+  // one at a time hold 20 partials before the last and the last itself
+  assert_int_equal(ts_tree_window_peak((int64_t)1 << 20, 1), 21);
+  assert_int_equal(ts_tree_window_peak(((int64_t)1 << 20) + 1, 4), 22);
+}
+
 // Restarting at position `start` equals pushing `start` empties first, and
 // ts_tree_skip(k) equals k empty pushes: a rank holding leaves from `start`
 // on builds the same (sub)tree as the serial run.
@@ -398,6 +429,7 @@ int main(void) {
       cmocka_unit_test(test_scalar_tree_with_empties),
       cmocka_unit_test(test_push_in_parts),
       cmocka_unit_test(test_buffers_log_n),
+      cmocka_unit_test(test_window_peak_is_the_pool),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

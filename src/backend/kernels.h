@@ -32,6 +32,13 @@ typedef struct {
 // their parallel loops on exactly that many threads whatever is set later.
 int ts_ws_init(ts_ws *ws, int tile, int leaf, size_t max_leaf_floats, int dh);
 void ts_ws_free(ts_ws *ws);
+// The workspace's bytes at their most (the memory estimate's count of it):
+// the leaf vector, the tree's pool of partials when the largest sum is over
+// nleaves leaves (ts_tree_window_peak: about log2 of them, each the size of
+// the largest leaf partial), and each thread's attention scratch and tree
+// over query_tiles tiles.
+size_t ts_ws_bytes(int nthreads, int tile, int dh, size_t max_leaf_floats, int64_t nleaves,
+                   int64_t query_tiles);
 
 // Sums per-leaf partials of n floats in canonical order: leaf_fn(ctx, i, out)
 // writes leaf i's partial (all n floats) into out; the result goes to `sum`.

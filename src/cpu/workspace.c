@@ -6,16 +6,31 @@
 
 #include "backend/kernels.h"
 
+// Attention scratch per thread: the backward's S, dS (tile x tile), dK|dV
+// part and leaf (2 x 2 tile x dh) and packed K, V, Kᵀ, Vᵀ, dO (5 tile x dh);
+// the forward's S, acc and packed Q (tile x dh) and five rows of tile floats.
+static size_t attn_floats(int tile, int dh) {
+  return (size_t)2 * tile * tile + (size_t)9 * tile * dh + 5 * (size_t)tile;
+}
+
+size_t ts_ws_bytes(int nthreads, int tile, int dh, size_t max_leaf_floats, int64_t nleaves,
+                   int64_t query_tiles) {
+  const int window = nthreads < 64 ? nthreads : 64; // ts_leaf_tree_sum's W
+  const size_t partial = max_leaf_floats * sizeof(float) + 64; // ts_tree_take's buffer
+  const size_t attn_partial = (size_t)2 * tile * dh * sizeof(float) + 64;
+  return max_leaf_floats * sizeof(float) +
+         (size_t)ts_tree_window_peak(nleaves, window) * partial +
+         (size_t)nthreads * (attn_floats(tile, dh) * sizeof(float) +
+                             (size_t)ts_tree_window_peak(query_tiles, 1) * attn_partial);
+}
+
 int ts_ws_init(ts_ws *ws, int tile, int leaf, size_t max_leaf_floats, int dh) {
   memset(ws, 0, sizeof *ws);
   ws->tile = tile;
   ws->leaf = leaf;
   ws->nthreads = omp_get_max_threads();
   ws->leaf_cap = max_leaf_floats;
-  // attention scratch per thread: the backward's S, dS (tile x tile), dK|dV
-  // part and leaf (2 x 2 tile x dh) and packed K, V, Kᵀ, Vᵀ, dO (5 tile x dh);
-  // the forward's S, acc and packed Q (tile x dh) and five rows of tile floats
-  ws->attn_cap = (size_t)2 * tile * tile + (size_t)9 * tile * dh + 5 * (size_t)tile;
+  ws->attn_cap = attn_floats(tile, dh);
   ws->attnbuf = calloc((size_t)ws->nthreads, sizeof(float *));
   ws->attntree = calloc((size_t)ws->nthreads, sizeof(ts_tree));
   if (!ws->attnbuf || !ws->attntree ||

@@ -31,6 +31,31 @@ float *ts_tree_take(ts_tree *t) {
   return b;
 }
 
+// The most set bits of any k in [0, n].
+static int max_popcount_upto(uint64_t n) {
+  if (n == 0) return 0;
+  const int bits = 64 - __builtin_clzll(n);
+  return (n & (n + 1)) == 0 ? bits : bits - 1 > __builtin_popcountll(n) ? bits - 1
+                                                                        : __builtin_popcountll(n);
+}
+
+int ts_tree_window_peak(int64_t nleaves, int window) {
+  if (nleaves <= 0 || window <= 0) return 0;
+  const uint64_t n = (uint64_t)nleaves, w = (uint64_t)window;
+  if ((w & (w - 1)) == 0) { // a power of two: base = k·w holds popcount(k) partials
+    const uint64_t full = n / w, rem = n % w;
+    int peak = full ? max_popcount_upto(full - 1) + window : 0;
+    const int last = rem ? __builtin_popcountll(full) + (int)rem : 0;
+    return last > peak ? last : peak;
+  }
+  int peak = 0;
+  for (uint64_t base = 0; base < n; base += w) {
+    const int held = __builtin_popcountll(base) + (int)(n - base < w ? n - base : w);
+    if (held > peak) peak = held;
+  }
+  return peak;
+}
+
 static void give(ts_tree *t, float *b) { t->pool[t->npool++] = b; }
 
 void ts_tree_reset(ts_tree *t, uint64_t start) {

@@ -43,6 +43,12 @@ int ts_tree_push(ts_tree *t, const float *leaf);
 // ts_tree_push_owned, which pushes it without a copy. NULL when out of memory.
 float *ts_tree_take(ts_tree *t);
 void ts_tree_push_owned(ts_tree *t, float *leaf);
+// The buffers a tree holds at once, at its most, while nleaves leaves are
+// taken `window` at a time and then pushed owned (ts_leaf_tree_sum): one
+// partial for each set bit of the leaves pushed before a window, and the
+// window's own. The pool keeps them all: it is the tree's memory, in
+// buffers of its cap, from then on.
+int ts_tree_window_peak(int64_t nleaves, int window);
 // Pushes `count` empty positions at once.
 void ts_tree_skip(ts_tree *t, uint64_t count);
 // Writes the sum of everything pushed (zeros when all were empty) into out.

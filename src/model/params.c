@@ -163,6 +163,33 @@ size_t ts_model_attn_pack_floats(const ts_model *m, int nthreads) {
   return (size_t)nthreads * 2 * T * dh * (G > 1 ? G : 1);
 }
 
+// The largest leaf partial a sum of the model takes, which sizes the kernels'
+// workspace: its leaf vector and every partial of its tree.
+static size_t workspace_leaf_floats(const ts_model *m) {
+  const ts_config *cfg = &m->cfg;
+  const size_t C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V;
+  size_t leaf_cap = F * C + F;
+  if (cfg->tiled_mlp) // one vector [dW2 | db2 | dW1 | db1 | dW3] per leaf
+    leaf_cap = 2 * F * C + F + C + (m->llama ? F * C : 0);
+  if (V * C > leaf_cap) leaf_cap = V * C;
+  if ((size_t)cfg->leaf * C > leaf_cap) leaf_cap = (size_t)cfg->leaf * C;
+  const size_t bd_leaf = m->bd->leaf_floats ? m->bd->leaf_floats(cfg) : 0;
+  return bd_leaf > leaf_cap ? bd_leaf : leaf_cap;
+}
+
+// The CPU kernels' workspace at its most (ts_ws_bytes): its leaf vector, the
+// canonical trees' pool of partials for a sum over the rank's leaves of rows
+// (log2 of them, each the largest leaf partial: with --tiled-mlp the MLP's
+// whole gradient, so it grows by one such partial at every doubling of T),
+// and the attention kernel's per-thread scratch; none on a GPU.
+static size_t workspace_bytes(const ts_model *m, int nthreads) {
+  if (strcmp(m->be->name, "cpu") != 0) return 0;
+  return ts_ws_bytes(nthreads, m->cfg.tile, m->dh, workspace_leaf_floats(m),
+                     m->ntok / m->cfg.leaf, (m->Tl + m->cfg.tile - 1) / m->cfg.tile);
+}
+
+size_t ts_model_workspace_bytes(const ts_model *m) { return workspace_bytes(m, m->ws.nthreads); }
+
 // Processes that share this machine's memory (ts_model_set_memory_share).
 static int memory_share = 1;
 
@@ -525,6 +552,7 @@ static void estimate(const ts_model *m, const ts_seq_shard *sp, int shards, int 
   if (cfg->fused_ce) e->scratch += 4.0 * (double)ts_model_fused_ce_floats(m, threads);
   if (cfg->tiled_mlp) e->scratch += 4.0 * (double)ts_model_tiled_mlp_floats(m, threads);
   e->scratch += 4.0 * (double)ts_model_attn_pack_floats(m, threads);
+  e->scratch += (double)workspace_bytes(m, threads);
   // a rank of two runs kept apart (lss-zigzag): the second run's gradient partials
   if (m->cp->run_partials) e->strategy = 4.0 * np;
   // the strategy's own state (its `bytes`, from the geometry: lss-dx's
@@ -550,6 +578,7 @@ static void estimate(const ts_model *m, const ts_seq_shard *sp, int shards, int 
   if (cfg->fused_ce) e->fit += 4.0 * (double)ts_model_fused_ce_floats(m, threads);
   if (cfg->tiled_mlp) e->fit += 4.0 * (double)ts_model_tiled_mlp_floats(m, threads);
   e->fit += 4.0 * (double)ts_model_attn_pack_floats(m, threads);
+  e->fit += (double)workspace_bytes(m, threads);
   e->fit += e->strategy + e->strategy_state + e->incall + e->comm_buffers;
   e->total = e->fit;
 }
@@ -653,15 +682,7 @@ static int alloc_activations(ts_model *m, const act_layout *al) {
 // partial) and the memory options' scratch.
 static int alloc_scratch(ts_model *m) {
   const ts_config *cfg = &m->cfg;
-  const size_t C = (size_t)m->C, F = (size_t)m->F, V = (size_t)m->V;
-  size_t leaf_cap = F * C + F;
-  if (cfg->tiled_mlp) // one vector [dW2 | db2 | dW1 | db1 | dW3] per leaf
-    leaf_cap = 2 * F * C + F + C + (m->llama ? F * C : 0);
-  if (V * C > leaf_cap) leaf_cap = V * C;
-  if ((size_t)cfg->leaf * C > leaf_cap) leaf_cap = (size_t)cfg->leaf * C;
-  const size_t bd_leaf = m->bd->leaf_floats ? m->bd->leaf_floats(cfg) : 0;
-  if (bd_leaf > leaf_cap) leaf_cap = bd_leaf;
-  if (ts_ws_init(&m->ws, cfg->tile, cfg->leaf, leaf_cap, m->dh) != 0)
+  if (ts_ws_init(&m->ws, cfg->tile, cfg->leaf, workspace_leaf_floats(m), m->dh) != 0)
     return ts_fail(TS_ERUNTIME, "out of memory allocating kernel workspace");
   if (cfg->tiled_mlp) {
     m->mlp_scratch = m->be->alloc(ts_model_tiled_mlp_floats(m, m->ws.nthreads) * sizeof(float));
@@ -910,6 +931,7 @@ size_t ts_model_activation_bytes(const ts_model *m) {
   if (m->cfg.tiled_mlp) scratch += ts_model_tiled_mlp_floats(m, m->ws.nthreads);
   scratch += ts_model_attn_pack_floats(m, m->ws.nthreads); // the attention kernel's copies
   size_t own = m->rp ? ts_run_partials_bytes(m) : 0; // the gradient plan's, and the strategy's
+  own += ts_model_workspace_bytes(m); // the kernels' sums and attention
   if (m->cp->bytes) {
     ts_attn_io io;
     ts_attn_io_geometry(m, &io);
