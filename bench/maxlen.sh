@@ -48,7 +48,7 @@
 #   GROWTH_MODES   modes run once more for GROWTH_STEPS steps at T = GROWTH_T, to see whether
 #                  the peak grows from step to step ["lss ulysses upipe ring"; "" = none]
 #   GROWTH_T       [1024]   GROWTH_STEPS [8]
-#   TORCH_T        sequence lengths of the PyTorch runs ["512 1024 2048 3072 4096"]
+#   TORCH_T        sequence lengths of the PyTorch runs ["512 1024 2048 3072 4096"; "" = none]
 #   TORCH_THREADS  PyTorch intra-op threads [2]
 #   PROBE          run the refusal probes [1]
 #   PROBE_T        ["1048576 2097152"]
@@ -87,7 +87,7 @@ UPIPE_U=${UPIPE_U:-$N}
 ZERO=${ZERO:-0}
 STEPS=${STEPS:-2}
 SERIAL_THREADS=${SERIAL_THREADS:-2}
-TORCH_T=${TORCH_T:-"512 1024 2048 3072 4096"}
+TORCH_T=${TORCH_T-"512 1024 2048 3072 4096"}
 TORCH_THREADS=${TORCH_THREADS:-2}
 TORCH_MODEL_ARGS=${TORCH_MODEL_ARGS:-"--d 512 --layers 6 --heads 8"}
 GROWTH_MODES=${GROWTH_MODES-"lss ulysses upipe ring"}

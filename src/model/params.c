@@ -181,11 +181,13 @@ static size_t workspace_leaf_floats(const ts_model *m) {
 // canonical trees' pool of partials for a sum over the rank's leaves of rows
 // (log2 of them, each the largest leaf partial: with --tiled-mlp the MLP's
 // whole gradient, so it grows by one such partial at every doubling of T),
-// and the attention kernel's per-thread scratch; none on a GPU.
+// and the attention kernel's per-thread scratch with its tree over the query
+// tiles (of the whole sequence at most, as ts_model_attn_pack_floats); none
+// on a GPU.
 static size_t workspace_bytes(const ts_model *m, int nthreads) {
   if (strcmp(m->be->name, "cpu") != 0) return 0;
   return ts_ws_bytes(nthreads, m->cfg.tile, m->dh, workspace_leaf_floats(m),
-                     m->ntok / m->cfg.leaf, (m->Tl + m->cfg.tile - 1) / m->cfg.tile);
+                     m->ntok / m->cfg.leaf, (m->T + m->cfg.tile - 1) / m->cfg.tile);
 }
 
 size_t ts_model_workspace_bytes(const ts_model *m) { return workspace_bytes(m, m->ws.nthreads); }
