@@ -1,0 +1,1 @@
+mpiexec -n 4 /tmp/tessera-max train --model small --seq 16384 --batch 1 --steps 2 --checkpoint --fused-ce --tiled-mlp --eval-batches 1 --data data/corpus.txt --quiet --log bench/results/maxlen-zero3-32k/n4-t16384-lss.jsonl --threads 1 --sp 4 --sp-mode lss --zero 3

@@ -1,0 +1,1 @@
+/tmp/tessera-max train --model small --seq 8192 --batch 1 --steps 2 --checkpoint --fused-ce --tiled-mlp --eval-batches 1 --data data/corpus.txt --quiet --log bench/results/maxlen-zero3-32k/serial-t8192.jsonl --threads 2
