@@ -103,6 +103,11 @@ run ppz3 4 --model tiny --dp 2 --pp 2 --microbatches 2 --zero 3 && against gpt4 
 run ppz2 4 --model tiny --sp 2 --pp 2 --microbatches 4 --zero 2 --sp-mode lss-zigzag &&
   against gpt4 ppz2 1 2 lss-zigzag 2 2 0
 
+# no layout valid (6 ranks, 2 layers, 4 sequences): the table says why, most
+# common refusal first, without --verbose
+expect_exit 0 "" "$TESSERA_BIN" plan --model tiny --ranks 6 &&
+  expect_stdout "no layout is valid; the refusals, the most common first:" &&
+  expect_stdout "^  256 layouts: --sp 3: must be a power of two"
 # the check tells layouts apart: another layout's plan does not match the run
 against gpt2 lss 1 2 ulysses 1 0 0 --expect-differ
 against gpt2 lss 1 2 lss 1 0 1 --expect-differ

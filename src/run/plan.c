@@ -589,6 +589,30 @@ static void print_header(FILE *out, const ts_config *cfg, const ts_plan_opts *o,
           "rules%s\n", n, valid, fit, n - valid, o->verbose ? ":" : " (--verbose: why)");
 }
 
+// With no layout valid, the user's next question is why: the distinct
+// refusals, the most common first (at most four), without --verbose's list.
+static void print_refusal_summary(FILE *out, const plan_row *rows, int n) {
+  enum { SHOWN = 4 };
+  int shown[SHOWN], count[SHOWN], k = 0;
+  for (int pass = 0; pass < SHOWN; pass++) {
+    int best = -1, best_count = 0;
+    for (int i = 0; i < n; i++) {
+      if (!rows[i].why[0]) continue;
+      int seen = 0, c = 0;
+      for (int j = 0; j < k && !seen; j++) seen = strcmp(rows[shown[j]].why, rows[i].why) == 0;
+      for (int j = 0; j < i && !seen; j++) seen = strcmp(rows[j].why, rows[i].why) == 0;
+      if (seen) continue; // (counted at its first row)
+      for (int j = i; j < n; j++) c += strcmp(rows[j].why, rows[i].why) == 0;
+      if (c > best_count) best = i, best_count = c;
+    }
+    if (best < 0) break;
+    shown[k] = best, count[k++] = best_count;
+  }
+  fprintf(out, "no layout is valid; the refusals, the most common first:\n");
+  for (int j = 0; j < k; j++)
+    fprintf(out, "  %d layouts: %s\n", count[j], rows[shown[j]].why);
+}
+
 int ts_plan(const ts_config *raw, const ts_layout *base, const ts_plan_opts *opts, FILE *out) {
   ts_config cfg = *raw;
   int rc = ts_config_finalize(&cfg);
@@ -622,7 +646,8 @@ int ts_plan(const ts_config *raw, const ts_layout *base, const ts_plan_opts *opt
     print_header(out, &cfg, &o, n, valid, fit);
     for (int i = 0; i < n && o.verbose; i++)
       if (rows[i].why[0]) fprintf(out, "  refused %-34s %s\n", rows[i].name, rows[i].why);
-    print_table(out, rows, n, o.top > 0 ? o.top : 20);
+    if (!valid && !o.verbose) print_refusal_summary(out, rows, n);
+    if (valid) print_table(out, rows, n, o.top > 0 ? o.top : 20);
     if (fit)
       fprintf(out, "longest T that fits the first: %d (the layout rules' and the memory's)\n",
               longest);
