@@ -30,11 +30,20 @@ KINDS = [  # (label, the estimate's members summed)
 
 def plan(binary, flags, seq):
     out = subprocess.run([binary, "plan", "--json", "--seq", str(seq)] + flags,
-                         capture_output=True, text=True, check=True).stdout
-    return json.loads(out)
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("plan_plot: %s plan --seq %d %s: %s" % (binary, seq, " ".join(flags),
+                                                         out.stderr.strip()))
+    return json.loads(out.stdout)
 
 
 def main():
+    if len(sys.argv) >= 2 and sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return
+    if len(sys.argv) < 3:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        sys.exit(2)
     binary, png, flags = sys.argv[1], sys.argv[2], sys.argv[3:]
     first = plan(binary, flags, 1024)
     rows = [r for r in first["rows"] if "refused" not in r and r["fits"]]
