@@ -60,7 +60,8 @@
 #               and its wall time at JOBS at once
 #
 # Files: RESULTS/NAME.{cmd,jsonl,err,meta} as bench/lib.sh writes them (an attempt's
-# stderr is appended to NAME.err.earlier before the next one), RESULTS/manifest.tsv
+# stderr is appended to NAME.err.earlier before the next one; a finished run's log is
+# gzipped into NAME.jsonl.gz, but with QUICK=1), RESULTS/manifest.tsv
 # (mode, P, r, seed, name: the whole matrix, written at every start), RESULTS/setup.txt.
 # A failed run does not stop the others; the script exits 1 at the end naming it, and a
 # rerun resumes it.
@@ -183,7 +184,7 @@ done
 # the settings that make a run what it is; a rerun must keep them
 SETTINGS=("model_flags $MODEL_FLAGS" "data ${DATA_DIR#"$ROOT"/}" "seq $SEQ" "batch $BATCH" "steps $STEPS"
           "eval_every $EVAL_EVERY" "eval_batches $EVAL_BATCHES" "opt_flags $OPT_FLAGS" "vq_flags $VQ_FLAGS")
-if [ -f "$RESULTS/setup.txt" ] && ls "$RESULTS"/*.jsonl > /dev/null 2>&1; then
+if [ -f "$RESULTS/setup.txt" ] && ls "$RESULTS"/*.jsonl "$RESULTS"/*.jsonl.gz > /dev/null 2>&1; then
   for kv in "${SETTINGS[@]}"; do
     old=$(grep -m1 "^${kv%% *} " "$RESULTS/setup.txt" || echo "${kv%% *} ")
     [ "$old" = "${kv% }" ] || [ "$old" = "$kv" ] ||
@@ -263,6 +264,9 @@ one_run() {
     return 1
   fi
   bench_meta "$name" ok
+  # a finished log, 5 MB of step records, kept as gzip (a tenth) so that the results of
+  # all the runs can live in the repository; the report reads either
+  if [ "$QUICK" != 1 ]; then gzip -9nf "$RESULTS/$name.jsonl"; fi
   echo "  $name done: $(bench_wall_s %.0f) s" >&2
 }
 

@@ -23,6 +23,7 @@ With --estimate STEPS (ESTIMATE=1 bench/compress_budget.sh): the median step tim
 run of RESULTS (its steps after the first) and what STEPS steps × --seeds seeds of every
 configuration take, in CPU hours and in wall hours at --jobs runs at once.
 """
+import gzip
 import json
 import os
 import statistics
@@ -41,6 +42,12 @@ def load(results, name):
     record, eval curve {step: val_loss}, step records' step_ms, and the last step logged."""
     meta = read_kv(os.path.join(results, name + ".meta"))
     text = read(os.path.join(results, name + ".jsonl"))
+    if text is None:  # a finished run's log, gzipped by bench/compress_budget.sh
+        try:
+            with gzip.open(os.path.join(results, name + ".jsonl.gz"), "rt") as f:
+                text = f.read()
+        except OSError:
+            text = None
     run = {"status": meta.get("status") or ("not started" if text is None else "running"),
            "config": None, "curve": {}, "step_ms": [], "last_step": 0}
     if text is None:
