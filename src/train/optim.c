@@ -151,6 +151,37 @@ static void norm_next_chunk(norm_state *st, int64_t c, double start) {
   st->chunk = c;
 }
 
+// The sums of squares of k whole chunks, each its own chain in element order.
+// Four chunks go side by side so that their adds' latencies overlap (one
+// chain alone waits on each add); a chunk's chain, and so its bits, is the
+// one it has alone.
+static void sumsq_chunks(double *part, const float *g, size_t k) {
+  const size_t quads = (k + 3) / 4;
+#pragma omp parallel for schedule(static)
+  for (size_t q = 0; q < quads; q++) {
+    const size_t j = 4 * q;
+    if (k - j >= 4) {
+      const float *a = g + j * NORM_CHUNK, *b = a + NORM_CHUNK, *c = b + NORM_CHUNK,
+                  *d = c + NORM_CHUNK;
+      double sa = 0.0, sb = 0.0, sc = 0.0, sd = 0.0;
+      for (size_t e = 0; e < NORM_CHUNK; e++) {
+        sa += (double)a[e] * (double)a[e];
+        sb += (double)b[e] * (double)b[e];
+        sc += (double)c[e] * (double)c[e];
+        sd += (double)d[e] * (double)d[e];
+      }
+      part[j] = sa, part[j + 1] = sb, part[j + 2] = sc, part[j + 3] = sd;
+    } else {
+      for (size_t r = j; r < k; r++) {
+        const float *a = g + r * NORM_CHUNK;
+        double s = 0.0;
+        for (size_t e = 0; e < NORM_CHUNK; e++) s += (double)a[e] * (double)a[e];
+        part[r] = s;
+      }
+    }
+  }
+}
+
 // Elements g[0, n) at positions [at, at + n) into the fold: the parts of
 // chunks element by element, whole chunks at once (the backend's sumsq_chunks
 // where the gradients live, else threads over chunks: the same bits).
@@ -170,14 +201,7 @@ static void norm_range(norm_state *st, const float *g, uint64_t at, uint64_t n) 
       if (be->sumsq_chunks) {
         be->sumsq_chunks(part, g + i, k * NORM_CHUNK, NORM_CHUNK);
       } else {
-        const float *base = g + i;
-#pragma omp parallel for schedule(static)
-        for (size_t j = 0; j < k; j++) {
-          double s = 0.0;
-          for (size_t e = j * NORM_CHUNK; e < (j + 1) * NORM_CHUNK; e++)
-            s += (double)base[e] * (double)base[e];
-          part[j] = s;
-        }
+        sumsq_chunks(part, g + i, k);
       }
       for (size_t j = 0; j < k; j++) norm_next_chunk(st, c + (int64_t)j, part[j]);
       free(part);
