@@ -534,6 +534,8 @@ int ts_model_layer_runs(const ts_model *m, int *first, int *nlay, size_t *lo, in
 // ts_model_create_stage): their number, and their views (parameters only).
 int ts_model_num_copies(const ts_model *m);
 void ts_model_copies(ts_model *m, ts_tensor *params);
+// Copy k's view alone (0 <= k < ts_model_num_copies); 0 when there is no copy k.
+int ts_model_copy(ts_model *m, int k, ts_tensor *param);
 // The canonical model's table, whatever part of it this model holds: its
 // number of tensors and of parameters, and every tensor's name, shape, role
 // and offset (`at`) with data NULL.

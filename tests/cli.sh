@@ -147,6 +147,14 @@ expect_stdout "^  BLAS +(OpenBLAS|none: built --without-blas)"
 expect_stdout "^  MPI +(MPICH|none: built --without-mpi)"
 expect_stdout "cuda"
 expect_stdout "tile"
+# idle OpenMP threads: passive with a short spin where the user set neither
+# (src/run/omp_env.c), the user's own settings kept as given
+expect_exit 0 "" env -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT "$T" info
+expect_stdout "OMP_WAIT_POLICY=passive, GOMP_SPINCOUNT=3000$"
+expect_exit 0 "" env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=77 "$T" info
+expect_stdout "OMP_WAIT_POLICY=passive, GOMP_SPINCOUNT=77$"
+expect_exit 0 "" env -u GOMP_SPINCOUNT OMP_WAIT_POLICY=active "$T" info
+expect_stdout "OMP_WAIT_POLICY=active, GOMP_SPINCOUNT=unset$"
 
 # --- compare on hand-written logs -------------------------------------------------
 cat >"$TS_TMP/a.jsonl" <<'LOG'

@@ -183,6 +183,55 @@ AVX512 static void kern_avx512(const block *b, int rb) {
   }
 }
 
+// A panel of op(B) = B^T (pack_panel's transposed case) sixteen by sixteen:
+// sixteen of B's rows, 16 k each, loaded whole and transposed in registers,
+// where a scalar copy would read 8 floats a row and write them 64 floats
+// apart. Columns past w are zeros; a k tail under 16 loads and stores its
+// rows only. A copy: no arithmetic, so no bit depends on it.
+AVX512 static void pack_t512(float *P, const float *B, int ldb, int K, int j0, int w) {
+  for (int jb = 0; jb < NR_AVX512; jb += 16)
+    for (int k0 = 0; k0 < K; k0 += 16) {
+      const int kn = K - k0 < 16 ? K - k0 : 16;
+      const __mmask16 m = kn == 16 ? (__mmask16)0xffff : (__mmask16)((1u << kn) - 1);
+      __m512 r[16], t[16];
+#pragma GCC unroll 16
+      for (int jj = 0; jj < 16; jj++)
+        r[jj] = jb + jj < w ? _mm512_maskz_loadu_ps(m, B + (size_t)(j0 + jb + jj) * ldb + k0)
+                            : _mm512_setzero_ps();
+      // in each 128-bit lane L: row pairs, then rows 4g..4g+3 of column 4L + c in r[4g + c]
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+      }
+#pragma GCC unroll 16
+      for (int g = 0; g < 16; g += 4) {
+        r[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+        r[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+        r[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+        r[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+      }
+      // then the four row groups' lanes gathered: column c whole in one vector
+#pragma GCC unroll 16
+      for (int c = 0; c < 4; c++) {
+        t[c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x88);
+        t[4 + c] = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xDD);
+        t[8 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x88);
+        t[12 + c] = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xDD);
+      }
+#pragma GCC unroll 16
+      for (int c = 0; c < 4; c++) {
+        r[c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD);
+        r[4 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(t[4 + c], t[12 + c], 0xDD);
+      }
+#pragma GCC unroll 16
+      for (int kk = 0; kk < 16; kk++) // (all 16 indices constant: r stays in registers)
+        if (kk < kn) _mm512_store_ps(P + (size_t)(k0 + kk) * NR_AVX512 + jb, r[kk]);
+    }
+}
+
 // ---- AVX2 + FMA: 6 rows by 2 vectors of 8 columns (16 registers in all) ----
 #define NR_AVX2 16
 AVX2 static inline __m256i lanes256(int from, int n) { // lanes from .. from+7 below n
@@ -419,6 +468,12 @@ static void pack_panel(float *P, int nr, const float *B, int ldb, int transB, in
     }
     return;
   }
+#if MM_X86
+  if (nr == NR_AVX512) { // the AVX-512 path's panels
+    pack_t512(P, B, ldb, K, j0, w);
+    return;
+  }
+#endif
   // op(B)(k, j) = B[j*ldb + k]: a block of 8 k at a time keeps both the
   // reads (along B's rows) and the writes (along P's rows) in few lines
   int k0 = 0;

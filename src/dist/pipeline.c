@@ -380,14 +380,9 @@ int ts_pipeline_sync_copies(ts_pipeline *pl, ts_model *m, uint64_t step) {
   if (pl->s == 0) {
     // the first copy: the embedding precedes every codec tensor (the codecs'
     // copies follow it: --vq-backward on's gradient codebooks, for one)
-    const int nc = ts_model_num_copies(m);
-    if (nc < 1) return ts_fail(TS_ERUNTIME, "pipeline: no embedding copy");
-    ts_tensor *w = malloc((size_t)nc * sizeof *w);
-    if (!w) return ts_fail(TS_ERUNTIME, "out of memory (the copies' table)");
-    ts_model_copies(m, w);
-    float *embedding = w[0].data;
-    free(w);
-    return ts_comm_recv(pl->pipe, embedding, pl->wte_len * sizeof(float), pl->P - 1, -1);
+    ts_tensor embedding;
+    if (!ts_model_copy(m, 0, &embedding)) return ts_fail(TS_ERUNTIME, "pipeline: no embedding copy");
+    return ts_comm_recv(pl->pipe, embedding.data, pl->wte_len * sizeof(float), pl->P - 1, -1);
   }
   return TS_OK;
 }

@@ -897,6 +897,12 @@ void ts_model_copies(ts_model *m, ts_tensor *params) {
   memcpy(params, m->ptens + m->nown, (size_t)(m->ntens - m->nown) * sizeof(ts_tensor));
 }
 
+int ts_model_copy(ts_model *m, int k, ts_tensor *param) {
+  if (k < 0 || k >= m->ntens - m->nown) return 0;
+  *param = m->ptens[m->nown + k];
+  return 1;
+}
+
 int ts_model_canonical_tensors(const ts_model *m) { return m->nall; }
 size_t ts_model_canonical_params(const ts_model *m) { return m->nall_params; }
 void ts_model_canonical_table(const ts_model *m, ts_tensor *out) {

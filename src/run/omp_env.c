@@ -1,13 +1,17 @@
 // Why passive: a step is hundreds of short parallel regions (one per kernel
 // call). Under libgomp's default policy a thread that reaches a region's end
-// spins for a while before it sleeps, which costs nothing on an idle machine
-// and a great deal on a shared one: when another process holds a core, the
-// spinning thread burns the time slice its partner needs to finish, and every
-// barrier waits a scheduler tick. Measured on two cores at the GPT-2 124M
-// shape (docs/PERFORMANCE.md): passive is level with the default when the
-// machine is quiet and keeps a step within about 2x its quiet time beside one
-// busy process, where spinning took about 3x. A user who sets
-// OMP_WAIT_POLICY (active, for a dedicated node) keeps it.
+// spins for a while (about 3 ms) before it sleeps, which costs nothing on an
+// idle machine and a great deal on a shared one: when another process holds a
+// core, the spinning thread burns the time slice its partner needs to finish,
+// and every barrier waits a scheduler tick. Measured on two cores at the
+// GPT-2 124M shape (docs/PERFORMANCE.md): passive keeps a step within about
+// 2x its quiet time beside one busy process, where spinning took about 3x.
+// Why a short spin before sleeping (GOMP_SPINCOUNT, about 30 us): without it
+// every region's start wakes its threads through the kernel (a futex call
+// each), about a tenth of a quiet step at T=64; the next region usually starts
+// within microseconds, so a short spin finds it awake, and it is too short to
+// cost a busy neighbour its time slice. A user who sets OMP_WAIT_POLICY
+// (active, for a dedicated node) or GOMP_SPINCOUNT keeps it.
 #include "omp_env.h"
 
 #include <ctype.h>
@@ -21,9 +25,13 @@
 
 #include "tessera.h"
 
+// spins before an idle thread sleeps (libgomp: about 100 a microsecond)
+#define SPIN_BEFORE_SLEEP "3000"
+
 void ts_wait_policy_passive(char **argv) {
   if (getenv("OMP_WAIT_POLICY")) return;
   if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  if (!getenv("GOMP_SPINCOUNT") && setenv("GOMP_SPINCOUNT", SPIN_BEFORE_SLEEP, 1) != 0) return;
   execv("/proc/self/exe", argv);
   // not run again (no /proc): carry on under the policy libgomp loaded with
 }

@@ -568,7 +568,7 @@ static void cluster_defaults(ts_plan_opts *o) {
   if (o->device_mem <= 0)
     o->device_mem = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) /
                     o->ranks_per_node;
-  if (o->flops <= 0) o->flops = ts_run_sgemm_roof() * 1e9 / o->ranks_per_node;
+  if (o->flops <= 0) o->flops = ts_run_sgemm_roof(NULL) * 1e9 / o->ranks_per_node;
 }
 
 static void print_header(FILE *out, const ts_config *cfg, const ts_plan_opts *o, int n, int valid,

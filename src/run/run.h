@@ -23,8 +23,9 @@
 // OpenMP threads (the node's, shared by its local_ranks unless --threads).
 void ts_run_setup_threads(const ts_config *cfg, int local_ranks);
 // The machine's roof in GFLOP/s for MFU, the faster of ts_mm and (when built
-// with it) OpenBLAS's sgemm on a 1024^3 product (0 when it cannot be measured).
-double ts_run_sgemm_roof(void);
+// with it) OpenBLAS's sgemm on a 1024^3 product (0 when it cannot be measured);
+// OpenBLAS's rate alone in *blas (0 without it) unless blas is NULL.
+double ts_run_sgemm_roof(double *blas);
 // The run's data: path (NULL: cfg's validation file alone) and cfg's
 // validation file in cfg's format (resolved, or detected here), every token
 // id below cfg's vocabulary, each split at least one window of cfg->seq.

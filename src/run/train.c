@@ -127,13 +127,8 @@ typedef struct {
 static void state_json(const ts_shard *sh, const ts_adamw *opt, char *buf, size_t cap) {
   ts_model *m = sh->m;
   double params = 0.0;
-  const int nc = ts_model_num_copies(m);
-  ts_tensor *c = calloc((size_t)nc + 1, sizeof *c);
-  if (c) {
-    ts_model_copies(m, c);
-    for (int i = 0; i < nc; i++) params += (double)ts_tensor_numel(&c[i]);
-    free(c);
-  }
+  ts_tensor c;
+  for (int i = 0; ts_model_copy(m, i, &c); i++) params += (double)ts_tensor_numel(&c);
   params = 4.0 * (params + (double)ts_zero_held(sh, 0));
   const double grads = 4.0 * (double)ts_zero_held(sh, 1), moments = 8.0 * (double)opt->n;
   double sum, max;
@@ -238,6 +233,7 @@ typedef struct {
   int64_t saved;         // the latest checkpoint's step (0: none)
   const ts_backend *be;
   double roof, fpt; // the roof MFU is measured against (0: none) and FLOPs a token
+  double roof_blas; // OpenBLAS's sgemm rate alone (0: none), the other roof reported
   char state[320];  // the step record's state_bytes member
   char layout[64];  // the layout's name
 } trainer;
@@ -356,7 +352,7 @@ static int open_log(trainer *t) {
   // On a GPU the roof is the device's, which is not measured here (0: no MFU
   // in the log; bench/gpu.sh divides by the datasheet peak).
   t->be = ts_backend_current();
-  t->roof = t->root && t->be == &ts_backend_cpu ? ts_run_sgemm_roof() : 0.0;
+  t->roof = t->root && t->be == &ts_backend_cpu ? ts_run_sgemm_roof(&t->roof_blas) : 0.0;
   t->fpt = ts_model_flops_per_token(t->sh.m);
   const size_t np_model = ts_model_canonical_params(t->sh.m); // the canonical model's size
   int rc;
@@ -376,11 +372,13 @@ static int open_log(trainer *t) {
     snprintf(line, cap,
              "{\"type\":\"config\",\"version\":\"%s\",\"world\":%d,\"layout\":\"%s\","
              "\"device\":\"%s\",\"precision\":\"%s\",\"comm\":\"%s\",\"params\":%zu,"
-             "\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"ranks\":%s,\"model\":%s%s%s}",
+             "\"flops_per_token\":%.6g,\"roof_gflops\":%.1f,\"roof_blas_gflops\":%.1f,"
+             "\"ranks\":%s,\"model\":%s%s%s}",
              TS_VERSION_STRING, grid->world_size, t->layout, t->be->name,
              ts_backend_precision_name(),
              grid->world_size == 1 ? "none" : ts_backend_uses_nccl() ? "nccl" : "mpi", np_model,
-             t->fpt, t->roof, t->ranks.json, cj, tokenizer[0] ? ",\"tokenizer\":" : "", tokenizer);
+             t->fpt, t->roof, t->roof_blas, t->ranks.json, cj, tokenizer[0] ? ",\"tokenizer\":" : "",
+             tokenizer);
   }
   if (!rc) rc = ts_log_line(&t->log, line);
   free(line);

@@ -98,9 +98,9 @@ int ts_info(void) {
   row("BLAS", "none: built --without-blas (no result depends on it)");
   row("MFU roof", "ts_mm, 1024^3 on all threads, measured as train starts");
 #endif
-  const char *wait = getenv("OMP_WAIT_POLICY");
-  snprintf(buf, sizeof buf, "OpenMP %d, max threads %d, OMP_WAIT_POLICY=%s", _OPENMP,
-           omp_get_max_threads(), wait ? wait : "unset");
+  const char *wait = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
+  snprintf(buf, sizeof buf, "OpenMP %d, max threads %d, OMP_WAIT_POLICY=%s, GOMP_SPINCOUNT=%s",
+           _OPENMP, omp_get_max_threads(), wait ? wait : "unset", spin ? spin : "unset");
   row("threads", buf);
 #ifdef TS_HAVE_MPI
   mpi_description(buf, sizeof buf);
