@@ -28,6 +28,8 @@
 #   SEQ       T of the memory sweep [256]
 #   UTIME_CASE  "H G N T" of the timed sweep ["16 4 2 4096"]
 #   STEPS     steps of a timed run (the first is warm-up) [3]
+#   SWEEPS    which sweeps run ["nu u"]; "u" alone reruns the timed sweep (e.g. on a quiet
+#             machine) without the memory sweep's 72 runs
 #   TIMEOUT   seconds one run may take [1800]
 #   RESULTS   where the logs go [bench/results/upipe]; its previous files are replaced
 #   IMG_DIR   where the report writes its PNG [docs/img]
@@ -48,6 +50,10 @@ RANKS=${RANKS:-"2 4"}
 SEQ=${SEQ:-256}
 UTIME_CASE=${UTIME_CASE:-"16 4 2 4096"}
 STEPS=${STEPS:-3}
+SWEEPS=${SWEEPS:-"nu u"}
+for s in $SWEEPS; do
+  case $s in nu | u) ;; *) die "SWEEPS: unknown sweep '$s' (nu, u)" ;; esac
+done
 TIMEOUT=${TIMEOUT:-1800}
 RESULTS=${RESULTS:-$ROOT/bench/results/upipe}
 WAIT_LOAD=${WAIT_LOAD:-0} # the memory figures do not depend on load; the times are marked
@@ -83,6 +89,7 @@ one_run() {
 }
 
 # the memory sweep: ν = 1, 2, 4, 8 forward stages
+case " $SWEEPS " in *" nu "*) ;; *) HEADS= ;; esac
 for H in $HEADS; do
   for G in $GROUPS_G; do
     for N in $RANKS; do
@@ -95,11 +102,15 @@ for H in $HEADS; do
 done
 
 # the timed U sweep
-read -r H G N T <<< "$UTIME_CASE"
-one_run u "$H" "$G" "$N" "$T" ulysses "$H" "$STEPS"
-for U in $(seq "$N" "$N" "$H"); do
-  [ $((H % U)) = 0 ] || continue
-  for mode in upipe upipe-dx; do one_run u "$H" "$G" "$N" "$T" $mode "$U" "$STEPS"; done
-done
+case " $SWEEPS " in
+*" u "*)
+  read -r H G N T <<< "$UTIME_CASE"
+  one_run u "$H" "$G" "$N" "$T" ulysses "$H" "$STEPS"
+  for U in $(seq "$N" "$N" "$H"); do
+    [ $((H % U)) = 0 ] || continue
+    for mode in upipe upipe-dx; do one_run u "$H" "$G" "$N" "$T" $mode "$U" "$STEPS"; done
+  done
+  ;;
+esac
 bench_done
 bench_report upipe_report.py

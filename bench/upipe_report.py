@@ -110,11 +110,14 @@ def main():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    ax = axes[0]
+    # a panel for each sweep that ran (SWEEPS=u: the U sweep's alone)
+    fig, axes = plt.subplots(1, 2 if nus and us else 1, figsize=(12 if nus and us else 7, 4.5),
+                             squeeze=False)
+    axes = list(axes[0])
     style = {"ulysses": ("tab:brown", "X"), "upipe": ("tab:blue", "o"), "upipe-dx": ("tab:red", "^")}
+    ax = axes[0] if nus else None
     top = 1.0
-    for mode, (c, m) in style.items():
+    for mode, (c, m) in style.items() if nus else ():
         rs = [r for r in nus if r["mode"] == mode]
         if not rs:
             continue
@@ -123,15 +126,16 @@ def main():
         ax.scatter([r["bwd_formula"] for r in rs], [r["bwd"] for r in rs], color=c, marker=m,
                    label=mode + " backward (%s)" % ("Table 7" if mode == "upipe-dx" else "ours"))
         top = max([top] + [r["bwd"] for r in rs] + [r["bwd_formula"] for r in rs])
-    xs = [0, top * 1.05]
-    ax.plot(xs, xs, "k-", lw=0.8)
-    ax.fill_between(xs, [x * 0.95 for x in xs], [x * 1.05 for x in xs], color="grey", alpha=0.2,
-                    label="±5%")
-    ax.set_xlabel("formula (units of T/N·d)")
-    ax.set_ylabel("measured peak (units)")
-    ax.set_title("attention block: measured against the formulas")
-    ax.legend(fontsize=7)
-    ax = axes[1]
+    if nus:
+        xs = [0, top * 1.05]
+        ax.plot(xs, xs, "k-", lw=0.8)
+        ax.fill_between(xs, [x * 0.95 for x in xs], [x * 1.05 for x in xs], color="grey",
+                        alpha=0.2, label="±5%")
+        ax.set_xlabel("formula (units of T/N·d)")
+        ax.set_ylabel("measured peak (units)")
+        ax.set_title("attention block: measured against the formulas")
+        ax.legend(fontsize=7)
+    ax = axes[-1]
     if us:
         for mode, (c, m) in style.items():
             rs = [r for r in us if r["mode"] == mode]

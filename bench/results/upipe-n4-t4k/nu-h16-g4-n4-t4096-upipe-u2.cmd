@@ -1,0 +1,1 @@
+mpiexec -n 4 tessera train --model llama-tiny --d 256 --heads 16 --kv-heads 4 --d-ff 512 --layers 1 --seq 4096 --batch 1 --steps 2 --warmup 1 --eval-batches 1 --threads 1 --quiet --data data/corpus.txt --sp 4 --sp-mode upipe --upipe-u 2 --upipe-schedule natural --log bench/results/upipe-n4-t4k/nu-h16-g4-n4-t4096-upipe-u2.jsonl

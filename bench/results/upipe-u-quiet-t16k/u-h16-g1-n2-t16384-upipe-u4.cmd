@@ -1,0 +1,1 @@
+mpiexec -n 2 tessera train --model llama-tiny --d 256 --heads 16 --kv-heads 16 --d-ff 512 --layers 2 --seq 16384 --batch 1 --steps 5 --warmup 1 --eval-batches 1 --threads 1 --quiet --data data/corpus.txt --sp 2 --sp-mode upipe --upipe-u 4 --upipe-schedule natural --log bench/results/upipe-u-quiet-t16k/u-h16-g1-n2-t16384-upipe-u4.jsonl

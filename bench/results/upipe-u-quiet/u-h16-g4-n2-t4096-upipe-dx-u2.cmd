@@ -1,0 +1,1 @@
+mpiexec -n 2 tessera train --model llama-tiny --d 256 --heads 16 --kv-heads 4 --d-ff 512 --layers 2 --seq 4096 --batch 1 --steps 4 --warmup 1 --eval-batches 1 --threads 1 --quiet --data data/corpus.txt --sp 2 --sp-mode upipe-dx --upipe-u 2 --upipe-schedule natural --log bench/results/upipe-u-quiet/u-h16-g4-n2-t4096-upipe-dx-u2.jsonl
