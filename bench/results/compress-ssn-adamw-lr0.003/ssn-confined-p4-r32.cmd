@@ -1,0 +1,1 @@
+tessera train --model llama-mini --layers 8 --seq 128 --batch 8 --steps 600 --optimizer adamw --lr 0.003 --warmup 30 --eval-every 50 --eval-batches 8 --threads 1 --data data/corpus.txt --quiet --log bench/results/compress-ssn-adamw-lr0.003/ssn-confined-p4-r32.jsonl --compress ssn-confined --rank 32 --compress-stages 4
