@@ -9,8 +9,10 @@ ranks, efficiency against N x the one-rank rate, communication and waiting apart
 
 Reads RESULTS/manifest.tsv and the run logs it names (docs/RUN-LOG.md), prints one
 markdown table per sweep (and the ratios to megatron where that mode ran), writes the
-same text to RESULTS/report.md, the numbers to RESULTS/summary.json, and two plots:
-IMG_DIR/sp_weak_scaling.png and IMG_DIR/sp_memory_vs_T.png.
+same text to RESULTS/report.md, the numbers to RESULTS/summary.json, and the plots
+IMG_DIR/sp_weak_scaling.png and IMG_DIR/sp_memory_vs_T.png, and for the base sweep
+IMG_DIR/sp_base_nN.png at each N that ran two or more T (memory and step time against T,
+log scales).
 
 Every figure is the median over the step records after the first (warm-up) step.
 Communication counts are rank 0's (the log's), per step; "collectives per layer" is the
@@ -386,7 +388,7 @@ def plot_weak(rows, runs, cores, path, title, busiest):
     plt.close(fig)
 
 
-def plot_mem(rows, runs, cores, path, title, busiest):
+def plot_mem(rows, runs, cores, path, title, busiest, logy=False):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -415,8 +417,11 @@ def plot_mem(rows, runs, cores, path, title, busiest):
         ax.set_xticklabels([str(t) for t in ts])
         ax.set_xlabel("sequence length T")
         ax.set_ylabel(label)
-        ax.set_ylim(bottom=0)
-        ax.grid(True, alpha=0.3)
+        if logy:    # the baseline's T² terms: a linear axis would flatten every other mode
+            ax.set_yscale("log")
+        else:
+            ax.set_ylim(bottom=0)
+        ax.grid(True, alpha=0.3, which="both" if logy else "major")
     axes[0].legend(fontsize=8)
     na = sorted({r["mode"] for r in rows if r["status"] == "na"}, key=mode_key)
     if na:
@@ -573,6 +578,15 @@ def main():
         if mem:
             p = os.path.join(a.img_dir, "sp_memory_vs_T.png")
             plot_mem(mem, runs, cores, p, "tessera: peak memory per rank vs sequence length, %s" % model, busiest)
+            md.append("Plot: `%s`" % shown(p, root))
+        # the base sweep at each N that ran more than one T, beside the serial runs
+        for n in sorted({r["N"] for r in base if r["N"] > 1}):
+            if len({r["T"] for r in base if r["N"] == n and r["status"] == "ok"}) < 2:
+                continue
+            p = os.path.join(a.img_dir, "sp_base_n%d.png" % n)
+            plot_mem([r for r in base if r["N"] in (1, n)], runs, cores, p,
+                     "the LSS paper's baseline (megatron-2022) against tessera's modes: %s, N = %d"
+                     % (model, n), True, logy=True)
             md.append("Plot: `%s`" % shown(p, root))
         md.append("")
 

@@ -1,0 +1,1 @@
+mpiexec -n 4 tessera train --model small --seq 4096 --batch 1 --steps 2 --threads 1 --eval-batches 1 --data data/corpus.txt --quiet --log /tmp/spq-b/n4-t4096-megatron-2022.jsonl --sp 4 --sp-mode megatron-2022

@@ -1,0 +1,1 @@
+mpiexec -n 2 tessera train --model small --seq 16384 --batch 1 --steps 3 --threads 1 --eval-batches 1 --data data/corpus.txt --quiet --log /tmp/spq-a/n2-t16384-megatron.jsonl --sp 2 --sp-mode megatron

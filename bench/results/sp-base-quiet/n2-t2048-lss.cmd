@@ -1,0 +1,1 @@
+mpiexec -n 2 tessera train --model small --seq 2048 --batch 1 --steps 3 --threads 1 --eval-batches 1 --data data/corpus.txt --quiet --log bench/results/sp-base-quiet/n2-t2048-lss.jsonl --sp 2 --sp-mode lss

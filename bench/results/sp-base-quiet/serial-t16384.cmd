@@ -1,0 +1,1 @@
+tessera train --model small --seq 16384 --batch 1 --steps 3 --threads 1 --eval-batches 1 --data data/corpus.txt --quiet --log /tmp/spq-d/serial-t16384.jsonl
