@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 MARK = re.compile(r"<!--\s*docs-test:\s*(skip|slow)\s*\((.+?)\)\s*-->")
 # Seconds a command may take: a hang fails, it does not stall make check. The
@@ -142,6 +143,7 @@ def main():
                 for cmd, note in commands(body):
                     ran += 1
                     want = expectation(note)
+                    t0 = time.monotonic()
                     try:
                         p = subprocess.run(["bash", "-c", prelude + cmd], cwd=work, env=env,
                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -150,6 +152,7 @@ def main():
                             p.stderr.decode(errors="replace")
                     except subprocess.TimeoutExpired:
                         rc, out, err = "timeout", "", "ran past %d s" % TIMEOUT
+                    took = time.monotonic() - t0
                     why = None
                     if rc != (want[2] if want else 0):
                         tail = (err.strip() or out.strip()).splitlines()[-1:] or [""]
@@ -164,9 +167,9 @@ def main():
                             why = "its log does not hold %s" % frag
                     if why:
                         failed += 1
-                        print("FAIL: %s:%d: %s: %s" % (name, line, cmd, why))
+                        print("FAIL: %s:%d: %s: %s (%.1f s)" % (name, line, cmd, why, took))
                     else:
-                        print("ok: %s:%d: %s" % (name, line, cmd))
+                        print("ok: %s:%d: %s (%.1f s)" % (name, line, cmd, took))
     finally:
         shutil.rmtree(top, ignore_errors=True)
     for s in not_run:

@@ -64,11 +64,14 @@ need_python() {
 # the exit status. A non-empty PATTERN (grep -E) must match stderr, and stderr
 # must then be exactly one line: errors are one clear line, never a cascade.
 expect_exit() {
-  local want=$1 pattern=$2 rc lines
+  local want=$1 pattern=$2 rc lines t0 took
   shift 2
   TS_CHECKS=$((TS_CHECKS + 1))
+  t0=$(date +%s.%N)
   "$@" >"$TS_OUT" 2>"$TS_ERR"
   rc=$?
+  # seconds it took, on the ok line: where a slow suite spends its time
+  took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   if [ "$rc" -ne "$want" ]; then
     fail "'$*' exited $rc, expected $want; stderr: $(head -c 500 "$TS_ERR")"
     return 1
@@ -84,7 +87,7 @@ expect_exit() {
       return 1
     fi
   fi
-  pass "$* -> $rc"
+  pass "$* -> $rc ($took s)"
   return 0
 }
 
