@@ -12,12 +12,19 @@ Reads RESULTS/manifest.tsv (mode, P, r, seed, name), RESULTS/setup.txt and the r
 RESULTS/summary.json and the curves to IMG_DIR/compress_budget.png.
 
 Validation loss: the eval record of a finished run (NAME.meta "status ok") at a step, the
-mean over --eval-batches held-out batches (the same batches in every run). The budgets:
+mean over --eval-batches held-out batches. tessera draws those windows from the run's seed,
+so the runs of one seed share their validation batches (and their training batches), and
+runs of two seeds do not: the seeds' spread of one mode's loss holds the spread of the
+validation samples, and modes are compared seed by seed. The budgets:
 the eval records at 1/4, 1/2 and all of the steps (the script's EVAL_EVERY puts them
 there; otherwise the nearest ones); the earlier two are points of the same runs, part-way down their learning-rate
 schedule, not runs trained to that budget. Gap: (mean loss − uncompressed mean loss) /
-uncompressed mean loss, at the same step, both over the seeds that both have finished. Spread: min–max over the seeds and the sample
-standard deviation (n − 1). Bytes per token per boundary: bench/compress_report.py's.
+uncompressed mean loss, at the same step, both over the seeds that both have finished; the
+gap per seed is the same for each seed alone (its own validation batches on both sides).
+Spread: min–max over the seeds and the sample standard deviation (n − 1). Orderings: by the
+gap at the whole budget; `<` where the two modes share at least two finished seeds and the
+left one ends lower on every one of them. Bytes per token per boundary:
+bench/compress_report.py's.
 
 With --estimate STEPS (ESTIMATE=1 bench/compress_budget.sh): the median step time of each
 run of RESULTS (its steps after the first) and what STEPS steps × --seeds seeds of every
@@ -189,8 +196,9 @@ def main():
 
     tpp = ["%.3g" % (s * tokens / params) for s in budgets]
     head = ["mode", "seeds", "val loss mean", "std", "min – max"] + \
-        ["gap at %s tok/param (step %d)" % (t, s) for t, s in zip(tpp, budgets)] + ["fwd B/token"]
-    align = ["---", "---:", "---:", "---:", "---:"] + ["---:"] * len(budgets) + ["---:"]
+        ["gap at %s tok/param (step %d)" % (t, s) for t, s in zip(tpp, budgets)] + \
+        ["gap at %s tok/param, seed by seed" % tpp[-1], "fwd B/token"]
+    align = ["---", "---:", "---:", "---:", "---:"] + ["---:"] * len(budgets) + ["---:", "---:"]
     summary = {"setup": setup, "budgets_steps": budgets, "tokens_per_param": [float(t) for t in tpp],
                "configs": [], "missing": [r["name"] for r in missing]}
     groups = sorted({(P, r) for (m, P, r) in configs if m != "none"})
@@ -205,7 +213,7 @@ def main():
                 continue
             c = configs[key]
             if not c["done"]:
-                out.append([label(mode), "0/%d" % c["planned"]] + ["—"] * (3 + len(budgets) + 1))
+                out.append([label(mode), "0/%d" % c["planned"]] + ["—"] * (3 + len(budgets) + 2))
                 continue
             final = at(c, steps)
             mu, sd = mean_sd(final)
@@ -217,27 +225,36 @@ def main():
                 ours = statistics.mean(runs[x["name"]]["curve"][s] for x in c["done"] if x["seed"] in both) if both else None
                 ref = statistics.mean(runs[x["name"]]["curve"][s] for x in base["done"] if x["seed"] in both) if both else None
                 gaps.append(None if ours is None else (ours - ref) / ref)
+            # seed by seed at the whole budget: each seed's own validation batches on both sides
+            mine = {int(x["seed"]): runs[x["name"]]["curve"][steps] for x in c["done"]}
+            ref = {int(x["seed"]): runs[x["name"]]["curve"][steps] for x in base["done"]}
+            per_seed = {sd_: (mine[sd_] - ref[sd_]) / ref[sd_] for sd_ in sorted(mine) if sd_ in ref}
             fwd = wire_bytes(runs[c["done"][0]["name"]]["config"]["model"])[0]
             out.append([label(mode), "%d/%d" % (len(final), c["planned"]), "%.4f" % mu,
                         "—" if sd is None else "%.4f" % sd, "%.4f – %.4f" % (min(final), max(final))] +
-                       ["—" if mode == "none" or g is None else "%+.2f%%" % (100 * g) for g in gaps] + [str(fwd)])
+                       ["—" if mode == "none" or g is None else "%+.2f%%" % (100 * g) for g in gaps] +
+                       ["—" if mode == "none" or not per_seed else
+                        ", ".join("%+.2f%% (%d)" % (100 * g, sd_) for sd_, g in per_seed.items()), str(fwd)])
             summary["configs"].append({"mode": mode, "P": P if mode != "none" else 1, "r": r if mode != "none" else 0,
                                        "seeds_done": [x["seed"] for x in c["done"]], "val_loss": final,
                                        "mean": mu, "std": sd, "gaps": dict(zip(map(str, budgets), gaps)),
                                        "forward_bytes": fwd})
-            ranked.append((mu, label(mode), min(final), max(final), len(final)))
+            ranked.append((0.0 if mode == "none" else gaps[-1], label(mode), mine))
         md += table(head, align, out)
         md.append("")
-        ranked.sort()
-        text = ranked[0][1]
+        ranked = [x for x in ranked if x[0] is not None]
+        ranked.sort(key=lambda x: x[0])
+        text = ranked[0][1] if ranked else "—"
         for lo, hi in zip(ranked, ranked[1:]):
-            # "<" only when every seed of the better mode beats every seed of the worse one
-            sep = "<" if lo[3] < hi[2] and lo[4] > 1 and hi[4] > 1 else "≲"
+            # "<" only when the better mode ends lower on every seed both have, at least two
+            common = sorted(set(lo[2]) & set(hi[2]))
+            sep = "<" if len(common) > 1 and all(lo[2][k] < hi[2][k] for k in common) else "≲"
             text += " %s %s" % (sep, hi[1])
         orderings.append("- P = %d, r = %d: %s" % (P, r, text))
-    md += ["### Orderings by mean validation loss at the whole budget", "",
-           "`<`: the seeds' ranges do not overlap (every seed of the left mode ends lower); `≲`: lower on "
-           "the mean only, within the seeds' spread (or one seed).", ""] + orderings + [""]
+    md += ["### Orderings by the gap at the whole budget", "",
+           "`<`: the left mode ends lower on every seed the two share (at least two; a seed's runs share "
+           "their validation batches); `≲`: lower by the gap only (seeds disagree, or one seed in common).",
+           ""] + orderings + [""]
 
     if not a.no_plots:
         plt, fig, axes, Ps, rs = panel_grid(groups)
