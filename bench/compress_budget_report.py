@@ -9,7 +9,8 @@ separate. Partial results (a matrix still running) are reported as such.
 
 Reads RESULTS/manifest.tsv (mode, P, r, seed, name), RESULTS/setup.txt and the run logs
 (docs/RUN-LOG.md); prints markdown, writes it to RESULTS/report.md, the numbers to
-RESULTS/summary.json and the curves to IMG_DIR/compress_budget.png.
+RESULTS/summary.json, the curves to IMG_DIR/compress_budget.png and the gap to uncompressed,
+seed by seed, to IMG_DIR/compress_budget_gap.png.
 
 Validation loss: the eval record of a finished run (NAME.meta "status ok") at a step, the
 mean over --eval-batches held-out batches. tessera draws those windows from the run's seed,
@@ -285,6 +286,40 @@ def main():
         out_png = os.path.join(a.img_dir, "compress_budget.png")
         save_fig(fig, out_png)
         md += ["![validation loss by mode, mean over seeds](%s)" % shown(out_png, ROOT), ""]
+
+        # the gap seed by seed: each seed's run against the uncompressed run of that seed,
+        # which was scored on the same validation batches
+        ref = {int(x["seed"]): runs[x["name"]]["curve"] for x in base["done"]}
+        plt, fig, axes, Ps, rs = panel_grid(groups)
+        for i, P in enumerate(Ps):
+            for j, r in enumerate(rs):
+                ax = axes[i][j]
+                ax.axhline(0.0, color="black", linestyle="--", linewidth=1, label="uncompressed")
+                for mode in order:
+                    c = configs.get((mode, P, r))
+                    pairs = [(runs[x["name"]]["curve"], ref[int(x["seed"])]) for x in (c["done"] if c else [])
+                             if int(x["seed"]) in ref]
+                    if not pairs:
+                        continue
+                    xs = sorted(set.intersection(*(set(m_) & set(u_) for m_, u_ in pairs)))
+                    gs = [[100.0 * (m_[s_] - u_[s_]) / u_[s_] for m_, u_ in pairs] for s_ in xs]
+                    colour, ls = STYLE[mode]
+                    ax.plot(xs, [statistics.mean(g) for g in gs], color=colour, linestyle=ls,
+                            label="%s (%d)" % (label(mode), len(pairs)))
+                    if len(pairs) > 1:
+                        ax.fill_between(xs, [min(g) for g in gs], [max(g) for g in gs], color=colour, alpha=0.15)
+                ax.set_title("P = %d, r = %d (d/%d)" % (P, r, m0["d"] // r))
+                ax.grid(alpha=0.3)
+                if i == len(Ps) - 1:
+                    ax.set_xlabel("step (%d tokens each; %d = %s tokens/param)" % (tokens, steps, tpp[-1]))
+                if j == 0:
+                    ax.set_ylabel("gap to uncompressed, same seed (%)")
+        axes[0][0].legend(fontsize=8, title="mode (seeds)", title_fontsize=8)
+        fig.suptitle("Boundary compression at %s tokens a parameter: the gap seed by seed, mean and "
+                     "min–max%s" % (tpp[-1], " (partial)" if missing else ""))
+        gap_png = os.path.join(a.img_dir, "compress_budget_gap.png")
+        save_fig(fig, gap_png)
+        md += ["![the gap to uncompressed seed by seed](%s)" % shown(gap_png, ROOT), ""]
 
     md += ["### Commands", "", "Every run of the matrix (`nice -n 19 tessera train …`); a run not "
            "started yet has none. Each is started with `--resume`, so the same command continues it.", ""]
