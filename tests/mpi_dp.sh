@@ -194,7 +194,7 @@ elif [ -n "$banner" ] && [ "$banner" != "$victim" ] && [ "$banner" != "$(rank_pi
   # connection before the launcher reaps the killed rank; a PID of neither is wrong
   fail "a rank killed: the launcher reports PID $banner, neither rank's (rank 1, killed, was $victim)"
 else
-  pass "a rank killed: exit $rc after ${_dt}s; pid $victim (${banner:+the launcher's PID $banner, }rank 1 in the log and the start-up line)"
+  pass "a rank killed: exit $rc after ${_dt}s; pid $victim (${banner:+PID $banner named by the launcher, }rank 1 in the log and the start-up line)"
 fi
 
 # --- a file of token ids (u16, vocabulary 300): the ranks read the same windows ---------
