@@ -106,7 +106,6 @@ expect_stdout "^identical"
 # --- SIGTERM reaching rank 1 alone: both ranks stop after the same step -------------
 # (the flag is combined over the world every step), rank 0 writes that step's
 # checkpoint and says so, and a resumed dp 2 run ends as the serial run ends.
-# A run that finished before the signal proves nothing: again, longer.
 SG=$TS_TMP/sig.jsonl SGCK=$TS_TMP/sigck SGN=200
 SGFLAGS="--model tiny --batch 4 --warmup 2 --eval-batches $EVB --data $DATA --threads 1 --quiet"
 # rank R of the run whose log is LOG: LOG on its command line, PMI_RANK=R in
@@ -117,7 +116,6 @@ rank_pid() {
     { tr '\0' '\n' <"$_p/environ" | grep -qx "PMI_RANK=$2"; } 2>/dev/null && { echo "${_p#/proc/}"; return; }
   done
 }
-rank1() { rank_pid "$SG" 1; }
 # waits (at most a minute) until LOG holds a step record or process PID is gone
 wait_for_step() {
   _i=0
@@ -126,30 +124,32 @@ wait_for_step() {
     _i=$((_i + 1))
   done
 }
-for attempt in 1 2 3; do
+# rank 1's PID is read from the log's config record (it maps every rank to its PID and
+# host) as soon as the log holds a step: searching /proc is slow on a loaded machine,
+# and a tiny step takes a few ms. A signal that came after the last step (the run
+# ended, or was ending: any exit status) proves nothing: again, longer.
+for attempt in 1 2 3 4; do
   rm -rf "$SGCK" "$SG"
   $RUN_MPI -n 2 "$T" train $SGFLAGS --steps $SGN --dp 2 --ckpt-dir "$SGCK" --log "$SG" \
     >"$TS_OUT" 2>"$TS_ERR" &
   bg=$!
   wait_for_step "$SG" $bg
-  r1=$(rank1)
-  if [ -z "$r1" ]; then
-    kill $bg 2>/dev/null
-    wait $bg
-    rc=-1
-    break
-  fi
-  kill -TERM "$r1"
+  r1=$(head -n 1 "$SG" 2>/dev/null | sed -n 's/.*{"rank":1,"host":"[^"]*","pid":\([0-9]*\)}.*/\1/p')
+  [ -n "$r1" ] && kill -TERM "$r1" 2>/dev/null
   wait $bg
   rc=$?
-  [ $rc -ne 0 ] && break
-  echo "note: the $SGN-step run finished before SIGTERM reached rank 1; again with more steps"
+  if [ -z "$r1" ]; then
+    why="exit $rc, log: $(head -c 300 "$SG" 2>/dev/null)" rc=-1
+    break
+  fi
+  [ "$(grep -c '"type":"step"' "$SG" 2>/dev/null)" -lt $SGN ] && break
+  echo "note: SIGTERM reached rank 1 after the $SGN-step run's last step (exit $rc); again with more steps"
   SGN=$((SGN * 4))
 done
 TS_CHECKS=$((TS_CHECKS + 1))
 k=$(sed -n "s/^tessera: stopped by SIGTERM after step \([0-9]*\) of $SGN: checkpoint .*sigck\/step-0*\([0-9]*\)\.safetensors written; .*--resume.*/\1 \2/p" "$TS_ERR")
 if [ $rc -eq -1 ]; then
-  fail "signal to one rank: rank 1 of the running dp 2 run not found"
+  fail "signal to one rank: rank 1's PID not in the dp 2 run's log ($why; stderr: $(head -c 300 "$TS_ERR"))"
 elif [ $rc -eq 143 ] && [ -n "$k" ] && [ "${k% *}" = "${k#* }" ] && [ "$(grep -c . "$TS_ERR")" -eq 1 ]; then
   k=${k% *}
   pass "SIGTERM to rank 1 alone: both ranks stopped after step $k, exit 143: $(cat "$TS_ERR")"
@@ -189,9 +189,11 @@ elif ! head -n 1 "$KL" | grep -q "\"ranks\":\[{\"rank\":0,\"host\":\"[^\"]*\",\"
   fail "a rank killed: the log's config record does not map pid $victim to rank 1: $(head -c 400 "$KL")"
 elif ! grep -q "^ranks: 0 = pid [0-9]* on [^,]*, 1 = pid $victim on $host\$" "$TS_OUT"; then
   fail "a rank killed: no start-up line mapping pid $victim to rank 1: $(head -c 400 "$TS_OUT")"
-elif [ -n "$banner" ] && [ "$banner" != "$victim" ] && [ "$banner" != "$(rank_pid "$KL" 0)" ]; then
+elif [ -n "$banner" ] && [ "$banner" != "$victim" ] &&
+     [ "$banner" != "$(head -n 1 "$KL" | sed -n 's/.*"ranks":\[{"rank":0,"host":"[^"]*","pid":\([0-9]*\)}.*/\1/p')" ]; then
   # which process the launcher reports is a race: rank 0 may end on the broken
-  # connection before the launcher reaps the killed rank; a PID of neither is wrong
+  # connection before the launcher reaps the killed rank; a PID of neither is wrong.
+  # (Rank 0's PID from the log's config record: its process is gone by now.)
   fail "a rank killed: the launcher reports PID $banner, neither rank's (rank 1, killed, was $victim)"
 else
   pass "a rank killed: exit $rc after ${_dt}s; pid $victim (${banner:+PID $banner named by the launcher, }rank 1 in the log and the start-up line)"
