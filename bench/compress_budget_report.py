@@ -23,7 +23,8 @@ schedule, not runs trained to that budget. Gap: (mean loss − uncompressed mean
 uncompressed mean loss, at the same step, both over the seeds that both have finished; the
 gap per seed is the same for each seed alone (its own validation batches on both sides).
 Spread: min–max over the seeds and the sample standard deviation (n − 1). Orderings: by the
-gap at the whole budget; `<` where the two modes share at least two finished seeds and the
+gap at the whole budget (while seeds are missing, the mean gap over the seeds every mode of
+the group has finished); `<` where the two modes share at least two finished seeds and the
 left one ends lower on every one of them. Bytes per token per boundary:
 bench/compress_report.py's.
 
@@ -240,10 +241,16 @@ def main():
                                        "seeds_done": [x["seed"] for x in c["done"]], "val_loss": final,
                                        "mean": mu, "std": sd, "gaps": dict(zip(map(str, budgets), gaps)),
                                        "forward_bytes": fwd})
-            ranked.append((0.0 if mode == "none" else gaps[-1], label(mode), mine))
+            ranked.append([0.0 if mode == "none" else gaps[-1], label(mode), mine, per_seed, mode])
         md += table(head, align, out)
         md.append("")
         ranked = [x for x in ranked if x[0] is not None]
+        # while seeds are missing, sort on the seeds every mode of the group has finished
+        shared = set.intersection(*(set(x[3]) for x in ranked if x[4] != "none")) if len(ranked) > 1 else set()
+        if shared:
+            for x in ranked:
+                if x[4] != "none":
+                    x[0] = statistics.mean(x[3][k] for k in shared)
         ranked.sort(key=lambda x: x[0])
         text = ranked[0][1] if ranked else "—"
         for lo, hi in zip(ranked, ranked[1:]):
@@ -253,8 +260,10 @@ def main():
             text += " %s %s" % (sep, hi[1])
         orderings.append("- P = %d, r = %d: %s" % (P, r, text))
     md += ["### Orderings by the gap at the whole budget", "",
-           "`<`: the left mode ends lower on every seed the two share (at least two; a seed's runs share "
-           "their validation batches); `≲`: lower by the gap only (seeds disagree, or one seed in common).",
+           "Sorted by the gap (while seeds are missing, over the seeds every mode of the group has "
+           "finished). `<`: the left mode ends lower on every seed the two share (at least two; a seed's "
+           "runs share their validation batches); `≲`: lower by the gap only (seeds disagree, or one "
+           "seed in common).",
            ""] + orderings + [""]
 
     if not a.no_plots:
