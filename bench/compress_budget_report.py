@@ -267,68 +267,64 @@ def main():
            ""] + orderings + [""]
 
     if not a.no_plots:
-        plt, fig, axes, Ps, rs = panel_grid(groups)
-        for i, P in enumerate(Ps):
-            for j, r in enumerate(rs):
-                ax = axes[i][j]
-                for mode in ["none"] + order:
-                    c = configs.get((mode, 1, 0) if mode == "none" else (mode, P, r))
-                    if not c or not c["done"]:
-                        continue
-                    xs = sorted(set.intersection(*(set(runs[x["name"]]["curve"]) for x in c["done"])))
-                    ys = [at(c, s) for s in xs]
-                    colour, ls = STYLE[mode]
-                    ax.plot(xs, [statistics.mean(y) for y in ys], color=colour, linestyle=ls,
-                            label="%s (%d)" % (label(mode), len(c["done"])))
-                    if len(c["done"]) > 1:
-                        ax.fill_between(xs, [min(y) for y in ys], [max(y) for y in ys], color=colour, alpha=0.15)
-                ax.set_title("P = %d, r = %d (d/%d)" % (P, r, m0["d"] // r))
-                # a linear axis: at ten tokens a parameter the curves span a narrow range
-                ax.grid(alpha=0.3)
-                if i == len(Ps) - 1:
-                    ax.set_xlabel("step (%d tokens each; %d = %s tokens/param)" % (tokens, steps, tpp[-1]))
-                if j == 0:
-                    ax.set_ylabel("validation loss")
-        axes[0][0].legend(fontsize=8, title="mode (seeds)", title_fontsize=8)
-        fig.suptitle("Boundary compression at %s tokens a parameter: mean over seeds, band min–max%s" % (
-            tpp[-1], " (partial)" if missing else ""))
-        out_png = os.path.join(a.img_dir, "compress_budget.png")
-        save_fig(fig, out_png)
-        md += ["![validation loss by mode, mean over seeds](%s)" % shown(out_png, ROOT), ""]
+        def figure(modes, series, ylabel, what, name, alt, zero=False):
+            """One panel a (P, r) group; series(mode, P, r) gives (steps, the seeds' values
+            at each step) or None; a line for their mean, a band for their min–max."""
+            plt, fig, axes, Ps, rs = panel_grid(groups)
+            for i, P in enumerate(Ps):
+                for j, r in enumerate(rs):
+                    ax = axes[i][j]
+                    if zero:
+                        ax.axhline(0.0, color="black", linestyle="--", linewidth=1, label="uncompressed")
+                    for mode in modes:
+                        got = series(mode, P, r)
+                        if not got:
+                            continue
+                        xs, ys = got
+                        colour, ls = STYLE[mode]
+                        ax.plot(xs, [statistics.mean(y) for y in ys], color=colour, linestyle=ls,
+                                label="%s (%d)" % (label(mode), len(ys[0])))
+                        if len(ys[0]) > 1:
+                            ax.fill_between(xs, [min(y) for y in ys], [max(y) for y in ys], color=colour, alpha=0.15)
+                    ax.set_title("P = %d, r = %d (d/%d)" % (P, r, m0["d"] // r))
+                    # a linear axis: at ten tokens a parameter the curves span a narrow range
+                    ax.grid(alpha=0.3)
+                    if i == len(Ps) - 1:
+                        ax.set_xlabel("step (%d tokens each; %d = %s tokens/param)" % (tokens, steps, tpp[-1]))
+                    if j == 0:
+                        ax.set_ylabel(ylabel)
+            axes[0][0].legend(fontsize=8, title="mode (seeds)", title_fontsize=8)
+            fig.suptitle("Boundary compression at %s tokens a parameter: %s%s" % (
+                tpp[-1], what, " (partial)" if missing else ""))
+            path = os.path.join(a.img_dir, name)
+            save_fig(fig, path)
+            return ["![%s](%s)" % (alt, shown(path, ROOT)), ""]
+
+        def losses(mode, P, r):
+            c = configs.get((mode, 1, 0) if mode == "none" else (mode, P, r))
+            if not c or not c["done"]:
+                return None
+            xs = sorted(set.intersection(*(set(runs[x["name"]]["curve"]) for x in c["done"])))
+            return xs, [at(c, s_) for s_ in xs]
 
         # the gap seed by seed: each seed's run against the uncompressed run of that seed,
         # which was scored on the same validation batches
         ref = {int(x["seed"]): runs[x["name"]]["curve"] for x in base["done"]}
-        plt, fig, axes, Ps, rs = panel_grid(groups)
-        for i, P in enumerate(Ps):
-            for j, r in enumerate(rs):
-                ax = axes[i][j]
-                ax.axhline(0.0, color="black", linestyle="--", linewidth=1, label="uncompressed")
-                for mode in order:
-                    c = configs.get((mode, P, r))
-                    pairs = [(runs[x["name"]]["curve"], ref[int(x["seed"])]) for x in (c["done"] if c else [])
-                             if int(x["seed"]) in ref]
-                    if not pairs:
-                        continue
-                    xs = sorted(set.intersection(*(set(m_) & set(u_) for m_, u_ in pairs)))
-                    gs = [[100.0 * (m_[s_] - u_[s_]) / u_[s_] for m_, u_ in pairs] for s_ in xs]
-                    colour, ls = STYLE[mode]
-                    ax.plot(xs, [statistics.mean(g) for g in gs], color=colour, linestyle=ls,
-                            label="%s (%d)" % (label(mode), len(pairs)))
-                    if len(pairs) > 1:
-                        ax.fill_between(xs, [min(g) for g in gs], [max(g) for g in gs], color=colour, alpha=0.15)
-                ax.set_title("P = %d, r = %d (d/%d)" % (P, r, m0["d"] // r))
-                ax.grid(alpha=0.3)
-                if i == len(Ps) - 1:
-                    ax.set_xlabel("step (%d tokens each; %d = %s tokens/param)" % (tokens, steps, tpp[-1]))
-                if j == 0:
-                    ax.set_ylabel("gap to uncompressed, same seed (%)")
-        axes[0][0].legend(fontsize=8, title="mode (seeds)", title_fontsize=8)
-        fig.suptitle("Boundary compression at %s tokens a parameter: the gap seed by seed, mean and "
-                     "min–max%s" % (tpp[-1], " (partial)" if missing else ""))
-        gap_png = os.path.join(a.img_dir, "compress_budget_gap.png")
-        save_fig(fig, gap_png)
-        md += ["![the gap to uncompressed seed by seed](%s)" % shown(gap_png, ROOT), ""]
+
+        def gaps_by_seed(mode, P, r):
+            c = configs.get((mode, P, r))
+            pairs = [(runs[x["name"]]["curve"], ref[int(x["seed"])]) for x in (c["done"] if c else [])
+                     if int(x["seed"]) in ref]
+            if not pairs:
+                return None
+            xs = sorted(set.intersection(*(set(m_) & set(u_) for m_, u_ in pairs)))
+            return xs, [[100.0 * (m_[s_] - u_[s_]) / u_[s_] for m_, u_ in pairs] for s_ in xs]
+
+        md += figure(["none"] + order, losses, "validation loss", "mean over seeds, band min–max",
+                     "compress_budget.png", "validation loss by mode, mean over seeds")
+        md += figure(order, gaps_by_seed, "gap to uncompressed, same seed (%)",
+                     "the gap seed by seed, mean and min–max", "compress_budget_gap.png",
+                     "the gap to uncompressed seed by seed", zero=True)
 
     md += ["### Commands", "", "Every run of the matrix (`nice -n 19 tessera train …`); a run not "
            "started yet has none. Each is started with `--resume`, so the same command continues it.", ""]
