@@ -229,8 +229,9 @@ def main():
                 gaps.append(None if ours is None else (ours - ref) / ref)
             # seed by seed at the whole budget: each seed's own validation batches on both sides
             mine = {int(x["seed"]): runs[x["name"]]["curve"][steps] for x in c["done"]}
-            ref = {int(x["seed"]): runs[x["name"]]["curve"][steps] for x in base["done"]}
-            per_seed = {sd_: (mine[sd_] - ref[sd_]) / ref[sd_] for sd_ in sorted(mine) if sd_ in ref}
+            base_final = {int(x["seed"]): runs[x["name"]]["curve"][steps] for x in base["done"]}
+            per_seed = {sd_: (mine[sd_] - base_final[sd_]) / base_final[sd_] for sd_ in sorted(mine)
+                        if sd_ in base_final}
             fwd = wire_bytes(runs[c["done"][0]["name"]]["config"]["model"])[0]
             out.append([label(mode), "%d/%d" % (len(final), c["planned"]), "%.4f" % mu,
                         "—" if sd is None else "%.4f" % sd, "%.4f – %.4f" % (min(final), max(final))] +

@@ -116,6 +116,10 @@ rank_pid() {
     { tr '\0' '\n' <"$_p/environ" | grep -qx "PMI_RANK=$2"; } 2>/dev/null && { echo "${_p#/proc/}"; return; }
   done
 }
+# rank R's PID as the config record of the log LOG maps it (log_pid LOG R)
+log_pid() {
+  head -n 1 "$1" 2>/dev/null | sed -n "s/.*{\"rank\":$2,\"host\":\"[^\"]*\",\"pid\":\([0-9]*\)}.*/\1/p"
+}
 # waits (at most a minute) until LOG holds a step record or process PID is gone
 wait_for_step() {
   _i=0
@@ -134,7 +138,7 @@ for attempt in 1 2 3 4; do
     >"$TS_OUT" 2>"$TS_ERR" &
   bg=$!
   wait_for_step "$SG" $bg
-  r1=$(head -n 1 "$SG" 2>/dev/null | sed -n 's/.*{"rank":1,"host":"[^"]*","pid":\([0-9]*\)}.*/\1/p')
+  r1=$(log_pid "$SG" 1)
   [ -n "$r1" ] && kill -TERM "$r1" 2>/dev/null
   wait $bg
   rc=$?
@@ -171,6 +175,7 @@ $RUN_MPI -n 2 "$T" train --model tiny --batch 4 --data "$DATA" --threads 1 --ste
   --dp 2 --log "$KL" >"$TS_OUT" 2>"$TS_ERR" &
 bg=$!
 wait_for_step "$KL" $bg
+# (from /proc, not the log: the log's mapping is one of the things checked)
 victim=$(rank_pid "$KL" 1)
 [ -n "$victim" ] && kill -KILL "$victim"
 _t0=$(date +%s)
@@ -190,7 +195,7 @@ elif ! head -n 1 "$KL" | grep -q "\"ranks\":\[{\"rank\":0,\"host\":\"[^\"]*\",\"
 elif ! grep -q "^ranks: 0 = pid [0-9]* on [^,]*, 1 = pid $victim on $host\$" "$TS_OUT"; then
   fail "a rank killed: no start-up line mapping pid $victim to rank 1: $(head -c 400 "$TS_OUT")"
 elif [ -n "$banner" ] && [ "$banner" != "$victim" ] &&
-     [ "$banner" != "$(head -n 1 "$KL" | sed -n 's/.*"ranks":\[{"rank":0,"host":"[^"]*","pid":\([0-9]*\)}.*/\1/p')" ]; then
+     [ "$banner" != "$(log_pid "$KL" 0)" ]; then
   # which process the launcher reports is a race: rank 0 may end on the broken
   # connection before the launcher reaps the killed rank; a PID of neither is wrong.
   # (Rank 0's PID from the log's config record: its process is gone by now.)
