@@ -62,7 +62,11 @@
 # Files: RESULTS/NAME.{cmd,jsonl,err,meta} as bench/lib.sh writes them (an attempt's
 # stderr is appended to NAME.err.earlier before the next one; a finished run's log is
 # gzipped into NAME.jsonl.gz, but with QUICK=1), RESULTS/manifest.tsv
-# (mode, P, r, seed, name: the whole matrix, written at every start), RESULTS/setup.txt.
+# (mode, P, r, seed, name: the whole matrix, written at every start), RESULTS/setup.txt,
+# and RESULTS/NAME.whole: the finished run's last checkpoint scored on the whole validation
+# split (`tessera eval --whole-split`: the same tokens for every seed, where the run's own
+# evaluations score EVAL_BATCHES batches drawn from its seed), written when the run ends, or
+# by a later start for a finished run whose checkpoint is still in RESULTS/ckpt.
 # A failed run does not stop the others; the script exits 1 at the end naming it, and a
 # rerun resumes it.
 set -euo pipefail
@@ -243,10 +247,27 @@ attempt() {
   if [ -n "$watcher" ]; then kill "$watcher" 2>/dev/null || true; wait "$watcher" 2>/dev/null || true; fi
 }
 
+# whole_split NAME: a finished run's last checkpoint scored on the whole validation split,
+# into RESULTS/NAME.whole (tessera's one line); nothing when that file is there already or the
+# checkpoint is not (it stays on the machine that ran the run)
+whole_split() {
+  local ck
+  ck=$RESULTS/ckpt/$1/$(printf 'step-%08d.safetensors' "$STEPS")
+  if [ "$ESTIMATE" = 1 ] || [ -s "$RESULTS/$1.whole" ] || [ ! -f "$ck" ]; then return 0; fi
+  if nice -n 19 "$BIN" eval --ckpt "$ck" --whole-split --threads 1 \
+       > "$RESULTS/$1.whole.tmp" 2>> "$RESULTS/$1.err"; then
+    mv "$RESULTS/$1.whole.tmp" "$RESULTS/$1.whole"
+  else
+    rm -f "$RESULTS/$1.whole.tmp"
+    echo "$BENCH: $1: tessera eval --whole-split failed: $(tail -n 1 "$RESULTS/$1.err"); a rerun tries again" >&2
+    return 1
+  fi
+}
+
 # one_run NAME MODE P R SEED: the run to its end, unless its meta says it is done
 one_run() {
   local name=$1
-  if grep -qs '^status ok' "$RESULTS/$name.meta"; then return 0; fi
+  if grep -qs '^status ok' "$RESULTS/$name.meta"; then whole_split "$name"; return; fi
   attempt "$@" 1
   if [ "$RUN_RC" = 143 ] && [ "$INTERRUPT" -gt 0 ]; then
     grep -q '"type":"final"' "$RESULTS/$name.jsonl" && die "$name: INTERRUPT=$INTERRUPT came too late (the run ended)"
@@ -268,6 +289,7 @@ one_run() {
   # all the runs can live in the repository; the report reads either
   if [ "$QUICK" != 1 ]; then gzip -9nf "$RESULTS/$name.jsonl"; fi
   echo "  $name done: $(bench_wall_s %.0f) s" >&2
+  whole_split "$name"
 }
 
 bench_start

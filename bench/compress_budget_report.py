@@ -28,6 +28,12 @@ the group has finished); `<` where the two modes share at least two finished see
 left one ends lower on every one of them. Bytes per token per boundary:
 bench/compress_report.py's.
 
+Whole validation split (RESULTS/NAME.whole, written by bench/compress_budget.sh when a run
+ends: `tessera eval --whole-split` of its last checkpoint): every run scored on the same
+tokens, all of the validation split in consecutive windows, whatever its seed, so the seeds'
+spread of one mode is the spread of training alone; a table of it, with the gap seed by
+seed, for the runs that have one (a run whose checkpoint was lost with its machine has none).
+
 With --estimate STEPS (ESTIMATE=1 bench/compress_budget.sh): the median step time of each
 run of RESULTS (its steps after the first) and what STEPS steps × --seeds seeds of every
 configuration take, in CPU hours and in wall hours at --jobs runs at once.
@@ -35,6 +41,7 @@ configuration take, in CPU hours and in wall hours at --jobs runs at once.
 import gzip
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -79,12 +86,66 @@ def load(results, name):
     return run
 
 
+def whole_split(results, name):
+    """The whole-split loss of a finished run (NAME.whole: tessera eval's line), else None."""
+    text = read(os.path.join(results, name + ".whole"))
+    if text is None:
+        return None
+    m = re.search(r"val loss [0-9.]+ \((0x[0-9a-fp.+-]+)\) over (\d+) batches of (\d+)x(\d+) "
+                  r"\(the whole validation split, tiled: (\d+) of its (\d+) tokens scored\)", text)
+    if not m:
+        raise ReportError("%s.whole: not the line of tessera eval --whole-split: %r" % (name, text[:200]))
+    return {"loss": float.fromhex(m.group(1)), "batches": int(m.group(2)), "scored": int(m.group(5)),
+            "split": int(m.group(6))}
+
+
 def mean_sd(xs):
     return statistics.mean(xs), (statistics.stdev(xs) if len(xs) > 1 else None)
 
 
 def label(mode):
     return "uncompressed" if mode == "none" else mode
+
+
+def whole_split_table(results, configs, groups, order, summary):
+    """The runs' losses on the whole validation split (NAME.whole), mode by mode, and the
+    gap to uncompressed seed by seed; [] while no run has one."""
+    whole = {x["name"]: whole_split(results, x["name"]) for c in configs.values() for x in c["done"]}
+    have = {k: v for k, v in whole.items() if v is not None}
+    if not have:
+        return []
+    one = next(iter(have.values()))
+    base = {int(x["seed"]): have[x["name"]]["loss"] for x in configs[("none", 1, 0)]["done"]
+            if x["name"] in have}
+    md = ["### The whole validation split", "",
+          "Each finished run's last checkpoint scored on all of the validation split, tiled in "
+          "consecutive windows (`tessera eval --whole-split`: %s of its %s tokens, %d batches): the "
+          "same tokens for every seed, so one mode's spread over seeds is training's alone, where "
+          "the runs' own evaluations above score %s batches drawn from each seed. %d of the %d "
+          "finished runs have it (a run whose checkpoint stayed on an earlier machine has none). "
+          "Gap: against the uncompressed run of the same seed." % (
+              format(one["scored"], ","), format(one["split"], ","), one["batches"],
+              summary["setup"].get("eval_batches", "?"), len(have), len(whole)), ""]
+    out, rows = [], []
+    keys = [("none", 1, 0)] + [(m, P, r) for P, r in groups for m in order if (m, P, r) in configs]
+    for key in keys:
+        got = {int(x["seed"]): have[x["name"]]["loss"] for x in configs[key]["done"] if x["name"] in have}
+        if not got:
+            continue
+        mode, P, r = key
+        mu, sd = mean_sd(list(got.values()))
+        gaps = {k: (v - base[k]) / base[k] for k, v in sorted(got.items()) if k in base}
+        out.append([label(mode), "—" if mode == "none" else str(P), "—" if mode == "none" else str(r),
+                    ", ".join("%.4f (%d)" % (v, k) for k, v in sorted(got.items())), "%.4f" % mu,
+                    "—" if sd is None else "%.4f" % sd,
+                    "—" if mode == "none" or not gaps else ", ".join("%+.2f%% (%d)" % (100 * g, k) for k, g in gaps.items()),
+                    "—" if mode == "none" or not gaps else "%+.2f%%" % (100 * statistics.mean(gaps.values()))])
+        rows.append({"mode": mode, "P": P, "r": r, "loss": {str(k): v for k, v in got.items()},
+                     "mean": mu, "std": sd, "gaps": {str(k): g for k, g in gaps.items()}})
+    md += table(["mode", "P", "r", "loss (seed)", "mean", "std", "gap (seed)", "mean gap"],
+                ["---", "---:", "---:", "---:", "---:", "---:", "---:", "---:"], out)
+    summary["whole_split"] = {"scored_tokens": one["scored"], "split_tokens": one["split"], "runs": rows}
+    return md + [""]
 
 
 def estimate(a, results, rows):
@@ -266,6 +327,8 @@ def main():
            "runs share their validation batches); `≲`: lower by the gap only (seeds disagree, or one "
            "seed in common).",
            ""] + orderings + [""]
+
+    md += whole_split_table(results, configs, groups, order, summary)
 
     if not a.no_plots:
         def figure(modes, series, ylabel, what, name, alt, zero=False):

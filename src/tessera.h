@@ -598,9 +598,14 @@ int ts_eval(const ts_config *cfg, const char *ckpt_path);
 // identity_boundaries 1: also the loss of the same weights with each
 // compressed boundary decoded as if its basis were the identity, and the
 // change (docs/COMPRESSION.md, "SSN with a confined stream").
+// whole_split 1: score the validation split tiled from its start in
+// consecutive windows, as many whole batches as it holds, instead of
+// --eval-batches windows drawn from the seed: the same tokens for every
+// checkpoint of the data, whatever its seed.
 typedef struct {
   const char *activations_out;
   int identity_boundaries;
+  int whole_split;
 } ts_eval_options;
 int ts_eval_with(const ts_config *cfg, const char *ckpt_path, const ts_eval_options *opt);
 // tessera tokenize (src/run/tokenize.c, docs/TOKENIZER.md): the text file `in`

@@ -282,6 +282,35 @@ if expect_exit 0 "" "$T" $TOK --data "$TS_TMP/ids16.bin" --data-format u16 --voc
     fail "eval without --data: '$got', with the checkpoint's --data '$told'"
 fi
 
+# --whole-split: the validation split tiled from its start in windows of --seq
+# (tiny: batches of 4 x 64). A split of one 64-byte block X eight times over
+# (and X's first byte) tiles into 2 batches whose every window is X, so its
+# loss is, bit for bit, the loss of a split holding X alone (one window); the
+# same split's windows drawn from the seed start anywhere, so theirs is not.
+X='the quick brown fox jumps over the lazy dog; pack my box with fi'
+printf '%s%s' "$X" t >"$TS_TMP/x1.txt"
+printf '%s%s%s%s%s%s%s%s%s' "$X" "$X" "$X" "$X" "$X" "$X" "$X" "$X" t >"$TS_TMP/x8.txt"
+printf '%s%s%s%s' "$X" "$X" "$X" t >"$TS_TMP/x3.txt"
+hexloss() { sed -n 's/.*val loss [0-9.]* (\([^)]*\)).*/\1/p' "$TS_OUT"; }
+if expect_exit 0 "" "$T" train --model tiny --steps 10 --warmup 2 --eval-batches 1 --quiet --ckpt-dir "$TS_TMP/wsck" --ckpt-every 10; then
+  WS="$T eval --ckpt $TS_TMP/wsck/step-00000010.safetensors"
+  expect_exit 0 "" $WS --val-data "$TS_TMP/x1.txt" --eval-batches 1
+  one=$(hexloss)
+  expect_exit 0 "" $WS --val-data "$TS_TMP/x8.txt" --whole-split
+  expect_stdout "over 2 batches of 4x64 \(the whole validation split, tiled: 512 of its 513 tokens scored\)"
+  tiled=$(hexloss)
+  expect_exit 0 "" $WS --val-data "$TS_TMP/x8.txt" --eval-batches 2
+  drawn=$(hexloss)
+  TS_CHECKS=$((TS_CHECKS + 1))
+  [ -n "$one" ] && [ "$tiled" = "$one" ] && [ "$drawn" != "$one" ] &&
+    pass "--whole-split scores the aligned windows ($tiled; drawn windows $drawn)" ||
+    fail "--whole-split: $tiled, the one window $one, drawn windows $drawn"
+  expect_exit 2 "^tessera eval: --whole-split: the validation split of .*x3\.txt has 193 tokens, fewer than one batch of 4 windows of 64 \(257 tokens\)$" \
+    $WS --val-data "$TS_TMP/x3.txt" --whole-split
+  expect_exit 2 "^tessera eval: --eval-batches: not with --whole-split" \
+    $WS --val-data "$TS_TMP/x8.txt" --whole-split --eval-batches 2
+fi
+
 # --- training conveniences: the AdamW constants, the schedule, the progress lines ---
 CONV="train --model tiny --steps 5 --warmup 2 --eval-batches 1"
 expect_exit 0 "" "$T" $CONV --quiet --log "$TS_TMP/adam-default.jsonl"

@@ -117,6 +117,41 @@ static void test_window_is_file_bytes(void **state) {
   free(bytes);
 }
 
+// A window at a given start (eval --whole-split's k·T) is the file's tokens
+// from there; every start from 0 to the last one that leaves T+1 tokens
+// reads, the next is refused, as is any start on a split too short.
+static void test_window_at(void **state) {
+  const size_t n = 4000;
+  const int T = 64;
+  uint8_t *bytes = random_bytes(n, 3);
+  const char *path = write_tmp("at.bin", bytes, n);
+  ts_data *d;
+  assert_int_equal(ts_data_open(path, 0.25, (size_t)T + 1, &d), TS_OK);
+  const size_t ntrain = ts_data_split_len(d, TS_SPLIT_TRAIN), nval = ts_data_split_len(d, TS_SPLIT_VAL);
+  int in[64], tg[64];
+  for (size_t start = 0; start + (size_t)T < nval; start++) {
+    assert_int_equal(ts_data_window_at(d, TS_SPLIT_VAL, start, T, in, tg), TS_OK);
+    for (int t = 0; t < T; t++) {
+      assert_int_equal(in[t], bytes[ntrain + start + t]);
+      assert_int_equal(tg[t], bytes[ntrain + start + t + 1]);
+    }
+  }
+  assert_int_equal(ts_data_window_at(d, TS_SPLIT_VAL, nval - (size_t)T, T, in, tg), TS_EUSAGE);
+  assert_int_equal(ts_data_window_at(d, TS_SPLIT_VAL, SIZE_MAX, T, in, tg), TS_EUSAGE);
+  assert_int_equal(ts_data_window_at(d, TS_SPLIT_VAL, 0, (int)nval, in, tg), TS_EUSAGE);
+  assert_int_equal(ts_data_window_at(d, 2, 0, T, in, tg), TS_EUSAGE);
+  // the drawn window is the window at its drawn start
+  int in2[64], tg2[64];
+  assert_int_equal(ts_data_window(d, TS_SPLIT_TRAIN, 9, 3, 1, T, in, tg), TS_OK);
+  assert_int_equal(ts_data_window_at(d, TS_SPLIT_TRAIN,
+                                     ts_data_window_start(d, TS_SPLIT_TRAIN, 9, 3, 1, T), T, in2, tg2),
+                   TS_OK);
+  assert_memory_equal(in, in2, sizeof in);
+  assert_memory_equal(tg, tg2, sizeof tg);
+  ts_data_close(d);
+  free(bytes);
+}
+
 // Bytes are tokens 0..255: a file of 0,1,..,255,0,1,.. reads back unsigned.
 static void test_tokens_are_unsigned_bytes(void **state) {
   uint8_t bytes[1024];
@@ -843,6 +878,7 @@ static void test_validation_file(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_window_is_file_bytes),
+      cmocka_unit_test(test_window_at),
       cmocka_unit_test(test_tokens_are_unsigned_bytes),
       cmocka_unit_test(test_windows_are_pure),
       cmocka_unit_test(test_starts_spread),

@@ -183,6 +183,8 @@ struct cli {
   int data_given;     // --data on the command line (else resume and eval read the checkpoint's)
   char ckpt[4096]; // eval, sample, tokenize
   int identity_boundaries; // eval
+  int whole_split;         // eval
+  int eval_batches_given;  // --eval-batches on the command line (refused with --whole-split)
   char activations_out[4096]; // eval
   // sample
   char prompt[16384], prompt_file[4096], tokenizer[4096];
@@ -289,6 +291,10 @@ static const flag flags[] = {
     {"--identity-boundaries", K_SET, AT(identity_boundaries), 1, NULL,
      "a compressed model's probe: also the loss with every boundary's basis the identity, and "
      "the change", "off", C_EVAL, G_CMD, NULL},
+    {"--whole-split", K_SET, AT(whole_split), 1, NULL,
+     "score the whole validation split, tiled from its start in consecutive --seq windows (as "
+     "many whole batches as it holds; not with --eval-batches): the same tokens whatever the "
+     "checkpoint's seed", "off: --eval-batches windows drawn from the seed", C_EVAL, G_CMD, NULL},
     {"--activations-out", K_STR, AT(activations_out), 0, "FILE",
      "also write the residual stream entering each layer over the evaluated batches "
      "(safetensors; bench/geometry.py reads it)", "none", C_EVAL, G_CMD, NULL},
@@ -960,6 +966,7 @@ static int build(const parsed *p, int n, cli *c) {
     if (rc != TS_OK) return rc;
     if (p[i].f->off == offsetof(cli, cfg.val_frac)) c->val_frac_given = 1;
     if (p[i].f->off == offsetof(cli, cfg.data_path)) c->data_given = 1;
+    if (p[i].f->off == offsetof(cli, cfg.eval_batches)) c->eval_batches_given = 1;
     if (p[i].f->off == offsetof(cli, sp_mode)) c->sp_mode_given = 1;
     if (p[i].f->off == offsetof(cli, ranks)) c->ranks_given = 1;
     if (p[i].f->off == offsetof(cli, lay.dp)) c->dp_given = 1;
@@ -1348,7 +1355,8 @@ static int run_train(const command *cmd, cli *c, const char *const *pos, int n_p
 
 static int run_eval(const command *cmd, cli *c, const char *const *pos, int n_pos) {
   const ts_eval_options opt = {.activations_out = c->activations_out,
-                               .identity_boundaries = c->identity_boundaries};
+                               .identity_boundaries = c->identity_boundaries,
+                               .whole_split = c->whole_split};
   return finish(cmd, ts_eval_with(&c->cfg, c->ckpt, &opt));
 }
 
@@ -1456,6 +1464,9 @@ static int check_required(const command *cmd, const cli *c) {
   if (c->cfg.val_path[0] && c->val_frac_given)
     return ts_fail(TS_EUSAGE, "--val-frac: not with --val-data (that file is the validation split "
                    "and all of --data trains)");
+  if (c->whole_split && c->eval_batches_given)
+    return ts_fail(TS_EUSAGE, "--eval-batches: not with --whole-split (the split's length sets "
+                   "the batches)");
   if (c->cfg.init_from[0] && c->cfg.resume)
     return ts_fail(TS_EUSAGE, "--init-from: not with --resume (a resumed run's weights and "
                    "optimizer state are its checkpoint's)");

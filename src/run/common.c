@@ -5,6 +5,7 @@
 #ifdef TS_HAVE_BLAS
 #include <cblas.h>
 #endif
+#include <limits.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,18 +195,43 @@ int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, 
                  have / 1073741824.0, note, on_gpu ? "GPU" : "machine");
 }
 
-// Mean validation loss over cfg->eval_batches batches (fixed windows). Each
+// Batch i of the tiled validation split: sequence j is the window from token
+// (i·B + j)·T, the shard's sequences [b0, b0 + nb) of it.
+static int load_tiled(const ts_data *data, const ts_config *cfg, int i, const ts_shard *sh,
+                      int *inputs, int *targets) {
+  for (int j = 0; j < sh->nb; j++) {
+    const size_t start = ((size_t)i * cfg->batch + (size_t)(sh->b0 + j)) * (size_t)cfg->seq;
+    int rc = ts_data_window_at(data, TS_SPLIT_VAL, start, cfg->seq,
+                               inputs + (size_t)j * cfg->seq, targets + (size_t)j * cfg->seq);
+    if (rc) return rc;
+  }
+  return TS_OK;
+}
+
+int ts_run_tiled_batches(const ts_data *data, const ts_config *cfg) {
+  const size_t len = ts_data_split_len(data, TS_SPLIT_VAL);
+  if (cfg->seq <= 0 || cfg->batch <= 0 || len < 1) return 0;
+  const size_t windows = (len - 1) / (size_t)cfg->seq, batches = windows / (size_t)cfg->batch;
+  return batches > INT_MAX ? INT_MAX : (int)batches;
+}
+
+// Mean validation loss over cfg->eval_batches batches: fixed random windows
+// (TS_EVAL_RANDOM), or the split tiled from its start (TS_EVAL_TILED). Each
 // rank (serial: the only one) evaluates its shard of every batch; the batch
 // losses are combined as in training, then averaged in order.
-int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_comm *group,
-                    int *inputs, int *targets, float *out) {
+int ts_run_evaluate_windows(ts_shard *sh, const ts_data *data, const ts_config *cfg,
+                            ts_comm *group, int windows, int *inputs, int *targets, float *out) {
   int E = cfg->eval_batches;
+  if (windows == TS_EVAL_TILED && sh->strided)
+    return ts_fail(TS_EUSAGE, "a tiled evaluation is not built for a shard taken in rounds");
   float *sums = calloc((size_t)E, sizeof(float)), *losses = calloc((size_t)E, sizeof(float));
   if (!sums || !losses) { free(sums); free(losses); return ts_fail(TS_ERUNTIME, "out of memory"); }
   int rc = TS_OK;
   for (int i = 0; i < E && !rc; i++) {
-    rc = ts_run_load_shard(data, TS_SPLIT_VAL, cfg, TS_EVAL_STEP_BASE + (uint64_t)i, sh, inputs,
-                           targets);
+    rc = windows == TS_EVAL_TILED
+             ? load_tiled(data, cfg, i, sh, inputs, targets)
+             : ts_run_load_shard(data, TS_SPLIT_VAL, cfg, TS_EVAL_STEP_BASE + (uint64_t)i, sh,
+                                 inputs, targets);
     if (!rc) rc = ts_shard_pass(sh, inputs, targets, 0, 0, &sums[i]);
   }
   // (in rounds the shard's sums are the global ones already)
@@ -219,4 +245,9 @@ int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_
   free(sums);
   free(losses);
   return rc;
+}
+
+int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_comm *group,
+                    int *inputs, int *targets, float *out) {
+  return ts_run_evaluate_windows(sh, data, cfg, group, TS_EVAL_RANDOM, inputs, targets, out);
 }

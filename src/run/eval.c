@@ -18,10 +18,10 @@
 // MAPL paper's probe of SSN, its Table 4): what the stream holds outside the
 // subspace the model was trained through. vl: the loss as trained.
 static int identity_probe(ts_model *m, ts_shard *whole, ts_data *data, const ts_config *cfg,
-                          int *inputs, int *targets, float vl) {
+                          int windows, int *inputs, int *targets, float vl) {
   float vi;
   ts_model_set_identity_boundaries(m, 1);
-  int rc = ts_run_evaluate(whole, data, cfg, NULL, inputs, targets, &vi);
+  int rc = ts_run_evaluate_windows(whole, data, cfg, NULL, windows, inputs, targets, &vi);
   if (rc) return rc;
   printf("identity boundaries: val loss %.6f (%a), change %+.6f (%+.3g%%)\n", (double)vi,
          (double)vi, (double)(vi - vl), 100.0 * ((double)vi - vl) / vl);
@@ -132,6 +132,46 @@ static int activations_write(const activations *a, const char *path, const char 
   return rc;
 }
 
+// The format eval reads the validation data in (cfg->data_format), checked
+// against the checkpoint's (trained): the flag's, else the file's; recorded:
+// the data is the checkpoint's own.
+static int resolve_format(ts_config *cfg, const ts_config *cfg_in, const ts_config *trained,
+                          const char *ckpt_path, int recorded) {
+  // Only the validation split is read: with --val-data that file alone. Its
+  // format is the flag's, else what the file says; a .bin that says nothing
+  // is read as the checkpoint's raw ids if it was trained on raw ids.
+  const char *file = cfg->val_path[0] ? cfg->val_path : cfg->data_path;
+  if (recorded && access(file, R_OK) != 0)
+    return ts_fail(TS_ERUNTIME, "checkpoint %s was trained on %s, which cannot be read (%s): "
+                   "pass --data", ckpt_path, file, strerror(errno));
+  if (recorded && cfg_in->data_format == TS_DATA_DETECT) cfg->data_format = trained->data_format;
+  else cfg->data_format = cfg_in->data_format;
+  const char *flag = cfg->val_path[0] ? "--val-data" : "--data";
+  int rc;
+  if (cfg->data_format == TS_DATA_DETECT && (rc = ts_data_detect(file, &cfg->data_format)))
+    return recorded ? rc : ts_fail_flag(rc, flag, file);
+  if (cfg->data_format == TS_DATA_DETECT &&
+      (trained->data_format == TS_DATA_U16 || trained->data_format == TS_DATA_U32)) {
+    cfg->data_format = trained->data_format;
+    // nothing in the file says its width: a file of uint32 ids read as the
+    // checkpoint's uint16 would give a loss of ids every second one 0
+    if (cfg->data_format == TS_DATA_U16 && ts_data_looks_u32(file))
+      return ts_fail(TS_EUSAGE, "%s %s: a .bin without a header, read as checkpoint %s's "
+                     "uint16 ids, looks like uint32 ids (every second 16-bit word is 0): name "
+                     "its format with --data-format", flag, file, ckpt_path);
+  }
+  // text (bytes) and token ids are other languages: a loss of one on the other means nothing
+  // (a checkpoint that does not say what it was trained on is not refused)
+  if (!recorded && cfg->data_format != TS_DATA_DETECT && trained->data_format >= 0 &&
+      trained->data_format < TS_DATA_NFORMATS &&
+      (cfg->data_format == TS_DATA_BYTES) != (trained->data_format == TS_DATA_BYTES))
+    return ts_fail(TS_EUSAGE, "%s %s is %s, but checkpoint %s was trained on %s (%s)", flag, file,
+                   cfg->data_format == TS_DATA_BYTES ? "text (bytes)" : "token ids", ckpt_path,
+                   trained->data_format == TS_DATA_BYTES ? "text (bytes)" : "token ids",
+                   ts_data_format_names[trained->data_format]);
+  return TS_OK;
+}
+
 int ts_eval(const ts_config *cfg_in, const char *ckpt_path) {
   return ts_eval_with(cfg_in, ckpt_path, NULL);
 }
@@ -156,6 +196,7 @@ int ts_eval_with(const ts_config *cfg_in, const char *ckpt_path, const ts_eval_o
   const char *act_path = opt && opt->activations_out && opt->activations_out[0]
                              ? opt->activations_out : NULL;
   const int identity = opt && opt->identity_boundaries;
+  const int windows = opt && opt->whole_split ? TS_EVAL_TILED : TS_EVAL_RANDOM;
   activations act = {0};
   ts_run_setup_threads(cfg_in, 1);
   ts_run_ckpt ck;
@@ -174,47 +215,16 @@ int ts_eval_with(const ts_config *cfg_in, const char *ckpt_path, const ts_eval_o
                     "boundaries (it was trained without --compress)", ckpt_path)))
     goto done;
   const int recorded = settings_from_flags(&cfg, cfg_in);
-  // Only the validation split is read: with --val-data that file alone. Its
-  // format is the flag's, else what the file says; a .bin that says nothing
-  // is read as the checkpoint's raw ids if it was trained on raw ids.
   const char *file = cfg.val_path[0] ? cfg.val_path : cfg.data_path;
-  if (recorded && access(file, R_OK) != 0) {
-    rc = ts_fail(TS_ERUNTIME, "checkpoint %s was trained on %s, which cannot be read (%s): pass "
-                 "--data", ckpt_path, file, strerror(errno));
-    goto done;
-  }
-  if (recorded && cfg_in->data_format == TS_DATA_DETECT) cfg.data_format = ck.cfg.data_format;
-  else cfg.data_format = cfg_in->data_format;
-  if (cfg.data_format == TS_DATA_DETECT && (rc = ts_data_detect(file, &cfg.data_format))) {
-    if (!recorded) rc = ts_fail_flag(rc, cfg.val_path[0] ? "--val-data" : "--data", file);
-    goto done;
-  }
-  if (cfg.data_format == TS_DATA_DETECT &&
-      (ck.cfg.data_format == TS_DATA_U16 || ck.cfg.data_format == TS_DATA_U32)) {
-    cfg.data_format = ck.cfg.data_format;
-    // nothing in the file says its width: a file of uint32 ids read as the
-    // checkpoint's uint16 would give a loss of ids every second one 0
-    if (cfg.data_format == TS_DATA_U16 && ts_data_looks_u32(file)) {
-      rc = ts_fail(TS_EUSAGE, "%s %s: a .bin without a header, read as checkpoint %s's uint16 "
-                   "ids, looks like uint32 ids (every second 16-bit word is 0): name its format "
-                   "with --data-format", cfg.val_path[0] ? "--val-data" : "--data", file,
-                   ckpt_path);
-      goto done;
-    }
-  }
-  // text (bytes) and token ids are other languages: a loss of one on the other means nothing
-  // (a checkpoint that does not say what it was trained on is not refused)
-  if (!recorded && cfg.data_format != TS_DATA_DETECT && ck.cfg.data_format >= 0 &&
-      ck.cfg.data_format < TS_DATA_NFORMATS &&
-      (cfg.data_format == TS_DATA_BYTES) != (ck.cfg.data_format == TS_DATA_BYTES)) {
-    rc = ts_fail(TS_EUSAGE, "%s %s is %s, but checkpoint %s was trained on %s (%s)",
-                 cfg.val_path[0] ? "--val-data" : "--data", file,
-                 cfg.data_format == TS_DATA_BYTES ? "text (bytes)" : "token ids", ckpt_path,
-                 ck.cfg.data_format == TS_DATA_BYTES ? "text (bytes)" : "token ids",
-                 ts_data_format_names[ck.cfg.data_format]);
-    goto done;
-  }
+  if ((rc = resolve_format(&cfg, cfg_in, &ck.cfg, ckpt_path, recorded))) goto done;
   if ((rc = ts_run_open_data(&cfg, cfg.val_path[0] ? NULL : cfg.data_path, &data))) goto done;
+  if (windows == TS_EVAL_TILED && (cfg.eval_batches = ts_run_tiled_batches(data, &cfg)) < 1) {
+    rc = ts_fail(TS_EUSAGE, "--whole-split: the validation split of %s has %zu tokens, fewer "
+                 "than one batch of %d windows of %d (%lld tokens)", file,
+                 ts_data_split_len(data, TS_SPLIT_VAL), cfg.batch, cfg.seq,
+                 (long long)cfg.batch * cfg.seq + 1);
+    goto done;
+  }
   if ((rc = ts_model_create(&cfg, &m))) { // the model is the checkpoint's: say which
     rc = ts_run_restate(ckpt_path, "tessera.config");
     goto done;
@@ -230,20 +240,26 @@ int ts_eval_with(const ts_config *cfg_in, const char *ckpt_path, const ts_eval_o
   }
   float vl;
   ts_shard whole = {.m = m, .nb = cfg.batch, .T = cfg.seq, .Tl = cfg.seq};
-  if ((rc = ts_run_evaluate(&whole, data, &cfg, NULL, inputs, targets, &vl))) goto done;
+  if ((rc = ts_run_evaluate_windows(&whole, data, &cfg, NULL, windows, inputs, targets, &vl)))
+    goto done;
   // finite weights can still overflow on this data: a number, or an error
   if (!isfinite(vl)) {
     rc = ts_fail(TS_ERUNTIME, "checkpoint %s: validation loss is %g on %s", ckpt_path, (double)vl,
                  file);
     goto done;
   }
-  printf("checkpoint %s (step %" PRId64 "): val loss %.6f (%a) over %d batches of %dx%d\n",
+  printf("checkpoint %s (step %" PRId64 "): val loss %.6f (%a) over %d batches of %dx%d",
          ckpt_path, ck.step, (double)vl, (double)vl, cfg.eval_batches, cfg.batch, cfg.seq);
+  if (windows == TS_EVAL_TILED)
+    printf(" (the whole validation split, tiled: %lld of its %zu tokens scored)",
+           (long long)cfg.eval_batches * cfg.batch * cfg.seq,
+           ts_data_split_len(data, TS_SPLIT_VAL));
+  printf("\n");
   if (act_path && !(rc = activations_write(&act, act_path, ckpt_path, &ck, &cfg)))
     printf("activations: %d layer inputs x %lld rows x %d -> %s\n", act.L - 1,
            (long long)act.rows, act.d, act_path);
   ts_model_set_residual_tap(m, NULL, NULL); // (the activations are the model's as trained)
-  if (!rc && identity) rc = identity_probe(m, &whole, data, &cfg, inputs, targets, vl);
+  if (!rc && identity) rc = identity_probe(m, &whole, data, &cfg, windows, inputs, targets, vl);
 done:
   activations_free(&act);
   free(inputs); free(targets);

@@ -56,6 +56,17 @@ int ts_run_check_fit(const ts_config *cfg, int training, int share, int stages, 
 // The mean validation loss over cfg->eval_batches fixed batches.
 int ts_run_evaluate(ts_shard *sh, const ts_data *data, const ts_config *cfg, ts_comm *group,
                     int *inputs, int *targets, float *out);
+// Which windows an evaluation scores: the fixed random ones of cfg->seed
+// (training's evaluations), or the validation split tiled from its start in
+// consecutive windows of cfg->seq, batch i holding windows [i·B, (i+1)·B)
+// (tessera eval --whole-split: the same tokens whatever the seed).
+enum { TS_EVAL_RANDOM, TS_EVAL_TILED };
+int ts_run_evaluate_windows(ts_shard *sh, const ts_data *data, const ts_config *cfg,
+                            ts_comm *group, int windows, int *inputs, int *targets, float *out);
+// Whole batches of cfg->batch windows of cfg->seq the tiled validation split
+// holds: at most B·T of its tokens are not scored (its first, which no window
+// predicts, and the tail that does not fill a batch).
+int ts_run_tiled_batches(const ts_data *data, const ts_config *cfg);
 
 // ---- checkpoint.c -----------------------------------------------------------------------
 int ts_run_mkdir_p(const char *dir);

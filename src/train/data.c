@@ -355,7 +355,21 @@ int ts_data_window(const ts_data *data, int split, uint64_t seed, uint64_t step,
                    data->path[split] ? data->path[split] : data->path[1 - split],
                    split == TS_SPLIT_TRAIN ? "training" : "validation", len, unit(data->format),
                    T, (size_t)T + 1);
-  size_t start = ts_data_window_start(data, split, seed, step, index, T);
+  return ts_data_window_at(data, split, ts_data_window_start(data, split, seed, step, index, T),
+                           T, inputs, targets);
+}
+
+int ts_data_window_at(const ts_data *data, int split, size_t start, int T, int *inputs,
+                      int *targets) {
+  if (split != TS_SPLIT_TRAIN && split != TS_SPLIT_VAL)
+    return ts_fail(TS_EUSAGE, "%s: no split number %d",
+                   data->path[0] ? data->path[0] : data->path[1], split);
+  if (T <= 0) return ts_fail(TS_EUSAGE, "--seq %d: must be positive", T);
+  const size_t len = data->split[split];
+  if (len <= (size_t)T || start > len - (size_t)T - 1)
+    return ts_fail(TS_EUSAGE, "%s: no window of --seq %d at token %zu of the %s split (%zu %s)",
+                   data->path[split] ? data->path[split] : data->path[1 - split], T, start,
+                   split == TS_SPLIT_TRAIN ? "training" : "validation", len, unit(data->format));
   // w is (T+1,) tokens: inputs are w[0..T), targets w[1..T]. Every id was
   // checked below the vocabulary (an int) on open.
   const uint8_t *w = data->base[split] + start * (size_t)data->width;

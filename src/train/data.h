@@ -79,6 +79,10 @@ size_t ts_data_split_len(const ts_data *data, int split);
 // Validation windows use the same rule (callers pass a fixed step).
 int ts_data_window(const ts_data *data, int split, uint64_t seed, uint64_t step,
                    uint64_t index, int T, int *inputs, int *targets);
+// The window of T+1 tokens of a split from token `start` (ts_data_window's
+// after it has drawn the start; tessera eval --whole-split's at k·T).
+int ts_data_window_at(const ts_data *data, int split, size_t start, int T, int *inputs,
+                      int *targets);
 // Start offset of that window, in tokens (for logs and checkpoints).
 size_t ts_data_window_start(const ts_data *data, int split, uint64_t seed, uint64_t step,
                             uint64_t index, int T);
