@@ -596,6 +596,19 @@ def validation_batches(shape, split, batches):
     return out
 
 
+def tiled_batches(shape, split):
+    """tessera eval --whole-split's batches: the split tiled from its start, window k
+    from token k·T, batch i holding windows [i·B, (i+1)·B), as many whole batches as it
+    holds (at most B·T of its tokens unscored)."""
+    T, B = shape.T, shape.batch
+    n = (len(split) - 1) // T // B if len(split) >= 1 else 0
+    out = []
+    for i in range(n):
+        w = torch.stack([split[(i * B + j) * T:(i * B + j) * T + T + 1] for j in range(B)])
+        out.append((w[:, :-1], w[:, 1:]))
+    return out
+
+
 @torch.no_grad()
 def mean_loss(model, batches):
     """The mean over batches of each batch's mean loss, as tessera eval reports it."""
@@ -744,6 +757,9 @@ def _parser():
                     help="tail of --data held out, in (0, 1) (default: the checkpoint's val_frac)")
     lo.add_argument("--eval-batches", type=int, metavar="N",
                     help="validation batches (default: the checkpoint's eval_batches)")
+    lo.add_argument("--whole-split", action="store_true",
+                    help="score the whole validation split tiled in consecutive windows, as "
+                         "tessera eval --whole-split (not with --eval-batches)")
     lo.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                     help="the module's precision (default float32)")
     ex = sub.add_parser(
@@ -783,6 +799,9 @@ def _loss_command(a):
     if a.val_data is not None and a.val_frac is not None:
         raise TesseraError("--val-frac: not with --val-data (that file is the validation split "
                            "and all of --data trains)", usage=True)
+    if a.whole_split and a.eval_batches is not None:
+        raise TesseraError("--eval-batches: not with --whole-split (the split's length sets "
+                           "the batches)", usage=True)
     if a.eval_batches is not None and a.eval_batches > INT_MAX:
         raise TesseraError(f"--eval-batches {a.eval_batches}: out of range", usage=True)
     for flag, path in (("--data", a.data), ("--val-data", a.val_data)):
@@ -811,9 +830,22 @@ def _loss_command(a):
     model.load_state_dict(ck.params, strict=True)
     model.to(dtype).eval()
     split = validation_split(ck.shape, data, val_data, a.data_format, val_frac, raw_ids)
-    loss = mean_loss(model, validation_batches(ck.shape, split, batches))
+    whole = ""
+    if a.whole_split:
+        got = tiled_batches(ck.shape, split)
+        B, T = ck.shape.batch, ck.shape.T
+        if not got:
+            raise TesseraError(f"--whole-split: the validation split of {val_data or data} has "
+                               f"{len(split)} tokens, fewer than one batch of {B} windows of "
+                               f"{T} ({B * T + 1} tokens)", usage=True)
+        batches = len(got)
+        whole = (f" (the whole validation split, tiled: {batches * B * T} of its {len(split)} "
+                 f"tokens scored)")
+    else:
+        got = validation_batches(ck.shape, split, batches)
+    loss = mean_loss(model, got)
     print(f"checkpoint {a.ckpt} (step {ck.step}): val loss {loss:.6f} ({loss.hex()}) over "
-          f"{batches} batches of {ck.shape.batch}x{ck.shape.T} ({a.dtype}, PyTorch)")
+          f"{batches} batches of {ck.shape.batch}x{ck.shape.T}{whole} ({a.dtype}, PyTorch)")
 
 
 def main(argv=None):

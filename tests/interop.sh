@@ -96,6 +96,29 @@ both 2 "--eval-batches 0: must be >= 1" --eval-batches 0
 both 2 "--eval-batches 99999999999: out of range" --eval-batches 99999999999
 both 2 "--data: empty value" --data ""
 
+# --whole-split: the module tiles the validation split as tessera eval does, and scores
+# the same tokens (the bound of section 1: 1e-5 relative, the same function in other
+# float32 operations); a split shorter than one batch, and --eval-batches beside it, are
+# refused by both
+wsplit() { sed -n 's/.*(\(the whole validation split, tiled: [0-9]* of its [0-9]* tokens scored\)).*/\1/p' "$TS_OUT"; }
+if expect_exit 0 "" "$TESSERA_BIN" eval --ckpt "$gck" --whole-split; then
+  tw=$(hexloss) tsplit=$(wsplit)
+  if expect_exit 0 "" pyrun loss --ckpt "$gck" --whole-split; then
+    pw=$(hexloss) psplit=$(wsplit)
+    TS_CHECKS=$((TS_CHECKS + 1))
+    if [ -n "$tsplit" ] && [ "$tsplit" = "$psplit" ] &&
+      "$python" -c 'import sys; t, p = (float.fromhex(x) for x in sys.argv[1:]); sys.exit(abs(t - p) > 1e-5 * abs(p))' "$tw" "$pw"; then
+      pass "--whole-split: the module's loss $pw is tessera's $tw, on the same tokens ($tsplit)"
+    else
+      fail "--whole-split: tessera $tw ($tsplit), the module $pw ($psplit)"
+    fi
+  fi
+fi
+head -c 193 "$corpus" >"$TS_TMP/short.txt"
+both 2 "--whole-split: the validation split of .*short\.txt has 193 tokens, fewer than one batch of 4 windows of 64 \(257 tokens\)$" \
+  --val-data "$TS_TMP/short.txt" --whole-split
+both 2 "--eval-batches: not with --whole-split" --whole-split --eval-batches 2
+
 expect_exit 0 "" "$TESSERA_BIN" train --model llama-tiny --layers 2 --compress mapl --rank 8 \
   --compress-stages 2 --steps 2 --ckpt-dir "$TS_TMP/mapl" --ckpt-every 2 --data "$corpus" --quiet
 expect_exit 1 "^tessera_torch: .*: a compressed model \(--compress mapl, 2 stages\)" \
