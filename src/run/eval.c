@@ -134,13 +134,9 @@ static int activations_write(const activations *a, const char *path, const char 
 
 // The format eval reads the validation data in (cfg->data_format), checked
 // against the checkpoint's (trained): the flag's, else the file's; recorded:
-// the data is the checkpoint's own.
+// the data is the checkpoint's own; file: the one file read.
 static int resolve_format(ts_config *cfg, const ts_config *cfg_in, const ts_config *trained,
-                          const char *ckpt_path, int recorded) {
-  // Only the validation split is read: with --val-data that file alone. Its
-  // format is the flag's, else what the file says; a .bin that says nothing
-  // is read as the checkpoint's raw ids if it was trained on raw ids.
-  const char *file = cfg->val_path[0] ? cfg->val_path : cfg->data_path;
+                          const char *ckpt_path, const char *file, int recorded) {
   if (recorded && access(file, R_OK) != 0)
     return ts_fail(TS_ERUNTIME, "checkpoint %s was trained on %s, which cannot be read (%s): "
                    "pass --data", ckpt_path, file, strerror(errno));
@@ -215,8 +211,11 @@ int ts_eval_with(const ts_config *cfg_in, const char *ckpt_path, const ts_eval_o
                     "boundaries (it was trained without --compress)", ckpt_path)))
     goto done;
   const int recorded = settings_from_flags(&cfg, cfg_in);
+  // Only the validation split is read: with --val-data that file alone. Its
+  // format is the flag's, else what the file says; a .bin that says nothing
+  // is read as the checkpoint's raw ids if it was trained on raw ids.
   const char *file = cfg.val_path[0] ? cfg.val_path : cfg.data_path;
-  if ((rc = resolve_format(&cfg, cfg_in, &ck.cfg, ckpt_path, recorded))) goto done;
+  if ((rc = resolve_format(&cfg, cfg_in, &ck.cfg, ckpt_path, file, recorded))) goto done;
   if ((rc = ts_run_open_data(&cfg, cfg.val_path[0] ? NULL : cfg.data_path, &data))) goto done;
   if (windows == TS_EVAL_TILED && (cfg.eval_batches = ts_run_tiled_batches(data, &cfg)) < 1) {
     rc = ts_fail(TS_EUSAGE, "--whole-split: the validation split of %s has %zu tokens, fewer "
