@@ -10,11 +10,13 @@
 #   ESTIMATE=1 bench/compress_budget.sh       # a few steps of every mode: the full run's duration
 #
 # Runs: the uncompressed model, then for every P in STAGES and R in RANKS each mode of
-# MODES, and at P in EXTRA_STAGES also each mode of EXTRA_MODES; every one with each seed
-# of SEEDS (--seed). Every run of the first seed finishes before any run of the second
-# starts, and so on, so a partial matrix is a whole one with fewer seeds. Each compressed
-# run is the serial reference of the P-stage model (--compress-stages P), which a
-# pipelined run reproduces bit for bit (tests/mpi_compress.sh).
+# MODES, at P in EXTRA_STAGES also each mode of EXTRA_MODES, and at P in ANCHOR_STAGES and
+# R in ANCHOR_RANKS also mapl with each --mapl-anchor kind of ANCHORS (the anchor ablation;
+# mapl itself has the factorised default); every one with each seed of SEEDS (--seed).
+# Every run of the first seed finishes before any run of the second starts, and so on, so
+# a partial matrix is a whole one with fewer seeds. Each compressed run is the serial
+# reference of the P-stage model (--compress-stages P), which a pipelined run reproduces bit
+# for bit (tests/mpi_compress.sh).
 #
 # Resuming: every run checkpoints into RESULTS/ckpt/NAME (--ckpt-every CKPT_EVERY,
 # --keep-last 1) and is always started with --resume, so tessera continues it from its
@@ -44,6 +46,9 @@
 #   STAGES ["4 8"]  RANKS ["16 8"] (d/4, d/8 of d 64)
 #   MODES       ["ssn-confined mapl mapl-vq"] at every P and R
 #   EXTRA_STAGES ["4"]  EXTRA_MODES ["mapl-frozen mapl-unconstrained"] at those P only
+#   ANCHOR_STAGES ["8"]  ANCHOR_RANKS ["16"]  ANCHORS ["none static full"]: mapl with
+#               --mapl-anchor KIND at those P and R (of STAGES and RANKS) only, named
+#               mapl-pP-rR-anchor-KIND-sS, "mapl anchor KIND" in the manifest
 #   VQ_FLAGS    extra flags of the mapl-vq runs [none]
 #   SEEDS       ["1 2 3"]
 #   JOBS        runs at once, one thread each, at nice 19 [2]
@@ -51,7 +56,8 @@
 #   RESULTS     [bench/results/compress-budget]   IMG_DIR [RESULTS/img]
 #   REPORT      run bench/compress_budget_report.py at the end [1]; REPORT_ARGS to it
 #   QUICK=1     llama-tiny with 4 layers, T 64, 40 steps, P 4, r 16, ssn-confined and
-#               mapl, seeds 1 2, into bench/results/quick/compress-budget (emptied first);
+#               mapl, mapl with anchor none, seeds 1 2, into
+#               bench/results/quick/compress-budget (emptied first);
 #               INTERRUPT=20: the first attempt of every run is stopped by a SIGTERM
 #               once its log reaches step 20 and resumed at once, and one run is also
 #               done straight and compared with `tessera compare` (log and checkpoint)
@@ -82,6 +88,7 @@ if [ "$QUICK" = 1 ]; then
   : "${MODEL_FLAGS:=--model llama-tiny --layers 4 --vocab 4096}" "${SEQ:=64}" "${STEPS:=40}"
   : "${EVAL_EVERY:=10}" "${EVAL_BATCHES:=2}" "${CKPT_EVERY:=10}" "${STAGES:=4}" "${RANKS:=16}"
   : "${MODES:=ssn-confined mapl}" "${EXTRA_MODES:=}" "${SEEDS:=1 2}" "${INTERRUPT:=20}"
+  : "${ANCHOR_STAGES:=4}" "${ANCHOR_RANKS:=16}" "${ANCHORS:=none}"
   : "${RESULTS:=$ROOT/bench/results/quick/compress-budget}"
 fi
 MODEL_FLAGS=${MODEL_FLAGS:---model llama-mini --layers 8 --d 64 --heads 4 --kv-heads 2 --d-ff 172 --vocab 4096}
@@ -95,6 +102,9 @@ RANKS=${RANKS:-"16 8"}
 MODES=${MODES-"ssn-confined mapl mapl-vq"}
 EXTRA_STAGES=${EXTRA_STAGES-4}
 EXTRA_MODES=${EXTRA_MODES-"mapl-frozen mapl-unconstrained"}
+ANCHOR_STAGES=${ANCHOR_STAGES-8}
+ANCHOR_RANKS=${ANCHOR_RANKS-16}
+ANCHORS=${ANCHORS-"none static full"}
 VQ_FLAGS=${VQ_FLAGS:-}
 SEEDS=${SEEDS:-"1 2 3"}
 JOBS=${JOBS:-2}
@@ -117,6 +127,9 @@ awk -v t="$TOKENS_PER_PARAM" 'BEGIN{exit !(t + 0 > 0)}' ||
   die "TOKENS_PER_PARAM=$TOKENS_PER_PARAM: not a positive number"
 for m in $MODES $EXTRA_MODES; do
   case $m in ssn|ssn-confined|mapl|mapl-unconstrained|mapl-vq|mapl-frozen) ;; *) die "MODES: unknown mode '$m'" ;; esac
+done
+for a in $ANCHORS; do
+  case $a in none|static|full) ;; *) die "ANCHORS: '$a' is not none, static or full (factorised is mapl itself)" ;; esac
 done
 for s in $SEEDS; do [ "$s" -ge 0 ] 2>/dev/null || die "SEEDS: '$s' is not a non-negative integer"; done
 [ -n "$SEEDS" ] || die "SEEDS: empty"
@@ -168,10 +181,11 @@ bench_lock
 # every run's name and line of the manifest, in the order they run: seed-major
 MANIFEST=$RESULTS/manifest.tsv
 names=() lines=()
-plan() { # MODE P R SEED
-  local name=$1; [ "$1" = none ] || name=$1-p$2-r$3
+plan() { # MODE P R SEED [ANCHOR]
+  local name=$1 mode=$1; [ "$1" = none ] || name=$1-p$2-r$3
+  if [ -n "${5:-}" ]; then name=$name-anchor-$5 mode="$1 anchor $5"; fi
   name=$name-s$4
-  names+=("$name") lines+=("$1	$2	$3	$4	$name")
+  names+=("$name") lines+=("$mode	$2	$3	$4	$name")
 }
 for s in $SEEDS; do
   plan none 1 0 "$s"
@@ -180,6 +194,9 @@ for s in $SEEDS; do
       for m in $MODES; do plan "$m" "$p" "$r" "$s"; done
       if [[ " $EXTRA_STAGES " == *" $p "* ]]; then
         for m in $EXTRA_MODES; do plan "$m" "$p" "$r" "$s"; done
+      fi
+      if [[ " $ANCHOR_STAGES " == *" $p "* ]] && [[ " $ANCHOR_RANKS " == *" $r "* ]]; then
+        for a in $ANCHORS; do plan mapl "$p" "$r" "$s" "$a"; done
       fi
     done
   done
@@ -238,7 +255,11 @@ attempt() {
        --seed "$seed" --eval-every "$EVAL_EVERY" --eval-batches "$EVAL_BATCHES" --threads 1
        "${DATA_FLAGS[@]}" --quiet --log "$RESULTS/$name.jsonl"
        --ckpt-dir "$RESULTS/ckpt/$name" --ckpt-every "$CKPT_EVERY" --keep-last 1 --resume)
-  [ "$mode" = none ] || cmd+=(--compress "$mode" --rank "$r" --compress-stages "$p")
+  case $mode in
+    none) ;;
+    "mapl anchor "*) cmd+=(--compress mapl --rank "$r" --compress-stages "$p" --mapl-anchor "${mode#mapl anchor }") ;;
+    *) cmd+=(--compress "$mode" --rank "$r" --compress-stages "$p") ;;
+  esac
   # shellcheck disable=SC2206
   [ "$mode" = mapl-vq ] && cmd+=($VQ_FLAGS)
   if [ -s "$RESULTS/$name.err" ]; then cat "$RESULTS/$name.err" >> "$RESULTS/$name.err.earlier"; fi

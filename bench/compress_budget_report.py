@@ -34,6 +34,10 @@ tokens, all of the validation split in consecutive windows, whatever its seed, s
 spread of one mode is the spread of training alone; a table of it, with the gap seed by
 seed, for the runs that have one (a run whose checkpoint was lost with its machine has none).
 
+Modes: the manifest's, "mapl anchor KIND" for mapl with --mapl-anchor KIND (the anchor
+ablation, beside mapl's factorised default in its P and r), in bench/compress_report.py's
+order.
+
 With --estimate STEPS (ESTIMATE=1 bench/compress_budget.sh): the median step time of each
 run of RESULTS (its steps after the first) and what STEPS steps × --seeds seeds of every
 configuration take, in CPU hours and in wall hours at --jobs runs at once.
@@ -48,7 +52,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (ROOT, ReportError, arg_parser, manifest_lines, median, output_paths,  # noqa: E402
                       read, read_kv, run_command, run_main, save_fig, shown, table, write_report)
-from compress_report import MODE_ORDER, STYLE, panel_grid, wire_bytes  # noqa: E402
+from compress_report import label_rank, panel_grid, style, wire_bytes  # noqa: E402
 
 FRACTIONS = (0.25, 0.5, 1.0)
 
@@ -265,7 +269,7 @@ def main():
     summary = {"setup": setup, "budgets_steps": budgets, "tokens_per_param": [float(t) for t in tpp],
                "configs": [], "missing": [r["name"] for r in missing]}
     groups = sorted({(P, r) for (m, P, r) in configs if m != "none"})
-    order = sorted({m for (m, _, _) in configs if m != "none"}, key=MODE_ORDER.index)
+    order = sorted({m for (m, _, _) in configs if m != "none"}, key=label_rank)
     orderings = []
     for P, r in groups:
         md += ["### P = %d stages (%d boundaries), r = %d (d/%d)" % (P, P - 1, r, m0["d"] // r), ""]
@@ -345,7 +349,7 @@ def main():
                         if not got:
                             continue
                         xs, ys = got
-                        colour, ls = STYLE[mode]
+                        colour, ls = style(mode)
                         ax.plot(xs, [statistics.mean(y) for y in ys], color=colour, linestyle=ls,
                                 label="%s (%d)" % (label(mode), len(ys[0])))
                         if len(ys[0]) > 1:

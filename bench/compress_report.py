@@ -53,11 +53,16 @@ def base_label(lbl):
     return lbl.split(" anchor ")[0]
 
 
-def order(row):
-    lbl = label(row)
+def label_rank(lbl):
+    """A label's place in tables: its mode's in MODE_ORDER, then its anchor's (the
+    factorised default first)."""
     kinds = ["factorised"] + list(ANCHOR_STYLE)
     anchor = lbl.split(" anchor ")[1] if " anchor " in lbl else "factorised"
     return (MODE_ORDER.index(base_label(lbl)), kinds.index(anchor))
+
+
+def order(row):
+    return label_rank(label(row))
 
 
 def style(lbl):
