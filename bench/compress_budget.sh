@@ -14,7 +14,8 @@
 # R in ANCHOR_RANKS also mapl with each --mapl-anchor kind of ANCHORS (the anchor ablation;
 # mapl itself has the factorised default); every one with each seed of SEEDS (--seed).
 # Every run of the first seed finishes before any run of the second starts, and so on, so
-# a partial matrix is a whole one with fewer seeds. Each compressed run is the serial
+# a partial matrix is a whole one with fewer seeds (SEED_BARRIER=0 lets the next seed's
+# runs take a core the last runs of a seed leave idle). Each compressed run is the serial
 # reference of the P-stage model (--compress-stages P), which a pipelined run reproduces bit
 # for bit (tests/mpi_compress.sh).
 #
@@ -52,6 +53,9 @@
 #   VQ_FLAGS    extra flags of the mapl-vq runs [none]
 #   SEEDS       ["1 2 3"]
 #   JOBS        runs at once, one thread each, at nice 19 [2]
+#   SEED_BARRIER 1: every run of a seed ends before the next seed's start [1]; 0: a run
+#               starts whenever fewer than JOBS run (the matrix finishes sooner; a stop
+#               part-way leaves seeds part-done)
 #   TIMEOUT     seconds one attempt may run [43200]; one stopped by it resumes next time
 #   RESULTS     [bench/results/compress-budget]   IMG_DIR [RESULTS/img]
 #   REPORT      run bench/compress_budget_report.py at the end [1]; REPORT_ARGS to it
@@ -108,6 +112,7 @@ ANCHORS=${ANCHORS-"none static full"}
 VQ_FLAGS=${VQ_FLAGS:-}
 SEEDS=${SEEDS:-"1 2 3"}
 JOBS=${JOBS:-2}
+SEED_BARRIER=${SEED_BARRIER:-1}
 TIMEOUT=${TIMEOUT:-43200}
 INTERRUPT=${INTERRUPT:-0}
 RESULTS=${RESULTS:-$ROOT/bench/results/compress-budget}
@@ -133,6 +138,7 @@ for a in $ANCHORS; do
 done
 for s in $SEEDS; do [ "$s" -ge 0 ] 2>/dev/null || die "SEEDS: '$s' is not a non-negative integer"; done
 [ -n "$SEEDS" ] || die "SEEDS: empty"
+case $SEED_BARRIER in 0|1) ;; *) die "SEED_BARRIER: '$SEED_BARRIER' is not 0 or 1" ;; esac
 
 STEPS_ASKED=${STEPS:-}
 STEPS=${STEPS_ASKED:-2} # checked by bench_snapshot; the budget's steps are computed below
@@ -338,7 +344,7 @@ trap 'on_signal HUP' HUP
 failed=0 prev_seed=""
 for ((i = 0; i < total; i++)); do
   IFS=$'\t' read -r mode p r seed name <<< "${lines[$i]}"
-  if [ -n "$prev_seed" ] && [ "$seed" != "$prev_seed" ]; then
+  if [ "$SEED_BARRIER" = 1 ] && [ -n "$prev_seed" ] && [ "$seed" != "$prev_seed" ]; then
     # every run of one seed ends before the next seed starts
     while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || failed=1; done
   fi
