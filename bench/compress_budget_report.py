@@ -362,6 +362,12 @@ def main():
                     if j == 0:
                         ax.set_ylabel(ylabel)
             axes[0][0].legend(fontsize=8, title="mode (seeds)", title_fontsize=8)
+            # a mode drawn only in other panels (the anchor ablation's) gets a legend there
+            shown_labels = set(axes[0][0].get_legend_handles_labels()[1])
+            for ax in [ax for row in axes for ax in row][1:]:
+                extra = [(h, l) for h, l in zip(*ax.get_legend_handles_labels()) if l not in shown_labels]
+                if extra:
+                    ax.legend(*zip(*extra), fontsize=8, title="mode (seeds)", title_fontsize=8)
             fig.suptitle("Boundary compression at %s tokens a parameter: %s%s" % (
                 tpp[-1], what, " (partial)" if missing else ""))
             path = os.path.join(a.img_dir, name)
